@@ -1,0 +1,92 @@
+# gpt2-levers: what each optimisation lever buys when training GPT-2 on *your* GPU.
+#
+#   make report [GPU=h100] [BATCHES="16 32"] [OVERRIDE=1]   measure + reports/<gpu>/report.{html,pdf}
+#   make test                                               the test suite (runs the CPU pipeline)
+#   make lab                                                JupyterLab on notebooks/
+#   make wheelhouse [WHEEL_PYTHON=3.12]                     wheels for an offline GPU host
+#
+# Setup happens on first use and is skipped when done. Two environment modes:
+#   venv     (default) .venv/ with requirements.txt, PyTorch included
+#   existing a host whose python3 already has a CUDA/ROCm PyTorch: that interpreter is used as
+#            is, and only the missing packages go into .deps/ (from wheelhouse/ when offline)
+# User-supplied values (GPU, BATCHES, ...) reach Python through the environment, never through
+# the shell line, so no name can inject a command.
+
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+PYTHON ?= python3
+export GPU BATCHES OVERRIDE REPORTS
+
+ENV_MODE ?= $(shell $(PYTHON) -c "import torch,sys; sys.exit(0 if torch.cuda.is_available() else 1)" >/dev/null 2>&1 && echo existing || echo venv)
+ifeq ($(ENV_MODE),existing)
+  # JUPYTER_PATH: nbconvert's templates and ipykernel's spec live in .deps/share/jupyter
+  PY := PYTHONPATH=$(CURDIR)/.deps:$(CURDIR)$${PYTHONPATH:+:$$PYTHONPATH} \
+        JUPYTER_PATH=$(CURDIR)/.deps/share/jupyter$${JUPYTER_PATH:+:$$JUPYTER_PATH} $(PYTHON)
+  SETUP_STAMP := .deps/.stamp
+else
+  PY := PYTHONPATH=$(CURDIR) $(CURDIR)/.venv/bin/python
+  SETUP_STAMP := .venv/.stamp
+endif
+PIP_QUIET := 2> >(grep -v "is ignored: it is neither a file nor a directory" >&2)
+HOST_IMPORTS := numpy tiktoken pandas matplotlib yaml papermill nbformat nbconvert ipykernel pytest
+
+.PHONY: help setup report test lab wheelhouse pdf clean
+help:
+	@sed -n '2,7p' Makefile | sed 's/^# \{0,1\}//'
+
+setup: $(SETUP_STAMP)
+	@$(PY) -m lib.data
+
+.venv/.stamp: requirements.txt
+	@echo "setup: creating .venv (first use only)"; start=$$SECONDS; \
+	$(PYTHON) -m venv .venv && \
+	.venv/bin/python -m pip install --quiet --upgrade pip $(PIP_QUIET) && \
+	.venv/bin/python -m pip install --quiet -r requirements.txt $(PIP_QUIET) && \
+	touch $@ && echo "setup: .venv ready in $$((SECONDS - start)) s"
+
+.deps/.stamp: requirements-host.txt
+	@echo "setup: existing environment ($(PYTHON), its own PyTorch is kept)"; start=$$SECONDS; \
+	mkdir -p .deps; \
+	if ! PYTHONPATH=.deps $(PYTHON) -c "import $(shell echo $(HOST_IMPORTS) | tr ' ' ',')" 2>/dev/null; then \
+	  if ls wheelhouse/*.whl >/dev/null 2>&1; then \
+	    echo "setup: installing missing packages from wheelhouse/ (offline)"; \
+	    $(PYTHON) -m pip install --quiet --no-index --no-deps --no-compile --target .deps wheelhouse/*.whl || exit 1; \
+	  else \
+	    $(PYTHON) -m pip install --quiet --target .deps -r requirements-host.txt $(PIP_QUIET) || { \
+	      echo "error: packages missing and no wheelhouse/: run 'make wheelhouse' on a machine with network and copy wheelhouse/ here" >&2; exit 1; }; \
+	  fi; \
+	fi; \
+	PYTHONPATH=.deps $(PYTHON) -c "import $(shell echo $(HOST_IMPORTS) | tr ' ' ',')" || exit 1; \
+	touch $@ && echo "setup: packages ready in $$((SECONDS - start)) s"
+
+report: setup
+	@start=$$SECONDS; $(PY) -m lib.cli report; rc=$$?; echo "run phase: $$((SECONDS - start)) s"; exit $$rc
+
+pdf: setup
+	@$(PY) -m lib.cli pdf
+
+test: setup
+	@$(PY) -m pytest -q tests
+
+lab: setup
+	@$(PY) -c "import jupyterlab" 2>/dev/null || { \
+	  if [ "$(ENV_MODE)" = existing ]; then $(PYTHON) -m pip install --quiet --target .deps jupyterlab $(PIP_QUIET); \
+	  else .venv/bin/python -m pip install --quiet jupyterlab $(PIP_QUIET); fi; }
+	$(PY) -m jupyterlab --ServerApp.root_dir=notebooks
+
+# Wheels for an offline host with its own PyTorch: every package of requirements-host.txt and
+# its dependencies, for WHEEL_PYTHON on manylinux x86-64. HOST_FREEZE=<file of 'name' or
+# 'name==version' lines, e.g. the host's `pip freeze`> leaves out what the host already has.
+WHEEL_PYTHON ?= 3.12
+WHEEL_PLATFORMS ?= manylinux_2_28_x86_64 manylinux_2_27_x86_64 manylinux_2_17_x86_64 manylinux2014_x86_64 manylinux1_x86_64 linux_x86_64 any
+wheelhouse:
+	@rm -rf wheelhouse && mkdir -p wheelhouse
+	$(PYTHON) -m pip download --quiet --only-binary=:all: --python-version $(WHEEL_PYTHON) --implementation cp \
+	  $(foreach p,$(WHEEL_PLATFORMS),--platform $(p)) -d wheelhouse -r requirements-host.txt $(PIP_QUIET)
+	@if [ -n "$(HOST_FREEZE)" ]; then $(PYTHON) tools/prune_wheelhouse.py wheelhouse "$(HOST_FREEZE)"; fi
+	@if command -v apt-get >/dev/null; then tools/pdf_sysroot.sh wheelhouse/sysroot; \
+	 else echo "wheelhouse: no apt-get here, so no PDF libraries for hosts without Pango"; fi
+	@echo "wheelhouse: $$(ls wheelhouse | wc -l) wheels, $$(du -sh wheelhouse | cut -f1); copy it next to the Makefile on the GPU host"
+
+clean:
+	rm -rf .venv .deps reports/lab

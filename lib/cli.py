@@ -1,0 +1,239 @@
+"""`make report` in Python: validate every input, detect the device, run each stage notebook
+with papermill (each configuration in its own process), the summary, then HTML and PDF.
+
+Every bad input is one line on stderr and exit code 2, before anything is measured."""
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from . import config, data, export, results, stages
+
+ROOT = Path(__file__).resolve().parent.parent
+NOTEBOOKS = ROOT / "notebooks"
+
+
+class UsageError(Exception):
+    pass
+
+
+def detect_environment() -> dict:
+    """The environment, captured in a child process: this one must never hold a GPU context."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    proc = subprocess.run([sys.executable, "-m", "lib.environment"], cwd=ROOT, capture_output=True,
+                          text=True, env=env)
+    if proc.returncode:
+        raise UsageError(f"could not inspect the device: {proc.stderr.strip().splitlines()[-1:]}")
+    return json.loads(proc.stdout)
+
+
+def choose_profile(gpu: str | None, device: dict, allow_mismatch: bool) -> tuple[str, str | None]:
+    """(profile, override note). Without GPU= the device decides; with it, the device must fit."""
+    detected = config.match_profile(device["name"], device["backend"])
+    if gpu is None:
+        if detected is None:
+            raise UsageError(f"no profile matches the detected {device['backend']} device "
+                             f"{device['name']!r}; add params/<name>.yaml with a `match` entry, or pass "
+                             f"GPU=<profile> OVERRIDE=1 (profiles: {', '.join(config.profiles())})")
+        return detected, None
+    config.check_name(gpu)
+    if gpu not in config.profiles():
+        raise UsageError(f"unknown GPU profile {gpu!r} (profiles: {', '.join(config.profiles())})")
+    profile_backend = config._read(config.PARAMS_DIR / f"{gpu}.yaml").get("backend")
+    if profile_backend != device["backend"]:
+        raise UsageError(f"profile {gpu!r} is for {profile_backend} devices, but this machine has "
+                         f"{device['backend']} ({device['name']}); run `make report` without GPU= "
+                         f"to use the detected profile ({detected or 'none'})")
+    if detected != gpu:
+        if not allow_mismatch:
+            raise UsageError(f"profile {gpu!r} does not match the detected device {device['name']!r} "
+                             f"(detected profile: {detected or 'none'}); pass OVERRIDE=1 to run it anyway")
+        return gpu, f"profile {gpu} run on {device['name']} by explicit override"
+    return gpu, None
+
+
+def stage_notebook(key: str) -> Path:
+    found = sorted(NOTEBOOKS.glob(f"*_{key}.ipynb"))
+    if not found:
+        raise UsageError(f"no notebook for stage {key!r} in notebooks/")
+    return found[0]
+
+
+def archive_previous(report_dir: Path) -> Path | None:
+    """A new run never overwrites an earlier report: it moves to reports/archive/<name>-<time>/."""
+    if not report_dir.exists() or not any(report_dir.iterdir()):
+        return None
+    stamp = dt.datetime.fromtimestamp(report_dir.stat().st_mtime).strftime("%Y%m%d-%H%M%S")
+    dest = report_dir.parent / "archive" / f"{report_dir.name}-{stamp}"
+    n = 1
+    while dest.exists():
+        dest = dest.with_name(f"{report_dir.name}-{stamp}-{n}")
+        n += 1
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    shutil.move(str(report_dir), str(dest))
+    return dest
+
+
+def _kernel_manager():
+    """Kernels talk over Unix sockets in a private temporary folder: nothing listens on the
+    network while a report runs (and ipykernel has no plain-TCP warning to print)."""
+    import tempfile
+    import uuid
+
+    from jupyter_client.manager import AsyncKernelManager
+    from traitlets import default
+
+    class IPCKernelManager(AsyncKernelManager):
+        @default("transport")
+        def _transport_default(self):
+            return "ipc"
+
+        @default("ip")
+        def _ip_default(self):
+            return str(Path(tempfile.mkdtemp(prefix="gpt2-levers-")) / f"kernel-{uuid.uuid4().hex[:8]}")
+
+    return IPCKernelManager
+
+
+def run_notebook(src: Path, dest: Path, parameters: dict) -> str | None:
+    """Execute one notebook; returns None or a one-line description of the failure."""
+    import papermill as pm
+
+    try:
+        pm.execute_notebook(str(src), str(dest), parameters=parameters, cwd=str(ROOT), kernel_name="python3",
+                            log_output=True, progress_bar=False, report_mode=False,
+                            kernel_manager_class=_kernel_manager())
+        return None
+    except pm.PapermillExecutionError as e:
+        return f"{src.name}: cell {e.exec_count}: {e.ename}: {e.evalue}"
+    except Exception as e:  # a dead kernel, a missing notebook: recorded, the rest still runs
+        return f"{src.name}: {type(e).__name__}: {e}"
+
+
+def report(args) -> int:
+    t_start = time.perf_counter()
+    batches = config.parse_batches(args.batches) if args.batches else None
+    if args.gpu is not None:
+        config.check_name(args.gpu)
+        if args.gpu not in config.profiles():
+            raise UsageError(f"unknown GPU profile {args.gpu!r} (profiles: {', '.join(config.profiles())})")
+    env = detect_environment()
+    profile, override = choose_profile(args.gpu, env["device"], args.override)
+    params = config.load(profile, batches, override)
+    manifest = data.verify()
+    reports_root = Path(args.reports).resolve() if args.reports else ROOT / "reports"
+    report_dir = reports_root / profile
+    try:
+        reports_root.mkdir(parents=True, exist_ok=True)
+        probe = reports_root / ".write-test"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as e:
+        raise UsageError(f"cannot write reports to {reports_root}: {e.strerror}")
+    moved = archive_previous(report_dir)
+    if moved:
+        print(f"earlier {profile} report kept in {moved.relative_to(ROOT) if moved.is_relative_to(ROOT) else moved}")
+    (report_dir / "notebooks").mkdir(parents=True)
+    results.write_atomic(report_dir / "environment.json", env)
+    results.write_atomic(report_dir / "params.json", params)
+    dev = env["device"]
+    print(f"report {profile}: {dev['name']} ({dev['backend']}), stages {', '.join(params['stages'])}, "
+          f"batch sizes {params['run']['batch_sizes']}, {manifest['tokens']:,} corpus tokens")
+    logging.basicConfig(level=logging.INFO, format="    %(message)s")
+    logging.getLogger("papermill").setLevel(logging.WARNING)
+    logging.getLogger("papermill.translators").setLevel(logging.WARNING)
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    nb_params = {"gpu": profile, "report_dir": str(report_dir), "batch_sizes": params["run"]["batch_sizes"],
+                 "override": override}
+    failures, chapters, timings = [], [], {}
+    for i, key in enumerate(params["stages"], 1):
+        t0 = time.perf_counter()
+        print(f"[{i}/{len(params['stages'])}] {stages.get(key).title}", flush=True)
+        src = stage_notebook(key)
+        dest = report_dir / "notebooks" / src.name
+        err = run_notebook(src, dest, nb_params)
+        for rec_path in sorted((report_dir / "results").glob(f"{key}__b*.json")):
+            from .runner import describe
+            print("    " + describe(json.loads(rec_path.read_text())), flush=True)
+        if err:
+            failures.append(err)
+            print(f"    FAILED: {err}", flush=True)
+        if dest.exists():
+            chapters.append(dest)
+        timings[key] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    print("[summary] tables, charts, verdicts", flush=True)
+    summary = report_dir / "notebooks" / "summary.ipynb"
+    err = run_notebook(NOTEBOOKS / "summary.ipynb", summary,
+                       {"gpu": profile, "report_dir": str(report_dir), "failures": failures})
+    if err:
+        failures.append(err)
+        print(f"    FAILED: {err}", flush=True)
+    timings["summary"] = time.perf_counter() - t0
+    t_measure = time.perf_counter() - t_start
+    print("[export] report.html, report.pdf", flush=True)
+    title = f"GPT-2 training optimisation report: {params.get('description', profile)}"
+    timings.update(export.export(report_dir, chapters, summary, title, t_start))
+    if timings.get("pdf_error"):
+        failures.append(timings["pdf_error"])
+    run = {"profile": profile, "started": dt.datetime.now().isoformat(timespec="seconds"),
+           "stage_and_summary_s": t_measure, "timings_s": timings, "failures": failures}
+    results.write_atomic(report_dir / "run.json", run)
+    rel = report_dir.relative_to(ROOT) if report_dir.is_relative_to(ROOT) else report_dir
+    print(f"done in {timings['total_s']:.0f} s (measurement + notebooks {t_measure:.0f} s, HTML "
+          f"{timings['html_s']:.1f} s, PDF {timings['pdf_s']:.1f} s): {rel}/report.html, {rel}/report.pdf")
+    if failures:
+        print(f"{len(failures)} failure(s); the report shows them:", *failures, sep="\n  ", file=sys.stderr)
+        return 1
+    bad = [r for r in results.load_records(report_dir / "results") if r["status"] == "error"]
+    if bad:
+        print(f"{len(bad)} configuration(s) failed; see the report", file=sys.stderr)
+        return 1
+    return 0
+
+
+def pdf(args) -> int:
+    """Render report.pdf from an existing report.html (for hosts that lack a PDF renderer)."""
+    profile = config.check_name(args.gpu or "cpu")
+    reports_root = Path(args.reports).resolve() if args.reports else ROOT / "reports"
+    html_path = reports_root / profile / "report.html"
+    if not html_path.exists():
+        raise UsageError(f"no report at {html_path}: run `make report GPU={profile}` first")
+    export.to_pdf(html_path.read_text(encoding="utf-8"), html_path.with_suffix(".pdf"), html_path.parent)
+    print(f"wrote {html_path.with_suffix('.pdf')}")
+    return 0
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m lib.cli")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("report", help="measure every stage and render the report")
+    # Defaults come from the environment so the Makefile never pastes user text into a shell line.
+    env = os.environ
+    r.add_argument("--gpu", default=env.get("GPU") or None, help="profile name (params/<name>.yaml); default: detect")
+    r.add_argument("--batches", default=env.get("BATCHES") or None,
+                   help="batch sizes, e.g. '16 32 64' (default: the profile's)")
+    r.add_argument("--override", action="store_true", default=env.get("OVERRIDE", "") not in ("", "0"),
+                   help="run a profile on a device it does not name")
+    r.add_argument("--reports", default=env.get("REPORTS") or None, help="reports folder (default: reports/)")
+    p = sub.add_parser("pdf", help="render report.pdf from an existing report.html")
+    p.add_argument("--gpu", default=env.get("GPU") or None)
+    p.add_argument("--reports", default=env.get("REPORTS") or None)
+    args = ap.parse_args(argv)
+    try:
+        return report(args) if args.cmd == "report" else pdf(args)
+    except (UsageError, config.ConfigError, data.DataError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,161 @@
+"""Parameters as data: params/default.yaml overlaid by params/<profile>.yaml, validated.
+
+Every bad input becomes a ConfigError whose message is one line naming the offending value;
+the CLI prints it and exits non-zero before anything is measured."""
+from __future__ import annotations
+
+import copy
+import re
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+PARAMS_DIR = ROOT / "params"
+NAME_RE = re.compile(r"^[a-z0-9_-]+$")
+
+# The schema: section -> {key: type}. Anything else in a YAML file is an error, so a typo
+# never silently falls back to a default.
+SCHEMA = {
+    "model": {"n_layer": int, "n_head": int, "n_embd": int, "block_size": int,
+              "vocab_size": int, "padded_vocab_size": int},
+    "run": {"seq_len": int, "batch_sizes": list, "warmup_steps": int, "timed_steps": int,
+            "seed": int, "learning_rate": float, "weight_decay": float, "grad_clip": float,
+            "loss_tolerance": float, "final_loss_window": int},
+    "stages": list,
+    "description": str, "match": list, "backend": str, "peak_tflops": dict, "peak_source": str,
+}
+BACKENDS = ("cuda", "rocm", "mps", "cpu")
+MIN_TIMED_STEPS = 5  # fewer cannot give a meaningful p10/p90
+
+
+class ConfigError(ValueError):
+    pass
+
+
+def profiles() -> list[str]:
+    return sorted(p.stem for p in PARAMS_DIR.glob("*.yaml") if p.stem not in ("default", "claims"))
+
+
+def check_name(name: str) -> str:
+    if not isinstance(name, str) or not NAME_RE.match(name):
+        raise ConfigError(f"GPU name {name!r} may only use a-z, 0-9, '_' and '-' "
+                          f"(profiles: {', '.join(profiles())})")
+    return name
+
+
+def _read(path: Path) -> dict:
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{path.relative_to(ROOT)}: malformed YAML ({str(e).splitlines()[0]})") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path.relative_to(ROOT)}: expected a mapping at the top level")
+    _check_keys(data, SCHEMA, path.relative_to(ROOT))
+    return data
+
+
+def _check_keys(data: dict, schema: dict, where) -> None:
+    for key, value in data.items():
+        if key not in schema:
+            raise ConfigError(f"{where}: unknown key {key!r} (known: {', '.join(schema)})")
+        expected = schema[key]
+        if isinstance(expected, dict):
+            if not isinstance(value, dict):
+                raise ConfigError(f"{where}: {key!r} must be a mapping")
+            _check_keys(value, expected, f"{where}: {key}")
+        elif value is not None and not _is(value, expected):
+            raise ConfigError(f"{where}: {key!r} must be {expected.__name__}, got {value!r}")
+
+
+def _is(value, expected) -> bool:
+    if expected is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if expected is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, expected)
+
+
+def _merge(base: dict, over: dict) -> dict:
+    out = copy.deepcopy(base)
+    for k, v in over.items():
+        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def parse_batches(text: str) -> list[int]:
+    """'16 32,64' -> [16, 32, 64]; anything but positive integers is an error."""
+    parts = [p for p in re.split(r"[\s,]+", str(text).strip()) if p]
+    if not parts:
+        raise ConfigError("batch sizes are empty")
+    for p in parts:
+        if not re.fullmatch(r"[0-9]+", p) or int(p) <= 0:
+            raise ConfigError(f"batch size {p!r} is not a positive integer")
+    return [int(p) for p in parts]
+
+
+def load(profile: str, batch_sizes: list[int] | None = None, override: str | None = None) -> dict:
+    """The merged, validated parameters for `profile`, with `name` set to it. `override`, when
+    the profile runs on a device it does not name, is kept so the report can say so."""
+    check_name(profile)
+    path = PARAMS_DIR / f"{profile}.yaml"
+    if not path.exists():
+        raise ConfigError(f"unknown GPU profile {profile!r} (profiles: {', '.join(profiles())})")
+    params = _merge(_read(PARAMS_DIR / "default.yaml"), _read(path))
+    if batch_sizes is not None:
+        params["run"]["batch_sizes"] = batch_sizes
+    params["name"] = profile
+    params["override"] = override
+    validate(params)
+    return params
+
+
+def validate(p: dict) -> None:
+    from . import stages
+
+    where = f"params/{p['name']}.yaml"
+    for section in ("model", "run"):
+        missing = [k for k in SCHEMA[section] if k not in p.get(section, {})]
+        if missing:
+            raise ConfigError(f"{where}: {section} is missing {', '.join(missing)}")
+    m, r = p["model"], p["run"]
+    for key in ("n_layer", "n_head", "n_embd", "block_size", "vocab_size", "padded_vocab_size"):
+        if m[key] <= 0:
+            raise ConfigError(f"{where}: model.{key} must be a positive integer, got {m[key]}")
+    if m["n_embd"] % m["n_head"]:
+        raise ConfigError(f"{where}: model.n_embd {m['n_embd']} is not divisible by n_head {m['n_head']}")
+    if m["padded_vocab_size"] < m["vocab_size"]:
+        raise ConfigError(f"{where}: model.padded_vocab_size must be >= vocab_size")
+    for b in r["batch_sizes"]:
+        if not _is(b, int) or b <= 0:
+            raise ConfigError(f"{where}: batch size {b!r} is not a positive integer")
+    if not r["batch_sizes"]:
+        raise ConfigError(f"{where}: run.batch_sizes is empty")
+    for key in ("seq_len", "warmup_steps", "timed_steps", "final_loss_window"):
+        if r[key] < (0 if key == "warmup_steps" else 1):
+            raise ConfigError(f"{where}: run.{key} must be a positive integer, got {r[key]}")
+    if r["timed_steps"] < MIN_TIMED_STEPS:
+        raise ConfigError(f"{where}: run.timed_steps {r['timed_steps']} is too few for p10/p90 "
+                          f"statistics (at least {MIN_TIMED_STEPS})")
+    if r["seq_len"] > m["block_size"]:
+        raise ConfigError(f"{where}: run.seq_len {r['seq_len']} exceeds model.block_size {m['block_size']}")
+    if p.get("backend") not in BACKENDS:
+        raise ConfigError(f"{where}: backend must be one of {', '.join(BACKENDS)}, got {p.get('backend')!r}")
+    for s in p["stages"]:
+        if s not in stages.STAGES:
+            raise ConfigError(f"{where}: unknown stage {s!r} (stages: {', '.join(stages.ORDER)})")
+
+
+def match_profile(device_name: str, backend: str) -> str | None:
+    """The profile whose `match` strings fit the device name best (longest match wins)."""
+    if backend == "cpu":
+        return "cpu"
+    best, best_len = None, 0
+    for name in profiles():
+        data = _read(PARAMS_DIR / f"{name}.yaml")
+        if data.get("backend") != backend:
+            continue
+        for pattern in data.get("match") or []:
+            if pattern.lower() in device_name.lower() and len(pattern) > best_len:
+                best, best_len = name, len(pattern)
+    return best

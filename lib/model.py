@@ -1,0 +1,160 @@
+"""GPT-2 in one file, after nanoGPT's model.py, with the switches the stages need.
+
+The only differences from a plain GPT-2 are the two levers that change the model itself:
+`attention` ("naive" materialises the T x T score matrix; "sdpa" calls
+scaled_dot_product_attention, which may dispatch to a flash kernel) and `vocab_size` versus
+`real_vocab_size` (rows past the tokenizer's vocabulary exist only to give the lm_head GEMM a
+friendlier shape; they start at zero and the loss never sees them).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+@dataclass
+class GPTConfig:
+    n_layer: int = 12
+    n_head: int = 12
+    n_embd: int = 768
+    block_size: int = 1024
+    vocab_size: int = 50257       # rows of the embedding / lm_head (maybe padded)
+    real_vocab_size: int = 50257  # tokens the tokenizer can produce; the loss is over these
+    attention: str = "naive"      # "naive" or "sdpa"
+
+    def __post_init__(self):
+        if self.n_embd % self.n_head:
+            raise ValueError(f"n_embd={self.n_embd} is not divisible by n_head={self.n_head}")
+        if self.attention not in ("naive", "sdpa"):
+            raise ValueError(f"attention must be 'naive' or 'sdpa', not {self.attention!r}")
+        if self.vocab_size < self.real_vocab_size:
+            raise ValueError("vocab_size may pad the real vocabulary, never shrink it")
+
+
+class CausalSelfAttention(nn.Module):
+    def __init__(self, config: GPTConfig):
+        super().__init__()
+        self.n_head = config.n_head
+        self.attention = config.attention
+        self.c_attn = nn.Linear(config.n_embd, 3 * config.n_embd)
+        self.c_proj = nn.Linear(config.n_embd, config.n_embd)
+        self.c_proj.SCALE_INIT = True
+        if self.attention == "naive":
+            mask = torch.tril(torch.ones(config.block_size, config.block_size, dtype=torch.bool))
+            self.register_buffer("causal_mask", mask.view(1, 1, config.block_size, config.block_size),
+                                 persistent=False)
+
+    def forward(self, x):
+        B, T, C = x.size()
+        q, k, v = self.c_attn(x).split(C, dim=2)
+        # (B, T, C) -> (B, n_head, T, head_dim)
+        q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))
+        if self.attention == "sdpa":
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:
+            # The textbook form: a B x H x T x T score matrix lives in memory (and is kept for
+            # backward), which is exactly what the flash stage removes.
+            att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
+            att = att.masked_fill(~self.causal_mask[:, :, :T, :T], float("-inf"))
+            att = F.softmax(att, dim=-1)
+            y = att @ v
+        y = y.transpose(1, 2).contiguous().view(B, T, C)
+        return self.c_proj(y)
+
+
+class MLP(nn.Module):
+    def __init__(self, config: GPTConfig):
+        super().__init__()
+        self.c_fc = nn.Linear(config.n_embd, 4 * config.n_embd)
+        self.gelu = nn.GELU(approximate="tanh")
+        self.c_proj = nn.Linear(4 * config.n_embd, config.n_embd)
+        self.c_proj.SCALE_INIT = True
+
+    def forward(self, x):
+        return self.c_proj(self.gelu(self.c_fc(x)))
+
+
+class Block(nn.Module):
+    def __init__(self, config: GPTConfig):
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(config.n_embd)
+        self.attn = CausalSelfAttention(config)
+        self.ln_2 = nn.LayerNorm(config.n_embd)
+        self.mlp = MLP(config)
+
+    def forward(self, x):
+        x = x + self.attn(self.ln_1(x))
+        return x + self.mlp(self.ln_2(x))
+
+
+class GPT(nn.Module):
+    def __init__(self, config: GPTConfig):
+        super().__init__()
+        self.config = config
+        self.transformer = nn.ModuleDict(dict(
+            wte=nn.Embedding(config.vocab_size, config.n_embd),
+            wpe=nn.Embedding(config.block_size, config.n_embd),
+            h=nn.ModuleList([Block(config) for _ in range(config.n_layer)]),
+            ln_f=nn.LayerNorm(config.n_embd),
+        ))
+        self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
+        self.transformer.wte.weight = self.lm_head.weight  # weight tying, as in GPT-2
+        self.apply(self._init_weights)
+
+    def _init_weights(self, module):
+        # GPT-2 init: N(0, 0.02), residual projections scaled by 1/sqrt(2 * n_layer).
+        if isinstance(module, nn.Linear):
+            std = 0.02
+            if getattr(module, "SCALE_INIT", False):
+                std *= (2 * self.config.n_layer) ** -0.5
+            if module is self.lm_head:
+                self._init_vocab_rows(module.weight)
+            else:
+                nn.init.normal_(module.weight, mean=0.0, std=std)
+            if module.bias is not None:
+                nn.init.zeros_(module.bias)
+        elif isinstance(module, nn.Embedding) and module is not self.transformer.wte:
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+
+    def _init_vocab_rows(self, weight):
+        # Draw exactly real_vocab_size rows so the random stream, and hence every other
+        # weight, is identical whether or not the vocabulary is padded; padding rows are zero.
+        with torch.no_grad():
+            real = torch.empty(self.config.real_vocab_size, weight.size(1)).normal_(0.0, 0.02)
+            weight.zero_()
+            weight[: self.config.real_vocab_size].copy_(real)
+
+    def num_params(self, non_embedding: bool = True) -> int:
+        """Parameters counted once (tied weights once); without position embeddings by default,
+        which is the N of the 6N FLOPs-per-token estimate."""
+        n = sum(p.numel() for p in self.parameters())
+        if non_embedding:
+            n -= self.transformer.wpe.weight.numel()
+        return n
+
+    def forward(self, idx, targets=None):
+        B, T = idx.size()
+        if T > self.config.block_size:
+            raise ValueError(f"sequence length {T} exceeds block_size {self.config.block_size}")
+        pos = torch.arange(T, device=idx.device)
+        x = self.transformer.wte(idx) + self.transformer.wpe(pos)
+        for block in self.transformer.h:
+            x = block(x)
+        logits = self.lm_head(self.transformer.ln_f(x))
+        if targets is None:
+            return logits, None
+        # Padding columns are never targets; slicing them off keeps the softmax over the real
+        # vocabulary, so a padded model computes the same loss as an unpadded one.
+        real = logits[..., : self.config.real_vocab_size]
+        loss = F.cross_entropy(real.float().reshape(-1, real.size(-1)), targets.reshape(-1))
+        return logits, loss
+
+
+def flops_per_token(config: GPTConfig, n_params: int, seq_len: int) -> int:
+    """Training FLOPs per token: 6N for the weights (forward + backward) plus 12*L*H*Q*T for
+    the attention score and value products (PaLM appendix B; H*Q = n_embd)."""
+    return 6 * n_params + 12 * config.n_layer * config.n_embd * seq_len

@@ -1,0 +1,489 @@
+"""*How the report reads*: tables, charts, findings and recommendations, all computed from the
+result records of one report folder. Notebooks call these and display what they return; no
+number in a report is typed by hand."""
+from __future__ import annotations
+
+import html
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from . import data, results, stages
+from .runner import resolve
+
+GiB = 2**30
+CV_LIMIT = 0.02  # step-time spread above this on a GPU is called out
+
+
+@dataclass
+class Report:
+    dir: Path
+    params: dict
+    env: dict
+    records: list
+    df: pd.DataFrame
+
+    @property
+    def stage_order(self) -> list[str]:
+        return self.params["stages"]
+
+    @property
+    def on_gpu(self) -> bool:
+        return self.params["backend"] in ("cuda", "rocm")
+
+    def rec(self, stage: str, batch: int) -> dict | None:
+        return next((r for r in self.records if r["stage"] == stage and r["batch_size"] == batch), None)
+
+    def ok(self) -> pd.DataFrame:
+        return self.df[self.df["status"].isin(["ok", "diverged"])]
+
+
+def load(report_dir) -> Report:
+    d = resolve(report_dir)
+    params = json.loads((d / "params.json").read_text())
+    env = json.loads((d / "environment.json").read_text())
+    records = results.load_records(d / "results")
+    order = params["stages"]
+    records = [r for r in records if r["stage"] in order and r["batch_size"] in params["run"]["batch_sizes"]]
+    df = results.table(records, order, params["run"]["loss_tolerance"])
+    return Report(d, params, env, records, df)
+
+
+# ---------------------------------------------------------------- formatting helpers
+
+def _gib(v) -> str:
+    return "n/a" if v is None or pd.isna(v) else f"{v / GiB:.2f}"
+
+
+def _x(v) -> str:
+    return "" if v is None or pd.isna(v) else f"{v:.2f}×"
+
+
+def _pct(v, digits=1) -> str:
+    return "n/a" if v is None or pd.isna(v) else f"{v * 100:.{digits}f} %"
+
+
+def _tok(v) -> str:
+    return "" if v is None or pd.isna(v) else f"{v:,.0f}"
+
+
+def _status_cell(row) -> str:
+    s = row["status"]
+    if s == "ok":
+        return "ok"
+    label = {"oom": "OOM", "not_applicable": "not applicable", "diverged": "DIVERGED",
+             "error": "ERROR"}.get(s, s)
+    return f'<span class="bad" title="{html.escape(str(row["reason"] or ""))}">{label}</span>'
+
+
+def matrix_html(rep: Report, stage: str | None = None) -> str:
+    """The experimental matrix (stage x batch), or one stage's rows of it."""
+    df = rep.df if stage is None else rep.df[rep.df["stage"] == stage]
+    rows = []
+    for _, r in df.iterrows():
+        ran = r["status"] in ("ok", "diverged")
+        loss = ""
+        if ran and not pd.isna(r["final_loss"]):
+            loss = f"{r['final_loss']:.3f}"
+            if not pd.isna(r["loss_delta"]) and r["stage"] != rep.stage_order[0]:
+                flag = "" if r["loss_within_tolerance"] else ' <span class="bad">beyond tolerance</span>'
+                loss += f" ({r['loss_delta']:+.3f}){flag}"
+        cv = r["cv"]
+        cv_txt = _pct(cv) if ran else ""
+        if ran and rep.on_gpu and cv > CV_LIMIT:
+            cv_txt = f'<span class="warn">{cv_txt}</span>'
+        rows.append({
+            "Stage": r["stage_title"], "B": r["batch_size"],
+            "ms/step (p10–p90)": (f"{r['median_ms']:.1f} ({r['p10_ms']:.1f}–{r['p90_ms']:.1f})" if ran else ""),
+            "CV": cv_txt, "tok/s": _tok(r["tokens_per_s"]) if ran else "",
+            "× FP32": _x(r["speedup_vs_baseline"]), "× prev.": _x(r["speedup_vs_previous"]),
+            "MFU": (f"{_pct(r['mfu'])} <small>{r['peak_precision']}</small>" if ran and not pd.isna(r["mfu"])
+                    else ("n/a" if ran else "")),
+            "tensors GiB": _gib(r["mem_tensors_bytes"]), "allocator GiB": _gib(r["mem_allocator_bytes"]),
+            "device GiB": _gib(r["mem_device_bytes"]),
+            "final loss (Δ vs FP32)": loss, "status": _status_cell(r),
+        })
+    return pd.DataFrame(rows).to_html(index=False, escape=False, classes="matrix", border=0)
+
+
+def environment_html(rep: Report) -> str:
+    e, dev = rep.env, rep.env["device"]
+    manifest = _manifest()
+    rows = [("Device", dev.get("name")), ("Backend", dev["backend"]),
+            ("Profile", f"{rep.params['name']}: {rep.params.get('description', '')}")]
+    if dev["backend"] in ("cuda", "rocm"):
+        cap = dev.get("capability")
+        rows += [("Compute capability", f"{cap[0]}.{cap[1]}" if cap else None),
+                 ("SMs", dev.get("sm_count")), ("Device memory", f"{dev.get('memory_bytes', 0) / GiB:.1f} GiB"),
+                 ("GPUs on host", dev.get("count")), ("Driver", e.get("driver")),
+                 ("CUDA (torch build)", e.get("cuda") or e.get("hip")), ("cuBLAS(Lt)", e.get("cublas")),
+                 ("cuDNN", e.get("cudnn")), ("Max SM / memory clock", _clocks(e)),
+                 ("Power limit", f"{e['power_limit_w']:.0f} W" if e.get("power_limit_w") else None)]
+    else:
+        rows += [("CPU cores / torch threads", f"{e.get('cpu_cores')} / {e.get('threads')}")]
+    rows += [("PyTorch", e.get("torch")), ("Python", e.get("python")), ("NumPy", e.get("numpy")),
+             ("OS", e.get("os")), ("Tokenizer", manifest.get("tokenizer")),
+             ("Corpus", f"{manifest.get('corpus')}, {manifest.get('tokens', 0):,} tokens, "
+                        f"sha256 {manifest.get('corpus_sha256', '?')[:16]}…"),
+             ("Peak FLOP/s source", rep.params.get("peak_source"))]
+    if rep.params.get("override"):
+        rows.append(("Profile override", f'<span class="bad">{html.escape(rep.params["override"])}</span>'))
+    body = "".join(f"<tr><th>{k}</th><td>{'' if v is None else v}</td></tr>" for k, v in rows if v is not None)
+    return f'<table class="kv">{body}</table>'
+
+
+def _clocks(e):
+    if e.get("sm_clock_max_mhz"):
+        return f"{e['sm_clock_max_mhz']} / {e.get('mem_clock_max_mhz')} MHz"
+    return None
+
+
+def _manifest() -> dict:
+    try:
+        return json.loads((data.DATA_DIR / "manifest.json").read_text())
+    except FileNotFoundError:
+        return {}
+
+
+def method_md(rep: Report) -> str:
+    r, m = rep.params["run"], rep.params["model"]
+    peaks = rep.params.get("peak_tflops")
+    peak_txt = (", ".join(f"{k} {v:g}" for k, v in peaks.items()) + " TFLOP/s" if peaks
+                else "none for this device, so MFU is n/a")
+    timer = "CUDA events around each step" if rep.on_gpu else "`time.perf_counter` around each step, after a device synchronize"
+    return f"""
+* **Model**: GPT-2, {m['n_layer']} layers, {m['n_head']} heads, d={m['n_embd']}, T={r['seq_len']},
+  vocabulary {m['vocab_size']} (padded to {m['padded_vocab_size']} in the vocab stage); AdamW
+  (lr {r['learning_rate']:g}, β=(0.9, 0.95), weight decay {r['weight_decay']:g}), gradient clipping at {r['grad_clip']:g}.
+* **Isolation**: every (stage, batch) configuration runs in a fresh Python process, so memory peaks,
+  allocator state and library workspaces never carry over. The model is initialised from seed
+  {r['seed']} on the CPU and every stage sees the same batches in the same order.
+* **Timing**: {r['warmup_steps']} warm-up steps (not counted), then {r['timed_steps']} timed steps, {timer}.
+  All batches are on the device before timing starts. We report the median, p10 and p90 of the step
+  time and the coefficient of variation (CV = standard deviation / mean); tokens/s = B·T / median.
+* **MFU** = FLOPs per token × tokens/s ÷ peak, with FLOPs per token = 6N + 12·L·d·T (N without
+  position embeddings). Each stage is compared with the peak of the precision its GEMMs run in
+  (FP32 → fp32, TF32 → tf32, the BF16 stages → bf16 dense). Peaks: {peak_txt}.
+* **Memory**, three layers: *tensors* = `max_memory_allocated` (live tensors at their peak),
+  *allocator* = `max_memory_reserved` (what PyTorch's caching allocator held), *device* = memory in use
+  on the device after the timed steps as `nvidia-smi` would show it (adds the CUDA context and library
+  workspaces). On a CPU only the process's peak resident memory is known.
+* **Loss parity**: "final loss" is the mean loss of the last {r['final_loss_window']} steps; a stage passes
+  when it is within {r['loss_tolerance']:g} nats of the FP32 baseline at the same batch size.
+* **Failures are results**: an out-of-memory configuration is an OOM row, a NaN loss a DIVERGED row,
+  a stage the device cannot run a "not applicable" row.
+"""
+
+
+# ---------------------------------------------------------------- findings
+
+def _speedups(rep: Report, stage: str, col: str) -> pd.Series:
+    rows = rep.ok()[rep.ok()["stage"] == stage]
+    return rows.set_index("batch_size")[col].dropna()
+
+
+def _range(values, fmt="{:.2f}×") -> str:
+    values = list(values)
+    if not values:
+        return "n/a"
+    lo, hi = min(values), max(values)
+    return fmt.format(lo) if abs(hi - lo) < 0.005 else f"{fmt.format(lo)}–{fmt.format(hi)}"
+
+
+def findings(rep: Report) -> list[str]:
+    """Key findings, each with its number, from the table alone."""
+    out = []
+    order = rep.stage_order
+    ok = rep.ok()
+    if ok.empty:
+        return ["No configuration completed; see the matrix for each row's status."]
+    best = ok.loc[ok["tokens_per_s"].idxmax()]
+    base = ok[ok["stage"] == order[0]]
+    line = (f"**Fastest configuration: {best['stage_title']} at B={best['batch_size']}**, "
+            f"{best['tokens_per_s']:,.0f} tokens/s ({best['median_ms']:.1f} ms/step")
+    if not pd.isna(best["mfu"]):
+        line += f", MFU {best['mfu'] * 100:.1f} % of the {best['peak_precision']} peak"
+    line += ")"
+    if not base.empty:
+        b0 = base.loc[base["tokens_per_s"].idxmax()]
+        line += (f", {best['tokens_per_s'] / b0['tokens_per_s']:.2f}× the best FP32 baseline "
+                 f"({b0['tokens_per_s']:,.0f} tokens/s at B={b0['batch_size']}).")
+    out.append(line)
+    for key in order[1:]:
+        st = stages.get(key)
+        prev = _speedups(rep, key, "speedup_vs_previous")
+        if prev.empty:
+            status = rep.df[rep.df["stage"] == key]["status"].unique()
+            out.append(f"**{st.title}**: no measurement ({', '.join(status)}).")
+            continue
+        text = f"**{st.title}** ({st.lever}): {_range(prev.values)} the previous stage's speed"
+        mem = _memory_change(rep, key)
+        if mem:
+            text += f"; {mem}"
+        delta = rep.df[(rep.df["stage"] == key)]["loss_delta"].dropna()
+        if not delta.empty:
+            worst = delta.abs().max()
+            tol = rep.params["run"]["loss_tolerance"]
+            verdict = "within" if worst <= tol else "**beyond**"
+            text += f"; final loss {verdict} tolerance (largest |Δ| {worst:.3f} vs {tol:g} nats)"
+        out.append(text + ".")
+    failed = rep.df[~rep.df["status"].isin(["ok"])]
+    if not failed.empty:
+        items = ", ".join(f"{r.stage_title} B={r.batch_size}: {r.status.replace('_', ' ')}"
+                          for r in failed.itertuples())
+        out.append(f"**Rows without a timing**: {items}.")
+    if rep.on_gpu:
+        noisy = ok[ok["cv"] > CV_LIMIT]
+        if noisy.empty:
+            out.append(f"Step times are stable: every GPU configuration has CV ≤ {CV_LIMIT * 100:.0f} % "
+                       f"(largest {ok['cv'].max() * 100:.2f} %).")
+        else:
+            out.append("Step-time CV above 2 % in: " + ", ".join(
+                f"{r.stage_title} B={r.batch_size} ({r.cv * 100:.1f} %)" for r in noisy.itertuples()) + ".")
+    else:
+        out.append("This is the CPU embedded default (a tiny GPT): it proves the pipeline end to end; "
+                   "its timings say nothing about any GPU.")
+    return out
+
+
+def _memory_change(rep: Report, key: str) -> str | None:
+    """Allocator-level (or, on CPU, process-level) memory against the previous stage, at the
+    largest batch size both completed."""
+    order = rep.stage_order
+    i = order.index(key)
+    col = "mem_allocator_bytes" if rep.on_gpu else "mem_device_bytes"
+    ok = rep.ok()
+    cur = ok[ok["stage"] == key].set_index("batch_size")[col].dropna()
+    prev = ok[ok["stage"] == order[i - 1]].set_index("batch_size")[col].dropna()
+    common = sorted(set(cur.index) & set(prev.index))
+    if not common:
+        return None
+    b = common[-1]
+    change = cur[b] / prev[b] - 1
+    layer = "allocator memory" if rep.on_gpu else "process peak memory"
+    return f"{layer} {change * 100:+.1f} % at B={b} ({_gib(prev[b])} → {_gib(cur[b])} GiB)"
+
+
+def recommendations(rep: Report) -> list[str]:
+    """Keep a lever when it made the step faster without breaking loss parity."""
+    out, keep = [], []
+    tol = rep.params["run"]["loss_tolerance"]
+    for key in rep.stage_order[1:]:
+        st = stages.get(key)
+        prev = _speedups(rep, key, "speedup_vs_previous")
+        delta = rep.df[rep.df["stage"] == key]["loss_delta"].dropna().abs()
+        if prev.empty:
+            out.append(f"**{st.title}**: not measured here, no recommendation.")
+            continue
+        med = float(np.median(prev.values))
+        if not delta.empty and delta.max() > tol:
+            out.append(f"**{st.title}**: do not adopt as is: the loss moved {delta.max():.3f} nats from the baseline.")
+        elif med >= 1.02:
+            keep.append(st.title)
+            out.append(f"**{st.title}**: adopt (median {med:.2f}× over the previous stage, loss within tolerance).")
+        elif med > 0.98:
+            out.append(f"**{st.title}**: neutral on this device (median {med:.2f}×); adopt only for its other effects"
+                       + (" (memory)." if key in ("bf16", "flash") else "."))
+        else:
+            out.append(f"**{st.title}**: slower here (median {med:.2f}×); investigate before adopting.")
+    ok = rep.ok()
+    if "loss_within_tolerance" in ok:
+        good = ok[(ok["loss_within_tolerance"] != False) & (ok["status"] == "ok")]  # noqa: E712
+        if not good.empty:
+            best = good.loc[good["tokens_per_s"].idxmax()]
+            out.insert(0, f"**Recommended configuration**: {best['stage_title']} (all levers up to it) at "
+                          f"B={best['batch_size']}: {best['tokens_per_s']:,.0f} tokens/s, "
+                          f"allocator peak {_gib(best['mem_allocator_bytes'])} GiB"
+                          + (f", MFU {best['mfu'] * 100:.1f} %" if not pd.isna(best["mfu"]) else "")
+                          + (" (no FP32 baseline fits at this batch size, so its loss is compared with no one)."
+                             if pd.isna(best["loss_delta"]) and best["stage"] != rep.stage_order[0] else "."))
+    return out
+
+
+def stage_summary(rep: Report, key: str) -> str:
+    """One paragraph of measured facts for a stage chapter."""
+    st = stages.get(key)
+    rows = rep.df[rep.df["stage"] == key]
+    if rows.empty:
+        return f"No results for {st.title}."
+    if not rows["status"].isin(["ok", "diverged"]).any():
+        return f"{st.title} has no timing on this device: " + "; ".join(
+            f"B={r.batch_size}: {r.status.replace('_', ' ')} ({r.reason})" for r in rows.itertuples())
+    parts = []
+    if key != rep.stage_order[0]:
+        prev = _speedups(rep, key, "speedup_vs_previous")
+        base = _speedups(rep, key, "speedup_vs_baseline")
+        parts.append(f"Against the previous stage the step is {_range(prev.values)} as fast "
+                     f"({_range(base.values)} against FP32) across batch sizes {', '.join(map(str, prev.index))}.")
+        mem = _memory_change(rep, key)
+        if mem:
+            parts.append(f"Memory: {mem}.")
+    ok = rows[rows["status"].isin(["ok", "diverged"])]
+    best = ok.loc[ok["tokens_per_s"].idxmax()]
+    parts.append(f"Best throughput {best['tokens_per_s']:,.0f} tokens/s at B={best['batch_size']}"
+                 + (f" (MFU {best['mfu'] * 100:.1f} % of the {best['peak_precision']} peak)." if not pd.isna(best["mfu"]) else "."))
+    sdpa = ok["sdpa_backend"].dropna().unique()
+    if len(sdpa):
+        parts.append(f"SDPA backend that ran: **{', '.join(sdpa)}** (read from the dispatched operators).")
+    for r in rows.itertuples():
+        if r.status not in ("ok",):
+            parts.append(f"B={r.batch_size}: **{r.status.replace('_', ' ')}** — {r.reason}.")
+    return " ".join(parts)
+
+
+def appendix_md(rep: Report) -> str:
+    blocks = []
+    for key in rep.stage_order:
+        st = stages.get(key)
+        blocks.append(f"**{st.title}** — {st.lever}\n\n```python\n{st.switch}\n```")
+    return "\n\n".join(blocks)
+
+
+# ---------------------------------------------------------------- charts
+
+def _style():
+    import matplotlib.pyplot as plt
+    plt.rcParams.update({"figure.dpi": 110, "savefig.dpi": 150, "font.size": 9, "axes.spines.top": False,
+                         "axes.spines.right": False, "axes.grid": True, "grid.alpha": 0.3,
+                         "axes.axisbelow": True})
+    return plt
+
+
+def _save(fig, rep: Report, name: str):
+    out = rep.dir / "figures"
+    out.mkdir(exist_ok=True)
+    fig.savefig(out / f"{name}.png", bbox_inches="tight")
+    return fig
+
+
+def _titles(rep):
+    return [stages.get(k).title for k in rep.stage_order]
+
+
+def plot_throughput(rep: Report):
+    plt = _style()
+    batches = rep.params["run"]["batch_sizes"]
+    fig, ax = plt.subplots(figsize=(9, 3.6))
+    width = 0.8 / len(batches)
+    x = np.arange(len(rep.stage_order))
+    for j, b in enumerate(batches):
+        for i, key in enumerate(rep.stage_order):
+            r = rep.df[(rep.df["stage"] == key) & (rep.df["batch_size"] == b)]
+            xpos = x[i] + (j - (len(batches) - 1) / 2) * width
+            if r.empty or r["status"].iloc[0] not in ("ok", "diverged"):
+                label = "n/a" if r.empty else {"oom": "OOM", "not_applicable": "n/a"}.get(r["status"].iloc[0], "err")
+                ax.text(xpos, 0, label, ha="center", va="bottom", fontsize=7, color="firebrick", rotation=90)
+                continue
+            ax.bar(xpos, r["tokens_per_s"].iloc[0], width, color=f"C{j}")
+    handles = [plt.Rectangle((0, 0), 1, 1, color=f"C{j}") for j in range(len(batches))]
+    ax.legend(handles, [f"B={b}" for b in batches], frameon=False, ncol=len(batches))
+    ax.set_xticks(x, _titles(rep), fontsize=8)
+    ax.set_ylabel("tokens / s (median step)")
+    ax.set_title("Throughput by stage and batch size")
+    ax.yaxis.set_major_formatter(plt.FuncFormatter(lambda v, _: f"{v:,.0f}"))
+    return _save(fig, rep, "throughput")
+
+
+def plot_memory(rep: Report):
+    plt = _style()
+    layers = ([("mem_tensors_bytes", "tensors (max allocated)"), ("mem_allocator_bytes", "allocator (max reserved)"),
+               ("mem_device_bytes", "device (nvidia-smi)")] if rep.on_gpu
+              else [("mem_device_bytes", "process peak RSS")])
+    batches = rep.params["run"]["batch_sizes"]
+    fig, axes = plt.subplots(1, len(batches), figsize=(9, 3.2), sharey=True, squeeze=False)
+    x = np.arange(len(rep.stage_order))
+    width = 0.8 / len(layers)
+    for ax, b in zip(axes[0], batches):
+        for j, (col, label) in enumerate(layers):
+            vals = []
+            for key in rep.stage_order:
+                rec = rep.rec(key, b)
+                v = rec.get(col) if rec and rec["status"] in ("ok", "diverged") else None
+                vals.append(np.nan if v is None else v / GiB)
+            ax.bar(x + (j - (len(layers) - 1) / 2) * width, vals, width, color=f"C{j}", label=label)
+        for i, key in enumerate(rep.stage_order):
+            rec = rep.rec(key, b)
+            if rec and rec["status"] not in ("ok", "diverged"):
+                ax.text(x[i], 0, {"oom": "OOM"}.get(rec["status"], "n/a"), ha="center", va="bottom",
+                        fontsize=7, color="firebrick", rotation=90)
+        ax.set_title(f"B={b}", fontsize=9)
+        ax.set_xticks(x, [k for k in rep.stage_order], fontsize=7)
+    axes[0][0].set_ylabel("GiB")
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=len(labels), frameon=False, fontsize=7,
+               bbox_to_anchor=(0.5, -0.08))
+    fig.suptitle("Peak memory by stage, three layers", fontsize=10)
+    fig.tight_layout()
+    return _save(fig, rep, "memory")
+
+
+def plot_spread(rep: Report):
+    plt = _style()
+    data_, labels = [], []
+    for r in _sorted(rep):
+        if r["status"] in ("ok", "diverged") and r.get("step_ms"):
+            data_.append(r["step_ms"])
+            labels.append(f"{r['stage']}\nB={r['batch_size']}")
+    fig, ax = plt.subplots(figsize=(9, 3.4))
+    if data_:
+        ax.boxplot(data_, whis=(10, 90), showfliers=True, flierprops={"markersize": 2})
+        ax.set_xticks(range(1, len(labels) + 1), labels, fontsize=7)
+        ax.set_yscale("log")
+    ax.set_ylabel("step time (ms, log scale)")
+    ax.set_title("Step-time spread per configuration (box: quartiles, whiskers: p10–p90)")
+    return _save(fig, rep, "step_spread")
+
+
+def _sorted(rep: Report):
+    order = {k: i for i, k in enumerate(rep.stage_order)}
+    return sorted(rep.records, key=lambda r: (order[r["stage"]], r["batch_size"]))
+
+
+def plot_losses(rep: Report, stage: str | None = None):
+    """Loss per step: every stage (summary) or one stage against the baseline (chapter)."""
+    plt = _style()
+    batches = rep.params["run"]["batch_sizes"]
+    keys = rep.stage_order if stage is None else [rep.stage_order[0], stage]
+    fig, axes = plt.subplots(1, len(batches), figsize=(9, 3.0), squeeze=False, sharey=True)
+    for ax, b in zip(axes[0], batches):
+        for key in dict.fromkeys(keys):
+            rec = rep.rec(key, b)
+            if rec and rec.get("losses"):
+                i = rep.stage_order.index(key)
+                ax.plot(rec["losses"], color=f"C{i}", lw=1.2 if key == stage else 1.0,
+                        ls="--" if key == rep.stage_order[0] and stage else "-", label=stages.get(key).title)
+        ax.axvline(rep.params["run"]["warmup_steps"] - 0.5, color="grey", lw=0.6, ls=":")
+        ax.set_title(f"B={b}", fontsize=9)
+        ax.set_xlabel("step (dotted line: end of warm-up)")
+    axes[0][0].set_ylabel("training loss (nats)")
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    if handles:
+        fig.legend(handles, labels, loc="lower center", ncol=len(labels), frameon=False, fontsize=7,
+                   bbox_to_anchor=(0.5, -0.08))
+    fig.tight_layout()
+    return _save(fig, rep, f"loss_{stage or 'all'}")
+
+
+def title_md(rep: Report) -> str:
+    dev = rep.env["device"]
+    when = max((r.get("finished_at") or "" for r in rep.records), default="") or ""
+    sub = (f"Profile **{rep.params['name']}** · device **{dev['name']}** ({dev['backend']}) · "
+           f"PyTorch {rep.env.get('torch')}" + (f" · CUDA {rep.env['cuda']}" if rep.env.get("cuda") else ""))
+    if when:
+        sub += f" · measured {when[:10]}"
+    return (f"# GPT-2 (124M-class) training step: what each optimisation lever buys\n\n{sub}\n\n"
+            "Each stage adds one lever to the one before (FP32 → TF32 → BF16 autocast → flash attention → "
+            "padded vocabulary) and is timed on the same model, seed and data at every batch size. "
+            "Every number below was measured by this tool on the device named above.")
+
+
+def failures_md(rep: Report, failures: list[str]) -> str:
+    lines = [f"* notebook failed: `{f}`" for f in failures]
+    lines += [f"* {r['stage_title']} B={r['batch_size']}: **error**: {r.get('reason')}"
+              for r in rep.records if r["status"] == "error"]
+    if not lines:
+        return ""
+    return "**Failures in this run** (the rest of the report is still valid):\n\n" + "\n".join(lines)

@@ -1,0 +1,117 @@
+"""One results schema: a JSON record per (stage, batch) configuration, written atomically, and
+the tidy pandas table every chapter and the summary read."""
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+SCHEMA_VERSION = 1
+STATUSES = ("ok", "oom", "diverged", "error", "not_applicable")
+
+
+def base_record(params: dict, stage, batch: int) -> dict:
+    return {"schema_version": SCHEMA_VERSION, "profile": params["name"], "stage": stage.key,
+            "stage_title": stage.title, "batch_size": batch, "seq_len": params["run"]["seq_len"],
+            "status": "ok", "reason": None, "warmup_steps": params["run"]["warmup_steps"],
+            "timed_steps": params["run"]["timed_steps"], "peak_precision": stage.peak}
+
+
+def record_path(out_dir, stage: str, batch: int) -> Path:
+    return Path(out_dir) / f"{stage}__b{batch}.json"
+
+
+def write_atomic(path, record: dict) -> None:
+    """Write to a temporary file in the same folder, then rename: a reader (or a run killed
+    half-way) never sees a half-written record."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    with os.fdopen(fd, "w") as f:
+        json.dump(record, f, indent=1, default=_jsonable)
+        f.flush()
+        os.fsync(f.fileno())
+    os.chmod(tmp, 0o644)
+    os.replace(tmp, path)
+
+
+def _jsonable(v):
+    if isinstance(v, (np.integer,)):
+        return int(v)
+    if isinstance(v, (np.floating,)):
+        return float(v)
+    raise TypeError(f"not JSON serialisable: {type(v)}")
+
+
+def fill_timing(rec: dict, times_ms: list[float], tokens_per_step: int) -> None:
+    t = np.asarray(times_ms, dtype=float)
+    median = float(np.median(t))
+    rec.update(step_ms=[float(v) for v in t], median_ms=median,
+               p10_ms=float(np.percentile(t, 10)), p90_ms=float(np.percentile(t, 90)),
+               mean_ms=float(t.mean()), cv=float(t.std(ddof=1) / t.mean()) if t.size > 1 else 0.0,
+               tokens_per_step=tokens_per_step, tokens_per_s=tokens_per_step / (median / 1e3))
+
+
+def fill_mfu(rec: dict, flops_per_token: int, peaks: dict | None, precision: str) -> None:
+    rec["flops_per_token"] = flops_per_token
+    rec["achieved_tflops"] = flops_per_token * rec["tokens_per_s"] / 1e12
+    peak = (peaks or {}).get(precision)
+    rec["peak_tflops"] = peak
+    rec["mfu"] = rec["achieved_tflops"] / peak if peak else None
+
+
+def fill_loss(rec: dict, window: int) -> None:
+    losses = rec.get("losses") or []
+    if not losses:
+        return
+    rec["final_loss"] = float(np.mean(losses[-window:]))
+    if not all(math.isfinite(v) for v in losses):
+        rec["status"] = "diverged"
+        rec["reason"] = "loss became NaN or infinite"
+
+
+def load_records(results_dir) -> list[dict]:
+    out = []
+    for path in sorted(Path(results_dir).glob("*.json")):
+        rec = json.loads(path.read_text())
+        if rec.get("schema_version") != SCHEMA_VERSION:
+            raise ValueError(f"{path}: schema version {rec.get('schema_version')}, "
+                             f"this code reads {SCHEMA_VERSION}")
+        out.append(rec)
+    return out
+
+
+def table(records: list[dict], stage_order: list[str], tolerance: float | None = None):
+    """Tidy table, one row per configuration, in stage order, with the comparisons every
+    reader asks for: speedup over FP32 and over the previous stage at the same batch, and the
+    final-loss difference from the FP32 baseline."""
+    import pandas as pd
+
+    cols = ["stage", "stage_title", "batch_size", "status", "reason", "median_ms", "p10_ms", "p90_ms",
+            "cv", "tokens_per_s", "mfu", "peak_precision", "achieved_tflops", "mem_tensors_bytes",
+            "mem_allocator_bytes", "mem_device_bytes", "final_loss", "sdpa_backend"]
+    df = pd.DataFrame([{c: r.get(c) for c in cols} for r in records], columns=cols)
+    df["stage_idx"] = df["stage"].map({s: i for i, s in enumerate(stage_order)})
+    df = df.sort_values(["stage_idx", "batch_size"]).reset_index(drop=True)
+    ok = df["status"].isin(["ok", "diverged"])
+    base = df[(df["stage"] == stage_order[0]) & ok].set_index("batch_size")
+    df["speedup_vs_baseline"] = [
+        base["median_ms"][b] / m if b in base.index and ok_ and m else np.nan
+        for b, m, ok_ in zip(df["batch_size"], df["median_ms"], ok)]
+    df["loss_delta"] = [
+        f - base["final_loss"][b] if b in base.index and f is not None and not pd.isna(f) else np.nan
+        for b, f in zip(df["batch_size"], df["final_loss"])]
+    prev = []
+    for i, row in df.iterrows():
+        earlier = df[(df["batch_size"] == row["batch_size"]) & (df["stage_idx"] < row["stage_idx"]) & ok]
+        prev.append(earlier["median_ms"].iloc[-1] / row["median_ms"]
+                    if len(earlier) and ok[i] and row["median_ms"] else np.nan)
+    df["speedup_vs_previous"] = prev
+    if tolerance is not None:
+        df["loss_within_tolerance"] = pd.Series(
+            [None if pd.isna(d) else bool(abs(d) <= tolerance) for d in df["loss_delta"]], dtype=object)
+    return df.drop(columns="stage_idx")

@@ -1,0 +1,114 @@
+"""*What launches* each measurement: one fresh Python process per (stage, batch) configuration,
+its result written atomically to <report>/results/<stage>__b<batch>.json. A process that dies
+(segfault, killed kernel) still leaves a result: an error record with the end of its stderr."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+from pathlib import Path
+
+from . import results, stages
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def resolve(report_dir) -> Path:
+    p = Path(report_dir)
+    return p if p.is_absolute() else ROOT / p
+
+
+def environment(report_dir) -> dict:
+    """The environment record of this report, captured in a child process on first use."""
+    path = resolve(report_dir) / "environment.json"
+    if not path.exists():
+        proc = subprocess.run([sys.executable, "-m", "lib.environment"], cwd=ROOT,
+                              capture_output=True, text=True, env=child_env())
+        if proc.returncode:
+            raise RuntimeError(f"environment capture failed: {proc.stderr.strip()[-500:]}")
+        results.write_atomic(path, json.loads(proc.stdout))
+    return json.loads(path.read_text())
+
+
+def child_env() -> dict:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    return env
+
+
+def describe(rec: dict) -> str:
+    head = f"{rec['stage']:>6} B={rec['batch_size']:<4}"
+    if rec["status"] in ("ok", "diverged"):
+        mem = rec.get("mem_allocator_bytes") or rec.get("mem_device_bytes") or 0
+        extra = "  DIVERGED" if rec["status"] == "diverged" else ""
+        return (f"{head} {rec['median_ms']:9.2f} ms/step  {rec['tokens_per_s']:>11,.0f} tok/s  "
+                f"cv {rec['cv']*100:4.1f}%  mem {mem/2**30:6.2f} GiB  loss {rec.get('final_loss', float('nan')):.3f}{extra}")
+    return f"{head} {rec['status'].upper()}: {rec.get('reason')}"
+
+
+def error_record(params: dict, stage_key: str, batch: int, reason: str, stderr: str = "") -> dict:
+    rec = results.base_record(params, stages.get(stage_key), batch)
+    rec.update(status="error", reason=reason, stderr_tail=stderr[-3000:])
+    return rec
+
+
+def run_stage(stage_key: str, params: dict, report_dir, timeout_s: float = 1800) -> list[dict]:
+    """Measure every batch size of one stage, each in its own process; prints a line each."""
+    report_dir = resolve(report_dir)
+    device = environment(report_dir)["device"]
+    results.write_atomic(report_dir / "params.json", params)  # what the summary reads back
+    stage, out_dir = stages.get(stage_key), report_dir / "results"
+    jobs, recs = [], {}
+    for batch in params["run"]["batch_sizes"]:
+        out = results.record_path(out_dir, stage_key, batch)
+        if out.exists():
+            out.unlink()  # never let an older result stand in for this run's
+        reason = stage.not_applicable(device)
+        if reason:
+            rec = results.base_record(params, stage, batch)
+            rec.update(status="not_applicable", reason=reason)
+            results.write_atomic(out, rec)
+            recs[batch] = rec
+            print(describe(rec), flush=True)
+        else:
+            jobs.append({"params": params, "stage": stage_key, "batch_size": batch, "out": str(out)})
+    if jobs:
+        with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+            json.dump({"jobs": jobs, "timeout_s": timeout_s}, f)
+        try:
+            proc = subprocess.Popen([sys.executable, "-m", "lib.measure", f.name], cwd=ROOT, env=child_env(),
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            stderr_lines = []
+            drain = threading.Thread(target=lambda: stderr_lines.extend(proc.stderr), daemon=True)
+            drain.start()
+            verdicts = {}
+            for line in proc.stdout:  # one line per finished configuration, as it finishes
+                msg = json.loads(line)
+                verdicts[msg["out"]] = msg["verdict"]
+                job = next(j for j in jobs if j["out"] == msg["out"])
+                recs[job["batch_size"]] = _collect(params, job, msg["verdict"], "".join(stderr_lines))
+                print(describe(recs[job["batch_size"]]), flush=True)
+            proc.wait()
+            drain.join(timeout=5)
+        finally:
+            os.unlink(f.name)
+        for job in jobs:  # the launcher itself died: what it did not report is an error
+            if job["batch_size"] not in recs:
+                recs[job["batch_size"]] = _collect(params, job, f"launcher exited with {proc.returncode}",
+                                                   "".join(stderr_lines))
+                print(describe(recs[job["batch_size"]]), flush=True)
+    return [recs[b] for b in params["run"]["batch_sizes"]]
+
+
+def _collect(params, job, verdict, stderr) -> dict:
+    out = Path(job["out"])
+    if out.exists():
+        return json.loads(out.read_text())
+    tail = [ln for ln in stderr.strip().splitlines() if ln.strip()]
+    rec = error_record(params, job["stage"], job["batch_size"],
+                       f"measurement process failed ({verdict}): {tail[-1] if tail else 'no message'}", stderr)
+    results.write_atomic(out, rec)
+    return rec

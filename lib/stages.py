@@ -1,0 +1,59 @@
+"""The stage registry: *what* each stage changes. Stages are cumulative: each one keeps every
+switch of the stages before it and adds one lever. How a stage is timed lives in measure.py."""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+
+@dataclass(frozen=True)
+class Stage:
+    key: str
+    title: str
+    lever: str              # one line: what this stage adds to the previous one
+    tf32: bool = False      # torch.set_float32_matmul_precision("high")
+    autocast: str | None = None  # autocast dtype name, or None for fp32 math
+    attention: str = "naive"
+    padded_vocab: bool = False
+    peak: str = "fp32"      # which datasheet peak MFU is quoted against
+    switch: str = ""        # the code this stage adds, shown in the appendix
+
+    def not_applicable(self, device: dict) -> str | None:
+        """Why this stage cannot run on `device` (a detect() record), or None if it can."""
+        backend = device.get("backend")
+        if self.key == "tf32" and backend in ("cuda", "rocm"):
+            if backend == "cuda" and tuple(device.get("capability", (0, 0))) < (8, 0):
+                return "TF32 tensor cores need compute capability 8.0 (Ampere) or newer"
+        if self.key == "tf32" and backend == "mps":
+            return "TF32 is an NVIDIA/AMD tensor-core mode; Apple GPUs have no equivalent"
+        return None
+
+
+def _cumulative() -> list[Stage]:
+    fp32 = Stage("fp32", "FP32 baseline", "fp32 storage and math, naive attention, vocab 50257",
+                 switch='torch.set_float32_matmul_precision("highest")  # TF32 off: IEEE fp32 GEMMs')
+    tf32 = replace(fp32, key="tf32", title="TF32", lever="fp32 GEMMs run on TF32 tensor cores",
+                   tf32=True, peak="tf32",
+                   switch='torch.set_float32_matmul_precision("high")  # allow TF32 in fp32 GEMMs')
+    bf16 = replace(tf32, key="bf16", title="BF16 autocast", lever="forward/backward math in bfloat16",
+                   autocast="bfloat16", peak="bf16",
+                   switch="with torch.autocast(device_type, dtype=torch.bfloat16):\n"
+                          "    logits, loss = model(x, y)")
+    flash = replace(bf16, key="flash", title="Flash attention (SDPA)",
+                    lever="fused scaled_dot_product_attention replaces the T x T softmax",
+                    attention="sdpa",
+                    switch="y = F.scaled_dot_product_attention(q, k, v, is_causal=True)")
+    vocab = replace(flash, key="vocab", title="Vocab padded to 50304",
+                    lever="lm_head/embedding rows padded to a multiple of 128",
+                    padded_vocab=True,
+                    switch="GPTConfig(vocab_size=50304)  # loss still over the 50257 real tokens")
+    return [fp32, tf32, bf16, flash, vocab]
+
+
+STAGES: dict[str, Stage] = {s.key: s for s in _cumulative()}
+ORDER = list(STAGES)
+
+
+def get(key: str) -> Stage:
+    if key not in STAGES:
+        raise KeyError(f"unknown stage {key!r}; stages are: {', '.join(ORDER)}")
+    return STAGES[key]
