@@ -3,6 +3,7 @@
 #   make report [GPU=h100] [BATCHES="16 32"] [OVERRIDE=1]   measure + reports/<gpu>/report.{html,pdf}
 #   make test                                               the test suite (runs the CPU pipeline)
 #   make lab                                                JupyterLab on notebooks/
+#   make render GPU=h100                                    redraw a report from its results
 #   make wheelhouse [WHEEL_PYTHON=3.12]                     wheels for an offline GPU host
 #
 # Setup happens on first use and is skipped when done. Two environment modes:
@@ -30,9 +31,9 @@ endif
 PIP_QUIET := 2> >(grep -v "is ignored: it is neither a file nor a directory" >&2)
 HOST_IMPORTS := numpy tiktoken pandas matplotlib yaml papermill nbformat nbconvert ipykernel pytest
 
-.PHONY: help setup report test lab wheelhouse pdf clean
+.PHONY: help setup report test lab wheelhouse pdf render clean
 help:
-	@sed -n '2,7p' Makefile | sed 's/^# \{0,1\}//'
+	@sed -n '2,8p' Makefile | sed 's/^# \{0,1\}//'
 
 setup: $(SETUP_STAMP)
 	@$(PY) -m lib.data
@@ -64,6 +65,9 @@ report: setup
 
 pdf: setup
 	@$(PY) -m lib.cli pdf
+
+render: setup
+	@$(PY) -m lib.cli render
 
 test: setup
 	@$(PY) -m pytest -q tests

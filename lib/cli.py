@@ -147,41 +147,11 @@ def report(args) -> int:
     dev = env["device"]
     print(f"report {profile}: {dev['name']} ({dev['backend']}), stages {', '.join(params['stages'])}, "
           f"batch sizes {params['run']['batch_sizes']}, {manifest['tokens']:,} corpus tokens")
-    logging.basicConfig(level=logging.INFO, format="    %(message)s")
-    logging.getLogger("papermill").setLevel(logging.WARNING)
-    logging.getLogger("papermill.translators").setLevel(logging.WARNING)
-    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
-    nb_params = {"gpu": profile, "report_dir": str(report_dir), "batch_sizes": params["run"]["batch_sizes"],
-                 "override": override}
-    failures, chapters, timings = [], [], {}
-    for i, key in enumerate(params["stages"], 1):
-        t0 = time.perf_counter()
-        print(f"[{i}/{len(params['stages'])}] {stages.get(key).title}", flush=True)
-        src = stage_notebook(key)
-        dest = report_dir / "notebooks" / src.name
-        err = run_notebook(src, dest, nb_params)
-        for rec_path in sorted((report_dir / "results").glob(f"{key}__b*.json")):
-            from .runner import describe
-            print("    " + describe(json.loads(rec_path.read_text())), flush=True)
-        if err:
-            failures.append(err)
-            print(f"    FAILED: {err}", flush=True)
-        if dest.exists():
-            chapters.append(dest)
-        timings[key] = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    print("[summary] tables, charts, verdicts", flush=True)
-    summary = report_dir / "notebooks" / "summary.ipynb"
-    err = run_notebook(NOTEBOOKS / "summary.ipynb", summary,
-                       {"gpu": profile, "report_dir": str(report_dir), "failures": failures})
-    if err:
-        failures.append(err)
-        print(f"    FAILED: {err}", flush=True)
-    timings["summary"] = time.perf_counter() - t0
+    failures, chapters, timings = run_notebooks(report_dir, params, measure=True)
     t_measure = time.perf_counter() - t_start
     print("[export] report.html, report.pdf", flush=True)
-    title = f"GPT-2 training optimisation report: {params.get('description', profile)}"
-    timings.update(export.export(report_dir, chapters, summary, title, t_start))
+    timings.update(export.export(report_dir, chapters, report_dir / "notebooks" / "summary.ipynb",
+                                 _title(params, profile), t_start))
     if timings.get("pdf_error"):
         failures.append(timings["pdf_error"])
     run = {"profile": profile, "started": dt.datetime.now().isoformat(timespec="seconds"),
@@ -190,6 +160,14 @@ def report(args) -> int:
     rel = report_dir.relative_to(ROOT) if report_dir.is_relative_to(ROOT) else report_dir
     print(f"done in {timings['total_s']:.0f} s (measurement + notebooks {t_measure:.0f} s, HTML "
           f"{timings['html_s']:.1f} s, PDF {timings['pdf_s']:.1f} s): {rel}/report.html, {rel}/report.pdf")
+    return _exit_code(report_dir, failures)
+
+
+def _title(params, profile):
+    return f"GPT-2 training optimisation report: {params.get('description', profile)}"
+
+
+def _exit_code(report_dir, failures) -> int:
     if failures:
         print(f"{len(failures)} failure(s); the report shows them:", *failures, sep="\n  ", file=sys.stderr)
         return 1
@@ -198,6 +176,70 @@ def report(args) -> int:
         print(f"{len(bad)} configuration(s) failed; see the report", file=sys.stderr)
         return 1
     return 0
+
+
+def run_notebooks(report_dir: Path, params: dict, measure: bool):
+    """Execute every stage notebook (measuring, or only redrawing) and then the summary."""
+    from .runner import describe
+
+    logging.basicConfig(level=logging.INFO, format="    %(message)s")
+    logging.getLogger("papermill").setLevel(logging.WARNING)
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    profile = params["name"]
+    nb_params = {"gpu": profile, "report_dir": str(report_dir), "batch_sizes": params["run"]["batch_sizes"],
+                 "override": params.get("override"), "measure": measure}
+    failures, chapters, timings = [], [], {}
+    for i, key in enumerate(params["stages"], 1):
+        t0 = time.perf_counter()
+        print(f"[{i}/{len(params['stages'])}] {stages.get(key).title}", flush=True)
+        src = stage_notebook(key)
+        dest = report_dir / "notebooks" / src.name
+        err = run_notebook(src, dest, nb_params)
+        if measure:
+            for rec_path in sorted((report_dir / "results").glob(f"{key}__b*.json")):
+                print("    " + describe(json.loads(rec_path.read_text())), flush=True)
+        if err:
+            failures.append(err)
+            print(f"    FAILED: {err}", flush=True)
+        if dest.exists():
+            chapters.append(dest)
+        timings[key] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    print("[summary] tables, charts, verdicts", flush=True)
+    err = run_notebook(NOTEBOOKS / "summary.ipynb", report_dir / "notebooks" / "summary.ipynb",
+                       {"gpu": profile, "report_dir": str(report_dir), "failures": failures})
+    if err:
+        failures.append(err)
+        print(f"    FAILED: {err}", flush=True)
+    timings["summary"] = time.perf_counter() - t0
+    return failures, chapters, timings
+
+
+def render(args) -> int:
+    """Redraw an existing report (notebooks, HTML, PDF) from its results, measuring nothing:
+    for a presentation change, or to render a GPU host's results on another machine."""
+    profile = config.check_name(args.gpu or "cpu")
+    reports_root = Path(args.reports).resolve() if args.reports else ROOT / "reports"
+    report_dir = reports_root / profile
+    if not (report_dir / "params.json").exists() or not (report_dir / "results").is_dir():
+        raise UsageError(f"no measured report at {report_dir}: run `make report GPU={profile}` first")
+    params = json.loads((report_dir / "params.json").read_text())
+    run_path = report_dir / "run.json"
+    measured = json.loads(run_path.read_text()) if run_path.exists() else {}
+    t_start = time.perf_counter()
+    failures, chapters, timings = run_notebooks(report_dir, params, measure=False)
+    total = measured.get("timings_s", {}).get("total_s")
+    note = (f"{total:.0f} s on the measuring device" if total else "not recorded") + \
+        f"; this copy was re-rendered from its results on {dt.date.today().isoformat()} by `make render`"
+    timings.update(export.export(report_dir, chapters, report_dir / "notebooks" / "summary.ipynb",
+                                 _title(params, profile), t_start, wall_note=note))
+    if timings.get("pdf_error"):
+        failures.append(timings["pdf_error"])
+    measured.setdefault("renders", []).append({"date": dt.datetime.now().isoformat(timespec="seconds"),
+                                               "timings_s": timings, "failures": failures})
+    results.write_atomic(run_path, measured)
+    print(f"re-rendered {report_dir}/report.html and report.pdf in {timings['total_s']:.0f} s")
+    return _exit_code(report_dir, failures)
 
 
 def pdf(args) -> int:
@@ -224,12 +266,14 @@ def main(argv=None) -> int:
     r.add_argument("--override", action="store_true", default=env.get("OVERRIDE", "") not in ("", "0"),
                    help="run a profile on a device it does not name")
     r.add_argument("--reports", default=env.get("REPORTS") or None, help="reports folder (default: reports/)")
-    p = sub.add_parser("pdf", help="render report.pdf from an existing report.html")
-    p.add_argument("--gpu", default=env.get("GPU") or None)
-    p.add_argument("--reports", default=env.get("REPORTS") or None)
+    for name, text in (("pdf", "render report.pdf from an existing report.html"),
+                       ("render", "redraw notebooks, HTML and PDF from existing results, measuring nothing")):
+        p = sub.add_parser(name, help=text)
+        p.add_argument("--gpu", default=env.get("GPU") or None)
+        p.add_argument("--reports", default=env.get("REPORTS") or None)
     args = ap.parse_args(argv)
     try:
-        return report(args) if args.cmd == "report" else pdf(args)
+        return {"report": report, "pdf": pdf, "render": render}[args.cmd](args)
     except (UsageError, config.ConfigError, data.DataError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

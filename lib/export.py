@@ -98,7 +98,8 @@ def _render(html_path: str, pdf_path: str, base_dir: str) -> None:
     os.replace(tmp, pdf_path)
 
 
-def export(report_dir, chapter_paths, summary_path, title: str, t_start: float) -> dict:
+def export(report_dir, chapter_paths, summary_path, title: str, t_start: float,
+           wall_note: str | None = None) -> dict:
     """Assemble, write report.html and report.pdf; the wall time of the whole run (export
     included) replaces WALL_TIME_TOKEN. Returns the timings of this step."""
     report_dir = Path(report_dir)
@@ -117,7 +118,8 @@ def export(report_dir, chapter_paths, summary_path, title: str, t_start: float) 
     t_pdf = time.perf_counter() - t0
     total = time.perf_counter() - t_start
     timing = {"html_s": t_html, "pdf_s": t_pdf, "total_s": total, "pdf_error": pdf_error}
-    html_text = html_text.replace(WALL_TIME_TOKEN, f"{total:.0f} s" + (" (no PDF rendered on this host)" if pdf_error else ""))
+    html_text = html_text.replace(WALL_TIME_TOKEN, wall_note or (
+        f"{total:.0f} s" + (" (no PDF rendered on this host)" if pdf_error else "")))
     if not pdf_error:
         to_pdf(html_text, report_dir / "report.pdf", report_dir)
     (report_dir / "report.html").write_text(html_text, encoding="utf-8")

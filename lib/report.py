@@ -80,7 +80,8 @@ def _status_cell(row) -> str:
 
 
 def matrix_html(rep: Report, stage: str | None = None) -> str:
-    """The experimental matrix (stage x batch), or one stage's rows of it."""
+    """The experimental matrix (stage x batch), or one stage's rows of it. A row that has no
+    timing says why in the step-time cell (OOM, not applicable, error) so it cannot be missed."""
     df = rep.df if stage is None else rep.df[rep.df["stage"] == stage]
     rows = []
     for _, r in df.iterrows():
@@ -89,22 +90,27 @@ def matrix_html(rep: Report, stage: str | None = None) -> str:
         if ran and not pd.isna(r["final_loss"]):
             loss = f"{r['final_loss']:.3f}"
             if not pd.isna(r["loss_delta"]) and r["stage"] != rep.stage_order[0]:
-                flag = "" if r["loss_within_tolerance"] else ' <span class="bad">beyond tolerance</span>'
-                loss += f" ({r['loss_delta']:+.3f}){flag}"
-        cv = r["cv"]
-        cv_txt = _pct(cv) if ran else ""
-        if ran and rep.on_gpu and cv > CV_LIMIT:
+                flag = "" if r["loss_within_tolerance"] else ' <span class="bad">beyond tol.</span>'
+                loss += f"<br><small>{r['loss_delta']:+.3f}{flag}</small>"
+        if ran:
+            step = f"{r['median_ms']:.1f}<br><small>{r['p10_ms']:.1f}–{r['p90_ms']:.1f}</small>"
+            if r["status"] == "diverged":
+                step += '<br><span class="bad">DIVERGED</span>'
+        else:
+            step = _status_cell(r)
+        cv_txt = _pct(r["cv"]) if ran else ""
+        if ran and rep.on_gpu and r["cv"] > CV_LIMIT:
             cv_txt = f'<span class="warn">{cv_txt}</span>'
         rows.append({
             "Stage": r["stage_title"], "B": r["batch_size"],
-            "ms/step (p10–p90)": (f"{r['median_ms']:.1f} ({r['p10_ms']:.1f}–{r['p90_ms']:.1f})" if ran else ""),
-            "CV": cv_txt, "tok/s": _tok(r["tokens_per_s"]) if ran else "",
+            "ms/step<br><small>p10–p90</small>": step, "CV": cv_txt,
+            "tok/s": _tok(r["tokens_per_s"]) if ran else "",
             "× FP32": _x(r["speedup_vs_baseline"]), "× prev.": _x(r["speedup_vs_previous"]),
-            "MFU": (f"{_pct(r['mfu'])} <small>{r['peak_precision']}</small>" if ran and not pd.isna(r["mfu"])
+            "MFU": (f"{_pct(r['mfu'])}<br><small>{r['peak_precision']}</small>" if ran and not pd.isna(r["mfu"])
                     else ("n/a" if ran else "")),
-            "tensors GiB": _gib(r["mem_tensors_bytes"]), "allocator GiB": _gib(r["mem_allocator_bytes"]),
-            "device GiB": _gib(r["mem_device_bytes"]),
-            "final loss (Δ vs FP32)": loss, "status": _status_cell(r),
+            "tensors<br>GiB": _gib(r["mem_tensors_bytes"]), "allocator<br>GiB": _gib(r["mem_allocator_bytes"]),
+            "device<br>GiB": _gib(r["mem_device_bytes"]),
+            "final loss<br><small>Δ vs FP32</small>": loss,
         })
     return pd.DataFrame(rows).to_html(index=False, escape=False, classes="matrix", border=0)
 
@@ -232,7 +238,7 @@ def findings(rep: Report) -> list[str]:
         out.append(text + ".")
     failed = rep.df[~rep.df["status"].isin(["ok"])]
     if not failed.empty:
-        items = ", ".join(f"{r.stage_title} B={r.batch_size}: {r.status.replace('_', ' ')}"
+        items = ", ".join(f"{r.stage_title} B={r.batch_size}: {r.status.replace('_', ' ').replace('oom', 'OOM')}"
                           for r in failed.itertuples())
         out.append(f"**Rows without a timing**: {items}.")
     if rep.on_gpu:
@@ -330,8 +336,15 @@ def stage_summary(rep: Report, key: str) -> str:
         parts.append(f"SDPA backend that ran: **{', '.join(sdpa)}** (read from the dispatched operators).")
     for r in rows.itertuples():
         if r.status not in ("ok",):
-            parts.append(f"B={r.batch_size}: **{r.status.replace('_', ' ')}** — {r.reason}.")
+            parts.append(f"B={r.batch_size}: **{r.status.replace('_', ' ')}** — {_short(r.reason)}")
     return " ".join(parts)
+
+
+def _short(reason) -> str:
+    """The first two sentences of a failure message (CUDA's OOM text runs on for lines)."""
+    text = str(reason or "")
+    parts = text.split(". ")
+    return ". ".join(parts[:2]).rstrip(".") + "."
 
 
 def appendix_md(rep: Report) -> str:
@@ -421,19 +434,22 @@ def plot_memory(rep: Report):
 
 
 def plot_spread(rep: Report):
+    """Each configuration's timed steps relative to its own median, so a 60 ms and a 700 ms
+    configuration share one readable axis."""
     plt = _style()
     data_, labels = [], []
     for r in _sorted(rep):
         if r["status"] in ("ok", "diverged") and r.get("step_ms"):
-            data_.append(r["step_ms"])
+            t = np.asarray(r["step_ms"])
+            data_.append((t / np.median(t) - 1) * 100)
             labels.append(f"{r['stage']}\nB={r['batch_size']}")
-    fig, ax = plt.subplots(figsize=(9, 3.4))
+    fig, ax = plt.subplots(figsize=(9, 3.2))
     if data_:
         ax.boxplot(data_, whis=(10, 90), showfliers=True, flierprops={"markersize": 2})
         ax.set_xticks(range(1, len(labels) + 1), labels, fontsize=7)
-        ax.set_yscale("log")
-    ax.set_ylabel("step time (ms, log scale)")
-    ax.set_title("Step-time spread per configuration (box: quartiles, whiskers: p10–p90)")
+    ax.axhline(0, color="grey", lw=0.6)
+    ax.set_ylabel("step time vs its median (%)")
+    ax.set_title("Step-time spread per configuration (box: quartiles, whiskers: p10–p90, dots: outliers)")
     return _save(fig, rep, "step_spread")
 
 
@@ -443,27 +459,51 @@ def _sorted(rep: Report):
 
 
 def plot_losses(rep: Report, stage: str | None = None):
-    """Loss per step: every stage (summary) or one stage against the baseline (chapter)."""
+    """Summary: every stage's loss per step. Chapter: this stage's loss minus the FP32
+    baseline's, step by step, with the tolerance band the final loss is judged against."""
     plt = _style()
     batches = rep.params["run"]["batch_sizes"]
-    keys = rep.stage_order if stage is None else [rep.stage_order[0], stage]
-    fig, axes = plt.subplots(1, len(batches), figsize=(9, 3.0), squeeze=False, sharey=True)
+    base_key, tol = rep.stage_order[0], rep.params["run"]["loss_tolerance"]
+    fig, axes = plt.subplots(1, len(batches), figsize=(9, 2.9), squeeze=False, sharey=True)
     for ax, b in zip(axes[0], batches):
-        for key in dict.fromkeys(keys):
-            rec = rep.rec(key, b)
-            if rec and rec.get("losses"):
-                i = rep.stage_order.index(key)
-                ax.plot(rec["losses"], color=f"C{i}", lw=1.2 if key == stage else 1.0,
-                        ls="--" if key == rep.stage_order[0] and stage else "-", label=stages.get(key).title)
+        base = rep.rec(base_key, b)
+        base_losses = np.asarray(base["losses"]) if base and base.get("losses") else None
+        if stage is None or stage == base_key:
+            for i, key in enumerate(rep.stage_order if stage is None else [base_key]):
+                rec = rep.rec(key, b)
+                if rec and rec.get("losses"):
+                    ax.plot(rec["losses"], color=f"C{i}", lw=1.0, label=stages.get(key).title)
+            later = [v for k in rep.stage_order for r in [rep.rec(k, b)] if r and r.get("losses")
+                     for v in r["losses"][3:] if np.isfinite(v)]
+            if later:  # the first steps (loss ~ ln V) would squash everything else
+                ax.set_ylim(min(later) - 0.1, max(later) + 0.3)
+            ylabel = "training loss (nats)"
+        else:
+            rec = rep.rec(stage, b)
+            ax.axhspan(-tol, tol, color="C2", alpha=0.12, label=f"±{tol:g} nats tolerance")
+            ax.axhline(0, color="grey", lw=0.6)
+            if rec and rec.get("losses") and base_losses is not None:
+                n = min(len(rec["losses"]), len(base_losses))
+                ax.plot(np.asarray(rec["losses"][:n]) - base_losses[:n], color="C3", lw=1.0,
+                        label=f"{stages.get(stage).title} − FP32")
+            else:
+                ax.text(0.5, 0.5, "no FP32 baseline\nat this batch size" if rec and rec.get("losses")
+                        else "no loss curve", ha="center", va="center", transform=ax.transAxes, fontsize=8)
+                ax.set_xticks([])
+            ylabel = "loss − FP32 loss (nats)"
         ax.axvline(rep.params["run"]["warmup_steps"] - 0.5, color="grey", lw=0.6, ls=":")
         ax.set_title(f"B={b}", fontsize=9)
-        ax.set_xlabel("step (dotted line: end of warm-up)")
-    axes[0][0].set_ylabel("training loss (nats)")
-    handles, labels = axes[0][0].get_legend_handles_labels()
+        ax.set_xlabel("step (dotted: end of warm-up)")
+    axes[0][0].set_ylabel(ylabel)
+    handles, labels = [], []
+    for ax in axes[0]:
+        for h, l in zip(*ax.get_legend_handles_labels()):
+            if l not in labels:
+                handles.append(h)
+                labels.append(l)
     if handles:
         fig.legend(handles, labels, loc="lower center", ncol=len(labels), frameon=False, fontsize=7,
-                   bbox_to_anchor=(0.5, -0.08))
-    fig.tight_layout()
+                   bbox_to_anchor=(0.5, -0.1))
     return _save(fig, rep, f"loss_{stage or 'all'}")
 
 
