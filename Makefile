@@ -1,6 +1,6 @@
 # gpt2-levers: what each optimisation lever buys when training GPT-2 on *your* GPU.
 #
-#   make report [GPU=h100] [BATCHES="16 32"] [OVERRIDE=1]   measure + reports/<gpu>/report.{html,pdf}
+#   make report [GPU=h100] [BATCHES="16 32"] [FORCE=1]      measure + reports/<gpu>/report.{html,pdf}
 #   make test                                               the test suite (runs the CPU pipeline)
 #   make lab                                                JupyterLab on notebooks/
 #   make render GPU=h100                                    redraw a report from its results
@@ -16,7 +16,7 @@
 SHELL := /bin/bash
 .DEFAULT_GOAL := help
 PYTHON ?= python3
-export GPU BATCHES OVERRIDE REPORTS
+export GPU BATCHES OVERRIDE REPORTS FORCE
 
 ENV_MODE ?= $(shell $(PYTHON) -c "import torch,sys; sys.exit(0 if torch.cuda.is_available() else 1)" >/dev/null 2>&1 && echo existing || echo venv)
 ifeq ($(ENV_MODE),existing)

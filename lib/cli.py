@@ -103,6 +103,39 @@ def _kernel_manager():
     return IPCKernelManager
 
 
+def take_lock(reports_root: Path, profile: str):
+    """One `make report` per profile at a time. flock is released by the kernel when the
+    process dies, so a killed run never leaves a stale lock behind."""
+    import fcntl
+
+    path = reports_root / f".{profile}.lock"
+    f = open(path, "a+")
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        f.seek(0)
+        holder = f.read().strip() or "another process"
+        raise UsageError(f"a report for {profile!r} is already running ({holder}); wait for it or stop it")
+    f.seek(0)
+    f.truncate()
+    f.write(f"pid {os.getpid()}, started {dt.datetime.now().isoformat(timespec='seconds')}")
+    f.flush()
+    return f
+
+
+def same_setup(report_dir: Path, params: dict, env: dict) -> bool:
+    """Whether an existing report was measured with this workload on this machine (then a
+    re-run resumes it instead of starting a new one)."""
+    try:
+        old_params = json.loads((report_dir / "params.json").read_text())
+        old_env = json.loads((report_dir / "environment.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return (results.setup_key(old_params, old_env) == results.setup_key(params, env)
+            and old_params["run"]["batch_sizes"] == params["run"]["batch_sizes"]
+            and old_params["stages"] == params["stages"])
+
+
 def run_notebook(src: Path, dest: Path, parameters: dict) -> str | None:
     """Execute one notebook; returns None or a one-line description of the failure."""
     import papermill as pm
@@ -138,16 +171,21 @@ def report(args) -> int:
         probe.unlink()
     except OSError as e:
         raise UsageError(f"cannot write reports to {reports_root}: {e.strerror}")
-    moved = archive_previous(report_dir)
-    if moved:
-        print(f"earlier {profile} report kept in {moved.relative_to(ROOT) if moved.is_relative_to(ROOT) else moved}")
-    (report_dir / "notebooks").mkdir(parents=True)
+    lock = take_lock(reports_root, profile)  # held until this process ends, however it ends
+    if same_setup(report_dir, params, env) and not args.force:
+        print(f"resuming the {profile} report: configurations with valid results for this workload "
+              f"and machine are kept (FORCE=1 re-measures everything)")
+    else:
+        moved = archive_previous(report_dir)
+        if moved:
+            print(f"earlier {profile} report kept in {moved.relative_to(ROOT) if moved.is_relative_to(ROOT) else moved}")
+    (report_dir / "notebooks").mkdir(parents=True, exist_ok=True)
     results.write_atomic(report_dir / "environment.json", env)
     results.write_atomic(report_dir / "params.json", params)
     dev = env["device"]
     print(f"report {profile}: {dev['name']} ({dev['backend']}), stages {', '.join(params['stages'])}, "
           f"batch sizes {params['run']['batch_sizes']}, {manifest['tokens']:,} corpus tokens")
-    failures, chapters, timings = run_notebooks(report_dir, params, measure=True)
+    failures, chapters, timings = run_notebooks(report_dir, params, measure=True, force=args.force)
     t_measure = time.perf_counter() - t_start
     print("[export] report.html, report.pdf", flush=True)
     timings.update(export.export(report_dir, chapters, report_dir / "notebooks" / "summary.ipynb",
@@ -178,16 +216,14 @@ def _exit_code(report_dir, failures) -> int:
     return 0
 
 
-def run_notebooks(report_dir: Path, params: dict, measure: bool):
+def run_notebooks(report_dir: Path, params: dict, measure: bool, force: bool = False):
     """Execute every stage notebook (measuring, or only redrawing) and then the summary."""
-    from .runner import describe
-
     logging.basicConfig(level=logging.INFO, format="    %(message)s")
     logging.getLogger("papermill").setLevel(logging.WARNING)
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
     profile = params["name"]
     nb_params = {"gpu": profile, "report_dir": str(report_dir), "batch_sizes": params["run"]["batch_sizes"],
-                 "override": params.get("override"), "measure": measure}
+                 "override": params.get("override"), "measure": measure, "force": force}
     failures, chapters, timings = [], [], {}
     for i, key in enumerate(params["stages"], 1):
         t0 = time.perf_counter()
@@ -195,9 +231,9 @@ def run_notebooks(report_dir: Path, params: dict, measure: bool):
         src = stage_notebook(key)
         dest = report_dir / "notebooks" / src.name
         err = run_notebook(src, dest, nb_params)
-        if measure:
-            for rec_path in sorted((report_dir / "results").glob(f"{key}__b*.json")):
-                print("    " + describe(json.loads(rec_path.read_text())), flush=True)
+        if measure:  # the measurement cell's own lines: one per configuration, kept or measured
+            for line in _stream_text(dest, "report-hide").splitlines():
+                print("    " + line, flush=True)
         if err:
             failures.append(err)
             print(f"    FAILED: {err}", flush=True)
@@ -213,6 +249,17 @@ def run_notebooks(report_dir: Path, params: dict, measure: bool):
         print(f"    FAILED: {err}", flush=True)
     timings["summary"] = time.perf_counter() - t0
     return failures, chapters, timings
+
+
+def _stream_text(notebook: Path, tag: str) -> str:
+    import nbformat
+
+    try:
+        nb = nbformat.read(notebook, as_version=4)
+    except (OSError, ValueError):
+        return ""
+    return "".join(o.get("text", "") for c in nb.cells if tag in c.get("metadata", {}).get("tags", [])
+                   for o in c.get("outputs", []) if o.get("output_type") == "stream" and o.get("name") == "stdout")
 
 
 def render(args) -> int:
@@ -266,6 +313,8 @@ def main(argv=None) -> int:
     r.add_argument("--override", action="store_true", default=env.get("OVERRIDE", "") not in ("", "0"),
                    help="run a profile on a device it does not name")
     r.add_argument("--reports", default=env.get("REPORTS") or None, help="reports folder (default: reports/)")
+    r.add_argument("--force", action="store_true", default=env.get("FORCE", "") not in ("", "0"),
+                   help="re-measure everything (the earlier report is archived, not overwritten)")
     for name, text in (("pdf", "render report.pdf from an existing report.html"),
                        ("render", "redraw notebooks, HTML and PDF from existing results, measuring nothing")):
         p = sub.add_parser(name, help=text)

@@ -156,15 +156,16 @@ def verify() -> dict:
     if not manifest_path.exists():
         raise DataError(f"no prepared data in {DATA_DIR}: run `make setup`")
     manifest = json.loads(manifest_path.read_text())
-    checks = [("gpt2.tiktoken", GPT2_RANKS_SHA256), ("corpus.txt", manifest["corpus_sha256"]),
-              ("tokens.npy", manifest["tokens_sha256"])]
-    for name, expected in checks:
+    checks = [("tokenizer ranks", "gpt2.tiktoken", GPT2_RANKS_SHA256),
+              ("corpus", "corpus.txt", manifest["corpus_sha256"]),
+              ("token cache", "tokens.npy", manifest["tokens_sha256"])]
+    for label, name, expected in checks:
         path = DATA_DIR / name
         if not path.exists():
-            raise DataError(f"{path} is missing: run `make setup`")
+            raise DataError(f"{label} {path} is missing: run `make setup`")
         if sha256_file(path) != expected:
-            raise DataError(f"{path} is corrupt (sha256 differs from {expected[:12]}...): "
-                            "delete data/ and run `make setup`")
+            raise DataError(f"{label} {path} is corrupt (sha256 differs from {expected[:12]}...): "
+                            "delete it and run `make setup`")
     return manifest
 
 

@@ -19,7 +19,7 @@ import time
 import numpy as np
 import torch
 
-from . import data, results, stages
+from . import data, faults, results, stages
 from .model import GPT, GPTConfig, flops_per_token
 
 SDPA_OPS = {  # profiler op name -> which SDPA backend ran
@@ -96,6 +96,8 @@ def run(job: dict) -> dict:
     r = params["run"]
     dev = device_type(params["backend"])
     rec = results.base_record(params, stage, batch)
+    rec["fingerprint"] = job.get("fingerprint")
+    fault = faults.get(stage.key)
     torch.set_float32_matmul_precision("high" if stage.tf32 else "highest")
     ctx = (torch.autocast(device_type=dev, dtype=getattr(torch, stage.autocast))
            if stage.autocast else contextlib.nullcontext())
@@ -103,6 +105,7 @@ def run(job: dict) -> dict:
     t_start = time.perf_counter()
     try:
         model, opt = build(params, stage, dev)
+        faults.inject(fault, "build")
         tokens = data.load_tokens(params["model"]["vocab_size"])
         xs, ys = zip(*data.batches(tokens, batch, r["seq_len"], n_steps))
         xs = torch.from_numpy(np.stack(xs)).to(dev)
@@ -119,6 +122,8 @@ def run(job: dict) -> dict:
                 t0 = time.perf_counter()
             with ctx:
                 _, loss = model(xs[i], ys[i])
+            if fault == "nan" and i == n_steps // 2:
+                loss = loss * float("nan")
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), r["grad_clip"])
             opt.step()
@@ -165,6 +170,16 @@ def _child(job: dict, out_path: str) -> int:
         return 1
 
 
+def die_with_parent() -> None:
+    """Linux: be killed when the parent dies, so a killed `make report` leaves no measurement
+    running on the device (the chain is CLI -> kernel -> launcher -> child)."""
+    try:
+        import ctypes
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
 def serve(jobs: list[dict], timeout_s: float) -> None:
     """Measure each job in its own forked child. This launcher has imported PyTorch (the slow
     part of starting a process) but never touched a device, so every child starts with a
@@ -172,6 +187,7 @@ def serve(jobs: list[dict], timeout_s: float) -> None:
     for job in jobs:
         pid = os.fork()
         if pid == 0:
+            die_with_parent()
             code = 1
             try:
                 code = _child(job, job["out"])
@@ -200,5 +216,6 @@ def serve(jobs: list[dict], timeout_s: float) -> None:
 
 
 if __name__ == "__main__":
+    die_with_parent()
     spec = json.loads(open(sys.argv[1]).read())
     serve(spec["jobs"], spec.get("timeout_s", 1800))

@@ -206,8 +206,11 @@ def findings(rep: Report) -> list[str]:
     ok = rep.ok()
     if ok.empty:
         return ["No configuration completed; see the matrix for each row's status."]
-    best = ok.loc[ok["tokens_per_s"].idxmax()]
-    base = ok[ok["stage"] == order[0]]
+    clean = ok[ok["status"] == "ok"]
+    if clean.empty:
+        return ["No configuration completed with a finite loss; see the matrix for each row's status."]
+    best = clean.loc[clean["tokens_per_s"].idxmax()]
+    base = clean[clean["stage"] == order[0]]
     line = (f"**Fastest configuration: {best['stage_title']} at B={best['batch_size']}**, "
             f"{best['tokens_per_s']:,.0f} tokens/s ({best['median_ms']:.1f} ms/step")
     if not pd.isna(best["mfu"]):
@@ -222,10 +225,13 @@ def findings(rep: Report) -> list[str]:
         st = stages.get(key)
         prev = _speedups(rep, key, "speedup_vs_previous")
         if prev.empty:
-            status = rep.df[rep.df["stage"] == key]["status"].unique()
-            out.append(f"**{st.title}**: no measurement ({', '.join(status)}).")
+            status = [x.replace("_", " ").replace("oom", "OOM") for x in rep.df[rep.df["stage"] == key]["status"].unique()]
+            out.append(f"**{st.title}**: no measurement ({', '.join(status) or 'the stage did not run'}).")
             continue
         text = f"**{st.title}** ({st.lever}): {_range(prev.values)} the previous stage's speed"
+        diverged = rep.df[(rep.df["stage"] == key) & (rep.df["status"] == "diverged")]["batch_size"].tolist()
+        if diverged:
+            text += f"; **the loss diverged (NaN) at B={', '.join(map(str, diverged))}**"
         mem = _memory_change(rep, key)
         if mem:
             text += f"; {mem}"
@@ -285,7 +291,9 @@ def recommendations(rep: Report) -> list[str]:
             out.append(f"**{st.title}**: not measured here, no recommendation.")
             continue
         med = float(np.median(prev.values))
-        if not delta.empty and delta.max() > tol:
+        if (rep.df[rep.df["stage"] == key]["status"] == "diverged").any():
+            out.append(f"**{st.title}**: do not adopt as is: its loss diverged (NaN).")
+        elif not delta.empty and delta.max() > tol:
             out.append(f"**{st.title}**: do not adopt as is: the loss moved {delta.max():.3f} nats from the baseline.")
         elif med >= 1.02:
             keep.append(st.title)

@@ -12,6 +12,24 @@ import numpy as np
 
 SCHEMA_VERSION = 1
 STATUSES = ("ok", "oom", "diverged", "error", "not_applicable")
+REUSABLE = ("ok", "oom", "diverged", "not_applicable")  # valid results a re-run may keep; errors are retried
+ENV_KEYS = ("torch", "cuda", "hip", "cudnn", "cublas", "driver", "python")
+
+
+def setup_key(params: dict, env: dict) -> dict:
+    """What a measurement depends on: the workload and the machine (not the report's prose
+    settings such as the loss tolerance)."""
+    run = {k: v for k, v in params["run"].items() if k not in ("batch_sizes", "loss_tolerance")}
+    return {"model": params["model"], "run": run, "backend": params["backend"],
+            "device": env["device"].get("name"), **{k: env.get(k) for k in ENV_KEYS}}
+
+
+def fingerprint(params: dict, env: dict, stage, batch: int) -> str:
+    import dataclasses
+    import hashlib
+
+    key = {"setup": setup_key(params, env), "stage": dataclasses.asdict(stage), "batch_size": batch}
+    return hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
 def base_record(params: dict, stage, batch: int) -> dict:

@@ -11,7 +11,7 @@ import tempfile
 import threading
 from pathlib import Path
 
-from . import results, stages
+from . import faults, results, stages
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -55,26 +55,51 @@ def error_record(params: dict, stage_key: str, batch: int, reason: str, stderr: 
     return rec
 
 
-def run_stage(stage_key: str, params: dict, report_dir, timeout_s: float = 1800) -> list[dict]:
-    """Measure every batch size of one stage, each in its own process; prints a line each."""
+def _reusable(out: Path, fp: str) -> dict | None:
+    """A valid earlier result for exactly this configuration on this machine, or None."""
+    try:
+        rec = json.loads(out.read_text())
+    except (OSError, ValueError):
+        return None
+    if rec.get("schema_version") == results.SCHEMA_VERSION and rec.get("fingerprint") == fp \
+            and rec.get("status") in results.REUSABLE:
+        return rec
+    return None
+
+
+def run_stage(stage_key: str, params: dict, report_dir, timeout_s: float = 1800,
+              force: bool = False) -> list[dict]:
+    """Measure every batch size of one stage, each in its own process; prints a line each.
+    A configuration whose valid result already exists for the same workload and machine is
+    kept (resume), unless `force`."""
+    if faults.get(stage_key) == "stage-raise":
+        raise RuntimeError(f"injected fault: stage {stage_key} raised before measuring")
     report_dir = resolve(report_dir)
-    device = environment(report_dir)["device"]
+    env = environment(report_dir)
+    device = env["device"]
     results.write_atomic(report_dir / "params.json", params)  # what the summary reads back
     stage, out_dir = stages.get(stage_key), report_dir / "results"
     jobs, recs = [], {}
     for batch in params["run"]["batch_sizes"]:
         out = results.record_path(out_dir, stage_key, batch)
+        fp = results.fingerprint(params, env, stage, batch)
+        kept = None if force else _reusable(out, fp)
+        if kept:
+            recs[batch] = kept
+            print(describe(kept) + "  (kept from an earlier run)", flush=True)
+            continue
         if out.exists():
             out.unlink()  # never let an older result stand in for this run's
         reason = stage.not_applicable(device)
         if reason:
             rec = results.base_record(params, stage, batch)
-            rec.update(status="not_applicable", reason=reason)
+            rec.update(status="not_applicable", reason=reason, fingerprint=fp)
             results.write_atomic(out, rec)
             recs[batch] = rec
             print(describe(rec), flush=True)
         else:
-            jobs.append({"params": params, "stage": stage_key, "batch_size": batch, "out": str(out)})
+            jobs.append({"params": params, "stage": stage_key, "batch_size": batch, "out": str(out),
+                         "fingerprint": fp})
     if jobs:
         with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
             json.dump({"jobs": jobs, "timeout_s": timeout_s}, f)

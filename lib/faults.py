@@ -1,0 +1,30 @@
+"""Fault injection for the reliability tests: GPT2_LEVERS_FAULT="stage:kind[,stage:kind]".
+
+Kinds: `oom` (the measurement raises CUDA's out-of-memory error), `nan` (the loss turns NaN
+half-way), `raise` (the measurement raises), `kill` (the measuring process is SIGKILLed),
+`stage-raise` (the stage notebook raises before measuring). Unset in normal use: then every
+function here is a no-op."""
+from __future__ import annotations
+
+import os
+import signal
+
+VAR = "GPT2_LEVERS_FAULT"
+
+
+def get(stage: str) -> str | None:
+    for item in filter(None, os.environ.get(VAR, "").split(",")):
+        key, _, kind = item.partition(":")
+        if key.strip() == stage:
+            return kind.strip()
+    return None
+
+
+def inject(kind: str | None, where: str) -> None:
+    if kind == "oom":
+        import torch
+        raise torch.OutOfMemoryError(f"CUDA out of memory. Injected at {where} by {VAR}.")
+    if kind == "raise":
+        raise RuntimeError(f"injected fault at {where} ({VAR})")
+    if kind == "kill":
+        os.kill(os.getpid(), signal.SIGKILL)

@@ -1,0 +1,159 @@
+"""Shared fixtures and helpers.
+
+The expensive part, the whole CPU pipeline (`python -m lib.cli report`, about 70-90 s on two
+cores), runs once per session in `pipeline` and every end-to-end test reads its output."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from lib import config, results, stages  # noqa: E402
+
+PIPELINE_TIMEOUT_S = 600
+# The variables the CLI (and lib/faults.py) read; a developer's shell must not leak them into a test run.
+CLI_ENV_VARS = ("GPU", "BATCHES", "OVERRIDE", "REPORTS", "FORCE", "GPT2_LEVERS_FAULT")
+
+
+# ---------------------------------------------------------------- subprocess helpers
+
+def cli_env(**overrides) -> dict:
+    """A clean environment for `python -m lib.cli`: the CLI variables removed, then `overrides`."""
+    env = {k: v for k, v in os.environ.items() if k not in CLI_ENV_VARS}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    env.update({k: str(v) for k, v in overrides.items()})
+    return env
+
+
+def run_cli(*args, timeout=PIPELINE_TIMEOUT_S, **env_overrides) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "lib.cli", *args], cwd=ROOT, env=cli_env(**env_overrides),
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def describe_proc(proc: subprocess.CompletedProcess) -> str:
+    """The tail of a process's output, for assertion messages."""
+    return f"exit {proc.returncode}\n--- stdout\n{proc.stdout[-4000:]}\n--- stderr\n{proc.stderr[-4000:]}"
+
+
+# ---------------------------------------------------------------- the CPU pipeline, once
+
+@dataclass
+class PipelineRun:
+    proc: subprocess.CompletedProcess
+    reports: Path       # the REPORTS folder
+    report_dir: Path    # <reports>/cpu
+    params: dict        # config.load("cpu"): what the run should have measured
+
+    @property
+    def results_dir(self) -> Path:
+        return self.report_dir / "results"
+
+
+@pytest.fixture(scope="session")
+def pipeline(tmp_path_factory) -> PipelineRun:
+    reports = tmp_path_factory.mktemp("reports")
+    proc = run_cli("report", REPORTS=reports)
+    return PipelineRun(proc, reports, reports / "cpu", config.load("cpu"))
+
+
+@pytest.fixture(scope="session")
+def pipeline_ok(pipeline) -> PipelineRun:
+    """The pipeline run, which must have succeeded for the tests that read its output."""
+    assert pipeline.proc.returncode == 0, describe_proc(pipeline.proc)
+    return pipeline
+
+
+# ---------------------------------------------------------------- PDF pages without a PDF library
+
+def pdf_page_count(path: Path) -> int:
+    """Pages of a PDF: pypdf when installed, otherwise the page objects (/Type /Page, not /Pages)
+    counted in the raw file and in every Flate stream (WeasyPrint puts objects in object streams)."""
+    try:
+        import pypdf
+    except ImportError:
+        pypdf = None
+    if pypdf is not None:
+        return len(pypdf.PdfReader(str(path)).pages)
+    raw = path.read_bytes()
+    chunks = [raw]
+    for m in re.finditer(rb"stream\r?\n", raw):
+        try:
+            chunks.append(zlib.decompressobj().decompress(raw[m.end():]))
+        except zlib.error:
+            pass  # not a Flate stream
+    page = re.compile(rb"/Type\s*/Page(?![A-Za-z])")
+    return sum(len(page.findall(c)) for c in chunks)
+
+
+# ---------------------------------------------------------------- params and records
+
+@pytest.fixture(autouse=True)
+def no_injected_faults(monkeypatch):
+    """In-process tests run without the fault injection of lib/faults.py unless they ask for it."""
+    monkeypatch.delenv("GPT2_LEVERS_FAULT", raising=False)
+
+
+@pytest.fixture
+def cpu_params() -> dict:
+    """A fresh copy of the validated CPU parameters (tests may change it)."""
+    return config.load("cpu")
+
+
+def tiny_params(stage_keys=None, batch_sizes=(2,), warmup=1, timed=5) -> dict:
+    p = config.load("cpu")
+    p["run"].update(batch_sizes=list(batch_sizes), warmup_steps=warmup, timed_steps=timed)
+    if stage_keys is not None:
+        p["stages"] = list(stage_keys)
+    return p
+
+
+def make_record(params: dict, stage_key: str, batch: int, times_ms=None, losses=None,
+                status: str = "ok", reason: str | None = None, mem_bytes: int | None = None) -> dict:
+    """A result record the way measure.run builds one, from chosen timings and losses."""
+    rec = results.base_record(params, stages.get(stage_key), batch)
+    if status in ("ok", "diverged"):
+        rec["losses"] = list(losses)
+        rec["mem_device_bytes"] = mem_bytes
+        results.fill_timing(rec, list(times_ms), batch * params["run"]["seq_len"])
+        results.fill_mfu(rec, 1_000_000, params.get("peak_tflops"), stages.get(stage_key).peak)
+        results.fill_loss(rec, params["run"]["final_loss_window"])
+    else:
+        rec.update(status=status, reason=reason)
+    return rec
+
+
+def write_report_dir(report_dir: Path, params: dict, records: list[dict]) -> Path:
+    """A report folder as the notebooks leave it, without measuring anything."""
+    report_dir.mkdir(parents=True, exist_ok=True)
+    results.write_atomic(report_dir / "params.json", params)
+    results.write_atomic(report_dir / "environment.json",
+                         {"device": {"backend": params["backend"], "name": "x"}, "torch": "x"})
+    for rec in records:
+        results.write_atomic(results.record_path(report_dir / "results", rec["stage"], rec["batch_size"]), rec)
+    return report_dir
+
+
+@pytest.fixture
+def tmp_params_dir(tmp_path, monkeypatch) -> Path:
+    """A writable copy of params/ that lib.config reads instead of the real one. config.ROOT
+    moves with it because config names files relative to ROOT in its messages."""
+    root = tmp_path / "root"
+    shutil.copytree(ROOT / "params", root / "params")
+    monkeypatch.setattr(config, "ROOT", root)
+    monkeypatch.setattr(config, "PARAMS_DIR", root / "params")
+    return root / "params"
+
+
+def read_json(path: Path):
+    return json.loads(Path(path).read_text())
