@@ -76,7 +76,7 @@ lab: setup
 	@$(PY) -c "import jupyterlab" 2>/dev/null || { \
 	  if [ "$(ENV_MODE)" = existing ]; then $(PYTHON) -m pip install --quiet --target .deps jupyterlab $(PIP_QUIET); \
 	  else .venv/bin/python -m pip install --quiet jupyterlab $(PIP_QUIET); fi; }
-	$(PY) -m jupyterlab --ServerApp.root_dir=notebooks
+	$(PY) -m jupyterlab --ServerApp.root_dir=notebooks $$([ "$$(id -u)" = 0 ] && echo --allow-root)
 
 # Wheels for an offline host with its own PyTorch: every package of requirements-host.txt and
 # its dependencies, for WHEEL_PYTHON on manylinux x86-64. HOST_FREEZE=<file of 'name' or
