@@ -31,7 +31,8 @@ def detect_environment() -> dict:
     proc = subprocess.run([sys.executable, "-m", "lib.environment"], cwd=ROOT, capture_output=True,
                           text=True, env=env)
     if proc.returncode:
-        raise UsageError(f"could not inspect the device: {proc.stderr.strip().splitlines()[-1:]}")
+        lines = proc.stderr.strip().splitlines()
+        raise UsageError(f"could not inspect the device: {lines[-1] if lines else f'exit {proc.returncode}'}")
     return json.loads(proc.stdout)
 
 
@@ -82,6 +83,9 @@ def archive_previous(report_dir: Path) -> Path | None:
     return dest
 
 
+_IPC_DIR = None
+
+
 def _kernel_manager():
     """Kernels talk over Unix sockets in a private temporary folder: nothing listens on the
     network while a report runs (and ipykernel has no plain-TCP warning to print)."""
@@ -91,6 +95,12 @@ def _kernel_manager():
     from jupyter_client.manager import AsyncKernelManager
     from traitlets import default
 
+    global _IPC_DIR
+    if _IPC_DIR is None:  # one private folder per run, removed when the run ends
+        import atexit
+        _IPC_DIR = Path(tempfile.mkdtemp(prefix="gpt2-levers-"))
+        atexit.register(shutil.rmtree, _IPC_DIR, ignore_errors=True)
+
     class IPCKernelManager(AsyncKernelManager):
         @default("transport")
         def _transport_default(self):
@@ -98,7 +108,7 @@ def _kernel_manager():
 
         @default("ip")
         def _ip_default(self):
-            return str(Path(tempfile.mkdtemp(prefix="gpt2-levers-")) / f"kernel-{uuid.uuid4().hex[:8]}")
+            return str(_IPC_DIR / f"kernel-{uuid.uuid4().hex[:8]}")
 
     return IPCKernelManager
 

@@ -26,6 +26,7 @@ SCHEMA = {
     "description": str, "match": list, "backend": str, "peak_tflops": dict, "peak_source": str,
 }
 BACKENDS = ("cuda", "rocm", "mps", "cpu")
+NULLABLE = ("peak_tflops", "match")  # null means "none" for these keys only
 MIN_TIMED_STEPS = 5  # fewer cannot give a meaningful p10/p90
 
 
@@ -38,7 +39,7 @@ def profiles() -> list[str]:
 
 
 def check_name(name: str) -> str:
-    if not isinstance(name, str) or not NAME_RE.match(name):
+    if not isinstance(name, str) or not NAME_RE.fullmatch(name):
         raise ConfigError(f"GPU name {name!r} may only use a-z, 0-9, '_' and '-' "
                           f"(profiles: {', '.join(profiles())})")
     return name
@@ -64,6 +65,8 @@ def _check_keys(data: dict, schema: dict, where) -> None:
             if not isinstance(value, dict):
                 raise ConfigError(f"{where}: {key!r} must be a mapping")
             _check_keys(value, expected, f"{where}: {key}")
+        elif value is None and key not in NULLABLE:
+            raise ConfigError(f"{where}: {key!r} must be {expected.__name__}, got null")
         elif value is not None and not _is(value, expected):
             raise ConfigError(f"{where}: {key!r} must be {expected.__name__}, got {value!r}")
 

@@ -155,10 +155,14 @@ def verify() -> dict:
     manifest_path = DATA_DIR / "manifest.json"
     if not manifest_path.exists():
         raise DataError(f"no prepared data in {DATA_DIR}: run `make setup`")
-    manifest = json.loads(manifest_path.read_text())
+    try:
+        manifest = json.loads(manifest_path.read_text())
+        corpus_sha, tokens_sha = manifest["corpus_sha256"], manifest["tokens_sha256"]
+    except (ValueError, KeyError, TypeError):
+        raise DataError(f"{manifest_path} is damaged: delete it and run `make setup`") from None
     checks = [("tokenizer ranks", "gpt2.tiktoken", GPT2_RANKS_SHA256),
-              ("corpus", "corpus.txt", manifest["corpus_sha256"]),
-              ("token cache", "tokens.npy", manifest["tokens_sha256"])]
+              ("corpus", "corpus.txt", corpus_sha),
+              ("token cache", "tokens.npy", tokens_sha)]
     for label, name, expected in checks:
         path = DATA_DIR / name
         if not path.exists():

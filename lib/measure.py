@@ -22,6 +22,7 @@ import torch
 from . import data, faults, results, stages
 from .model import GPT, GPTConfig, flops_per_token
 
+RESULT_PREFIX = "@@done "  # the launcher's one-line report per configuration, on its stdout
 SDPA_OPS = {  # profiler op name -> which SDPA backend ran
     "aten::_scaled_dot_product_flash_attention": "flash",
     "aten::_scaled_dot_product_flash_attention_for_cpu": "flash (CPU kernel)",
@@ -105,6 +106,7 @@ def run(job: dict) -> dict:
     t_start = time.perf_counter()
     try:
         model, opt = build(params, stage, dev)
+        rec["init_checksum"] = model.init_checksum()
         faults.inject(fault, "build")
         tokens = data.load_tokens(params["model"]["vocab_size"])
         xs, ys = zip(*data.batches(tokens, batch, r["seq_len"], n_steps))
@@ -188,6 +190,7 @@ def serve(jobs: list[dict], timeout_s: float) -> None:
         pid = os.fork()
         if pid == 0:
             die_with_parent()
+            os.dup2(2, 1)  # anything the measured code prints must not reach the launcher's channel
             code = 1
             try:
                 code = _child(job, job["out"])
@@ -212,7 +215,7 @@ def serve(jobs: list[dict], timeout_s: float) -> None:
             verdict = f"killed by signal {os.WTERMSIG(status)}"
         else:
             verdict = f"exit {os.WEXITSTATUS(status)}"
-        print(json.dumps({"out": job["out"], "verdict": verdict}), flush=True)
+        print(RESULT_PREFIX + json.dumps({"out": job["out"], "verdict": verdict}), flush=True)
 
 
 if __name__ == "__main__":

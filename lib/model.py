@@ -95,13 +95,18 @@ class GPT(nn.Module):
     def __init__(self, config: GPTConfig):
         super().__init__()
         self.config = config
-        self.transformer = nn.ModuleDict(dict(
-            wte=nn.Embedding(config.vocab_size, config.n_embd),
-            wpe=nn.Embedding(config.block_size, config.n_embd),
-            h=nn.ModuleList([Block(config) for _ in range(config.n_layer)]),
-            ln_f=nn.LayerNorm(config.n_embd),
-        ))
-        self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
+        # PyTorch's modules draw their default init from the global generator as they are built,
+        # and how much they draw depends on vocab_size. Fork the generator for construction so
+        # that _init_weights starts from the caller's state whatever the vocabulary: a padded and
+        # an unpadded model then begin with identical weights.
+        with torch.random.fork_rng(devices=[]):
+            self.transformer = nn.ModuleDict(dict(
+                wte=nn.Embedding(config.vocab_size, config.n_embd),
+                wpe=nn.Embedding(config.block_size, config.n_embd),
+                h=nn.ModuleList([Block(config) for _ in range(config.n_layer)]),
+                ln_f=nn.LayerNorm(config.n_embd),
+            ))
+            self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
         self.transformer.wte.weight = self.lm_head.weight  # weight tying, as in GPT-2
         self.apply(self._init_weights)
 
@@ -127,6 +132,18 @@ class GPT(nn.Module):
             real = torch.empty(self.config.real_vocab_size, weight.size(1)).normal_(0.0, 0.02)
             weight.zero_()
             weight[: self.config.real_vocab_size].copy_(real)
+
+    def init_checksum(self) -> str:
+        """A cheap fingerprint of the weights over the real vocabulary, to show in a report
+        that every stage started from the same model."""
+        with torch.no_grad():
+            s1 = s2 = 0.0
+            for name, p in sorted(self.named_parameters()):
+                if name in ("lm_head.weight", "transformer.wte.weight"):
+                    p = p[: self.config.real_vocab_size]
+                q = p.detach().double()
+                s1, s2 = s1 + float(q.sum()), s2 + float((q * q).sum())
+        return f"{s1:.6e}/{s2:.6e}"
 
     def num_params(self, non_embedding: bool = True) -> int:
         """Parameters counted once (tied weights once); without position embeddings by default,

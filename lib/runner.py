@@ -111,13 +111,15 @@ def run_stage(stage_key: str, params: dict, report_dir, timeout_s: float = 1800,
             drain.start()
             verdicts = {}
             for line in proc.stdout:  # one line per finished configuration, as it finishes
-                msg = json.loads(line)
+                if not line.startswith(measure_prefix()):
+                    continue
+                msg = json.loads(line[len(measure_prefix()):])
                 verdicts[msg["out"]] = msg["verdict"]
                 job = next(j for j in jobs if j["out"] == msg["out"])
                 recs[job["batch_size"]] = _collect(params, job, msg["verdict"], "".join(stderr_lines))
                 print(describe(recs[job["batch_size"]]), flush=True)
             proc.wait()
-            drain.join(timeout=5)
+            drain.join(timeout=30)
         finally:
             os.unlink(f.name)
         for job in jobs:  # the launcher itself died: what it did not report is an error
@@ -126,6 +128,10 @@ def run_stage(stage_key: str, params: dict, report_dir, timeout_s: float = 1800,
                                                    "".join(stderr_lines))
                 print(describe(recs[job["batch_size"]]), flush=True)
     return [recs[b] for b in params["run"]["batch_sizes"]]
+
+
+def measure_prefix() -> str:
+    return "@@done "  # keep in step with measure.RESULT_PREFIX (not imported: that pulls in torch)
 
 
 def _collect(params, job, verdict, stderr) -> dict:

@@ -1,6 +1,6 @@
 """Shared fixtures and helpers.
 
-The expensive part, the whole CPU pipeline (`python -m lib.cli report`, about 70-90 s on two
+The expensive part, the whole CPU pipeline (`python -m lib.cli report`, about 90-115 s on two
 cores), runs once per session in `pipeline` and every end-to-end test reads its output."""
 from __future__ import annotations
 
@@ -24,6 +24,10 @@ from lib import config, results, stages  # noqa: E402
 PIPELINE_TIMEOUT_S = 600
 # The variables the CLI (and lib/faults.py) read; a developer's shell must not leak them into a test run.
 CLI_ENV_VARS = ("GPU", "BATCHES", "OVERRIDE", "REPORTS", "FORCE", "GPT2_LEVERS_FAULT")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "rerun: a second full report run (about 60 s); deselect with -m 'not rerun'")
 
 
 # ---------------------------------------------------------------- subprocess helpers

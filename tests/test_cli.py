@@ -1,0 +1,142 @@
+"""Bad input: one line on stderr starting with "error:", exit code 2, nothing measured.
+
+Most cases call lib.cli.main() in-process with the environment the Makefile would export
+(validation runs before anything is measured); one runs the real `python -m lib.cli report`."""
+from __future__ import annotations
+
+import pytest
+from conftest import CLI_ENV_VARS, ROOT, describe_proc, run_cli
+
+from lib import cli, config
+
+
+@pytest.fixture
+def run_main(monkeypatch, tmp_path, capsys):
+    """Call cli.main(["report"]) with these environment variables; returns (code, stderr, reports)."""
+    reports = tmp_path / "reports"
+
+    def call(**env):
+        for k in CLI_ENV_VARS:
+            monkeypatch.delenv(k, raising=False)
+        monkeypatch.setenv("REPORTS", str(reports))
+        for k, v in env.items():
+            monkeypatch.setenv(k, v)
+        code = cli.main(["report"])
+        return code, capsys.readouterr().err, reports
+
+    return call
+
+
+def assert_refused(code, err, reports):
+    lines = err.strip().splitlines()
+    assert code == 2
+    assert len(lines) == 1, err
+    assert lines[0].startswith("error: ")
+    assert not reports.exists(), "a refused run must not create its reports folder"
+
+
+def test_unknown_gpu_profile_is_refused_and_the_profiles_are_listed(run_main):
+    code, err, reports = run_main(GPU="nosuch")
+    assert_refused(code, err, reports)
+    assert "nosuch" in err
+    for name in ("h100", "h200", "a100", "cpu"):
+        assert name in err
+
+
+@pytest.mark.parametrize("gpu", ["h100;rm", "../x", "H100", "h100 x", "$(id)"])
+def test_gpu_name_outside_the_allowed_characters_is_refused(run_main, gpu):
+    code, err, reports = run_main(GPU=gpu)
+    assert_refused(code, err, reports)
+    assert "a-z, 0-9" in err
+
+
+@pytest.mark.parametrize("batches", ["16 x", "0", "-4", "1.5", "2,,0"])
+def test_bad_batch_sizes_are_refused(run_main, batches):
+    code, err, reports = run_main(BATCHES=batches)
+    assert_refused(code, err, reports)
+    assert "batch size" in err
+
+
+def test_default_profile_name_is_not_a_gpu_profile(run_main):
+    code, err, reports = run_main(GPU="default")
+    assert_refused(code, err, reports)
+
+
+def test_gpu_profile_for_another_backend_is_refused_on_this_cpu_machine(run_main):
+    code, err, reports = run_main(GPU="h100")  # captures the environment in a child: ~3 s
+    assert_refused(code, err, reports)
+    assert "cuda" in err and "cpu" in err
+
+
+def test_bad_input_through_the_real_command_line(tmp_path):
+    reports = tmp_path / "reports"
+    proc = run_cli("report", timeout=120, GPU="h100;rm", REPORTS=reports)
+    assert proc.returncode == 2, describe_proc(proc)
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), describe_proc(proc)
+    assert proc.stdout == ""
+    assert not reports.exists()
+
+
+def test_pdf_without_a_report_is_refused(monkeypatch, tmp_path, capsys):
+    for k in CLI_ENV_VARS:
+        monkeypatch.delenv(k, raising=False)
+    monkeypatch.setenv("REPORTS", str(tmp_path))
+    assert cli.main(["pdf"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: no report at") and len(err.strip().splitlines()) == 1
+
+
+# ---------------------------------------------------------------- helpers of the report command
+
+def test_choose_profile_without_gpu_uses_the_detected_device():
+    assert cli.choose_profile(None, {"backend": "cpu", "name": "x86_64"}, False) == ("cpu", None)
+    assert cli.choose_profile(None, {"backend": "cuda", "name": "NVIDIA H100 80GB HBM3"}, False) == ("h100", None)
+
+
+def test_choose_profile_refuses_an_unmatched_device_without_gpu():
+    with pytest.raises(cli.UsageError, match="no profile matches"):
+        cli.choose_profile(None, {"backend": "cuda", "name": "NVIDIA GeForce GTX 1080"}, False)
+
+
+def test_choose_profile_needs_override_for_another_device_of_the_same_backend():
+    h200 = {"backend": "cuda", "name": "NVIDIA H200"}
+    with pytest.raises(cli.UsageError, match="OVERRIDE=1"):
+        cli.choose_profile("h100", h200, False)
+    profile, note = cli.choose_profile("h100", h200, True)
+    assert profile == "h100" and "override" in note and "NVIDIA H200" in note
+
+
+def test_archive_previous_moves_a_report_under_archive(tmp_path):
+    report_dir = tmp_path / "cpu"
+    (report_dir / "results").mkdir(parents=True)
+    (report_dir / "report.html").write_text("first")
+    dest = cli.archive_previous(report_dir)
+    assert not report_dir.exists()
+    assert dest.parent == tmp_path / "archive" and dest.name.startswith("cpu-")
+    assert (dest / "report.html").read_text() == "first"
+
+
+def test_archive_previous_never_overwrites_an_earlier_archive(tmp_path):
+    report_dir = tmp_path / "cpu"
+    kept = []
+    for text in ("first", "second"):
+        report_dir.mkdir()
+        (report_dir / "report.html").write_text(text)
+        kept.append(cli.archive_previous(report_dir))
+    assert kept[0] != kept[1]
+    assert [(d / "report.html").read_text() for d in kept] == ["first", "second"]
+
+
+def test_archive_previous_ignores_a_missing_or_empty_folder(tmp_path):
+    assert cli.archive_previous(tmp_path / "cpu") is None
+    (tmp_path / "cpu").mkdir()
+    assert cli.archive_previous(tmp_path / "cpu") is None
+    assert (tmp_path / "cpu").is_dir() and not (tmp_path / "archive").exists()
+
+
+def test_every_stage_has_a_notebook():
+    for key in config.load("cpu")["stages"]:
+        assert cli.stage_notebook(key).parent == ROOT / "notebooks"
+    with pytest.raises(cli.UsageError):
+        cli.stage_notebook("nosuch")

@@ -1,0 +1,204 @@
+"""The whole CPU pipeline, end to end: `python -m lib.cli report` with REPORTS pointing at a
+temporary folder. It runs once (session fixture `pipeline`); these tests read what it left."""
+from __future__ import annotations
+
+import json
+import math
+import re
+import shutil
+
+import pytest
+from conftest import ROOT, describe_proc, pdf_page_count, read_json, run_cli
+
+from lib import export, results, stages
+
+SECTION_HEADINGS = ["Executive summary", "Verdicts on the prevailing claims", "Hardware and software environment",
+                    "Method", "Experimental matrix", "Analysis per lever", "Recommendations", "Appendix"]
+
+
+def expected_records(params):
+    return {(s, b) for s in params["stages"] for b in params["run"]["batch_sizes"]}
+
+
+def all_records(run):
+    return [read_json(p) for p in sorted(run.results_dir.glob("*.json"))]
+
+
+def test_pipeline_exits_zero(pipeline):
+    assert pipeline.proc.returncode == 0, describe_proc(pipeline.proc)
+
+
+def test_pipeline_measures_every_stage_of_params(pipeline_ok):
+    assert pipeline_ok.params["stages"] == ["fp32", "tf32", "bf16", "flash", "vocab"]
+    names = {p.name for p in pipeline_ok.results_dir.glob("*.json")}
+    expected = {results.record_path(".", s, b).name for s, b in expected_records(pipeline_ok.params)}
+    assert names == expected
+
+
+def test_result_records_match_their_file_names(pipeline_ok):
+    for path in pipeline_ok.results_dir.glob("*.json"):
+        rec = read_json(path)
+        assert path.name == f"{rec['stage']}__b{rec['batch_size']}.json"
+        assert rec["profile"] == "cpu"
+
+
+def test_result_records_have_schema_and_ok_status(pipeline_ok):
+    for rec in all_records(pipeline_ok):
+        assert rec["schema_version"] == results.SCHEMA_VERSION
+        assert rec["status"] == "ok", (rec["stage"], rec["batch_size"], rec.get("reason"))
+
+
+def test_result_records_have_consistent_timing_statistics(pipeline_ok):
+    for rec in all_records(pipeline_ok):
+        where = (rec["stage"], rec["batch_size"])
+        assert rec["median_ms"] > 0, where
+        assert rec["p10_ms"] <= rec["median_ms"] <= rec["p90_ms"], where
+        assert rec["cv"] >= 0, where
+        assert rec["tokens_per_s"] > 0, where
+        assert len(rec["step_ms"]) == rec["timed_steps"] == pipeline_ok.params["run"]["timed_steps"], where
+        assert all(t > 0 for t in rec["step_ms"]), where
+        tokens_per_step = rec["batch_size"] * rec["seq_len"]
+        assert rec["tokens_per_s"] == pytest.approx(tokens_per_step / (rec["median_ms"] / 1e3)), where
+
+
+def test_result_records_keep_every_loss_and_a_finite_final_loss(pipeline_ok):
+    r = pipeline_ok.params["run"]
+    for rec in all_records(pipeline_ok):
+        where = (rec["stage"], rec["batch_size"])
+        assert len(rec["losses"]) == r["warmup_steps"] + r["timed_steps"], where
+        assert all(math.isfinite(v) for v in rec["losses"]), where
+        assert math.isfinite(rec["final_loss"]), where
+
+
+def test_sdpa_stages_record_their_backend_and_naive_stages_do_not(pipeline_ok):
+    for rec in all_records(pipeline_ok):
+        if stages.get(rec["stage"]).attention == "sdpa":
+            assert isinstance(rec.get("sdpa_backend"), str) and rec["sdpa_backend"], rec["stage"]
+        else:
+            assert rec.get("sdpa_backend") is None, rec["stage"]
+    assert {rec["stage"] for rec in all_records(pipeline_ok) if rec.get("sdpa_backend")} == {"flash", "vocab"}
+
+
+def test_executed_notebooks_one_per_stage_plus_summary(pipeline_ok):
+    names = sorted(p.name for p in (pipeline_ok.report_dir / "notebooks").glob("*.ipynb"))
+    sources = [next((ROOT / "notebooks").glob(f"*_{s}.ipynb")).name for s in pipeline_ok.params["stages"]]
+    assert names == sorted(sources + ["summary.ipynb"])
+
+
+def test_executed_notebooks_have_no_errors_and_every_cell_ran(pipeline_ok):
+    for path in (pipeline_ok.report_dir / "notebooks").glob("*.ipynb"):
+        nb = read_json(path)
+        assert not nb["metadata"].get("papermill", {}).get("exception"), path.name
+        for cell in nb["cells"]:
+            if cell["cell_type"] != "code":
+                continue
+            assert cell.get("execution_count") is not None, (path.name, cell["source"])
+            errors = [o for o in cell.get("outputs", []) if o.get("output_type") == "error"]
+            assert not errors, (path.name, errors)
+
+
+@pytest.fixture(scope="module")
+def report_html(pipeline_ok):
+    path = pipeline_ok.report_dir / "report.html"
+    assert path.exists()
+    return path.read_text(encoding="utf-8")
+
+
+def test_report_html_names_every_stage(report_html, pipeline_ok):
+    for key in pipeline_ok.params["stages"]:
+        assert stages.get(key).title in report_html, key
+
+
+@pytest.mark.parametrize("heading", SECTION_HEADINGS)
+def test_report_html_has_section_heading(report_html, heading):
+    assert re.search(r"<h[1-6][^>]*>[^<]*" + re.escape(heading), report_html), heading
+
+
+def test_report_html_loads_nothing_from_the_internet(report_html):
+    remote = re.compile(r"""<(script|link|img|iframe)\b[^>]*\b(src|href)\s*=\s*["']?\s*(https?:)?//""", re.I)
+    assert not remote.search(report_html)
+    assert not re.search(r"@import|url\(\s*['\"]?\s*(https?:)?//", report_html, re.I)
+
+
+def test_report_html_embeds_its_charts(report_html):
+    srcs = re.findall(r"""<img\b[^>]*\bsrc\s*=\s*["']\s*([^"']{0,20})""", report_html, re.I)
+    assert srcs, "no charts in the report"
+    assert all(s.startswith("data:image/") for s in srcs), srcs
+
+
+def test_report_html_has_the_wall_time_filled_in(report_html):
+    assert export.WALL_TIME_TOKEN not in report_html
+    assert "Wall time" in report_html
+
+
+def test_report_pdf_is_a_pdf_of_several_pages(pipeline_ok):
+    path = pipeline_ok.report_dir / "report.pdf"
+    assert path.read_bytes()[:5] == b"%PDF-"
+    assert pdf_page_count(path) > 3
+
+
+def test_figures_are_png_files(pipeline_ok):
+    figures = pipeline_ok.report_dir / "figures"
+    expected = {"throughput", "memory", "step_spread", "loss_all"} | {
+        f"loss_{s}" for s in pipeline_ok.params["stages"]}
+    assert expected <= {p.stem for p in figures.glob("*.png")}
+    for p in figures.glob("*.png"):
+        assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", p.name
+
+
+def test_run_json_records_no_failures(pipeline_ok):
+    run = read_json(pipeline_ok.report_dir / "run.json")
+    assert run["profile"] == "cpu"
+    assert run["failures"] == []
+    assert run["timings_s"]["pdf_error"] is None
+    assert set(pipeline_ok.params["stages"]) <= set(run["timings_s"])
+
+
+def test_report_folder_keeps_params_and_environment(pipeline_ok):
+    assert read_json(pipeline_ok.report_dir / "params.json")["name"] == "cpu"
+    assert read_json(pipeline_ok.report_dir / "environment.json")["device"]["backend"] == "cpu"
+
+
+def test_pipeline_writes_only_its_profile_folder_into_reports(pipeline_ok):
+    visible = {p.name for p in pipeline_ok.reports.iterdir() if not p.name.startswith(".")}  # .cpu.lock
+    assert visible == {"cpu"}
+
+
+# ---------------------------------------------------------------- a second run keeps the first
+
+@pytest.fixture(scope="module")
+def second_run(pipeline_ok, tmp_path_factory):
+    """A second report into a REPORTS folder that already holds the first one (a copy, so the
+    other tests keep reading the original). BATCHES=2 keeps it short."""
+    reports = tmp_path_factory.mktemp("reports_again")
+    shutil.copytree(pipeline_ok.report_dir, reports / "cpu")
+    proc = run_cli("report", REPORTS=reports, BATCHES="2")
+    return proc, reports
+
+
+@pytest.mark.rerun
+def test_second_run_succeeds_with_the_batches_it_was_given(second_run):
+    proc, reports = second_run
+    assert proc.returncode == 0, describe_proc(proc)
+    names = {p.name for p in (reports / "cpu" / "results").glob("*.json")}
+    assert names == {f"{s}__b2.json" for s in ["fp32", "tf32", "bf16", "flash", "vocab"]}
+    assert (reports / "cpu" / "report.html").exists()
+
+
+@pytest.mark.rerun
+def test_second_run_moves_the_first_report_to_archive(second_run, pipeline_ok):
+    proc, reports = second_run
+    archived = list((reports / "archive").glob("cpu-*"))
+    assert len(archived) == 1, describe_proc(proc)
+    old = archived[0]
+    assert (old / "report.html").read_bytes() == (pipeline_ok.report_dir / "report.html").read_bytes()
+    assert ({p.name for p in (old / "results").glob("*.json")}
+            == {p.name for p in pipeline_ok.results_dir.glob("*.json")})
+    assert "earlier cpu report kept in" in proc.stdout
+
+
+def test_every_stage_started_from_the_same_weights(pipeline_ok):
+    """The padded-vocabulary stage included: the report says so, from recorded checksums."""
+    recs = [json.loads(p.read_text()) for p in pipeline_ok.results_dir.glob("*.json")]
+    assert len({r["init_checksum"] for r in recs}) == 1
+    assert "identical for every stage" in (pipeline_ok.report_dir / "report.html").read_text()

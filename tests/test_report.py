@@ -1,0 +1,221 @@
+"""lib/report.py: findings and recommendations follow the data. Each test builds a small report
+folder from synthetic records (no measurement), then flips the data and checks the text flips."""
+from __future__ import annotations
+
+import pytest
+from conftest import make_record, tiny_params, write_report_dir
+
+from lib import report
+
+BATCHES = (2, 4)
+LOSSES = [6.0, 5.0, 4.0, 3.5, 3.0, 3.0]
+BASE_MS = 10.0
+
+
+def build(tmp_path, tf32_ms=BASE_MS, tf32_loss_shift=0.0, extra=(), stage_keys=("fp32", "tf32"),
+          tf32_status="ok"):
+    """A report of the FP32 baseline and TF32 at every batch size; TF32's step time and loss offset
+    are chosen by the test. Records in `extra` replace those of the same (stage, batch)."""
+    params = tiny_params(stage_keys=stage_keys, batch_sizes=BATCHES)
+    recs = {}
+    for b in BATCHES:  # a larger batch is more efficient: B=4 has the higher throughput
+        scale = 1 + b / 4
+        recs["fp32", b] = make_record(params, "fp32", b, [BASE_MS * scale] * 5, LOSSES, mem_bytes=2**30)
+        if tf32_status == "ok":
+            recs["tf32", b] = make_record(params, "tf32", b, [tf32_ms * scale] * 5,
+                                          [x + tf32_loss_shift for x in LOSSES], mem_bytes=2**30)
+        else:
+            recs["tf32", b] = make_record(params, "tf32", b, status=tf32_status, reason="because")
+    for rec in extra(params) if callable(extra) else extra:
+        recs[rec["stage"], rec["batch_size"]] = rec
+    write_report_dir(tmp_path / "cpu", params, list(recs.values()))
+    return report.load(tmp_path / "cpu")
+
+
+def recommendation_for(rep, title):
+    lines = [r for r in report.recommendations(rep) if r.startswith(f"**{title}**")]
+    assert len(lines) == 1, report.recommendations(rep)
+    return lines[0]
+
+
+def findings_text(rep):
+    return "\n".join(report.findings(rep))
+
+
+# ---------------------------------------------------------------- recommendations
+
+
+def test_faster_lever_within_tolerance_is_adopted(tmp_path):
+    line = recommendation_for(build(tmp_path, tf32_ms=BASE_MS / 2), "TF32")
+    assert line.startswith("**TF32**: adopt")
+    assert "2.00×" in line
+
+
+def test_slower_lever_is_not_adopted(tmp_path):
+    line = recommendation_for(build(tmp_path, tf32_ms=BASE_MS * 2), "TF32")
+    assert "slower" in line and "0.50×" in line
+    assert not line.startswith("**TF32**: adopt")
+
+
+def test_lever_of_the_same_speed_is_neutral(tmp_path):
+    line = recommendation_for(build(tmp_path, tf32_ms=BASE_MS), "TF32")
+    assert "neutral" in line
+    assert "slower" not in line and not line.startswith("**TF32**: adopt")
+
+
+def test_faster_lever_that_moves_the_loss_beyond_tolerance_is_not_adopted(tmp_path):
+    rep = build(tmp_path, tf32_ms=BASE_MS / 2, tf32_loss_shift=1.0)
+    assert rep.params["run"]["loss_tolerance"] < 1.0
+    line = recommendation_for(rep, "TF32")
+    assert "do not adopt" in line and "1.000" in line
+
+
+def test_loss_just_inside_tolerance_is_adopted_and_just_outside_is_not(tmp_path):
+    tol = tiny_params()["run"]["loss_tolerance"]
+    inside = build(tmp_path / "a", tf32_ms=BASE_MS / 2, tf32_loss_shift=tol * 0.9)
+    outside = build(tmp_path / "b", tf32_ms=BASE_MS / 2, tf32_loss_shift=tol * 1.1)
+    assert recommendation_for(inside, "TF32").startswith("**TF32**: adopt")
+    assert "do not adopt" in recommendation_for(outside, "TF32")
+
+
+def test_lever_without_any_timing_gets_no_recommendation(tmp_path):
+    line = recommendation_for(build(tmp_path, tf32_status="oom"), "TF32")
+    assert "not measured" in line
+
+
+def test_recommended_configuration_is_the_fastest_within_tolerance(tmp_path):
+    fast = report.recommendations(build(tmp_path / "a", tf32_ms=BASE_MS / 2))[0]
+    assert fast.startswith("**Recommended configuration**: TF32") and "B=4" in fast
+    slow = report.recommendations(build(tmp_path / "b", tf32_ms=BASE_MS * 2))[0]
+    assert slow.startswith("**Recommended configuration**: FP32 baseline")
+    off = report.recommendations(build(tmp_path / "c", tf32_ms=BASE_MS / 2, tf32_loss_shift=1.0))[0]
+    assert off.startswith("**Recommended configuration**: FP32 baseline")
+
+
+# ---------------------------------------------------------------- findings
+
+
+def test_findings_name_the_fastest_configuration(tmp_path):
+    assert report.findings(build(tmp_path / "a", tf32_ms=BASE_MS / 2))[0].startswith(
+        "**Fastest configuration: TF32 at B=")
+    assert report.findings(build(tmp_path / "b", tf32_ms=BASE_MS * 2))[0].startswith(
+        "**Fastest configuration: FP32 baseline at B=")
+
+
+def test_findings_give_the_speedup_over_the_previous_stage(tmp_path):
+    text = findings_text(build(tmp_path, tf32_ms=BASE_MS / 4))
+    assert "**TF32**" in text and "4.00× the previous stage's speed" in text
+
+
+def test_findings_say_whether_the_loss_is_within_tolerance(tmp_path):
+    assert "final loss within tolerance" in findings_text(build(tmp_path / "a"))
+    assert "final loss **beyond** tolerance" in findings_text(build(tmp_path / "b", tf32_loss_shift=1.0))
+
+
+def test_oom_row_appears_in_rows_without_a_timing(tmp_path):
+    def oom(params):
+        return [make_record(params, "tf32", 4, status="oom", reason="out of memory: test")]
+
+    rep = build(tmp_path, tf32_ms=BASE_MS / 2, extra=oom)
+    rows = [f for f in report.findings(rep) if f.startswith("**Rows without a timing**")]
+    assert len(rows) == 1
+    assert "tf32 b=4: oom" in rows[0].lower()
+    assert "B=2" not in rows[0] and "FP32" not in rows[0]
+    # the other batch size still gives a recommendation
+    assert recommendation_for(rep, "TF32").startswith("**TF32**: adopt")
+
+
+def test_diverged_lever_is_not_adopted_even_when_faster(tmp_path):
+    def diverged(params):
+        return [make_record(params, "tf32", 4, [BASE_MS / 4] * 5, LOSSES[:-1] + [float("nan")])]
+
+    rep = build(tmp_path, tf32_ms=BASE_MS / 2, extra=diverged)
+    assert rep.rec("tf32", 4)["status"] == "diverged"
+    assert "do not adopt" in recommendation_for(rep, "TF32")
+    assert not report.findings(rep)[0].startswith("**Fastest configuration: TF32 at B=4")
+
+
+def test_no_rows_without_a_timing_when_everything_ran(tmp_path):
+    assert "Rows without a timing" not in findings_text(build(tmp_path))
+
+
+def test_findings_of_a_cpu_report_say_its_timings_are_not_gpu_timings(tmp_path):
+    assert "its timings say nothing about any GPU" in findings_text(build(tmp_path))
+
+
+def test_findings_when_nothing_completed(tmp_path):
+    def all_oom(params):
+        return [make_record(params, "fp32", b, status="oom", reason="oom") for b in BATCHES]
+
+    rep = build(tmp_path, tf32_status="oom", extra=all_oom)
+    assert report.findings(rep) == ["No configuration completed; see the matrix for each row's status."]
+
+
+# ---------------------------------------------------------------- what the chapters show
+
+
+def test_load_keeps_only_the_stages_and_batches_of_params(tmp_path):
+    def stray(params):
+        return [make_record(params, "fp32", 8, [1.0] * 5, LOSSES),
+                make_record(params, "bf16", 2, [1.0] * 5, LOSSES)]
+
+    rep = build(tmp_path, extra=stray)
+    assert sorted({(r["stage"], r["batch_size"]) for r in rep.records}) == [
+        ("fp32", 2), ("fp32", 4), ("tf32", 2), ("tf32", 4)]
+    assert len(rep.df) == 4
+
+
+def test_matrix_shows_status_and_loss_flags(tmp_path):
+    def oom(params):
+        return [make_record(params, "tf32", 4, status="oom", reason="out of memory: test")]
+
+    html = report.matrix_html(build(tmp_path, tf32_loss_shift=1.0, extra=oom))
+    assert "OOM" in html and "out of memory: test" in html
+    assert "beyond tol" in html
+    assert "matrix" in html
+    assert "beyond tol" not in report.matrix_html(build(tmp_path / "clean"))
+
+
+def test_stage_summary_of_a_stage_without_timings_gives_the_reasons(tmp_path):
+    text = report.stage_summary(build(tmp_path, tf32_status="oom"), "tf32")
+    assert text.startswith("TF32 has no timing")
+    assert "B=2: oom (because)" in text and "B=4: oom (because)" in text
+
+
+def test_appendix_shows_every_stage_switch(tmp_path):
+    rep = build(tmp_path, stage_keys=("fp32", "tf32"))
+    text = report.appendix_md(rep)
+    assert 'set_float32_matmul_precision("highest")' in text and 'set_float32_matmul_precision("high")' in text
+
+
+def test_failures_md_lists_notebook_failures_and_error_rows(tmp_path):
+    def err(params):
+        return [make_record(params, "tf32", 2, status="error", reason="segfault")]
+
+    rep = build(tmp_path, extra=err)
+    text = report.failures_md(rep, ["01_fp32.ipynb: cell 3: boom"])
+    assert "01_fp32.ipynb: cell 3: boom" in text and "TF32 B=2: **error**: segfault" in text
+    assert report.failures_md(build(tmp_path / "clean"), []) == ""
+
+
+@pytest.fixture
+def agg_backend():
+    import matplotlib
+    import matplotlib.pyplot as plt
+
+    matplotlib.use("Agg")
+    yield
+    plt.close("all")
+
+
+def test_charts_are_drawn_with_an_oom_row(tmp_path, agg_backend):
+    def oom(params):
+        return [make_record(params, "tf32", 4, status="oom", reason="out of memory")]
+
+    rep = build(tmp_path, extra=oom)
+    report.plot_throughput(rep)
+    report.plot_memory(rep)
+    report.plot_spread(rep)
+    report.plot_losses(rep, "tf32")
+    names = {p.name for p in (rep.dir / "figures").glob("*.png")}
+    assert names == {"throughput.png", "memory.png", "step_spread.png", "loss_tf32.png"}
