@@ -4,6 +4,7 @@
 #   make test                                               the test suite (runs the CPU pipeline)
 #   make lab                                                JupyterLab on notebooks/
 #   make render GPU=h100                                    redraw a report from its results
+#   make compare GPUS="h100 h200"                           one report across GPUs
 #   make wheelhouse [WHEEL_PYTHON=3.12]                     wheels for an offline GPU host
 #
 # Setup happens on first use and is skipped when done. Two environment modes:
@@ -16,7 +17,7 @@
 SHELL := /bin/bash
 .DEFAULT_GOAL := help
 PYTHON ?= python3
-export GPU BATCHES OVERRIDE REPORTS FORCE
+export GPU GPUS BATCHES OVERRIDE REPORTS FORCE
 
 ENV_MODE ?= $(shell $(PYTHON) -c "import torch,sys; sys.exit(0 if torch.cuda.is_available() else 1)" >/dev/null 2>&1 && echo existing || echo venv)
 ifeq ($(ENV_MODE),existing)
@@ -31,9 +32,9 @@ endif
 PIP_QUIET := 2> >(grep -v "is ignored: it is neither a file nor a directory" >&2)
 HOST_IMPORTS := numpy tiktoken pandas matplotlib yaml papermill nbformat nbconvert ipykernel pytest
 
-.PHONY: help setup report test lab wheelhouse pdf render clean
+.PHONY: help setup report test lab wheelhouse pdf render compare clean
 help:
-	@sed -n '2,8p' Makefile | sed 's/^# \{0,1\}//'
+	@sed -n '2,9p' Makefile | sed 's/^# \{0,1\}//'
 
 setup: $(SETUP_STAMP)
 	@$(PY) -m lib.data
@@ -68,6 +69,9 @@ pdf: setup
 
 render: setup
 	@$(PY) -m lib.cli render
+
+compare: setup
+	@$(PY) -m lib.cli compare
 
 test: setup
 	@$(PY) -m pytest -q tests

@@ -311,6 +311,39 @@ def pdf(args) -> int:
     return 0
 
 
+def compare(args) -> int:
+    """One report across GPUs from existing reports/<gpu>/ folders (measures nothing)."""
+    from . import compare as cmp
+
+    names = [n for n in (args.gpus or "").replace(",", " ").split() if n]
+    for n in names:
+        config.check_name(n)
+    reports_root = Path(args.reports).resolve() if args.reports else ROOT / "reports"
+    try:
+        cmp.load_all(names, reports_root)
+    except cmp.CompareError as e:
+        raise UsageError(str(e)) from None
+    out_dir = reports_root / ("compare-" + "-".join(names))
+    (out_dir / "notebooks").mkdir(parents=True, exist_ok=True)
+    t_start = time.perf_counter()
+    logging.basicConfig(level=logging.INFO, format="    %(message)s")
+    logging.getLogger("papermill").setLevel(logging.WARNING)
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    print(f"compare {' vs '.join(names)}", flush=True)
+    nb = out_dir / "notebooks" / "compare.ipynb"
+    err = run_notebook(NOTEBOOKS / "compare.ipynb", nb,
+                       {"gpus": names, "reports_root": str(reports_root), "out_dir": str(out_dir)})
+    failures = [err] if err else []
+    timings = export.export(out_dir, [], nb, f"GPT-2 training step across GPUs: {' vs '.join(names)}", t_start)
+    if timings.get("pdf_error"):
+        failures.append(timings["pdf_error"])
+    print(f"wrote {out_dir}/report.html and report.pdf in {timings['total_s']:.0f} s")
+    if failures:
+        print(*failures, sep="\n", file=sys.stderr)
+        return 1
+    return 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m lib.cli")
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -330,9 +363,12 @@ def main(argv=None) -> int:
         p = sub.add_parser(name, help=text)
         p.add_argument("--gpu", default=env.get("GPU") or None)
         p.add_argument("--reports", default=env.get("REPORTS") or None)
+    c = sub.add_parser("compare", help="one report across GPUs from existing reports")
+    c.add_argument("--gpus", default=env.get("GPUS") or None, help="e.g. 'h100 h200'")
+    c.add_argument("--reports", default=env.get("REPORTS") or None)
     args = ap.parse_args(argv)
     try:
-        return {"report": report, "pdf": pdf, "render": render}[args.cmd](args)
+        return {"report": report, "pdf": pdf, "render": render, "compare": compare}[args.cmd](args)
     except (UsageError, config.ConfigError, data.DataError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

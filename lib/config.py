@@ -136,7 +136,8 @@ def validate(p: dict) -> None:
         raise ConfigError(f"{where}: run.batch_sizes is empty")
     for key in ("seq_len", "warmup_steps", "timed_steps", "final_loss_window"):
         if r[key] < (0 if key == "warmup_steps" else 1):
-            raise ConfigError(f"{where}: run.{key} must be a positive integer, got {r[key]}")
+            kind = "a non-negative" if key == "warmup_steps" else "a positive"
+            raise ConfigError(f"{where}: run.{key} must be {kind} integer, got {r[key]}")
     if r["timed_steps"] < MIN_TIMED_STEPS:
         raise ConfigError(f"{where}: run.timed_steps {r['timed_steps']} is too few for p10/p90 "
                           f"statistics (at least {MIN_TIMED_STEPS})")
