@@ -246,6 +246,11 @@ def findings(rep: Report) -> list[str]:
             out.append(f"**{st.title}**: no measurement ({', '.join(status) or 'the stage did not run'}).")
             continue
         text = f"**{st.title}** ({st.lever}): {_range(prev.values)} the previous stage's speed"
+        if key == "ddp":
+            r = rep.ok()[rep.ok()["stage"] == "ddp"].iloc[0]
+            if not pd.isna(r["scaling_efficiency"]):
+                text += (f" on {int(r['world_size'])} GPUs, scaling efficiency {r['scaling_efficiency'] * 100:.1f} %, "
+                         f"all-reduce {r['allreduce_share'] * 100:.1f} % of the step")
         diverged = rep.df[(rep.df["stage"] == key) & (rep.df["status"] == "diverged")]["batch_size"].tolist()
         if diverged:
             text += f"; **the loss diverged (NaN) at B={', '.join(map(str, diverged))}**"
@@ -356,6 +361,13 @@ def stage_summary(rep: Report, key: str) -> str:
     best = ok.loc[ok["tokens_per_s"].idxmax()]
     parts.append(f"Best throughput {best['tokens_per_s']:,.0f} tokens/s at B={best['batch_size']}"
                  + (f" (MFU {best['mfu'] * 100:.1f} % of the {best['peak_precision']} peak)." if not pd.isna(best["mfu"]) else "."))
+    if key == "ddp":
+        r = ok.iloc[0]
+        eff = "n/a" if pd.isna(r["scaling_efficiency"]) else f"{r['scaling_efficiency'] * 100:.1f} %"
+        parts.append(f"{int(r['world_size'])} GPUs at B={r['batch_size']} per GPU: {r['tokens_per_s']:,.0f} tokens/s "
+                     f"in all, {r['per_gpu_tokens_per_s']:,.0f} per GPU; **scaling efficiency {eff}** of the "
+                     f"single-GPU figure; the gradient all-reduce costs **{r['allreduce_share'] * 100:.1f} %** of "
+                     "the step (step time with and without gradient synchronisation).")
     sdpa = ok["sdpa_backend"].dropna().unique()
     if len(sdpa):
         parts.append(f"SDPA backend that ran: **{', '.join(sdpa)}** (read from the dispatched operators).")
@@ -493,8 +505,11 @@ def plot_losses(rep: Report, stage: str | None = None):
     for ax, b in zip(axes[0], batches):
         base = rep.rec(base_key, b)
         base_losses = np.asarray(base["losses"]) if base and base.get("losses") else None
-        if stage is None or stage == base_key:
-            for i, key in enumerate(rep.stage_order if stage is None else [base_key]):
+        if stage is None or stage in (base_key, "ddp"):
+            keys = (rep.stage_order if stage is None else [base_key] if stage == base_key
+                    else rep.stage_order[max(0, rep.stage_order.index("ddp") - 1):])
+            for key in keys:
+                i = rep.stage_order.index(key)
                 rec = rep.rec(key, b)
                 if rec and rec.get("losses"):
                     ax.plot(rec["losses"], color=f"C{i}", lw=1.0, label=stages.get(key).title)

@@ -115,23 +115,27 @@ def table(records: list[dict], stage_order: list[str], tolerance: float | None =
 
     cols = ["stage", "stage_title", "batch_size", "status", "reason", "median_ms", "p10_ms", "p90_ms",
             "cv", "tokens_per_s", "mfu", "peak_precision", "achieved_tflops", "mem_tensors_bytes",
-            "mem_allocator_bytes", "mem_device_bytes", "final_loss", "sdpa_backend"]
+            "mem_allocator_bytes", "mem_device_bytes", "final_loss", "sdpa_backend", "world_size",
+            "scaling_efficiency", "allreduce_share", "per_gpu_tokens_per_s"]
     df = pd.DataFrame([{c: r.get(c) for c in cols} for r in records], columns=cols)
     df["stage_idx"] = df["stage"].map({s: i for i, s in enumerate(stage_order)})
     df = df.sort_values(["stage_idx", "batch_size"]).reset_index(drop=True)
     ok = df["status"].isin(["ok", "diverged"])
     base = df[(df["stage"] == stage_order[0]) & ok].set_index("batch_size")
+    # Speed-ups are throughput ratios: for one GPU the same as step-time ratios, and for the
+    # multi-GPU stage (more tokens per step) the honest measure.
     df["speedup_vs_baseline"] = [
-        base["median_ms"][b] / m if b in base.index and ok_ and m else np.nan
-        for b, m, ok_ in zip(df["batch_size"], df["median_ms"], ok)]
+        t / base["tokens_per_s"][b] if b in base.index and ok_ and t else np.nan
+        for b, t, ok_ in zip(df["batch_size"], df["tokens_per_s"], ok)]
+    # The multi-GPU stage trains with a larger global batch, so its loss is not the baseline's.
     df["loss_delta"] = [
-        f - base["final_loss"][b] if b in base.index and f is not None and not pd.isna(f) else np.nan
-        for b, f in zip(df["batch_size"], df["final_loss"])]
+        f - base["final_loss"][b] if b in base.index and f is not None and not pd.isna(f) and s != "ddp" else np.nan
+        for b, f, s in zip(df["batch_size"], df["final_loss"], df["stage"])]
     prev = []
     for i, row in df.iterrows():
         earlier = df[(df["batch_size"] == row["batch_size"]) & (df["stage_idx"] < row["stage_idx"]) & ok]
-        prev.append(earlier["median_ms"].iloc[-1] / row["median_ms"]
-                    if len(earlier) and ok[i] and row["median_ms"] else np.nan)
+        prev.append(row["tokens_per_s"] / earlier["tokens_per_s"].iloc[-1]
+                    if len(earlier) and ok[i] and row["tokens_per_s"] else np.nan)
     df["speedup_vs_previous"] = prev
     if tolerance is not None:
         df["loss_within_tolerance"] = pd.Series(

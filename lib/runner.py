@@ -41,6 +41,11 @@ def child_env() -> dict:
 
 def describe(rec: dict) -> str:
     head = f"{rec['stage']:>6} B={rec['batch_size']:<4}"
+    if rec["status"] == "ok" and rec.get("world_size"):
+        eff = rec.get("scaling_efficiency")
+        return (f"{head} {rec['median_ms']:9.2f} ms/step  {rec['tokens_per_s']:>11,.0f} tok/s on {rec['world_size']} ranks "
+                f"({rec['per_gpu_tokens_per_s']:,.0f} per rank, scaling efficiency "
+                f"{'n/a' if eff is None else f'{eff * 100:.1f} %'}, all-reduce {rec['allreduce_share'] * 100:.1f} % of the step)")
     if rec["status"] in ("ok", "diverged"):
         mem = rec.get("mem_allocator_bytes") or rec.get("mem_device_bytes") or 0
         extra = "  DIVERGED" if rec["status"] == "diverged" else ""
@@ -74,6 +79,8 @@ def run_stage(stage_key: str, params: dict, report_dir, timeout_s: float = 1800,
     kept (resume), unless `force`."""
     if faults.get(stage_key) == "stage-raise":
         raise RuntimeError(f"injected fault: stage {stage_key} raised before measuring")
+    if stage_key == "ddp":
+        return [run_ddp(params, report_dir, timeout_s=timeout_s, force=force)]
     report_dir = resolve(report_dir)
     env = environment(report_dir)
     device = env["device"]
@@ -142,4 +149,61 @@ def _collect(params, job, verdict, stderr) -> dict:
     rec = error_record(params, job["stage"], job["batch_size"],
                        f"measurement process failed ({verdict}): {tail[-1] if tail else 'no message'}", stderr)
     results.write_atomic(out, rec)
+    return rec
+
+
+def run_ddp(params: dict, report_dir, nproc: int | None = None, timeout_s: float = 1800,
+            force: bool = False) -> dict:
+    """The multi-GPU stage: torchrun with one process per GPU, at the best single-GPU
+    configuration of the stage before it (its per-GPU batch fixed). `nproc` forces a process
+    count (the CPU test runs 2 gloo processes); otherwise it is the host's GPU count."""
+    report_dir = resolve(report_dir)
+    env = environment(report_dir)
+    stage = stages.get("ddp")
+    order = params["stages"]
+    base_key = order[order.index("ddp") - 1] if "ddp" in order and order.index("ddp") else "vocab"
+    base = [r for r in (json.loads(p.read_text()) for p in (report_dir / "results").glob(f"{base_key}__b*.json"))
+            if r.get("status") == "ok"] if (report_dir / "results").is_dir() else []
+    best = max(base, key=lambda r: r["tokens_per_s"]) if base else None
+    batch = best["batch_size"] if best else params["run"]["batch_sizes"][0]
+    out = results.record_path(report_dir / "results", "ddp", batch)
+    for old in (report_dir / "results").glob("ddp__b*.json"):
+        if old != out:
+            old.unlink()
+    fp = results.fingerprint(params, env, stage, batch) + f"-n{nproc or env['device'].get('count', 1)}"
+    kept = None if force else _reusable(out, fp)
+    if kept:
+        print(describe(kept) + "  (kept from an earlier run)", flush=True)
+        return kept
+    reason = None if nproc else stage.not_applicable(env["device"])
+    if reason:
+        rec = results.base_record(params, stage, batch)
+        rec.update(status="not_applicable", reason=reason, fingerprint=fp)
+        results.write_atomic(out, rec)
+        print(describe(rec), flush=True)
+        return rec
+    n = nproc or env["device"]["count"]
+    job = {"params": params, "batch_size": batch, "base_stage": base_key, "fingerprint": fp,
+           "single_gpu_tokens_per_s": best["tokens_per_s"] if best else None}
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+        json.dump(job, f)
+    run_env = child_env()
+    run_env.update({"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1",
+                    "OMP_NUM_THREADS": run_env.get("OMP_NUM_THREADS", "1")})
+    if out.exists():
+        out.unlink()
+    try:
+        proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
+                               f"--nproc_per_node={n}", "-m", "lib.ddp", f.name, str(out)],
+                              cwd=ROOT, env=run_env, capture_output=True, text=True, timeout=timeout_s)
+        verdict, stderr = f"exit {proc.returncode}", proc.stderr
+    except subprocess.TimeoutExpired as e:
+        verdict, stderr = f"timed out after {timeout_s:.0f} s", str(e.stderr or "")
+    finally:
+        os.unlink(f.name)
+    rec = _collect(params, {"stage": "ddp", "batch_size": batch, "out": str(out)}, verdict, stderr)
+    if rec["status"] == "error" and "out of memory" in stderr.lower():
+        rec.update(status="oom", reason="out of memory on at least one rank")
+        results.write_atomic(out, rec)
+    print(describe(rec), flush=True)
     return rec

@@ -25,6 +25,9 @@ class Stage:
                 return "TF32 tensor cores need compute capability 8.0 (Ampere) or newer"
         if self.key == "tf32" and backend == "mps":
             return "TF32 is an NVIDIA/AMD tensor-core mode; Apple GPUs have no equivalent"
+        if self.key == "ddp" and (backend not in ("cuda", "rocm") or device.get("count", 1) < 2):
+            return f"one {'GPU' if backend in ('cuda', 'rocm') else backend.upper() + ' device'} on this host: " \
+                   "data parallelism needs two or more GPUs"
         return None
 
 
@@ -46,7 +49,10 @@ def _cumulative() -> list[Stage]:
                     lever="lm_head/embedding rows padded to a multiple of 128",
                     padded_vocab=True,
                     switch="GPTConfig(vocab_size=50304)  # loss still over the 50257 real tokens")
-    return [fp32, tf32, bf16, flash, vocab]
+    ddp = replace(vocab, key="ddp", title="DDP across the host's GPUs",
+                  lever="data parallel over every GPU (torchrun, per-GPU batch fixed)",
+                  switch="model = DistributedDataParallel(model)  # torchrun --nproc_per_node=<GPUs>")
+    return [fp32, tf32, bf16, flash, vocab, ddp]
 
 
 STAGES: dict[str, Stage] = {s.key: s for s in _cumulative()}

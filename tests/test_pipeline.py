@@ -16,12 +16,23 @@ SECTION_HEADINGS = ["Executive summary", "Verdicts on the prevailing claims", "H
                     "Method", "Experimental matrix", "Analysis per lever", "Recommendations", "Appendix"]
 
 
+SINGLE_DEVICE = ["fp32", "tf32", "bf16", "flash", "vocab"]
+
+
 def expected_records(params):
-    return {(s, b) for s in params["stages"] for b in params["run"]["batch_sizes"]}
+    return {(s, b) for s in params["stages"] if s != "ddp" for b in params["run"]["batch_sizes"]}
 
 
 def all_records(run):
-    return [read_json(p) for p in sorted(run.results_dir.glob("*.json"))]
+    """The measured records (the multi-GPU stage is a single 'not applicable' row on a CPU)."""
+    return [r for r in (read_json(p) for p in sorted(run.results_dir.glob("*.json"))) if r["stage"] != "ddp"]
+
+
+def test_the_multi_gpu_stage_is_one_not_applicable_row_on_a_cpu(pipeline_ok):
+    rows = [read_json(p) for p in pipeline_ok.results_dir.glob("ddp__b*.json")]
+    assert len(rows) == 1
+    assert rows[0]["status"] == "not_applicable" and "two or more GPUs" in rows[0]["reason"]
+    assert rows[0]["batch_size"] in pipeline_ok.params["run"]["batch_sizes"]
 
 
 def test_pipeline_exits_zero(pipeline):
@@ -29,8 +40,8 @@ def test_pipeline_exits_zero(pipeline):
 
 
 def test_pipeline_measures_every_stage_of_params(pipeline_ok):
-    assert pipeline_ok.params["stages"] == ["fp32", "tf32", "bf16", "flash", "vocab"]
-    names = {p.name for p in pipeline_ok.results_dir.glob("*.json")}
+    assert pipeline_ok.params["stages"] == SINGLE_DEVICE + ["ddp"]
+    names = {p.name for p in pipeline_ok.results_dir.glob("*.json") if not p.name.startswith("ddp__")}
     expected = {results.record_path(".", s, b).name for s, b in expected_records(pipeline_ok.params)}
     assert names == expected
 
