@@ -84,9 +84,12 @@ def run(job: dict) -> dict | None:
     synced = _time_steps(step, r["timed_steps"], dev)
     local = _time_steps(lambda: step(sync=False), r["timed_steps"], dev)
     # The slowest rank sets the pace: gather every rank's median and keep the largest.
-    med = torch.tensor([float(np.median(synced)), float(np.median(local))], dtype=torch.float64)
+    # NCCL only moves device tensors (gloo takes CPU ones), so gather on the model's device.
+    where = model.lm_head.weight.device
+    med = torch.tensor([float(np.median(synced)), float(np.median(local))], dtype=torch.float64, device=where)
     gathered = [torch.zeros_like(med) for _ in range(world)]
     dist.all_gather(gathered, med)
+    gathered = [g.cpu() for g in gathered]
     dist.destroy_process_group()
     if rank != 0:
         return None

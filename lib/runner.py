@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -145,9 +146,13 @@ def _collect(params, job, verdict, stderr) -> dict:
     out = Path(job["out"])
     if out.exists():
         return json.loads(out.read_text())
-    tail = [ln for ln in stderr.strip().splitlines() if ln.strip()]
-    rec = error_record(params, job["stage"], job["batch_size"],
-                       f"measurement process failed ({verdict}): {tail[-1] if tail else 'no message'}", stderr)
+    tail = [ln.strip() for ln in stderr.strip().splitlines() if ln.strip()]
+    # The exception line, not a launcher's closing banner (torchrun ends with a box of '=').
+    errors = [ln for ln in tail if re.search(r"\w(Error|Exception): \S", ln)]
+    ranked = [ln for ln in errors if ln.startswith("[rank")]
+    message = (ranked or errors or tail or ["no message"])[-1]
+    rec = error_record(params, job["stage"], job["batch_size"], f"measurement process failed ({verdict}): {message}",
+                       stderr)
     results.write_atomic(out, rec)
     return rec
 
