@@ -562,7 +562,7 @@ def title_md(rep: Report) -> str:
 
 def failures_md(rep: Report, failures: list[str]) -> str:
     lines = [f"* notebook failed: `{f}`" for f in failures]
-    lines += [f"* {r['stage_title']} B={r['batch_size']}: **error**: {r.get('reason')}"
+    lines += [f"* {r['stage_title']} B={r['batch_size']}: **error**: {_short(r.get('reason'))[:400]}"
               for r in rep.records if r["status"] == "error"]
     if not lines:
         return ""
