@@ -16,6 +16,7 @@ def _fake_report(root: Path, name: str, torch: str, speed: float, schema=results
     record per stage at two batch sizes, each stage `speed` times faster than the one before."""
     params = config.load("cpu", [2, 4])
     params["name"], params["backend"] = name, "cuda"
+    params["stages"] = [s for s in params["stages"] if s != "ddp"]  # single-GPU stages only
     d = root / name
     (d / "results").mkdir(parents=True)
     (d / "params.json").write_text(json.dumps(params))
