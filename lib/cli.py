@@ -10,7 +10,6 @@ import json
 import logging
 import os
 import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -26,14 +25,23 @@ class UsageError(Exception):
 
 
 def detect_environment() -> dict:
-    """The environment, captured in a child process: this one must never hold a GPU context."""
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
-    proc = subprocess.run([sys.executable, "-m", "lib.environment"], cwd=ROOT, capture_output=True,
-                          text=True, env=env)
-    if proc.returncode:
-        lines = proc.stderr.strip().splitlines()
-        raise UsageError(f"could not inspect the device: {lines[-1] if lines else f'exit {proc.returncode}'}")
-    return json.loads(proc.stdout)
+    from .runner import capture_environment
+
+    try:
+        return capture_environment()
+    except RuntimeError as e:
+        raise UsageError(f"could not inspect the device: {e}") from None
+
+
+def reports_root_of(args) -> Path:
+    return Path(args.reports).resolve() if args.reports else ROOT / "reports"
+
+
+def _notebook_session() -> None:
+    """Quiet papermill, and let every kernel import lib/ whatever its working folder."""
+    logging.basicConfig(level=logging.INFO, format="    %(message)s")
+    logging.getLogger("papermill").setLevel(logging.WARNING)
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
 
 
 def choose_profile(gpu: str | None, device: dict, allow_mismatch: bool) -> tuple[str, str | None]:
@@ -172,7 +180,7 @@ def report(args) -> int:
     profile, override = choose_profile(args.gpu, env["device"], args.override)
     params = config.load(profile, batches, override)
     manifest = data.verify()
-    reports_root = Path(args.reports).resolve() if args.reports else ROOT / "reports"
+    reports_root = reports_root_of(args)
     report_dir = reports_root / profile
     try:
         reports_root.mkdir(parents=True, exist_ok=True)
@@ -181,7 +189,7 @@ def report(args) -> int:
         probe.unlink()
     except OSError as e:
         raise UsageError(f"cannot write reports to {reports_root}: {e.strerror}")
-    lock = take_lock(reports_root, profile)  # held until this process ends, however it ends
+    _lock = take_lock(reports_root, profile)  # noqa: F841 (held open until this process ends, however it ends)
     if same_setup(report_dir, params, env) and not args.force:
         print(f"resuming the {profile} report: configurations with valid results for this workload "
               f"and machine are kept (FORCE=1 re-measures everything)")
@@ -228,9 +236,7 @@ def _exit_code(report_dir, failures) -> int:
 
 def run_notebooks(report_dir: Path, params: dict, measure: bool, force: bool = False):
     """Execute every stage notebook (measuring, or only redrawing) and then the summary."""
-    logging.basicConfig(level=logging.INFO, format="    %(message)s")
-    logging.getLogger("papermill").setLevel(logging.WARNING)
-    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    _notebook_session()
     profile = params["name"]
     nb_params = {"gpu": profile, "report_dir": str(report_dir), "batch_sizes": params["run"]["batch_sizes"],
                  "override": params.get("override"), "measure": measure, "force": force}
@@ -276,7 +282,7 @@ def render(args) -> int:
     """Redraw an existing report (notebooks, HTML, PDF) from its results, measuring nothing:
     for a presentation change, or to render a GPU host's results on another machine."""
     profile = config.check_name(args.gpu or "cpu")
-    reports_root = Path(args.reports).resolve() if args.reports else ROOT / "reports"
+    reports_root = reports_root_of(args)
     report_dir = reports_root / profile
     if not (report_dir / "params.json").exists() or not (report_dir / "results").is_dir():
         raise UsageError(f"no measured report at {report_dir}: run `make report GPU={profile}` first")
@@ -302,7 +308,7 @@ def render(args) -> int:
 def pdf(args) -> int:
     """Render report.pdf from an existing report.html (for hosts that lack a PDF renderer)."""
     profile = config.check_name(args.gpu or "cpu")
-    reports_root = Path(args.reports).resolve() if args.reports else ROOT / "reports"
+    reports_root = reports_root_of(args)
     html_path = reports_root / profile / "report.html"
     if not html_path.exists():
         raise UsageError(f"no report at {html_path}: run `make report GPU={profile}` first")
@@ -318,7 +324,7 @@ def compare(args) -> int:
     names = [n for n in (args.gpus or "").replace(",", " ").split() if n]
     for n in names:
         config.check_name(n)
-    reports_root = Path(args.reports).resolve() if args.reports else ROOT / "reports"
+    reports_root = reports_root_of(args)
     try:
         cmp.load_all(names, reports_root)
     except cmp.CompareError as e:
@@ -326,9 +332,7 @@ def compare(args) -> int:
     out_dir = reports_root / ("compare-" + "-".join(names))
     (out_dir / "notebooks").mkdir(parents=True, exist_ok=True)
     t_start = time.perf_counter()
-    logging.basicConfig(level=logging.INFO, format="    %(message)s")
-    logging.getLogger("papermill").setLevel(logging.WARNING)
-    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    _notebook_session()
     print(f"compare {' vs '.join(names)}", flush=True)
     nb = out_dir / "notebooks" / "compare.ipynb"
     err = run_notebook(NOTEBOOKS / "compare.ipynb", nb,

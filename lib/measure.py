@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
 import os
 import resource
 import signal
@@ -22,7 +21,6 @@ import torch
 from . import data, faults, results, stages
 from .model import GPT, GPTConfig, flops_per_token
 
-RESULT_PREFIX = "@@done "  # the launcher's one-line report per configuration, on its stdout
 SDPA_OPS = {  # profiler op name -> which SDPA backend ran
     "aten::_scaled_dot_product_flash_attention": "flash",
     "aten::_scaled_dot_product_flash_attention_for_cpu": "flash (CPU kernel)",
@@ -215,7 +213,7 @@ def serve(jobs: list[dict], timeout_s: float) -> None:
             verdict = f"killed by signal {os.WTERMSIG(status)}"
         else:
             verdict = f"exit {os.WEXITSTATUS(status)}"
-        print(RESULT_PREFIX + json.dumps({"out": job["out"], "verdict": verdict}), flush=True)
+        print(results.DONE_PREFIX + json.dumps({"out": job["out"], "verdict": verdict}), flush=True)
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 
 SCHEMA_VERSION = 1
+DONE_PREFIX = "@@done "  # the measurement launcher's one line per finished configuration, on its stdout
 STATUSES = ("ok", "oom", "diverged", "error", "not_applicable")
 REUSABLE = ("ok", "oom", "diverged", "not_applicable")  # valid results a re-run may keep; errors are retried
 ENV_KEYS = ("torch", "cuda", "hip", "cudnn", "cublas", "driver", "python")

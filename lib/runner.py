@@ -22,15 +22,22 @@ def resolve(report_dir) -> Path:
     return p if p.is_absolute() else ROOT / p
 
 
+def capture_environment() -> dict:
+    """Device and software, captured in a child process: the caller must never hold a GPU
+    context while configurations are measured. Raises RuntimeError with the child's last line."""
+    proc = subprocess.run([sys.executable, "-m", "lib.environment"], cwd=ROOT, capture_output=True,
+                          text=True, env=child_env())
+    if proc.returncode:
+        lines = proc.stderr.strip().splitlines()
+        raise RuntimeError(lines[-1] if lines else f"exit {proc.returncode}")
+    return json.loads(proc.stdout)
+
+
 def environment(report_dir) -> dict:
-    """The environment record of this report, captured in a child process on first use."""
+    """The environment record of this report, captured on first use."""
     path = resolve(report_dir) / "environment.json"
     if not path.exists():
-        proc = subprocess.run([sys.executable, "-m", "lib.environment"], cwd=ROOT,
-                              capture_output=True, text=True, env=child_env())
-        if proc.returncode:
-            raise RuntimeError(f"environment capture failed: {proc.stderr.strip()[-500:]}")
-        results.write_atomic(path, json.loads(proc.stdout))
+        results.write_atomic(path, capture_environment())
     return json.loads(path.read_text())
 
 
@@ -119,9 +126,9 @@ def run_stage(stage_key: str, params: dict, report_dir, timeout_s: float = 1800,
             drain.start()
             verdicts = {}
             for line in proc.stdout:  # one line per finished configuration, as it finishes
-                if not line.startswith(measure_prefix()):
+                if not line.startswith(results.DONE_PREFIX):
                     continue
-                msg = json.loads(line[len(measure_prefix()):])
+                msg = json.loads(line[len(results.DONE_PREFIX):])
                 verdicts[msg["out"]] = msg["verdict"]
                 job = next(j for j in jobs if j["out"] == msg["out"])
                 recs[job["batch_size"]] = _collect(params, job, msg["verdict"], "".join(stderr_lines))
@@ -136,10 +143,6 @@ def run_stage(stage_key: str, params: dict, report_dir, timeout_s: float = 1800,
                                                    "".join(stderr_lines))
                 print(describe(recs[job["batch_size"]]), flush=True)
     return [recs[b] for b in params["run"]["batch_sizes"]]
-
-
-def measure_prefix() -> str:
-    return "@@done "  # keep in step with measure.RESULT_PREFIX (not imported: that pulls in torch)
 
 
 def _collect(params, job, verdict, stderr) -> dict:

@@ -6,7 +6,6 @@ Faults are injected with GPT2_LEVERS_FAULT (lib/faults.py). Runs use one batch s
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import signal
 import subprocess
