@@ -2,6 +2,7 @@
 confirmed, refuted, not applicable or not measured, each with the measured figure."""
 from __future__ import annotations
 
+import html as _html
 from pathlib import Path
 
 import numpy as np
@@ -50,13 +51,45 @@ def _expect(metric: str, e: dict) -> str:
     return f"≥ {_fmt(metric, lo)}" if lo is not None else f"≤ {_fmt(metric, hi)}"
 
 
-def verdict(claim: dict, df: pd.DataFrame, profile: str, backend: str) -> dict:
+def _kernel_verdict(claim: dict, row: dict, gemm: dict | None, applies: bool) -> dict:
+    """The lm_head claim from the GEMM sweep: the unaligned width must run different kernels
+    *and* be slower by the claimed margin (time ratio) to be confirmed."""
+    dt, (real, padded) = claim["dtype"], claim["widths"]
+    row["check"] = (f"{dt} lm_head GEMM, forward + backward, n={real} vs n={padded}: different kernels and "
+                    f"≥ {claim['expect']['min']:.2f}× the time")
+    pts = {(p["dtype"], p["n"]): p for p in (gemm or {}).get("points", []) if p.get("total_ms")}
+    kernels = (gemm or {}).get("kernels", {}).get(dt, {})
+    if (dt, real) not in pts or (dt, padded) not in pts or str(real) not in kernels or str(padded) not in kernels:
+        row.update(measured="—", verdict="not applicable" if not applies else "not measured")
+        return row
+    ratio = pts[(dt, real)]["total_ms"] / pts[(dt, padded)]["total_ms"]
+    ka, kb = kernels[str(real)], kernels[str(padded)]
+    differ = [ph for ph in ("fwd", "bwd") if ka.get(ph) != kb.get(ph)]
+    row["measured"] = (f"{ratio:.2f}× the time; kernels " + (f"differ in the {' and '.join(differ)} pass"
+                       if differ else "identical") + f" (forward at {real}: {_kernel_name(ka.get('fwd'))}; at "
+                       f"{padded}: {_kernel_name(kb.get('fwd'))})")
+    if not applies:
+        row["verdict"] = "not applicable"
+    elif differ and ratio >= claim["expect"]["min"]:
+        row["verdict"] = "confirmed"
+    else:
+        row["verdict"] = "refuted: " + ("same kernels" if not differ else "not slower by the claimed margin")
+    return row
+
+
+def _kernel_name(names) -> str:
+    if not names:
+        return "none recorded"
+    first = names[0]
+    return first if len(first) <= 60 else first[:57] + "…"
+
+
+def verdict(claim: dict, df: pd.DataFrame, profile: str, backend: str, gemm: dict | None = None) -> dict:
     row = {"id": claim["id"], "claim": claim["claim"], "check": "", "measured": "", "verdict": ""}
     metric = claim["metric"]
+    applies = profile in claim.get("devices", []) and backend in ("cuda", "rocm")
     if metric == "kernels":
-        row.update(check="kernel names cuBLAS picks for n=50257 vs 50304 (torch.profiler)",
-                   measured="—", verdict="not measured")
-        return row
+        return _kernel_verdict(claim, row, gemm, applies)
     row["check"] = f"{claim['stage']} vs {claim['versus']}" + (
         f", {claim['layer']} memory" if metric == "memory_change" else "") + f": {_expect(metric, claim['expect'])}"
     values = _per_batch(df, claim)
@@ -64,7 +97,6 @@ def verdict(claim: dict, df: pd.DataFrame, profile: str, backend: str) -> dict:
         med = float(np.median(values))
         spread = "" if len(values) == 1 else f" ({_fmt(metric, values.min())} to {_fmt(metric, values.max())})"
         row["measured"] = f"{_fmt(metric, med)}{spread} at B={', '.join(map(str, values.index))}"
-    applies = profile in claim.get("devices", []) and backend in ("cuda", "rocm")
     if not applies:
         row["verdict"] = "not applicable"
     elif values.empty:
@@ -80,18 +112,20 @@ def verdict(claim: dict, df: pd.DataFrame, profile: str, backend: str) -> dict:
     return row
 
 
-def table(df: pd.DataFrame, profile: str, backend: str, path=CLAIMS) -> pd.DataFrame:
-    return pd.DataFrame([verdict(c, df, profile, backend) for c in load(path)["claims"]])
+def table(df: pd.DataFrame, profile: str, backend: str, path=CLAIMS, gemm: dict | None = None) -> pd.DataFrame:
+    return pd.DataFrame([verdict(c, df, profile, backend, gemm) for c in load(path)["claims"]])
 
 
 def html(rep, path=CLAIMS) -> str:
-    t = table(rep.df, rep.params["name"], rep.params["backend"], path)
+    from . import evidence
+
+    t = table(rep.df, rep.params["name"], rep.params["backend"], path, gemm=evidence.load(rep.dir)["gemm"])
     env = rep.env
     stack = f"{env['device']['name']}, PyTorch {env.get('torch')}" + (
         f", CUDA {env['cuda']}, cuBLAS {env.get('cublas')}, cuDNN {env.get('cudnn')}" if env.get("cuda") else "")
     css = {"confirmed": "ok", "refuted": "bad", "not applicable": "note", "not measured": "warn"}
     rows = "".join(
-        f"<tr><td>{r.claim}</td><td>{r.check}</td><td>{r.measured or '—'}</td>"
+        f"<tr><td>{r.claim}</td><td>{r.check}</td><td>{_html.escape(r.measured or '—')}</td>"
         f'<td><span class="{css[r.verdict.split(":")[0]]}">{r.verdict}</span></td></tr>' for r in t.itertuples())
     return (f'<table class="claims"><tr><th>Claim</th><th>Check (confirms if)</th><th>Measured here</th>'
             f"<th>Verdict</th></tr>{rows}</table><p class=\"note\">Measured on {stack}. "

@@ -234,6 +234,16 @@ def _exit_code(report_dir, failures) -> int:
     return 0
 
 
+CHAPTER_TITLES = {"batch_sweep": "Batch-size sweep and recommended configuration"}
+
+
+def chapter_order(stage_keys: list[str]) -> list[str]:
+    """The stages' chapters, with the batch sweep after the single-GPU levers: before the
+    multi-GPU stage, which replicates the best configuration the sweep may have found."""
+    keys = [k for k in stage_keys if k != "ddp"] + ["batch_sweep"]
+    return keys + (["ddp"] if "ddp" in stage_keys else [])
+
+
 def run_notebooks(report_dir: Path, params: dict, measure: bool, force: bool = False):
     """Execute every stage notebook (measuring, or only redrawing) and then the summary."""
     _notebook_session()
@@ -241,9 +251,10 @@ def run_notebooks(report_dir: Path, params: dict, measure: bool, force: bool = F
     nb_params = {"gpu": profile, "report_dir": str(report_dir), "batch_sizes": params["run"]["batch_sizes"],
                  "override": params.get("override"), "measure": measure, "force": force}
     failures, chapters, timings = [], [], {}
-    for i, key in enumerate(params["stages"], 1):
+    order = chapter_order(params["stages"])
+    for i, key in enumerate(order, 1):
         t0 = time.perf_counter()
-        print(f"[{i}/{len(params['stages'])}] {stages.get(key).title}", flush=True)
+        print(f"[{i}/{len(order)}] {CHAPTER_TITLES.get(key) or stages.get(key).title}", flush=True)
         src = stage_notebook(key)
         dest = report_dir / "notebooks" / src.name
         err = run_notebook(src, dest, nb_params)

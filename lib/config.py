@@ -23,10 +23,13 @@ SCHEMA = {
             "seed": int, "learning_rate": float, "weight_decay": float, "grad_clip": float,
             "loss_tolerance": float, "final_loss_window": int},
     "stages": list,
+    "evidence": {"seq_lens": list, "seq_tokens": int, "seq_warmup_steps": int, "seq_timed_steps": int,
+                 "gemm_batch": int, "sweep_batch_sizes": list},
+    "skip": dict,  # stage -> why this profile does not measure it (the report shows the reason)
     "description": str, "match": list, "backend": str, "peak_tflops": dict, "peak_source": str,
 }
 BACKENDS = ("cuda", "rocm", "mps", "cpu")
-NULLABLE = ("peak_tflops", "match")  # null means "none" for these keys only
+NULLABLE = ("peak_tflops", "match", "skip")  # null means "none" for these keys only
 MIN_TIMED_STEPS = 5  # fewer cannot give a meaningful p10/p90
 
 
@@ -148,6 +151,26 @@ def validate(p: dict) -> None:
     for s in p["stages"]:
         if s not in stages.STAGES:
             raise ConfigError(f"{where}: unknown stage {s!r} (stages: {', '.join(stages.ORDER)})")
+    for s, why in (p.get("skip") or {}).items():
+        if s not in stages.STAGES or not isinstance(why, str) or not why.strip():
+            raise ConfigError(f"{where}: skip: {s!r} must name a stage and give the reason as text")
+    ev = p.get("evidence")
+    if ev is None:
+        raise ConfigError(f"{where}: the evidence section is missing")
+    missing = [k for k in SCHEMA["evidence"] if k not in ev]
+    if missing:
+        raise ConfigError(f"{where}: evidence is missing {', '.join(missing)}")
+    for key in ("seq_lens", "sweep_batch_sizes"):
+        if not ev[key] or any(not _is(v, int) or v <= 0 for v in ev[key]):
+            raise ConfigError(f"{where}: evidence.{key} must be a non-empty list of positive integers, got {ev[key]!r}")
+    for key in ("seq_tokens", "gemm_batch", "seq_timed_steps"):
+        if ev[key] <= 0:
+            raise ConfigError(f"{where}: evidence.{key} must be a positive integer, got {ev[key]}")
+    if ev["seq_timed_steps"] < MIN_TIMED_STEPS:
+        raise ConfigError(f"{where}: evidence.seq_timed_steps {ev['seq_timed_steps']} is too few for p10/p90 "
+                          f"statistics (at least {MIN_TIMED_STEPS})")
+    if ev["seq_warmup_steps"] < 0:
+        raise ConfigError(f"{where}: evidence.seq_warmup_steps must be a non-negative integer")
 
 
 def match_profile(device_name: str, backend: str) -> str | None:

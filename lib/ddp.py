@@ -9,6 +9,7 @@ the step time under `no_sync()` (no all-reduce), so the all-reduce's share of th
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import sys
@@ -19,29 +20,10 @@ import torch
 import torch.distributed as dist
 
 from . import data, results, stages
-from .measure import build, device_type, memory, synchronize
+from .measure import build, device_type, memory, time_steps
 
 # Keep NVLink multicast off (shared hosts: a program using it can take GPUs out of service).
 SAFE_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
-
-
-def _time_steps(step, n: int, dev: str) -> list[float]:
-    out = []
-    for _ in range(n):
-        if dev == "cuda":
-            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            s.record()
-            step()
-            e.record()
-            out.append((s, e))
-        else:
-            synchronize(dev)
-            t0 = time.perf_counter()
-            step()
-            synchronize(dev)
-            out.append((time.perf_counter() - t0) * 1e3)
-    synchronize(dev)
-    return [s.elapsed_time(e) for s, e in out] if dev == "cuda" else out
 
 
 def run(job: dict) -> dict | None:
@@ -54,8 +36,11 @@ def run(job: dict) -> dict | None:
         torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
     dist.init_process_group("nccl" if dev == "cuda" else "gloo")
     torch.set_float32_matmul_precision("high" if stage.tf32 else "highest")
-    model, opt = build(params, stage, "cuda" if dev == "cuda" else dev)
-    ddp = torch.nn.parallel.DistributedDataParallel(model)
+    model, _, opt = build(params, dataclasses.replace(stage, compile=False), dev)
+    # Compiled inside DDP, not around it: switching the all-reduce off (no_sync) then never
+    # recompiles. The cost: gradients reach DDP only when the compiled backward ends, so the
+    # all-reduce does not overlap the backward, and its share below is the whole of it.
+    ddp = torch.nn.parallel.DistributedDataParallel(torch.compile(model) if stage.compile else model)
     ctx = (torch.autocast(device_type=dev, dtype=getattr(torch, stage.autocast))
            if stage.autocast else contextlib.nullcontext())
     n_steps = r["warmup_steps"] + 2 * r["timed_steps"]
@@ -81,8 +66,8 @@ def run(job: dict) -> dict | None:
 
     for _ in range(r["warmup_steps"]):
         step()
-    synced = _time_steps(step, r["timed_steps"], dev)
-    local = _time_steps(lambda: step(sync=False), r["timed_steps"], dev)
+    synced = time_steps(lambda _: step(), range(r["timed_steps"]), dev)
+    local = time_steps(lambda _: step(sync=False), range(r["timed_steps"]), dev)
     # The slowest rank sets the pace: gather every rank's median and keep the largest.
     # NCCL only moves device tensors (gloo takes CPU ones), so gather on the model's device.
     where = model.lm_head.weight.device

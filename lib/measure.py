@@ -8,6 +8,7 @@ perf_counter after a synchronize elsewhere). Every step's loss is kept for the p
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import resource
@@ -18,7 +19,7 @@ import time
 import numpy as np
 import torch
 
-from . import data, faults, results, stages
+from . import data, energy, faults, fp8, gemm_sweep, kernel_profile, results, stages
 from .model import GPT, GPTConfig, flops_per_token
 
 SDPA_OPS = {  # profiler op name -> which SDPA backend ran
@@ -43,6 +44,8 @@ def synchronize(dev: str) -> None:
 
 
 def build(params: dict, stage: stages.Stage, dev: str):
+    """(model, what the training step calls, optimizer) for `stage`. The model is constructed
+    identically for every stage; only the switches after construction differ."""
     m = params["model"]
     torch.manual_seed(params["run"]["seed"])
     cfg = GPTConfig(n_layer=m["n_layer"], n_head=m["n_head"], n_embd=m["n_embd"],
@@ -50,13 +53,17 @@ def build(params: dict, stage: stages.Stage, dev: str):
                     vocab_size=m["padded_vocab_size"] if stage.padded_vocab else m["vocab_size"],
                     attention=stage.attention)
     model = GPT(cfg).to(dev)  # initialised on the CPU: identical weights on every device
+    if stage.fp8:
+        fp8.convert_linears(model.transformer.h)
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     r = params["run"]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": r["weight_decay"]},
                              {"params": no_decay, "weight_decay": 0.0}],
-                            lr=r["learning_rate"], betas=(0.9, 0.95), eps=1e-8)
-    return model, opt
+                            lr=r["learning_rate"], betas=(0.9, 0.95), eps=1e-8,
+                            **({"fused": True} if stage.fused_adamw else {}))
+    forward = torch.compile(model) if stage.compile else model
+    return model, forward, opt
 
 
 def sdpa_backend(model, x, y, ctx) -> str | None:
@@ -91,11 +98,14 @@ def is_oom(exc: BaseException) -> bool:
 
 
 def run(job: dict) -> dict:
-    params, stage, batch = job["params"], stages.get(job["stage"]), job["batch_size"]
+    params, batch = job["params"], job["batch_size"]
+    stage = stages.get(job["stage"])
+    if job.get("stage_overrides"):  # an evidence variant, e.g. the compile stage at vocab 50257
+        stage = dataclasses.replace(stage, **job["stage_overrides"])
     r = params["run"]
     dev = device_type(params["backend"])
     rec = results.base_record(params, stage, batch)
-    rec["fingerprint"] = job.get("fingerprint")
+    rec.update(fingerprint=job.get("fingerprint"), variant=job.get("variant"))
     fault = faults.get(stage.key)
     torch.set_float32_matmul_precision("high" if stage.tf32 else "highest")
     ctx = (torch.autocast(device_type=dev, dtype=getattr(torch, stage.autocast))
@@ -103,45 +113,49 @@ def run(job: dict) -> dict:
     n_steps = r["warmup_steps"] + r["timed_steps"]
     t_start = time.perf_counter()
     try:
-        model, opt = build(params, stage, dev)
+        model, forward, opt = build(params, stage, dev)
         rec["init_checksum"] = model.init_checksum()
         faults.inject(fault, "build")
         tokens = data.load_tokens(params["model"]["vocab_size"])
         xs, ys = zip(*data.batches(tokens, batch, r["seq_len"], n_steps))
         xs = torch.from_numpy(np.stack(xs)).to(dev)
         ys = torch.from_numpy(np.stack(ys)).to(dev)
-        losses, times_ms = [], []
-        use_events = dev == "cuda"
-        for i in range(n_steps):
-            timed = i >= r["warmup_steps"]
-            if timed and use_events:
-                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                start.record()
-            elif timed:
-                synchronize(dev)
-                t0 = time.perf_counter()
+        losses = []
+
+        def step(i: int, keep: bool = True):
             with ctx:
-                _, loss = model(xs[i], ys[i])
+                _, loss = forward(xs[i], ys[i])
             if fault == "nan" and i == n_steps // 2:
                 loss = loss * float("nan")
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), r["grad_clip"])
             opt.step()
             opt.zero_grad(set_to_none=True)
-            losses.append(loss.detach())
-            if timed and use_events:
-                end.record()
-                times_ms.append((start, end))
-            elif timed:
-                synchronize(dev)
-                times_ms.append((time.perf_counter() - t0) * 1e3)
+            if keep:
+                losses.append(loss.detach())
+
+        # The first step pays for compilation (and cuBLAS/allocator warm-up): reported, never timed.
+        t0 = time.perf_counter()
+        step(0)
         synchronize(dev)
-        if use_events:
-            times_ms = [s.elapsed_time(e) for s, e in times_ms]
+        rec["first_step_s"] = time.perf_counter() - t0
+        for i in range(1, r["warmup_steps"]):
+            step(i)
+        synchronize(dev)
+        meter = energy.EnergyMeter(dev, torch.cuda.current_device() if dev == "cuda" else 0) \
+            if job.get("energy", True) else None
+        if meter:
+            meter.start()
+        times_ms = time_steps(lambda i: step(i), range(r["warmup_steps"], n_steps), dev)
+        if meter:
+            used = meter.stop()
+            rec["energy"] = used if used else {"unavailable": meter.reason}
         rec.update(memory(dev))
         rec["losses"] = [float(v) for v in torch.stack(losses).float().cpu()]
         if stage.attention == "sdpa":
             rec["sdpa_backend"] = sdpa_backend(model, xs[0], ys[0], ctx)
+        if job.get("profile", True):
+            rec["kernel_profile"] = kernel_profile.profile_steps(lambda: step(0, keep=False), dev)
         n_params = model.num_params()
     except Exception as exc:  # OOM is a result; anything else is recorded as an error
         if not is_oom(exc):
@@ -154,15 +168,49 @@ def run(job: dict) -> dict:
     fpt = flops_per_token(model.config, n_params, r["seq_len"])
     results.fill_mfu(rec, fpt, params.get("peak_tflops"), stage.peak)
     results.fill_loss(rec, r["final_loss_window"])
+    if rec.get("energy", {}).get("energy_j"):
+        rec["energy"]["joules_per_token"] = rec["energy"]["energy_j"] / (r["timed_steps"] * rec["tokens_per_step"])
     rec["n_params"] = n_params
     rec["wall_s"] = time.perf_counter() - t_start
     rec["finished_at"] = time.strftime("%Y-%m-%dT%H:%M:%S")
     return rec
 
 
+def time_steps(step, indices, dev: str) -> list[float]:
+    """Milliseconds per call of step(i): CUDA events on NVIDIA/AMD GPUs (no host sync inside
+    the loop, so the host runs ahead as in real training), perf_counter around a sync elsewhere."""
+    out = []
+    for i in indices:
+        if dev == "cuda":
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            step(i)
+            end.record()
+            out.append((start, end))
+        else:
+            synchronize(dev)
+            t0 = time.perf_counter()
+            step(i)
+            synchronize(dev)
+            out.append((time.perf_counter() - t0) * 1e3)
+    synchronize(dev)
+    return [s.elapsed_time(e) for s, e in out] if dev == "cuda" else out
+
+
+def gemm_record(job: dict) -> dict:
+    """The lm_head GEMM sweep (lib/gemm_sweep.py) as a result record."""
+    t0 = time.perf_counter()
+    rec = {"schema_version": results.SCHEMA_VERSION, "kind": "gemm", "status": "ok", "reason": None,
+           "stage": job["stage"], "batch_size": job["batch_size"], "fingerprint": job.get("fingerprint"),
+           "variant": job.get("variant")}
+    rec.update(gemm_sweep.run(**job["spec"]))
+    rec["wall_s"] = time.perf_counter() - t0
+    return rec
+
+
 def _child(job: dict, out_path: str) -> int:
     try:
-        results.write_atomic(out_path, run(job))
+        results.write_atomic(out_path, gemm_record(job) if job.get("kind") == "gemm" else run(job))
         return 0
     except BaseException:
         import traceback
@@ -214,6 +262,15 @@ def serve(jobs: list[dict], timeout_s: float) -> None:
         else:
             verdict = f"exit {os.WEXITSTATUS(status)}"
         print(results.DONE_PREFIX + json.dumps({"out": job["out"], "verdict": verdict}), flush=True)
+        if job.get("stop_if_oom") and _status(job["out"]) == "oom":
+            break  # a batch-size sweep ends at the memory limit: larger batches cannot fit either
+
+
+def _status(path: str) -> str | None:
+    try:
+        return json.loads(open(path).read()).get("status")
+    except (OSError, ValueError):
+        return None
 
 
 if __name__ == "__main__":

@@ -91,7 +91,7 @@ def matrix_html(rep: Report, stage: str | None = None) -> str:
             loss = f"{r['final_loss']:.3f}"
             if not pd.isna(r["loss_delta"]) and r["stage"] != rep.stage_order[0]:
                 flag = "" if r["loss_within_tolerance"] else ' <span class="bad">beyond tol.</span>'
-                loss += f"<br><small>{r['loss_delta']:+.3f}{flag}</small>"
+                loss += f"<br><small>{r['loss_delta']:+.3f} vs {r['loss_ref']}{flag}</small>"
         if ran:
             step = f"{r['median_ms']:.1f}<br><small>{r['p10_ms']:.1f}–{r['p90_ms']:.1f}</small>"
             if r["status"] == "diverged":
@@ -110,7 +110,7 @@ def matrix_html(rep: Report, stage: str | None = None) -> str:
                     else ("n/a" if ran else "")),
             "tensors<br>GiB": _gib(r["mem_tensors_bytes"]), "allocator<br>GiB": _gib(r["mem_allocator_bytes"]),
             "device<br>GiB": _gib(r["mem_device_bytes"]),
-            "final loss<br><small>Δ vs FP32</small>": loss,
+            "final loss<br><small>Δ vs reference</small>": loss,
         })
     return pd.DataFrame(rows).to_html(index=False, escape=False, classes="matrix", border=0)
 
@@ -173,16 +173,37 @@ def method_md(rep: Report) -> str:
   time and the coefficient of variation (CV = standard deviation / mean); tokens/s = B·T / median.
 * **MFU** = FLOPs per token × tokens/s ÷ peak, with FLOPs per token = 6N + 12·L·d·T (N without
   position embeddings). Each stage is compared with the peak of the precision its GEMMs run in
-  (FP32 → fp32, TF32 → tf32, the BF16 stages → bf16 dense). Peaks: {peak_txt}.
+  (FP32 → fp32, TF32 → tf32, the BF16 stages → bf16 dense; the FP8 stage too is quoted against the
+  bf16 dense peak, the bar a recommendation has to clear). Peaks: {peak_txt}.
+* **Compilation**: the first step of every configuration (which pays for `torch.compile`, cuBLAS
+  heuristics and allocator growth) is timed on its own and reported as "first step"; it is a warm-up step.
 * **Memory**, three layers: *tensors* = `max_memory_allocated` (live tensors at their peak),
   *allocator* = `max_memory_reserved` (what PyTorch's caching allocator held), *device* = memory in use
   on the device after the timed steps as `nvidia-smi` would show it (adds the CUDA context and library
   workspaces). On a CPU only the process's peak resident memory is known.
 * **Loss parity**: "final loss" is the mean loss of the last {r['final_loss_window']} steps; a stage passes
-  when it is within {r['loss_tolerance']:g} nats of the FP32 baseline at the same batch size.
+  when it is within {r['loss_tolerance']:g} nats of its reference at the same batch size: the FP32 baseline
+  for TF32, BF16, flash and vocab; the vocab stage (BF16 autocast, flash attention, padded vocabulary:
+  the configuration they are added to) for fused AdamW, torch.compile and FP8.
+* **Kernel profile**: after the timed steps, one more training step under `torch.profiler`; device
+  kernel time (on a CPU, operators' self time) grouped into GEMM, attention, cross-entropy,
+  normalisation/elementwise, optimizer and other by kernel name (`lib/kernel_profile.py`).
+* **Energy**: {_energy_method(rep)}
 * **Failures are results**: an out-of-memory configuration is an OOM row, a NaN loss a DIVERGED row,
   a stage the device cannot run a "not applicable" row.
 """
+
+
+def _energy_method(rep: Report) -> str:
+    found = [r["energy"] for r in rep.records if isinstance(r.get("energy"), dict)]
+    measured = [e for e in found if e.get("energy_j")]
+    if measured:
+        return (f"GPU energy over the timed steps from {measured[0]['method']}, divided by the tokens trained "
+                "in them (joules per token); average power = energy / elapsed time. Whole-board energy, "
+                "as NVML reports it.")
+    if found:
+        return f"not measured on this device: {found[0].get('unavailable')}."
+    return "not recorded for these results."
 
 
 def _init_note(rep: Report) -> str:
@@ -262,7 +283,8 @@ def findings(rep: Report) -> list[str]:
             worst = delta.abs().max()
             tol = rep.params["run"]["loss_tolerance"]
             verdict = "within" if worst <= tol else "**beyond**"
-            text += f"; final loss {verdict} tolerance (largest |Δ| {worst:.3f} vs {tol:g} nats)"
+            text += (f"; final loss {verdict} tolerance of {stages.get(st.reference).title} "
+                     f"(largest |Δ| {worst:.3f} vs {tol:g} nats)")
         out.append(text + ".")
     failed = rep.df[~rep.df["status"].isin(["ok", "diverged"])]
     if not failed.empty:
@@ -316,7 +338,8 @@ def recommendations(rep: Report) -> list[str]:
         if (rep.df[rep.df["stage"] == key]["status"] == "diverged").any():
             out.append(f"**{st.title}**: do not adopt as is: its loss diverged (NaN).")
         elif not delta.empty and delta.max() > tol:
-            out.append(f"**{st.title}**: do not adopt as is: the loss moved {delta.max():.3f} nats from the baseline.")
+            out.append(f"**{st.title}**: do not adopt as is: the loss moved {delta.max():.3f} nats from "
+                       f"{stages.get(st.reference).title}.")
         elif med >= 1.02:
             keep.append(st.title)
             out.append(f"**{st.title}**: adopt (median {med:.2f}× over the previous stage, loss within tolerance).")
@@ -325,18 +348,22 @@ def recommendations(rep: Report) -> list[str]:
                        + (" (memory)." if key in ("bf16", "flash") else "."))
         else:
             out.append(f"**{st.title}**: slower here (median {med:.2f}×); investigate before adopting.")
-    ok = rep.ok()
-    if "loss_within_tolerance" in ok:
-        good = ok[(ok["loss_within_tolerance"] != False) & (ok["status"] == "ok")]  # noqa: E712
-        if not good.empty:
-            best = good.loc[good["tokens_per_s"].idxmax()]
-            out.insert(0, f"**Recommended configuration**: {best['stage_title']} (all levers up to it) at "
-                          f"B={best['batch_size']}: {best['tokens_per_s']:,.0f} tokens/s, "
-                          f"allocator peak {_gib(best['mem_allocator_bytes'])} GiB"
-                          + (f", MFU {best['mfu'] * 100:.1f} %" if not pd.isna(best["mfu"]) else "")
-                          + (" (no FP32 baseline fits at this batch size, so its loss is compared with no one)."
-                             if pd.isna(best["loss_delta"]) and best["stage"] != rep.stage_order[0] else "."))
+    best = recommended(rep)
+    if best is not None:
+        out.insert(0, f"**Recommended configuration**: {best['stage_title']} (all levers up to it) at "
+                      f"B={best['batch_size']}: {best['tokens_per_s']:,.0f} tokens/s, allocator peak "
+                      f"{_gib(best.get('mem_allocator_bytes'))} GiB"
+                      + (f", MFU {best['mfu'] * 100:.1f} %" if best.get("mfu") is not None else "") + ".")
     return out
+
+
+def recommended(rep: Report) -> dict | None:
+    """The fastest configuration of a stage whose loss held (results.best_config), over the
+    matrix and the batch sweep."""
+    from . import evidence
+
+    sweep = [r for r in evidence.load(rep.dir)["sweep"] if r.get("status") == "ok"]
+    return results.best_config(rep.records + sweep, rep.params)
 
 
 def stage_summary(rep: Report, key: str) -> str:
@@ -496,11 +523,14 @@ def _sorted(rep: Report):
 
 
 def plot_losses(rep: Report, stage: str | None = None):
-    """Summary: every stage's loss per step. Chapter: this stage's loss minus the FP32
-    baseline's, step by step, with the tolerance band the final loss is judged against."""
+    """Summary: every stage's loss per step. Chapter: this stage's loss minus its reference's
+    (FP32, or the vocab stage for the later levers), step by step, with the tolerance band the
+    final loss is judged against."""
     plt = _style()
     batches = rep.params["run"]["batch_sizes"]
-    base_key, tol = rep.stage_order[0], rep.params["run"]["loss_tolerance"]
+    tol = rep.params["run"]["loss_tolerance"]
+    base_key = stages.get(stage).reference if stage not in (None, rep.stage_order[0], "ddp") else rep.stage_order[0]
+    base_title = stages.get(base_key).title
     fig, axes = plt.subplots(1, len(batches), figsize=(9, 2.9), squeeze=False, sharey=True)
     for ax, b in zip(axes[0], batches):
         base = rep.rec(base_key, b)
@@ -525,12 +555,12 @@ def plot_losses(rep: Report, stage: str | None = None):
             if rec and rec.get("losses") and base_losses is not None:
                 n = min(len(rec["losses"]), len(base_losses))
                 ax.plot(np.asarray(rec["losses"][:n]) - base_losses[:n], color="C3", lw=1.0,
-                        label=f"{stages.get(stage).title} − FP32")
+                        label=f"{stages.get(stage).title} − {base_title}")
             else:
-                ax.text(0.5, 0.5, "no FP32 baseline\nat this batch size" if rec and rec.get("losses")
+                ax.text(0.5, 0.5, f"no {base_title} loss\nat this batch size" if rec and rec.get("losses")
                         else "no loss curve", ha="center", va="center", transform=ax.transAxes, fontsize=8)
                 ax.set_xticks([])
-            ylabel = "loss − FP32 loss (nats)"
+            ylabel = f"loss − {base_key} loss (nats)"
         ax.axvline(rep.params["run"]["warmup_steps"] - 0.5, color="grey", lw=0.6, ls=":")
         ax.set_title(f"B={b}", fontsize=9)
         ax.set_xlabel("step (dotted: end of warm-up)")

@@ -25,12 +25,16 @@ def setup_key(params: dict, env: dict) -> dict:
             "device": env["device"].get("name"), **{k: env.get(k) for k in ENV_KEYS}}
 
 
-def fingerprint(params: dict, env: dict, stage, batch: int) -> str:
-    import dataclasses
+def short_hash(obj) -> str:
     import hashlib
 
-    key = {"setup": setup_key(params, env), "stage": dataclasses.asdict(stage), "batch_size": batch}
-    return hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def fingerprint(params: dict, env: dict, stage, batch: int) -> str:
+    import dataclasses
+
+    return short_hash({"setup": setup_key(params, env), "stage": dataclasses.asdict(stage), "batch_size": batch})
 
 
 def base_record(params: dict, stage, batch: int) -> dict:
@@ -111,14 +115,19 @@ def load_records(results_dir) -> list[dict]:
 def table(records: list[dict], stage_order: list[str], tolerance: float | None = None):
     """Tidy table, one row per configuration, in stage order, with the comparisons every
     reader asks for: speedup over FP32 and over the previous stage at the same batch, and the
-    final-loss difference from the FP32 baseline."""
+    final-loss difference from the stage's reference (FP32 for the classic five, the vocab
+    stage for the levers after them) at the same batch."""
     import pandas as pd
+
+    from . import stages
 
     cols = ["stage", "stage_title", "batch_size", "status", "reason", "median_ms", "p10_ms", "p90_ms",
             "cv", "tokens_per_s", "mfu", "peak_precision", "achieved_tflops", "mem_tensors_bytes",
             "mem_allocator_bytes", "mem_device_bytes", "final_loss", "sdpa_backend", "world_size",
-            "scaling_efficiency", "allreduce_share", "per_gpu_tokens_per_s"]
+            "scaling_efficiency", "allreduce_share", "per_gpu_tokens_per_s", "first_step_s"]
     df = pd.DataFrame([{c: r.get(c) for c in cols} for r in records], columns=cols)
+    df["joules_per_token"] = [(r.get("energy") or {}).get("joules_per_token") for r in records]
+    df["avg_power_w"] = [(r.get("energy") or {}).get("avg_power_w") for r in records]
     df["stage_idx"] = df["stage"].map({s: i for i, s in enumerate(stage_order)})
     df = df.sort_values(["stage_idx", "batch_size"]).reset_index(drop=True)
     ok = df["status"].isin(["ok", "diverged"])
@@ -128,10 +137,13 @@ def table(records: list[dict], stage_order: list[str], tolerance: float | None =
     df["speedup_vs_baseline"] = [
         t / base["tokens_per_s"][b] if b in base.index and ok_ and t else np.nan
         for b, t, ok_ in zip(df["batch_size"], df["tokens_per_s"], ok)]
-    # The multi-GPU stage trains with a larger global batch, so its loss is not the baseline's.
+    losses = {(s, b): f for s, b, f, o in zip(df["stage"], df["batch_size"], df["final_loss"], ok) if o}
+    df["loss_ref"] = [stages.get(s).reference if s in stages.STAGES else stage_order[0] for s in df["stage"]]
+    # The multi-GPU stage trains with a larger global batch, so its loss is no one's to compare.
     df["loss_delta"] = [
-        f - base["final_loss"][b] if b in base.index and f is not None and not pd.isna(f) and s != "ddp" else np.nan
-        for b, f, s in zip(df["batch_size"], df["final_loss"], df["stage"])]
+        f - losses[(ref, b)] if s != "ddp" and s != ref and f is not None and not pd.isna(f)
+        and losses.get((ref, b)) is not None and not pd.isna(losses[(ref, b)]) else np.nan
+        for s, b, f, ref in zip(df["stage"], df["batch_size"], df["final_loss"], df["loss_ref"])]
     prev = []
     for i, row in df.iterrows():
         earlier = df[(df["batch_size"] == row["batch_size"]) & (df["stage_idx"] < row["stage_idx"]) & ok]
@@ -142,3 +154,32 @@ def table(records: list[dict], stage_order: list[str], tolerance: float | None =
         df["loss_within_tolerance"] = pd.Series(
             [None if pd.isna(d) else bool(abs(d) <= tolerance) for d in df["loss_delta"]], dtype=object)
     return df.drop(columns="stage_idx")
+
+
+def verified_stages(df, reference_stages=("fp32",)) -> dict:
+    """stage -> whether its loss held: True when every comparison with its reference was within
+    tolerance (and there was at least one), False when any was not, None when none was possible.
+    A reference stage is verified by definition. `df` is table(..., tolerance)."""
+    out = {}
+    for s, g in df.groupby("stage", sort=False):
+        checks = [v for v in g["loss_within_tolerance"] if v is not None]
+        out[s] = True if s in reference_stages else (all(checks) if checks else None)
+    return out
+
+
+def best_config(records: list[dict], params: dict, eligible=None) -> dict | None:
+    """The fastest single-GPU configuration (highest tokens/s, status ok) of a stage whose loss
+    held against its reference wherever it could be compared (verified_stages). Batch size is
+    not a numerical lever: a stage verified at some batch sizes is trusted at the others.
+    `eligible(record)`, if given, further limits the candidates (not the verification)."""
+    single = [r for r in records if r.get("stage") != "ddp" and r.get("status") == "ok"
+              and (eligible is None or eligible(r))]
+    if not single:
+        return None
+    order = [s for s in params["stages"] if s != "ddp"]
+    # Verification reads the matrix only (sweep points have no reference at their batch size).
+    df = table([r for r in records if r.get("stage") in order and r.get("variant") is None], order,
+               params["run"]["loss_tolerance"])
+    verified = verified_stages(df, (order[0],))
+    good = [r for r in single if verified.get(r["stage"])]
+    return max(good, key=lambda r: r["tokens_per_s"]) if good else None

@@ -15,6 +15,7 @@ from pathlib import Path
 from . import faults, results, stages
 
 ROOT = Path(__file__).resolve().parent.parent
+DDP_MEMORY_SHARE = 0.85  # the DDP stage replicates only configurations that left this much headroom
 
 
 def resolve(report_dir) -> Path:
@@ -48,7 +49,11 @@ def child_env() -> dict:
 
 
 def describe(rec: dict) -> str:
-    head = f"{rec['stage']:>6} B={rec['batch_size']:<4}"
+    head = f"{rec['stage']:>6} B={rec['batch_size']:<4}" + (f" [{rec['variant']}]" if rec.get("variant") else "")
+    if rec.get("kind") == "gemm" and rec["status"] == "ok":
+        widths = sorted({p["n"] for p in rec["points"]})
+        return (f"lm_head GEMM m={rec['m']} k={rec['k']}: {len(widths)} widths {widths[0]}..{widths[-1]} x "
+                f"{', '.join(rec['dtypes'])} in {rec.get('wall_s', 0):.0f} s")
     if rec["status"] == "ok" and rec.get("world_size"):
         eff = rec.get("scaling_efficiency")
         return (f"{head} {rec['median_ms']:9.2f} ms/step  {rec['tokens_per_s']:>11,.0f} tok/s on {rec['world_size']} ranks "
@@ -91,58 +96,76 @@ def run_stage(stage_key: str, params: dict, report_dir, timeout_s: float = 1800,
         return [run_ddp(params, report_dir, timeout_s=timeout_s, force=force)]
     report_dir = resolve(report_dir)
     env = environment(report_dir)
-    device = env["device"]
     results.write_atomic(report_dir / "params.json", params)  # what the summary reads back
-    stage, out_dir = stages.get(stage_key), report_dir / "results"
-    jobs, recs = [], {}
-    for batch in params["run"]["batch_sizes"]:
-        out = results.record_path(out_dir, stage_key, batch)
-        fp = results.fingerprint(params, env, stage, batch)
-        kept = None if force else _reusable(out, fp)
+    stage = stages.get(stage_key)
+    skipped = (params.get("skip") or {}).get(stage_key)
+    jobs = [{"params": params, "stage": stage_key, "batch_size": batch,
+             "out": str(results.record_path(report_dir / "results", stage_key, batch)),
+             "fingerprint": results.fingerprint(params, env, stage, batch),
+             "not_applicable": skipped and f"not measured by the {params['name']} profile: {skipped}"}
+            for batch in params["run"]["batch_sizes"]]
+    recs = measure_jobs(jobs, env, timeout_s=timeout_s, force=force)
+    return [recs[j["out"]] for j in jobs]
+
+
+def measure_jobs(jobs: list[dict], env: dict, timeout_s: float = 1800, force: bool = False) -> dict:
+    """Run measurement jobs (dicts for lib.measure: params, stage, batch_size, out, fingerprint,
+    optional kind / variant / stage_overrides / profile / energy / stop_if_oom) in one launcher,
+    each in a fresh child. Returns {out path: record}. Kept results are reused unless `force`;
+    a stage that cannot run on this device gets a 'not applicable' record without a process.
+    After a job marked stop_if_oom runs out of memory the launcher skips the remaining jobs
+    (a batch-size sweep goes no further); they get no record."""
+    recs, todo = {}, []
+    for job in jobs:
+        out = Path(job["out"])
+        kept = None if force else _reusable(out, job["fingerprint"])
         if kept:
-            recs[batch] = kept
+            recs[job["out"]] = kept
             print(describe(kept) + "  (kept from an earlier run)", flush=True)
             continue
         if out.exists():
             out.unlink()  # never let an older result stand in for this run's
-        reason = stage.not_applicable(device)
+        stage = stages.get(job["stage"])
+        reason = job.get("not_applicable") or stage.not_applicable(env["device"])
         if reason:
-            rec = results.base_record(params, stage, batch)
-            rec.update(status="not_applicable", reason=reason, fingerprint=fp)
+            rec = results.base_record(job["params"], stage, job["batch_size"])
+            rec.update(status="not_applicable", reason=reason, fingerprint=job["fingerprint"],
+                       variant=job.get("variant"))
             results.write_atomic(out, rec)
-            recs[batch] = rec
+            recs[job["out"]] = rec
             print(describe(rec), flush=True)
         else:
-            jobs.append({"params": params, "stage": stage_key, "batch_size": batch, "out": str(out),
-                         "fingerprint": fp})
-    if jobs:
-        with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
-            json.dump({"jobs": jobs, "timeout_s": timeout_s}, f)
-        try:
-            proc = subprocess.Popen([sys.executable, "-m", "lib.measure", f.name], cwd=ROOT, env=child_env(),
-                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-            stderr_lines = []
-            drain = threading.Thread(target=lambda: stderr_lines.extend(proc.stderr), daemon=True)
-            drain.start()
-            verdicts = {}
-            for line in proc.stdout:  # one line per finished configuration, as it finishes
-                if not line.startswith(results.DONE_PREFIX):
-                    continue
-                msg = json.loads(line[len(results.DONE_PREFIX):])
-                verdicts[msg["out"]] = msg["verdict"]
-                job = next(j for j in jobs if j["out"] == msg["out"])
-                recs[job["batch_size"]] = _collect(params, job, msg["verdict"], "".join(stderr_lines))
-                print(describe(recs[job["batch_size"]]), flush=True)
-            proc.wait()
-            drain.join(timeout=30)
-        finally:
-            os.unlink(f.name)
-        for job in jobs:  # the launcher itself died: what it did not report is an error
-            if job["batch_size"] not in recs:
-                recs[job["batch_size"]] = _collect(params, job, f"launcher exited with {proc.returncode}",
-                                                   "".join(stderr_lines))
-                print(describe(recs[job["batch_size"]]), flush=True)
-    return [recs[b] for b in params["run"]["batch_sizes"]]
+            todo.append({k: v for k, v in job.items() if k != "not_applicable"})
+    if not todo:
+        return recs
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+        json.dump({"jobs": todo, "timeout_s": timeout_s}, f)
+    stderr_lines = []
+    try:
+        proc = subprocess.Popen([sys.executable, "-m", "lib.measure", f.name], cwd=ROOT, env=child_env(),
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        drain = threading.Thread(target=lambda: stderr_lines.extend(proc.stderr), daemon=True)
+        drain.start()
+        for line in proc.stdout:  # one line per finished configuration, as it finishes
+            if not line.startswith(results.DONE_PREFIX):
+                continue
+            msg = json.loads(line[len(results.DONE_PREFIX):])
+            if msg.get("verdict") == "skipped":
+                continue
+            job = next(j for j in todo if j["out"] == msg["out"])
+            recs[job["out"]] = _collect(job["params"], job, msg["verdict"], "".join(stderr_lines))
+            print(describe(recs[job["out"]]), flush=True)
+        proc.wait()
+        drain.join(timeout=30)
+    finally:
+        os.unlink(f.name)
+    stopped = any(j.get("stop_if_oom") and recs.get(j["out"], {}).get("status") == "oom" for j in todo)
+    for job in todo:  # the launcher itself died: what it did not report is an error
+        if job["out"] not in recs and not (stopped and job.get("stop_if_oom")):
+            recs[job["out"]] = _collect(job["params"], job, f"launcher exited with {proc.returncode}",
+                                        "".join(stderr_lines))
+            print(describe(recs[job["out"]]), flush=True)
+    return recs
 
 
 def _collect(params, job, verdict, stderr) -> dict:
@@ -163,22 +186,27 @@ def _collect(params, job, verdict, stderr) -> dict:
 def run_ddp(params: dict, report_dir, nproc: int | None = None, timeout_s: float = 1800,
             force: bool = False) -> dict:
     """The multi-GPU stage: torchrun with one process per GPU, at the best single-GPU
-    configuration of the stage before it (its per-GPU batch fixed). `nproc` forces a process
-    count (the CPU test runs 2 gloo processes); otherwise it is the host's GPU count."""
+    configuration measured so far (results.best_config: fastest, loss verified), its per-GPU
+    batch fixed. `nproc` forces a process count (the CPU test runs 2 gloo processes); otherwise
+    it is the host's GPU count."""
     report_dir = resolve(report_dir)
     env = environment(report_dir)
     stage = stages.get("ddp")
-    order = params["stages"]
-    base_key = order[order.index("ddp") - 1] if "ddp" in order and order.index("ddp") else "vocab"
-    base = [r for r in (json.loads(p.read_text()) for p in (report_dir / "results").glob(f"{base_key}__b*.json"))
-            if r.get("status") == "ok"] if (report_dir / "results").is_dir() else []
-    best = max(base, key=lambda r: r["tokens_per_s"]) if base else None
+    results_dir = report_dir / "results"
+    matrix = results.load_records(results_dir) if results_dir.is_dir() else []
+    sweep = [json.loads(p.read_text()) for p in sorted((results_dir / "sweep").glob("*.json"))]
+    # DDP adds gradient buckets and NCCL buffers: leave out configurations that already filled
+    # the device, so the replicated one fits.
+    total = env["device"].get("memory_bytes")
+    best = results.best_config(matrix + sweep, params, eligible=lambda r: not total or
+                               (r.get("mem_device_bytes") or 0) < DDP_MEMORY_SHARE * total)
+    base_key = best["stage"] if best else "vocab"
     batch = best["batch_size"] if best else params["run"]["batch_sizes"][0]
     out = results.record_path(report_dir / "results", "ddp", batch)
     for old in (report_dir / "results").glob("ddp__b*.json"):
         if old != out:
             old.unlink()
-    fp = results.fingerprint(params, env, stage, batch) + f"-n{nproc or env['device'].get('count', 1)}"
+    fp = results.fingerprint(params, env, stage, batch) + f"-{base_key}-n{nproc or env['device'].get('count', 1)}"
     kept = None if force else _reusable(out, fp)
     if kept:
         print(describe(kept) + "  (kept from an earlier run)", flush=True)

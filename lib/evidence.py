@@ -1,0 +1,129 @@
+"""The measurements behind the chapters' explanations, beyond the stage x batch matrix, each
+run through the same launcher as the stages (a fresh process per point, resumable):
+
+- seq_sweep:   naive attention vs SDPA across sequence lengths at constant tokens per step
+               (flash chapter);
+- gemm:        the lm_head GEMM across vocabulary widths around 50257, plus the kernels cuBLAS
+               picks (vocab chapter; lib/gemm_sweep.py);
+- vocab_under_compile: the compile stage at the unpadded vocabulary (compile chapter: does
+               padding still pay once inductor has fused the rest?);
+- batch_sweep: the fastest verified stage at growing batch sizes until memory runs out
+               (batch-sweep chapter, which also names the recommended configuration).
+
+Results live in results/<kind>/ so they never mix with the matrix in results/*.json."""
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+from . import results, runner, stages
+
+KINDS = ("seq", "gemm", "variants", "sweep")
+
+
+def _dir(report_dir, kind: str) -> Path:
+    return runner.resolve(report_dir) / "results" / kind
+
+
+def _job(params, env, stage_key, batch, out, **extra) -> dict:
+    stage = stages.get(stage_key)
+    if extra.get("stage_overrides"):
+        import dataclasses
+        stage = dataclasses.replace(stage, **extra["stage_overrides"])
+    fp = results.fingerprint(params, env, stage, batch) + (f"-{extra['variant']}" if extra.get("variant") else "")
+    return {"params": params, "stage": stage_key, "batch_size": batch, "out": str(out), "fingerprint": fp, **extra}
+
+
+def seq_sweep(params: dict, report_dir, force: bool = False) -> list[dict]:
+    """Naive attention (the BF16 stage) against SDPA (the flash stage) at every sequence length
+    in evidence.seq_lens, with B = seq_tokens / T so every point trains the same tokens per step.
+    Fewer steps than the matrix: this is a curve, not a verdict."""
+    ev, env = params["evidence"], runner.environment(report_dir)
+    jobs = []
+    for t in ev["seq_lens"]:
+        p = copy.deepcopy(params)
+        p["run"]["seq_len"] = t
+        p["model"]["block_size"] = max(t, p["model"]["block_size"])
+        p["run"]["warmup_steps"], p["run"]["timed_steps"] = ev["seq_warmup_steps"], ev["seq_timed_steps"]
+        batch = max(1, ev["seq_tokens"] // t)
+        for key in ("bf16", "flash"):
+            jobs.append(_job(p, env, key, batch, _dir(report_dir, "seq") / f"{key}__t{t}.json",
+                             variant=f"T={t}", profile=False, energy=False))
+    recs = runner.measure_jobs(jobs, env, force=force)
+    return [recs[j["out"]] for j in jobs if j["out"] in recs]
+
+
+def gemm(params: dict, report_dir, force: bool = False) -> dict:
+    """The lm_head GEMM (m = gemm_batch x T, k = n_embd, n = vocabulary width) forward and
+    backward at every multiple of 8 around the padded width, and at the real vocabulary."""
+    from . import gemm_sweep
+
+    m, ev, env = params["model"], params["evidence"], runner.environment(report_dir)
+    spec = {"m": ev["gemm_batch"] * params["run"]["seq_len"], "k": m["n_embd"],
+            "ns": gemm_sweep.widths(m["vocab_size"], m["padded_vocab_size"]),
+            "kernel_ns": (m["vocab_size"], m["padded_vocab_size"]),
+            "dev": {"rocm": "cuda"}.get(params["backend"], params["backend"])}
+    job = _job(params, env, "vocab", ev["gemm_batch"], _dir(report_dir, "gemm") / "lm_head.json",
+               kind="gemm", variant="lm_head GEMM sweep", spec=spec)
+    job["fingerprint"] += "-" + results.short_hash(spec)
+    return runner.measure_jobs([job], env, force=force)[job["out"]]
+
+
+def vocab_under_compile(params: dict, report_dir, force: bool = False) -> dict | None:
+    """The compile stage once more with the vocabulary left at 50257, at the largest batch the
+    compile stage measured, so the chapter can set padded against unpadded under compile."""
+    env = runner.environment(report_dir)
+    done = [r for r in results.load_records(runner.resolve(report_dir) / "results")
+            if r["stage"] == "compile" and r["status"] == "ok"]
+    if not done:
+        return None
+    batch = max(r["batch_size"] for r in done)
+    job = _job(params, env, "compile", batch, _dir(report_dir, "variants") / f"compile-unpadded__b{batch}.json",
+               variant="unpadded vocab", stage_overrides={"padded_vocab": False}, profile=False)
+    return runner.measure_jobs([job], env, force=force)[job["out"]]
+
+
+def batch_sweep(params: dict, report_dir, force: bool = False) -> list[dict]:
+    """The fastest verified single-GPU stage at every batch size of evidence.sweep_batch_sizes,
+    in ascending order until the first that runs out of memory. Batch sizes the stage already
+    measured are taken from the matrix, not measured twice."""
+    report_dir = runner.resolve(report_dir)
+    env = runner.environment(report_dir)
+    matrix = results.load_records(report_dir / "results")
+    best = results.best_config(matrix, params)
+    if best is None:
+        return []
+    key = best["stage"]
+    have = {r["batch_size"]: r for r in matrix if r["stage"] == key}
+    plan = []  # per batch size, ascending: the matrix's record, or a job
+    for b in sorted(set(params["evidence"]["sweep_batch_sizes"]) | set(have)):
+        if b in have:
+            plan.append(have[b])
+            if have[b]["status"] == "oom":
+                break
+        else:
+            plan.append(_job(params, env, key, b, _dir(report_dir, "sweep") / f"{key}__b{b}.json",
+                             variant="batch sweep", stop_if_oom=True))
+    recs = runner.measure_jobs([j for j in plan if "out" in j], env, force=force)
+    out = []
+    for item in plan:
+        rec = recs.get(item["out"]) if "out" in item else item
+        if rec is None:
+            break  # skipped: a smaller batch already ran out of memory
+        out.append(rec)
+        if rec["status"] == "oom":
+            break
+    return out
+
+
+def load(report_dir) -> dict:
+    """Every evidence record of a report: {"seq": [...], "gemm": record or None,
+    "variants": [...], "sweep": [...]}; missing kinds are empty."""
+    base = runner.resolve(report_dir) / "results"
+    out = {}
+    for kind in KINDS:
+        folder = base / kind
+        recs = [json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))] if folder.is_dir() else []
+        out[kind] = (recs[0] if recs else None) if kind == "gemm" else recs
+    return out

@@ -1,0 +1,415 @@
+"""*How the evidence reads*: the tables and charts behind each chapter's explanation (memory
+layers, sequence-length sweep, lm_head GEMM sweep and kernels, kernel-time profiles, energy,
+batch sweep, recommended configuration), computed from a report folder's records only."""
+from __future__ import annotations
+
+import html
+
+import numpy as np
+import pandas as pd
+
+from . import evidence, kernel_profile, stages
+from .report import GiB, Report, _gib, _save, _style, recommended
+
+OK = ("ok", "diverged")
+LAYERS = (("mem_tensors_bytes", "tensors (max allocated)"), ("mem_allocator_bytes", "allocator (max reserved)"),
+          ("mem_device_bytes", "device (nvidia-smi)"))
+COLORS = dict(zip(kernel_profile.CATEGORIES, ("C0", "C3", "C1", "C2", "C4", "C7")))
+
+
+def _table(rows: list[dict], cls: str = "matrix") -> str:
+    return pd.DataFrame(rows).to_html(index=False, escape=False, classes=cls, border=0) if rows else ""
+
+
+def _none(text: str) -> str:
+    return f'<p class="note">{html.escape(text)}</p>'
+
+
+# ---------------------------------------------------------------- memory layers
+
+def memory_layers_html(rep: Report, stage: str, versus: str) -> str:
+    """The three memory layers of `versus` and `stage` side by side at every batch both ran,
+    plus what lives outside PyTorch's allocator (device - allocator: CUDA context, cuBLAS and
+    cuDNN workspaces, NCCL buffers)."""
+    rows = []
+    for b in rep.params["run"]["batch_sizes"]:
+        a, s = rep.rec(versus, b), rep.rec(stage, b)
+        if not (a and s and a["status"] in OK and s["status"] in OK):
+            continue
+        layers = list(LAYERS) if rep.on_gpu else [("mem_device_bytes", "process peak RSS")]
+        for col, label in layers:
+            va, vs = a.get(col), s.get(col)
+            if va is None or vs is None:
+                continue
+            rows.append({"B": b, "layer": label, f"{versus} GiB": _gib(va), f"{stage} GiB": _gib(vs),
+                         "Δ GiB": f"{(vs - va) / GiB:+.2f}", "Δ %": f"{(vs / va - 1) * 100:+.1f} %"})
+        if rep.on_gpu and all(x.get(c) is not None for x in (a, s) for c in ("mem_device_bytes", "mem_allocator_bytes")):
+            oa = a["mem_device_bytes"] - a["mem_allocator_bytes"]
+            os_ = s["mem_device_bytes"] - s["mem_allocator_bytes"]
+            rows.append({"B": b, "layer": "outside the allocator (device − allocator)", f"{versus} GiB": _gib(oa),
+                         f"{stage} GiB": _gib(os_), "Δ GiB": f"{(os_ - oa) / GiB:+.2f}",
+                         "Δ %": f"{(os_ / oa - 1) * 100:+.1f} %" if oa else ""})
+    if not rows:
+        return _none(f"No batch size where both {versus} and {stage} completed: no memory comparison.")
+    return _table(rows)
+
+
+def memory_layers_md(rep: Report, stage: str, versus: str) -> str:
+    """One sentence per layer: does `stage` change memory against `versus`, and where."""
+    col_names = dict(LAYERS)
+    changes = {}
+    for b in rep.params["run"]["batch_sizes"]:
+        a, s = rep.rec(versus, b), rep.rec(stage, b)
+        if a and s and a["status"] in OK and s["status"] in OK:
+            for col in col_names:
+                if a.get(col) and s.get(col) is not None:
+                    changes.setdefault(col, []).append((b, s[col] / a[col] - 1, (s[col] - a[col]) / GiB))
+    if not changes:
+        return f"No batch size where both {stages.get(versus).title} and {stages.get(stage).title} completed."
+    parts = []
+    for col, vals in changes.items():
+        worst = max(vals, key=lambda v: abs(v[1]))
+        word = "unchanged" if abs(worst[1]) < 0.005 else ("smaller" if worst[1] < 0 else "larger")
+        parts.append(f"{col_names[col].split(' (')[0]}: {word} ({worst[1] * 100:+.1f} %, {worst[2]:+.2f} GiB at B={worst[0]})")
+    return (f"{stages.get(stage).title} against {stages.get(versus).title}, largest change per layer — "
+            + "; ".join(parts) + ".")
+
+
+# ---------------------------------------------------------------- sequence-length sweep
+
+def _seq(rep: Report):
+    recs = evidence.load(rep.dir)["seq"]
+    by = {}
+    for r in recs:
+        by.setdefault(r["seq_len"], {})[r["stage"]] = r
+    return dict(sorted(by.items()))
+
+
+def seq_sweep_html(rep: Report) -> str:
+    by = _seq(rep)
+    if not by:
+        return _none("The sequence-length sweep was not measured for this report.")
+    rows = []
+    for t, pair in by.items():
+        n, f = pair.get("bf16"), pair.get("flash")
+        cell = lambda r: (f"{r['median_ms']:.1f}" if r and r["status"] in OK
+                          else (r["status"].upper().replace("_", " ") if r else "—"))
+        speed = (f"{n['median_ms'] / f['median_ms']:.2f}×" if n and f and n["status"] in OK and f["status"] in OK else "")
+        rows.append({"T": t, "B": (f or n)["batch_size"], "naive ms/step": cell(n), "SDPA ms/step": cell(f),
+                     "SDPA speed-up": speed,
+                     "naive tensors GiB": _gib(n.get("mem_tensors_bytes")) if n and n["status"] in OK else "",
+                     "SDPA tensors GiB": _gib(f.get("mem_tensors_bytes")) if f and f["status"] in OK else "",
+                     "SDPA backend": (f or {}).get("sdpa_backend") or ""})
+    return _table(rows)
+
+
+def plot_seq_sweep(rep: Report):
+    by = _seq(rep)
+    if not by:
+        return None
+    plt = _style()
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(9, 3))
+    for key, label, c in (("bf16", "naive attention", "C3"), ("flash", "SDPA", "C0")):
+        ts = [t for t in by if by[t].get(key) and by[t][key]["status"] in OK]
+        a1.plot(ts, [by[t][key]["median_ms"] for t in ts], "o-", color=c, label=label)
+        mem = [(t, by[t][key].get("mem_tensors_bytes") or by[t][key].get("mem_device_bytes")) for t in ts]
+        a2.plot([t for t, v in mem if v], [v / GiB for t, v in mem if v], "o-", color=c, label=label)
+        for t in by:
+            r = by[t].get(key)
+            if r and r["status"] == "oom":
+                a1.annotate("OOM", (t, 0), color="firebrick", fontsize=7, ha="center")
+    for ax in (a1, a2):
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(list(by), [str(t) for t in by])
+        ax.set_xlabel("sequence length T (B = tokens per step / T)")
+        ax.legend(frameon=False, fontsize=7)
+    a1.set_ylabel("ms / step (median)")
+    a2.set_ylabel("peak tensor memory (GiB)" if rep.on_gpu else "process peak memory (GiB)")
+    a1.set_title("Step time, same tokens per step", fontsize=9)
+    a2.set_title("Memory", fontsize=9)
+    fig.tight_layout()
+    return _save(fig, rep, "seq_sweep")
+
+
+# ---------------------------------------------------------------- lm_head GEMM sweep
+
+def _gemm(rep: Report):
+    rec = evidence.load(rep.dir)["gemm"]
+    return rec if rec and rec.get("status") == "ok" else None
+
+
+def plot_gemm(rep: Report):
+    rec = _gemm(rep)
+    if rec is None:
+        return None
+    plt = _style()
+    real, padded = rep.params["model"]["vocab_size"], rep.params["model"]["padded_vocab_size"]
+    fig, axes = plt.subplots(1, len(rec["dtypes"]), figsize=(9, 3.1), squeeze=False)
+    for ax, dt in zip(axes[0], rec["dtypes"]):
+        pts = sorted((p for p in rec["points"] if p["dtype"] == dt and p.get("tflops")), key=lambda p: p["n"])
+        ax.plot([p["n"] for p in pts], [p["tflops"] for p in pts], "-", color="grey", lw=0.7)
+        for mult, style in ((1, dict(marker="o", s=10, color="C7", label="multiple of 8")),
+                            (64, dict(marker="s", s=26, color="C1", label="multiple of 64")),
+                            (128, dict(marker="D", s=34, color="C2", label="multiple of 128"))):
+            sel = [p for p in pts if (p["multiple_of"] >= mult if mult > 1 else p["multiple_of"] < 64)]
+            ax.scatter([p["n"] for p in sel], [p["tflops"] for p in sel], zorder=3, **style)
+        for n, label, c in ((real, str(real), "C3"), (padded, str(padded), "C0")):
+            p = next((p for p in pts if p["n"] == n), None)
+            if p:
+                ax.scatter([n], [p["tflops"]], s=70, facecolors="none", edgecolors=c, lw=1.5, zorder=4)
+                ax.annotate(label, (n, p["tflops"]), textcoords="offset points", xytext=(0, 7), ha="center",
+                            fontsize=7, color=c)
+        ax.set_title(f"{dt}: forward + backward", fontsize=9)
+        ax.set_xlabel("n (vocabulary width)")
+        ax.set_ylabel("TFLOP/s")
+    axes[0][0].legend(frameon=False, fontsize=7, loc="lower left")
+    fig.suptitle(f"lm_head GEMM, m = {rec['m']:,}, k = {rec['k']}", fontsize=10)
+    fig.tight_layout()
+    return _save(fig, rep, "gemm_sweep")
+
+
+def gemm_md(rep: Report) -> str:
+    rec = _gemm(rep)
+    if rec is None:
+        return "The lm_head GEMM sweep was not measured for this report."
+    real, padded = rep.params["model"]["vocab_size"], rep.params["model"]["padded_vocab_size"]
+    parts = []
+    for dt in rec["dtypes"]:
+        pts = {p["n"]: p for p in rec["points"] if p["dtype"] == dt and p.get("tflops")}
+        if real in pts and padded in pts:
+            a, b = pts[real], pts[padded]
+            al = [p["tflops"] for p in pts.values() if p["multiple_of"] >= 64]
+            un = [p["tflops"] for p in pts.values() if p["multiple_of"] < 64]
+            parts.append(f"**{dt}**: n={real} runs at {_rate(a['tflops'])} ({a['total_ms']:.2f} ms forward + "
+                         f"backward), n={padded} at {_rate(b['tflops'])} ({b['total_ms']:.2f} ms): "
+                         f"{a['total_ms'] / b['total_ms']:.2f}× the time for {(1 - real / padded) * 100:.2f} % less "
+                         f"arithmetic. Median over the sweep: multiples of 64 {_rate(np.median(al))}, other multiples "
+                         f"of 8 {_rate(np.median(un))}." if al and un else "")
+    return " ".join(p for p in parts if p) or "The sweep has no point at the real or padded width."
+
+
+def _rate(tflops: float) -> str:
+    return f"{tflops:.0f} TFLOP/s" if tflops >= 10 else (f"{tflops:.2f} TFLOP/s" if tflops >= 0.1
+                                                         else f"{tflops * 1e3:.1f} GFLOP/s")
+
+
+def gemm_kernels_html(rep: Report) -> str:
+    rec = _gemm(rep)
+    if rec is None:
+        return ""
+    rows = []
+    for dt, by_n in rec.get("kernels", {}).items():
+        for n, phases in by_n.items():
+            for phase in ("fwd", "bwd"):
+                names = phases.get(phase) or []
+                rows.append({"dtype": dt, "n": n, "pass": {"fwd": "forward", "bwd": "backward"}[phase],
+                             "kernels (in launch order)": "<br>".join(f"<code>{html.escape(k)}</code>" for k in names)
+                             or "—"})
+    return _table(rows, "matrix kernels")
+
+
+def compile_vocab_html(rep: Report) -> str:
+    """The padding's effect with and without torch.compile, at the batch size of the variant."""
+    var = next((r for r in evidence.load(rep.dir)["variants"] if r.get("variant") == "unpadded vocab"), None)
+    if var is None:
+        return _none("The compile stage at the unpadded vocabulary was not measured for this report.")
+    b = var["batch_size"]
+    pairs = [("eager (flash → vocab stage)", rep.rec("flash", b), rep.rec("vocab", b)),
+             ("torch.compile (same stage at 50257 → 50304)", var, rep.rec("compile", b))]
+    rows = []
+    for label, un, pad in pairs:
+        ok = un and pad and un["status"] in OK and pad["status"] in OK
+        rows.append({"B": b, "mode": label,
+                     "50257 ms/step": f"{un['median_ms']:.1f}" if un and un["status"] in OK else (un or {}).get("status", "—"),
+                     "50304 ms/step": f"{pad['median_ms']:.1f}" if pad and pad["status"] in OK else (pad or {}).get("status", "—"),
+                     "padding speed-up": f"{un['median_ms'] / pad['median_ms']:.2f}×" if ok else ""})
+    return _table(rows)
+
+
+# ---------------------------------------------------------------- kernel-time profiles
+
+def _profiled(rep: Report, batch: int | None = None):
+    """{stage: record} with a kernel profile, at one batch size for every stage: the one at
+    which most stages have a profile (ties: the larger)."""
+    recs = [r for r in rep.records if r.get("kernel_profile") and r["status"] in OK and r["stage"] != "ddp"]
+    if not recs:
+        return None, {}
+    if batch is None:
+        counts = pd.Series([r["batch_size"] for r in recs]).value_counts()
+        batch = max(b for b, c in counts.items() if c == counts.max())
+    order = {k: i for i, k in enumerate(rep.stage_order)}
+    return batch, {r["stage"]: r for r in sorted(recs, key=lambda r: order[r["stage"]]) if r["batch_size"] == batch}
+
+
+def plot_profile(rep: Report):
+    batch, by = _profiled(rep)
+    if not by:
+        return None
+    plt = _style()
+    fig, ax = plt.subplots(figsize=(9, 3.4))
+    x = np.arange(len(by))
+    bottom = np.zeros(len(by))
+    for cat in kernel_profile.CATEGORIES:
+        vals = np.array([r["kernel_profile"]["categories"].get(cat, 0.0) for r in by.values()])
+        ax.bar(x, vals, 0.6, bottom=bottom, color=COLORS[cat], label=cat)
+        for i, (v, tot) in enumerate(zip(vals, [r["kernel_profile"]["busy_ms"] for r in by.values()])):
+            if tot and v / tot > 0.08:
+                ax.text(x[i], bottom[i] + v / 2, f"{v / tot * 100:.0f}%", ha="center", va="center", fontsize=6,
+                        color="white")
+        bottom += vals
+    ax.set_xticks(x, [stages.get(k).title for k in by], fontsize=7)
+    unit = "kernel time" if rep.on_gpu else "operator self time"
+    ax.set_ylabel(f"{unit} per step (ms)")
+    ax.set_title(f"Where one training step's time goes, B={batch} (labels: share of the step)", fontsize=9)
+    ax.legend(frameon=False, fontsize=7, ncol=3)
+    return _save(fig, rep, "kernel_profile")
+
+
+def profile_table_html(rep: Report) -> str:
+    """Category shares per stage, at the batch size of the chart."""
+    batch, by = _profiled(rep)
+    if not by:
+        return _none("No kernel profile was recorded for these results.")
+    rows = []
+    for key, r in by.items():
+        p = r["kernel_profile"]
+        row = {"Stage": stages.get(key).title, "busy ms/step": f"{p['busy_ms']:.1f}",
+               "step ms (timed)": f"{r['median_ms']:.1f}"}
+        for cat in kernel_profile.CATEGORIES:
+            row[cat] = f"{p['categories'].get(cat, 0) / p['busy_ms'] * 100:.0f} %" if p["busy_ms"] else ""
+        rows.append(row)
+    return _table(rows)
+
+
+def top_kernels_html(rec: dict | None, limit: int = 8) -> str:
+    if not rec or not rec.get("kernel_profile"):
+        return _none("No kernel profile for this configuration.")
+    p = rec["kernel_profile"]
+    rows = [{"kernel" if "CUDA" in p["source"] else "operator":
+             f'<code title="{html.escape(k["name"])}">{html.escape(_shorten(k["name"]))}</code>',
+             "category": k["category"], "ms/step": f"{k['ms']:.2f}", "share": f"{k['share'] * 100:.1f} %",
+             "calls/step": f"{k['calls']:g}"} for k in p["top"][:limit]]
+    return _table(rows, "matrix kernels") + (
+        f'<p class="note">{p["source"]}, one step of {rec["stage_title"]} at B={rec["batch_size"]}; '
+        f"busy {p['busy_ms']:.1f} ms of a {rec.get('median_ms', float('nan')):.1f} ms timed step.</p>")
+
+
+def _shorten(name: str, width: int = 110) -> str:
+    """Kernel names are C++ template instantiations; the head and tail say which kernel it is."""
+    return name if len(name) <= width else name[: width - 40] + " … " + name[-37:]
+
+
+def stage_profile(rep: Report, stage: str) -> dict | None:
+    """The stage's profiled record at the largest batch size that has one."""
+    recs = [r for r in rep.records if r["stage"] == stage and r.get("kernel_profile") and r["status"] in OK]
+    return max(recs, key=lambda r: r["batch_size"]) if recs else None
+
+
+# ---------------------------------------------------------------- energy
+
+def energy_html(rep: Report) -> str:
+    rows, why = [], None
+    for r in rep.records:
+        e = r.get("energy") or {}
+        if r["status"] not in OK or r["stage"] == "ddp":
+            continue
+        if not e.get("joules_per_token"):
+            why = why or e.get("unavailable")
+            continue
+        rows.append({"Stage": r["stage_title"], "B": r["batch_size"], "avg. power W": f"{e['avg_power_w']:.0f}",
+                     "mJ / token": f"{e['joules_per_token'] * 1e3:.3f}",
+                     "tokens / kJ": f"{1e3 / e['joules_per_token']:,.0f}", "tok/s": f"{r['tokens_per_s']:,.0f}"})
+    if not rows:
+        return _none("Energy was not measured on this device: " + (why or "no energy record in these results") + ".")
+    order = {k: i for i, k in enumerate(rep.stage_order)}
+    rows.sort(key=lambda x: (order[next(k for k in rep.stage_order if stages.get(k).title == x["Stage"])], x["B"]))
+    return _table(rows)
+
+
+# ---------------------------------------------------------------- batch sweep and recommendation
+
+def sweep_html(rep: Report) -> str:
+    recs = evidence.load(rep.dir)["sweep"]
+    pts = _sweep_points(rep, recs)
+    if not pts:
+        return _none("The batch-size sweep was not measured for this report.")
+    rows = []
+    for r in pts:
+        ran = r["status"] in OK
+        rows.append({"Stage": r["stage_title"], "B": r["batch_size"],
+                     "ms/step": f"{r['median_ms']:.1f}" if ran else r["status"].upper().replace("_", " "),
+                     "tok/s": f"{r['tokens_per_s']:,.0f}" if ran else "",
+                     "MFU": f"{r['mfu'] * 100:.1f} %" if ran and r.get("mfu") is not None else ("n/a" if ran else ""),
+                     "allocator GiB": _gib(r.get("mem_allocator_bytes")),
+                     "device GiB": _gib(r.get("mem_device_bytes")),
+                     "source": "matrix" if r.get("variant") != "batch sweep" else "sweep"})
+    return _table(rows)
+
+
+def _sweep_points(rep: Report, sweep: list[dict]) -> list[dict]:
+    if not sweep:
+        return []
+    key = sweep[0]["stage"]
+    have = {r["batch_size"]: r for r in rep.records if r["stage"] == key}
+    have.update({r["batch_size"]: r for r in sweep})
+    return [have[b] for b in sorted(have)]
+
+
+def plot_sweep(rep: Report):
+    pts = _sweep_points(rep, evidence.load(rep.dir)["sweep"])
+    ran = [r for r in pts if r["status"] in OK]
+    if not ran:
+        return None
+    plt = _style()
+    fig, a1 = plt.subplots(figsize=(9, 3))
+    a1.plot([r["batch_size"] for r in ran], [r["tokens_per_s"] for r in ran], "o-", color="C0", label="tokens/s")
+    a1.set_ylabel("tokens / s")
+    a1.yaxis.set_major_formatter(plt.FuncFormatter(lambda v, _: f"{v:,.0f}"))
+    a2 = a1.twinx()
+    mem = [(r["batch_size"], r.get("mem_allocator_bytes") or r.get("mem_device_bytes")) for r in ran]
+    a2.plot([b for b, v in mem if v], [v / GiB for b, v in mem if v], "s--", color="C1", label="memory")
+    a2.set_ylabel("peak memory (GiB)")
+    a2.grid(False)
+    if rep.env["device"].get("memory_bytes"):
+        a2.axhline(rep.env["device"]["memory_bytes"] / GiB, color="C1", lw=0.6, ls=":")
+    for r in pts:
+        if r["status"] == "oom":
+            a1.annotate("OOM", (r["batch_size"], ran[-1]["tokens_per_s"]), color="firebrick", ha="center", fontsize=8)
+    a1.set_xlabel("batch size B (sequences of T tokens)")
+    a1.set_title(f"Batch-size sweep at {ran[0]['stage_title']}", fontsize=9)
+    fig.legend(frameon=False, fontsize=7, loc="lower right", bbox_to_anchor=(0.9, 0.15))
+    return _save(fig, rep, "batch_sweep")
+
+
+def recommended_md(rep: Report) -> str:
+    best = recommended(rep)
+    if best is None:
+        return "No configuration completed with its loss verified, so there is no recommendation."
+    st = stages.get(best["stage"])
+    ref = rep.rec(st.reference, best["batch_size"])
+    delta = (f"{best['final_loss'] - ref['final_loss']:+.3f} nats against {stages.get(st.reference).title} at the same batch"
+             if ref and ref["status"] in OK and best.get("final_loss") is not None else
+             f"no {stages.get(st.reference).title} run at B={best['batch_size']} to compare with; the stage's loss "
+             "held wherever it could be compared")
+    peak = (rep.params.get("peak_tflops") or {}).get("bf16")
+    mfu = (f"{best['achieved_tflops'] / peak * 100:.1f} % of the {peak:g} TFLOP/s bf16 dense peak "
+           f"({best['achieved_tflops']:.0f} TFLOP/s achieved)" if peak and best.get("achieved_tflops") else "n/a (no datasheet peak)")
+    switches = [stages.get(k).switch for k in rep.stage_order[: rep.stage_order.index(best["stage"]) + 1]
+                if stages.get(k).switch]
+    mem = ", ".join(f"{label.split(' (')[0]} {_gib(best.get(col))} GiB" for col, label in LAYERS if best.get(col) is not None)
+    return (f"**{st.title} at B={best['batch_size']}** (T={best['seq_len']}): **{best['tokens_per_s']:,.0f} tokens/s**, "
+            f"{best['median_ms']:.1f} ms/step (p10–p90 {best['p10_ms']:.1f}–{best['p90_ms']:.1f}), MFU {mfu}. "
+            f"Peak memory: {mem}. Loss: {delta}.\n\nThe code switches that produce it, in order:\n\n```python\n"
+            + "\n".join(switches) + "\n```")
+
+
+def recommended_profile_html(rep: Report) -> str:
+    best = recommended(rep)
+    if best is None:
+        return ""
+    p = best.get("kernel_profile")
+    if not p:
+        return _none("No kernel profile for the recommended configuration.")
+    cats = ", ".join(f"{c} {v / p['busy_ms'] * 100:.0f} %" for c, v in
+                     sorted(p["categories"].items(), key=lambda kv: -kv[1]) if v > 0)
+    return f"<p>Kernel time by category: {cats}.</p>" + top_kernels_html(best, limit=10)
