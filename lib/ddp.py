@@ -13,14 +13,13 @@ import dataclasses
 import json
 import os
 import sys
-import time
 
 import numpy as np
 import torch
 import torch.distributed as dist
 
 from . import data, results, stages
-from .measure import build, device_type, memory, time_steps
+from .measure import batch_dynamic, build, device_type, memory, time_steps
 
 # Keep NVLink multicast off (shared hosts: a program using it can take GPUs out of service).
 SAFE_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
@@ -56,7 +55,7 @@ def run(job: dict) -> dict | None:
         nonlocal i
         with contextlib.nullcontext() if sync else ddp.no_sync():  # no_sync: skip the all-reduce
             with ctx:
-                _, loss = ddp(xs[i], ys[i])
+                _, loss = ddp(*(batch_dynamic(xs[i], ys[i]) if stage.compile else (xs[i], ys[i])))
             loss.backward()
         torch.nn.utils.clip_grad_norm_(ddp.parameters(), r["grad_clip"])
         opt.step()

@@ -66,6 +66,15 @@ def build(params: dict, stage: stages.Stage, dev: str):
     return model, forward, opt
 
 
+def batch_dynamic(*tensors):
+    """Mark the batch dimension dynamic for torch.compile: one compiled graph then serves every
+    batch size, and later processes (other batch sizes, the batch sweep, the DDP ranks) load it
+    from inductor's on-disk cache instead of compiling again. Sequence length stays static."""
+    for t in tensors:
+        torch._dynamo.maybe_mark_dynamic(t, 0)
+    return tensors
+
+
 def sdpa_backend(model, x, y, ctx) -> str | None:
     """Which SDPA kernel family ran, read off the dispatched op names of one forward."""
     from torch.profiler import ProfilerActivity, profile
@@ -123,8 +132,9 @@ def run(job: dict) -> dict:
         losses = []
 
         def step(i: int, keep: bool = True):
+            x, y = batch_dynamic(xs[i], ys[i]) if stage.compile else (xs[i], ys[i])
             with ctx:
-                _, loss = forward(xs[i], ys[i])
+                _, loss = forward(x, y)
             if fault == "nan" and i == n_steps // 2:
                 loss = loss * float("nan")
             loss.backward()
