@@ -3,6 +3,7 @@
 #   make report [GPU=h100] [BATCHES="16 32"] [FORCE=1]      measure + reports/<gpu>/report.{html,pdf}
 #   make test                                               the test suite (runs the CPU pipeline)
 #   make lab                                                JupyterLab on notebooks/
+#   make report GPU=h100 MEASURE_ONLY=1                     measure only (a busy GPU host), render later
 #   make render GPU=h100                                    redraw a report from its results
 #   make compare GPUS="h100 h200"                           one report across GPUs
 #   make wheelhouse [WHEEL_PYTHON=3.12]                     wheels for an offline GPU host
@@ -17,7 +18,7 @@
 SHELL := /bin/bash
 .DEFAULT_GOAL := help
 PYTHON ?= python3
-export GPU GPUS BATCHES OVERRIDE REPORTS FORCE
+export GPU GPUS BATCHES OVERRIDE REPORTS FORCE MEASURE_ONLY
 
 ENV_MODE ?= $(shell $(PYTHON) -c "import torch,sys; sys.exit(0 if torch.cuda.is_available() else 1)" >/dev/null 2>&1 && echo existing || echo venv)
 ifeq ($(ENV_MODE),existing)

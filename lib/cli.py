@@ -203,6 +203,8 @@ def report(args) -> int:
     dev = env["device"]
     print(f"report {profile}: {dev['name']} ({dev['backend']}), stages {', '.join(params['stages'])}, "
           f"batch sizes {params['run']['batch_sizes']}, {manifest['tokens']:,} corpus tokens")
+    if args.measure_only:
+        return measure_only(report_dir, params, args.force, t_start)
     failures, chapters, timings = run_notebooks(report_dir, params, measure=True, force=args.force)
     t_measure = time.perf_counter() - t_start
     print("[export] report.html, report.pdf", flush=True)
@@ -216,6 +218,31 @@ def report(args) -> int:
     rel = report_dir.relative_to(ROOT) if report_dir.is_relative_to(ROOT) else report_dir
     print(f"done in {timings['total_s']:.0f} s (measurement + notebooks {t_measure:.0f} s, HTML "
           f"{timings['html_s']:.1f} s, PDF {timings['pdf_s']:.1f} s): {rel}/report.html, {rel}/report.pdf")
+    return _exit_code(report_dir, failures)
+
+
+def measure_only(report_dir: Path, params: dict, force: bool, t_start: float) -> int:
+    """Every chapter's measurements and nothing else: for a GPU host with little time to spare
+    or no PDF stack. `make render GPU=<profile>` turns the results into the report anywhere."""
+    from . import evidence
+
+    failures, timings = [], {}
+    order = chapter_order(params["stages"])
+    for i, key in enumerate(order, 1):
+        t0 = time.perf_counter()
+        print(f"[{i}/{len(order)}] {CHAPTER_TITLES.get(key) or stages.get(key).title}", flush=True)
+        try:
+            evidence.measure_chapter(key, params, report_dir, force=force)
+        except Exception as e:  # recorded; the other chapters still measure
+            failures.append(f"{key}: {type(e).__name__}: {e}")
+            print(f"    FAILED: {failures[-1]}", flush=True)
+        timings[key] = time.perf_counter() - t0
+    timings["total_s"] = time.perf_counter() - t_start
+    results.write_atomic(report_dir / "run.json", {
+        "profile": params["name"], "started": dt.datetime.now().isoformat(timespec="seconds"),
+        "measure_only": True, "timings_s": timings, "failures": failures})
+    print(f"measured in {timings['total_s']:.0f} s; render the report with `make render GPU={params['name']}`"
+          + (f" (REPORTS={report_dir.parent})" if report_dir.parent != ROOT / "reports" else ""))
     return _exit_code(report_dir, failures)
 
 
@@ -373,6 +400,8 @@ def main(argv=None) -> int:
     r.add_argument("--reports", default=env.get("REPORTS") or None, help="reports folder (default: reports/)")
     r.add_argument("--force", action="store_true", default=env.get("FORCE", "") not in ("", "0"),
                    help="re-measure everything (the earlier report is archived, not overwritten)")
+    r.add_argument("--measure-only", action="store_true", default=env.get("MEASURE_ONLY", "") not in ("", "0"),
+                   help="measure every chapter but render nothing (then `make render` here or elsewhere)")
     for name, text in (("pdf", "render report.pdf from an existing report.html"),
                        ("render", "redraw notebooks, HTML and PDF from existing results, measuring nothing")):
         p = sub.add_parser(name, help=text)

@@ -71,14 +71,15 @@ def gemm(params: dict, report_dir, force: bool = False) -> dict:
 
 
 def vocab_under_compile(params: dict, report_dir, force: bool = False) -> dict | None:
-    """The compile stage once more with the vocabulary left at 50257, at the largest batch the
-    compile stage measured, so the chapter can set padded against unpadded under compile."""
+    """The compile stage once more with the vocabulary left at 50257, at the smallest batch the
+    compile stage measured (the cheapest compilation), so the chapter can set padded against
+    unpadded under compile."""
     env = runner.environment(report_dir)
     done = [r for r in results.load_records(runner.resolve(report_dir) / "results")
             if r["stage"] == "compile" and r["status"] == "ok"]
     if not done:
         return None
-    batch = max(r["batch_size"] for r in done)
+    batch = min(r["batch_size"] for r in done)
     job = _job(params, env, "compile", batch, _dir(report_dir, "variants") / f"compile-unpadded__b{batch}.json",
                variant="unpadded vocab", stage_overrides={"padded_vocab": False}, profile=False)
     return runner.measure_jobs([job], env, force=force)[job["out"]]
@@ -115,6 +116,18 @@ def batch_sweep(params: dict, report_dir, force: bool = False) -> list[dict]:
         if rec["status"] == "oom":
             break
     return out
+
+
+def measure_chapter(key: str, params: dict, report_dir, force: bool = False):
+    """Everything one chapter measures: its stage's configurations and the evidence behind its
+    explanation. The chapter notebooks call this, and so does `make report MEASURE_ONLY=1`."""
+    if key == "batch_sweep":
+        return batch_sweep(params, report_dir, force=force)
+    recs = runner.run_stage(key, params, report_dir, force=force)
+    extra = {"flash": seq_sweep, "vocab": gemm, "compile": vocab_under_compile}.get(key)
+    if extra:
+        extra(params, report_dir, force=force)
+    return recs
 
 
 def load(report_dir) -> dict:
