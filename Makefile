@@ -4,6 +4,7 @@
 #   make test                                               the test suite (runs the CPU pipeline)
 #   make lab                                                JupyterLab on notebooks/
 #   make report GPU=h100 MEASURE_ONLY=1                     measure only (a busy GPU host), render later
+#   make report STAGES="fp32 vocab ddp"                      a subset of the stages (first = baseline)
 #   make render GPU=h100                                    redraw a report from its results
 #   make compare GPUS="h100 h200"                           one report across GPUs
 #   make wheelhouse [WHEEL_PYTHON=3.12]                     wheels for an offline GPU host
@@ -18,7 +19,7 @@
 SHELL := /bin/bash
 .DEFAULT_GOAL := help
 PYTHON ?= python3
-export GPU GPUS BATCHES OVERRIDE REPORTS FORCE MEASURE_ONLY
+export GPU GPUS BATCHES STAGES OVERRIDE REPORTS FORCE MEASURE_ONLY
 
 ENV_MODE ?= $(shell $(PYTHON) -c "import torch,sys; sys.exit(0 if torch.cuda.is_available() else 1)" >/dev/null 2>&1 && echo existing || echo venv)
 ifeq ($(ENV_MODE),existing)

@@ -178,7 +178,7 @@ def report(args) -> int:
             raise UsageError(f"unknown GPU profile {args.gpu!r} (profiles: {', '.join(config.profiles())})")
     env = detect_environment()
     profile, override = choose_profile(args.gpu, env["device"], args.override)
-    params = config.load(profile, batches, override)
+    params = config.load(profile, batches, override, config.parse_stages(args.stages) if args.stages else None)
     manifest = data.verify()
     reports_root = reports_root_of(args)
     report_dir = reports_root / profile
@@ -395,6 +395,8 @@ def main(argv=None) -> int:
     r.add_argument("--gpu", default=env.get("GPU") or None, help="profile name (params/<name>.yaml); default: detect")
     r.add_argument("--batches", default=env.get("BATCHES") or None,
                    help="batch sizes, e.g. '16 32 64' (default: the profile's)")
+    r.add_argument("--stages", default=env.get("STAGES") or None,
+                   help="measure only these stages, e.g. 'fp32 vocab ddp' (the first is the baseline)")
     r.add_argument("--override", action="store_true", default=env.get("OVERRIDE", "") not in ("", "0"),
                    help="run a profile on a device it does not name")
     r.add_argument("--reports", default=env.get("REPORTS") or None, help="reports folder (default: reports/)")

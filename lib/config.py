@@ -100,7 +100,21 @@ def parse_batches(text: str) -> list[int]:
     return [int(p) for p in parts]
 
 
-def load(profile: str, batch_sizes: list[int] | None = None, override: str | None = None) -> dict:
+def parse_stages(text: str) -> list[str]:
+    """'fp32 vocab,ddp' -> the named stages in the registry's (cumulative) order."""
+    from . import stages
+
+    names = [p for p in re.split(r"[\s,]+", str(text).strip()) if p]
+    if not names:
+        raise ConfigError("the stage list is empty")
+    for n in names:
+        if n not in stages.STAGES:
+            raise ConfigError(f"unknown stage {n!r} (stages: {', '.join(stages.ORDER)})")
+    return [k for k in stages.ORDER if k in names]
+
+
+def load(profile: str, batch_sizes: list[int] | None = None, override: str | None = None,
+         stage_keys: list[str] | None = None) -> dict:
     """The merged, validated parameters for `profile`, with `name` set to it. `override`, when
     the profile runs on a device it does not name, is kept so the report can say so."""
     check_name(profile)
@@ -110,6 +124,8 @@ def load(profile: str, batch_sizes: list[int] | None = None, override: str | Non
     params = _merge(_read(PARAMS_DIR / "default.yaml"), _read(path))
     if batch_sizes is not None:
         params["run"]["batch_sizes"] = batch_sizes
+    if stage_keys is not None:  # a subset of the profile's stages; the first one is the baseline
+        params["stages"] = stage_keys
     params["name"] = profile
     params["override"] = override
     validate(params)
