@@ -205,7 +205,7 @@ def gemm_kernels_html(rep: Report) -> str:
                 rows.append({"dtype": dt, "n": n, "pass": {"fwd": "forward", "bwd": "backward"}[phase],
                              "kernels (in launch order)": "<br>".join(f"<code>{html.escape(k)}</code>" for k in names)
                              or "—"})
-    return _table(rows, "matrix kernels")
+    return _table(rows, "matrix kernels gemm")
 
 
 def compile_vocab_html(rep: Report) -> str:
@@ -294,7 +294,7 @@ def top_kernels_html(rec: dict | None, limit: int = 8) -> str:
         f"busy {p['busy_ms']:.1f} ms of a {rec.get('median_ms', float('nan')):.1f} ms timed step.</p>")
 
 
-def _shorten(name: str, width: int = 110) -> str:
+def _shorten(name: str, width: int = 96) -> str:
     """Kernel names are C++ template instantiations; the head and tail say which kernel it is."""
     return name if len(name) <= width else name[: width - 40] + " … " + name[-37:]
 
@@ -328,56 +328,69 @@ def energy_html(rep: Report) -> str:
 
 # ---------------------------------------------------------------- batch sweep and recommendation
 
+def _sweeps(rep: Report) -> dict:
+    """{stage: its points by batch size, matrix and sweep together}, one entry per stage that was
+    swept (a re-run whose fastest stage changed has swept two)."""
+    sweep = evidence.load(rep.dir)["sweep"]
+    out = {}
+    for key in dict.fromkeys(r["stage"] for r in sweep):
+        have = {r["batch_size"]: r for r in rep.records if r["stage"] == key}
+        have.update({r["batch_size"]: r for r in sweep if r["stage"] == key})
+        out[key] = [have[b] for b in sorted(have)]
+    return out
+
+
 def sweep_html(rep: Report) -> str:
-    recs = evidence.load(rep.dir)["sweep"]
-    pts = _sweep_points(rep, recs)
-    if not pts:
+    sweeps = _sweeps(rep)
+    if not sweeps:
         return _none("The batch-size sweep was not measured for this report.")
-    rows = []
-    for r in pts:
-        ran = r["status"] in OK
-        rows.append({"Stage": r["stage_title"], "B": r["batch_size"],
-                     "ms/step": f"{r['median_ms']:.1f}" if ran else r["status"].upper().replace("_", " "),
-                     "tok/s": f"{r['tokens_per_s']:,.0f}" if ran else "",
-                     "MFU": f"{r['mfu'] * 100:.1f} %" if ran and r.get("mfu") is not None else ("n/a" if ran else ""),
-                     "allocator GiB": _gib(r.get("mem_allocator_bytes")),
-                     "device GiB": _gib(r.get("mem_device_bytes")),
-                     "source": "matrix" if r.get("variant") != "batch sweep" else "sweep"})
-    return _table(rows)
-
-
-def _sweep_points(rep: Report, sweep: list[dict]) -> list[dict]:
-    if not sweep:
-        return []
-    key = sweep[0]["stage"]
-    have = {r["batch_size"]: r for r in rep.records if r["stage"] == key}
-    have.update({r["batch_size"]: r for r in sweep})
-    return [have[b] for b in sorted(have)]
+    rows, notes = [], []
+    for key, pts in sweeps.items():
+        for r in pts:
+            ran = r["status"] in OK
+            rows.append({"Stage": r["stage_title"], "B": r["batch_size"],
+                         "ms/step": f"{r['median_ms']:.1f}" if ran else r["status"].upper().replace("_", " "),
+                         "tok/s": f"{r['tokens_per_s']:,.0f}" if ran else "",
+                         "MFU": f"{r['mfu'] * 100:.1f} %" if ran and r.get("mfu") is not None else ("n/a" if ran else ""),
+                         "allocator GiB": _gib(r.get("mem_allocator_bytes")),
+                         "device GiB": _gib(r.get("mem_device_bytes")),
+                         "source": "sweep" if r.get("variant") == "batch sweep" else "matrix"})
+        oom = next((r["batch_size"] for r in pts if r["status"] == "oom"), None)
+        last = max(r["batch_size"] for r in pts)
+        notes.append(f"{stages.get(key).title}: " + (f"out of memory at B={oom}, so B={max(r['batch_size'] for r in pts if r['status'] in OK)} "
+                                                    "is the largest that fits" if oom else
+                     (f"measured up to B={last}; larger batch sizes were not measured (the run ended first)"
+                      if last < max(rep.params["evidence"]["sweep_batch_sizes"]) else f"every batch size up to B={last} fits")))
+    return _table(rows) + '<p class="note">' + html.escape("; ".join(notes)) + ".</p>"
 
 
 def plot_sweep(rep: Report):
-    pts = _sweep_points(rep, evidence.load(rep.dir)["sweep"])
-    ran = [r for r in pts if r["status"] in OK]
-    if not ran:
+    sweeps = {k: [r for r in pts if r["status"] in OK] for k, pts in _sweeps(rep).items()}
+    sweeps = {k: v for k, v in sweeps.items() if v}
+    if not sweeps:
         return None
     plt = _style()
-    fig, a1 = plt.subplots(figsize=(9, 3))
-    a1.plot([r["batch_size"] for r in ran], [r["tokens_per_s"] for r in ran], "o-", color="C0", label="tokens/s")
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(9, 3))
+    for i, (key, ran) in enumerate(sweeps.items()):
+        b = [r["batch_size"] for r in ran]
+        a1.plot(b, [r["tokens_per_s"] for r in ran], "o-", color=f"C{i}", label=stages.get(key).title)
+        mem = [(r["batch_size"], r.get("mem_allocator_bytes") or r.get("mem_device_bytes")) for r in ran]
+        a2.plot([x for x, v in mem if v], [v / GiB for x, v in mem if v], "s-", color=f"C{i}", label=stages.get(key).title)
+    for key, pts in _sweeps(rep).items():
+        for r in pts:
+            if r["status"] == "oom":
+                a2.annotate(f"OOM at B={r['batch_size']}", (r["batch_size"], 0), color="firebrick", fontsize=7,
+                            ha="right", va="bottom")
+    if rep.env["device"].get("memory_bytes"):
+        a2.axhline(rep.env["device"]["memory_bytes"] / GiB, color="grey", lw=0.7, ls=":", label="device memory")
     a1.set_ylabel("tokens / s")
     a1.yaxis.set_major_formatter(plt.FuncFormatter(lambda v, _: f"{v:,.0f}"))
-    a2 = a1.twinx()
-    mem = [(r["batch_size"], r.get("mem_allocator_bytes") or r.get("mem_device_bytes")) for r in ran]
-    a2.plot([b for b, v in mem if v], [v / GiB for b, v in mem if v], "s--", color="C1", label="memory")
-    a2.set_ylabel("peak memory (GiB)")
-    a2.grid(False)
-    if rep.env["device"].get("memory_bytes"):
-        a2.axhline(rep.env["device"]["memory_bytes"] / GiB, color="C1", lw=0.6, ls=":")
-    for r in pts:
-        if r["status"] == "oom":
-            a1.annotate("OOM", (r["batch_size"], ran[-1]["tokens_per_s"]), color="firebrick", ha="center", fontsize=8)
-    a1.set_xlabel("batch size B (sequences of T tokens)")
-    a1.set_title(f"Batch-size sweep at {ran[0]['stage_title']}", fontsize=9)
-    fig.legend(frameon=False, fontsize=7, loc="lower right", bbox_to_anchor=(0.9, 0.15))
+    a2.set_ylabel("peak allocator memory (GiB)" if rep.on_gpu else "process peak memory (GiB)")
+    for ax, title in ((a1, "Throughput"), (a2, "Memory")):
+        ax.set_xlabel("batch size B (sequences of T tokens)")
+        ax.set_title(title, fontsize=9)
+        ax.legend(frameon=False, fontsize=7)
+    fig.tight_layout()
     return _save(fig, rep, "batch_sweep")
 
 
@@ -394,7 +407,8 @@ def recommended_md(rep: Report) -> str:
     peak = (rep.params.get("peak_tflops") or {}).get("bf16")
     mfu = (f"{best['achieved_tflops'] / peak * 100:.1f} % of the {peak:g} TFLOP/s bf16 dense peak "
            f"({best['achieved_tflops']:.0f} TFLOP/s achieved)" if peak and best.get("achieved_tflops") else "n/a (no datasheet peak)")
-    switches = [stages.get(k).switch for k in rep.stage_order[: rep.stage_order.index(best["stage"]) + 1]
+    # The baseline's "switch" only pins FP32 behaviour; every later stage replaces or adds to it.
+    switches = [stages.get(k).switch for k in rep.stage_order[1: rep.stage_order.index(best["stage"]) + 1]
                 if stages.get(k).switch]
     mem = ", ".join(f"{label.split(' (')[0]} {_gib(best.get(col))} GiB" for col, label in LAYERS if best.get(col) is not None)
     return (f"**{st.title} at B={best['batch_size']}** (T={best['seq_len']}): **{best['tokens_per_s']:,.0f} tokens/s**, "

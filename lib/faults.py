@@ -1,4 +1,5 @@
-"""Fault injection for the reliability tests: GPT2_LEVERS_FAULT="stage:kind[,stage:kind]".
+"""Fault injection for the reliability tests: GPT2_LEVERS_FAULT="stage[@batch]:kind[,...]"
+(with @batch, only that batch size of the stage).
 
 Kinds: `oom` (the measurement raises CUDA's out-of-memory error), `nan` (the loss turns NaN
 half-way), `raise` (the measurement raises), `kill` (the measuring process is SIGKILLed),
@@ -12,10 +13,11 @@ import signal
 VAR = "GPT2_LEVERS_FAULT"
 
 
-def get(stage: str) -> str | None:
+def get(stage: str, batch: int | None = None) -> str | None:
     for item in filter(None, os.environ.get(VAR, "").split(",")):
         key, _, kind = item.partition(":")
-        if key.strip() == stage:
+        name, _, at = key.strip().partition("@")
+        if name == stage and (not at or (batch is not None and at == str(batch))):
             return kind.strip()
     return None
 

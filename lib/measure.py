@@ -115,7 +115,7 @@ def run(job: dict) -> dict:
     dev = device_type(params["backend"])
     rec = results.base_record(params, stage, batch)
     rec.update(fingerprint=job.get("fingerprint"), variant=job.get("variant"))
-    fault = faults.get(stage.key)
+    fault = faults.get(stage.key, batch)
     torch.set_float32_matmul_precision("high" if stage.tf32 else "highest")
     ctx = (torch.autocast(device_type=dev, dtype=getattr(torch, stage.autocast))
            if stage.autocast else contextlib.nullcontext())

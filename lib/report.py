@@ -47,7 +47,9 @@ def load(report_dir) -> Report:
     env = json.loads((d / "environment.json").read_text())
     records = results.load_records(d / "results")
     order = params["stages"]
-    records = [r for r in records if r["stage"] in order and r["batch_size"] in params["run"]["batch_sizes"]]
+    # DDP runs at whatever batch the best single-GPU configuration had (the sweep's, maybe).
+    records = [r for r in records if r["stage"] in order
+               and (r["batch_size"] in params["run"]["batch_sizes"] or r["stage"] == "ddp")]
     df = results.table(records, order, params["run"]["loss_tolerance"])
     return Report(d, params, env, records, df)
 
@@ -247,9 +249,16 @@ def findings(rep: Report) -> list[str]:
     clean = ok[ok["status"] == "ok"]
     if clean.empty:
         return ["No configuration completed with a finite loss; see the matrix for each row's status."]
+    rec = recommended(rep)
+    if rec is not None:
+        line = (f"**Recommended configuration: {rec['stage_title']} at B={rec['batch_size']}**, "
+                f"{rec['tokens_per_s']:,.0f} tokens/s")
+        if rec.get("mfu") is not None:
+            line += f", MFU {rec['mfu'] * 100:.1f} % of the {rec['peak_precision']} peak"
+        out.append(line + " (the fastest measured setting whose loss held; the batch sweep included).")
     best = clean.loc[clean["tokens_per_s"].idxmax()]
     base = clean[clean["stage"] == order[0]]
-    line = (f"**Fastest configuration: {best['stage_title']} at B={best['batch_size']}**, "
+    line = (f"Fastest in the stage matrix: {best['stage_title']} at B={best['batch_size']}, "
             f"{best['tokens_per_s']:,.0f} tokens/s ({best['median_ms']:.1f} ms/step")
     if not pd.isna(best["mfu"]):
         line += f", MFU {best['mfu'] * 100:.1f} % of the {best['peak_precision']} peak"

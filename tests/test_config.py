@@ -192,8 +192,8 @@ def test_bad_batch_size_lists_are_errors(cpu_params, batches):
 
 
 def test_unknown_stage_is_an_error(cpu_params):
-    cpu_params["stages"] = ["fp32", "fp8"]
-    with pytest.raises(config.ConfigError, match="unknown stage 'fp8'"):
+    cpu_params["stages"] = ["fp32", "fp9"]
+    with pytest.raises(config.ConfigError, match="unknown stage 'fp9'"):
         config.validate(cpu_params)
 
 

@@ -16,16 +16,19 @@ SECTION_HEADINGS = ["Executive summary", "Verdicts on the prevailing claims", "H
                     "Method", "Experimental matrix", "Analysis per lever", "Recommendations", "Appendix"]
 
 
-SINGLE_DEVICE = ["fp32", "tf32", "bf16", "flash", "vocab"]
+SINGLE_DEVICE = ["fp32", "tf32", "bf16", "flash", "vocab", "fused", "compile", "fp8"]
+NOT_ON_CPU = {"compile": "not measured by the cpu profile", "fp8": "compute capability 8.9"}
 
 
 def expected_records(params):
     return {(s, b) for s in params["stages"] if s != "ddp" for b in params["run"]["batch_sizes"]}
 
 
-def all_records(run):
-    """The measured records (the multi-GPU stage is a single 'not applicable' row on a CPU)."""
-    return [r for r in (read_json(p) for p in sorted(run.results_dir.glob("*.json"))) if r["stage"] != "ddp"]
+def all_records(run, measured_only=False):
+    """The single-device records (the multi-GPU stage is a single 'not applicable' row on a CPU);
+    with measured_only, without the stages the CPU cannot or does not run."""
+    recs = [r for r in (read_json(p) for p in sorted(run.results_dir.glob("*.json"))) if r["stage"] != "ddp"]
+    return [r for r in recs if r["stage"] not in NOT_ON_CPU] if measured_only else recs
 
 
 def test_the_multi_gpu_stage_is_one_not_applicable_row_on_a_cpu(pipeline_ok):
@@ -56,11 +59,34 @@ def test_result_records_match_their_file_names(pipeline_ok):
 def test_result_records_have_schema_and_ok_status(pipeline_ok):
     for rec in all_records(pipeline_ok):
         assert rec["schema_version"] == results.SCHEMA_VERSION
-        assert rec["status"] == "ok", (rec["stage"], rec["batch_size"], rec.get("reason"))
+        if rec["stage"] in NOT_ON_CPU:  # each says why, in the row the report shows
+            assert rec["status"] == "not_applicable" and NOT_ON_CPU[rec["stage"]] in rec["reason"]
+        else:
+            assert rec["status"] == "ok", (rec["stage"], rec["batch_size"], rec.get("reason"))
+            assert rec["kernel_profile"]["busy_ms"] > 0 and rec["first_step_s"] > 0
+            assert "no power sensor" in rec["energy"]["unavailable"]
+
+
+def test_evidence_is_measured_and_shown(pipeline_ok, report_html):
+    ev = pipeline_ok.results_dir
+    gemm = read_json(ev / "gemm" / "lm_head.json")
+    widths = {p["n"] for p in gemm["points"]}
+    assert {1000, 1024, 896, 1152} <= widths and set(gemm["kernels"]["bf16"]) == {"1000", "1024"}
+    seq = {(r["stage"], r["seq_len"]) for r in map(read_json, (ev / "seq").glob("*.json"))}
+    assert seq == {(s, t) for s in ("bf16", "flash") for t in pipeline_ok.params["evidence"]["seq_lens"]}
+    sweep = [read_json(p) for p in (ev / "sweep").glob("*.json")]
+    assert sweep and all(r["variant"] == "batch sweep" for r in sweep)
+    assert len({r["stage"] for r in sweep}) == 1
+    figures = {p.stem for p in (pipeline_ok.report_dir / "figures").glob("*.png")}
+    assert {"gemm_sweep", "seq_sweep", "kernel_profile", "batch_sweep"} <= figures
+    for text in ("Recommended configuration", "Where the step time goes", "Energy was not measured on this device",
+                 "Naive against SDPA across sequence lengths", "The lm_head GEMM across vocabulary widths",
+                 "Memory, three layers, FP32 against TF32", "not measured by the cpu profile"):
+        assert text in report_html, text
 
 
 def test_result_records_have_consistent_timing_statistics(pipeline_ok):
-    for rec in all_records(pipeline_ok):
+    for rec in all_records(pipeline_ok, measured_only=True):
         where = (rec["stage"], rec["batch_size"])
         assert rec["median_ms"] > 0, where
         assert rec["p10_ms"] <= rec["median_ms"] <= rec["p90_ms"], where
@@ -74,7 +100,7 @@ def test_result_records_have_consistent_timing_statistics(pipeline_ok):
 
 def test_result_records_keep_every_loss_and_a_finite_final_loss(pipeline_ok):
     r = pipeline_ok.params["run"]
-    for rec in all_records(pipeline_ok):
+    for rec in all_records(pipeline_ok, measured_only=True):
         where = (rec["stage"], rec["batch_size"])
         assert len(rec["losses"]) == r["warmup_steps"] + r["timed_steps"], where
         assert all(math.isfinite(v) for v in rec["losses"]), where
@@ -82,18 +108,19 @@ def test_result_records_keep_every_loss_and_a_finite_final_loss(pipeline_ok):
 
 
 def test_sdpa_stages_record_their_backend_and_naive_stages_do_not(pipeline_ok):
-    for rec in all_records(pipeline_ok):
+    for rec in all_records(pipeline_ok, measured_only=True):
         if stages.get(rec["stage"]).attention == "sdpa":
             assert isinstance(rec.get("sdpa_backend"), str) and rec["sdpa_backend"], rec["stage"]
         else:
             assert rec.get("sdpa_backend") is None, rec["stage"]
-    assert {rec["stage"] for rec in all_records(pipeline_ok) if rec.get("sdpa_backend")} == {"flash", "vocab"}
+    assert {rec["stage"] for rec in all_records(pipeline_ok, measured_only=True) if rec.get("sdpa_backend")} == \
+        {"flash", "vocab", "fused"}
 
 
 def test_executed_notebooks_one_per_stage_plus_summary(pipeline_ok):
     names = sorted(p.name for p in (pipeline_ok.report_dir / "notebooks").glob("*.ipynb"))
     sources = [next((ROOT / "notebooks").glob(f"*_{s}.ipynb")).name for s in pipeline_ok.params["stages"]]
-    assert names == sorted(sources + ["summary.ipynb"])
+    assert names == sorted(sources + ["10_batch_sweep.ipynb", "summary.ipynb"])
 
 
 def test_executed_notebooks_have_no_errors_and_every_cell_ran(pipeline_ok):
@@ -191,8 +218,9 @@ def second_run(pipeline_ok, tmp_path_factory):
 def test_second_run_succeeds_with_the_batches_it_was_given(second_run):
     proc, reports = second_run
     assert proc.returncode == 0, describe_proc(proc)
-    names = {p.name for p in (reports / "cpu" / "results").glob("*.json")}
-    assert names == {f"{s}__b2.json" for s in SINGLE_DEVICE + ["ddp"]}
+    names = {p.name for p in (reports / "cpu" / "results").glob("*.json") if not p.name.startswith("ddp__")}
+    assert names == {f"{s}__b2.json" for s in SINGLE_DEVICE}
+    assert len(list((reports / "cpu" / "results").glob("ddp__b*.json"))) == 1
     assert (reports / "cpu" / "report.html").exists()
 
 

@@ -95,11 +95,14 @@ def test_recommended_configuration_is_the_fastest_within_tolerance(tmp_path):
 # ---------------------------------------------------------------- findings
 
 
-def test_findings_name_the_fastest_configuration(tmp_path):
+def test_findings_name_the_recommended_configuration(tmp_path):
     assert report.findings(build(tmp_path / "a", tf32_ms=BASE_MS / 2))[0].startswith(
-        "**Fastest configuration: TF32 at B=")
+        "**Recommended configuration: TF32 at B=")
     assert report.findings(build(tmp_path / "b", tf32_ms=BASE_MS * 2))[0].startswith(
-        "**Fastest configuration: FP32 baseline at B=")
+        "**Recommended configuration: FP32 baseline at B=")
+    # A faster stage whose loss moved beyond tolerance is never the recommendation.
+    assert report.findings(build(tmp_path / "c", tf32_ms=BASE_MS / 2, tf32_loss_shift=1.0))[0].startswith(
+        "**Recommended configuration: FP32 baseline at B=")
 
 
 def test_findings_give_the_speedup_over_the_previous_stage(tmp_path):
@@ -132,7 +135,7 @@ def test_diverged_lever_is_not_adopted_even_when_faster(tmp_path):
     rep = build(tmp_path, tf32_ms=BASE_MS / 2, extra=diverged)
     assert rep.rec("tf32", 4)["status"] == "diverged"
     assert "do not adopt" in recommendation_for(rep, "TF32")
-    assert not report.findings(rep)[0].startswith("**Fastest configuration: TF32 at B=4")
+    assert not report.findings(rep)[0].startswith("**Recommended configuration: TF32 at B=4")
 
 
 def test_no_rows_without_a_timing_when_everything_ran(tmp_path):

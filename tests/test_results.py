@@ -166,7 +166,7 @@ def test_table_speedup_vs_previous_stage_per_batch(records):
 
 def test_table_loss_delta_and_tolerance_per_batch(records):
     df = results.table(records, ORDER, tolerance=0.1)
-    assert row(df, "fp32", 2)["loss_delta"] == pytest.approx(0.0)
+    assert math.isnan(row(df, "fp32", 2)["loss_delta"])  # the reference is not compared with itself
     assert row(df, "tf32", 2)["loss_delta"] == pytest.approx(0.05)
     assert row(df, "bf16", 2)["loss_delta"] == pytest.approx(0.5)
     assert row(df, "tf32", 2)["loss_within_tolerance"] is True

@@ -1,0 +1,114 @@
+"""The evidence around the matrix: choosing the recommended configuration, the batch sweep
+to the memory limit, the lm_head kernel claim, the memory-layer reading, measure-only runs."""
+from __future__ import annotations
+
+import pytest
+
+from conftest import describe_proc, make_record, run_cli, tiny_params, write_report_dir
+from lib import claims, evidence, evidence_view, faults, report, results
+
+
+def _matrix(params, fused_loss=3.0, fused_ms=50.0):
+    """fp32 slow; vocab faster; fused fastest, with a chosen final loss."""
+    recs = []
+    for key, ms, loss in (("fp32", 400.0, 3.0), ("vocab", 60.0, 3.0), ("fused", fused_ms, fused_loss)):
+        for b in (2, 4):
+            recs.append(make_record(params, key, b, [ms * b] * 6, [loss] * 6, mem_bytes=10 ** 9 * b))
+    return recs
+
+
+def test_best_config_is_the_fastest_verified_and_flips_when_the_loss_breaks():
+    params = tiny_params(["fp32", "vocab", "fused"], batch_sizes=(2, 4))
+    best = results.best_config(_matrix(params), params)
+    assert best["stage"] == "fused"
+    broken = results.best_config(_matrix(params, fused_loss=3.0 + 2 * params["run"]["loss_tolerance"]), params)
+    assert broken["stage"] == "vocab"  # fused is faster but moved the loss: never recommended
+
+
+def test_best_config_eligibility_limits_candidates_not_verification():
+    params = tiny_params(["fp32", "vocab", "fused"], batch_sizes=(2, 4))
+    best = results.best_config(_matrix(params), params, eligible=lambda r: r["mem_device_bytes"] < 3e9)
+    assert (best["stage"], best["batch_size"]) == ("fused", 2)
+
+
+def test_a_sweep_point_is_recommended_when_faster():
+    params = tiny_params(["fp32", "vocab", "fused"], batch_sizes=(2, 4))
+    point = make_record(params, "fused", 8, [50.0 * 7] * 6, [2.9] * 6)
+    point["variant"] = "batch sweep"
+    best = results.best_config(_matrix(params) + [point], params)
+    assert (best["stage"], best["batch_size"]) == ("fused", 8)
+
+
+def test_fault_injection_can_target_one_batch_size(monkeypatch):
+    monkeypatch.setenv(faults.VAR, "vocab@8:oom,flash:nan")
+    assert faults.get("vocab", 8) == "oom"
+    assert faults.get("vocab", 4) is None and faults.get("vocab") is None
+    assert faults.get("flash", 2) == "nan"
+
+
+def test_batch_sweep_stops_at_the_first_out_of_memory(tmp_path, monkeypatch):
+    params = tiny_params(["fp32", "vocab"], batch_sizes=(2,))
+    params["evidence"]["sweep_batch_sizes"] = [2, 4, 8, 16]
+    monkeypatch.setenv(faults.VAR, "fp32@8:oom,vocab@8:oom")  # whichever of the two is fastest here
+    from lib import runner
+    for key in ("fp32", "vocab"):
+        runner.run_stage(key, params, tmp_path)
+    swept = evidence.batch_sweep(params, tmp_path)
+    assert [(r["batch_size"], r["status"]) for r in swept] == [(2, "ok"), (4, "ok"), (8, "oom")]
+    assert not list((tmp_path / "results" / "sweep").glob("*__b16.json"))  # never tried past the limit
+    assert swept[0].get("variant") is None and swept[1]["variant"] == "batch sweep"
+    again = evidence.batch_sweep(params, tmp_path)  # resumable like every measurement
+    assert [r["batch_size"] for r in again] == [2, 4, 8]
+
+
+def _gemm(kern_real, kern_pad, ms_real, ms_pad):
+    pts = [{"n": n, "dtype": "bf16", "total_ms": ms, "tflops": 1.0, "multiple_of": m}
+           for n, ms, m in ((50257, ms_real, 1), (50304, ms_pad, 128))]
+    return {"points": pts, "kernels": {"bf16": {"50257": {"fwd": [kern_real], "bwd": ["b"]},
+                                                "50304": {"fwd": [kern_pad], "bwd": ["b"]}}}}
+
+
+def test_lm_head_kernel_claim_flips_with_the_data():
+    claim = next(c for c in claims.load()["claims"] if c["metric"] == "kernels")
+    df = results.table([], ["fp32"])
+    slow = claims.verdict(claim, df, "h100", "cuda", _gemm("cutlass_align1", "nvjet_tst", 29.9, 5.4))
+    assert slow["verdict"] == "confirmed" and "5.54× the time" in slow["measured"]
+    same = claims.verdict(claim, df, "h100", "cuda", _gemm("nvjet_tst", "nvjet_tst", 5.5, 5.4))
+    assert same["verdict"] == "refuted: same kernels"
+    fast = claims.verdict(claim, df, "h100", "cuda", _gemm("cutlass_align1", "nvjet_tst", 5.45, 5.4))
+    assert fast["verdict"].startswith("refuted: not slower")
+    assert claims.verdict(claim, df, "h100", "cuda", None)["verdict"] == "not measured"
+    assert claims.verdict(claim, df, "cpu", "cpu", _gemm("a", "b", 2, 1))["verdict"] == "not applicable"
+
+
+def test_memory_layers_say_unchanged_or_where_it_moved(tmp_path):
+    params = tiny_params(["fp32", "tf32"], batch_sizes=(2,))
+    params["backend"] = "cuda"
+    a = make_record(params, "fp32", 2, [10.0] * 6, [3.0] * 6)
+    b = make_record(params, "tf32", 2, [5.0] * 6, [3.0] * 6)
+    for rec, dev in ((a, 10.5), (b, 10.9)):
+        rec.update(mem_tensors_bytes=8 * 2**30, mem_allocator_bytes=9 * 2**30, mem_device_bytes=dev * 2**30)
+    rep = report.load(write_report_dir(tmp_path / "r", params, [a, b]))
+    text = evidence_view.memory_layers_md(rep, "tf32", "fp32")
+    assert "tensors: unchanged" in text and "allocator: unchanged" in text and "device: larger" in text
+    table = evidence_view.memory_layers_html(rep, "tf32", "fp32")
+    assert "outside the allocator" in table and "+0.40" in table  # the library workspace, not the tensors
+
+
+def test_measure_only_then_render(tmp_path):
+    proc = run_cli("report", REPORTS=tmp_path, STAGES="fp32 vocab", BATCHES="2", MEASURE_ONLY="1", timeout=400)
+    assert proc.returncode == 0, describe_proc(proc)
+    rep = tmp_path / "cpu"
+    assert (rep / "results" / "vocab__b2.json").exists() and (rep / "results" / "gemm" / "lm_head.json").exists()
+    assert not (rep / "report.html").exists() and "make render GPU=cpu" in proc.stdout
+    proc = run_cli("render", REPORTS=tmp_path, timeout=400)
+    assert proc.returncode == 0, describe_proc(proc)
+    html = (rep / "report.html").read_text()
+    assert "Vocab padded to 50304" in html and "TF32 matmuls" not in html
+
+
+@pytest.mark.parametrize("stages_text, message", [("fp32 warp9", "unknown stage 'warp9'"), (" , ", "stage list is empty")])
+def test_bad_stage_lists_are_refused(tmp_path, stages_text, message):
+    proc = run_cli("report", REPORTS=tmp_path, STAGES=stages_text, timeout=120)
+    assert proc.returncode == 2 and message in proc.stderr, describe_proc(proc)
+    assert not (tmp_path / "cpu").exists()
