@@ -75,7 +75,7 @@ def stage_table(reps: dict[str, report.Report]) -> pd.DataFrame:
     """Per stage and GPU: best tokens/s over batch sizes, its batch, that over the GPU's own best
     FP32 tokens/s, MFU and allocator memory at that batch."""
     rows = []
-    order = list(dict.fromkeys(k for rep in reps.values() for k in rep.stage_order))
+    order = [k for k in stages.ORDER if any(k in rep.stage_order for rep in reps.values())]
     base_best = {}
     for name, rep in reps.items():  # best FP32 throughput: B=64 may not fit in FP32 where it fits later
         ok = rep.df[(rep.df["stage"] == rep.stage_order[0]) & (rep.df["status"] == "ok")]
@@ -108,7 +108,9 @@ def stage_html(reps) -> str:
         for n in names:
             tok = r[f"{n} tok/s"]
             if pd.isna(tok):
-                cells += '<td colspan="4"><span class="bad">no timing</span></td>'
+                stage_key = next(k for k in stages.ORDER if stages.get(k).title == r["stage"])
+                cells += ('<td colspan="4"><span class="bad">no timing</span></td>' if stage_key in reps[n].stage_order
+                          else '<td colspan="4"><span class="note">not in this report</span></td>')
                 continue
             cells += (f"<td>{tok:,.0f} <small>B={r[f'{n} B']}</small></td><td>{report._x(r[f'{n} × own FP32'])}</td>"
                       f"<td>{report._pct(r[f'{n} MFU'])}</td><td>{r[f'{n} GiB']:.1f}</td>")
@@ -121,11 +123,18 @@ def lever_effects(reps) -> pd.DataFrame:
     rows = []
     for name, rep in reps.items():
         for key in rep.stage_order[1:]:
+            # Only against the stage right before it: a report that skipped stages (STAGES=)
+            # would otherwise credit one lever with several.
+            before = stages.ORDER[stages.ORDER.index(key) - 1]
+            if key != "ddp" and before not in rep.stage_order:
+                rows.append({"gpu": name, "stage": stages.get(key).title, "speedup": np.nan})
+                continue
             vals = rep.df[(rep.df["stage"] == key) & (rep.df["status"] == "ok")]["speedup_vs_previous"].dropna()
             rows.append({"gpu": name, "stage": stages.get(key).title,
                          "speedup": float(np.median(vals)) if len(vals) else np.nan})
+    order = [k for k in stages.ORDER[1:] if any(k in rep.stage_order for rep in reps.values())]
     return pd.DataFrame(rows).pivot(index="stage", columns="gpu", values="speedup").reindex(
-        [stages.get(k).title for k in next(iter(reps.values())).stage_order[1:]])
+        [stages.get(k).title for k in order])
 
 
 def lever_html(reps) -> str:
@@ -143,7 +152,7 @@ def plot_throughput(reps, out_dir: Path):
     width = 0.8 / len(names)
     for j, n in enumerate(names):
         ax.bar(x + (j - (len(names) - 1) / 2) * width, t[f"{n} tok/s"].fillna(0), width, label=n, color=f"C{j}")
-    ax.set_xticks(x, t["stage"], fontsize=8)
+    ax.set_xticks(x, t["stage"], fontsize=7, rotation=25, ha="right")
     ax.set_ylabel("best tokens / s over batch sizes")
     ax.yaxis.set_major_formatter(plt.FuncFormatter(lambda v, _: f"{v:,.0f}"))
     ax.legend(frameon=False)
@@ -163,7 +172,10 @@ def title_md(reps) -> str:
 def claims_html(reps) -> str:
     from . import claims
 
-    tables = {name: claims.table(rep.df, rep.params["name"], rep.params["backend"]) for name, rep in reps.items()}
+    from . import evidence
+
+    tables = {name: claims.table(rep.df, rep.params["name"], rep.params["backend"],
+                                 gemm=evidence.load(rep.dir)["gemm"]) for name, rep in reps.items()}
     first = next(iter(tables.values()))
     head = "".join(f"<th>{n}</th>" for n in reps)
     body = ""
