@@ -235,8 +235,8 @@ def _range(values, fmt="{:.2f}×") -> str:
     values = list(values)
     if not values:
         return "n/a"
-    lo, hi = min(values), max(values)
-    return fmt.format(lo) if abs(hi - lo) < 0.005 else f"{fmt.format(lo)}–{fmt.format(hi)}"
+    lo, hi = fmt.format(min(values)), fmt.format(max(values))
+    return lo if lo == hi else f"{lo}–{hi}"
 
 
 def findings(rep: Report) -> list[str]:
@@ -594,9 +594,9 @@ def title_md(rep: Report) -> str:
     if when:
         sub += f" · measured {when[:10]}"
     return (f"# GPT-2 (124M-class) training step: what each optimisation lever buys\n\n{sub}\n\n"
-            "Each stage adds one lever to the one before (FP32 → TF32 → BF16 autocast → flash attention → "
-            "padded vocabulary) and is timed on the same model, seed and data at every batch size. "
-            "Every number below was measured by this tool on the device named above.")
+            f"Each stage adds one lever to the one before ({' → '.join(_titles(rep))}) and is timed on the "
+            "same model, seed and data at every batch size. Every number below was measured by this tool "
+            "on the device named above.")
 
 
 def failures_md(rep: Report, failures: list[str]) -> str:
