@@ -26,6 +26,9 @@ RULES: list[tuple[str, re.Pattern]] = [(cat, re.compile(rx, re.IGNORECASE)) for 
     ("optimizer", r"adam|multi_tensor_apply|foreach|lpnorm|clip_grad|optimizer\."),
     # dot_do_o / convert_dq: the helper kernels of cuDNN's SDPA backward (seen on an H100)
     ("attention", r"flash|fmha|attention|sdpa|cudnn.*mha|softmax|masked_fill|dot_do_o|convert_dq"),
+    # Inductor's pointwise/reduction kernels are never GEMMs, whatever op they were fused around
+    # (FP8's scale-and-cast prologue is named "triton_poi_fused__scaled_mm_..."); its templates are.
+    ("norm/elementwise", r"^triton_(poi|red|per)_"),
     ("GEMM", r"gemm|gemv|cutlass|xmma|nvjet|cublas|\bsm\d+_\w*mma|split_?k|scaled_mm|triton_tem_"
              r"|aten::(mm|addmm|bmm|baddbmm|matmul|linear|_addmm_activation)\b"),
     # gamma_beta: LayerNorm's weight/bias gradient; cub radix sort, unique_by_key, per_segment,

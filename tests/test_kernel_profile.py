@@ -15,6 +15,9 @@ from lib.model import GPT, GPTConfig
 CUDA_NAMES = {
     "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1_execute_segment_k_off_kernel__5x_cublas": "GEMM",
     "nvjet_tst_128x256_64x4_1x2_h_bz_coopA_NTT": "GEMM",
+    # FP8's scale-and-cast prologue, fused by inductor around _scaled_mm: elementwise, not a GEMM
+    "triton_poi_fused__scaled_mm__to_copy_add_clamp_clone_gelu_gelu_backward_mul_reciprocal_t_view_7": "norm/elementwise",
+    "triton_tem_fused_mm_0": "GEMM",
     "ampere_bf16_s16816gemm_bf16_128x128_ldg8_f2f_stages_64x3_tn": "GEMM",
     "void cublasLt::splitKreduce_kernel<32, 16, int, float, __nv_bfloat16, float, __nv_bfloat16, true, false, false>(cublasLt::cublasSplitKParams<float>, __nv_bfloat16 const*, float const*, __nv_bfloat16*, float const*, float const*, __nv_bfloat16 const*, __nv_bfloat16 const*, __nv_bfloat16*, void*, long, float*, int*)": "GEMM",
     "cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16_knob_3_64x64x128_4x1x1_kernel0_0": "attention",
@@ -101,7 +104,7 @@ def test_categorise_ignores_case_and_only_returns_known_categories():
 
 def test_rules_are_data_in_the_documented_order():
     assert [cat for cat, _ in kernel_profile.RULES] == \
-        ["cross-entropy", "optimizer", "attention", "GEMM", "norm/elementwise"]
+        ["cross-entropy", "optimizer", "attention", "norm/elementwise", "GEMM", "norm/elementwise"]
 
 
 @pytest.fixture(scope="module")
