@@ -163,3 +163,18 @@ def profile_steps(step, dev: str, steps: int = 1, top: int = 12) -> dict:
     if dev == "cuda":
         return summarise(_cuda_rows(prof), steps, top, "CUDA kernels (torch.profiler)")
     return summarise(_cpu_rows(prof), steps, top, "CPU operators, self time (torch.profiler)")
+
+
+def with_current_rules(profile: dict) -> dict:
+    """A recorded profile with its top kernels re-read by today's RULES: each top kernel whose
+    category changed moves its time between the category totals. (Kernels outside the top list
+    keep the category they were recorded with.) Lets a report rendered later use corrected rules
+    without measuring again."""
+    out = {**profile, "categories": dict(profile["categories"]), "top": [dict(k) for k in profile["top"]]}
+    for k in out["top"]:
+        now = categorise(k["name"])
+        if now != k["category"]:
+            out["categories"][k["category"]] -= k["ms"]
+            out["categories"][now] = out["categories"].get(now, 0.0) + k["ms"]
+            k["category"] = now
+    return out

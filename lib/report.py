@@ -189,7 +189,8 @@ def method_md(rep: Report) -> str:
   the configuration they are added to) for fused AdamW, torch.compile and FP8.
 * **Kernel profile**: after the timed steps, one more training step under `torch.profiler`; device
   kernel time (on a CPU, operators' self time) grouped into GEMM, attention, cross-entropy,
-  normalisation/elementwise, optimizer and other by kernel name (`lib/kernel_profile.py`).
+  normalisation/elementwise, optimizer and other by kernel name (`lib/kernel_profile.py`; when a report
+  is re-rendered, its top kernels are re-read with the current rules).
 * **Energy**: {_energy_method(rep)}
 * **Failures are results**: an out-of-memory configuration is an OOM row, a NaN loss a DIVERGED row,
   a stage the device cannot run a "not applicable" row.

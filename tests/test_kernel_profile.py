@@ -175,3 +175,14 @@ def test_summarise_divides_by_steps_and_groups_by_name():
     assert s["top"][0] == {"name": "k1", "category": "GEMM", "ms": pytest.approx(2.0), "calls": 1.0,
                            "share": pytest.approx(2 / 3)}
     assert s["top"][1]["name"] == "k2" and s["top"][1]["calls"] == 0.5
+
+
+def test_a_recorded_profile_is_reread_with_the_current_rules():
+    recorded = {"busy_ms": 10.0, "categories": {**{c: 0.0 for c in CATEGORIES}, "GEMM": 8.0, "norm/elementwise": 2.0},
+                "top": [{"name": "triton_poi_fused__scaled_mm__to_copy_clamp_7", "category": "GEMM", "ms": 3.0},
+                        {"name": "nvjet_tst_128x256_64x4_1x2_h_bz_coopA_NTT", "category": "GEMM", "ms": 5.0}]}
+    now = kernel_profile.with_current_rules(recorded)
+    assert now["categories"]["GEMM"] == pytest.approx(5.0)
+    assert now["categories"]["norm/elementwise"] == pytest.approx(5.0)
+    assert [k["category"] for k in now["top"]] == ["norm/elementwise", "GEMM"]
+    assert recorded["categories"]["GEMM"] == 8.0 and recorded["top"][0]["category"] == "GEMM"  # not modified
