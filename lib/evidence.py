@@ -14,7 +14,7 @@ Results live in results/<kind>/ so they never mix with the matrix in results/*.j
 from __future__ import annotations
 
 import copy
-import json
+import dataclasses
 from pathlib import Path
 
 from . import results, runner, stages
@@ -29,7 +29,6 @@ def _dir(report_dir, kind: str) -> Path:
 def _job(params, env, stage_key, batch, out, **extra) -> dict:
     stage = stages.get(stage_key)
     if extra.get("stage_overrides"):
-        import dataclasses
         stage = dataclasses.replace(stage, **extra["stage_overrides"])
     fp = results.fingerprint(params, env, stage, batch) + (f"-{extra['variant']}" if extra.get("variant") else "")
     return {"params": params, "stage": stage_key, "batch_size": batch, "out": str(out), "fingerprint": fp, **extra}
@@ -136,7 +135,6 @@ def load(report_dir) -> dict:
     base = runner.resolve(report_dir) / "results"
     out = {}
     for kind in KINDS:
-        folder = base / kind
-        recs = [json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))] if folder.is_dir() else []
+        recs = results.load_records(base / kind)
         out[kind] = (recs[0] if recs else None) if kind == "gemm" else recs
     return out

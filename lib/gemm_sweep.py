@@ -24,6 +24,7 @@ import torch
 import torch.nn.functional as F
 
 from . import results
+from .measure import synchronize
 
 ALIGNMENTS = (128, 64, 32, 16, 8, 1)
 CPU_POINT_BUDGET_S = 0.015  # off CUDA, the most one width may take (see _time_point)
@@ -54,13 +55,6 @@ def multiple_of(n: int) -> int:
 def default_dtypes(dev: str) -> list[str]:
     # TF32 exists only on NVIDIA tensor cores; elsewhere the honest fp32 comparison is plain fp32.
     return ["bf16", "tf32"] if dev == "cuda" else ["bf16", "fp32"]
-
-
-def synchronize(dev: str) -> None:
-    if dev == "cuda":
-        torch.cuda.synchronize()
-    elif dev == "mps":
-        torch.mps.synchronize()
 
 
 class _Precision:

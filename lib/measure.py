@@ -19,7 +19,7 @@ import time
 import numpy as np
 import torch
 
-from . import data, energy, faults, fp8, gemm_sweep, kernel_profile, results, stages
+from . import data, energy, faults, fp8, kernel_profile, results, stages
 from .model import GPT, GPTConfig, flops_per_token
 
 SDPA_OPS = {  # profiler op name -> which SDPA backend ran
@@ -156,7 +156,7 @@ def run(job: dict) -> dict:
             if job.get("energy", True) else None
         if meter:
             meter.start()
-        times_ms = time_steps(lambda i: step(i), range(r["warmup_steps"], n_steps), dev)
+        times_ms = time_steps(step, range(r["warmup_steps"], n_steps), dev)
         if meter:
             used = meter.stop()
             rec["energy"] = used if used else {"unavailable": meter.reason}
@@ -209,6 +209,8 @@ def time_steps(step, indices, dev: str) -> list[float]:
 
 def gemm_record(job: dict) -> dict:
     """The lm_head GEMM sweep (lib/gemm_sweep.py) as a result record."""
+    from . import gemm_sweep  # imported here: it imports this module's synchronize
+
     t0 = time.perf_counter()
     rec = {"schema_version": results.SCHEMA_VERSION, "kind": "gemm", "status": "ok", "reason": None,
            "stage": job["stage"], "batch_size": job["batch_size"], "fingerprint": job.get("fingerprint"),

@@ -150,8 +150,6 @@ def measure_jobs(jobs: list[dict], env: dict, timeout_s: float = 1800, force: bo
             if not line.startswith(results.DONE_PREFIX):
                 continue
             msg = json.loads(line[len(results.DONE_PREFIX):])
-            if msg.get("verdict") == "skipped":
-                continue
             job = next(j for j in todo if j["out"] == msg["out"])
             recs[job["out"]] = _collect(job["params"], job, msg["verdict"], "".join(stderr_lines))
             print(describe(recs[job["out"]]), flush=True)
@@ -194,7 +192,7 @@ def run_ddp(params: dict, report_dir, nproc: int | None = None, timeout_s: float
     stage = stages.get("ddp")
     results_dir = report_dir / "results"
     matrix = results.load_records(results_dir) if results_dir.is_dir() else []
-    sweep = [json.loads(p.read_text()) for p in sorted((results_dir / "sweep").glob("*.json"))]
+    sweep = results.load_records(results_dir / "sweep")
     # DDP adds gradient buckets and NCCL buffers: leave out configurations that already filled
     # the device, so the replicated one fits.
     total = env["device"].get("memory_bytes")
