@@ -155,6 +155,34 @@ def same_setup(report_dir: Path, params: dict, env: dict) -> bool:
             and old_params["run"]["batch_sizes"] == params["run"]["batch_sizes"])
 
 
+def _union_of_stages(report_dir: Path, requested: list[str]) -> tuple[list[str], list[str]]:
+    """A resumed report keeps the stages measured before (measuring in pieces on a busy host
+    adds chapters; it does not drop them). Returns the union in the cumulative order and the
+    stages that only the earlier runs asked for."""
+    before = json.loads((report_dir / "params.json").read_text())["stages"]
+    kept = [k for k in before if k not in requested and k in stages.STAGES]
+    return [k for k in stages.ORDER if k in requested or k in kept], kept
+
+
+def _earlier_runs(report_dir: Path) -> list[dict]:
+    """The measuring runs before this one, oldest first, so run.json accounts for every call
+    that measured the report (their re-renders are dropped: the next render replaces them)."""
+    try:
+        last = json.loads((report_dir / "run.json").read_text())
+    except (OSError, ValueError):
+        return []
+    history = last.pop("earlier_runs", [])
+    last.pop("renders", None)
+    return history + [last]
+
+
+def measured_seconds(run: dict) -> float | None:
+    """Device time spent measuring a report, over every run that contributed to it."""
+    totals = [r.get("timings_s", {}).get("total_s") for r in run.get("earlier_runs", []) + [run]]
+    totals = [t for t in totals if t]
+    return sum(totals) if totals else None
+
+
 def run_notebook(src: Path, dest: Path, parameters: dict) -> str | None:
     """Execute one notebook; returns None or a one-line description of the failure."""
     import papermill as pm
@@ -191,9 +219,14 @@ def report(args) -> int:
     except OSError as e:
         raise UsageError(f"cannot write reports to {reports_root}: {e.strerror}")
     _lock = take_lock(reports_root, profile)  # noqa: F841 (held open until this process ends, however it ends)
+    earlier_runs = []
     if same_setup(report_dir, params, env) and not args.force:
         print(f"resuming the {profile} report: configurations with valid results for this workload "
               f"and machine are kept (FORCE=1 re-measures everything)")
+        params["stages"], kept = _union_of_stages(report_dir, params["stages"])
+        if kept:
+            print(f"the report keeps the stages measured before: {', '.join(kept)}")
+        earlier_runs = _earlier_runs(report_dir)
     else:
         moved = archive_previous(report_dir)
         if moved:
@@ -205,7 +238,7 @@ def report(args) -> int:
     print(f"report {profile}: {dev['name']} ({dev['backend']}), stages {', '.join(params['stages'])}, "
           f"batch sizes {params['run']['batch_sizes']}, {manifest['tokens']:,} corpus tokens")
     if args.measure_only:
-        return measure_only(report_dir, params, args.force, t_start)
+        return measure_only(report_dir, params, args.force, t_start, earlier_runs)
     failures, chapters, timings = run_notebooks(report_dir, params, measure=True, force=args.force)
     t_measure = time.perf_counter() - t_start
     print("[export] report.html, report.pdf", flush=True)
@@ -214,7 +247,8 @@ def report(args) -> int:
     if timings.get("pdf_error"):
         failures.append(timings["pdf_error"])
     run = {"profile": profile, "started": dt.datetime.now().isoformat(timespec="seconds"),
-           "stage_and_summary_s": t_measure, "timings_s": timings, "failures": failures}
+           "stage_and_summary_s": t_measure, "timings_s": timings, "failures": failures,
+           "earlier_runs": earlier_runs}
     results.write_atomic(report_dir / "run.json", run)
     rel = report_dir.relative_to(ROOT) if report_dir.is_relative_to(ROOT) else report_dir
     print(f"done in {timings['total_s']:.0f} s (measurement + notebooks {t_measure:.0f} s, HTML "
@@ -222,7 +256,7 @@ def report(args) -> int:
     return _exit_code(report_dir, failures)
 
 
-def measure_only(report_dir: Path, params: dict, force: bool, t_start: float) -> int:
+def measure_only(report_dir: Path, params: dict, force: bool, t_start: float, earlier_runs: list) -> int:
     """Every chapter's measurements and nothing else: for a GPU host with little time to spare
     or no PDF stack. `make render GPU=<profile>` turns the results into the report anywhere."""
     from . import evidence
@@ -241,7 +275,7 @@ def measure_only(report_dir: Path, params: dict, force: bool, t_start: float) ->
     timings["total_s"] = time.perf_counter() - t_start
     results.write_atomic(report_dir / "run.json", {
         "profile": params["name"], "started": dt.datetime.now().isoformat(timespec="seconds"),
-        "measure_only": True, "timings_s": timings, "failures": failures})
+        "measure_only": True, "timings_s": timings, "failures": failures, "earlier_runs": earlier_runs})
     print(f"measured in {timings['total_s']:.0f} s; render the report with `make render GPU={params['name']}`"
           + (f" (REPORTS={report_dir.parent})" if report_dir.parent != ROOT / "reports" else ""))
     return _exit_code(report_dir, failures)
@@ -330,8 +364,10 @@ def render(args) -> int:
     measured = json.loads(run_path.read_text()) if run_path.exists() else {}
     t_start = time.perf_counter()
     failures, chapters, timings = run_notebooks(report_dir, params, measure=False)
-    total = measured.get("timings_s", {}).get("total_s")
-    note = (f"{total:.0f} s on the measuring device" if total else "not recorded") + \
+    total = measured_seconds(measured)
+    runs = len(measured.get("earlier_runs", [])) + 1
+    note = (f"{total:.0f} s on the measuring device" + (f" over {runs} runs" if runs > 1 else "")
+            if total else "not recorded") + \
         f"; this copy was re-rendered from its results on {dt.date.today().isoformat()} by `make render`"
     timings.update(export.export(report_dir, chapters, report_dir / "notebooks" / "summary.ipynb",
                                  _title(params, profile), t_start, wall_note=note))

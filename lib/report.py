@@ -240,6 +240,20 @@ def _range(values, fmt="{:.2f}×") -> str:
     return lo if lo == hi else f"{lo}–{hi}"
 
 
+def _ddp_finding(st, r) -> str:
+    """DDP runs once, at the best single-GPU setting, so it is judged against that setting on
+    one GPU rather than against the previous stage at the same batch size."""
+    base = stages.get(r["base_stage"]).title if r.get("base_stage") in stages.STAGES else "the best setting"
+    text = (f"**{st.title}** ({st.lever}): {int(r['world_size'])} GPUs x B={r['batch_size']} ({base}), "
+            f"{r['tokens_per_s']:,.0f} tokens/s in all")
+    if not pd.isna(r["scaling_efficiency"]):
+        text += (f", {r['tokens_per_s'] / r['single_gpu_tokens_per_s']:.2f}× one GPU at the same setting "
+                 f"({r['single_gpu_tokens_per_s']:,.0f}): scaling efficiency {r['scaling_efficiency'] * 100:.1f} %")
+    if not pd.isna(r.get("allreduce_share")):
+        text += f"; the gradient all-reduce costs {r['allreduce_share'] * 100:.1f} % of the step"
+    return text + "."
+
+
 def findings(rep: Report) -> list[str]:
     """Key findings, each with its number, from the table alone."""
     out = []
@@ -257,7 +271,8 @@ def findings(rep: Report) -> list[str]:
         if rec.get("mfu") is not None:
             line += f", MFU {rec['mfu'] * 100:.1f} % of the {rec['peak_precision']} peak"
         out.append(line + " (the fastest measured setting whose loss held; the batch sweep included).")
-    best = clean.loc[clean["tokens_per_s"].idxmax()]
+    one_gpu = clean[clean["stage"] != "ddp"]  # DDP's aggregate is several GPUs: its own line below
+    best = (one_gpu if not one_gpu.empty else clean).loc[lambda d: d["tokens_per_s"].idxmax()]
     base = clean[clean["stage"] == order[0]]
     line = (f"Fastest in the stage matrix: {best['stage_title']} at B={best['batch_size']}, "
             f"{best['tokens_per_s']:,.0f} tokens/s ({best['median_ms']:.1f} ms/step")
@@ -272,16 +287,14 @@ def findings(rep: Report) -> list[str]:
     for key in order[1:]:
         st = stages.get(key)
         prev = _speedups(rep, key, "speedup_vs_previous")
+        if key == "ddp" and not ok[ok["stage"] == "ddp"].empty:
+            out.append(_ddp_finding(st, ok[ok["stage"] == "ddp"].iloc[0]))
+            continue
         if prev.empty:
             status = [x.replace("_", " ").replace("oom", "OOM") for x in rep.df[rep.df["stage"] == key]["status"].unique()]
             out.append(f"**{st.title}**: no measurement ({', '.join(status) or 'the stage did not run'}).")
             continue
         text = f"**{st.title}** ({st.lever}): {_range(prev.values)} the previous stage's speed"
-        if key == "ddp":
-            r = rep.ok()[rep.ok()["stage"] == "ddp"].iloc[0]
-            if not pd.isna(r["scaling_efficiency"]):
-                text += (f" on {int(r['world_size'])} GPUs, scaling efficiency {r['scaling_efficiency'] * 100:.1f} %, "
-                         f"all-reduce {r['allreduce_share'] * 100:.1f} % of the step")
         diverged = rep.df[(rep.df["stage"] == key) & (rep.df["status"] == "diverged")]["batch_size"].tolist()
         if diverged:
             text += f"; **the loss diverged (NaN) at B={', '.join(map(str, diverged))}**"
@@ -386,8 +399,8 @@ def stage_summary(rep: Report, key: str) -> str:
         return f"{st.title} has no timing on this device: " + "; ".join(
             f"B={r.batch_size}: {r.status.replace('_', ' ')} ({r.reason})" for r in rows.itertuples())
     parts = []
-    if key != rep.stage_order[0]:
-        prev = _speedups(rep, key, "speedup_vs_previous")
+    prev = _speedups(rep, key, "speedup_vs_previous")
+    if key != rep.stage_order[0] and not prev.empty:  # DDP runs at a batch of its own: no previous stage there
         base = _speedups(rep, key, "speedup_vs_baseline")
         parts.append(f"Against the previous stage the step is {_range(prev.values)} as fast "
                      f"({_range(base.values)} against FP32) across batch sizes {', '.join(map(str, prev.index))}.")

@@ -116,11 +116,15 @@ def measure_jobs(jobs: list[dict], env: dict, timeout_s: float = 1800, force: bo
     After a job marked stop_if_oom runs out of memory the launcher skips the remaining jobs
     (a batch-size sweep goes no further); they get no record."""
     recs, todo = {}, []
+    kept_oom = False  # a sweep whose kept result ran out of memory goes no further on resume
     for job in jobs:
         out = Path(job["out"])
+        if kept_oom and job.get("stop_if_oom"):
+            continue
         kept = None if force else _reusable(out, job["fingerprint"])
         if kept:
             recs[job["out"]] = kept
+            kept_oom = bool(job.get("stop_if_oom")) and kept.get("status") == "oom"
             print(describe(kept) + "  (kept from an earlier run)", flush=True)
             continue
         if out.exists():

@@ -74,7 +74,7 @@ def _cumulative() -> list[Stage]:
     # DDP runs whichever single-GPU configuration measured fastest (runner.run_ddp); its own
     # switches here only describe it.
     ddp = replace(vocab, key="ddp", reference="vocab", title="DDP across the host's GPUs",
-                  lever="data parallel over every GPU (torchrun, per-GPU batch fixed)",
+                  lever="data parallel over every GPU with torchrun, the per-GPU batch fixed",
                   switch="model = DistributedDataParallel(model)  # torchrun --nproc_per_node=<GPUs>")
     return [fp32, tf32, bf16, flash, vocab, fused, compiled, fp8, ddp]
 

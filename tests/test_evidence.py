@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import describe_proc, make_record, run_cli, tiny_params, write_report_dir
+from conftest import describe_proc, make_record, read_json, run_cli, tiny_params, write_report_dir
 from lib import claims, evidence, evidence_view, faults, report, results
 
 
@@ -59,6 +59,7 @@ def test_batch_sweep_stops_at_the_first_out_of_memory(tmp_path, monkeypatch):
     assert swept[0].get("variant") is None and swept[1]["variant"] == "batch sweep"
     again = evidence.batch_sweep(params, tmp_path)  # resumable like every measurement
     assert [r["batch_size"] for r in again] == [2, 4, 8]
+    assert not list((tmp_path / "results" / "sweep").glob("*__b16.json"))  # the kept OOM still ends it
 
 
 def _gemm(kern_real, kern_pad, ms_real, ms_pad):
@@ -101,10 +102,17 @@ def test_measure_only_then_render(tmp_path):
     rep = tmp_path / "cpu"
     assert (rep / "results" / "vocab__b2.json").exists() and (rep / "results" / "gemm" / "lm_head.json").exists()
     assert not (rep / "report.html").exists() and "make render GPU=cpu" in proc.stdout
+    # a second call measures another stage into the same report: the earlier ones stay in it
+    proc = run_cli("report", REPORTS=tmp_path, STAGES="tf32", BATCHES="2", MEASURE_ONLY="1", timeout=400)
+    assert proc.returncode == 0, describe_proc(proc)
+    assert "keeps the stages measured before: fp32, vocab" in proc.stdout
+    assert read_json(rep / "params.json")["stages"] == ["fp32", "tf32", "vocab"]
+    run = read_json(rep / "run.json")
+    assert len(run["earlier_runs"]) == 1 and run["earlier_runs"][0]["timings_s"]["vocab"] > 0
     proc = run_cli("render", REPORTS=tmp_path, timeout=400)
     assert proc.returncode == 0, describe_proc(proc)
     html = (rep / "report.html").read_text()
-    assert "Vocab padded to 50304" in html and "TF32 matmuls" not in html
+    assert "Vocab padded to 50304" in html and "TF32 matmuls" in html and "over 2 runs" in html
 
 
 @pytest.mark.parametrize("stages_text, message", [("fp32 warp9", "unknown stage 'warp9'"), (" , ", "stage list is empty")])

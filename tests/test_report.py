@@ -154,6 +154,22 @@ def test_findings_when_nothing_completed(tmp_path):
     assert report.findings(rep) == ["No configuration completed; see the matrix for each row's status."]
 
 
+def test_ddp_is_judged_against_one_gpu_at_its_own_setting(tmp_path):
+    """DDP runs once, at a batch outside the stage matrix: the summary compares it with one GPU
+    at that setting, and its aggregate never counts as the fastest single-GPU row."""
+    def ddp(params):
+        rec = make_record(params, "ddp", 8, [BASE_MS] * 5, LOSSES)  # 2 GPUs x B=8 per step
+        rec["tokens_per_s"] *= 2
+        rec.update(world_size=2, base_stage="tf32", single_gpu_tokens_per_s=rec["tokens_per_s"] / 1.9,
+                   scaling_efficiency=0.95, allreduce_share=0.03)
+        return [rec]
+
+    text = findings_text(build(tmp_path, tf32_ms=BASE_MS / 2, stage_keys=("fp32", "tf32", "ddp"), extra=ddp))
+    assert "2 GPUs x B=8 (TF32)" in text and "1.90× one GPU at the same setting" in text
+    assert "scaling efficiency 95.0 %" in text and "all-reduce costs 3.0 %" in text
+    assert "Fastest in the stage matrix: TF32 at B=4" in text and "no measurement" not in text
+
+
 # ---------------------------------------------------------------- what the chapters show
 
 
