@@ -84,17 +84,32 @@ def stage_table(reps: dict[str, report.Report]) -> pd.DataFrame:
         row = {"stage": stages.get(key).title}
         for name, rep in reps.items():
             ok = rep.df[(rep.df["stage"] == key) & (rep.df["status"] == "ok")]
-            if ok.empty:
-                row.update({f"{name} tok/s": np.nan, f"{name} B": None, f"{name} × own FP32": np.nan,
-                            f"{name} MFU": np.nan, f"{name} GiB": np.nan})
-                continue
-            best = ok.loc[ok["tokens_per_s"].idxmax()]
-            row.update({f"{name} tok/s": best["tokens_per_s"], f"{name} B": int(best["batch_size"]),
-                        f"{name} × own FP32": best["tokens_per_s"] / base_best[name], f"{name} MFU": best["mfu"],
-                        f"{name} GiB": best["mem_allocator_bytes"] / report.GiB
-                        if best["mem_allocator_bytes"] is not None else np.nan})
+            best = ok.loc[ok["tokens_per_s"].idxmax()] if not ok.empty else None
+            row.update(_cells(name, best, base_best[name]))
         rows.append(row)
+    # Each report's recommended configuration, which its batch sweep may have found beyond the matrix.
+    row = {"stage": RECOMMENDED}
+    for name, rep in reps.items():
+        rec = report.recommended(rep)
+        row.update(_cells(name, pd.Series(rec) if rec is not None else None, base_best[name]))
+    rows.append(row)
     return pd.DataFrame(rows)
+
+
+RECOMMENDED = "Recommended configuration"
+
+
+def _cells(name: str, best, fp32_best: float) -> dict:
+    """One GPU's cells of a stage-table row, from the record of its best configuration (None: no timing)."""
+    if best is None:
+        return {f"{name} tok/s": np.nan, f"{name} B": None, f"{name} stage": None, f"{name} × own FP32": np.nan,
+                f"{name} MFU": np.nan, f"{name} GiB": np.nan}
+    gpus = int(best["world_size"]) if not pd.isna(best.get("world_size")) else 1
+    batch = f"{int(best['batch_size'])}" + (f" × {gpus} GPUs" if gpus > 1 else "")
+    return {f"{name} tok/s": best["tokens_per_s"], f"{name} B": batch, f"{name} stage": best.get("stage_title"),
+            f"{name} × own FP32": best["tokens_per_s"] / fp32_best, f"{name} MFU": best.get("mfu"),
+            f"{name} GiB": best["mem_allocator_bytes"] / report.GiB
+            if best.get("mem_allocator_bytes") is not None else np.nan}
 
 
 def stage_html(reps) -> str:
@@ -108,14 +123,27 @@ def stage_html(reps) -> str:
         for n in names:
             tok = r[f"{n} tok/s"]
             if pd.isna(tok):
-                stage_key = next(k for k in stages.ORDER if stages.get(k).title == r["stage"])
-                cells += ('<td colspan="4"><span class="bad">no timing</span></td>' if stage_key in reps[n].stage_order
-                          else '<td colspan="4"><span class="note">not in this report</span></td>')
+                cells += f'<td colspan="4">{_untimed_html(reps[n], r["stage"])}</td>'
                 continue
-            cells += (f"<td>{tok:,.0f} <small>B={r[f'{n} B']}</small></td><td>{report._x(r[f'{n} × own FP32'])}</td>"
+            where = f"B={r[f'{n} B']}" if r["stage"] != RECOMMENDED else f"{r[f'{n} stage']}, B={r[f'{n} B']}"
+            cells += (f"<td>{tok:,.0f} <small>{where}</small></td><td>{report._x(r[f'{n} × own FP32'])}</td>"
                       f"<td>{report._pct(r[f'{n} MFU'])}</td><td>{r[f'{n} GiB']:.1f}</td>")
         body += f"<tr><td>{r['stage']}</td>{cells}</tr>"
     return f'<table class="matrix"><tr><th></th>{head}</tr><tr><th>Stage</th>{sub}</tr>{body}</table>'
+
+
+def _untimed_html(rep, title: str) -> str:
+    """What a report recorded for a row with no timing: not in it, not applicable, OOM, error..."""
+    if title == RECOMMENDED:
+        return '<span class="bad">none verified</span>'
+    key = next(k for k in stages.ORDER if stages.get(k).title == title)
+    if key not in rep.stage_order:
+        return '<span class="note">not in this report</span>'
+    found = list(rep.df[rep.df["stage"] == key]["status"].dropna().unique())
+    if found == ["not_applicable"]:
+        return '<span class="note">not applicable</span>'
+    words = [st.replace("_", " ").replace("oom", "OOM") for st in found]
+    return f'<span class="bad">{", ".join(words) or "no timing"}</span>'
 
 
 def lever_effects(reps) -> pd.DataFrame:
@@ -127,14 +155,21 @@ def lever_effects(reps) -> pd.DataFrame:
             # would otherwise credit one lever with several.
             before = stages.ORDER[stages.ORDER.index(key) - 1]
             if key != "ddp" and before not in rep.stage_order:
-                rows.append({"gpu": name, "stage": stages.get(key).title, "speedup": np.nan})
+                rows.append({"gpu": name, "stage": _lever_label(key), "speedup": np.nan})
                 continue
-            vals = rep.df[(rep.df["stage"] == key) & (rep.df["status"] == "ok")]["speedup_vs_previous"].dropna()
-            rows.append({"gpu": name, "stage": stages.get(key).title,
+            ok = rep.df[(rep.df["stage"] == key) & (rep.df["status"] == "ok")]
+            # DDP runs at a batch of its own: its lever is the GPU count, against one GPU at that setting
+            vals = ((ok["tokens_per_s"] / ok["single_gpu_tokens_per_s"]) if key == "ddp"
+                    else ok["speedup_vs_previous"]).dropna()
+            rows.append({"gpu": name, "stage": _lever_label(key),
                          "speedup": float(np.median(vals)) if len(vals) else np.nan})
     order = [k for k in stages.ORDER[1:] if any(k in rep.stage_order for rep in reps.values())]
     return pd.DataFrame(rows).pivot(index="stage", columns="gpu", values="speedup").reindex(
-        [stages.get(k).title for k in order])
+        [_lever_label(k) for k in order])
+
+
+def _lever_label(key: str) -> str:
+    return stages.get(key).title + (" (over one GPU at the same setting)" if key == "ddp" else "")
 
 
 def lever_html(reps) -> str:
@@ -180,7 +215,7 @@ def claims_html(reps) -> str:
     head = "".join(f"<th>{n}</th>" for n in reps)
     body = ""
     for i, claim in enumerate(first["claim"]):
-        cells = "".join(f"<td>{t.iloc[i]['measured'] or '—'}<br><small>{t.iloc[i]['verdict']}</small></td>"
+        cells = "".join(f"<td>{html.escape(t.iloc[i]['measured'] or '—')}<br><small>{t.iloc[i]['verdict']}</small></td>"
                         for t in tables.values())
-        body += f"<tr><td>{claim}</td>{cells}</tr>"
+        body += f"<tr><td>{html.escape(claim)}</td>{cells}</tr>"
     return f'<table class="claims"><tr><th>Claim</th>{head}</tr>{body}</table>'

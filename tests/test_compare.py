@@ -52,12 +52,41 @@ def test_the_stage_table_puts_each_gpu_against_its_own_fp32(tmp_path):
     _fake_report(tmp_path, "gpub", "2.11.0", 2.0)
     reps = compare.load_all(["gpua", "gpub"], tmp_path)
     t = compare.stage_table(reps)
-    last, n = t.iloc[-1], len(reps["gpua"].stage_order) - 1  # n levers after the baseline
+    last, n = t.iloc[-2], len(reps["gpua"].stage_order) - 1  # n levers after the baseline
     assert last["gpua × own FP32"] == pytest.approx(1.5 ** n)
     assert last["gpub × own FP32"] == pytest.approx(2.0 ** n)
+    rec = t.iloc[-1]  # each report's recommended configuration: here its fastest, last stage
+    assert rec["stage"] == compare.RECOMMENDED and rec["gpub stage"] == last["stage"]
+    assert rec["gpub tok/s"] == pytest.approx(last["gpub tok/s"])
     assert not compare.skew(reps)["differs"].any()
     effects = compare.lever_effects(reps)
     assert effects["gpub"].dropna().tolist() == pytest.approx([2.0] * n)
+
+
+def _add_ddp(d: Path, world: int | None):
+    """A DDP row: not applicable (one GPU) when `world` is None, else `world` GPUs at B=8."""
+    params = json.loads((d / "params.json").read_text())
+    params["stages"].append("ddp")
+    (d / "params.json").write_text(json.dumps(params))
+    rec = results.base_record(params, stages.get("ddp"), 8)
+    if world is None:
+        rec.update(status="not_applicable", reason="one GPU")
+    else:
+        results.fill_timing(rec, [50.0] * 5, 8 * 64 * world)
+        rec.update(world_size=world, single_gpu_tokens_per_s=rec["tokens_per_s"] / 1.8, losses=[3.0] * 5,
+                   mem_allocator_bytes=2e9)
+    results.write_atomic(results.record_path(d / "results", "ddp", 8), rec)
+
+
+def test_ddp_is_shown_per_gpu_count_and_against_one_gpu(tmp_path):
+    _add_ddp(_fake_report(tmp_path, "gpua", "2.11.0", 1.5), None)
+    _add_ddp(_fake_report(tmp_path, "gpub", "2.11.0", 2.0), 2)
+    reps = compare.load_all(["gpua", "gpub"], tmp_path)
+    html = compare.stage_html(reps)
+    assert "not applicable" in html and "B=8 × 2 GPUs" in html and "B=2.0" not in html
+    effects = compare.lever_effects(reps)
+    ddp_row = effects.loc["DDP across the host's GPUs (over one GPU at the same setting)"]
+    assert ddp_row["gpub"] == pytest.approx(1.8) and ddp_row.isna()["gpua"]
 
 
 def test_compare_refuses_a_missing_report_in_one_line(tmp_path):
