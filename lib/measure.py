@@ -287,5 +287,8 @@ def _status(path: str) -> str | None:
 
 if __name__ == "__main__":
     die_with_parent()
+    # The optimizer's first construction imports torch._dynamo (about 2 s on a small CPU); doing
+    # it once here, before any fork and without touching a device, spares every child that cost.
+    import torch._dynamo  # noqa: F401
     spec = json.loads(open(sys.argv[1]).read())
     serve(spec["jobs"], spec.get("timeout_s", 1800))
