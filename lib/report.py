@@ -244,7 +244,7 @@ def _ddp_finding(st, r) -> str:
     """DDP runs once, at the best single-GPU setting, so it is judged against that setting on
     one GPU rather than against the previous stage at the same batch size."""
     base = stages.get(r["base_stage"]).title if r.get("base_stage") in stages.STAGES else "the best setting"
-    text = (f"**{st.title}** ({st.lever}): {int(r['world_size'])} GPUs x B={r['batch_size']} ({base}), "
+    text = (f"**{st.title}** ({st.lever}): {int(r['world_size'])} GPUs × B={r['batch_size']} ({base}), "
             f"{r['tokens_per_s']:,.0f} tokens/s in all")
     if not pd.isna(r["scaling_efficiency"]):
         text += (f", {r['tokens_per_s'] / r['single_gpu_tokens_per_s']:.2f}× one GPU at the same setting "
@@ -272,7 +272,8 @@ def findings(rep: Report) -> list[str]:
             line += f", MFU {rec['mfu'] * 100:.1f} % of the {rec['peak_precision']} peak"
         out.append(line + " (the fastest measured setting whose loss held; the batch sweep included).")
     one_gpu = clean[clean["stage"] != "ddp"]  # DDP's aggregate is several GPUs: its own line below
-    best = (one_gpu if not one_gpu.empty else clean).loc[lambda d: d["tokens_per_s"].idxmax()]
+    pool = one_gpu if not one_gpu.empty else clean
+    best = pool.loc[pool["tokens_per_s"].idxmax()]
     base = clean[clean["stage"] == order[0]]
     line = (f"Fastest in the stage matrix: {best['stage_title']} at B={best['batch_size']}, "
             f"{best['tokens_per_s']:,.0f} tokens/s ({best['median_ms']:.1f} ms/step")

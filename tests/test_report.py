@@ -165,7 +165,7 @@ def test_ddp_is_judged_against_one_gpu_at_its_own_setting(tmp_path):
         return [rec]
 
     text = findings_text(build(tmp_path, tf32_ms=BASE_MS / 2, stage_keys=("fp32", "tf32", "ddp"), extra=ddp))
-    assert "2 GPUs x B=8 (TF32)" in text and "1.90× one GPU at the same setting" in text
+    assert "2 GPUs × B=8 (TF32)" in text and "1.90× one GPU at the same setting" in text
     assert "scaling efficiency 95.0 %" in text and "all-reduce costs 3.0 %" in text
     assert "Fastest in the stage matrix: TF32 at B=4" in text and "no measurement" not in text
 
