@@ -132,6 +132,37 @@ def stage_html(reps) -> str:
     return f'<table class="matrix"><tr><th></th>{head}</tr><tr><th>Stage</th>{sub}</tr>{body}</table>'
 
 
+def same_batch_table(reps: dict[str, report.Report]) -> pd.DataFrame:
+    """Per single-GPU stage: tokens/s of every GPU at the largest batch size they all measured
+    with a timing, and each GPU against the first one. The best-over-batches table lets a GPU with
+    more memory win by a larger batch; this one holds the batch fixed."""
+    names, rows = list(reps), []
+    for key in [k for k in stages.ORDER if k != "ddp" and all(k in rep.stage_order for rep in reps.values())]:
+        timed = [reps[n].df[(reps[n].df["stage"] == key) & (reps[n].df["status"] == "ok")] for n in names]
+        common = set.intersection(*(set(t["batch_size"]) for t in timed))
+        if not common:
+            continue
+        b = max(common)
+        tok = [float(t[t["batch_size"] == b]["tokens_per_s"].iloc[0]) for t in timed]
+        rows.append({"stage": stages.get(key).title, "B": int(b),
+                     **{f"{n} tok/s": v for n, v in zip(names, tok)},
+                     **{f"{n} / {names[0]}": v / tok[0] for n, v in zip(names[1:], tok[1:])}})
+    return pd.DataFrame(rows)
+
+
+def same_batch_html(reps) -> str:
+    t = same_batch_table(reps)
+    if t.empty:
+        return '<p class="note">No stage was timed at a batch size common to every report.</p>'
+    names = list(reps)
+    head = "".join(f"<th>{n} tok/s</th>" for n in names) + "".join(f"<th>{n} / {names[0]}</th>" for n in names[1:])
+    body = "".join(
+        f"<tr><td>{r['stage']}</td><td>{r['B']}</td>" + "".join(f"<td>{r[f'{n} tok/s']:,.0f}</td>" for n in names)
+        + "".join(f"<td>{report._x(r[f'{n} / {names[0]}'])}</td>" for n in names[1:]) + "</tr>"
+        for r in t.to_dict("records"))
+    return f'<table class="matrix"><tr><th>Stage</th><th>B</th>{head}</tr>{body}</table>'
+
+
 def _untimed_html(rep, title: str) -> str:
     """What a report recorded for a row with no timing: not in it, not applicable, OOM, error..."""
     if title == RECOMMENDED:

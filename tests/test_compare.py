@@ -89,6 +89,17 @@ def test_ddp_is_shown_per_gpu_count_and_against_one_gpu(tmp_path):
     assert ddp_row["gpub"] == pytest.approx(1.8) and ddp_row.isna()["gpua"]
 
 
+def test_same_batch_table_holds_the_batch_fixed(tmp_path):
+    _fake_report(tmp_path, "gpua", "2.11.0", 1.5)
+    b = _fake_report(tmp_path, "gpub", "2.11.0", 2.0)
+    for f in (b / "results").glob("tf32__b4.json"):  # gpub has no TF32 timing at B=4
+        f.unlink()
+    t = compare.same_batch_table(compare.load_all(["gpua", "gpub"], tmp_path)).set_index("stage")
+    assert t.loc["FP32 baseline", "B"] == 4 and t.loc["TF32", "B"] == 2  # the largest batch both timed
+    assert t.loc["TF32", "gpub / gpua"] == pytest.approx(2.0 / 1.5)
+    assert t.loc["FP32 baseline", "gpub / gpua"] == pytest.approx(1.0)
+
+
 def test_compare_refuses_a_missing_report_in_one_line(tmp_path):
     _fake_report(tmp_path, "gpua", "2.11.0", 1.5)
     proc = run_cli("compare", GPUS="gpua nosuch", REPORTS=tmp_path, timeout=120)
