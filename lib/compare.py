@@ -190,7 +190,7 @@ def lever_effects(reps) -> pd.DataFrame:
                 continue
             ok = rep.df[(rep.df["stage"] == key) & (rep.df["status"] == "ok")]
             # DDP runs at a batch of its own: its lever is the GPU count, against one GPU at that setting
-            vals = ((ok["tokens_per_s"] / ok["single_gpu_tokens_per_s"]) if key == "ddp"
+            vals = ((ok["world_size"] * ok["scaling_efficiency"]) if key == "ddp"
                     else ok["speedup_vs_previous"]).dropna()
             rows.append({"gpu": name, "stage": _lever_label(key),
                          "speedup": float(np.median(vals)) if len(vals) else np.nan})

@@ -90,9 +90,13 @@ def run(job: dict) -> dict | None:
     rec["per_gpu_tokens_per_s"] = rec["tokens_per_s"] / world
     rec.update(memory(dev))
     results.fill_loss(rec, r["final_loss_window"])
-    single = job.get("single_gpu_tokens_per_s")
-    rec["single_gpu_tokens_per_s"] = single
-    rec["scaling_efficiency"] = rec["per_gpu_tokens_per_s"] / single if single else None
+    # Efficiency against one rank of this same job where runner measured it (like with like),
+    # else against the single-GPU row of the configuration (measured in another process).
+    single, one_rank = job.get("single_gpu_tokens_per_s"), job.get("one_rank_tokens_per_s")
+    ref = one_rank or single
+    rec.update(single_gpu_tokens_per_s=single, one_rank_tokens_per_s=one_rank,
+               scaling_efficiency=rec["per_gpu_tokens_per_s"] / ref if ref else None,
+               efficiency_reference="one rank of this DDP job" if one_rank else "the single-GPU row" if single else None)
     return rec
 
 

@@ -240,6 +240,15 @@ def _range(values, fmt="{:.2f}×") -> str:
     return lo if lo == hi else f"{lo}–{hi}"
 
 
+def efficiency_reference(r) -> str:
+    """What a DDP row's scaling efficiency divides by, in words, with the figures."""
+    single = "" if pd.isna(r.get("single_gpu_tokens_per_s")) else f"{r['single_gpu_tokens_per_s']:,.0f} tokens/s"
+    if not pd.isna(r.get("one_rank_tokens_per_s")):
+        return (f"one rank of the same DDP job ({r['one_rank_tokens_per_s']:,.0f} tokens/s"
+                + (f"; the single-GPU row: {single})" if single else ")"))
+    return f"one GPU at the same setting ({single or 'n/a'})"
+
+
 def _ddp_finding(st, r) -> str:
     """DDP runs once, at the best single-GPU setting, so it is judged against that setting on
     one GPU rather than against the previous stage at the same batch size."""
@@ -247,8 +256,8 @@ def _ddp_finding(st, r) -> str:
     text = (f"**{st.title}** ({st.lever}): {int(r['world_size'])} GPUs × B={r['batch_size']} ({base}), "
             f"{r['tokens_per_s']:,.0f} tokens/s in all")
     if not pd.isna(r["scaling_efficiency"]):
-        text += (f", {r['tokens_per_s'] / r['single_gpu_tokens_per_s']:.2f}× one GPU at the same setting "
-                 f"({r['single_gpu_tokens_per_s']:,.0f}): scaling efficiency {r['scaling_efficiency'] * 100:.1f} %")
+        text += (f", {r['world_size'] * r['scaling_efficiency']:.2f}× {efficiency_reference(r)}: "
+                 f"scaling efficiency {r['scaling_efficiency'] * 100:.1f} %")
     if not pd.isna(r.get("allreduce_share")):
         text += f"; the gradient all-reduce costs {r['allreduce_share'] * 100:.1f} % of the step"
     return text + "."
@@ -416,8 +425,8 @@ def stage_summary(rep: Report, key: str) -> str:
         r = ok.iloc[0]
         eff = "n/a" if pd.isna(r["scaling_efficiency"]) else f"{r['scaling_efficiency'] * 100:.1f} %"
         parts.append(f"{int(r['world_size'])} GPUs at B={r['batch_size']} per GPU: {r['tokens_per_s']:,.0f} tokens/s "
-                     f"in all, {r['per_gpu_tokens_per_s']:,.0f} per GPU; **scaling efficiency {eff}** of the "
-                     f"single-GPU figure; the gradient all-reduce costs **{r['allreduce_share'] * 100:.1f} %** of "
+                     f"in all, {r['per_gpu_tokens_per_s']:,.0f} per GPU; **scaling efficiency {eff}** against "
+                     f"{efficiency_reference(r)}; the gradient all-reduce costs **{r['allreduce_share'] * 100:.1f} %** of "
                      "the step (step time with and without gradient synchronisation).")
     sdpa = ok["sdpa_backend"].dropna().unique()
     if len(sdpa):

@@ -125,7 +125,7 @@ def table(records: list[dict], stage_order: list[str], tolerance: float | None =
             "cv", "tokens_per_s", "mfu", "peak_precision", "achieved_tflops", "mem_tensors_bytes",
             "mem_allocator_bytes", "mem_device_bytes", "final_loss", "sdpa_backend", "world_size",
             "scaling_efficiency", "allreduce_share", "per_gpu_tokens_per_s", "single_gpu_tokens_per_s",
-            "base_stage", "first_step_s"]
+            "one_rank_tokens_per_s", "efficiency_reference", "base_stage", "first_step_s"]
     df = pd.DataFrame([{c: r.get(c) for c in cols} for r in records], columns=cols)
     df["joules_per_token"] = [(r.get("energy") or {}).get("joules_per_token") for r in records]
     df["avg_power_w"] = [(r.get("energy") or {}).get("avg_power_w") for r in records]

@@ -185,6 +185,29 @@ def _collect(params, job, verdict, stderr) -> dict:
     return rec
 
 
+def _torchrun(params: dict, job: dict, n: int, out: Path, timeout_s: float) -> dict:
+    """lib.ddp under torchrun with `n` processes; the record it wrote, or an error/OOM record."""
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+        json.dump(job, f)
+    run_env = child_env()
+    run_env.update({"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1",
+                    "OMP_NUM_THREADS": run_env.get("OMP_NUM_THREADS", "1")})
+    try:
+        proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
+                               f"--nproc_per_node={n}", "-m", "lib.ddp", f.name, str(out)],
+                              cwd=ROOT, env=run_env, capture_output=True, text=True, timeout=timeout_s)
+        verdict, stderr = f"exit {proc.returncode}", proc.stderr
+    except subprocess.TimeoutExpired as e:
+        verdict, stderr = f"timed out after {timeout_s:.0f} s", str(e.stderr or "")
+    finally:
+        os.unlink(f.name)
+    rec = _collect(params, {"stage": "ddp", "batch_size": job["batch_size"], "out": str(out)}, verdict, stderr)
+    if rec["status"] == "error" and "out of memory" in stderr.lower():
+        rec.update(status="oom", reason=f"out of memory on at least one of {n} rank(s)")
+        results.write_atomic(out, rec)
+    return rec
+
+
 def run_ddp(params: dict, report_dir, nproc: int | None = None, timeout_s: float = 1800,
             force: bool = False) -> dict:
     """The multi-GPU stage: torchrun with one process per GPU, at the best single-GPU
@@ -226,25 +249,14 @@ def run_ddp(params: dict, report_dir, nproc: int | None = None, timeout_s: float
     n = nproc or env["device"]["count"]
     job = {"params": params, "batch_size": batch, "base_stage": base_key, "fingerprint": fp,
            "single_gpu_tokens_per_s": best["tokens_per_s"] if best else None}
-    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
-        json.dump(job, f)
-    run_env = child_env()
-    run_env.update({"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1",
-                    "OMP_NUM_THREADS": run_env.get("OMP_NUM_THREADS", "1")})
     if out.exists():
         out.unlink()
-    try:
-        proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
-                               f"--nproc_per_node={n}", "-m", "lib.ddp", f.name, str(out)],
-                              cwd=ROOT, env=run_env, capture_output=True, text=True, timeout=timeout_s)
-        verdict, stderr = f"exit {proc.returncode}", proc.stderr
-    except subprocess.TimeoutExpired as e:
-        verdict, stderr = f"timed out after {timeout_s:.0f} s", str(e.stderr or "")
-    finally:
-        os.unlink(f.name)
-    rec = _collect(params, {"stage": "ddp", "batch_size": batch, "out": str(out)}, verdict, stderr)
-    if rec["status"] == "error" and "out of memory" in stderr.lower():
-        rec.update(status="oom", reason="out of memory on at least one rank")
-        results.write_atomic(out, rec)
+    # The same DDP job on one rank first, so the scaling efficiency compares like with like (same
+    # wrapper, same host, same minute) rather than against a row measured in another process or run.
+    with tempfile.TemporaryDirectory() as tmp:
+        one = _torchrun(params, job, 1, Path(tmp) / "one_rank.json", timeout_s)
+    if one["status"] == "ok":
+        job["one_rank_tokens_per_s"] = one["tokens_per_s"]
+    rec = _torchrun(params, job, n, out, timeout_s)
     print(describe(rec), flush=True)
     return rec

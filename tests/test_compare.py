@@ -73,7 +73,8 @@ def _add_ddp(d: Path, world: int | None):
         rec.update(status="not_applicable", reason="one GPU")
     else:
         results.fill_timing(rec, [50.0] * 5, 8 * 64 * world)
-        rec.update(world_size=world, single_gpu_tokens_per_s=rec["tokens_per_s"] / 1.8, losses=[3.0] * 5,
+        rec.update(world_size=world, single_gpu_tokens_per_s=rec["tokens_per_s"] / 1.8, scaling_efficiency=0.9,
+                   losses=[3.0] * 5,
                    mem_allocator_bytes=2e9)
     results.write_atomic(results.record_path(d / "results", "ddp", 8), rec)
 

@@ -164,10 +164,19 @@ def test_ddp_is_judged_against_one_gpu_at_its_own_setting(tmp_path):
                    scaling_efficiency=0.95, allreduce_share=0.03)
         return [rec]
 
-    text = findings_text(build(tmp_path, tf32_ms=BASE_MS / 2, stage_keys=("fp32", "tf32", "ddp"), extra=ddp))
+    text = findings_text(build(tmp_path / "a", tf32_ms=BASE_MS / 2, stage_keys=("fp32", "tf32", "ddp"), extra=ddp))
     assert "2 GPUs × B=8 (TF32)" in text and "1.90× one GPU at the same setting" in text
     assert "scaling efficiency 95.0 %" in text and "all-reduce costs 3.0 %" in text
     assert "Fastest in the stage matrix: TF32 at B=4" in text and "no measurement" not in text
+
+    def ddp_with_one_rank(params):  # the efficiency measured against one rank of the same job
+        rec = ddp(params)[0]
+        rec.update(one_rank_tokens_per_s=1234.0, scaling_efficiency=0.9)
+        return [rec]
+
+    text = findings_text(build(tmp_path / "b", stage_keys=("fp32", "tf32", "ddp"), extra=ddp_with_one_rank))
+    assert "1.80× one rank of the same DDP job (1,234 tokens/s; the single-GPU row:" in text
+    assert "scaling efficiency 90.0 %" in text
 
 
 # ---------------------------------------------------------------- what the chapters show
