@@ -200,7 +200,7 @@ def lever_effects(reps) -> pd.DataFrame:
 
 
 def _lever_label(key: str) -> str:
-    return stages.get(key).title + (" (over one GPU at the same setting)" if key == "ddp" else "")
+    return stages.get(key).title + (" (over the same job on one GPU)" if key == "ddp" else "")
 
 
 def lever_html(reps) -> str:

@@ -86,7 +86,7 @@ def test_ddp_is_shown_per_gpu_count_and_against_one_gpu(tmp_path):
     html = compare.stage_html(reps)
     assert "not applicable" in html and "B=8 × 2 GPUs" in html and "B=2.0" not in html
     effects = compare.lever_effects(reps)
-    ddp_row = effects.loc["DDP across the host's GPUs (over one GPU at the same setting)"]
+    ddp_row = effects.loc["DDP across the host's GPUs (over the same job on one GPU)"]
     assert ddp_row["gpub"] == pytest.approx(1.8) and ddp_row.isna()["gpua"]
 
 
