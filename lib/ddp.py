@@ -21,8 +21,6 @@ import torch.distributed as dist
 from . import data, results, stages
 from .measure import batch_dynamic, build, device_type, memory, time_steps
 
-# Keep NVLink multicast off (shared hosts: a program using it can take GPUs out of service).
-SAFE_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
 
 
 def run(job: dict) -> dict | None:

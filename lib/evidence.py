@@ -17,7 +17,7 @@ import copy
 import dataclasses
 from pathlib import Path
 
-from . import results, runner, stages
+from . import kernel_profile, results, runner, stages
 
 KINDS = ("seq", "gemm", "variants", "sweep")
 
@@ -135,6 +135,6 @@ def load(report_dir) -> dict:
     base = runner.resolve(report_dir) / "results"
     out = {}
     for kind in KINDS:
-        recs = results.load_records(base / kind)
+        recs = [kernel_profile.current(r) for r in results.load_records(base / kind)]
         out[kind] = (recs[0] if recs else None) if kind == "gemm" else recs
     return out

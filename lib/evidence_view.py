@@ -231,7 +231,7 @@ def compile_vocab_html(rep: Report) -> str:
 def _profiled(rep: Report, batch: int | None = None):
     """{stage: record} with a kernel profile, at one batch size for every stage: the one at
     which most stages have a profile (ties: the larger)."""
-    recs = [_current(r) for r in rep.records if r.get("kernel_profile") and r["status"] in OK and r["stage"] != "ddp"]
+    recs = [r for r in rep.records if r.get("kernel_profile") and r["status"] in OK and r["stage"] != "ddp"]
     if not recs:
         return None, {}
     if batch is None:
@@ -281,15 +281,10 @@ def profile_table_html(rep: Report) -> str:
     return _table(rows)
 
 
-def _current(rec: dict) -> dict:
-    """The record with its kernel profile read by today's categorisation rules."""
-    return {**rec, "kernel_profile": kernel_profile.with_current_rules(rec["kernel_profile"])}
-
-
 def top_kernels_html(rec: dict | None, limit: int = 8) -> str:
     if not rec or not rec.get("kernel_profile"):
         return _none("No kernel profile for this configuration.")
-    p = kernel_profile.with_current_rules(rec["kernel_profile"])
+    p = rec["kernel_profile"]
     rows = [{"kernel" if "CUDA" in p["source"] else "operator":
              f'<code title="{html.escape(k["name"])}">{html.escape(_shorten(k["name"]))}</code>',
              "category": k["category"], "ms/step": f"{k['ms']:.2f}", "share": f"{k['share'] * 100:.1f} %",
@@ -428,7 +423,7 @@ def recommended_profile_html(rep: Report) -> str:
         return ""
     if not best.get("kernel_profile"):
         return _none("No kernel profile for the recommended configuration.")
-    p = kernel_profile.with_current_rules(best["kernel_profile"])
+    p = best["kernel_profile"]
     cats = ", ".join(f"{c} {v / p['busy_ms'] * 100:.0f} %" for c, v in
                      sorted(p["categories"].items(), key=lambda kv: -kv[1]) if v > 0)
     return f"<p>Kernel time by category: {cats}.</p>" + top_kernels_html(best, limit=10)

@@ -178,3 +178,8 @@ def with_current_rules(profile: dict) -> dict:
             out["categories"][now] = out["categories"].get(now, 0.0) + k["ms"]
             k["category"] = now
     return out
+
+
+def current(rec: dict) -> dict:
+    """A result record whose kernel profile (if any) is read by today's RULES."""
+    return {**rec, "kernel_profile": with_current_rules(rec["kernel_profile"])} if rec.get("kernel_profile") else rec

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from . import data, results, stages
+from . import data, kernel_profile, results, stages
 from .runner import resolve
 
 GiB = 2**30
@@ -45,7 +45,7 @@ def load(report_dir) -> Report:
     d = resolve(report_dir)
     params = json.loads((d / "params.json").read_text())
     env = json.loads((d / "environment.json").read_text())
-    records = results.load_records(d / "results")
+    records = [kernel_profile.current(r) for r in results.load_records(d / "results")]
     order = params["stages"]
     # DDP runs at whatever batch the best single-GPU configuration had (the sweep's, maybe).
     records = [r for r in records if r["stage"] in order

@@ -185,13 +185,16 @@ def _collect(params, job, verdict, stderr) -> dict:
     return rec
 
 
+# Keep NVLink multicast off (shared hosts: a program using it can take GPUs out of service).
+NVLINK_MULTICAST_OFF = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
+
+
 def _torchrun(params: dict, job: dict, n: int, out: Path, timeout_s: float) -> dict:
     """lib.ddp under torchrun with `n` processes; the record it wrote, or an error/OOM record."""
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         json.dump(job, f)
-    run_env = child_env()
-    run_env.update({"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1",
-                    "OMP_NUM_THREADS": run_env.get("OMP_NUM_THREADS", "1")})
+    run_env = {**child_env(), **NVLINK_MULTICAST_OFF}
+    run_env.setdefault("OMP_NUM_THREADS", "1")
     try:
         proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
                                f"--nproc_per_node={n}", "-m", "lib.ddp", f.name, str(out)],
