@@ -22,7 +22,6 @@ from . import data, results, stages
 from .measure import batch_dynamic, build, device_type, memory, time_steps
 
 
-
 def run(job: dict) -> dict | None:
     params, batch = job["params"], job["batch_size"]
     stage = stages.get(job["base_stage"])
