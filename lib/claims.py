@@ -22,6 +22,12 @@ def load(path=CLAIMS) -> dict:
     return data
 
 
+def timed_pairs(profile: str, path=CLAIMS) -> list[tuple[str, str]]:
+    """(stage, versus) of every claim judged by step time that speaks about `profile`."""
+    return [(c["stage"], c["versus"]) for c in load(path)["claims"]
+            if c["metric"] in ("speedup", "time_change") and profile in c.get("devices", [])]
+
+
 def _per_batch(df: pd.DataFrame, claim: dict) -> pd.Series:
     """The claim's figure at every batch size where both stages have a valid timing."""
     ok = df[df["status"] == "ok"]

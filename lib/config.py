@@ -24,7 +24,8 @@ SCHEMA = {
             "loss_tolerance": float, "final_loss_window": int},
     "stages": list,
     "evidence": {"seq_lens": list, "seq_tokens": int, "seq_warmup_steps": int, "seq_timed_steps": int,
-                 "gemm_batch": int, "sweep_batch_sizes": list},
+                 "gemm_batch": int, "sweep_batch_sizes": list, "repeats": int, "crosscheck_batch": int,
+                 "parity_steps": int, "held_out_batches": int},
     "skip": dict,  # stage -> why this profile does not measure it (the report shows the reason)
     "description": str, "match": list, "backend": str, "peak_tflops": dict, "peak_source": str,
 }
@@ -179,7 +180,8 @@ def validate(p: dict) -> None:
     for key in ("seq_lens", "sweep_batch_sizes"):
         if not ev[key] or any(not _is(v, int) or v <= 0 for v in ev[key]):
             raise ConfigError(f"{where}: evidence.{key} must be a non-empty list of positive integers, got {ev[key]!r}")
-    for key in ("seq_tokens", "gemm_batch", "seq_timed_steps"):
+    for key in ("seq_tokens", "gemm_batch", "seq_timed_steps", "repeats", "crosscheck_batch", "parity_steps",
+                "held_out_batches"):
         if ev[key] <= 0:
             raise ConfigError(f"{where}: evidence.{key} must be a positive integer, got {ev[key]}")
     if ev["seq_timed_steps"] < MIN_TIMED_STEPS:

@@ -202,6 +202,26 @@ def batches(tokens: np.ndarray, batch_size: int, seq_len: int, steps: int):
         pos += batch_size * seq_len
 
 
+HELD_OUT = 0.1  # the corpus' last tenth is never trained on: the parity run's held-out loss reads it
+
+
+def split(tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(training tokens, held-out tokens)."""
+    cut = int(tokens.size * (1 - HELD_OUT))
+    return tokens[:cut], tokens[cut:]
+
+
+def device_batches(params: dict, batch_size: int, steps: int, dev: str, held_out: bool = False, skip: int = 0):
+    """`steps` batches of the training part (or the held-out part) stacked into two int64
+    tensors (steps, B, T) already on the device, so no copy happens inside a timed step.
+    `skip` drops that many leading tokens first (each DDP rank reads its own slice)."""
+    import torch
+
+    part = split(load_tokens(params["model"]["vocab_size"]))[1 if held_out else 0][skip:]
+    xs, ys = zip(*batches(part, batch_size, params["run"]["seq_len"], steps))
+    return torch.from_numpy(np.stack(xs)).to(dev), torch.from_numpy(np.stack(ys)).to(dev)
+
+
 if __name__ == "__main__":
     try:
         m = prepare()

@@ -8,8 +8,6 @@ the step time under `no_sync()` (no all-reduce), so the all-reduce's share of th
 1 - t(no_sync) / t(sync). Rank 0 writes one result record."""
 from __future__ import annotations
 
-import contextlib
-import dataclasses
 import json
 import os
 import sys
@@ -18,8 +16,8 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from . import data, results, stages
-from .measure import batch_dynamic, build, device_type, memory, time_steps
+from . import data, results, stages, step
+from .measure import memory
 
 
 def run(job: dict) -> dict | None:
@@ -27,43 +25,27 @@ def run(job: dict) -> dict | None:
     stage = stages.get(job["base_stage"])
     r = params["run"]
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    dev = device_type(params["backend"])
+    dev = step.device_type(params["backend"])
     if dev == "cuda":
         torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
     dist.init_process_group("nccl" if dev == "cuda" else "gloo")
-    torch.set_float32_matmul_precision("high" if stage.tf32 else "highest")
-    model, _, opt = build(params, dataclasses.replace(stage, compile=False), dev)
-    # Compiled inside DDP, not around it: switching the all-reduce off (no_sync) then never
-    # recompiles. The cost: gradients reach DDP only when the compiled backward ends, so the
-    # all-reduce does not overlap the backward, and its share below is the whole of it.
-    ddp = torch.nn.parallel.DistributedDataParallel(torch.compile(model) if stage.compile else model)
-    ctx = (torch.autocast(device_type=dev, dtype=getattr(torch, stage.autocast))
-           if stage.autocast else contextlib.nullcontext())
+    # DDP wraps the compiled model (nanoGPT's order). The cost: gradients reach DDP only when the
+    # compiled backward ends, so the all-reduce does not overlap the backward.
+    train = step.build(params, stage, dev, wrap=torch.nn.parallel.DistributedDataParallel)
+    model = train.model
     n_steps = r["warmup_steps"] + 2 * r["timed_steps"]
     # Each rank reads its own slice of the corpus, as a data-parallel job would.
-    tokens = data.load_tokens(params["model"]["vocab_size"])
-    xs, ys = zip(*data.batches(tokens[rank * batch * r["seq_len"]:], batch, r["seq_len"], n_steps))
-    xs = torch.from_numpy(np.stack(xs)).to(model.lm_head.weight.device)
-    ys = torch.from_numpy(np.stack(ys)).to(model.lm_head.weight.device)
-    i = 0
+    xs, ys = data.device_batches(params, batch, n_steps, dev, skip=rank * batch * r["seq_len"])
     losses = []
 
-    def step(sync=True):
-        nonlocal i
-        with contextlib.nullcontext() if sync else ddp.no_sync():  # no_sync: skip the all-reduce
-            with ctx:
-                _, loss = ddp(*(batch_dynamic(xs[i], ys[i]) if stage.compile else (xs[i], ys[i])))
-            loss.backward()
-        torch.nn.utils.clip_grad_norm_(ddp.parameters(), r["grad_clip"])
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        losses.append(loss.detach())
-        i += 1
+    def one(i: int, sync: bool = True):
+        losses.append(train(xs[i], ys[i], sync=sync))
 
-    for _ in range(r["warmup_steps"]):
-        step()
-    synced = time_steps(lambda _: step(), range(r["timed_steps"]), dev)
-    local = time_steps(lambda _: step(sync=False), range(r["timed_steps"]), dev)
+    for i in range(r["warmup_steps"]):
+        one(i)
+    timed = range(r["warmup_steps"], r["warmup_steps"] + r["timed_steps"])
+    synced = step.time_steps(one, timed, dev)
+    local = step.time_steps(lambda i: one(i + r["timed_steps"], sync=False), timed, dev)
     # The slowest rank sets the pace: gather every rank's median and keep the largest.
     # NCCL only moves device tensors (gloo takes CPU ones), so gather on the model's device.
     where = model.lm_head.weight.device

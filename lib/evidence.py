@@ -19,7 +19,7 @@ from pathlib import Path
 
 from . import kernel_profile, results, runner, stages
 
-KINDS = ("seq", "gemm", "variants", "sweep")
+KINDS = ("seq", "gemm", "variants", "sweep", "repeats", "crosscheck", "parity")
 
 
 def _dir(report_dir, kind: str) -> Path:
@@ -117,15 +117,109 @@ def batch_sweep(params: dict, report_dir, force: bool = False) -> list[dict]:
     return out
 
 
+def repeat_configs(params: dict, report_dir) -> list[tuple[str, int]]:
+    """What runs in several processes: the two fastest verified configurations (the
+    recommendation and its runner-up) and both sides of every timing claim at the smallest batch
+    size where both ran."""
+    from . import claims  # imported here: pandas and the claims file are only needed now
+
+    recs = results.decision_records(runner.resolve(report_dir) / "results")
+    chosen = [(r["stage"], r["batch_size"]) for r in results.ranked_configs(recs, params)[:2]]
+    ok = {(r["stage"], r["batch_size"]) for r in recs if r.get("status") == "ok" and r.get("variant") is None}
+    for stage, versus in claims.timed_pairs(params["name"]):
+        common = sorted(b for (s, b) in ok if s == stage and (versus, b) in ok)
+        if common:
+            chosen += [(stage, common[0]), (versus, common[0])]
+    return list(dict.fromkeys(chosen))
+
+
+def repeats(params: dict, report_dir, force: bool = False) -> list[dict]:
+    """Each of repeat_configs in evidence.repeats - 1 more fresh processes (the first is the
+    matrix's or the sweep's own), so the report can state the process-to-process spread."""
+    env, n = runner.environment(report_dir), params["evidence"]["repeats"]
+    jobs = []
+    for stage, batch in repeat_configs(params, report_dir):
+        for k in range(1, n):
+            job = _job(params, env, stage, batch, _dir(report_dir, "repeats") / f"{stage}__b{batch}__r{k}.json",
+                       variant="repeat", repeat=k, profile=False, energy=False)
+            job["fingerprint"] += f"-r{k}"
+            jobs.append(job)
+    recs = runner.measure_jobs(jobs, env, force=force)
+    return [recs[j["out"]] for j in jobs if j["out"] in recs]
+
+
+PLAIN_LOOP_SWITCHES = ("tf32", "autocast", "attention", "padded_vocab", "fused_adamw", "compile")
+
+
+def crosscheck(params: dict, report_dir, configs: list[tuple[str, int]], force: bool = False) -> list[dict]:
+    """The plain loop (lib/plain_loop.py) at each (stage, batch) of `configs`, in fresh processes.
+    FP8 is left out: it is this project's module, not a switch of the plain trainers."""
+    env = runner.environment(report_dir)
+    source = results.short_hash((Path(__file__).parent / "plain_loop.py").read_text())
+    jobs = []
+    for key, batch in dict.fromkeys(configs):
+        stage = stages.get(key)
+        if stage.fp8 or key not in params["stages"]:
+            continue
+        job = _job(params, env, key, batch, _dir(report_dir, "crosscheck") / f"{key}__b{batch}.json", kind="plain",
+                   variant="plain loop", switches={s: getattr(stage, s) for s in PLAIN_LOOP_SWITCHES})
+        job["fingerprint"] += "-" + source
+        jobs.append(job)
+    recs = runner.measure_jobs(jobs, env, force=force)
+    return [recs[j["out"]] for j in jobs if j["out"] in recs]
+
+
+def crosscheck_batch(params: dict) -> int:
+    """Where the flash and vocab chapters run the plain loop: evidence.crosscheck_batch if the
+    matrix measures it, else the matrix's first batch size."""
+    b = params["evidence"]["crosscheck_batch"]
+    return b if b in params["run"]["batch_sizes"] else params["run"]["batch_sizes"][0]
+
+
+def recommended_crosscheck(params: dict, report_dir, force: bool = False) -> list[dict]:
+    best = results.best_config(results.decision_records(runner.resolve(report_dir) / "results"), params)
+    return crosscheck(params, report_dir, [(best["stage"], best["batch_size"])], force) if best else []
+
+
+def parity(params: dict, report_dir, force: bool = False) -> list[dict]:
+    """The recommended configuration and its reference stage at the same batch for
+    evidence.parity_steps steps, then their loss on held-out text. Where the reference ran out
+    of memory at that batch in the matrix, it accumulates gradients over micro-batches that fit
+    (the same update)."""
+    env, ev = runner.environment(report_dir), params["evidence"]
+    recs = results.decision_records(runner.resolve(report_dir) / "results")
+    best = results.best_config(recs, params)
+    if best is None or stages.get(best["stage"]).reference == best["stage"]:
+        return []
+    key, batch = best["stage"], best["batch_size"]
+    ref = stages.get(key).reference
+    fits = [r["batch_size"] for r in recs if r["stage"] == ref and r.get("status") == "ok"]
+    largest = max(fits) if fits else batch
+    micro = next(k for k in range(1, batch + 1) if batch % k == 0 and batch // k <= largest)
+    jobs = [_job(params, env, s, batch, _dir(report_dir, "parity") / f"{s}__b{batch}.json", kind="parity",
+                 variant="parity", steps=ev["parity_steps"], held_out_batches=ev["held_out_batches"],
+                 micro_steps=m, eval_batch=ev["crosscheck_batch"])
+            for s, m in ((key, 1), (ref, micro))]
+    for j in jobs:
+        j["fingerprint"] += f"-parity{ev['parity_steps']}x{j['micro_steps']}"
+    out = runner.measure_jobs(jobs, env, force=force)
+    return [out[j["out"]] for j in jobs if j["out"] in out]
+
+
 def measure_chapter(key: str, params: dict, report_dir, force: bool = False):
     """Everything one chapter measures: its stage's configurations and the evidence behind its
     explanation. The chapter notebooks call this, and so does `make report MEASURE_ONLY=1`."""
-    if key == "batch_sweep":
-        return batch_sweep(params, report_dir, force=force)
+    if key == "batch_sweep":  # then what the recommendation rests on: repeats, cross-check, parity
+        swept = batch_sweep(params, report_dir, force=force)
+        for extra in (repeats, recommended_crosscheck, parity):
+            extra(params, report_dir, force=force)
+        return swept
     recs = runner.run_stage(key, params, report_dir, force=force)
     extra = {"flash": seq_sweep, "vocab": gemm, "compile": vocab_under_compile}.get(key)
     if extra:
         extra(params, report_dir, force=force)
+    if key in ("flash", "vocab"):  # the plain loop beside the harness, in the same run
+        crosscheck(params, report_dir, [(key, crosscheck_batch(params))], force=force)
     return recs
 
 
@@ -134,7 +228,7 @@ def load(report_dir) -> dict:
     "variants": [...], "sweep": [...]}; missing kinds are empty."""
     base = runner.resolve(report_dir) / "results"
     out = {}
-    for kind in KINDS:
+    for kind in KINDS:  # each kind's records; the GEMM sweep is one record
         recs = [kernel_profile.current(r) for r in results.load_records(base / kind)]
         out[kind] = (recs[0] if recs else None) if kind == "gemm" else recs
     return out

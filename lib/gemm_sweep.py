@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 
 from . import results
-from .measure import synchronize
+from .step import Timer, synchronize
 
 ALIGNMENTS = (128, 64, 32, 16, 8, 1)
 CPU_POINT_BUDGET_S = 0.015  # off CUDA, the most one width may take (see _time_point)
@@ -79,38 +79,6 @@ class _Precision:
             torch.backends.cuda.matmul.allow_tf32 = self._prev
 
 
-class _Timer:
-    """Milliseconds of a region of device work: CUDA events on cuda (read after one synchronize at
-    the end, so timing never stalls the queue), perf_counter around a synchronize elsewhere."""
-
-    def __init__(self, dev: str):
-        self.dev = dev
-        self._pending: list = []
-
-    def start(self):
-        if self.dev == "cuda":
-            ev = torch.cuda.Event(enable_timing=True)
-            ev.record()
-            return ev
-        synchronize(self.dev)
-        return time.perf_counter()
-
-    def stop(self, token) -> None:
-        if self.dev == "cuda":
-            ev = torch.cuda.Event(enable_timing=True)
-            ev.record()
-            self._pending.append((token, ev))
-        else:
-            synchronize(self.dev)
-            self._pending.append((time.perf_counter() - token) * 1e3)
-
-    def results_ms(self) -> list[float]:
-        if self.dev == "cuda":
-            torch.cuda.synchronize()
-            return [float(s.elapsed_time(e)) for s, e in self._pending]
-        return [float(v) for v in self._pending]
-
-
 def _forward(X, W):
     return F.linear(X, W)  # exactly the model's lm_head (bias=False)
 
@@ -127,7 +95,7 @@ def _time_point(X, W, dY, dev: str, reps: int, warmup: int, budget_s: float) -> 
     CUDA a width stops repeating once it has used `budget_s` (half of it for warm-up), after at
     least one timed repetition: CPU bf16 GEMMs are slow and the CPU sweep proves the pipeline,
     it measures nothing a GPU report relies on."""
-    fwd, bwd = _Timer(dev), _Timer(dev)
+    fwd, bwd = Timer(dev), Timer(dev)
     t0 = time.perf_counter()
     for i in range(warmup):
         if i and time.perf_counter() - t0 > budget_s / 2:

@@ -141,25 +141,19 @@ def summarise(rows, steps: int, top: int, source: str) -> dict:
 def profile_steps(step, dev: str, steps: int = 1, top: int = 12) -> dict:
     """Run `step()` once to warm up, then `steps` times under torch.profiler, and say where the
     time went, per step."""
-    import torch
     from torch.profiler import ProfilerActivity, profile
+
+    from .step import synchronize  # here: this module also serves the report, which needs no torch
 
     if steps < 1:
         raise ValueError("steps must be >= 1")
-
-    def sync():
-        if dev == "cuda":
-            torch.cuda.synchronize()
-        elif dev == "mps":
-            torch.mps.synchronize()
-
     step()
-    sync()  # the warm-up's kernels must finish before the trace starts, or they land in it
+    synchronize(dev)  # the warm-up's kernels must finish before the trace starts, or they land in it
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if dev == "cuda" else [])
     with profile(activities=activities) as prof:
         for _ in range(steps):
             step()
-        sync()
+        synchronize(dev)
     if dev == "cuda":
         return summarise(_cuda_rows(prof), steps, top, "CUDA kernels (torch.profiler)")
     return summarise(_cpu_rows(prof), steps, top, "CPU operators, self time (torch.profiler)")

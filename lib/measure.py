@@ -7,7 +7,6 @@ Method: build the model from the seed, move every batch to the device up front, 
 perf_counter after a synchronize elsewhere). Every step's loss is kept for the parity check."""
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import os
@@ -16,11 +15,10 @@ import signal
 import sys
 import time
 
-import numpy as np
 import torch
 
-from . import data, energy, faults, fp8, kernel_profile, results, stages
-from .model import GPT, GPTConfig, flops_per_token
+from . import data, energy, faults, gemm_sweep, kernel_profile, plain_loop, results, stages, step
+from .model import flops_per_token
 
 SDPA_OPS = {  # profiler op name -> which SDPA backend ran
     "aten::_scaled_dot_product_flash_attention": "flash",
@@ -30,49 +28,6 @@ SDPA_OPS = {  # profiler op name -> which SDPA backend ran
     "aten::_scaled_dot_product_attention_math": "math (unfused)",
     "aten::_scaled_dot_product_fused_attention_overrideable": "fused (backend-specific)",
 }
-
-
-def device_type(backend: str) -> str:
-    return {"rocm": "cuda"}.get(backend, backend)
-
-
-def synchronize(dev: str) -> None:
-    if dev == "cuda":
-        torch.cuda.synchronize()
-    elif dev == "mps":
-        torch.mps.synchronize()
-
-
-def build(params: dict, stage: stages.Stage, dev: str):
-    """(model, what the training step calls, optimizer) for `stage`. The model is constructed
-    identically for every stage; only the switches after construction differ."""
-    m = params["model"]
-    torch.manual_seed(params["run"]["seed"])
-    cfg = GPTConfig(n_layer=m["n_layer"], n_head=m["n_head"], n_embd=m["n_embd"],
-                    block_size=m["block_size"], real_vocab_size=m["vocab_size"],
-                    vocab_size=m["padded_vocab_size"] if stage.padded_vocab else m["vocab_size"],
-                    attention=stage.attention)
-    model = GPT(cfg).to(dev)  # initialised on the CPU: identical weights on every device
-    if stage.fp8:
-        fp8.convert_linears(model.transformer.h)
-    decay = [p for p in model.parameters() if p.dim() >= 2]
-    no_decay = [p for p in model.parameters() if p.dim() < 2]
-    r = params["run"]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": r["weight_decay"]},
-                             {"params": no_decay, "weight_decay": 0.0}],
-                            lr=r["learning_rate"], betas=(0.9, 0.95), eps=1e-8,
-                            **({"fused": True} if stage.fused_adamw else {}))
-    forward = torch.compile(model) if stage.compile else model
-    return model, forward, opt
-
-
-def batch_dynamic(*tensors):
-    """Mark the batch dimension dynamic for torch.compile: one compiled graph then serves every
-    batch size, and later processes (other batch sizes, the batch sweep, the DDP ranks) load it
-    from inductor's on-disk cache instead of compiling again. Sequence length stays static."""
-    for t in tensors:
-        torch._dynamo.maybe_mark_dynamic(t, 0)
-    return tensors
 
 
 def sdpa_backend(model, x, y, ctx) -> str | None:
@@ -112,61 +67,48 @@ def run(job: dict) -> dict:
     if job.get("stage_overrides"):  # an evidence variant, e.g. the compile stage at vocab 50257
         stage = dataclasses.replace(stage, **job["stage_overrides"])
     r = params["run"]
-    dev = device_type(params["backend"])
+    dev = step.device_type(params["backend"])
     rec = results.base_record(params, stage, batch)
-    rec.update(fingerprint=job.get("fingerprint"), variant=job.get("variant"))
+    rec.update(fingerprint=job.get("fingerprint"), variant=job.get("variant"), repeat=job.get("repeat", 0))
     fault = faults.get(stage.key, batch)
-    torch.set_float32_matmul_precision("high" if stage.tf32 else "highest")
-    ctx = (torch.autocast(device_type=dev, dtype=getattr(torch, stage.autocast))
-           if stage.autocast else contextlib.nullcontext())
     n_steps = r["warmup_steps"] + r["timed_steps"]
     t_start = time.perf_counter()
     try:
-        model, forward, opt = build(params, stage, dev)
-        rec["init_checksum"] = model.init_checksum()
+        train = step.build(params, stage, dev)
+        rec["init_checksum"] = train.model.init_checksum()
         faults.inject(fault, "build")
-        tokens = data.load_tokens(params["model"]["vocab_size"])
-        xs, ys = zip(*data.batches(tokens, batch, r["seq_len"], n_steps))
-        xs = torch.from_numpy(np.stack(xs)).to(dev)
-        ys = torch.from_numpy(np.stack(ys)).to(dev)
+        xs, ys = data.device_batches(params, batch, n_steps, dev)
         losses = []
 
-        def step(i: int, keep: bool = True):
-            x, y = batch_dynamic(xs[i], ys[i]) if stage.compile else (xs[i], ys[i])
-            with ctx:
-                _, loss = forward(x, y)
-            if fault == "nan" and i == n_steps // 2:
-                loss = loss * float("nan")
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), r["grad_clip"])
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-            if keep:
-                losses.append(loss.detach())
+        def one(i: int):
+            losses.append(train(xs[i], ys[i]))
 
         # The first step pays for compilation (and cuBLAS/allocator warm-up): reported, never timed.
         t0 = time.perf_counter()
-        step(0)
-        synchronize(dev)
+        one(0)
+        step.synchronize(dev)
         rec["first_step_s"] = time.perf_counter() - t0
         for i in range(1, r["warmup_steps"]):
-            step(i)
-        synchronize(dev)
+            one(i)
+        if fault == "nan":  # poison a weight between steps, never inside the timed one
+            with torch.no_grad():
+                train.model.transformer.ln_f.weight.fill_(float("nan"))
+        step.synchronize(dev)
         meter = energy.EnergyMeter(dev, torch.cuda.current_device() if dev == "cuda" else 0) \
             if job.get("energy", True) else None
         if meter:
             meter.start()
-        times_ms = time_steps(step, range(r["warmup_steps"], n_steps), dev)
+        times_ms = step.time_steps(one, range(r["warmup_steps"], n_steps), dev)
         if meter:
             used = meter.stop()
             rec["energy"] = used if used else {"unavailable": meter.reason}
         rec.update(memory(dev))
         rec["losses"] = [float(v) for v in torch.stack(losses).float().cpu()]
         if stage.attention == "sdpa":
-            rec["sdpa_backend"] = sdpa_backend(model, xs[0], ys[0], ctx)
+            rec["sdpa_backend"] = sdpa_backend(train.model, xs[0], ys[0], train.autocast)  # eager: no recompile
         if job.get("profile", True):
-            rec["kernel_profile"] = kernel_profile.profile_steps(lambda: step(0, keep=False), dev)
-        n_params = model.num_params()
+            rec["kernel_profile"] = kernel_profile.profile_steps(lambda: train(xs[0], ys[0]), dev)
+        n_params = train.model.num_params()
     except Exception as exc:  # OOM is a result; anything else is recorded as an error
         if not is_oom(exc):
             raise
@@ -175,7 +117,7 @@ def run(job: dict) -> dict:
         rec["wall_s"] = time.perf_counter() - t_start
         return rec
     results.fill_timing(rec, times_ms, batch * r["seq_len"])
-    fpt = flops_per_token(model.config, n_params, r["seq_len"])
+    fpt = flops_per_token(train.model.config, n_params, r["seq_len"])
     results.fill_mfu(rec, fpt, params.get("peak_tflops"), stage.peak)
     results.fill_loss(rec, r["final_loss_window"])
     if rec.get("energy", {}).get("energy_j"):
@@ -186,31 +128,8 @@ def run(job: dict) -> dict:
     return rec
 
 
-def time_steps(step, indices, dev: str) -> list[float]:
-    """Milliseconds per call of step(i): CUDA events on NVIDIA/AMD GPUs (no host sync inside
-    the loop, so the host runs ahead as in real training), perf_counter around a sync elsewhere."""
-    out = []
-    for i in indices:
-        if dev == "cuda":
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            step(i)
-            end.record()
-            out.append((start, end))
-        else:
-            synchronize(dev)
-            t0 = time.perf_counter()
-            step(i)
-            synchronize(dev)
-            out.append((time.perf_counter() - t0) * 1e3)
-    synchronize(dev)
-    return [s.elapsed_time(e) for s, e in out] if dev == "cuda" else out
-
-
 def gemm_record(job: dict) -> dict:
     """The lm_head GEMM sweep (lib/gemm_sweep.py) as a result record."""
-    from . import gemm_sweep  # imported here: it imports this module's synchronize
-
     t0 = time.perf_counter()
     rec = {"schema_version": results.SCHEMA_VERSION, "kind": "gemm", "status": "ok", "reason": None,
            "stage": job["stage"], "batch_size": job["batch_size"], "fingerprint": job.get("fingerprint"),
@@ -220,9 +139,57 @@ def gemm_record(job: dict) -> dict:
     return rec
 
 
+def parity_run(job: dict) -> dict:
+    """A long loss run of one configuration (no timing): `steps` training steps, every loss
+    kept, then the mean loss over `held_out_batches` batches of text it never trained on.
+    `micro_steps` > 1 accumulates gradients over that many micro-batches (the same batch and the
+    same update, in less memory) where the reference stage does not fit the batch at once."""
+    params, batch, steps = job["params"], job["batch_size"], job["steps"]
+    stage = stages.get(job["stage"])
+    dev = step.device_type(params["backend"])
+    rec = results.base_record(params, stage, batch)
+    rec.update(kind="parity", fingerprint=job.get("fingerprint"), variant=job.get("variant"),
+               steps=steps, micro_steps=job.get("micro_steps", 1))
+    t0 = time.perf_counter()
+    try:
+        train = step.build(params, stage, dev, micro_steps=job.get("micro_steps", 1))
+        xs, ys = data.device_batches(params, batch, steps, dev)
+        losses = [train(xs[i], ys[i]) for i in range(steps)]
+        rec["losses"] = [float(v) for v in torch.stack(losses).float().cpu()]
+        del xs, ys
+        n_eval, eval_batch = job["held_out_batches"], min(batch, job.get("eval_batch", batch))
+        vx, vy = data.device_batches(params, eval_batch, n_eval, dev, held_out=True)
+        train.model.eval()
+        with torch.no_grad(), train.autocast:
+            held = [train.model(vx[i], vy[i])[1].float() for i in range(n_eval)]
+        rec["held_out_loss"] = float(torch.stack(held).mean().cpu())
+        rec["held_out_tokens"] = n_eval * eval_batch * params["run"]["seq_len"]
+    except Exception as exc:
+        if not is_oom(exc):
+            raise
+        rec.update(status="oom", reason=f"out of memory: {str(exc).splitlines()[0][:300]}")
+    results.fill_loss(rec, params["run"]["final_loss_window"])
+    rec["wall_s"] = time.perf_counter() - t0
+    return rec
+
+
+def _measure(job: dict) -> dict:
+    kind = job.get("kind")
+    if kind == "gemm":
+        return gemm_record(job)
+    if kind == "parity":
+        return parity_run(job)
+    if kind == "plain":
+        rec = plain_loop.run(job)
+        rec.update(schema_version=results.SCHEMA_VERSION, fingerprint=job.get("fingerprint"),
+                   variant=job.get("variant"), repeat=job.get("repeat", 0))
+        return rec
+    return run(job)
+
+
 def _child(job: dict, out_path: str) -> int:
     try:
-        results.write_atomic(out_path, gemm_record(job) if job.get("kind") == "gemm" else run(job))
+        results.write_atomic(out_path, _measure(job))
         return 0
     except BaseException:
         import traceback

@@ -4,7 +4,7 @@ The only differences from a plain GPT-2 are the two levers that change the model
 `attention` ("naive" materialises the T x T score matrix; "sdpa" calls
 scaled_dot_product_attention, which may dispatch to a flash kernel) and `vocab_size` versus
 `real_vocab_size` (rows past the tokenizer's vocabulary exist only to give the lm_head GEMM a
-friendlier shape; they start at zero and the loss never sees them).
+friendlier shape; they start at zero and are never targets).
 """
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ class GPTConfig:
     n_embd: int = 768
     block_size: int = 1024
     vocab_size: int = 50257       # rows of the embedding / lm_head (maybe padded)
-    real_vocab_size: int = 50257  # tokens the tokenizer can produce; the loss is over these
+    real_vocab_size: int = 50257  # tokens the tokenizer can produce (targets are among these)
     attention: str = "naive"      # "naive" or "sdpa"
 
     def __post_init__(self):
@@ -164,10 +164,10 @@ class GPT(nn.Module):
         logits = self.lm_head(self.transformer.ln_f(x))
         if targets is None:
             return logits, None
-        # Padding columns are never targets; slicing them off keeps the softmax over the real
-        # vocabulary, so a padded model computes the same loss as an unpadded one.
-        real = logits[..., : self.config.real_vocab_size]
-        loss = F.cross_entropy(real.float().reshape(-1, real.size(-1)), targets.reshape(-1))
+        # The loss as nanoGPT writes it: over every column of the logits, padding included. The
+        # padded rows are never targets and start at zero, so the softmax soon pushes them down;
+        # autocast already runs cross_entropy in fp32, so no copy of the logits is made here.
+        loss = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
         return logits, loss
 
 

@@ -391,12 +391,9 @@ def recommendations(rep: Report) -> list[str]:
 
 
 def recommended(rep: Report) -> dict | None:
-    """The fastest configuration of a stage whose loss held (results.best_config), over the
-    matrix and the batch sweep."""
-    from . import evidence
-
-    sweep = [r for r in evidence.load(rep.dir)["sweep"] if r.get("status") == "ok"]
-    return results.best_config(rep.records + sweep, rep.params)
+    """The recommended configuration (results.best_config) over the matrix, the batch sweep,
+    the repeats and the parity runs."""
+    return results.best_config(results.decision_records(rep.dir / "results"), rep.params)
 
 
 def stage_summary(rep: Report, key: str) -> str:

@@ -15,13 +15,16 @@ DONE_PREFIX = "@@done "  # the measurement launcher's one line per finished conf
 STATUSES = ("ok", "oom", "diverged", "error", "not_applicable")
 REUSABLE = ("ok", "oom", "diverged", "not_applicable")  # valid results a re-run may keep; errors are retried
 ENV_KEYS = ("torch", "cuda", "hip", "cudnn", "cublas", "driver", "python")
+# How a step is built and timed; part of every fingerprint, so results measured another way are
+# never kept by a resumed run. 2: the canonical loss path, one step core, static torch.compile.
+METHOD = 2
 
 
 def setup_key(params: dict, env: dict) -> dict:
     """What a measurement depends on: the workload and the machine (not the report's prose
     settings such as the loss tolerance)."""
     run = {k: v for k, v in params["run"].items() if k not in ("batch_sizes", "loss_tolerance")}
-    return {"model": params["model"], "run": run, "backend": params["backend"],
+    return {"method": METHOD, "model": params["model"], "run": run, "backend": params["backend"],
             "device": env["device"].get("name"), **{k: env.get(k) for k in ENV_KEYS}}
 
 
@@ -101,6 +104,25 @@ def fill_loss(rec: dict, window: int) -> None:
         rec["reason"] = "loss became NaN or infinite"
 
 
+LOSS_GATE_WINDOW = 5  # steps in the moving average the loss gate judges
+
+
+def loss_gap(losses, ref_losses, skip: int, window: int = LOSS_GATE_WINDOW) -> float:
+    """The loss gate's figure: the largest |moving average of (loss - reference loss)| over the
+    steps after the first `skip` (warm-up), so an excursion half-way fails even when the last
+    steps agree again. NaN when either curve is missing; infinite when a loss is not finite."""
+    if not losses or not ref_losses:
+        return float("nan")
+    n = min(len(losses), len(ref_losses))
+    diff = np.asarray(losses[skip:n], dtype=float) - np.asarray(ref_losses[skip:n], dtype=float)
+    if diff.size == 0:
+        return float("nan")
+    if not np.all(np.isfinite(diff)):
+        return float("inf")
+    w = min(window, diff.size)
+    return float(np.max(np.abs(np.convolve(diff, np.ones(w) / w, mode="valid"))))
+
+
 def load_records(results_dir) -> list[dict]:
     out = []
     for path in sorted(Path(results_dir).glob("*.json")):
@@ -110,6 +132,14 @@ def load_records(results_dir) -> list[dict]:
                              f"this code reads {SCHEMA_VERSION}")
         out.append(rec)
     return out
+
+
+def decision_records(results_dir) -> list[dict]:
+    """What the recommendation rests on: the matrix, the batch sweep, the repeats and the
+    parity runs of one report's results folder."""
+    base = Path(results_dir)
+    return [r for d in (base, base / "sweep", base / "repeats", base / "parity") if d.is_dir()
+            for r in load_records(d)]
 
 
 def table(records: list[dict], stage_order: list[str], tolerance: float | None = None):
@@ -125,7 +155,7 @@ def table(records: list[dict], stage_order: list[str], tolerance: float | None =
             "cv", "tokens_per_s", "mfu", "peak_precision", "achieved_tflops", "mem_tensors_bytes",
             "mem_allocator_bytes", "mem_device_bytes", "final_loss", "sdpa_backend", "world_size",
             "scaling_efficiency", "allreduce_share", "per_gpu_tokens_per_s", "single_gpu_tokens_per_s",
-            "one_rank_tokens_per_s", "efficiency_reference", "base_stage", "first_step_s"]
+            "one_rank_tokens_per_s", "efficiency_reference", "base_stage", "first_step_s", "warmup_steps"]
     df = pd.DataFrame([{c: r.get(c) for c in cols} for r in records], columns=cols)
     df["joules_per_token"] = [(r.get("energy") or {}).get("joules_per_token") for r in records]
     df["avg_power_w"] = [(r.get("energy") or {}).get("avg_power_w") for r in records]
@@ -145,6 +175,12 @@ def table(records: list[dict], stage_order: list[str], tolerance: float | None =
         f - losses[(ref, b)] if s != "ddp" and s != ref and f is not None and not pd.isna(f)
         and losses.get((ref, b)) is not None and not pd.isna(losses[(ref, b)]) else np.nan
         for s, b, f, ref in zip(df["stage"], df["batch_size"], df["final_loss"], df["loss_ref"])]
+    # The loss gate: every step after warm-up, not only the final window (see loss_gap).
+    curves = {(r["stage"], r["batch_size"]): r.get("losses") for r in records
+              if r.get("status") in ("ok", "diverged") and r.get("variant") is None}
+    df["loss_gap"] = [
+        loss_gap(curves.get((s, b)), curves.get((ref, b)), int(w or 0)) if s != "ddp" and s != ref else np.nan
+        for s, b, ref, w in zip(df["stage"], df["batch_size"], df["loss_ref"], df["warmup_steps"])]
     prev = []
     for i, row in df.iterrows():
         earlier = df[(df["batch_size"] == row["batch_size"]) & (df["stage_idx"] < row["stage_idx"]) & ok]
@@ -153,7 +189,7 @@ def table(records: list[dict], stage_order: list[str], tolerance: float | None =
     df["speedup_vs_previous"] = prev
     if tolerance is not None:
         df["loss_within_tolerance"] = pd.Series(
-            [None if pd.isna(d) else bool(abs(d) <= tolerance) for d in df["loss_delta"]], dtype=object)
+            [None if pd.isna(g) else bool(g <= tolerance) for g in df["loss_gap"]], dtype=object)
     return df.drop(columns="stage_idx")
 
 
@@ -168,19 +204,101 @@ def verified_stages(df, reference_stages=("fp32",)) -> dict:
     return out
 
 
-def best_config(records: list[dict], params: dict, eligible=None) -> dict | None:
-    """The fastest single-GPU configuration (highest tokens/s, status ok) of a stage whose loss
-    held against its reference wherever it could be compared (verified_stages). Batch size is
-    not a numerical lever: a stage verified at some batch sizes is trusted at the others.
-    `eligible(record)`, if given, further limits the candidates (not the verification)."""
-    single = [r for r in records if r.get("stage") != "ddp" and r.get("status") == "ok"
-              and (eligible is None or eligible(r))]
-    if not single:
+def parity_checks(records: list[dict], tolerance: float) -> dict:
+    """stage -> the long parity run's verdict against its reference stage at the same batch:
+    the loss gate over every step, and the difference in held-out loss."""
+    from . import stages
+
+    runs = {(r["stage"], r["batch_size"]): r for r in records if r.get("kind") == "parity"}
+    out = {}
+    for (key, batch), rec in runs.items():
+        ref = runs.get((stages.get(key).reference, batch))
+        if ref is None or ref is rec or rec["status"] != "ok" or ref["status"] != "ok":
+            continue
+        gap = loss_gap(rec["losses"], ref["losses"], 0)
+        held = rec["held_out_loss"] - ref["held_out_loss"]
+        out[key] = {"batch_size": batch, "reference": ref["stage"], "steps": rec["steps"], "gap": gap,
+                    "held_out_loss": rec["held_out_loss"], "reference_held_out_loss": ref["held_out_loss"],
+                    "held_out_delta": held, "micro_steps": ref.get("micro_steps", 1),
+                    "ok": bool(gap <= tolerance and abs(held) <= tolerance)}
+    return out
+
+
+TIMING_VARIANTS = (None, "batch sweep", "repeat")  # records that time a (stage, batch) the matrix's way
+
+
+def throughputs(records: list[dict]) -> dict:
+    """(stage, batch) -> tokens/s of every process that timed it (matrix, sweep, repeats)."""
+    out: dict = {}
+    for r in records:
+        if r.get("status") == "ok" and r.get("variant") in TIMING_VARIANTS and r.get("stage") != "ddp":
+            out.setdefault((r["stage"], r["batch_size"]), []).append(r["tokens_per_s"])
+    return out
+
+
+def spread(values: list[float]) -> dict:
+    """Process-to-process spread of one configuration: median, range, and the range relative
+    to the median (0 for a single process: nothing measured)."""
+    v = np.asarray(values, dtype=float)
+    med = float(np.median(v))
+    return {"n": int(v.size), "median": med, "lo": float(v.min()), "hi": float(v.max()),
+            "spread": float((v.max() - v.min()) / med) if v.size > 1 and med else 0.0}
+
+
+def noise_floor(groups: dict) -> float | None:
+    """The largest relative process-to-process range among the configurations run in several
+    processes: the report's measured noise. None when nothing was repeated."""
+    spreads = [spread(v)["spread"] for v in groups.values() if len(v) > 1]
+    return max(spreads) if spreads else None
+
+
+def within_noise(a: list[float], b: list[float], floor: float | None) -> bool | None:
+    """Whether the ratio of two configurations' median throughputs lies inside the measured
+    noise: the larger of their own process-to-process ranges (the report's noise floor for one
+    measured only once). None when no noise was measured."""
+    bands = [spread(v)["spread"] if len(v) > 1 else floor for v in (a, b)]
+    if any(x is None for x in bands):
         return None
+    ratio = float(np.median(a)) / float(np.median(b))
+    return bool(abs(ratio - 1) <= max(bands))
+
+
+def ranked_configs(records: list[dict], params: dict, eligible=None) -> list[dict]:
+    """Single-GPU configurations (matrix and batch sweep) of stages whose loss held against
+    their reference wherever it could be compared (verified_stages), fastest first by the
+    median over every process that timed them. Batch size is not a numerical lever: a stage
+    verified at some batch sizes is trusted at the others. `eligible(record)`, if given,
+    further limits the candidates (not the verification)."""
+    single = [r for r in records if r.get("stage") != "ddp" and r.get("status") == "ok"
+              and r.get("variant") in (None, "batch sweep") and (eligible is None or eligible(r))]
+    if not single:
+        return []
     order = [s for s in params["stages"] if s != "ddp"]
     # Verification reads the matrix only (sweep points have no reference at their batch size).
     df = table([r for r in records if r.get("stage") in order and r.get("variant") is None], order,
                params["run"]["loss_tolerance"])
     verified = verified_stages(df, (order[0],))
+    for key, check in parity_checks(records, params["run"]["loss_tolerance"]).items():
+        verified[key] = verified.get(key) and check["ok"]  # a long run that left the band: never adopted
+    tps = throughputs(records)
     good = [r for r in single if verified.get(r["stage"])]
-    return max(good, key=lambda r: r["tokens_per_s"]) if good else None
+    return sorted(good, key=lambda r: -float(np.median(tps[(r["stage"], r["batch_size"])])))
+
+
+def best_config(records: list[dict], params: dict, eligible=None) -> dict | None:
+    """The recommended configuration: the fastest of ranked_configs; where another batch size of
+    the same stage is within the measured noise of it, the one that needs the least memory
+    (more headroom for the same speed). The record comes back with `processes`: the spread of
+    its tokens/s over the processes that timed it."""
+    ranked = ranked_configs(records, params, eligible)
+    if not ranked:
+        return None
+    tps = throughputs(records)
+    floor = noise_floor(tps)
+    best = ranked[0]
+    same_speed = [r for r in ranked if r["stage"] == best["stage"]
+                  and within_noise(tps[(r["stage"], r["batch_size"])], tps[(best["stage"], best["batch_size"])], floor)]
+    pick = min(same_speed or [best], key=lambda r: (r.get("mem_allocator_bytes") or r.get("mem_device_bytes") or 0,
+                                                    r["batch_size"]))
+    return {**pick, "processes": spread(tps[(pick["stage"], pick["batch_size"])]),
+            "chosen_over": None if pick is best else {"stage": best["stage"], "batch_size": best["batch_size"]}}

@@ -54,6 +54,11 @@ def describe(rec: dict) -> str:
         widths = sorted({p["n"] for p in rec["points"]})
         return (f"lm_head GEMM m={rec['m']} k={rec['k']}: {len(widths)} widths {widths[0]}..{widths[-1]} x "
                 f"{', '.join(rec['dtypes'])} in {rec.get('wall_s', 0):.0f} s")
+    if rec.get("kind") == "plain" and rec["status"] == "ok":
+        return f"{head} {rec['median_ms']:9.2f} ms/step  {rec['tokens_per_s']:>11,.0f} tok/s  (the plain loop)"
+    if rec.get("kind") == "parity" and rec["status"] == "ok":
+        return (f"{head} {rec['steps']} steps x{rec['micro_steps']} micro-batches: final loss {rec['final_loss']:.3f}, "
+                f"held-out loss {rec['held_out_loss']:.3f}")
     if rec["status"] == "ok" and rec.get("world_size"):
         eff = rec.get("scaling_efficiency")
         return (f"{head} {rec['median_ms']:9.2f} ms/step  {rec['tokens_per_s']:>11,.0f} tok/s on {rec['world_size']} ranks "
@@ -220,16 +225,14 @@ def run_ddp(params: dict, report_dir, nproc: int | None = None, timeout_s: float
     report_dir = resolve(report_dir)
     env = environment(report_dir)
     stage = stages.get("ddp")
-    results_dir = report_dir / "results"
-    matrix = results.load_records(results_dir) if results_dir.is_dir() else []
-    sweep = results.load_records(results_dir / "sweep")
+    decided = results.decision_records(report_dir / "results")
     # DDP adds gradient buckets and NCCL buffers: leave out configurations that already filled
     # the device, so the replicated one fits.
     total = env["device"].get("memory_bytes")
     roomy = lambda r: not total or (r.get("mem_device_bytes") or 0) < DDP_MEMORY_SHARE * total  # noqa: E731
-    best = results.best_config(matrix + sweep, params, eligible=roomy)
+    best = results.best_config(decided, params, eligible=roomy)
     if best is None:  # nothing verified (a report without the baseline): the fastest that ran
-        ran = [r for r in matrix if r.get("status") == "ok" and r.get("stage") != "ddp" and roomy(r)]
+        ran = [r for r in decided if r.get("variant") is None and r.get("status") == "ok" and r.get("stage") != "ddp" and roomy(r)]
         best = max(ran, key=lambda r: r["tokens_per_s"]) if ran else None
     base_key = best["stage"] if best else "vocab"
     batch = best["batch_size"] if best else params["run"]["batch_sizes"][0]
@@ -251,7 +254,7 @@ def run_ddp(params: dict, report_dir, nproc: int | None = None, timeout_s: float
         return rec
     n = nproc or env["device"]["count"]
     job = {"params": params, "batch_size": batch, "base_stage": base_key, "fingerprint": fp,
-           "single_gpu_tokens_per_s": best["tokens_per_s"] if best else None}
+           "single_gpu_tokens_per_s": (best.get("processes") or {}).get("median", best["tokens_per_s"]) if best else None}
     if out.exists():
         out.unlink()
     # The same DDP job on one rank first, so the scaling efficiency compares like with like (same

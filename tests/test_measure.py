@@ -8,7 +8,7 @@ import pytest
 import torch
 from conftest import tiny_params
 
-from lib import measure, model, results
+from lib import measure, model, results, step
 
 WARMUP, TIMED, BATCH = 1, 5, 2
 
@@ -80,7 +80,7 @@ def test_out_of_memory_is_an_oom_record_not_a_crash(monkeypatch):
     def oom(*args, **kwargs):
         raise torch.OutOfMemoryError("CUDA out of memory. test")
 
-    monkeypatch.setattr(measure, "build", oom)
+    monkeypatch.setattr(measure.step, "build", oom)
     rec = measure.run(job("fp32"))
     assert rec["status"] == "oom"
     assert "out of memory" in rec["reason"] and "test" in rec["reason"]
@@ -92,7 +92,7 @@ def test_an_out_of_memory_message_from_another_exception_is_an_oom(monkeypatch):
     def oom(*args, **kwargs):
         raise RuntimeError("HIP out of memory. Tried to allocate 2 GiB")
 
-    monkeypatch.setattr(measure, "build", oom)
+    monkeypatch.setattr(measure.step, "build", oom)
     assert measure.run(job("fp32"))["status"] == "oom"
 
 
@@ -100,7 +100,7 @@ def test_any_other_exception_propagates(monkeypatch):
     def broken(*args, **kwargs):
         raise ValueError("not an OOM")
 
-    monkeypatch.setattr(measure, "build", broken)
+    monkeypatch.setattr(measure.step, "build", broken)
     with pytest.raises(ValueError, match="not an OOM"):
         measure.run(job("fp32"))
 
@@ -136,7 +136,7 @@ def test_loss_that_becomes_nan_during_training_is_diverged(monkeypatch):
 
 @pytest.mark.parametrize("backend, expected", [("cuda", "cuda"), ("rocm", "cuda"), ("mps", "mps"), ("cpu", "cpu")])
 def test_device_type_maps_rocm_to_torch_cuda(backend, expected):
-    assert measure.device_type(backend) == expected
+    assert step.device_type(backend) == expected
 
 
 def test_is_oom():

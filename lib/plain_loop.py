@@ -1,0 +1,130 @@
+"""The cross-check: a plain training loop in the form of the common single-file GPT-2 trainers
+(nanoGPT, build-nanogpt), with its own compact model, timed the way those trainers time a step
+(wall clock after torch.cuda.synchronize). It shares no code with the harness it checks (only
+the data batches come from lib/), so a tax of the harness's own making shows up as a difference
+between the two at the same configuration.
+
+A job names the stage's switches as plain data: tf32, autocast, attention, padded_vocab,
+fused_adamw, compile. FP8 is not a switch of those trainers; the runner does not ask for it."""
+from __future__ import annotations
+
+import math
+import statistics
+import time
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from . import data
+
+
+class SelfAttention(nn.Module):
+    def __init__(self, n_embd, n_head, block_size, flash):
+        super().__init__()
+        self.n_head, self.flash = n_head, flash
+        self.c_attn = nn.Linear(n_embd, 3 * n_embd)
+        self.c_proj = nn.Linear(n_embd, n_embd)
+        if not flash:
+            self.register_buffer("bias", torch.tril(torch.ones(block_size, block_size))
+                                 .view(1, 1, block_size, block_size), persistent=False)
+
+    def forward(self, x):
+        B, T, C = x.size()
+        q, k, v = self.c_attn(x).split(C, dim=2)
+        k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
+        q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
+        v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
+        if self.flash:
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:
+            att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
+            att = att.masked_fill(self.bias[:, :, :T, :T] == 0, float("-inf"))
+            y = F.softmax(att, dim=-1) @ v
+        return self.c_proj(y.transpose(1, 2).contiguous().view(B, T, C))
+
+
+class Block(nn.Module):
+    def __init__(self, n_embd, n_head, block_size, flash):
+        super().__init__()
+        self.ln_1, self.ln_2 = nn.LayerNorm(n_embd), nn.LayerNorm(n_embd)
+        self.attn = SelfAttention(n_embd, n_head, block_size, flash)
+        self.mlp = nn.Sequential(nn.Linear(n_embd, 4 * n_embd), nn.GELU(approximate="tanh"),
+                                 nn.Linear(4 * n_embd, n_embd))
+
+    def forward(self, x):
+        x = x + self.attn(self.ln_1(x))
+        return x + self.mlp(self.ln_2(x))
+
+
+class PlainGPT(nn.Module):
+    def __init__(self, vocab_size, block_size, n_layer, n_head, n_embd, flash):
+        super().__init__()
+        self.wte, self.wpe = nn.Embedding(vocab_size, n_embd), nn.Embedding(block_size, n_embd)
+        self.h = nn.ModuleList([Block(n_embd, n_head, block_size, flash) for _ in range(n_layer)])
+        self.ln_f = nn.LayerNorm(n_embd)
+        self.lm_head = nn.Linear(n_embd, vocab_size, bias=False)
+        self.wte.weight = self.lm_head.weight
+        for name, p in self.named_parameters():  # GPT-2 init
+            if name.endswith("bias"):
+                nn.init.zeros_(p)
+            elif p.dim() >= 2 and "ln_" not in name:
+                std = 0.02 * ((2 * n_layer) ** -0.5 if name.endswith(("c_proj.weight", "mlp.2.weight")) else 1)
+                nn.init.normal_(p, 0.0, std)
+
+    def forward(self, idx, targets):
+        pos = torch.arange(idx.size(1), device=idx.device)
+        x = self.wte(idx) + self.wpe(pos)
+        for block in self.h:
+            x = block(x)
+        logits = self.lm_head(self.ln_f(x))
+        return logits, F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
+
+
+def run(job: dict) -> dict:
+    """Train `warmup + timed` steps at the job's switches and batch size; the record holds the
+    median wall time per step of the timed ones. Out of memory is a result, as in the harness."""
+    params, sw, batch = job["params"], job["switches"], job["batch_size"]
+    m, r = params["model"], params["run"]
+    dev = {"rocm": "cuda"}.get(params["backend"], params["backend"])
+    rec = {"kind": "plain", "stage": job["stage"], "batch_size": batch, "status": "ok", "reason": None}
+    t_start = time.perf_counter()
+    try:
+        torch.set_float32_matmul_precision("high" if sw["tf32"] else "highest")
+        torch.manual_seed(r["seed"])
+        model = PlainGPT(m["padded_vocab_size"] if sw["padded_vocab"] else m["vocab_size"], m["block_size"],
+                         m["n_layer"], m["n_head"], m["n_embd"], sw["attention"] == "sdpa").to(dev)
+        decay = [p for p in model.parameters() if p.dim() >= 2]
+        rest = [p for p in model.parameters() if p.dim() < 2]
+        optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": r["weight_decay"]},
+                                       {"params": rest, "weight_decay": 0.0}], lr=r["learning_rate"],
+                                      betas=(0.9, 0.95), eps=1e-8, fused=bool(sw["fused_adamw"]))
+        if sw["compile"]:
+            model = torch.compile(model)
+        ctx = torch.autocast(device_type=dev, dtype=getattr(torch, sw["autocast"])) if sw["autocast"] else None
+        steps = r["warmup_steps"] + r["timed_steps"]
+        xs, ys = data.device_batches(params, batch, steps, dev)
+        times, losses = [], []
+        for i in range(steps):
+            t0 = time.perf_counter()
+            if ctx is None:
+                _, loss = model(xs[i], ys[i])
+            else:
+                with ctx:
+                    _, loss = model(xs[i], ys[i])
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), r["grad_clip"])
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            if dev == "cuda":
+                torch.cuda.synchronize()
+            times.append((time.perf_counter() - t0) * 1e3)
+            losses.append(loss.detach())
+    except torch.OutOfMemoryError as exc:
+        rec.update(status="oom", reason=f"out of memory: {str(exc).splitlines()[0][:200]}")
+        return rec
+    timed = times[r["warmup_steps"]:]
+    median = statistics.median(timed)
+    rec.update(step_ms=timed, median_ms=median, tokens_per_s=batch * r["seq_len"] / (median / 1e3),
+               losses=[float(v) for v in losses], wall_s=time.perf_counter() - t_start)
+    return rec
