@@ -262,6 +262,14 @@ def measure_only(report_dir: Path, params: dict, force: bool, t_start: float, ea
     from . import evidence
 
     failures, timings = [], {}
+    started = dt.datetime.now().isoformat(timespec="seconds")
+
+    def record(completed: bool) -> None:  # after every chapter: a run stopped half-way still accounts for itself
+        timings["total_s"] = time.perf_counter() - t_start
+        results.write_atomic(report_dir / "run.json", {
+            "profile": params["name"], "started": started, "measure_only": True, "completed": completed,
+            "timings_s": timings, "failures": failures, "earlier_runs": earlier_runs})
+
     order = chapter_order(params["stages"])
     for i, key in enumerate(order, 1):
         t0 = time.perf_counter()
@@ -272,10 +280,7 @@ def measure_only(report_dir: Path, params: dict, force: bool, t_start: float, ea
             failures.append(f"{key}: {type(e).__name__}: {e}")
             print(f"    FAILED: {failures[-1]}", flush=True)
         timings[key] = time.perf_counter() - t0
-    timings["total_s"] = time.perf_counter() - t_start
-    results.write_atomic(report_dir / "run.json", {
-        "profile": params["name"], "started": dt.datetime.now().isoformat(timespec="seconds"),
-        "measure_only": True, "timings_s": timings, "failures": failures, "earlier_runs": earlier_runs})
+        record(completed=i == len(order))
     print(f"measured in {timings['total_s']:.0f} s; render the report with `make render GPU={params['name']}`"
           + (f" (REPORTS={report_dir.parent})" if report_dir.parent != ROOT / "reports" else ""))
     return _exit_code(report_dir, failures)

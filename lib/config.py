@@ -10,6 +10,8 @@ from pathlib import Path
 
 import yaml
 
+from . import results
+
 ROOT = Path(__file__).resolve().parent.parent
 PARAMS_DIR = ROOT / "params"
 NAME_RE = re.compile(r"^[a-z0-9_-]+$")
@@ -129,6 +131,7 @@ def load(profile: str, batch_sizes: list[int] | None = None, override: str | Non
         params["stages"] = stage_keys
     params["name"] = profile
     params["override"] = override
+    params["method"] = results.METHOD
     validate(params)
     return params
 

@@ -1,6 +1,7 @@
 """The cross-check: a plain training loop in the form of the common single-file GPT-2 trainers
-(nanoGPT, build-nanogpt), with its own compact model, timed the way those trainers time a step
-(wall clock after torch.cuda.synchronize). It shares no code with the harness it checks (only
+(nanoGPT, build-nanogpt), with its own compact model, timed the way those trainers time it: wall
+clock over steps that run ahead of the device (nanoGPT; the figure compared with the harness), and
+once more with torch.cuda.synchronize() after every step (build-nanogpt), recorded beside it. It shares no code with the harness it checks (only
 the data batches come from lib/), so a tax of the harness's own making shows up as a difference
 between the two at the same configuration.
 
@@ -82,8 +83,9 @@ class PlainGPT(nn.Module):
 
 
 def run(job: dict) -> dict:
-    """Train `warmup + timed` steps at the job's switches and batch size; the record holds the
-    median wall time per step of the timed ones. Out of memory is a result, as in the harness."""
+    """Train warm-up steps, then `timed` steps timed as a whole, then `timed` more synchronised and
+    timed one by one, at the job's switches and batch size. Out of memory is a result, as in the
+    harness."""
     params, sw, batch = job["params"], job["switches"], job["batch_size"]
     m, r = params["model"], params["run"]
     dev = {"rocm": "cuda"}.get(params["backend"], params["backend"])
@@ -102,11 +104,11 @@ def run(job: dict) -> dict:
         if sw["compile"]:
             model = torch.compile(model)
         ctx = torch.autocast(device_type=dev, dtype=getattr(torch, sw["autocast"])) if sw["autocast"] else None
-        steps = r["warmup_steps"] + r["timed_steps"]
-        xs, ys = data.device_batches(params, batch, steps, dev)
-        times, losses = [], []
-        for i in range(steps):
-            t0 = time.perf_counter()
+        warmup, timed = r["warmup_steps"], r["timed_steps"]
+        xs, ys = data.device_batches(params, batch, warmup + 2 * timed, dev)
+        losses = []
+
+        def train_step(i):
             if ctx is None:
                 _, loss = model(xs[i], ys[i])
             else:
@@ -116,15 +118,33 @@ def run(job: dict) -> dict:
             torch.nn.utils.clip_grad_norm_(model.parameters(), r["grad_clip"])
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
+            losses.append(loss.detach())
+
+        def sync():
             if dev == "cuda":
                 torch.cuda.synchronize()
-            times.append((time.perf_counter() - t0) * 1e3)
-            losses.append(loss.detach())
+
+        for i in range(warmup):
+            train_step(i)
+        # nanoGPT's loop: no synchronisation inside it, the host runs ahead; its throughput is the
+        # wall time of the timed steps (synchronised at both ends) over their number.
+        sync()
+        t0 = time.perf_counter()
+        for i in range(warmup, warmup + timed):
+            train_step(i)
+        sync()
+        mean_ms = (time.perf_counter() - t0) * 1e3 / timed
+        # build-nanogpt's loop: torch.cuda.synchronize() after every step, which it times one by one.
+        synced = []
+        for i in range(warmup + timed, warmup + 2 * timed):
+            t1 = time.perf_counter()
+            train_step(i)
+            sync()
+            synced.append((time.perf_counter() - t1) * 1e3)
     except torch.OutOfMemoryError as exc:
         rec.update(status="oom", reason=f"out of memory: {str(exc).splitlines()[0][:200]}")
         return rec
-    timed = times[r["warmup_steps"]:]
-    median = statistics.median(timed)
-    rec.update(step_ms=timed, median_ms=median, tokens_per_s=batch * r["seq_len"] / (median / 1e3),
+    rec.update(ms_per_step=mean_ms, tokens_per_s=batch * r["seq_len"] / (mean_ms / 1e3),
+               synced_step_ms=synced, synced_median_ms=statistics.median(synced),
                losses=[float(v) for v in losses], wall_s=time.perf_counter() - t_start)
     return rec

@@ -93,7 +93,8 @@ def matrix_html(rep: Report, stage: str | None = None) -> str:
             loss = f"{r['final_loss']:.3f}"
             if not pd.isna(r["loss_delta"]) and r["stage"] != rep.stage_order[0]:
                 flag = "" if r["loss_within_tolerance"] else ' <span class="bad">beyond tol.</span>'
-                loss += f"<br><small>{r['loss_delta']:+.3f} vs {r['loss_ref']}{flag}</small>"
+                gate = "" if pd.isna(r["loss_gap"]) else f", gate {r['loss_gap']:.3f}"
+                loss += f"<br><small>{r['loss_delta']:+.3f} vs {r['loss_ref']}{gate}{flag}</small>"
         if ran:
             step = f"{r['median_ms']:.1f}<br><small>{r['p10_ms']:.1f}–{r['p90_ms']:.1f}</small>"
             if r["status"] == "diverged":
@@ -183,10 +184,22 @@ def method_md(rep: Report) -> str:
   *allocator* = `max_memory_reserved` (what PyTorch's caching allocator held), *device* = memory in use
   on the device after the timed steps as `nvidia-smi` would show it (adds the CUDA context and library
   workspaces). On a CPU only the process's peak resident memory is known.
-* **Loss parity**: "final loss" is the mean loss of the last {r['final_loss_window']} steps; a stage passes
-  when it is within {r['loss_tolerance']:g} nats of its reference at the same batch size: the FP32 baseline
+* **Loss gate**: every step after warm-up is compared with the stage's reference at the same batch
+  size (same seed, same batches): a stage passes when the {results.LOSS_GATE_WINDOW}-step moving average
+  of the loss difference never leaves ±{r['loss_tolerance']:g} nats. References: the FP32 baseline
   for TF32, BF16, flash and vocab; the vocab stage (BF16 autocast, flash attention, padded vocabulary:
-  the configuration they are added to) for fused AdamW, torch.compile and FP8.
+  the configuration they are added to) for fused AdamW, torch.compile and FP8. "Final loss" is the mean
+  of the last {r['final_loss_window']} steps. The loss is computed as nanoGPT computes it, over every column
+  of the logits (the padded ones included; they are never targets).
+* **Parity run**: the recommended configuration and its reference stage train
+  {rep.params['evidence']['parity_steps']} steps at the recommended batch size (the reference accumulating
+  gradients over micro-batches where it does not fit at once), judged by the same gate, then their loss on
+  the held-out last {int(data.HELD_OUT * 100)} % of the corpus, which no run trains on.
+* **Cross-check**: a plain training loop in nanoGPT's form (`lib/plain_loop.py`: its own model, only the
+  data shared; wall time after `torch.cuda.synchronize()` per step, as those trainers time it) runs beside
+  the harness at the flash and vocab stages and at the recommended configuration (table below).
+* **Repeats and noise**: the recommended configuration, its runner-up and both sides of every timing claim
+  run in {rep.params['evidence']['repeats']} fresh processes (table below); {{noise}}
 * **Kernel profile**: after the timed steps, one more training step under `torch.profiler`; device
   kernel time (on a CPU, operators' self time) grouped into GEMM, attention, cross-entropy,
   normalisation/elementwise, optimizer and other by kernel name (`lib/kernel_profile.py`; when a report
@@ -194,7 +207,13 @@ def method_md(rep: Report) -> str:
 * **Energy**: {_energy_method(rep)}
 * **Failures are results**: an out-of-memory configuration is an OOM row, a NaN loss a DIVERGED row,
   a stage the device cannot run a "not applicable" row.
-"""
+""".replace("{noise}", _noise_sentence(rep))
+
+
+def _noise_sentence(rep: Report) -> str:
+    from . import fidelity_view
+
+    return fidelity_view.noise_sentence(rep)
 
 
 def _energy_method(rep: Report) -> str:
@@ -273,13 +292,14 @@ def findings(rep: Report) -> list[str]:
     clean = ok[ok["status"] == "ok"]
     if clean.empty:
         return ["No configuration completed with a finite loss; see the matrix for each row's status."]
+    from . import fidelity_view  # imported here: it builds on this module
+
     rec = recommended(rep)
     if rec is not None:
-        line = (f"**Recommended configuration: {rec['stage_title']} at B={rec['batch_size']}**, "
-                f"{rec['tokens_per_s']:,.0f} tokens/s")
-        if rec.get("mfu") is not None:
-            line += f", MFU {rec['mfu'] * 100:.1f} % of the {rec['peak_precision']} peak"
-        out.append(line + " (the fastest measured setting whose loss held; the batch sweep included).")
+        out.append(recommended_line(rep, rec))
+    for line in (fidelity_view.crosscheck_finding(rep), fidelity_view.parity_md(rep) if rec else None):
+        if line:
+            out.append(line)
     one_gpu = clean[clean["stage"] != "ddp"]  # DDP's aggregate is several GPUs: its own line below
     pool = one_gpu if not one_gpu.empty else clean
     best = pool.loc[pool["tokens_per_s"].idxmax()]
@@ -304,20 +324,20 @@ def findings(rep: Report) -> list[str]:
             status = [x.replace("_", " ").replace("oom", "OOM") for x in rep.df[rep.df["stage"] == key]["status"].unique()]
             out.append(f"**{st.title}**: no measurement ({', '.join(status) or 'the stage did not run'}).")
             continue
-        text = f"**{st.title}** ({st.lever}): {_range(prev.values)} the previous stage's speed"
+        text = f"**{st.title}** ({st.lever}): {_range(prev.values)} the previous stage's speed{_noise_note(rep, key)}"
         diverged = rep.df[(rep.df["stage"] == key) & (rep.df["status"] == "diverged")]["batch_size"].tolist()
         if diverged:
             text += f"; **the loss diverged (NaN) at B={', '.join(map(str, diverged))}**"
         mem = _memory_change(rep, key)
         if mem:
             text += f"; {mem}"
-        delta = rep.df[(rep.df["stage"] == key)]["loss_delta"].dropna()
-        if not delta.empty:
-            worst = delta.abs().max()
+        gap = rep.df[(rep.df["stage"] == key)]["loss_gap"].dropna()
+        if not gap.empty:
+            worst = gap.max()
             tol = rep.params["run"]["loss_tolerance"]
             verdict = "within" if worst <= tol else "**beyond**"
-            text += (f"; final loss {verdict} tolerance of {stages.get(st.reference).title} "
-                     f"(largest |Δ| {worst:.3f} vs {tol:g} nats)")
+            text += (f"; loss {verdict} tolerance of {stages.get(st.reference).title} at every step "
+                     f"(largest 5-step-average gap {worst:.3f} vs {tol:g} nats)")
         out.append(text + ".")
     failed = rep.df[~rep.df["status"].isin(["ok", "diverged"])]
     if not failed.empty:
@@ -363,7 +383,7 @@ def recommendations(rep: Report) -> list[str]:
     for key in rep.stage_order[1:]:
         st = stages.get(key)
         prev = _speedups(rep, key, "speedup_vs_previous")
-        delta = rep.df[rep.df["stage"] == key]["loss_delta"].dropna().abs()
+        delta = rep.df[rep.df["stage"] == key]["loss_gap"].dropna()
         if prev.empty:
             out.append(f"**{st.title}**: not measured here, no recommendation.")
             continue
@@ -372,7 +392,10 @@ def recommendations(rep: Report) -> list[str]:
             out.append(f"**{st.title}**: do not adopt as is: its loss diverged (NaN).")
         elif not delta.empty and delta.max() > tol:
             out.append(f"**{st.title}**: do not adopt as is: the loss moved {delta.max():.3f} nats from "
-                       f"{stages.get(st.reference).title}.")
+                       f"{stages.get(st.reference).title} (5-step average).")
+        elif _noise_note(rep, key):
+            out.append(f"**{st.title}**: neutral on this device (median {med:.2f}×, within noise); adopt only for "
+                       "its other effects" + (" (memory)." if key in ("bf16", "flash") else "."))
         elif med >= 1.02:
             keep.append(st.title)
             out.append(f"**{st.title}**: adopt (median {med:.2f}× over the previous stage, loss within tolerance).")
@@ -383,11 +406,39 @@ def recommendations(rep: Report) -> list[str]:
             out.append(f"**{st.title}**: slower here (median {med:.2f}×); investigate before adopting.")
     best = recommended(rep)
     if best is not None:
-        out.insert(0, f"**Recommended configuration**: {best['stage_title']} (all levers up to it) at "
-                      f"B={best['batch_size']}: {best['tokens_per_s']:,.0f} tokens/s, allocator peak "
-                      f"{_gib(best.get('mem_allocator_bytes'))} GiB"
-                      + (f", MFU {best['mfu'] * 100:.1f} %" if best.get("mfu") is not None else "") + ".")
+        out.insert(0, recommended_line(rep, best) + f" Allocator peak {_gib(best.get('mem_allocator_bytes'))} GiB.")
     return out
+
+
+def recommended_line(rep: Report, best: dict) -> str:
+    """The recommendation in one sentence: its median over processes, their range, its MFU at
+    that median, and why it was preferred over a faster-looking batch size."""
+    p = best["processes"]
+    line = f"**Recommended configuration: {best['stage_title']} at B={best['batch_size']}**, {p['median']:,.0f} tokens/s"
+    if p["n"] > 1:
+        line += f" (median of {p['n']} processes, range {p['lo']:,.0f}–{p['hi']:,.0f})"
+    if best.get("mfu") is not None:
+        line += f", MFU {best['mfu'] * p['median'] / best['tokens_per_s'] * 100:.1f} % of the {best['peak_precision']} peak"
+    line += "; the fastest measured setting whose loss held"
+    if best.get("chosen_over"):
+        c = best["chosen_over"]
+        line += (f"; preferred to B={c['batch_size']}, whose throughput is within noise of it, for its smaller "
+                 "memory footprint")
+    return line + "."
+
+
+def _noise_note(rep: Report, key: str) -> str:
+    """' (within noise)' when every batch size's lever effect lies inside the measured noise."""
+    from . import fidelity_view
+
+    i = rep.stage_order.index(key)
+    if key == "ddp" or i == 0:
+        return ""
+    prev = rep.stage_order[i - 1]
+    batches = rep.ok()[rep.ok()["stage"] == key]["batch_size"].tolist()
+    verdicts = [fidelity_view.within_noise(rep, (key, b), (prev, b)) for b in batches]
+    verdicts = [v for v in verdicts if v is not None]
+    return " (within noise)" if verdicts and all(verdicts) else ""
 
 
 def recommended(rep: Report) -> dict | None:
@@ -425,6 +476,12 @@ def stage_summary(rep: Report, key: str) -> str:
                      f"in all, {r['per_gpu_tokens_per_s']:,.0f} per GPU; **scaling efficiency {eff}** against "
                      f"{efficiency_reference(r)}; the gradient all-reduce costs **{r['allreduce_share'] * 100:.1f} %** of "
                      "the step (step time with and without gradient synchronisation).")
+    from . import fidelity_view
+
+    for c in fidelity_view.crosscheck_rows(rep):
+        if c["stage"] == key and c["difference"] is not None:
+            parts.append(f"A plain nanoGPT-form loop at B={c['batch_size']}: {c['plain_ms']:.1f} ms/step against the "
+                         f"harness's {c['harness_ms']:.1f} ms ({c['difference'] * 100:+.1f} %).")
     sdpa = ok["sdpa_backend"].dropna().unique()
     if len(sdpa):
         parts.append(f"SDPA backend that ran: **{', '.join(sdpa)}** (read from the dispatched operators).")

@@ -15,8 +15,10 @@ DONE_PREFIX = "@@done "  # the measurement launcher's one line per finished conf
 STATUSES = ("ok", "oom", "diverged", "error", "not_applicable")
 REUSABLE = ("ok", "oom", "diverged", "not_applicable")  # valid results a re-run may keep; errors are retried
 ENV_KEYS = ("torch", "cuda", "hip", "cudnn", "cublas", "driver", "python")
-# How a step is built and timed; part of every fingerprint, so results measured another way are
-# never kept by a resumed run. 2: the canonical loss path, one step core, static torch.compile.
+# How a step is built and timed, recorded in every report's params (config.load) and part of every
+# fingerprint, so results measured another way are never kept and a report of another method is
+# archived, not resumed. 1 (unrecorded): before; 2: the canonical loss path, one step core, static
+# torch.compile.
 METHOD = 2
 
 
@@ -24,7 +26,7 @@ def setup_key(params: dict, env: dict) -> dict:
     """What a measurement depends on: the workload and the machine (not the report's prose
     settings such as the loss tolerance)."""
     run = {k: v for k, v in params["run"].items() if k not in ("batch_sizes", "loss_tolerance")}
-    return {"method": METHOD, "model": params["model"], "run": run, "backend": params["backend"],
+    return {"method": params.get("method", 1), "model": params["model"], "run": run, "backend": params["backend"],
             "device": env["device"].get("name"), **{k: env.get(k) for k in ENV_KEYS}}
 
 

@@ -55,7 +55,8 @@ def describe(rec: dict) -> str:
         return (f"lm_head GEMM m={rec['m']} k={rec['k']}: {len(widths)} widths {widths[0]}..{widths[-1]} x "
                 f"{', '.join(rec['dtypes'])} in {rec.get('wall_s', 0):.0f} s")
     if rec.get("kind") == "plain" and rec["status"] == "ok":
-        return f"{head} {rec['median_ms']:9.2f} ms/step  {rec['tokens_per_s']:>11,.0f} tok/s  (the plain loop)"
+        return (f"{head} {rec['ms_per_step']:9.2f} ms/step  {rec['tokens_per_s']:>11,.0f} tok/s  (the plain loop; "
+                f"{rec['synced_median_ms']:.2f} ms synchronised every step)")
     if rec.get("kind") == "parity" and rec["status"] == "ok":
         return (f"{head} {rec['steps']} steps x{rec['micro_steps']} micro-batches: final loss {rec['final_loss']:.3f}, "
                 f"held-out loss {rec['held_out_loss']:.3f}")

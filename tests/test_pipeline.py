@@ -87,6 +87,28 @@ def test_evidence_is_measured_and_shown(pipeline_ok, report_html):
         assert text in report_html, text
 
 
+def test_the_recommendation_rests_on_repeats_a_plain_loop_cross_check_and_a_parity_run(pipeline_ok, report_html):
+    ev, p = pipeline_ok.results_dir, pipeline_ok.params
+    best = results.best_config(results.decision_records(ev), p)
+    key = (best["stage"], best["batch_size"])
+    repeats = [read_json(f) for f in (ev / "repeats").glob("*.json")]
+    assert sum((r["stage"], r["batch_size"]) == key for r in repeats) == p["evidence"]["repeats"] - 1
+    assert best["processes"]["n"] == p["evidence"]["repeats"]
+    plain = {(r["stage"], r["batch_size"]): r for r in map(read_json, (ev / "crosscheck").glob("*.json"))}
+    b = p["evidence"]["crosscheck_batch"]
+    assert {("flash", b), ("vocab", b), key} <= set(plain)
+    assert all(r["status"] == "ok" and r["kind"] == "plain" and r["ms_per_step"] > 0 for r in plain.values())
+    parity = {r["stage"]: r for r in map(read_json, (ev / "parity").glob("*.json"))}
+    ref = stages.get(best["stage"]).reference
+    if ref == best["stage"]:  # the baseline itself was fastest (it can be, on a CPU): nothing to hold it against
+        assert parity == {} and "No long parity run" in report_html
+    else:
+        assert set(parity) == {best["stage"], ref} and "-step parity run" in report_html
+        assert all(len(r["losses"]) == p["evidence"]["parity_steps"] and r["held_out_loss"] > 0 for r in parity.values())
+    for text in ("Harness against a plain training loop", "Process-to-process spread", "Noise floor of this report"):
+        assert text in report_html, text
+
+
 def test_result_records_have_consistent_timing_statistics(pipeline_ok):
     for rec in all_records(pipeline_ok, measured_only=True):
         where = (rec["stage"], rec["batch_size"])

@@ -1,0 +1,201 @@
+"""Measure the lever, not the harness: one step core applies every switch, the plain-loop
+cross-check, the loss gate over every step, the parity run, and noise measured across processes."""
+from __future__ import annotations
+
+import ast
+import os
+import re
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import make_record, tiny_params
+
+from lib import ddp, measure, plain_loop, results, stages, step
+
+LIB = Path(__file__).resolve().parent.parent / "lib"
+# The calls that apply a stage's switches or make up a training step. Only the step core may make
+# them; the plain loop is the oracle and must not share the code it checks.
+SWITCH_CALLS = ("set_float32_matmul_precision", "torch.autocast", "torch.compile", "AdamW", "clip_grad_norm_", "zero_grad",
+                "DistributedDataParallel", "convert_linears")
+
+
+def _calls(path: Path) -> set[str]:
+    """Names of the functions a module calls (code only: the switch texts in strings don't count)."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Call):
+            dotted = ast.unparse(node.func)
+            names |= {dotted, dotted.rsplit(".", 1)[-1], ".".join(dotted.split(".")[-2:])}
+    return names
+
+
+@pytest.mark.parametrize("name", SWITCH_CALLS)
+def test_only_the_step_core_applies_a_switch(name):
+    found = sorted(p.name for p in LIB.glob("*.py") if name in _calls(p)
+                   and p.name not in ("step.py", "plain_loop.py") and not (name == "torch.autocast" and p.name == "fp8.py"))
+    assert found == [], f"{name}() called outside lib/step.py: {found}"
+
+
+def test_the_scan_sees_the_switches_in_the_step_core():
+    assert set(SWITCH_CALLS) - {"DistributedDataParallel"} <= _calls(LIB / "step.py")
+
+
+def test_the_plain_loop_imports_nothing_from_lib_but_the_data():
+    text = (LIB / "plain_loop.py").read_text()
+    assert re.findall(r"^from \. import (.+)$|^from \.(\w+)", text, re.M) == [("data", "")]
+
+
+class _Spy:
+    """Wraps step.build and records the stage (and the wrapper) every caller built."""
+
+    def __init__(self, monkeypatch):
+        self.calls, real = [], step.build
+
+        def build(params, stage, dev, wrap=None, micro_steps=1):
+            self.calls.append((stage, wrap))
+            return real(params, stage, dev, wrap=wrap, micro_steps=micro_steps)
+
+        monkeypatch.setattr(step, "build", build)
+
+
+def test_a_matrix_measurement_builds_its_step_from_the_core(monkeypatch):
+    spy = _Spy(monkeypatch)
+    params = tiny_params(["fp32", "fused"])
+    rec = measure.run({"params": params, "stage": "fused", "batch_size": 2, "profile": False, "energy": False})
+    assert rec["status"] == "ok"
+    assert [s.key for s, _ in spy.calls] == ["fused"] and spy.calls[0][0].fused_adamw
+
+
+def test_a_ddp_rank_builds_the_same_step_with_every_switch_of_its_base_stage(monkeypatch):
+    """DDP can no longer drop a switch: it asks the core for the base stage's step, wrapped."""
+    spy = _Spy(monkeypatch)
+    for k, v in {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
+                 "MASTER_PORT": str(29500 + os.getpid() % 1000)}.items():
+        monkeypatch.setenv(k, v)
+    params = tiny_params(["fp32", "fused"])
+    rec = ddp.run({"params": params, "batch_size": 2, "base_stage": "fused"})
+    assert rec["status"] == "ok" and rec["base_stage"] == "fused"
+    (stage, wrap), = spy.calls
+    assert stage == stages.get("fused") and wrap is torch.nn.parallel.DistributedDataParallel
+
+
+def test_accumulating_micro_batches_gives_the_same_training_as_the_whole_batch():
+    """The parity run's reference may accumulate gradients where the batch does not fit at once."""
+    params = tiny_params(["fp32"], batch_sizes=(4,))
+    job = {"params": params, "stage": "fp32", "batch_size": 4, "steps": 6, "held_out_batches": 2}
+    whole, split = measure.parity_run(job), measure.parity_run({**job, "micro_steps": 2})
+    assert whole["status"] == split["status"] == "ok" and split["micro_steps"] == 2
+    assert split["losses"] == pytest.approx(whole["losses"], abs=1e-4)
+    assert split["held_out_loss"] == pytest.approx(whole["held_out_loss"], abs=1e-4)
+
+
+def test_the_plain_loop_trains_and_times_a_stage_on_the_cpu():
+    params = tiny_params(["fp32", "vocab"])
+    vocab = stages.get("vocab")
+    switches = {k: getattr(vocab, k) for k in ("tf32", "autocast", "attention", "padded_vocab", "fused_adamw", "compile")}
+    rec = plain_loop.run({"params": params, "stage": "vocab", "batch_size": 2, "switches": switches})
+    r = params["run"]
+    assert rec["status"] == "ok" and len(rec["synced_step_ms"]) == r["timed_steps"]
+    assert len(rec["losses"]) == r["warmup_steps"] + 2 * r["timed_steps"]
+    assert rec["losses"][-1] < rec["losses"][0]  # it trains
+    assert rec["tokens_per_s"] == pytest.approx(2 * r["seq_len"] / (rec["ms_per_step"] / 1e3))
+
+
+# ---------------------------------------------------------------- the loss gate
+
+def _gate(excursion: float):
+    """The reference flat; the stage equal to it except steps 8-12, where it is `excursion` off."""
+    params = tiny_params(["fp32", "tf32"], warmup=2, timed=18)
+    ref = [5.0 - 0.05 * i for i in range(20)]
+    stage = [v + (excursion if 8 <= i <= 12 else 0.0) for i, v in enumerate(ref)]
+    times = [10.0] * 18
+    recs = [make_record(params, "fp32", 2, times, ref), make_record(params, "tf32", 2, times, stage)]
+    df = results.table(recs, ["fp32", "tf32"], params["run"]["loss_tolerance"])
+    return df[df["stage"] == "tf32"].iloc[0]
+
+
+def test_the_loss_gate_fails_a_mid_run_excursion_although_the_last_steps_agree():
+    row = _gate(excursion=0.3)
+    assert row["loss_delta"] == pytest.approx(0.0)  # the final window alone would pass it
+    assert row["loss_gap"] == pytest.approx(0.3)
+    assert row["loss_within_tolerance"] is False
+
+
+def test_the_loss_gate_passes_the_same_run_without_the_excursion():
+    row = _gate(excursion=0.0)
+    assert row["loss_gap"] == 0.0 and row["loss_within_tolerance"] is True
+
+
+def test_a_small_excursion_inside_the_band_passes():
+    tol = tiny_params()["run"]["loss_tolerance"]
+    row = _gate(excursion=tol * 0.9)
+    assert row["loss_within_tolerance"] is True
+
+
+def test_the_loss_gate_ignores_the_warm_up_steps():
+    assert results.loss_gap([9.0, 5.0, 5.0, 5.0], [1.0, 5.0, 5.0, 5.0], skip=1) == 0.0
+    assert results.loss_gap([1.0, float("nan")], [1.0, 1.0], skip=0) == float("inf")
+
+
+def _parity_pair(params, held_delta: float, excursion: float = 0.0):
+    steps = 30
+    ref = {**make_record(params, "fp32", 8, [1.0] * 5, [4.0] * steps), "kind": "parity", "steps": steps,
+           "held_out_loss": 4.0, "micro_steps": 2}
+    rec = {**make_record(params, "tf32", 8, [1.0] * 5, [4.0 + (excursion if 10 <= i < 15 else 0.0) for i in range(steps)]),
+           "kind": "parity", "steps": steps, "held_out_loss": 4.0 + held_delta, "micro_steps": 1}
+    return [ref, rec]
+
+
+@pytest.mark.parametrize("held_delta, excursion, ok", [(0.01, 0.0, True), (0.5, 0.0, False), (0.0, 0.5, False)])
+def test_the_parity_run_verdict_flips_with_the_held_out_loss_and_with_an_excursion(held_delta, excursion, ok):
+    params = tiny_params(["fp32", "tf32"])
+    check = results.parity_checks(_parity_pair(params, held_delta, excursion), params["run"]["loss_tolerance"])
+    assert check["tf32"]["ok"] is ok and check["tf32"]["reference"] == "fp32"
+
+
+def test_a_stage_that_fails_its_parity_run_is_never_recommended():
+    params = tiny_params(["fp32", "tf32"])
+    losses = [5.0 - 0.01 * i for i in range(6)]
+    recs = [make_record(params, "fp32", 2, [10.0] * 5, losses), make_record(params, "tf32", 2, [5.0] * 5, losses)]
+    assert results.best_config(recs, params)["stage"] == "tf32"
+    recs += _parity_pair(params, held_delta=0.5)
+    assert results.best_config(recs, params)["stage"] == "fp32"
+
+
+# ---------------------------------------------------------------- noise
+
+def test_within_noise_flips_when_the_spread_grows():
+    a, b = [103.0, 103.0, 103.0], [100.0, 100.0, 100.0]
+    assert results.within_noise(a, b, floor=None) is False  # their own ranges are 0: a real 3 %
+    assert results.within_noise([103.0, 99.0, 107.0], b, floor=None) is True  # a's range is 7.8 %
+    assert results.within_noise([103.0], b, floor=0.01) is False
+    assert results.within_noise([103.0], b, floor=0.05) is True  # a ran once: the report's floor
+    assert results.within_noise([103.0], [100.0], floor=None) is None  # no noise measured
+
+
+def _repeats(params, stage, batch, tps_values, mem):
+    out = []
+    for k, tps in enumerate(tps_values):
+        ms = batch * params["run"]["seq_len"] / tps * 1e3
+        rec = make_record(params, stage, batch, [ms] * 5, [5.0, 4.9, 4.8, 4.7, 4.6, 4.5], mem_bytes=mem)
+        rec["mem_allocator_bytes"] = mem
+        if k:
+            rec.update(variant="repeat", repeat=k)
+        out.append(rec)
+    return out
+
+
+@pytest.mark.parametrize("spread, expected", [(0.01, 4), (0.10, 2)])
+def test_between_batch_sizes_within_noise_the_recommendation_takes_the_smaller_memory(spread, expected):
+    """B=4 measures 3 % faster than B=2. With a 1 % process spread that is real and B=4 wins;
+    with a 10 % spread it is noise, and B=2 (less memory, more headroom) is recommended."""
+    params = tiny_params(["fp32"], batch_sizes=(2, 4))
+    base = 1000.0
+    recs = (_repeats(params, "fp32", 2, [base * (1 - spread / 2), base, base * (1 + spread / 2)], 1 << 20)
+            + _repeats(params, "fp32", 4, [base * 1.03 * (1 - spread / 2), base * 1.03, base * 1.03 * (1 + spread / 2)],
+                       2 << 20))
+    best = results.best_config(recs, params)
+    assert best["batch_size"] == expected
+    assert best["processes"]["n"] == 3
+    assert (best["chosen_over"] is not None) == (expected == 2)
