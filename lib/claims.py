@@ -90,7 +90,10 @@ def _kernel_name(names) -> str:
     return first if len(first) <= 60 else first[:57] + "…"
 
 
-def verdict(claim: dict, df: pd.DataFrame, profile: str, backend: str, gemm: dict | None = None) -> dict:
+def verdict(claim: dict, df: pd.DataFrame, profile: str, backend: str, gemm: dict | None = None,
+            noise: float | None = None) -> dict:
+    """`noise`: the relative process-to-process range of the timings behind a timing claim; a
+    measured figure outside the claimed range by less than that is "within noise of the claim"."""
     row = {"id": claim["id"], "claim": claim["claim"], "check": "", "measured": "", "verdict": ""}
     metric = claim["metric"]
     applies = profile in claim.get("devices", []) and backend in ("cuda", "rocm")
@@ -109,8 +112,14 @@ def verdict(claim: dict, df: pd.DataFrame, profile: str, backend: str, gemm: dic
         row["verdict"] = "not measured"
     else:
         lo, hi = claim["expect"].get("min", -np.inf), claim["expect"].get("max", np.inf)
+        ratio = med if metric == "speedup" else 1 + med
+        near = noise is not None and metric in ("speedup", "time_change") and any(
+            abs(ratio / (bound if metric == "speedup" else 1 + bound) - 1) <= noise
+            for bound in (lo, hi) if np.isfinite(bound))
         if lo <= med <= hi:
             row["verdict"] = "confirmed"
+        elif near:
+            row["verdict"] = f"within noise of the claim: outside its range by less than the measured {noise * 100:.1f} %"
         elif metric == "speedup":
             row["verdict"] = "refuted: " + ("faster" if med > hi else "slower") + " than claimed"
         else:
@@ -118,18 +127,30 @@ def verdict(claim: dict, df: pd.DataFrame, profile: str, backend: str, gemm: dic
     return row
 
 
-def table(df: pd.DataFrame, profile: str, backend: str, path=CLAIMS, gemm: dict | None = None) -> pd.DataFrame:
-    return pd.DataFrame([verdict(c, df, profile, backend, gemm) for c in load(path)["claims"]])
+def table(df: pd.DataFrame, profile: str, backend: str, path=CLAIMS, gemm: dict | None = None,
+          noise=None) -> pd.DataFrame:
+    """`noise(claim)`, if given, is the relative spread behind a timing claim (see verdict)."""
+    return pd.DataFrame([verdict(c, df, profile, backend, gemm, noise(c) if noise else None)
+                         for c in load(path)["claims"]])
 
 
 def html(rep, path=CLAIMS) -> str:
-    from . import evidence
+    from . import evidence, fidelity_view, results
 
-    t = table(rep.df, rep.params["name"], rep.params["backend"], path, gemm=evidence.load(rep.dir)["gemm"])
+    tps, floor = fidelity_view.noise(rep)
+
+    def noise(claim):  # the larger process-to-process range of the two sides, at the batch they repeated
+        bands = [results.spread(v)["spread"] for (s, _), v in tps.items() if s in (claim.get("stage"), claim.get("versus"))
+                 and len(v) > 1]
+        return max(bands) if bands else floor
+
+    t = table(rep.df, rep.params["name"], rep.params["backend"], path, gemm=evidence.load(rep.dir)["gemm"],
+              noise=noise)
     env = rep.env
     stack = f"{env['device']['name']}, PyTorch {env.get('torch')}" + (
         f", CUDA {env['cuda']}, cuBLAS {env.get('cublas')}, cuDNN {env.get('cudnn')}" if env.get("cuda") else "")
-    css = {"confirmed": "ok", "refuted": "bad", "not applicable": "note", "not measured": "warn"}
+    css = {"confirmed": "ok", "refuted": "bad", "not applicable": "note", "not measured": "warn",
+           "within noise of the claim": "warn"}
     rows = "".join(
         f"<tr><td>{r.claim}</td><td>{r.check}</td><td>{_html.escape(r.measured or '—')}</td>"
         f'<td><span class="{css[r.verdict.split(":")[0]]}">{r.verdict}</span></td></tr>' for r in t.itertuples())

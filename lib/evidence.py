@@ -1,14 +1,17 @@
 """The measurements behind the chapters' explanations, beyond the stage x batch matrix, each
 run through the same launcher as the stages (a fresh process per point, resumable):
 
-- seq_sweep:   naive attention vs SDPA across sequence lengths at constant tokens per step
+- seq_jobs:    naive attention vs SDPA across sequence lengths at constant tokens per step
                (flash chapter);
-- gemm:        the lm_head GEMM across vocabulary widths around 50257, plus the kernels cuBLAS
+- gemm_job:    the lm_head GEMM across vocabulary widths around 50257, plus the kernels cuBLAS
                picks (vocab chapter; lib/gemm_sweep.py);
 - vocab_under_compile: the compile stage at the unpadded vocabulary (compile chapter: does
                padding still pay once inductor has fused the rest?);
 - batch_sweep: the fastest verified stage at growing batch sizes until memory runs out
-               (batch-sweep chapter, which also names the recommended configuration).
+               (batch-sweep chapter, which also names the recommended configuration);
+- repeats, crosscheck_jobs, parity_jobs: what the recommendation rests on: the top configurations
+               and the timing claims in fresh processes again (noise), the plain loop beside the
+               harness (lib/plain_loop.py), and a long loss run against the reference stage.
 
 Results live in results/<kind>/ so they never mix with the matrix in results/*.json."""
 from __future__ import annotations
@@ -34,7 +37,7 @@ def _job(params, env, stage_key, batch, out, **extra) -> dict:
     return {"params": params, "stage": stage_key, "batch_size": batch, "out": str(out), "fingerprint": fp, **extra}
 
 
-def seq_sweep(params: dict, report_dir, force: bool = False) -> list[dict]:
+def seq_jobs(params: dict, report_dir) -> list[dict]:
     """Naive attention (the BF16 stage) against SDPA (the flash stage) at every sequence length
     in evidence.seq_lens, with B = seq_tokens / T so every point trains the same tokens per step.
     Fewer steps than the matrix: this is a curve, not a verdict."""
@@ -49,11 +52,10 @@ def seq_sweep(params: dict, report_dir, force: bool = False) -> list[dict]:
         for key in ("bf16", "flash"):
             jobs.append(_job(p, env, key, batch, _dir(report_dir, "seq") / f"{key}__t{t}.json",
                              variant=f"T={t}", profile=False, energy=False))
-    recs = runner.measure_jobs(jobs, env, force=force)
-    return [recs[j["out"]] for j in jobs if j["out"] in recs]
+    return jobs
 
 
-def gemm(params: dict, report_dir, force: bool = False) -> dict:
+def gemm_job(params: dict, report_dir) -> dict:
     """The lm_head GEMM (m = gemm_batch x T, k = n_embd, n = vocabulary width) forward and
     backward at every multiple of 8 around the padded width, and at the real vocabulary."""
     from . import gemm_sweep
@@ -66,7 +68,7 @@ def gemm(params: dict, report_dir, force: bool = False) -> dict:
     job = _job(params, env, "vocab", ev["gemm_batch"], _dir(report_dir, "gemm") / "lm_head.json",
                kind="gemm", variant="lm_head GEMM sweep", spec=spec)
     job["fingerprint"] += "-" + results.short_hash(spec)
-    return runner.measure_jobs([job], env, force=force)[job["out"]]
+    return job
 
 
 def vocab_under_compile(params: dict, report_dir, force: bool = False) -> dict | None:
@@ -151,7 +153,7 @@ def repeats(params: dict, report_dir, force: bool = False) -> list[dict]:
 PLAIN_LOOP_SWITCHES = ("tf32", "autocast", "attention", "padded_vocab", "fused_adamw", "compile")
 
 
-def crosscheck(params: dict, report_dir, configs: list[tuple[str, int]], force: bool = False) -> list[dict]:
+def crosscheck_jobs(params: dict, report_dir, configs: list[tuple[str, int]]) -> list[dict]:
     """The plain loop (lib/plain_loop.py) at each (stage, batch) of `configs`, in fresh processes.
     FP8 is left out: it is this project's module, not a switch of the plain trainers."""
     env = runner.environment(report_dir)
@@ -165,8 +167,7 @@ def crosscheck(params: dict, report_dir, configs: list[tuple[str, int]], force: 
                    variant="plain loop", switches={s: getattr(stage, s) for s in PLAIN_LOOP_SWITCHES})
         job["fingerprint"] += "-" + source
         jobs.append(job)
-    recs = runner.measure_jobs(jobs, env, force=force)
-    return [recs[j["out"]] for j in jobs if j["out"] in recs]
+    return jobs
 
 
 def crosscheck_batch(params: dict) -> int:
@@ -176,13 +177,8 @@ def crosscheck_batch(params: dict) -> int:
     return b if b in params["run"]["batch_sizes"] else params["run"]["batch_sizes"][0]
 
 
-def recommended_crosscheck(params: dict, report_dir, force: bool = False) -> list[dict]:
-    best = results.best_config(results.decision_records(runner.resolve(report_dir) / "results"), params)
-    return crosscheck(params, report_dir, [(best["stage"], best["batch_size"])], force) if best else []
-
-
-def parity(params: dict, report_dir, force: bool = False) -> list[dict]:
-    """The recommended configuration and its reference stage at the same batch for
+def parity_jobs(params: dict, report_dir) -> list[dict]:
+    """The recommended configuration and its reference stage (twice) at the same batch for
     evidence.parity_steps steps, then their loss on held-out text. Where the reference ran out
     of memory at that batch in the matrix, it accumulates gradients over micro-batches that fit
     (the same update)."""
@@ -196,14 +192,16 @@ def parity(params: dict, report_dir, force: bool = False) -> list[dict]:
     fits = [r["batch_size"] for r in recs if r["stage"] == ref and r.get("status") == "ok"]
     largest = max(fits) if fits else batch
     micro = next(k for k in range(1, batch + 1) if batch % k == 0 and batch // k <= largest)
-    jobs = [_job(params, env, s, batch, _dir(report_dir, "parity") / f"{s}__b{batch}.json", kind="parity",
-                 variant="parity", steps=ev["parity_steps"], held_out_batches=ev["held_out_batches"],
-                 micro_steps=m, eval_batch=ev["crosscheck_batch"])
-            for s, m in ((key, 1), (ref, micro))]
+    # The reference runs twice: how far two runs of the same configuration drift apart (GPU kernels
+    # with atomics are not bitwise repeatable) is the loss noise the lever is judged against.
+    plan = ((key, 1, 0), (ref, micro, 0), (ref, micro, 1))
+    jobs = [_job(params, env, s, batch, _dir(report_dir, "parity") / (f"{s}__b{batch}" + (f"__r{k}" if k else "") + ".json"),
+                 kind="parity", variant="parity", steps=ev["parity_steps"], held_out_batches=ev["held_out_batches"],
+                 micro_steps=m, replicate=k, eval_batch=ev["crosscheck_batch"])
+            for s, m, k in plan]
     for j in jobs:
-        j["fingerprint"] += f"-parity{ev['parity_steps']}x{j['micro_steps']}"
-    out = runner.measure_jobs(jobs, env, force=force)
-    return [out[j["out"]] for j in jobs if j["out"] in out]
+        j["fingerprint"] += f"-parity{ev['parity_steps']}x{j['micro_steps']}-lr-schedule-r{j['replicate']}"
+    return jobs
 
 
 def measure_chapter(key: str, params: dict, report_dir, force: bool = False):
@@ -211,15 +209,21 @@ def measure_chapter(key: str, params: dict, report_dir, force: bool = False):
     explanation. The chapter notebooks call this, and so does `make report MEASURE_ONLY=1`."""
     if key == "batch_sweep":  # then what the recommendation rests on: repeats, cross-check, parity
         swept = batch_sweep(params, report_dir, force=force)
-        for extra in (repeats, recommended_crosscheck, parity):
-            extra(params, report_dir, force=force)
+        repeats(params, report_dir, force=force)
+        best = results.best_config(results.decision_records(runner.resolve(report_dir) / "results"), params)
+        if best:
+            jobs = crosscheck_jobs(params, report_dir, [(best["stage"], best["batch_size"])]) + parity_jobs(params, report_dir)
+            runner.measure_jobs(jobs, runner.environment(report_dir), force=force)
         return swept
-    recs = runner.run_stage(key, params, report_dir, force=force)
-    extra = {"flash": seq_sweep, "vocab": gemm, "compile": vocab_under_compile}.get(key)
-    if extra:
-        extra(params, report_dir, force=force)
-    if key in ("flash", "vocab"):  # the plain loop beside the harness, in the same run
-        crosscheck(params, report_dir, [(key, crosscheck_batch(params))], force=force)
+    # The chapter's evidence that does not need the stage's own results runs in the same launcher,
+    # the plain loop beside the harness in the flash and vocab chapters.
+    extra = {"flash": lambda: seq_jobs(params, report_dir), "vocab": lambda: [gemm_job(params, report_dir)]}
+    jobs = extra[key]() if key in extra else []
+    if key in ("flash", "vocab"):
+        jobs += crosscheck_jobs(params, report_dir, [(key, crosscheck_batch(params))])
+    recs = runner.run_stage(key, params, report_dir, force=force, extra_jobs=jobs)
+    if key == "compile":
+        vocab_under_compile(params, report_dir, force=force)
     return recs
 
 

@@ -151,6 +151,11 @@ def parity_md(rep: Report) -> str:
     acc = f" (accumulating {p['micro_steps']} micro-batches of B={p['batch_size'] // p['micro_steps']}: " \
           "the same update in less memory)" if p["micro_steps"] > 1 else ""
     verdict = "held" if p["ok"] else '<span class="bad"><b>left the band: not adopted</b></span>'
+    noise = ("" if p["noise_gap"] is None else
+             f" {ref} run a second time drifted {p['noise_gap']:.3f} nats (5-step average) and "
+             f"{p['noise_held_out']:.3f} nats held-out from its first run: the loss noise, which widens the band "
+             "where it exceeds the tolerance.")
     return (f"**{p['steps']}-step parity run** at B={p['batch_size']} against {ref}{acc}: largest gap of the "
             f"5-step moving average {p['gap']:.3f} nats; held-out loss {p['held_out_loss']:.3f} vs "
-            f"{p['reference_held_out_loss']:.3f} ({p['held_out_delta']:+.3f} nats); tolerance {tol:g} nats: {verdict}.")
+            f"{p['reference_held_out_loss']:.3f} ({p['held_out_delta']:+.3f} nats); tolerance {tol:g} nats: {verdict}."
+            + noise)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import resource
 import signal
@@ -139,22 +140,37 @@ def gemm_record(job: dict) -> dict:
     return rec
 
 
+def parity_lr(step_index: int, steps: int, max_lr: float) -> float:
+    """The parity run's learning rate, shaped as nanoGPT's get_lr: linear warm-up over the first
+    quarter, then cosine decay to a tenth of the maximum at the last step."""
+    warmup, min_lr = max(1, steps // 4), max_lr / 10
+    if step_index < warmup:
+        return max_lr * (step_index + 1) / warmup
+    progress = (step_index - warmup) / max(1, steps - 1 - warmup)
+    return min_lr + 0.5 * (1 + math.cos(math.pi * progress)) * (max_lr - min_lr)
+
+
 def parity_run(job: dict) -> dict:
-    """A long loss run of one configuration (no timing): `steps` training steps, every loss
-    kept, then the mean loss over `held_out_batches` batches of text it never trained on.
-    `micro_steps` > 1 accumulates gradients over that many micro-batches (the same batch and the
-    same update, in less memory) where the reference stage does not fit the batch at once."""
+    """A long loss run of one configuration (no timing): `steps` training steps with nanoGPT's
+    learning-rate schedule (parity_lr), every loss kept, then the mean loss over
+    `held_out_batches` batches of text it never trained on. `micro_steps` > 1 accumulates
+    gradients over that many micro-batches (the same batch and the same update, in less memory)
+    where the reference stage does not fit the batch at once."""
     params, batch, steps = job["params"], job["batch_size"], job["steps"]
     stage = stages.get(job["stage"])
     dev = step.device_type(params["backend"])
     rec = results.base_record(params, stage, batch)
     rec.update(kind="parity", fingerprint=job.get("fingerprint"), variant=job.get("variant"),
-               steps=steps, micro_steps=job.get("micro_steps", 1))
+               steps=steps, micro_steps=job.get("micro_steps", 1), replicate=job.get("replicate", 0))
     t0 = time.perf_counter()
     try:
         train = step.build(params, stage, dev, micro_steps=job.get("micro_steps", 1))
         xs, ys = data.device_batches(params, batch, steps, dev)
-        losses = [train(xs[i], ys[i]) for i in range(steps)]
+        losses = []
+        for i in range(steps):
+            for group in train.opt.param_groups:  # set before each step, as nanoGPT's loop does
+                group["lr"] = parity_lr(i, steps, params["run"]["learning_rate"])
+            losses.append(train(xs[i], ys[i]))
         rec["losses"] = [float(v) for v in torch.stack(losses).float().cpu()]
         del xs, ys
         n_eval, eval_batch = job["held_out_batches"], min(batch, job.get("eval_batch", batch))

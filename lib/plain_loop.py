@@ -100,7 +100,7 @@ def run(job: dict) -> dict:
         rest = [p for p in model.parameters() if p.dim() < 2]
         optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": r["weight_decay"]},
                                        {"params": rest, "weight_decay": 0.0}], lr=r["learning_rate"],
-                                      betas=(0.9, 0.95), eps=1e-8, fused=bool(sw["fused_adamw"]))
+                                      betas=(0.9, 0.95), eps=1e-8, **({"fused": True} if sw["fused_adamw"] else {}))
         if sw["compile"]:
             model = torch.compile(model)
         ctx = torch.autocast(device_type=dev, dtype=getattr(torch, sw["autocast"])) if sw["autocast"] else None

@@ -192,9 +192,12 @@ def method_md(rep: Report) -> str:
   of the last {r['final_loss_window']} steps. The loss is computed as nanoGPT computes it, over every column
   of the logits (the padded ones included; they are never targets).
 * **Parity run**: the recommended configuration and its reference stage train
-  {rep.params['evidence']['parity_steps']} steps at the recommended batch size (the reference accumulating
-  gradients over micro-batches where it does not fit at once), judged by the same gate, then their loss on
-  the held-out last {int(data.HELD_OUT * 100)} % of the corpus, which no run trains on.
+  {rep.params['evidence']['parity_steps']} steps at the recommended batch size with nanoGPT's learning-rate
+  shape (linear warm-up over the first quarter, cosine decay to a tenth), the reference accumulating
+  gradients over micro-batches where it does not fit at once. They are judged by the same gate, then by their
+  loss on the held-out last {int(data.HELD_OUT * 100)} % of the corpus, which no run trains on. The reference
+  runs twice: how far its two runs drift apart is the loss noise, and the band is the larger of it and the
+  tolerance.
 * **Cross-check**: a plain training loop in nanoGPT's form (`lib/plain_loop.py`: its own model, only the
   data shared; wall time after `torch.cuda.synchronize()` per step, as those trainers time it) runs beside
   the harness at the flash and vocab stages and at the recommended configuration (table below).

@@ -92,26 +92,32 @@ def _reusable(out: Path, fp: str) -> dict | None:
 
 
 def run_stage(stage_key: str, params: dict, report_dir, timeout_s: float = 1800,
-              force: bool = False) -> list[dict]:
+              force: bool = False, extra_jobs=()) -> list[dict]:
     """Measure every batch size of one stage, each in its own process; prints a line each.
     A configuration whose valid result already exists for the same workload and machine is
-    kept (resume), unless `force`."""
+    kept (resume), unless `force`. `extra_jobs` (a chapter's evidence that does not depend on
+    the stage's results) run in the same launcher: one PyTorch import instead of two."""
     if faults.get(stage_key) == "stage-raise":
         raise RuntimeError(f"injected fault: stage {stage_key} raised before measuring")
     if stage_key == "ddp":
         return [run_ddp(params, report_dir, timeout_s=timeout_s, force=force)]
+    jobs = stage_jobs(stage_key, params, report_dir)
+    recs = measure_jobs(jobs + list(extra_jobs), environment(report_dir), timeout_s=timeout_s, force=force)
+    return [recs[j["out"]] for j in jobs]
+
+
+def stage_jobs(stage_key: str, params: dict, report_dir) -> list[dict]:
+    """The stage's configuration at every batch size, as measurement jobs."""
     report_dir = resolve(report_dir)
     env = environment(report_dir)
     results.write_atomic(report_dir / "params.json", params)  # what the summary reads back
     stage = stages.get(stage_key)
     skipped = (params.get("skip") or {}).get(stage_key)
-    jobs = [{"params": params, "stage": stage_key, "batch_size": batch,
+    return [{"params": params, "stage": stage_key, "batch_size": batch,
              "out": str(results.record_path(report_dir / "results", stage_key, batch)),
              "fingerprint": results.fingerprint(params, env, stage, batch),
              "not_applicable": skipped and f"not measured by the {params['name']} profile: {skipped}"}
             for batch in params["run"]["batch_sizes"]]
-    recs = measure_jobs(jobs, env, timeout_s=timeout_s, force=force)
-    return [recs[j["out"]] for j in jobs]
 
 
 def measure_jobs(jobs: list[dict], env: dict, timeout_s: float = 1800, force: bool = False) -> dict:

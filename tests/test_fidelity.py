@@ -199,3 +199,33 @@ def test_between_batch_sizes_within_noise_the_recommendation_takes_the_smaller_m
     assert best["batch_size"] == expected
     assert best["processes"]["n"] == 3
     assert (best["chosen_over"] is not None) == (expected == 2)
+
+
+def test_a_claim_just_outside_its_range_is_within_noise_only_when_the_spread_covers_it():
+    from lib import claims
+
+    params = tiny_params(["fp32", "tf32"])
+    recs = [make_record(params, "fp32", 2, [10.0] * 5, [5.0] * 6), make_record(params, "tf32", 2, [4.5] * 5, [5.0] * 6)]
+    df = results.table(recs, ["fp32", "tf32"], params["run"]["loss_tolerance"])
+    claim = {"id": "x", "claim": "TF32 about 2.0x", "metric": "speedup", "stage": "tf32", "versus": "fp32",
+             "expect": {"min": 1.8, "max": 2.2}, "devices": ["cpu"]}  # measured 2.22x
+    assert claims.verdict(claim, df, "cpu", "cuda", noise=0.005)["verdict"].startswith("refuted")
+    assert claims.verdict(claim, df, "cpu", "cuda", noise=0.02)["verdict"].startswith("within noise")
+    assert claims.verdict(claim, df, "cpu", "cuda")["verdict"].startswith("refuted")
+
+
+def test_the_parity_band_widens_to_the_references_own_run_to_run_drift():
+    """A lever 0.3 nats off its reference fails the gate, unless the reference run twice drifts
+    apart by as much (GPU runs are not bitwise repeatable): then the gap is loss noise."""
+    params = tiny_params(["fp32", "tf32"])
+    pair = _parity_pair(params, held_delta=0.0, excursion=0.3)
+    assert results.parity_checks(pair, 0.05)["tf32"]["ok"] is False
+    again = {**pair[0], "replicate": 1, "losses": [4.0 + (0.35 if 10 <= i < 15 else 0.0) for i in range(30)]}
+    check = results.parity_checks(pair + [again], 0.05)["tf32"]
+    assert check["ok"] is True and check["noise_gap"] == pytest.approx(0.35)
+
+
+def test_the_parity_learning_rate_warms_up_then_decays_to_a_tenth():
+    lrs = [measure.parity_lr(i, 200, 6e-4) for i in range(200)]
+    assert lrs[0] == pytest.approx(6e-4 / 50) and lrs[49] == pytest.approx(6e-4)
+    assert lrs[-1] == pytest.approx(6e-5) and all(a >= b for a, b in zip(lrs[49:], lrs[50:]))
