@@ -148,14 +148,17 @@ def parity_md(rep: Report) -> str:
         return "No long parity run for this report."
     tol = rep.params["run"]["loss_tolerance"]
     ref = stages.get(p["reference"]).title
-    acc = f" (accumulating {p['micro_steps']} micro-batches of B={p['batch_size'] // p['micro_steps']}: " \
-          "the same update in less memory)" if p["micro_steps"] > 1 else ""
+    lever = stages.get(next(k for k, v in results.parity_checks(decisions(rep), tol).items() if v is p)).title
+    acc = (f", the reference accumulating {p['micro_steps']} micro-batches of B={p['batch_size'] // p['micro_steps']}"
+           if p["micro_steps"] > 1 else "")
     verdict = "held" if p["ok"] else '<span class="bad"><b>left the band: not adopted</b></span>'
-    noise = ("" if p["noise_gap"] is None else
-             f" {ref} run a second time drifted {p['noise_gap']:.3f} nats (5-step average) and "
-             f"{p['noise_held_out']:.3f} nats held-out from its first run: the loss noise, which widens the band "
-             "where it exceeds the tolerance.")
-    return (f"**{p['steps']}-step parity run** at B={p['batch_size']} against {ref}{acc}: largest gap of the "
-            f"5-step moving average {p['gap']:.3f} nats; held-out loss {p['held_out_loss']:.3f} vs "
-            f"{p['reference_held_out_loss']:.3f} ({p['held_out_delta']:+.3f} nats); tolerance {tol:g} nats: {verdict}."
-            + noise)
+    refs = ", ".join(f"{v:.3f}" for v in p["reference_held_out_loss"])
+    text = (f"**{p['steps']}-step parity run**: {lever} against {ref} at B={p['batch_size']}{acc}. ")
+    if p["noise_gap"] is not None:
+        text += (f"{ref} ran twice; its two runs drifted up to {p['noise_gap']:.3f} nats apart (5-step average), "
+                 f"the loss noise of a {p['steps']}-step run. ")
+    text += (f"{lever}'s loss left the envelope of {ref}'s runs by at most {p['outside']:.3f} nats "
+             f"(largest gap to its first run {p['gap']:.3f}); held-out loss {p['held_out_loss']:.3f} against "
+             f"{refs} ({p['held_out_delta']:+.3f} nats from their mean). Tolerance {tol:g} nats beyond the envelope: "
+             f"{verdict}.")
+    return text

@@ -1,5 +1,5 @@
 """*How* one (stage, batch size) configuration is timed. Each configuration runs in a fresh
-process (forked by `python -m lib.measure jobs.json`, which runner.py launches) so memory
+process (forked by `python -m lib.measure`, which runner.py launches and feeds batches of jobs) so memory
 peaks, allocator state, cuBLAS workspaces and compile caches never leak between configurations.
 
 Method: build the model from the seed, move every batch to the device up front, run
@@ -273,5 +273,8 @@ if __name__ == "__main__":
     # The optimizer's first construction imports torch._dynamo (about 2 s on a small CPU); doing
     # it once here, before any fork and without touching a device, spares every child that cost.
     import torch._dynamo  # noqa: F401
-    spec = json.loads(open(sys.argv[1]).read())
-    serve(spec["jobs"], spec.get("timeout_s", 1800))
+    for line in sys.stdin:  # one batch of jobs per line: the path of its spec file (runner.measure_jobs)
+        spec = json.loads(open(line.strip()).read())
+        os.environ[faults.VAR] = spec.get("faults", "")
+        serve(spec["jobs"], spec.get("timeout_s", 1800))
+        print(results.BATCH_DONE, flush=True)

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from pathlib import Path
 
 from . import faults, results, stages
@@ -155,31 +156,57 @@ def measure_jobs(jobs: list[dict], env: dict, timeout_s: float = 1800, force: bo
     if not todo:
         return recs
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
-        json.dump({"jobs": todo, "timeout_s": timeout_s}, f)
-    stderr_lines = []
+        # The fault injection of this moment travels with the batch: the launcher outlives the
+        # environment it was started in.
+        json.dump({"jobs": todo, "timeout_s": timeout_s, "faults": os.environ.get(faults.VAR, "")}, f)
+    proc, stderr_lines = _launcher()
+    stderr_lines.clear()
+    finished = False
     try:
-        proc = subprocess.Popen([sys.executable, "-m", "lib.measure", f.name], cwd=ROOT, env=child_env(),
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        drain = threading.Thread(target=lambda: stderr_lines.extend(proc.stderr), daemon=True)
-        drain.start()
+        proc.stdin.write(f.name + "\n")
+        proc.stdin.flush()
         for line in proc.stdout:  # one line per finished configuration, as it finishes
+            if line.startswith(results.BATCH_DONE):
+                finished = True
+                break
             if not line.startswith(results.DONE_PREFIX):
                 continue
             msg = json.loads(line[len(results.DONE_PREFIX):])
             job = next(j for j in todo if j["out"] == msg["out"])
             recs[job["out"]] = _collect(job["params"], job, msg["verdict"], "".join(stderr_lines))
             print(describe(recs[job["out"]]), flush=True)
-        proc.wait()
-        drain.join(timeout=30)
+    except BrokenPipeError:
+        pass  # the launcher died; what it did not report becomes an error record below
     finally:
         os.unlink(f.name)
+    if not finished:  # the launcher died mid-batch
+        proc.wait()
+        time.sleep(0.2)  # its last stderr lines reach the drain thread
     stopped = any(j.get("stop_if_oom") and recs.get(j["out"], {}).get("status") == "oom" for j in todo)
     for job in todo:  # the launcher itself died: what it did not report is an error
         if job["out"] not in recs and not (stopped and job.get("stop_if_oom")):
-            recs[job["out"]] = _collect(job["params"], job, f"launcher exited with {proc.returncode}",
+            recs[job["out"]] = _collect(job["params"], job, f"launcher exited with {proc.poll()}",
                                         "".join(stderr_lines))
             print(describe(recs[job["out"]]), flush=True)
     return recs
+
+
+_LAUNCHER: tuple | None = None  # (process, its stderr lines): one per process that measures
+
+
+def _launcher() -> tuple:
+    """The measurement launcher (`python -m lib.measure`), started on first use and kept for
+    every later batch of jobs, so PyTorch is imported once per run rather than once per chapter.
+    It never touches the device: each job still runs in a fresh child forked from it. Started
+    again if it died; it exits when its input closes or this process dies."""
+    global _LAUNCHER
+    if _LAUNCHER is None or _LAUNCHER[0].poll() is not None:
+        proc = subprocess.Popen([sys.executable, "-m", "lib.measure"], cwd=ROOT, env=child_env(), text=True,
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        lines: list[str] = []
+        threading.Thread(target=lambda: lines.extend(proc.stderr), daemon=True).start()
+        _LAUNCHER = (proc, lines)
+    return _LAUNCHER
 
 
 def _collect(params, job, verdict, stderr) -> dict:

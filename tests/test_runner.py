@@ -94,7 +94,7 @@ def report_without_processes(tmp_path, monkeypatch):
     def launch(*args, **kwargs):
         raise Launched()
 
-    monkeypatch.setattr(runner.subprocess, "Popen", launch)
+    monkeypatch.setattr(runner, "_launcher", launch)
     return tmp_path
 
 
