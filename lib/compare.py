@@ -46,6 +46,9 @@ def skew(reps: dict[str, report.Report]) -> pd.DataFrame:
     for key, label in SKEW_KEYS:
         values = {name: str(rep.env.get(key)) for name, rep in reps.items()}
         rows.append({"component": label, **values, "differs": len(set(values.values())) > 1})
+    # How the step was built and timed (lib/results.METHOD): reports of different methods do not compare.
+    values = {name: str(rep.params.get("method", 1)) for name, rep in reps.items()}
+    rows.append({"component": "measurement method", **values, "differs": len(set(values.values())) > 1})
     return pd.DataFrame(rows)
 
 

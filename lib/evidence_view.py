@@ -398,22 +398,32 @@ def recommended_md(rep: Report) -> str:
     best = recommended(rep)
     if best is None:
         return "No configuration completed with its loss verified, so there is no recommendation."
+    from . import fidelity_view  # imported here: it builds on report, as this module does
+
     st = stages.get(best["stage"])
     ref = rep.rec(st.reference, best["batch_size"])
-    delta = (f"{best['final_loss'] - ref['final_loss']:+.3f} nats against {stages.get(st.reference).title} at the same batch"
-             if ref and ref["status"] in OK and best.get("final_loss") is not None else
-             f"no {stages.get(st.reference).title} run at B={best['batch_size']} to compare with; the stage's loss "
-             "held wherever it could be compared")
+    parity = fidelity_view.parity(rep)
+    if parity and parity["stage"] == best["stage"]:
+        delta = fidelity_view.parity_md(rep)
+    elif ref and ref["status"] in OK and best.get("final_loss") is not None:
+        delta = f"{best['final_loss'] - ref['final_loss']:+.3f} nats against {stages.get(st.reference).title} at the same batch"
+    else:
+        delta = (f"no {stages.get(st.reference).title} run at B={best['batch_size']} to compare with; the stage's loss "
+                 "held wherever it could be compared")
     peak = (rep.params.get("peak_tflops") or {}).get("bf16")
-    mfu = (f"{best['achieved_tflops'] / peak * 100:.1f} % of the {peak:g} TFLOP/s bf16 dense peak "
-           f"({best['achieved_tflops']:.0f} TFLOP/s achieved)" if peak and best.get("achieved_tflops") else "n/a (no datasheet peak)")
+    p = best["processes"]
+    achieved = best["achieved_tflops"] * p["median"] / best["tokens_per_s"] if best.get("achieved_tflops") else None
+    mfu = (f"{achieved / peak * 100:.1f} % of the {peak:g} TFLOP/s bf16 dense peak ({achieved:.0f} TFLOP/s achieved, "
+           "at the median)" if peak and achieved else "n/a (no datasheet peak)")
     # The baseline's "switch" only pins FP32 behaviour; every later stage replaces or adds to it.
     switches = [stages.get(k).switch for k in rep.stage_order[1: rep.stage_order.index(best["stage"]) + 1]
                 if stages.get(k).switch]
     mem = ", ".join(f"{label.split(' (')[0]} {_gib(best.get(col))} GiB" for col, label in LAYERS if best.get(col) is not None)
-    return (f"**{st.title} at B={best['batch_size']}** (T={best['seq_len']}): **{best['tokens_per_s']:,.0f} tokens/s**, "
-            f"{best['median_ms']:.1f} ms/step (p10–p90 {best['p10_ms']:.1f}–{best['p90_ms']:.1f}), MFU {mfu}. "
-            f"Peak memory: {mem}. Loss: {delta}.\n\nThe code switches that produce it, in order:\n\n```python\n"
+    spread = f" (median of {p['n']} processes, range {p['lo']:,.0f}–{p['hi']:,.0f})" if p["n"] > 1 else ""
+    return (f"**{st.title} at B={best['batch_size']}** (T={best['seq_len']}): **{p['median']:,.0f} tokens/s**{spread}, "
+            f"{best['median_ms']:.1f} ms/step in the first process (p10–p90 {best['p10_ms']:.1f}–{best['p90_ms']:.1f}), "
+            f"MFU {mfu}. "
+            f"Peak memory: {mem}. Loss: {delta.rstrip('.')}.\n\nThe code switches that produce it, in order:\n\n```python\n"
             + "\n".join(switches) + "\n```")
 
 

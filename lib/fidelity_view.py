@@ -133,9 +133,8 @@ def parity(rep: Report) -> dict | None:
     """The long parity run of the recommended stage, if it was run (results.parity_checks)."""
     best = recommended(rep)
     checks = results.parity_checks(decisions(rep), rep.params["run"]["loss_tolerance"])
-    if best is not None and best["stage"] in checks:
-        return checks[best["stage"]]
-    return next(iter(checks.values()), None)
+    key = best["stage"] if best is not None and best["stage"] in checks else next(iter(checks), None)
+    return {**checks[key], "stage": key} if key else None
 
 
 def parity_md(rep: Report) -> str:
@@ -148,7 +147,7 @@ def parity_md(rep: Report) -> str:
         return "No long parity run for this report."
     tol = rep.params["run"]["loss_tolerance"]
     ref = stages.get(p["reference"]).title
-    lever = stages.get(next(k for k, v in results.parity_checks(decisions(rep), tol).items() if v is p)).title
+    lever = stages.get(p["stage"]).title
     acc = (f", the reference accumulating {p['micro_steps']} micro-batches of B={p['batch_size'] // p['micro_steps']}"
            if p["micro_steps"] > 1 else "")
     verdict = "held" if p["ok"] else '<span class="bad"><b>left the band: not adopted</b></span>'

@@ -93,7 +93,7 @@ def matrix_html(rep: Report, stage: str | None = None) -> str:
             loss = f"{r['final_loss']:.3f}"
             if not pd.isna(r["loss_delta"]) and r["stage"] != rep.stage_order[0]:
                 flag = "" if r["loss_within_tolerance"] else ' <span class="bad">beyond tol.</span>'
-                gate = "" if pd.isna(r["loss_gap"]) else f", gate {r['loss_gap']:.3f}"
+                gate = "" if pd.isna(r["loss_gap"]) else f"<br>gate {r['loss_gap']:.3f}"
                 loss += f"<br><small>{r['loss_delta']:+.3f} vs {r['loss_ref']}{gate}{flag}</small>"
         if ran:
             step = f"{r['median_ms']:.1f}<br><small>{r['p10_ms']:.1f}–{r['p90_ms']:.1f}</small>"
@@ -113,7 +113,7 @@ def matrix_html(rep: Report, stage: str | None = None) -> str:
                     else ("n/a" if ran else "")),
             "tensors<br>GiB": _gib(r["mem_tensors_bytes"]), "allocator<br>GiB": _gib(r["mem_allocator_bytes"]),
             "device<br>GiB": _gib(r["mem_device_bytes"]),
-            "final loss<br><small>Δ vs reference</small>": loss,
+            "final loss<br><small>Δ vs ref.</small>": loss,
         })
     return pd.DataFrame(rows).to_html(index=False, escape=False, classes="matrix", border=0)
 
@@ -196,11 +196,14 @@ def method_md(rep: Report) -> str:
   shape (linear warm-up over the first quarter, cosine decay to a tenth), the reference accumulating
   gradients over micro-batches where it does not fit at once. They are judged by the same gate, then by their
   loss on the held-out last {int(data.HELD_OUT * 100)} % of the corpus, which no run trains on. The reference
-  runs twice: how far its two runs drift apart is the loss noise, and the band is the larger of it and the
-  tolerance.
+  runs twice (GPU kernels with atomics are not bitwise repeatable, so two runs drift apart: the loss noise);
+  the lever passes when its loss never leaves the envelope of the reference's runs by more than the
+  tolerance, and its held-out loss not their range.
 * **Cross-check**: a plain training loop in nanoGPT's form (`lib/plain_loop.py`: its own model, only the
-  data shared; wall time after `torch.cuda.synchronize()` per step, as those trainers time it) runs beside
-  the harness at the flash and vocab stages and at the recommended configuration (table below).
+  data shared) runs beside the harness at the flash and vocab stages and at the recommended configuration
+  (table below). Its figure is the wall time of its timed steps over their number, the host running ahead of
+  the device as in nanoGPT's loop; it also times each step after `torch.cuda.synchronize()`, as
+  build-nanogpt does.
 * **Repeats and noise**: the recommended configuration, its runner-up and both sides of every timing claim
   run in {rep.params['evidence']['repeats']} fresh processes (table below); {{noise}}
 * **Kernel profile**: after the timed steps, one more training step under `torch.profiler`; device
