@@ -371,9 +371,11 @@ def render(args) -> int:
     failures, chapters, timings = run_notebooks(report_dir, params, measure=False)
     total = measured_seconds(measured)
     runs = len(measured.get("earlier_runs", [])) + 1
-    note = (f"{total:.0f} s on the measuring device" + (f" over {runs} runs" if runs > 1 else "")
+    note = (f"{total:.0f} s on the measuring device" + (
+        f" over {runs} runs of the same method (run.json lists them; a ratio may join processes of different "
+        "runs, and the process-to-process table spans them)" if runs > 1 else "")
             if total else "not recorded") + \
-        f"; this copy was re-rendered from its results on {dt.date.today().isoformat()} by `make render`"
+        f"; this copy was re-rendered from its results on {dt.date.today().isoformat()} by make render"
     timings.update(export.export(report_dir, chapters, report_dir / "notebooks" / "summary.ipynb",
                                  _title(params, profile), t_start, wall_note=note))
     if timings.get("pdf_error"):

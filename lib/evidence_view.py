@@ -179,12 +179,12 @@ def gemm_md(rep: Report) -> str:
         if real in pts and padded in pts:
             a, b = pts[real], pts[padded]
             al = [p["tflops"] for p in pts.values() if p["multiple_of"] >= 64]
-            un = [p["tflops"] for p in pts.values() if p["multiple_of"] < 64]
+            un = [p["tflops"] for p in pts.values() if 8 <= p["multiple_of"] < 64]  # not the odd real width
             parts.append(f"**{dt}**: n={real} runs at {_rate(a['tflops'])} ({a['total_ms']:.2f} ms forward + "
                          f"backward), n={padded} at {_rate(b['tflops'])} ({b['total_ms']:.2f} ms): "
                          f"{a['total_ms'] / b['total_ms']:.2f}× the time for {(1 - real / padded) * 100:.2f} % less "
-                         f"arithmetic. Median over the sweep: multiples of 64 {_rate(np.median(al))}, other multiples "
-                         f"of 8 {_rate(np.median(un))}." if al and un else "")
+                         f"arithmetic. Median over the sweep: multiples of 64: {_rate(np.median(al))}; other multiples "
+                         f"of 8: {_rate(np.median(un))}." if al and un else "")
     return " ".join(p for p in parts if p) or "The sweep has no point at the real or padded width."
 
 
@@ -358,7 +358,7 @@ def sweep_html(rep: Report) -> str:
         oom = next((r["batch_size"] for r in pts if r["status"] == "oom"), None)
         last = max(r["batch_size"] for r in pts)
         notes.append(f"{stages.get(key).title}: " + (f"out of memory at B={oom}, so B={max(r['batch_size'] for r in pts if r['status'] in OK)} "
-                                                    "is the largest that fits" if oom else
+                                                    "is the largest measured batch size that fits" if oom else
                      (f"measured up to B={last}; larger batch sizes were not measured (the run ended first)"
                       if last < max(rep.params["evidence"]["sweep_batch_sizes"]) else f"every batch size up to B={last} fits")))
     return _table(rows) + '<p class="note">' + html.escape("; ".join(notes)) + ".</p>"

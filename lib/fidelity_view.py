@@ -7,7 +7,7 @@ import html
 
 import numpy as np
 
-from . import results, stages
+from . import data, report, results, stages
 from .report import Report, recommended
 
 CROSSCHECK_LIMIT = 0.03  # harness vs plain loop beyond this is flagged in the executive summary
@@ -30,12 +30,12 @@ def within_noise(rep: Report, a: tuple[str, int], b: tuple[str, int]) -> bool | 
     return results.within_noise(tps[a], tps[b], floor)
 
 
-def _harness_ms(tps: dict, rep: Report, key: str, batch: int) -> float | None:
-    """The harness's step time at a configuration: the median over its processes."""
-    values = tps.get((key, batch))
-    if not values:
-        return None
-    return rep.params["run"]["seq_len"] * batch / float(np.median(values)) * 1e3
+def _harness_ms(rep: Report, key: str, batch: int) -> float | None:
+    """The harness's step time at a configuration, as the plain loop's is taken (the mean over the
+    timed steps), then the median over the processes that timed it."""
+    means = [r["mean_ms"] for r in decisions(rep) if (r["stage"], r["batch_size"]) == (key, batch)
+             and r.get("status") == "ok" and r.get("variant") in results.TIMING_VARIANTS and r.get("mean_ms")]
+    return float(np.median(means)) if means else None
 
 
 def crosscheck_rows(rep: Report) -> list[dict]:
@@ -46,7 +46,7 @@ def crosscheck_rows(rep: Report) -> list[dict]:
     rows = []
     for rec in evidence.load(rep.dir)["crosscheck"]:
         key, batch = rec["stage"], rec["batch_size"]
-        harness = _harness_ms(tps, rep, key, batch)
+        harness = _harness_ms(rep, key, batch)
         plain = rec.get("ms_per_step") if rec["status"] == "ok" else None
         rows.append({"stage": key, "batch_size": batch, "harness_ms": harness, "plain_ms": plain,
                      "plain_synced_ms": rec.get("synced_median_ms"),
@@ -69,12 +69,13 @@ def crosscheck_html(rep: Report) -> str:
                     f"<td>{_ms(r['harness_ms'])} <small>({r['processes']} process{'es' if r['processes'] != 1 else ''})"
                     f"</small></td><td>{_ms(r['plain_ms']) if r['status'] == 'ok' else r['status'].upper()}</td>"
                     f"<td>{cell}</td><td>{_ms(r['plain_synced_ms'])}</td></tr>")
-    return ('<table class="matrix"><thead><tr><th>Stage</th><th>B</th><th>harness ms/step</th>'
+    return ('<table class="matrix"><thead><tr><th>Stage</th><th>B</th><th>harness ms/step (mean)</th>'
             '<th>plain loop ms/step</th><th>harness vs plain</th>'
             '<th>plain loop, synchronised every step</th></tr></thead><tbody>'
             + "".join(body) + "</tbody></table>"
-            + '<p class="note">The plain loop\'s figure is the wall time of its timed steps over their number, '
-              "the host running ahead of the device as in nanoGPT's loop; the last column times each step after a "
+            + '<p class="note">Both figures are means over the timed steps: the harness\'s of its CUDA-event '
+              "step times (the median of that over its processes), the plain loop's the wall time of its timed "
+              "steps over their number, the host running ahead of the device as in nanoGPT's loop; the last column times each step after a "
               "<code>torch.cuda.synchronize()</code>, as build-nanogpt does, which adds the host's launch gap at the "
               "start of every step.</p>")
 
@@ -160,4 +161,10 @@ def parity_md(rep: Report) -> str:
              f"(largest gap to its first run {p['gap']:.3f}); held-out loss {p['held_out_loss']:.3f} against "
              f"{refs} ({p['held_out_delta']:+.3f} nats from their mean). Tolerance {tol:g} nats beyond the envelope: "
              f"{verdict}.")
+    corpus = report._manifest().get("tokens")
+    if corpus:
+        passes = p["steps"] * p["batch_size"] * rep.params["run"]["seq_len"] / (corpus * (1 - data.HELD_OUT))
+        if passes > 1:
+            text += (f" The run passes over the training text about {passes:.0f} times, so the held-out loss also "
+                     "measures how fast each run overfits this small corpus.")
     return text

@@ -145,11 +145,26 @@ def decision_records(results_dir) -> list[dict]:
             for r in load_records(d)]
 
 
-def table(records: list[dict], stage_order: list[str], tolerance: float | None = None):
+def loss_noise(records: list[dict]) -> float:
+    """How far two processes of the same configuration drift apart on the loss gate's own
+    statistic (largest 5-step-average gap after warm-up), the largest over every repeated
+    configuration: GPU kernels with atomics are not bitwise repeatable. 0 when nothing repeated."""
+    runs: dict = {}
+    for r in records:
+        if r.get("status") == "ok" and r.get("variant") in TIMING_VARIANTS and r.get("losses"):
+            runs.setdefault((r["stage"], r["batch_size"]), []).append(r)
+    gaps = [loss_gap(other["losses"], group[0]["losses"], int(group[0].get("warmup_steps") or 0))
+            for group in runs.values() for other in group[1:]]
+    gaps = [g for g in gaps if np.isfinite(g)]
+    return max(gaps) if gaps else 0.0
+
+
+def table(records: list[dict], stage_order: list[str], tolerance: float | None = None, noise: float = 0.0):
     """Tidy table, one row per configuration, in stage order, with the comparisons every
     reader asks for: speedup over FP32 and over the previous stage at the same batch, and the
     final-loss difference from the stage's reference (FP32 for the classic five, the vocab
-    stage for the levers after them) at the same batch."""
+    stage for the levers after them) at the same batch, and the loss gate (loss_gap against the
+    tolerance; `noise` is loss_noise: a gap beyond the tolerance by less is 'within noise')."""
     import pandas as pd
 
     from . import stages
@@ -192,7 +207,9 @@ def table(records: list[dict], stage_order: list[str], tolerance: float | None =
     df["speedup_vs_previous"] = prev
     if tolerance is not None:
         df["loss_within_tolerance"] = pd.Series(
-            [None if pd.isna(g) else bool(g <= tolerance) for g in df["loss_gap"]], dtype=object)
+            [None if pd.isna(g) else bool(g <= tolerance + noise) for g in df["loss_gap"]], dtype=object)
+        df["loss_verdict"] = [None if pd.isna(g) else "within" if g <= tolerance else
+                              "within noise" if g <= tolerance + noise else "beyond" for g in df["loss_gap"]]
     return df.drop(columns="stage_idx")
 
 
@@ -302,7 +319,7 @@ def ranked_configs(records: list[dict], params: dict, eligible=None) -> list[dic
     order = [s for s in params["stages"] if s != "ddp"]
     # Verification reads the matrix only (sweep points have no reference at their batch size).
     df = table([r for r in records if r.get("stage") in order and r.get("variant") is None], order,
-               params["run"]["loss_tolerance"])
+               params["run"]["loss_tolerance"], loss_noise(records))
     verified = verified_stages(df, (order[0],))
     for key, check in parity_checks(records, params["run"]["loss_tolerance"]).items():
         verified[key] = verified.get(key) and check["ok"]  # a long run that left the band: never adopted

@@ -232,3 +232,21 @@ def test_the_parity_learning_rate_warms_up_then_decays_to_a_tenth():
     lrs = [measure.parity_lr(i, 200, 6e-4) for i in range(200)]
     assert lrs[0] == pytest.approx(6e-4 / 50) and lrs[49] == pytest.approx(6e-4)
     assert lrs[-1] == pytest.approx(6e-5) and all(a >= b for a, b in zip(lrs[49:], lrs[50:]))
+
+
+def test_a_loss_gap_just_beyond_the_tolerance_is_within_noise_when_repeats_drift_as_much():
+    """Two processes of one configuration drift apart (GPU kernels are not bitwise repeatable):
+    a lever beyond the tolerance by less than that drift is within noise, not rejected."""
+    params = tiny_params(["fp32", "tf32"], warmup=2, timed=18)
+    ref = [5.0 - 0.05 * i for i in range(20)]
+    lever = [v + (0.12 if 8 <= i <= 12 else 0.0) for i, v in enumerate(ref)]
+    recs = [make_record(params, "fp32", 2, [10.0] * 18, ref), make_record(params, "tf32", 2, [9.0] * 18, lever)]
+    again = {**make_record(params, "fp32", 2, [10.0] * 18, [v + (0.05 if 8 <= i <= 12 else 0.0) for i, v in enumerate(ref)]),
+             "variant": "repeat", "repeat": 1}
+    tol = params["run"]["loss_tolerance"]  # 0.1: the lever's 0.12 is beyond it
+    assert results.loss_noise(recs) == 0.0 and results.loss_noise(recs + [again]) == pytest.approx(0.05)
+    quiet = results.table(recs, ["fp32", "tf32"], tol, results.loss_noise(recs))
+    noisy = results.table(recs, ["fp32", "tf32"], tol, results.loss_noise(recs + [again]))
+    assert quiet.iloc[-1]["loss_verdict"] == "beyond" and noisy.iloc[-1]["loss_verdict"] == "within noise"
+    assert results.best_config(recs, params)["stage"] == "fp32"
+    assert results.best_config(recs + [again], params)["stage"] == "tf32"

@@ -135,3 +135,19 @@ def test_a_result_of_another_workload_is_measured_again_and_never_stands_in(repo
     with pytest.raises(Launched):
         runner.run_stage("fp32", params, report_without_processes)
     assert not results.record_path(report_without_processes / "results", "fp32", 2).exists()
+
+
+def test_one_launcher_serves_every_batch_and_a_dead_one_is_replaced(tmp_path):
+    """PyTorch is imported once per run: later batches reuse the launcher; if it dies, the next
+    batch starts another and still measures."""
+    import signal
+
+    params = tiny_params(batch_sizes=(2,))
+    assert runner.run_stage("fp32", params, tmp_path)[0]["status"] == "ok"
+    first = runner._launcher()[0]
+    assert runner.run_stage("tf32", params, tmp_path)[0]["status"] == "ok"
+    assert runner._launcher()[0] is first
+    first.send_signal(signal.SIGKILL)
+    first.wait()
+    assert runner.run_stage("bf16", params, tmp_path)[0]["status"] == "ok"
+    assert runner._launcher()[0] is not first
