@@ -307,8 +307,7 @@ CHAPTER_TITLES = {"batch_sweep": "Batch-size sweep and recommended configuration
 def chapter_order(stage_keys: list[str]) -> list[str]:
     """The stages' chapters, with the batch sweep after the single-GPU levers: before the
     multi-GPU stage, which replicates the best configuration the sweep may have found."""
-    keys = [k for k in stage_keys if k != "ddp"] + ["batch_sweep"]
-    return keys + (["ddp"] if "ddp" in stage_keys else [])
+    return stages.single_gpu(stage_keys) + ["batch_sweep"] + [k for k in stage_keys if stages.is_multi_gpu(k)]
 
 
 def run_notebooks(report_dir: Path, params: dict, measure: bool, force: bool = False):

@@ -140,7 +140,7 @@ def same_batch_table(reps: dict[str, report.Report]) -> pd.DataFrame:
     with a timing, and each GPU against the first one. The best-over-batches table lets a GPU with
     more memory win by a larger batch; this one holds the batch fixed."""
     names, rows = list(reps), []
-    for key in [k for k in stages.ORDER if k != "ddp" and all(k in rep.stage_order for rep in reps.values())]:
+    for key in [k for k in stages.single_gpu(stages.ORDER) if all(k in rep.stage_order for rep in reps.values())]:
         timed = [reps[n].df[(reps[n].df["stage"] == key) & (reps[n].df["status"] == "ok")] for n in names]
         common = set.intersection(*(set(t["batch_size"]) for t in timed))
         if not common:
@@ -188,12 +188,12 @@ def lever_effects(reps) -> pd.DataFrame:
             # Only against the stage right before it: a report that skipped stages (STAGES=)
             # would otherwise credit one lever with several.
             before = stages.ORDER[stages.ORDER.index(key) - 1]
-            if key != "ddp" and before not in rep.stage_order:
+            if not stages.is_multi_gpu(key) and before not in rep.stage_order:
                 rows.append({"gpu": name, "stage": _lever_label(key), "speedup": np.nan})
                 continue
             ok = rep.df[(rep.df["stage"] == key) & (rep.df["status"] == "ok")]
             # DDP runs at a batch of its own: its lever is the GPU count, against one GPU at that setting
-            vals = ((ok["world_size"] * ok["scaling_efficiency"]) if key == "ddp"
+            vals = ((ok["world_size"] * ok["scaling_efficiency"]) if stages.is_multi_gpu(key)
                     else ok["speedup_vs_previous"]).dropna()
             rows.append({"gpu": name, "stage": _lever_label(key),
                          "speedup": float(np.median(vals)) if len(vals) else np.nan})
@@ -203,7 +203,7 @@ def lever_effects(reps) -> pd.DataFrame:
 
 
 def _lever_label(key: str) -> str:
-    return stages.get(key).title + (" (over the same job on one GPU)" if key == "ddp" else "")
+    return stages.get(key).title + (" (over the same job on one GPU)" if stages.is_multi_gpu(key) else "")
 
 
 def lever_html(reps) -> str:

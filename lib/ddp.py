@@ -33,6 +33,7 @@ def run(job: dict) -> dict | None:
     # compiled backward ends, so the all-reduce does not overlap the backward.
     train = step.build(params, stage, dev, wrap=torch.nn.parallel.DistributedDataParallel)
     model = train.model
+    checksum = model.init_checksum()  # before any step: the same weights as every single-GPU stage
     n_steps = r["warmup_steps"] + 2 * r["timed_steps"]
     # Each rank reads its own slice of the corpus, as a data-parallel job would.
     xs, ys = data.device_batches(params, batch, n_steps, dev, skip=rank * batch * r["seq_len"])
@@ -57,7 +58,7 @@ def run(job: dict) -> dict | None:
     if rank != 0:
         return None
     rec = results.base_record(params, stages.get("ddp"), batch)
-    rec["fingerprint"] = job.get("fingerprint")
+    rec.update(fingerprint=job.get("fingerprint"), init_checksum=checksum)
     results.fill_timing(rec, synced, batch * r["seq_len"] * world)
     slowest_sync = max(float(g[0]) for g in gathered)
     slowest_local = max(float(g[1]) for g in gathered)

@@ -189,7 +189,8 @@ def parity_jobs(params: dict, report_dir) -> list[dict]:
         return []
     key, batch = best["stage"], best["batch_size"]
     ref = stages.get(key).reference
-    fits = [r["batch_size"] for r in recs if r["stage"] == ref and r.get("status") == "ok"]
+    fits = [r["batch_size"] for r in recs if r["stage"] == ref and r.get("status") == "ok"
+            and r.get("variant") in results.TIMING_VARIANTS]  # timed at that batch in one go, not a parity run
     largest = max(fits) if fits else batch
     micro = next(k for k in range(1, batch + 1) if batch % k == 0 and batch // k <= largest)
     # The reference runs twice: how far two runs of the same configuration drift apart (GPU kernels

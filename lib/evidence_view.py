@@ -231,7 +231,7 @@ def compile_vocab_html(rep: Report) -> str:
 def _profiled(rep: Report, batch: int | None = None):
     """{stage: record} with a kernel profile, at one batch size for every stage: the one at
     which most stages have a profile (ties: the larger)."""
-    recs = [r for r in rep.records if r.get("kernel_profile") and r["status"] in OK and r["stage"] != "ddp"]
+    recs = [r for r in rep.records if r.get("kernel_profile") and r["status"] in OK and not stages.is_multi_gpu(r["stage"])]
     if not recs:
         return None, {}
     if batch is None:
@@ -311,7 +311,7 @@ def energy_html(rep: Report) -> str:
     rows, why = [], None
     for r in rep.records:
         e = r.get("energy") or {}
-        if r["status"] not in OK or r["stage"] == "ddp":
+        if r["status"] not in OK or stages.is_multi_gpu(r["stage"]):
             continue
         if not e.get("joules_per_token"):
             why = why or e.get("unavailable")

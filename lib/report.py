@@ -50,7 +50,7 @@ def load(report_dir) -> Report:
     order = params["stages"]
     # DDP runs at whatever batch the best single-GPU configuration had (the sweep's, maybe).
     records = [r for r in records if r["stage"] in order
-               and (r["batch_size"] in params["run"]["batch_sizes"] or r["stage"] == "ddp")]
+               and (r["batch_size"] in params["run"]["batch_sizes"] or stages.is_multi_gpu(r["stage"]))]
     noise = results.loss_noise(results.decision_records(d / "results"))
     df = results.table(records, order, params["run"]["loss_tolerance"], noise)
     return Report(d, params, env, records, df, noise)
@@ -310,7 +310,7 @@ def findings(rep: Report) -> list[str]:
     for line in (fidelity_view.crosscheck_finding(rep), fidelity_view.parity_md(rep) if rec else None):
         if line:
             out.append(line)
-    one_gpu = clean[clean["stage"] != "ddp"]  # DDP's aggregate is several GPUs: its own line below
+    one_gpu = clean[~clean["stage"].map(stages.is_multi_gpu)]  # several GPUs' aggregate: its own line below
     pool = one_gpu if not one_gpu.empty else clean
     best = pool.loc[pool["tokens_per_s"].idxmax()]
     base = clean[clean["stage"] == order[0]]
@@ -327,8 +327,8 @@ def findings(rep: Report) -> list[str]:
     for key in order[1:]:
         st = stages.get(key)
         prev = _speedups(rep, key, "speedup_vs_previous")
-        if key == "ddp" and not ok[ok["stage"] == "ddp"].empty:
-            out.append(_ddp_finding(st, ok[ok["stage"] == "ddp"].iloc[0]))
+        if st.multi_gpu and not ok[ok["stage"] == key].empty:
+            out.append(_ddp_finding(st, ok[ok["stage"] == key].iloc[0]))
             continue
         if prev.empty:
             status = [x.replace("_", " ").replace("oom", "OOM") for x in rep.df[rep.df["stage"] == key]["status"].unique()]
@@ -364,7 +364,7 @@ def _stability(rep: Report) -> str:
 
     ev = evidence.load(rep.dir)
     timed = [r for r in rep.records + ev["sweep"] + ev["repeats"] + ev["variants"]
-             if r.get("status") == "ok" and r.get("cv") is not None and r.get("stage") != "ddp"]
+             if r.get("status") == "ok" and r.get("cv") is not None and not stages.is_multi_gpu(r.get("stage"))]
     noisy = [r for r in timed if r["cv"] > CV_LIMIT]
     if not noisy:
         return (f"Step times are stable: every timed GPU process has CV ≤ {CV_LIMIT * 100:.0f} % "
@@ -420,6 +420,13 @@ def recommendations(rep: Report) -> list[str]:
         st = stages.get(key)
         prev = _speedups(rep, key, "speedup_vs_previous")
         delta = rep.df[rep.df["stage"] == key]["loss_gap"].dropna()
+        multi = rep.ok()[rep.ok()["stage"] == key] if st.multi_gpu else None
+        if multi is not None and not multi.empty:  # judged against one GPU at its own setting, not the stage before
+            r = multi.iloc[0]
+            eff = "" if pd.isna(r["scaling_efficiency"]) else f" at {r['scaling_efficiency'] * 100:.1f} % scaling efficiency"
+            out.append(f"**{st.title}**: adopt to train faster with more GPUs: {int(r['world_size'])} GPUs give "
+                       f"{r['tokens_per_s']:,.0f} tokens/s{eff}.")
+            continue
         if prev.empty:
             out.append(f"**{st.title}**: not measured here, no recommendation.")
             continue
@@ -468,7 +475,7 @@ def _noise_note(rep: Report, key: str) -> str:
     from . import fidelity_view
 
     i = rep.stage_order.index(key)
-    if key == "ddp" or i == 0:
+    if stages.is_multi_gpu(key) or i == 0:
         return ""
     prev = rep.stage_order[i - 1]
     batches = rep.ok()[rep.ok()["stage"] == key]["batch_size"].tolist()
@@ -505,7 +512,7 @@ def stage_summary(rep: Report, key: str) -> str:
     best = ok.loc[ok["tokens_per_s"].idxmax()]
     parts.append(f"Best throughput {best['tokens_per_s']:,.0f} tokens/s at B={best['batch_size']}"
                  + (f" (MFU {best['mfu'] * 100:.1f} % of the {best['peak_precision']} peak)." if not pd.isna(best["mfu"]) else "."))
-    if key == "ddp":
+    if st.multi_gpu:
         r = ok.iloc[0]
         eff = "n/a" if pd.isna(r["scaling_efficiency"]) else f"{r['scaling_efficiency'] * 100:.1f} %"
         parts.append(f"{int(r['world_size'])} GPUs at B={r['batch_size']} per GPU: {r['tokens_per_s']:,.0f} tokens/s "
@@ -645,22 +652,46 @@ def _sorted(rep: Report):
     return sorted(rep.records, key=lambda r: (order[r["stage"]], r["batch_size"]))
 
 
+def _plot_multi_gpu_losses(rep: Report, stage: str):
+    """Rank 0's loss per step next to the single-GPU configuration it replicates, at its batch:
+    rank 0 trains on the same batches, but each update uses every rank's gradients."""
+    plt = _style()
+    fig, ax = plt.subplots(figsize=(6, 2.9))
+    rec = next((r for r in rep.records if r["stage"] == stage and r.get("losses")), None)
+    base = rec and next((r for r in results.decision_records(rep.dir / "results")
+                         if r["stage"] == rec.get("base_stage") and r["batch_size"] == rec["batch_size"]
+                         and r.get("variant") in (None, "batch sweep") and r.get("losses")), None)
+    if rec is None:
+        ax.text(0.5, 0.5, "no multi-GPU loss curve", ha="center", va="center", transform=ax.transAxes, fontsize=8)
+    else:
+        ax.plot(rec["losses"], color="C3", lw=1.0, label=f"rank 0 of {rec['world_size']} GPUs, B={rec['batch_size']} each")
+        if base:
+            ax.plot(base["losses"], color="C0", lw=1.0, label=f"{base['stage_title']} on one GPU, B={base['batch_size']}")
+        ax.axvline(rep.params["run"]["warmup_steps"] - 0.5, color="grey", lw=0.6, ls=":")
+        ax.legend(frameon=False, fontsize=7)
+    ax.set_xlabel("step (dotted: end of warm-up)")
+    ax.set_ylabel("training loss (nats)")
+    fig.tight_layout()
+    return _save(fig, rep, f"losses_{stage}")
+
+
 def plot_losses(rep: Report, stage: str | None = None):
     """Summary: every stage's loss per step. Chapter: this stage's loss minus its reference's
     (FP32, or the vocab stage for the later levers), step by step, with the tolerance band the
     final loss is judged against."""
+    if stage is not None and stages.get(stage).multi_gpu:
+        return _plot_multi_gpu_losses(rep, stage)
     plt = _style()
     batches = rep.params["run"]["batch_sizes"]
     tol = rep.params["run"]["loss_tolerance"]
-    base_key = stages.get(stage).reference if stage not in (None, rep.stage_order[0], "ddp") else rep.stage_order[0]
+    base_key = stages.get(stage).reference if stage not in (None, rep.stage_order[0]) else rep.stage_order[0]
     base_title = stages.get(base_key).title
     fig, axes = plt.subplots(1, len(batches), figsize=(9, 2.9), squeeze=False, sharey=True)
     for ax, b in zip(axes[0], batches):
         base = rep.rec(base_key, b)
         base_losses = np.asarray(base["losses"]) if base and base.get("losses") else None
-        if stage is None or stage in (base_key, "ddp"):
-            keys = (rep.stage_order if stage is None else [base_key] if stage == base_key
-                    else rep.stage_order[max(0, rep.stage_order.index("ddp") - 1):])
+        if stage is None or stage == base_key:
+            keys = rep.stage_order if stage is None else [base_key]
             for key in keys:
                 i = rep.stage_order.index(key)
                 rec = rep.rec(key, b)

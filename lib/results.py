@@ -10,6 +10,8 @@ from pathlib import Path
 
 import numpy as np
 
+from . import stages
+
 SCHEMA_VERSION = 1
 DONE_PREFIX = "@@done "  # the measurement launcher's one line per finished configuration, on its stdout
 BATCH_DONE = "@@batch-done"  # ... and its line when every job of a batch has been handled
@@ -38,9 +40,9 @@ def short_hash(obj) -> str:
 
 
 def fingerprint(params: dict, env: dict, stage, batch: int) -> str:
-    import dataclasses
-
-    return short_hash({"setup": setup_key(params, env), "stage": dataclasses.asdict(stage), "batch_size": batch})
+    """What a measurement depends on: the workload, the machine, the stage's switches (not its
+    prose: fixing a title re-measures nothing) and the batch size."""
+    return short_hash({"setup": setup_key(params, env), "stage": stage.identity(), "batch_size": batch})
 
 
 def base_record(params: dict, stage, batch: int) -> dict:
@@ -167,8 +169,6 @@ def table(records: list[dict], stage_order: list[str], tolerance: float | None =
     tolerance; `noise` is loss_noise: a gap beyond the tolerance by less is 'within noise')."""
     import pandas as pd
 
-    from . import stages
-
     cols = ["stage", "stage_title", "batch_size", "status", "reason", "median_ms", "p10_ms", "p90_ms",
             "cv", "tokens_per_s", "mfu", "peak_precision", "achieved_tflops", "mem_tensors_bytes",
             "mem_allocator_bytes", "mem_device_bytes", "final_loss", "sdpa_backend", "world_size",
@@ -190,14 +190,14 @@ def table(records: list[dict], stage_order: list[str], tolerance: float | None =
     df["loss_ref"] = [stages.get(s).reference if s in stages.STAGES else stage_order[0] for s in df["stage"]]
     # The multi-GPU stage trains with a larger global batch, so its loss is no one's to compare.
     df["loss_delta"] = [
-        f - losses[(ref, b)] if s != "ddp" and s != ref and f is not None and not pd.isna(f)
+        f - losses[(ref, b)] if not stages.is_multi_gpu(s) and s != ref and f is not None and not pd.isna(f)
         and losses.get((ref, b)) is not None and not pd.isna(losses[(ref, b)]) else np.nan
         for s, b, f, ref in zip(df["stage"], df["batch_size"], df["final_loss"], df["loss_ref"])]
     # The loss gate: every step after warm-up, not only the final window (see loss_gap).
     curves = {(r["stage"], r["batch_size"]): r.get("losses") for r in records
               if r.get("status") in ("ok", "diverged") and r.get("variant") is None}
     df["loss_gap"] = [
-        loss_gap(curves.get((s, b)), curves.get((ref, b)), int(w or 0)) if s != "ddp" and s != ref else np.nan
+        loss_gap(curves.get((s, b)), curves.get((ref, b)), int(w or 0)) if not stages.is_multi_gpu(s) and s != ref else np.nan
         for s, b, ref, w in zip(df["stage"], df["batch_size"], df["loss_ref"], df["warmup_steps"])]
     prev = []
     for i, row in df.iterrows():
@@ -243,8 +243,6 @@ def parity_checks(records: list[dict], tolerance: float) -> dict:
     reference runs twice (GPU kernels with atomics are not bitwise repeatable, so two runs drift
     apart): the lever passes when its loss never leaves the envelope of the reference's runs by
     more than the tolerance (5-step average, every step), nor its held-out loss their range."""
-    from . import stages
-
     runs = {(r["stage"], r["batch_size"], r.get("replicate", 0)): r for r in records
             if r.get("kind") == "parity" and r.get("status") == "ok"}
     out = {}
@@ -274,7 +272,7 @@ def throughputs(records: list[dict]) -> dict:
     """(stage, batch) -> tokens/s of every process that timed it (matrix, sweep, repeats)."""
     out: dict = {}
     for r in records:
-        if r.get("status") == "ok" and r.get("variant") in TIMING_VARIANTS and r.get("stage") != "ddp":
+        if r.get("status") == "ok" and r.get("variant") in TIMING_VARIANTS and not stages.is_multi_gpu(r.get("stage")):
             out.setdefault((r["stage"], r["batch_size"]), []).append(r["tokens_per_s"])
     return out
 
@@ -312,11 +310,11 @@ def ranked_configs(records: list[dict], params: dict, eligible=None) -> list[dic
     median over every process that timed them. Batch size is not a numerical lever: a stage
     verified at some batch sizes is trusted at the others. `eligible(record)`, if given,
     further limits the candidates (not the verification)."""
-    single = [r for r in records if r.get("stage") != "ddp" and r.get("status") == "ok"
+    single = [r for r in records if not stages.is_multi_gpu(r.get("stage")) and r.get("status") == "ok"
               and r.get("variant") in (None, "batch sweep") and (eligible is None or eligible(r))]
     if not single:
         return []
-    order = [s for s in params["stages"] if s != "ddp"]
+    order = stages.single_gpu(params["stages"])
     # Verification reads the matrix only (sweep points have no reference at their batch size).
     df = table([r for r in records if r.get("stage") in order and r.get("variant") is None], order,
                params["run"]["loss_tolerance"], loss_noise(records))

@@ -100,7 +100,7 @@ def run_stage(stage_key: str, params: dict, report_dir, timeout_s: float = 1800,
     the stage's results) run in the same launcher: one PyTorch import instead of two."""
     if faults.get(stage_key) == "stage-raise":
         raise RuntimeError(f"injected fault: stage {stage_key} raised before measuring")
-    if stage_key == "ddp":
+    if stages.get(stage_key).multi_gpu:
         return [run_ddp(params, report_dir, timeout_s=timeout_s, force=force)]
     jobs = stage_jobs(stage_key, params, report_dir)
     recs = measure_jobs(jobs + list(extra_jobs), environment(report_dir), timeout_s=timeout_s, force=force)
@@ -266,7 +266,7 @@ def run_ddp(params: dict, report_dir, nproc: int | None = None, timeout_s: float
     roomy = lambda r: not total or (r.get("mem_device_bytes") or 0) < DDP_MEMORY_SHARE * total  # noqa: E731
     best = results.best_config(decided, params, eligible=roomy)
     if best is None:  # nothing verified (a report without the baseline): the fastest that ran
-        ran = [r for r in decided if r.get("variant") is None and r.get("status") == "ok" and r.get("stage") != "ddp" and roomy(r)]
+        ran = [r for r in decided if r.get("variant") is None and r.get("status") == "ok" and not stages.is_multi_gpu(r.get("stage")) and roomy(r)]
         best = max(ran, key=lambda r: r["tokens_per_s"]) if ran else None
     base_key = best["stage"] if best else "vocab"
     batch = best["batch_size"] if best else params["run"]["batch_sizes"][0]

@@ -1,8 +1,16 @@
 """The stage registry: *what* each stage changes. Stages are cumulative: each one keeps every
-switch of the stages before it and adds one lever. How a stage is timed lives in measure.py."""
+switch of the stages before it and adds one lever. How a stage's switches are applied lives in
+step.py (the one training-step core); how a stage is timed in measure.py.
+
+A stage is data in three parts: its switches (what a measurement depends on, and all that its
+fingerprint covers), where it can run (backends, compute capability, devices), and its prose
+(title, lever, the code switch shown in the report), which can change without re-measuring."""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+
+SWITCHES = ("tf32", "autocast", "attention", "padded_vocab", "fused_adamw", "compile", "fp8", "devices")
+ALL_BACKENDS = ("cuda", "rocm", "mps", "cpu")
 
 
 @dataclass(frozen=True)
@@ -10,6 +18,8 @@ class Stage:
     key: str
     title: str
     lever: str              # one line: what this stage adds to the previous one
+    switch: str = ""        # the code this stage adds, shown in the chapter and the appendix
+    # --- switches: step.build applies them
     tf32: bool = False      # torch.set_float32_matmul_precision("high")
     autocast: str | None = None  # autocast dtype name, or None for fp32 math
     attention: str = "naive"
@@ -17,26 +27,37 @@ class Stage:
     fused_adamw: bool = False   # AdamW(fused=True): one kernel per step for all parameters
     compile: bool = False   # torch.compile(model), inductor's default mode
     fp8: bool = False       # the blocks' Linear layers run FP8 GEMMs (lib/fp8.py)
+    devices: str = "one"    # "one" GPU, or "all" of the host's, data parallel (runner.run_ddp)
+    # --- what the report compares it with
     peak: str = "fp32"      # which datasheet peak MFU is quoted against
     reference: str = "fp32"  # the stage whose loss this one must stay within tolerance of
-    switch: str = ""        # the code this stage adds, shown in the appendix
+    # --- where it can run
+    backends: tuple = ALL_BACKENDS
+    min_capability: tuple | None = None  # NVIDIA compute capability it needs (CUDA only)
+    min_devices: int = 1
+    needs: str = ""         # what it needs, in words, for the 'not applicable' reason
+
+    @property
+    def multi_gpu(self) -> bool:
+        return self.devices == "all"
+
+    def identity(self) -> dict:
+        """What a measurement of this stage depends on: its key and switches (and the peak its MFU
+        is computed against). Titles and prose are not part of it."""
+        return {"key": self.key, "peak": self.peak, **{s: getattr(self, s) for s in SWITCHES}}
 
     def not_applicable(self, device: dict) -> str | None:
         """Why this stage cannot run on `device` (a detect() record), or None if it can."""
         backend = device.get("backend")
-        if self.key == "tf32" and backend in ("cuda", "rocm"):
-            if backend == "cuda" and tuple(device.get("capability", (0, 0))) < (8, 0):
-                return "TF32 tensor cores need compute capability 8.0 (Ampere) or newer"
-        if self.key == "tf32" and backend == "mps":
-            return "TF32 is an NVIDIA/AMD tensor-core mode; Apple GPUs have no equivalent"
-        if self.fp8 and (backend != "cuda" or tuple(device.get("capability", (0, 0))) < (8, 9)):
-            where = f"compute capability {'.'.join(map(str, device['capability']))}" \
-                if backend == "cuda" and device.get("capability") else f"the {backend} backend"
-            return f"FP8 tensor-core GEMMs need an NVIDIA GPU of compute capability 8.9 or newer (Ada, Hopper, " \
-                   f"Blackwell); this device has {where}"
-        if self.key == "ddp" and (backend not in ("cuda", "rocm") or device.get("count", 1) < 2):
-            return f"one {'GPU' if backend in ('cuda', 'rocm') else backend.upper() + ' device'} on this host: " \
-                   "data parallelism needs two or more GPUs"
+        capability = tuple(device.get("capability") or ())
+        if backend not in self.backends:
+            return f"{self.title} needs {self.needs}; this device has the {backend} backend"
+        if self.min_capability and backend == "cuda" and capability and capability < tuple(self.min_capability):
+            return (f"{self.title} needs {self.needs}; this device has compute capability "
+                    f"{'.'.join(map(str, capability))}")
+        if device.get("count", 1) < self.min_devices:
+            what = "GPU" if backend in ("cuda", "rocm") else f"{backend.upper()} device"
+            return f"one {what} on this host: {self.title} needs {self.needs}"
         return None
 
 
@@ -44,10 +65,11 @@ def _cumulative() -> list[Stage]:
     fp32 = Stage("fp32", "FP32 baseline", "fp32 storage and math, naive attention, vocab 50257",
                  switch='torch.set_float32_matmul_precision("highest")  # TF32 off: IEEE fp32 GEMMs')
     tf32 = replace(fp32, key="tf32", title="TF32", lever="fp32 GEMMs run on TF32 tensor cores",
-                   tf32=True, peak="tf32",
+                   tf32=True, peak="tf32", backends=("cuda", "rocm", "cpu"), min_capability=(8, 0),
+                   needs="TF32 tensor cores (NVIDIA compute capability 8.0 or newer; Apple GPUs have no equivalent)",
                    switch='torch.set_float32_matmul_precision("high")  # allow TF32 in fp32 GEMMs')
     bf16 = replace(tf32, key="bf16", title="BF16 autocast", lever="forward/backward math in bfloat16",
-                   autocast="bfloat16", peak="bf16",
+                   autocast="bfloat16", peak="bf16", backends=ALL_BACKENDS, min_capability=None, needs="",
                    switch="with torch.autocast(device_type, dtype=torch.bfloat16):\n"
                           "    logits, loss = model(x, y)")
     flash = replace(bf16, key="flash", title="Flash attention (SDPA)",
@@ -70,11 +92,16 @@ def _cumulative() -> list[Stage]:
     fp8 = replace(compiled, key="fp8", title="FP8 linear layers",
                   lever="the blocks' Linear layers run FP8 GEMMs with per-tensor dynamic scales",
                   fp8=True,  # MFU stays quoted against the bf16 peak: the bar the recommendation must clear
+                  backends=("cuda",), min_capability=(8, 9),
+                  needs="FP8 tensor-core GEMMs: an NVIDIA GPU of compute capability 8.9 or newer (Ada, Hopper, "
+                        "Blackwell)",
                   switch="fp8.convert_linears(model.transformer.h)  # lib/fp8.py: e4m3 forward, e5m2 gradients")
     # DDP runs whichever single-GPU configuration measured fastest (runner.run_ddp); its own
     # switches here only describe it.
     ddp = replace(vocab, key="ddp", reference="vocab", title="DDP across the host's GPUs",
                   lever="data parallel over every GPU with torchrun, the per-GPU batch fixed",
+                  devices="all", backends=("cuda", "rocm"), min_devices=2,
+                  needs="two or more GPUs (data parallelism)",
                   switch="model = DistributedDataParallel(model)  # torchrun --nproc_per_node=<GPUs>")
     return [fp32, tf32, bf16, flash, vocab, fused, compiled, fp8, ddp]
 
@@ -87,3 +114,13 @@ def get(key: str) -> Stage:
     if key not in STAGES:
         raise KeyError(f"unknown stage {key!r}; stages are: {', '.join(ORDER)}")
     return STAGES[key]
+
+
+def is_multi_gpu(key: str | None) -> bool:
+    """Whether the stage `key` runs over several GPUs (its records hold an aggregate of them)."""
+    return key in STAGES and STAGES[key].multi_gpu
+
+
+def single_gpu(keys) -> list[str]:
+    """The keys of `keys` whose stage runs on one device."""
+    return [k for k in keys if not is_multi_gpu(k)]

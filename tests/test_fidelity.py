@@ -250,3 +250,22 @@ def test_a_loss_gap_just_beyond_the_tolerance_is_within_noise_when_repeats_drift
     assert quiet.iloc[-1]["loss_verdict"] == "beyond" and noisy.iloc[-1]["loss_verdict"] == "within noise"
     assert results.best_config(recs, params)["stage"] == "fp32"
     assert results.best_config(recs + [again], params)["stage"] == "tf32"
+
+
+def test_a_resumed_parity_plan_keeps_the_references_micro_batches(tmp_path):
+    """The reference's own parity run at the large batch must not count as 'it fits in one go'."""
+    from conftest import write_report_dir
+
+    from lib import evidence
+
+    params = tiny_params(["fp32", "tf32"], batch_sizes=(2, 4))
+    losses = [5.0 - 0.01 * i for i in range(6)]
+    recs = [make_record(params, "fp32", 2, [10.0] * 5, losses), make_record(params, "fp32", 4, status="oom", reason="x"),
+            make_record(params, "tf32", 2, [5.0] * 5, losses), make_record(params, "tf32", 4, [8.0] * 5, losses)]
+    report_dir = write_report_dir(tmp_path / "cpu", params, recs)
+    plan = {j["stage"]: j["micro_steps"] for j in evidence.parity_jobs(params, report_dir)}
+    assert plan == {"tf32": 1, "fp32": 2}
+    done = {**make_record(params, "fp32", 4, [1.0] * 5, losses), "kind": "parity", "variant": "parity", "steps": 6,
+            "held_out_loss": 4.0, "micro_steps": 2}
+    results.write_atomic(report_dir / "results" / "parity" / "fp32__b4.json", done)
+    assert {j["stage"]: j["micro_steps"] for j in evidence.parity_jobs(params, report_dir)} == plan

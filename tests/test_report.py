@@ -179,6 +179,42 @@ def test_ddp_is_judged_against_one_gpu_at_its_own_setting(tmp_path):
     assert "scaling efficiency 90.0 %" in text
 
 
+def _ddp_row(params):
+    rec = make_record(params, "ddp", 4, [BASE_MS] * 5, [v - 0.1 for v in LOSSES])
+    rec["tokens_per_s"] *= 2
+    rec.update(world_size=2, base_stage="tf32", single_gpu_tokens_per_s=rec["tokens_per_s"] / 1.9,
+               scaling_efficiency=0.95, allreduce_share=0.03, init_checksum="same")
+    return rec
+
+
+def test_a_measured_ddp_row_gets_a_recommendation_not_not_measured(tmp_path):
+    rep = build(tmp_path, tf32_ms=BASE_MS / 2, stage_keys=("fp32", "tf32", "ddp"), extra=lambda p: [_ddp_row(p)])
+    line = recommendation_for(rep, "DDP across the host's GPUs")
+    assert "not measured" not in line and "2 GPUs" in line and "95.0 %" in line
+
+
+def test_the_ddp_loss_chart_plots_rank_0_next_to_the_configuration_it_replicates(tmp_path, agg_backend):
+    rep = build(tmp_path, tf32_ms=BASE_MS / 2, stage_keys=("fp32", "tf32", "ddp"), extra=lambda p: [_ddp_row(p)])
+    fig = report.plot_losses(rep, "ddp")
+    lines = {ln.get_label(): list(ln.get_ydata()) for ax in fig.axes for ln in ax.get_lines() if ln.get_label()[0] != "_"}
+    assert set(lines) == {"rank 0 of 2 GPUs, B=4 each", "TF32 on one GPU, B=4"}
+    assert lines["rank 0 of 2 GPUs, B=4 each"] == pytest.approx([v - 0.1 for v in LOSSES])
+
+
+def test_ddp_rows_take_part_in_the_initial_weight_check(tmp_path):
+    def rows(params):
+        out = [_ddp_row(params)]
+        for b in BATCHES:
+            for key in ("fp32", "tf32"):
+                rec = make_record(params, key, b, [BASE_MS] * 5, LOSSES)
+                rec["init_checksum"] = "same"
+                out.append(rec)
+        return out
+
+    rep = build(tmp_path, stage_keys=("fp32", "tf32", "ddp"), extra=rows)
+    assert "identical for every stage" in report.method_md(rep)
+
+
 # ---------------------------------------------------------------- what the chapters show
 
 

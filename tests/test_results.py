@@ -238,3 +238,15 @@ def test_fingerprint_ignores_report_settings(cpu_params):
     other["run"]["loss_tolerance"] = 1.0
     other["run"]["batch_sizes"] = [2, 64]
     assert fp(other) == fp(cpu_params)
+
+
+def test_fingerprint_covers_a_stages_switches_not_its_prose(cpu_params):
+    """Fixing a stage's title or its code text must not re-measure it; a switch must."""
+    import dataclasses
+
+    stage = stages.get("vocab")
+    base = results.fingerprint(cpu_params, ENV, stage, 2)
+    reworded = dataclasses.replace(stage, title="Another title", lever="other words", switch="# other code")
+    assert results.fingerprint(cpu_params, ENV, reworded, 2) == base
+    for switch, value in (("padded_vocab", False), ("attention", "naive"), ("compile", True), ("devices", "all")):
+        assert results.fingerprint(cpu_params, ENV, dataclasses.replace(stage, **{switch: value}), 2) != base, switch
