@@ -1,13 +1,5 @@
 # gpt2-levers: what each optimisation lever buys when training GPT-2 on *your* GPU.
-#
-#   make report [GPU=h100] [BATCHES="16 32"] [FORCE=1]      measure + reports/<gpu>/report.{html,pdf}
-#   make test                                               the test suite (runs the CPU pipeline)
-#   make lab                                                JupyterLab on notebooks/
-#   make report GPU=h100 MEASURE_ONLY=1                     measure only (a busy GPU host), render later
-#   make report STAGES="fp32 vocab ddp"                      a subset of the stages (first = baseline)
-#   make render GPU=h100                                    redraw a report from its results
-#   make compare GPUS="h100 h200"                           one report across GPUs
-#   make wheelhouse [WHEEL_PYTHON=3.12]                     wheels for an offline GPU host
+# `make help` lists the targets (the `## ` text after each one) and the options of `make report`.
 #
 # Setup happens on first use and is skipped when done. Two environment modes:
 #   venv     (default) .venv/ with requirements.txt, PyTorch included
@@ -35,10 +27,30 @@ PIP_QUIET := 2> >(grep -v "is ignored: it is neither a file nor a directory" >&2
 HOST_IMPORTS := numpy tiktoken pandas matplotlib yaml papermill nbformat nbconvert ipykernel pytest
 
 .PHONY: help setup report test lab wheelhouse pdf render compare clean
-help:
-	@sed -n '2,9p' Makefile | sed 's/^# \{0,1\}//'
+help:  ## this list
+	@grep -E '^[a-z]+:.*## ' $(firstword $(MAKEFILE_LIST)) | sed -E 's/^([a-z]+):.*## /  make \1\t/' | expand -t 16
+	@echo "options of make report: GPU=h100 BATCHES=\"16 32\" STAGES=\"fp32 vocab ddp\" MEASURE_ONLY=1 FORCE=1 OVERRIDE=1 REPORTS=dir"
 
-setup: $(SETUP_STAMP)
+# A bad input of `make report` (profile, batch sizes, stages, reports folder) stops make itself,
+# so its one-line reason is the last thing printed (a failing recipe would add make's own
+# "Error 2" line after it). Checked once the environment exists; the CLI checks again anyway.
+ifneq ($(filter report,$(MAKECMDGOALS)),)
+ifneq ($(wildcard $(SETUP_STAMP)),)
+# make 4.3 passes no command-line variable to $(shell), and no value may go through a shell line:
+# the values travel in a file that only Python reads.
+INPUT_FILE := $(shell mktemp)
+$(file >$(INPUT_FILE),GPU=$(GPU))
+$(file >>$(INPUT_FILE),BATCHES=$(BATCHES))
+$(file >>$(INPUT_FILE),STAGES=$(STAGES))
+$(file >>$(INPUT_FILE),REPORTS=$(REPORTS))
+INPUT_ERROR := $(shell $(PY) -m lib.cli check $(INPUT_FILE) 2>/dev/null; rm -f $(INPUT_FILE))
+ifneq ($(INPUT_ERROR),)
+$(error $(INPUT_ERROR))
+endif
+endif
+endif
+
+setup: $(SETUP_STAMP)  ## create the environment and fetch the data (every target does this first)
 	@$(PY) -m lib.data
 
 .venv/.stamp: requirements.txt
@@ -63,22 +75,23 @@ setup: $(SETUP_STAMP)
 	PYTHONPATH=.deps $(PYTHON) -c "import $(shell echo $(HOST_IMPORTS) | tr ' ' ',')" || exit 1; \
 	touch $@ && echo "setup: packages ready in $$((SECONDS - start)) s"
 
-report: setup
-	@start=$$SECONDS; $(PY) -m lib.cli report; rc=$$?; echo "run phase: $$((SECONDS - start)) s"; exit $$rc
+report: setup  ## measure and render reports/<gpu>/report.{html,pdf} (options below)
+	@start=$$SECONDS; $(PY) -m lib.cli report; rc=$$?; \
+	[ $$rc = 2 ] || echo "run phase: $$((SECONDS - start)) s"; exit $$rc
 
-pdf: setup
+pdf: setup  ## render report.pdf from an existing report.html [GPU=]
 	@$(PY) -m lib.cli pdf
 
-render: setup
+render: setup  ## redraw a report from its results, measuring nothing [GPU=]
 	@$(PY) -m lib.cli render
 
-compare: setup
+compare: setup  ## one report across GPUs from existing reports [GPUS="h100 h200"]
 	@$(PY) -m lib.cli compare
 
-test: setup
+test: setup  ## the test suite (the whole pipeline on the CPU default)
 	@$(PY) -m pytest -q tests
 
-lab: setup
+lab: setup  ## JupyterLab on notebooks/
 	@$(PY) -c "import jupyterlab" 2>/dev/null || { \
 	  if [ "$(ENV_MODE)" = existing ]; then $(PYTHON) -m pip install --quiet --target .deps jupyterlab $(PIP_QUIET); \
 	  else .venv/bin/python -m pip install --quiet jupyterlab $(PIP_QUIET); fi; }
@@ -89,7 +102,7 @@ lab: setup
 # 'name==version' lines, e.g. the host's `pip freeze`> leaves out what the host already has.
 WHEEL_PYTHON ?= 3.12
 WHEEL_PLATFORMS ?= manylinux_2_28_x86_64 manylinux_2_27_x86_64 manylinux_2_17_x86_64 manylinux2014_x86_64 manylinux1_x86_64 linux_x86_64 any
-wheelhouse:
+wheelhouse:  ## wheels for an offline GPU host [WHEEL_PYTHON=3.12 HOST_FREEZE=freeze.txt]
 	@rm -rf wheelhouse && mkdir -p wheelhouse
 	$(PYTHON) -m pip download --quiet --only-binary=:all: --python-version $(WHEEL_PYTHON) --implementation cp \
 	  $(foreach p,$(WHEEL_PLATFORMS),--platform $(p)) -d wheelhouse -r requirements-host.txt $(PIP_QUIET)
@@ -98,5 +111,5 @@ wheelhouse:
 	 else echo "wheelhouse: no apt-get here, so no PDF libraries for hosts without Pango"; fi
 	@echo "wheelhouse: $$(ls wheelhouse | wc -l) wheels, $$(du -sh wheelhouse | cut -f1); copy it next to the Makefile on the GPU host"
 
-clean:
+clean:  ## remove .venv, .deps and reports/lab
 	rm -rf .venv .deps reports/lab

@@ -9,7 +9,9 @@ import numpy as np
 import pandas as pd
 import yaml
 
-CLAIMS = Path(__file__).resolve().parent.parent / "params" / "claims.yaml"
+from .paths import PARAMS
+
+CLAIMS = PARAMS / "claims.yaml"
 LAYERS = {"tensors": "mem_tensors_bytes", "allocator": "mem_allocator_bytes", "device": "mem_device_bytes"}
 METRICS = ("speedup", "time_change", "memory_change", "kernels")
 

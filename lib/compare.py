@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from . import config, report, stages
-from .runner import ROOT
+from .paths import ROOT
 
 SKEW_KEYS = [("torch", "PyTorch"), ("cuda", "CUDA"), ("cublas", "cuBLAS(Lt)"), ("cudnn", "cuDNN"),
              ("driver", "Driver"), ("python", "Python")]

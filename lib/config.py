@@ -12,8 +12,8 @@ import yaml
 
 from . import results
 
-ROOT = Path(__file__).resolve().parent.parent
-PARAMS_DIR = ROOT / "params"
+from .paths import PARAMS as PARAMS_DIR
+from .paths import ROOT
 NAME_RE = re.compile(r"^[a-z0-9_-]+$")
 
 # The schema: section -> {key: type}. Anything else in a YAML file is an error, so a typo
@@ -38,6 +38,22 @@ MIN_TIMED_STEPS = 5  # fewer cannot give a meaningful p10/p90
 
 class ConfigError(ValueError):
     pass
+
+
+class UsageError(ConfigError):
+    """A bad input that is not in a params file: a device that does not fit, a busy or unwritable
+    reports folder, a missing report. Shown like a ConfigError: one line, exit code 2."""
+
+
+def check_profile(name: str) -> str:
+    check_name(name)
+    if name not in profiles():
+        raise ConfigError(f"unknown GPU profile {name!r} (profiles: {', '.join(profiles())})")
+    return name
+
+
+def profile_backend(name: str) -> str | None:
+    return _read(PARAMS_DIR / f"{check_profile(name)}.yaml").get("backend")
 
 
 def profiles() -> list[str]:

@@ -21,7 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
+from .paths import ROOT
+
 DATA_DIR = Path(os.environ.get("GPT2_LEVERS_DATA", ROOT / "data"))
 
 # tiktoken's own expected hash for r50k_base (the GPT-2 encoding).

@@ -21,12 +21,13 @@ import dataclasses
 from pathlib import Path
 
 from . import kernel_profile, results, runner, stages
+from .paths import resolve
 
 KINDS = ("seq", "gemm", "variants", "sweep", "repeats", "crosscheck", "parity")
 
 
 def _dir(report_dir, kind: str) -> Path:
-    return runner.resolve(report_dir) / "results" / kind
+    return resolve(report_dir) / "results" / kind
 
 
 def _job(params, env, stage_key, batch, out, **extra) -> dict:
@@ -76,7 +77,7 @@ def vocab_under_compile(params: dict, report_dir, force: bool = False) -> dict |
     compile stage measured (the cheapest compilation), so the chapter can set padded against
     unpadded under compile."""
     env = runner.environment(report_dir)
-    done = [r for r in results.load_records(runner.resolve(report_dir) / "results")
+    done = [r for r in results.load_records(resolve(report_dir) / "results")
             if r["stage"] == "compile" and r["status"] == "ok"]
     if not done:
         return None
@@ -90,7 +91,7 @@ def batch_sweep(params: dict, report_dir, force: bool = False) -> list[dict]:
     """The fastest verified single-GPU stage at every batch size of evidence.sweep_batch_sizes,
     in ascending order until the first that runs out of memory. Batch sizes the stage already
     measured are taken from the matrix, not measured twice."""
-    report_dir = runner.resolve(report_dir)
+    report_dir = resolve(report_dir)
     env = runner.environment(report_dir)
     matrix = results.load_records(report_dir / "results")
     best = results.best_config(matrix, params)
@@ -125,7 +126,7 @@ def repeat_configs(params: dict, report_dir) -> list[tuple[str, int]]:
     size where both ran."""
     from . import claims  # imported here: pandas and the claims file are only needed now
 
-    recs = results.decision_records(runner.resolve(report_dir) / "results")
+    recs = results.decision_records(resolve(report_dir) / "results")
     chosen = [(r["stage"], r["batch_size"]) for r in results.ranked_configs(recs, params)[:2]]
     ok = {(r["stage"], r["batch_size"]) for r in recs if r.get("status") == "ok" and r.get("variant") is None}
     for stage, versus in claims.timed_pairs(params["name"]):
@@ -183,7 +184,7 @@ def parity_jobs(params: dict, report_dir) -> list[dict]:
     of memory at that batch in the matrix, it accumulates gradients over micro-batches that fit
     (the same update)."""
     env, ev = runner.environment(report_dir), params["evidence"]
-    recs = results.decision_records(runner.resolve(report_dir) / "results")
+    recs = results.decision_records(resolve(report_dir) / "results")
     best = results.best_config(recs, params)
     if best is None or stages.get(best["stage"]).reference == best["stage"]:
         return []
@@ -207,11 +208,16 @@ def parity_jobs(params: dict, report_dir) -> list[dict]:
 
 def measure_chapter(key: str, params: dict, report_dir, force: bool = False):
     """Everything one chapter measures: its stage's configurations and the evidence behind its
-    explanation. The chapter notebooks call this, and so does `make report MEASURE_ONLY=1`."""
+    explanation. `make report` calls this for every chapter before it draws them; a notebook run by
+    hand calls it for its own. The report's params.json is the CLI's (written before measuring);
+    a folder measured by hand gets the params of its first measurement."""
+    params_file = resolve(report_dir) / "params.json"
+    if not params_file.exists():
+        results.write_atomic(params_file, params)
     if key == "batch_sweep":  # then what the recommendation rests on: repeats, cross-check, parity
         swept = batch_sweep(params, report_dir, force=force)
         repeats(params, report_dir, force=force)
-        best = results.best_config(results.decision_records(runner.resolve(report_dir) / "results"), params)
+        best = results.best_config(results.decision_records(resolve(report_dir) / "results"), params)
         if best:
             jobs = crosscheck_jobs(params, report_dir, [(best["stage"], best["batch_size"])]) + parity_jobs(params, report_dir)
             runner.measure_jobs(jobs, runner.environment(report_dir), force=force)
@@ -231,7 +237,7 @@ def measure_chapter(key: str, params: dict, report_dir, force: bool = False):
 def load(report_dir) -> dict:
     """Every evidence record of a report: {"seq": [...], "gemm": record or None,
     "variants": [...], "sweep": [...]}; missing kinds are empty."""
-    base = runner.resolve(report_dir) / "results"
+    base = resolve(report_dir) / "results"
     out = {}
     for kind in KINDS:  # each kind's records; the GEMM sweep is one record
         recs = [kernel_profile.current(r) for r in results.load_records(base / kind)]

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import nbformat
 
-ROOT = Path(__file__).resolve().parent.parent
+from .paths import ROOT
+
 CSS = Path(__file__).with_name("report.css")
 HIDDEN_TAGS = {"parameters", "injected-parameters", "report-hide"}
 WALL_TIME_TOKEN = "@@WALL_TIME@@"  # the summary prints this; filled in once the total is known

@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from . import data, kernel_profile, results, stages
-from .runner import resolve
+from .paths import resolve
 
 GiB = 2**30
 CV_LIMIT = 0.02  # step-time spread above this on a GPU is called out
@@ -539,6 +539,11 @@ def _short(reason) -> str:
     text = str(reason or "")
     parts = text.split(". ")
     return ". ".join(parts[:2]).rstrip(".") + "."
+
+
+def switch_md(key: str) -> str:
+    """A chapter's "the switch" block, from its stage entry."""
+    return f"#### The switch\n\n```python\n{stages.get(key).switch}\n```"
 
 
 def appendix_md(rep: Report) -> str:

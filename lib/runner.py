@@ -14,14 +14,9 @@ import time
 from pathlib import Path
 
 from . import faults, results, stages
+from .paths import ROOT, resolve
 
-ROOT = Path(__file__).resolve().parent.parent
 DDP_MEMORY_SHARE = 0.85  # the DDP stage replicates only configurations that left this much headroom
-
-
-def resolve(report_dir) -> Path:
-    p = Path(report_dir)
-    return p if p.is_absolute() else ROOT / p
 
 
 def capture_environment() -> dict:
@@ -111,7 +106,6 @@ def stage_jobs(stage_key: str, params: dict, report_dir) -> list[dict]:
     """The stage's configuration at every batch size, as measurement jobs."""
     report_dir = resolve(report_dir)
     env = environment(report_dir)
-    results.write_atomic(report_dir / "params.json", params)  # what the summary reads back
     stage = stages.get(stage_key)
     skipped = (params.get("skip") or {}).get(stage_key)
     return [{"params": params, "stage": stage_key, "batch_size": batch,

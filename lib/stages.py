@@ -19,6 +19,7 @@ class Stage:
     title: str
     lever: str              # one line: what this stage adds to the previous one
     switch: str = ""        # the code this stage adds, shown in the chapter and the appendix
+    notebook: str = ""      # its chapter, in notebooks/ (lib/chapters.py checks that it exists)
     # --- switches: step.build applies them
     tf32: bool = False      # torch.set_float32_matmul_precision("high")
     autocast: str | None = None  # autocast dtype name, or None for fp32 math
@@ -62,34 +63,34 @@ class Stage:
 
 
 def _cumulative() -> list[Stage]:
-    fp32 = Stage("fp32", "FP32 baseline", "fp32 storage and math, naive attention, vocab 50257",
+    fp32 = Stage("fp32", "FP32 baseline", "fp32 storage and math, naive attention, vocab 50257", notebook="01_fp32.ipynb",
                  switch='torch.set_float32_matmul_precision("highest")  # TF32 off: IEEE fp32 GEMMs')
-    tf32 = replace(fp32, key="tf32", title="TF32", lever="fp32 GEMMs run on TF32 tensor cores",
+    tf32 = replace(fp32, key="tf32", title="TF32", notebook="02_tf32.ipynb", lever="fp32 GEMMs run on TF32 tensor cores",
                    tf32=True, peak="tf32", backends=("cuda", "rocm", "cpu"), min_capability=(8, 0),
                    needs="TF32 tensor cores (NVIDIA compute capability 8.0 or newer; Apple GPUs have no equivalent)",
                    switch='torch.set_float32_matmul_precision("high")  # allow TF32 in fp32 GEMMs')
-    bf16 = replace(tf32, key="bf16", title="BF16 autocast", lever="forward/backward math in bfloat16",
+    bf16 = replace(tf32, key="bf16", title="BF16 autocast", notebook="03_bf16.ipynb", lever="forward/backward math in bfloat16",
                    autocast="bfloat16", peak="bf16", backends=ALL_BACKENDS, min_capability=None, needs="",
                    switch="with torch.autocast(device_type, dtype=torch.bfloat16):\n"
                           "    logits, loss = model(x, y)")
-    flash = replace(bf16, key="flash", title="Flash attention (SDPA)",
+    flash = replace(bf16, key="flash", title="Flash attention (SDPA)", notebook="04_flash.ipynb",
                     lever="fused scaled_dot_product_attention replaces the T x T softmax",
                     attention="sdpa",
                     switch="y = F.scaled_dot_product_attention(q, k, v, is_causal=True)")
-    vocab = replace(flash, key="vocab", title="Vocab padded to 50304",
+    vocab = replace(flash, key="vocab", title="Vocab padded to 50304", notebook="05_vocab.ipynb",
                     lever="lm_head/embedding rows padded to a multiple of 128",
                     padded_vocab=True,
                     switch="GPTConfig(vocab_size=50304)  # 47 rows that are never targets")
     # The levers after the classic five are judged against the vocab stage: BF16 autocast with
     # flash attention and the padded vocabulary, the configuration they are added to.
-    fused = replace(vocab, key="fused", title="Fused AdamW", reference="vocab",
+    fused = replace(vocab, key="fused", title="Fused AdamW", reference="vocab", notebook="06_fused.ipynb",
                     lever="AdamW updates every parameter in one fused kernel per step",
                     fused_adamw=True,
                     switch="torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.95), fused=True)")
-    compiled = replace(fused, key="compile", title="torch.compile",
+    compiled = replace(fused, key="compile", title="torch.compile", notebook="07_compile.ipynb",
                        lever="inductor fuses the elementwise, normalisation and loss kernels",
                        compile=True, switch="model = torch.compile(model)")
-    fp8 = replace(compiled, key="fp8", title="FP8 linear layers",
+    fp8 = replace(compiled, key="fp8", title="FP8 linear layers", notebook="08_fp8.ipynb",
                   lever="the blocks' Linear layers run FP8 GEMMs with per-tensor dynamic scales",
                   fp8=True,  # MFU stays quoted against the bf16 peak: the bar the recommendation must clear
                   backends=("cuda",), min_capability=(8, 9),
@@ -98,7 +99,7 @@ def _cumulative() -> list[Stage]:
                   switch="fp8.convert_linears(model.transformer.h)  # lib/fp8.py: e4m3 forward, e5m2 gradients")
     # DDP runs whichever single-GPU configuration measured fastest (runner.run_ddp); its own
     # switches here only describe it.
-    ddp = replace(vocab, key="ddp", reference="vocab", title="DDP across the host's GPUs",
+    ddp = replace(vocab, key="ddp", reference="vocab", title="DDP across the host's GPUs", notebook="09_ddp.ipynb",
                   lever="data parallel over every GPU with torchrun, the per-GPU batch fixed",
                   devices="all", backends=("cuda", "rocm"), min_devices=2,
                   needs="two or more GPUs (data parallelism)",

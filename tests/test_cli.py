@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from conftest import CLI_ENV_VARS, ROOT, describe_proc, run_cli
 
-from lib import cli, config
+from lib import chapters, cli, config, paths, pipeline, report_folder, stages
 
 
 @pytest.fixture
@@ -90,20 +90,20 @@ def test_pdf_without_a_report_is_refused(monkeypatch, tmp_path, capsys):
 # ---------------------------------------------------------------- helpers of the report command
 
 def test_choose_profile_without_gpu_uses_the_detected_device():
-    assert cli.choose_profile(None, {"backend": "cpu", "name": "x86_64"}, False) == ("cpu", None)
-    assert cli.choose_profile(None, {"backend": "cuda", "name": "NVIDIA H100 80GB HBM3"}, False) == ("h100", None)
+    assert pipeline.choose_profile(None, {"backend": "cpu", "name": "x86_64"}, False) == ("cpu", None)
+    assert pipeline.choose_profile(None, {"backend": "cuda", "name": "NVIDIA H100 80GB HBM3"}, False) == ("h100", None)
 
 
 def test_choose_profile_refuses_an_unmatched_device_without_gpu():
-    with pytest.raises(cli.UsageError, match="no profile matches"):
-        cli.choose_profile(None, {"backend": "cuda", "name": "NVIDIA GeForce GTX 1080"}, False)
+    with pytest.raises(config.UsageError, match="no profile matches"):
+        pipeline.choose_profile(None, {"backend": "cuda", "name": "NVIDIA GeForce GTX 1080"}, False)
 
 
 def test_choose_profile_needs_override_for_another_device_of_the_same_backend():
     h200 = {"backend": "cuda", "name": "NVIDIA H200"}
-    with pytest.raises(cli.UsageError, match="OVERRIDE=1"):
-        cli.choose_profile("h100", h200, False)
-    profile, note = cli.choose_profile("h100", h200, True)
+    with pytest.raises(config.UsageError, match="OVERRIDE=1"):
+        pipeline.choose_profile("h100", h200, False)
+    profile, note = pipeline.choose_profile("h100", h200, True)
     assert profile == "h100" and "override" in note and "NVIDIA H200" in note
 
 
@@ -111,7 +111,7 @@ def test_archive_previous_moves_a_report_under_archive(tmp_path):
     report_dir = tmp_path / "cpu"
     (report_dir / "results").mkdir(parents=True)
     (report_dir / "report.html").write_text("first")
-    dest = cli.archive_previous(report_dir)
+    dest = report_folder.archive_previous(report_dir)
     assert not report_dir.exists()
     assert dest.parent == tmp_path / "archive" and dest.name.startswith("cpu-")
     assert (dest / "report.html").read_text() == "first"
@@ -123,20 +123,58 @@ def test_archive_previous_never_overwrites_an_earlier_archive(tmp_path):
     for text in ("first", "second"):
         report_dir.mkdir()
         (report_dir / "report.html").write_text(text)
-        kept.append(cli.archive_previous(report_dir))
+        kept.append(report_folder.archive_previous(report_dir))
     assert kept[0] != kept[1]
     assert [(d / "report.html").read_text() for d in kept] == ["first", "second"]
 
 
 def test_archive_previous_ignores_a_missing_or_empty_folder(tmp_path):
-    assert cli.archive_previous(tmp_path / "cpu") is None
+    assert report_folder.archive_previous(tmp_path / "cpu") is None
     (tmp_path / "cpu").mkdir()
-    assert cli.archive_previous(tmp_path / "cpu") is None
+    assert report_folder.archive_previous(tmp_path / "cpu") is None
     assert (tmp_path / "cpu").is_dir() and not (tmp_path / "archive").exists()
 
 
-def test_every_stage_has_a_notebook():
-    for key in config.load("cpu")["stages"]:
-        assert cli.stage_notebook(key).parent == ROOT / "notebooks"
-    with pytest.raises(cli.UsageError):
-        cli.stage_notebook("nosuch")
+def test_every_stage_has_its_own_notebook_in_the_chapter_registry():
+    names = [chapters.CHAPTERS[k].notebook for k in stages.ORDER]
+    assert all(p.parent == ROOT / "notebooks" and p.is_file() for p in names)
+    assert len(set(names)) == len(names)
+
+
+def test_a_missing_notebook_fails_when_the_registry_is_imported(monkeypatch, tmp_path):
+    import importlib
+
+    monkeypatch.setattr(paths, "NOTEBOOKS", tmp_path)
+    with pytest.raises(ImportError, match="01_fp32.ipynb"):
+        importlib.reload(chapters)
+    monkeypatch.undo()
+    importlib.reload(chapters)
+
+# ---------------------------------------------------------------- the Makefile
+
+def _make(*args, **env):
+    import subprocess
+
+    from conftest import cli_env
+    return subprocess.run(["make", "--no-print-directory", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120, env=cli_env(**env))
+
+
+def test_make_help_lists_every_target_of_the_makefile():
+    import re
+
+    targets = set(re.findall(r"^([a-z]+):", (ROOT / "Makefile").read_text(), re.M))
+    out = _make("help").stdout
+    listed = set(re.findall(r"^  make (\w+)", out, re.M))
+    assert targets and listed == targets, targets ^ listed
+    assert "MEASURE_ONLY=1" in out and "STAGES=" in out
+
+
+@pytest.mark.parametrize("var, value, message", [("GPU", "nosuch", "unknown GPU profile 'nosuch'"),
+                                                  ("BATCHES", "2 x", "batch size 'x' is not a positive integer"),
+                                                  ("STAGES", "fp32 warp9", "unknown stage 'warp9'")])
+def test_a_bad_input_to_make_report_is_the_last_line_printed(var, value, message):
+    proc = _make("report", f"{var}={value}")
+    lines = [ln for ln in (proc.stdout + proc.stderr).splitlines() if ln.strip()]
+    assert proc.returncode == 2 and message in lines[-1], describe_proc(proc)
+    assert not any("run phase" in ln for ln in lines)

@@ -115,6 +115,24 @@ def test_measure_only_then_render(tmp_path):
     assert "Vocab padded to 50304" in html and "TF32 matmuls" in html and "over 2 runs" in html
 
 
+def test_a_report_of_a_stage_subset_keeps_that_subset_everywhere(tmp_path):
+    """`make report STAGES="fp32 vocab"` (not measure-only): the chapters must not reload the
+    profile's nine stages. params.json, the chapters run, the summary, and the next run all see
+    exactly the two stages asked for."""
+    proc = run_cli("report", REPORTS=tmp_path, STAGES="fp32 vocab", BATCHES="2", timeout=400)
+    assert proc.returncode == 0, describe_proc(proc)
+    rep = tmp_path / "cpu"
+    assert read_json(rep / "params.json")["stages"] == ["fp32", "vocab"]
+    assert sorted(p.name for p in (rep / "notebooks").glob("*.ipynb")) == \
+        ["01_fp32.ipynb", "05_vocab.ipynb", "10_batch_sweep.ipynb", "summary.ipynb"]
+    assert {p.name.split("__")[0] for p in (rep / "results").glob("*.json")} == {"fp32", "vocab"}
+    html = (rep / "report.html").read_text()
+    assert "<strong>TF32</strong>" not in html and "<strong>Vocab padded to 50304</strong>" in html
+    again = run_cli("report", REPORTS=tmp_path, BATCHES="2", STAGES="fp32 vocab", MEASURE_ONLY="1", timeout=400)
+    assert again.returncode == 0 and "keeps the stages measured before" not in again.stdout
+    assert again.stdout.count("kept from an earlier run") >= 4 and "tf32" not in again.stdout
+
+
 @pytest.mark.parametrize("stages_text, message", [("fp32 warp9", "unknown stage 'warp9'"), (" , ", "stage list is empty")])
 def test_bad_stage_lists_are_refused(tmp_path, stages_text, message):
     proc = run_cli("report", REPORTS=tmp_path, STAGES=stages_text, timeout=120)

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, cli_env, describe_proc, run_cli
-from lib import cli, config, data
+from lib import config, data, report_folder
 
 FAST = {"BATCHES": "2", "FORCE": "0", "GPT2_LEVERS_FAULT": ""}
 
@@ -129,7 +129,7 @@ def test_force_keeps_the_earlier_report_in_the_archive(tmp_path):
     reports = tmp_path / "reports"
     earlier = _earlier_report(reports)
     (earlier / "params.json").write_text(json.dumps(config.load("cpu", [2])))
-    moved = cli.archive_previous(earlier)
+    moved = report_folder.archive_previous(earlier)
     assert moved.parent == reports / "archive" and moved.name.startswith("cpu-")
     assert (moved / "report.html").read_text() == "earlier report"
     assert not earlier.exists()
@@ -142,12 +142,12 @@ def test_resume_only_for_the_same_workload_and_machine(tmp_path):
     report_dir.mkdir()
     (report_dir / "params.json").write_text(json.dumps(params))
     (report_dir / "environment.json").write_text(json.dumps(env))
-    assert cli.same_setup(report_dir, params, env)
-    assert not cli.same_setup(report_dir, config.load("cpu", [2, 4]), env)
-    assert not cli.same_setup(report_dir, params, {**env, "torch": "2.14"})
+    assert report_folder.same_setup(report_dir, params, env)
+    assert not report_folder.same_setup(report_dir, config.load("cpu", [2, 4]), env)
+    assert not report_folder.same_setup(report_dir, params, {**env, "torch": "2.14"})
     changed = json.loads(json.dumps(params))
     changed["run"]["seed"] += 1
-    assert not cli.same_setup(report_dir, changed, env)
+    assert not report_folder.same_setup(report_dir, changed, env)
 
 
 # ---------------------------------------------------------------- lock
@@ -155,7 +155,7 @@ def test_resume_only_for_the_same_workload_and_machine(tmp_path):
 def test_a_second_report_for_the_same_profile_is_refused_while_one_runs(tmp_path):
     reports = tmp_path / "reports"
     reports.mkdir()
-    held = cli.take_lock(reports, "cpu")
+    held = report_folder.take_lock(reports, "cpu")
     try:
         proc = run_cli("report", REPORTS=reports, **FAST)
     finally:

@@ -1,0 +1,45 @@
+"""The chapter registry: every chapter a report can have, with its notebook and title. A stage's
+chapter comes from its stage entry (stages.Stage.notebook); the chapters that are not a stage are
+listed here. A missing or shared notebook fails at import, never in the middle of a GPU run."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import stages
+from .paths import NOTEBOOKS
+
+
+@dataclass(frozen=True)
+class Chapter:
+    key: str        # a stage key, or one of NOT_STAGES
+    title: str
+    notebook: Path
+
+
+# Chapters that are not a stage: (notebook, title). The batch sweep comes after the single-GPU
+# stages and before the multi-GPU ones, which replicate the configuration it recommends.
+NOT_STAGES = {"batch_sweep": ("10_batch_sweep.ipynb", "Batch-size sweep and recommended configuration")}
+SUMMARY, COMPARE = NOTEBOOKS / "summary.ipynb", NOTEBOOKS / "compare.ipynb"
+
+
+def _registry() -> dict[str, Chapter]:
+    out = {s.key: Chapter(s.key, s.title, NOTEBOOKS / s.notebook) for s in stages.STAGES.values()}
+    out.update({k: Chapter(k, title, NOTEBOOKS / nb) for k, (nb, title) in NOT_STAGES.items()})
+    missing = sorted(c.notebook.name for c in out.values() if not c.notebook.is_file())
+    missing += [p.name for p in (SUMMARY, COMPARE) if not p.is_file()]
+    if missing:
+        raise ImportError(f"chapter notebooks missing from {NOTEBOOKS}: {', '.join(missing)}")
+    names = [c.notebook.name for c in out.values()]
+    if len(set(names)) != len(names):
+        raise ImportError(f"two chapters share a notebook: {sorted(n for n in names if names.count(n) > 1)}")
+    return out
+
+
+CHAPTERS = _registry()
+
+
+def order(stage_keys: list[str]) -> list[Chapter]:
+    """A run's chapters: its single-GPU stages, the batch sweep, then its multi-GPU stages."""
+    keys = stages.single_gpu(stage_keys) + ["batch_sweep"] + [k for k in stage_keys if stages.is_multi_gpu(k)]
+    return [CHAPTERS[k] for k in keys]

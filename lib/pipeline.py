@@ -1,0 +1,223 @@
+"""What `make report`, `make render`, `make pdf` and `make compare` do, step by step: validate
+the inputs, detect the device, measure every chapter (each configuration in its own process),
+then draw the chapters and the summary and export HTML and PDF.
+
+Every bad input raises config.UsageError (or ConfigError, DataError) before anything is measured."""
+from __future__ import annotations
+
+import datetime as dt
+import json
+import sys
+import time
+from pathlib import Path
+
+from . import chapters, config, data, export, notebook_runner, report_folder, results
+from .config import UsageError
+from .paths import ROOT
+
+
+def detect_environment() -> dict:
+    from .runner import capture_environment  # imported here: the launcher is only needed to measure
+
+    try:
+        return capture_environment()
+    except RuntimeError as e:
+        raise UsageError(f"could not inspect the device: {e}") from None
+
+
+def choose_profile(gpu: str | None, device: dict, allow_mismatch: bool) -> tuple[str, str | None]:
+    """(profile, override note). Without GPU= the device decides; with it, the device must fit."""
+    detected = config.match_profile(device["name"], device["backend"])
+    if gpu is None:
+        if detected is None:
+            raise UsageError(f"no profile matches the detected {device['backend']} device "
+                             f"{device['name']!r}; add params/<name>.yaml with a `match` entry, or pass "
+                             f"GPU=<profile> OVERRIDE=1 (profiles: {', '.join(config.profiles())})")
+        return detected, None
+    config.check_profile(gpu)
+    profile_backend = config.profile_backend(gpu)
+    if profile_backend != device["backend"]:
+        raise UsageError(f"profile {gpu!r} is for {profile_backend} devices, but this machine has "
+                         f"{device['backend']} ({device['name']}); run `make report` without GPU= "
+                         f"to use the detected profile ({detected or 'none'})")
+    if detected != gpu:
+        if not allow_mismatch:
+            raise UsageError(f"profile {gpu!r} does not match the detected device {device['name']!r} "
+                             f"(detected profile: {detected or 'none'}); pass OVERRIDE=1 to run it anyway")
+        return gpu, f"profile {gpu} run on {device['name']} by explicit override"
+    return gpu, None
+
+
+def _title(params: dict) -> str:
+    return f"GPT-2 training optimisation report: {params.get('description', params['name'])}"
+
+
+def _rel(path: Path) -> Path:
+    return path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+
+
+def check_inputs(gpu: str | None, batches: str | None, stage_list: str | None, reports: str | None):
+    """The inputs of a report that can be checked without the device: profile, batch sizes,
+    stages, reports folder. Returns (batch sizes or None, stage keys or None)."""
+    parsed = (config.parse_batches(batches) if batches else None, config.parse_stages(stage_list) if stage_list else None)
+    if gpu is not None:
+        config.check_profile(gpu)
+    report_folder.check_writable(report_folder.reports_root(reports))
+    return parsed
+
+
+def report(args) -> int:
+    """Measure (resuming a report of the same workload and machine) and, unless measure_only,
+    draw and export. The one params object of the run is written to params.json before anything
+    else; every chapter reads that copy."""
+    t_start = time.perf_counter()
+    batches, stage_keys = check_inputs(args.gpu, args.batches, args.stages, args.reports)
+    env = detect_environment()
+    profile, override = choose_profile(args.gpu, env["device"], args.override)
+    params = config.load(profile, batches, override, stage_keys)
+    manifest = data.verify()
+    root = report_folder.reports_root(args.reports)
+    report_dir = root / profile
+    _lock = report_folder.take_lock(root, profile)  # noqa: F841 (held open until this process ends, however it ends)
+    earlier = []
+    if report_folder.same_setup(report_dir, params, env) and not args.force:
+        print(f"resuming the {profile} report: configurations with valid results for this workload "
+              f"and machine are kept (FORCE=1 re-measures everything)")
+        params["stages"], kept = report_folder.union_of_stages(report_dir, params["stages"])
+        if kept:
+            print(f"the report keeps the stages measured before: {', '.join(kept)}")
+        earlier = report_folder.earlier_runs(report_dir)
+    else:
+        moved = report_folder.archive_previous(report_dir)
+        if moved:
+            print(f"earlier {profile} report kept in {_rel(moved)}")
+    (report_dir / "notebooks").mkdir(parents=True, exist_ok=True)
+    results.write_atomic(report_dir / "environment.json", env)
+    results.write_atomic(report_dir / "params.json", params)
+    dev = env["device"]
+    print(f"report {profile}: {dev['name']} ({dev['backend']}), stages {', '.join(params['stages'])}, "
+          f"batch sizes {params['run']['batch_sizes']}, {manifest['tokens']:,} corpus tokens")
+    failures, timings = measure_chapters(report_dir, params, args.force, t_start, earlier, draw=not args.measure_only)
+    if args.measure_only:
+        print(f"measured in {timings['total_s']:.0f} s; render the report with `make render GPU={profile}`"
+              + (f" (REPORTS={report_dir.parent})" if report_dir.parent != ROOT / "reports" else ""))
+        return report_folder.exit_code(report_dir, failures)
+    t_measure = time.perf_counter() - t_start
+    drawn_failures, drawn, draw_s = notebook_runner.draw(report_dir, params)
+    failures += drawn_failures
+    print("[export] report.html, report.pdf", flush=True)
+    timings.update(export.export(report_dir, drawn, report_dir / "notebooks" / "summary.ipynb", _title(params), t_start))
+    if timings.get("pdf_error"):
+        failures.append(timings["pdf_error"])
+    _write_run(report_dir, params, timings, failures, earlier, completed=True, draw_s=draw_s)
+    print(f"done in {timings['total_s']:.0f} s (measurement {t_measure:.0f} s, notebooks {sum(draw_s.values()):.0f} s, "
+          f"HTML {timings['html_s']:.1f} s, PDF {timings['pdf_s']:.1f} s): "
+          f"{_rel(report_dir)}/report.html, {_rel(report_dir)}/report.pdf")
+    return report_folder.exit_code(report_dir, failures)
+
+
+def _write_run(report_dir: Path, params: dict, timings: dict, failures: list, earlier: list, completed: bool,
+               draw_s: dict | None = None, started: str | None = None) -> None:
+    run = {"profile": params["name"], "started": started or dt.datetime.now().isoformat(timespec="seconds"),
+           "measure_only": draw_s is None, "completed": completed, "timings_s": timings, "failures": failures,
+           "earlier_runs": earlier}
+    if draw_s is not None:
+        run["notebooks_s"] = draw_s
+    results.write_atomic(report_dir / "run.json", run)
+
+
+def measure_chapters(report_dir: Path, params: dict, force: bool, t_start: float, earlier: list,
+                     draw: bool = False) -> tuple[list[str], dict]:
+    """Every chapter's measurements, in chapter order, in this process (one measurement launcher
+    for the whole run). run.json is written after every chapter, so a run stopped half-way still
+    accounts for itself. Returns (failures, seconds per chapter)."""
+    from . import evidence  # imported here: rendering never needs the launcher
+
+    failures, timings = [], {}
+    started = dt.datetime.now().isoformat(timespec="seconds")
+    order = chapters.order(params["stages"])
+    for i, chapter in enumerate(order, 1):
+        t0 = time.perf_counter()
+        print(f"[measure {i}/{len(order)}] {chapter.title}", flush=True)
+        try:
+            evidence.measure_chapter(chapter.key, params, report_dir, force=force)
+        except Exception as e:  # recorded; the other chapters still measure
+            failures.append(f"{chapter.key}: {type(e).__name__}: {e}")
+            print(f"    FAILED: {failures[-1]}", flush=True)
+        timings[chapter.key] = time.perf_counter() - t0
+        timings["total_s"] = time.perf_counter() - t_start
+        _write_run(report_dir, params, timings, failures, earlier, completed=i == len(order) and not draw,
+                   started=started)
+    return failures, timings
+
+
+def render(args) -> int:
+    """Redraw an existing report (notebooks, HTML, PDF) from its results, measuring nothing:
+    for a presentation change, or to render a GPU host's results on another machine."""
+    profile = config.check_name(args.gpu or "cpu")
+    report_dir = report_folder.reports_root(args.reports) / profile
+    if not (report_dir / "params.json").exists() or not (report_dir / "results").is_dir():
+        raise UsageError(f"no measured report at {report_dir}: run `make report GPU={profile}` first")
+    params = json.loads((report_dir / "params.json").read_text())
+    run_path = report_dir / "run.json"
+    measured = json.loads(run_path.read_text()) if run_path.exists() else {}
+    t_start = time.perf_counter()
+    failures, drawn, timings = notebook_runner.draw(report_dir, params)
+    total = report_folder.measured_seconds(measured)
+    runs = len(measured.get("earlier_runs", [])) + 1
+    note = (f"{total:.0f} s on the measuring device" + (
+        f" over {runs} runs of the same method (run.json lists them; a ratio may join processes of different "
+        "runs, and the process-to-process table spans them)" if runs > 1 else "")
+            if total else "not recorded") + \
+        f"; this copy was re-rendered from its results on {dt.date.today().isoformat()} by make render"
+    timings.update(export.export(report_dir, drawn, report_dir / "notebooks" / "summary.ipynb", _title(params),
+                                 t_start, wall_note=note))
+    if timings.get("pdf_error"):
+        failures.append(timings["pdf_error"])
+    measured.setdefault("renders", []).append({"date": dt.datetime.now().isoformat(timespec="seconds"),
+                                               "timings_s": timings, "failures": failures})
+    results.write_atomic(run_path, measured)
+    print(f"re-rendered {report_dir}/report.html and report.pdf in {timings['total_s']:.0f} s")
+    return report_folder.exit_code(report_dir, failures)
+
+
+def pdf(args) -> int:
+    """Render report.pdf from an existing report.html (for hosts that lack a PDF renderer)."""
+    profile = config.check_name(args.gpu or "cpu")
+    html_path = report_folder.reports_root(args.reports) / profile / "report.html"
+    if not html_path.exists():
+        raise UsageError(f"no report at {html_path}: run `make report GPU={profile}` first")
+    export.to_pdf(html_path.read_text(encoding="utf-8"), html_path.with_suffix(".pdf"), html_path.parent)
+    print(f"wrote {html_path.with_suffix('.pdf')}")
+    return 0
+
+
+def compare(args) -> int:
+    """One report across GPUs from existing reports/<gpu>/ folders (measures nothing)."""
+    from . import compare as cmp
+
+    names = [n for n in (args.gpus or "").replace(",", " ").split() if n]
+    for n in names:
+        config.check_name(n)
+    root = report_folder.reports_root(args.reports)
+    try:
+        cmp.load_all(names, root)
+    except cmp.CompareError as e:
+        raise UsageError(str(e)) from None
+    out_dir = root / ("compare-" + "-".join(names))
+    (out_dir / "notebooks").mkdir(parents=True, exist_ok=True)
+    t_start = time.perf_counter()
+    notebook_runner.session()
+    print(f"compare {' vs '.join(names)}", flush=True)
+    nb = out_dir / "notebooks" / "compare.ipynb"
+    err = notebook_runner.run_notebook(chapters.COMPARE, nb,
+                                       {"gpus": names, "reports_root": str(root), "out_dir": str(out_dir)})
+    failures = [err] if err else []
+    timings = export.export(out_dir, [], nb, f"GPT-2 training step across GPUs: {' vs '.join(names)}", t_start)
+    if timings.get("pdf_error"):
+        failures.append(timings["pdf_error"])
+    print(f"wrote {out_dir}/report.html and report.pdf in {timings['total_s']:.0f} s")
+    if failures:
+        print(*failures, sep="\n", file=sys.stderr)
+        return 1
+    return 0
