@@ -24,7 +24,7 @@ else
   SETUP_STAMP := .venv/.stamp
 endif
 PIP_QUIET := 2> >(grep -v "is ignored: it is neither a file nor a directory" >&2)
-HOST_IMPORTS := numpy tiktoken pandas matplotlib yaml papermill nbformat nbconvert ipykernel pytest
+HOST_IMPORTS := numpy tiktoken pandas matplotlib yaml papermill nbformat nbconvert ipykernel pytest ruff
 
 .PHONY: help setup report test lab wheelhouse pdf render compare clean
 help:  ## this list
@@ -88,8 +88,8 @@ render: setup  ## redraw a report from its results, measuring nothing [GPU=]
 compare: setup  ## one report across GPUs from existing reports [GPUS="h100 h200"]
 	@$(PY) -m lib.cli compare
 
-test: setup  ## the test suite (the whole pipeline on the CPU default)
-	@$(PY) -m pytest -q tests
+test: setup  ## the linter, then the test suite (the whole pipeline on the CPU default)
+	@$(PY) -m ruff check lib tests && $(PY) -m pytest -q tests
 
 lab: setup  ## JupyterLab on notebooks/
 	@$(PY) -c "import jupyterlab" 2>/dev/null || { \

@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 import yaml
 
+from . import fidelity_view, results
 from .paths import PARAMS
 
 CLAIMS = PARAMS / "claims.yaml"
@@ -137,8 +138,6 @@ def table(df: pd.DataFrame, profile: str, backend: str, path=CLAIMS, gemm: dict 
 
 
 def html(rep, path=CLAIMS) -> str:
-    from . import evidence, fidelity_view, results
-
     tps, floor = fidelity_view.noise(rep)
 
     def noise(claim):  # the larger process-to-process range of the two sides, at the batch they repeated
@@ -146,7 +145,7 @@ def html(rep, path=CLAIMS) -> str:
                  and len(v) > 1]
         return max(bands) if bands else floor
 
-    t = table(rep.df, rep.params["name"], rep.params["backend"], path, gemm=evidence.load(rep.dir)["gemm"],
+    t = table(rep.df, rep.params["name"], rep.params["backend"], path, gemm=rep.evidence["gemm"],
               noise=noise)
     env = rep.env
     stack = f"{env['device']['name']}, PyTorch {env.get('torch')}" + (

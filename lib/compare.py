@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from . import config, report, stages
+from . import claims, config, report, report_charts, results, stages
 from .paths import ROOT
 
 SKEW_KEYS = [("torch", "PyTorch"), ("cuda", "CUDA"), ("cublas", "cuBLAS(Lt)"), ("cudnn", "cuDNN"),
@@ -129,8 +129,8 @@ def stage_html(reps) -> str:
                 cells += f'<td colspan="4">{_untimed_html(reps[n], r["stage"])}</td>'
                 continue
             where = f"B={r[f'{n} B']}" if r["stage"] != RECOMMENDED else f"{r[f'{n} stage']}, B={r[f'{n} B']}"
-            cells += (f"<td>{tok:,.0f} <small>{where}</small></td><td>{report._x(r[f'{n} × own FP32'])}</td>"
-                      f"<td>{report._pct(r[f'{n} MFU'])}</td><td>{r[f'{n} GiB']:.1f}</td>")
+            cells += (f"<td>{tok:,.0f} <small>{where}</small></td><td>{report.times(r[f'{n} × own FP32'])}</td>"
+                      f"<td>{report.pct(r[f'{n} MFU'])}</td><td>{r[f'{n} GiB']:.1f}</td>")
         body += f"<tr><td>{r['stage']}</td>{cells}</tr>"
     return f'<table class="matrix"><tr><th></th>{head}</tr><tr><th>Stage</th>{sub}</tr>{body}</table>'
 
@@ -161,7 +161,7 @@ def same_batch_html(reps) -> str:
     head = "".join(f"<th>{n} tok/s</th>" for n in names) + "".join(f"<th>{n} / {names[0]}</th>" for n in names[1:])
     body = "".join(
         f"<tr><td>{r['stage']}</td><td>{r['B']}</td>" + "".join(f"<td>{r[f'{n} tok/s']:,.0f}</td>" for n in names)
-        + "".join(f"<td>{report._x(r[f'{n} / {names[0]}'])}</td>" for n in names[1:]) + "</tr>"
+        + "".join(f"<td>{report.times(r[f'{n} / {names[0]}'])}</td>" for n in names[1:]) + "</tr>"
         for r in t.to_dict("records"))
     return f'<table class="matrix"><tr><th>Stage</th><th>B</th>{head}</tr>{body}</table>'
 
@@ -185,18 +185,8 @@ def lever_effects(reps) -> pd.DataFrame:
     rows = []
     for name, rep in reps.items():
         for key in rep.stage_order[1:]:
-            # Only against the stage right before it: a report that skipped stages (STAGES=)
-            # would otherwise credit one lever with several.
-            before = stages.ORDER[stages.ORDER.index(key) - 1]
-            if not stages.is_multi_gpu(key) and before not in rep.stage_order:
-                rows.append({"gpu": name, "stage": _lever_label(key), "speedup": np.nan})
-                continue
-            ok = rep.df[(rep.df["stage"] == key) & (rep.df["status"] == "ok")]
-            # DDP runs at a batch of its own: its lever is the GPU count, against one GPU at that setting
-            vals = ((ok["world_size"] * ok["scaling_efficiency"]) if stages.is_multi_gpu(key)
-                    else ok["speedup_vs_previous"]).dropna()
-            rows.append({"gpu": name, "stage": _lever_label(key),
-                         "speedup": float(np.median(vals)) if len(vals) else np.nan})
+            median = results.lever_effect(rep.df, key)["median"]  # the same figure the report shows
+            rows.append({"gpu": name, "stage": _lever_label(key), "speedup": np.nan if median is None else median})
     order = [k for k in stages.ORDER[1:] if any(k in rep.stage_order for rep in reps.values())]
     return pd.DataFrame(rows).pivot(index="stage", columns="gpu", values="speedup").reindex(
         [_lever_label(k) for k in order])
@@ -207,13 +197,13 @@ def _lever_label(key: str) -> str:
 
 
 def lever_html(reps) -> str:
-    t = lever_effects(reps).map(report._x).reset_index()
+    t = lever_effects(reps).map(report.times).reset_index()
     t.columns.name = None
     return t.rename(columns={"stage": "Stage (over the previous one)"}).to_html(index=False, classes="matrix", border=0)
 
 
 def plot_throughput(reps, out_dir: Path):
-    plt = report._style()
+    plt = report_charts.style()
     t = stage_table(reps)
     names = list(reps)
     fig, ax = plt.subplots(figsize=(9, 3.6))
@@ -239,12 +229,9 @@ def title_md(reps) -> str:
 
 
 def claims_html(reps) -> str:
-    from . import claims
-
-    from . import evidence
 
     tables = {name: claims.table(rep.df, rep.params["name"], rep.params["backend"],
-                                 gemm=evidence.load(rep.dir)["gemm"]) for name, rep in reps.items()}
+                                 gemm=rep.evidence["gemm"]) for name, rep in reps.items()}
     first = next(iter(tables.values()))
     head = "".join(f"<th>{n}</th>" for n in reps)
     body = ""

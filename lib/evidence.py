@@ -20,11 +20,8 @@ import copy
 import dataclasses
 from pathlib import Path
 
-from . import kernel_profile, results, runner, stages
+from . import results, runner, stages
 from .paths import resolve
-
-KINDS = ("seq", "gemm", "variants", "sweep", "repeats", "crosscheck", "parity")
-
 
 def _dir(report_dir, kind: str) -> Path:
     return resolve(report_dir) / "results" / kind
@@ -78,7 +75,7 @@ def vocab_under_compile(params: dict, report_dir, force: bool = False) -> dict |
     unpadded under compile."""
     env = runner.environment(report_dir)
     done = [r for r in results.load_records(resolve(report_dir) / "results")
-            if r["stage"] == "compile" and r["status"] == "ok"]
+            if r["stage"] == "compile" and r["status"] == results.Status.OK]
     if not done:
         return None
     batch = min(r["batch_size"] for r in done)
@@ -103,7 +100,7 @@ def batch_sweep(params: dict, report_dir, force: bool = False) -> list[dict]:
     for b in sorted(set(params["evidence"]["sweep_batch_sizes"]) | set(have)):
         if b in have:
             plan.append(have[b])
-            if have[b]["status"] == "oom":
+            if have[b]["status"] == results.Status.OOM:
                 break
         else:
             plan.append(_job(params, env, key, b, _dir(report_dir, "sweep") / f"{key}__b{b}.json",
@@ -115,7 +112,7 @@ def batch_sweep(params: dict, report_dir, force: bool = False) -> list[dict]:
         if rec is None:
             break  # skipped: a smaller batch already ran out of memory
         out.append(rec)
-        if rec["status"] == "oom":
+        if rec["status"] == results.Status.OOM:
             break
     return out
 
@@ -128,7 +125,7 @@ def repeat_configs(params: dict, report_dir) -> list[tuple[str, int]]:
 
     recs = results.decision_records(resolve(report_dir) / "results")
     chosen = [(r["stage"], r["batch_size"]) for r in results.ranked_configs(recs, params)[:2]]
-    ok = {(r["stage"], r["batch_size"]) for r in recs if r.get("status") == "ok" and r.get("variant") is None}
+    ok = {(r["stage"], r["batch_size"]) for r in recs if r.get("status") == results.Status.OK and r.get("variant") is None}
     for stage, versus in claims.timed_pairs(params["name"]):
         common = sorted(b for (s, b) in ok if s == stage and (versus, b) in ok)
         if common:
@@ -190,7 +187,7 @@ def parity_jobs(params: dict, report_dir) -> list[dict]:
         return []
     key, batch = best["stage"], best["batch_size"]
     ref = stages.get(key).reference
-    fits = [r["batch_size"] for r in recs if r["stage"] == ref and r.get("status") == "ok"
+    fits = [r["batch_size"] for r in recs if r["stage"] == ref and r.get("status") == results.Status.OK
             and r.get("variant") in results.TIMING_VARIANTS]  # timed at that batch in one go, not a parity run
     largest = max(fits) if fits else batch
     micro = next(k for k in range(1, batch + 1) if batch % k == 0 and batch // k <= largest)
@@ -232,14 +229,3 @@ def measure_chapter(key: str, params: dict, report_dir, force: bool = False):
     if key == "compile":
         vocab_under_compile(params, report_dir, force=force)
     return recs
-
-
-def load(report_dir) -> dict:
-    """Every evidence record of a report: {"seq": [...], "gemm": record or None,
-    "variants": [...], "sweep": [...]}; missing kinds are empty."""
-    base = resolve(report_dir) / "results"
-    out = {}
-    for kind in KINDS:  # each kind's records; the GEMM sweep is one record
-        recs = [kernel_profile.current(r) for r in results.load_records(base / kind)]
-        out[kind] = (recs[0] if recs else None) if kind == "gemm" else recs
-    return out

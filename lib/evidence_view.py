@@ -8,8 +8,9 @@ import html
 import numpy as np
 import pandas as pd
 
-from . import evidence, kernel_profile, stages
-from .report import GiB, Report, _gib, _save, _style, recommended
+from . import kernel_profile, stages
+from .report import GiB, Report, gib
+from .report_charts import save, style
 
 OK = ("ok", "diverged")
 LAYERS = (("mem_tensors_bytes", "tensors (max allocated)"), ("mem_allocator_bytes", "allocator (max reserved)"),
@@ -17,11 +18,11 @@ LAYERS = (("mem_tensors_bytes", "tensors (max allocated)"), ("mem_allocator_byte
 COLORS = dict(zip(kernel_profile.CATEGORIES, ("C0", "C3", "C1", "C2", "C4", "C7")))
 
 
-def _table(rows: list[dict], cls: str = "matrix") -> str:
+def table(rows: list[dict], cls: str = "matrix") -> str:
     return pd.DataFrame(rows).to_html(index=False, escape=False, classes=cls, border=0) if rows else ""
 
 
-def _none(text: str) -> str:
+def none(text: str) -> str:
     return f'<p class="note">{html.escape(text)}</p>'
 
 
@@ -41,17 +42,17 @@ def memory_layers_html(rep: Report, stage: str, versus: str) -> str:
             va, vs = a.get(col), s.get(col)
             if va is None or vs is None:
                 continue
-            rows.append({"B": b, "layer": label, f"{versus} GiB": _gib(va), f"{stage} GiB": _gib(vs),
+            rows.append({"B": b, "layer": label, f"{versus} GiB": gib(va), f"{stage} GiB": gib(vs),
                          "Δ GiB": f"{(vs - va) / GiB:+.2f}", "Δ %": f"{(vs / va - 1) * 100:+.1f} %"})
         if rep.on_gpu and all(x.get(c) is not None for x in (a, s) for c in ("mem_device_bytes", "mem_allocator_bytes")):
             oa = a["mem_device_bytes"] - a["mem_allocator_bytes"]
             os_ = s["mem_device_bytes"] - s["mem_allocator_bytes"]
-            rows.append({"B": b, "layer": "outside the allocator (device − allocator)", f"{versus} GiB": _gib(oa),
-                         f"{stage} GiB": _gib(os_), "Δ GiB": f"{(os_ - oa) / GiB:+.2f}",
+            rows.append({"B": b, "layer": "outside the allocator (device − allocator)", f"{versus} GiB": gib(oa),
+                         f"{stage} GiB": gib(os_), "Δ GiB": f"{(os_ - oa) / GiB:+.2f}",
                          "Δ %": f"{(os_ / oa - 1) * 100:+.1f} %" if oa else ""})
     if not rows:
-        return _none(f"No batch size where both {versus} and {stage} completed: no memory comparison.")
-    return _table(rows)
+        return none(f"No batch size where both {versus} and {stage} completed: no memory comparison.")
+    return table(rows)
 
 
 def memory_layers_md(rep: Report, stage: str, versus: str) -> str:
@@ -78,7 +79,7 @@ def memory_layers_md(rep: Report, stage: str, versus: str) -> str:
 # ---------------------------------------------------------------- sequence-length sweep
 
 def _seq(rep: Report):
-    recs = evidence.load(rep.dir)["seq"]
+    recs = rep.evidence["seq"]
     by = {}
     for r in recs:
         by.setdefault(r["seq_len"], {})[r["stage"]] = r
@@ -88,26 +89,27 @@ def _seq(rep: Report):
 def seq_sweep_html(rep: Report) -> str:
     by = _seq(rep)
     if not by:
-        return _none("The sequence-length sweep was not measured for this report.")
+        return none("The sequence-length sweep was not measured for this report.")
+    def cell(r):
+        return f"{r['median_ms']:.1f}" if r and r["status"] in OK else (r["status"].upper().replace("_", " ") if r else "—")
+
     rows = []
     for t, pair in by.items():
         n, f = pair.get("bf16"), pair.get("flash")
-        cell = lambda r: (f"{r['median_ms']:.1f}" if r and r["status"] in OK
-                          else (r["status"].upper().replace("_", " ") if r else "—"))
         speed = (f"{n['median_ms'] / f['median_ms']:.2f}×" if n and f and n["status"] in OK and f["status"] in OK else "")
         rows.append({"T": t, "B": (f or n)["batch_size"], "naive ms/step": cell(n), "SDPA ms/step": cell(f),
                      "SDPA speed-up": speed,
-                     "naive tensors GiB": _gib(n.get("mem_tensors_bytes")) if n and n["status"] in OK else "",
-                     "SDPA tensors GiB": _gib(f.get("mem_tensors_bytes")) if f and f["status"] in OK else "",
+                     "naive tensors GiB": gib(n.get("mem_tensors_bytes")) if n and n["status"] in OK else "",
+                     "SDPA tensors GiB": gib(f.get("mem_tensors_bytes")) if f and f["status"] in OK else "",
                      "SDPA backend": (f or {}).get("sdpa_backend") or ""})
-    return _table(rows)
+    return table(rows)
 
 
 def plot_seq_sweep(rep: Report):
     by = _seq(rep)
     if not by:
         return None
-    plt = _style()
+    plt = style()
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(9, 3))
     for key, label, c in (("bf16", "naive attention", "C3"), ("flash", "SDPA", "C0")):
         ts = [t for t in by if by[t].get(key) and by[t][key]["status"] in OK]
@@ -128,13 +130,13 @@ def plot_seq_sweep(rep: Report):
     a1.set_title("Step time, same tokens per step", fontsize=9)
     a2.set_title("Memory", fontsize=9)
     fig.tight_layout()
-    return _save(fig, rep, "seq_sweep")
+    return save(fig, rep, "seq_sweep")
 
 
 # ---------------------------------------------------------------- lm_head GEMM sweep
 
 def _gemm(rep: Report):
-    rec = evidence.load(rep.dir)["gemm"]
+    rec = rep.evidence["gemm"]
     return rec if rec and rec.get("status") == "ok" else None
 
 
@@ -142,17 +144,17 @@ def plot_gemm(rep: Report):
     rec = _gemm(rep)
     if rec is None:
         return None
-    plt = _style()
+    plt = style()
     real, padded = rep.params["model"]["vocab_size"], rep.params["model"]["padded_vocab_size"]
     fig, axes = plt.subplots(1, len(rec["dtypes"]), figsize=(9, 3.1), squeeze=False)
     for ax, dt in zip(axes[0], rec["dtypes"]):
         pts = sorted((p for p in rec["points"] if p["dtype"] == dt and p.get("tflops")), key=lambda p: p["n"])
         ax.plot([p["n"] for p in pts], [p["tflops"] for p in pts], "-", color="grey", lw=0.7)
-        for mult, style in ((1, dict(marker="o", s=10, color="C7", label="multiple of 8")),
+        for mult, marker in ((1, dict(marker="o", s=10, color="C7", label="multiple of 8")),
                             (64, dict(marker="s", s=26, color="C1", label="multiple of 64")),
                             (128, dict(marker="D", s=34, color="C2", label="multiple of 128"))):
             sel = [p for p in pts if (p["multiple_of"] >= mult if mult > 1 else p["multiple_of"] < 64)]
-            ax.scatter([p["n"] for p in sel], [p["tflops"] for p in sel], zorder=3, **style)
+            ax.scatter([p["n"] for p in sel], [p["tflops"] for p in sel], zorder=3, **marker)
         for n, label, c in ((real, str(real), "C3"), (padded, str(padded), "C0")):
             p = next((p for p in pts if p["n"] == n), None)
             if p:
@@ -165,7 +167,7 @@ def plot_gemm(rep: Report):
     axes[0][0].legend(frameon=False, fontsize=7, loc="lower left")
     fig.suptitle(f"lm_head GEMM, m = {rec['m']:,}, k = {rec['k']}", fontsize=10)
     fig.tight_layout()
-    return _save(fig, rep, "gemm_sweep")
+    return save(fig, rep, "gemm_sweep")
 
 
 def gemm_md(rep: Report) -> str:
@@ -205,14 +207,14 @@ def gemm_kernels_html(rep: Report) -> str:
                 rows.append({"dtype": dt, "n": n, "pass": {"fwd": "forward", "bwd": "backward"}[phase],
                              "kernels (in launch order)": "<br>".join(f"<code>{html.escape(k)}</code>" for k in names)
                              or "—"})
-    return _table(rows, "matrix kernels gemm")
+    return table(rows, "matrix kernels gemm")
 
 
 def compile_vocab_html(rep: Report) -> str:
     """The padding's effect with and without torch.compile, at the batch size of the variant."""
-    var = next((r for r in evidence.load(rep.dir)["variants"] if r.get("variant") == "unpadded vocab"), None)
+    var = next((r for r in rep.evidence["variants"] if r.get("variant") == "unpadded vocab"), None)
     if var is None:
-        return _none("The compile stage at the unpadded vocabulary was not measured for this report.")
+        return none("The compile stage at the unpadded vocabulary was not measured for this report.")
     b = var["batch_size"]
     pairs = [("eager (flash → vocab stage)", rep.rec("flash", b), rep.rec("vocab", b)),
              ("torch.compile (same stage at 50257 → 50304)", var, rep.rec("compile", b))]
@@ -223,7 +225,7 @@ def compile_vocab_html(rep: Report) -> str:
                      "50257 ms/step": f"{un['median_ms']:.1f}" if un and un["status"] in OK else (un or {}).get("status", "—"),
                      "50304 ms/step": f"{pad['median_ms']:.1f}" if pad and pad["status"] in OK else (pad or {}).get("status", "—"),
                      "padding speed-up": f"{un['median_ms'] / pad['median_ms']:.2f}×" if ok else ""})
-    return _table(rows)
+    return table(rows)
 
 
 # ---------------------------------------------------------------- kernel-time profiles
@@ -245,7 +247,7 @@ def plot_profile(rep: Report):
     batch, by = _profiled(rep)
     if not by:
         return None
-    plt = _style()
+    plt = style()
     fig, ax = plt.subplots(figsize=(9, 3.4))
     x = np.arange(len(by))
     bottom = np.zeros(len(by))
@@ -262,14 +264,14 @@ def plot_profile(rep: Report):
     ax.set_ylabel(f"{unit} per step (ms)")
     ax.set_title(f"Where one training step's time goes, B={batch} (labels: share of the step)", fontsize=9)
     ax.legend(frameon=False, fontsize=7, ncol=3)
-    return _save(fig, rep, "kernel_profile")
+    return save(fig, rep, "kernel_profile")
 
 
 def profile_table_html(rep: Report) -> str:
     """Category shares per stage, at the batch size of the chart."""
     batch, by = _profiled(rep)
     if not by:
-        return _none("No kernel profile was recorded for these results.")
+        return none("No kernel profile was recorded for these results.")
     rows = []
     for key, r in by.items():
         p = r["kernel_profile"]
@@ -278,18 +280,18 @@ def profile_table_html(rep: Report) -> str:
         for cat in kernel_profile.CATEGORIES:
             row[cat] = f"{p['categories'].get(cat, 0) / p['busy_ms'] * 100:.0f} %" if p["busy_ms"] else ""
         rows.append(row)
-    return _table(rows)
+    return table(rows)
 
 
 def top_kernels_html(rec: dict | None, limit: int = 8) -> str:
     if not rec or not rec.get("kernel_profile"):
-        return _none("No kernel profile for this configuration.")
+        return none("No kernel profile for this configuration.")
     p = rec["kernel_profile"]
     rows = [{"kernel" if "CUDA" in p["source"] else "operator":
              f'<code title="{html.escape(k["name"])}">{html.escape(_shorten(k["name"]))}</code>',
              "category": k["category"], "ms/step": f"{k['ms']:.2f}", "share": f"{k['share'] * 100:.1f} %",
              "calls/step": f"{k['calls']:g}"} for k in p["top"][:limit]]
-    return _table(rows, "matrix kernels") + (
+    return table(rows, "matrix kernels") + (
         f'<p class="note">{p["source"]}, one step of {rec["stage_title"]} at B={rec["batch_size"]}; '
         f"busy {p['busy_ms']:.1f} ms of a {rec.get('median_ms', float('nan')):.1f} ms timed step.</p>")
 
@@ -320,120 +322,7 @@ def energy_html(rep: Report) -> str:
                      "mJ / token": f"{e['joules_per_token'] * 1e3:.3f}",
                      "tokens / kJ": f"{1e3 / e['joules_per_token']:,.0f}", "tok/s": f"{r['tokens_per_s']:,.0f}"})
     if not rows:
-        return _none("Energy was not measured on this device: " + (why or "no energy record in these results") + ".")
+        return none("Energy was not measured on this device: " + (why or "no energy record in these results") + ".")
     order = {k: i for i, k in enumerate(rep.stage_order)}
     rows.sort(key=lambda x: (order[next(k for k in rep.stage_order if stages.get(k).title == x["Stage"])], x["B"]))
-    return _table(rows)
-
-
-# ---------------------------------------------------------------- batch sweep and recommendation
-
-def _sweeps(rep: Report) -> dict:
-    """{stage: its points by batch size, matrix and sweep together}, one entry per stage that was
-    swept (a re-run whose fastest stage changed has swept two)."""
-    sweep = evidence.load(rep.dir)["sweep"]
-    out = {}
-    for key in dict.fromkeys(r["stage"] for r in sweep):
-        have = {r["batch_size"]: r for r in rep.records if r["stage"] == key}
-        have.update({r["batch_size"]: r for r in sweep if r["stage"] == key})
-        out[key] = [have[b] for b in sorted(have)]
-    return out
-
-
-def sweep_html(rep: Report) -> str:
-    sweeps = _sweeps(rep)
-    if not sweeps:
-        return _none("The batch-size sweep was not measured for this report.")
-    rows, notes = [], []
-    for key, pts in sweeps.items():
-        for r in pts:
-            ran = r["status"] in OK
-            rows.append({"Stage": r["stage_title"], "B": r["batch_size"],
-                         "ms/step": f"{r['median_ms']:.1f}" if ran else r["status"].upper().replace("_", " "),
-                         "tok/s": f"{r['tokens_per_s']:,.0f}" if ran else "",
-                         "MFU": f"{r['mfu'] * 100:.1f} %" if ran and r.get("mfu") is not None else ("n/a" if ran else ""),
-                         "allocator GiB": _gib(r.get("mem_allocator_bytes")),
-                         "device GiB": _gib(r.get("mem_device_bytes")),
-                         "source": "sweep" if r.get("variant") == "batch sweep" else "matrix"})
-        oom = next((r["batch_size"] for r in pts if r["status"] == "oom"), None)
-        last = max(r["batch_size"] for r in pts)
-        notes.append(f"{stages.get(key).title}: " + (f"out of memory at B={oom}, so B={max(r['batch_size'] for r in pts if r['status'] in OK)} "
-                                                    "is the largest measured batch size that fits" if oom else
-                     (f"measured up to B={last}; larger batch sizes were not measured (the run ended first)"
-                      if last < max(rep.params["evidence"]["sweep_batch_sizes"]) else f"every batch size up to B={last} fits")))
-    return _table(rows) + '<p class="note">' + html.escape("; ".join(notes)) + ".</p>"
-
-
-def plot_sweep(rep: Report):
-    sweeps = {k: [r for r in pts if r["status"] in OK] for k, pts in _sweeps(rep).items()}
-    sweeps = {k: v for k, v in sweeps.items() if v}
-    if not sweeps:
-        return None
-    plt = _style()
-    fig, (a1, a2) = plt.subplots(1, 2, figsize=(9, 3))
-    for i, (key, ran) in enumerate(sweeps.items()):
-        b = [r["batch_size"] for r in ran]
-        a1.plot(b, [r["tokens_per_s"] for r in ran], "o-", color=f"C{i}", label=stages.get(key).title)
-        mem = [(r["batch_size"], r.get("mem_allocator_bytes") or r.get("mem_device_bytes")) for r in ran]
-        a2.plot([x for x, v in mem if v], [v / GiB for x, v in mem if v], "s-", color=f"C{i}", label=stages.get(key).title)
-    for key, pts in _sweeps(rep).items():
-        for r in pts:
-            if r["status"] == "oom":
-                a2.annotate(f"OOM at B={r['batch_size']}", (r["batch_size"], 0), color="firebrick", fontsize=7,
-                            ha="right", va="bottom")
-    if rep.env["device"].get("memory_bytes"):
-        a2.axhline(rep.env["device"]["memory_bytes"] / GiB, color="grey", lw=0.7, ls=":", label="device memory")
-    a1.set_ylabel("tokens / s")
-    a1.yaxis.set_major_formatter(plt.FuncFormatter(lambda v, _: f"{v:,.0f}"))
-    a2.set_ylabel("peak allocator memory (GiB)" if rep.on_gpu else "process peak memory (GiB)")
-    for ax, title in ((a1, "Throughput"), (a2, "Memory")):
-        ax.set_xlabel("batch size B (sequences of T tokens)")
-        ax.set_title(title, fontsize=9)
-        ax.legend(frameon=False, fontsize=7)
-    fig.tight_layout()
-    return _save(fig, rep, "batch_sweep")
-
-
-def recommended_md(rep: Report) -> str:
-    best = recommended(rep)
-    if best is None:
-        return "No configuration completed with its loss verified, so there is no recommendation."
-    from . import fidelity_view  # imported here: it builds on report, as this module does
-
-    st = stages.get(best["stage"])
-    ref = rep.rec(st.reference, best["batch_size"])
-    parity = fidelity_view.parity(rep)
-    if parity and parity["stage"] == best["stage"]:
-        delta = fidelity_view.parity_md(rep)
-    elif ref and ref["status"] in OK and best.get("final_loss") is not None:
-        delta = f"{best['final_loss'] - ref['final_loss']:+.3f} nats against {stages.get(st.reference).title} at the same batch"
-    else:
-        delta = (f"no {stages.get(st.reference).title} run at B={best['batch_size']} to compare with; the stage's loss "
-                 "held wherever it could be compared")
-    peak = (rep.params.get("peak_tflops") or {}).get("bf16")
-    p = best["processes"]
-    achieved = best["achieved_tflops"] * p["median"] / best["tokens_per_s"] if best.get("achieved_tflops") else None
-    mfu = (f"{achieved / peak * 100:.1f} % of the {peak:g} TFLOP/s bf16 dense peak ({achieved:.0f} TFLOP/s achieved, "
-           "at the median)" if peak and achieved else "n/a (no datasheet peak)")
-    # The baseline's "switch" only pins FP32 behaviour; every later stage replaces or adds to it.
-    switches = [stages.get(k).switch for k in rep.stage_order[1: rep.stage_order.index(best["stage"]) + 1]
-                if stages.get(k).switch]
-    mem = ", ".join(f"{label.split(' (')[0]} {_gib(best.get(col))} GiB" for col, label in LAYERS if best.get(col) is not None)
-    spread = f" (median of {p['n']} processes, range {p['lo']:,.0f}–{p['hi']:,.0f})" if p["n"] > 1 else ""
-    return (f"**{st.title} at B={best['batch_size']}** (T={best['seq_len']}): **{p['median']:,.0f} tokens/s**{spread}, "
-            f"{best['median_ms']:.1f} ms/step in the first process (p10–p90 {best['p10_ms']:.1f}–{best['p90_ms']:.1f}), "
-            f"MFU {mfu}. "
-            f"Peak memory: {mem}. Loss: {delta.rstrip('.')}.\n\nThe code switches that produce it, in order:\n\n```python\n"
-            + "\n".join(switches) + "\n```")
-
-
-def recommended_profile_html(rep: Report) -> str:
-    best = recommended(rep)
-    if best is None:
-        return ""
-    if not best.get("kernel_profile"):
-        return _none("No kernel profile for the recommended configuration.")
-    p = best["kernel_profile"]
-    cats = ", ".join(f"{c} {v / p['busy_ms'] * 100:.0f} %" for c, v in
-                     sorted(p["categories"].items(), key=lambda kv: -kv[1]) if v > 0)
-    return f"<p>Kernel time by category: {cats}.</p>" + top_kernels_html(best, limit=10)
+    return table(rows)

@@ -13,13 +13,9 @@ from .report import Report, recommended
 CROSSCHECK_LIMIT = 0.03  # harness vs plain loop beyond this is flagged in the executive summary
 
 
-def decisions(rep: Report) -> list[dict]:
-    return results.decision_records(rep.dir / "results")
-
-
 def noise(rep: Report) -> tuple[dict, float | None]:
     """(configuration -> tokens/s of every process that timed it, the report's noise floor)."""
-    tps = results.throughputs(decisions(rep))
+    tps = results.throughputs(rep.decisions)
     return tps, results.noise_floor(tps)
 
 
@@ -33,18 +29,16 @@ def within_noise(rep: Report, a: tuple[str, int], b: tuple[str, int]) -> bool | 
 def _harness_ms(rep: Report, key: str, batch: int) -> float | None:
     """The harness's step time at a configuration, as the plain loop's is taken (the mean over the
     timed steps), then the median over the processes that timed it."""
-    means = [r["mean_ms"] for r in decisions(rep) if (r["stage"], r["batch_size"]) == (key, batch)
+    means = [r["mean_ms"] for r in rep.decisions if (r["stage"], r["batch_size"]) == (key, batch)
              and r.get("status") == "ok" and r.get("variant") in results.TIMING_VARIANTS and r.get("mean_ms")]
     return float(np.median(means)) if means else None
 
 
 def crosscheck_rows(rep: Report) -> list[dict]:
     """One row per configuration the plain loop ran: both step times and the difference."""
-    from . import evidence
-
     tps, _ = noise(rep)
     rows = []
-    for rec in evidence.load(rep.dir)["crosscheck"]:
+    for rec in rep.evidence["crosscheck"]:
         key, batch = rec["stage"], rec["batch_size"]
         harness = _harness_ms(rep, key, batch)
         plain = rec.get("ms_per_step") if rec["status"] == "ok" else None
@@ -133,7 +127,7 @@ def noise_sentence(rep: Report) -> str:
 def parity(rep: Report) -> dict | None:
     """The long parity run of the recommended stage, if it was run (results.parity_checks)."""
     best = recommended(rep)
-    checks = results.parity_checks(decisions(rep), rep.params["run"]["loss_tolerance"])
+    checks = results.parity_checks(rep.decisions, rep.params["run"]["loss_tolerance"])
     key = best["stage"] if best is not None and best["stage"] in checks else next(iter(checks), None)
     return {**checks[key], "stage": key} if key else None
 
@@ -161,7 +155,7 @@ def parity_md(rep: Report) -> str:
              f"(largest gap to its first run {p['gap']:.3f}); held-out loss {p['held_out_loss']:.3f} against "
              f"{refs} ({p['held_out_delta']:+.3f} nats from their mean). Tolerance {tol:g} nats beyond the envelope: "
              f"{verdict}.")
-    corpus = report._manifest().get("tokens")
+    corpus = report.manifest().get("tokens")
     if corpus:
         passes = p["steps"] * p["batch_size"] * rep.params["run"]["seq_len"] / (corpus * (1 - data.HELD_OUT))
         if passes > 1:

@@ -113,7 +113,7 @@ def run(job: dict) -> dict:
     except Exception as exc:  # OOM is a result; anything else is recorded as an error
         if not is_oom(exc):
             raise
-        rec.update(status="oom", reason=f"out of memory: {str(exc).splitlines()[0][:300]}")
+        rec.update(status=results.Status.OOM, reason=f"out of memory: {str(exc).splitlines()[0][:300]}")
         rec.update(memory(dev))
         rec["wall_s"] = time.perf_counter() - t_start
         return rec
@@ -132,7 +132,7 @@ def run(job: dict) -> dict:
 def gemm_record(job: dict) -> dict:
     """The lm_head GEMM sweep (lib/gemm_sweep.py) as a result record."""
     t0 = time.perf_counter()
-    rec = {"schema_version": results.SCHEMA_VERSION, "kind": "gemm", "status": "ok", "reason": None,
+    rec = {"schema_version": results.SCHEMA_VERSION, "kind": "gemm", "status": results.Status.OK, "reason": None,
            "stage": job["stage"], "batch_size": job["batch_size"], "fingerprint": job.get("fingerprint"),
            "variant": job.get("variant")}
     rec.update(gemm_sweep.run(**job["spec"]))
@@ -183,7 +183,7 @@ def parity_run(job: dict) -> dict:
     except Exception as exc:
         if not is_oom(exc):
             raise
-        rec.update(status="oom", reason=f"out of memory: {str(exc).splitlines()[0][:300]}")
+        rec.update(status=results.Status.OOM, reason=f"out of memory: {str(exc).splitlines()[0][:300]}")
     results.fill_loss(rec, params["run"]["final_loss_window"])
     rec["wall_s"] = time.perf_counter() - t0
     return rec
@@ -257,7 +257,7 @@ def serve(jobs: list[dict], timeout_s: float) -> None:
         else:
             verdict = f"exit {os.WEXITSTATUS(status)}"
         print(results.DONE_PREFIX + json.dumps({"out": job["out"], "verdict": verdict}), flush=True)
-        if job.get("stop_if_oom") and _status(job["out"]) == "oom":
+        if job.get("stop_if_oom") and _status(job["out"]) == results.Status.OOM:
             break  # a batch-size sweep ends at the memory limit: larger batches cannot fit either
 
 

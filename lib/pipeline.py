@@ -77,6 +77,7 @@ def report(args) -> int:
     params = config.load(profile, batches, override, stage_keys)
     manifest = data.verify()
     root = report_folder.reports_root(args.reports)
+    report_folder.create(root)
     report_dir = root / profile
     _lock = report_folder.take_lock(root, profile)  # noqa: F841 (held open until this process ends, however it ends)
     earlier = []

@@ -18,11 +18,16 @@ def reports_root(reports: str | None) -> Path:
 
 
 def check_writable(root: Path) -> None:
+    """Refuse a reports folder that cannot be written, without creating anything (a refused run
+    leaves no folder behind): the folder itself or, if it does not exist yet, its nearest parent."""
+    existing = next(p for p in [root, *root.parents] if p.exists())
+    if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
+        raise UsageError(f"cannot write reports to {root}: {existing} is not a writable folder")
+
+
+def create(root: Path) -> None:
     try:
         root.mkdir(parents=True, exist_ok=True)
-        probe = root / ".write-test"
-        probe.write_text("")
-        probe.unlink()
     except OSError as e:
         raise UsageError(f"cannot write reports to {root}: {e.strerror}") from None
 

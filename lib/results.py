@@ -11,12 +11,10 @@ from pathlib import Path
 import numpy as np
 
 from . import stages
+from .record import REUSABLE, SCHEMA_VERSION, STATUSES, TIMED, Record, Status  # noqa: F401 (re-exported)
 
-SCHEMA_VERSION = 1
 DONE_PREFIX = "@@done "  # the measurement launcher's one line per finished configuration, on its stdout
 BATCH_DONE = "@@batch-done"  # ... and its line when every job of a batch has been handled
-STATUSES = ("ok", "oom", "diverged", "error", "not_applicable")
-REUSABLE = ("ok", "oom", "diverged", "not_applicable")  # valid results a re-run may keep; errors are retried
 ENV_KEYS = ("torch", "cuda", "hip", "cudnn", "cublas", "driver", "python")
 # How a step is built and timed, recorded in every report's params (config.load) and part of every
 # fingerprint, so results measured another way are never kept and a report of another method is
@@ -48,7 +46,7 @@ def fingerprint(params: dict, env: dict, stage, batch: int) -> str:
 def base_record(params: dict, stage, batch: int) -> dict:
     return {"schema_version": SCHEMA_VERSION, "profile": params["name"], "stage": stage.key,
             "stage_title": stage.title, "batch_size": batch, "seq_len": params["run"]["seq_len"],
-            "status": "ok", "reason": None, "warmup_steps": params["run"]["warmup_steps"],
+            "status": Status.OK, "reason": None, "warmup_steps": params["run"]["warmup_steps"],
             "timed_steps": params["run"]["timed_steps"], "peak_precision": stage.peak}
 
 
@@ -105,7 +103,7 @@ def fill_loss(rec: dict, window: int) -> None:
         return
     rec["final_loss"] = float(np.mean(losses[-window:]))
     if not all(math.isfinite(v) for v in losses):
-        rec["status"] = "diverged"
+        rec["status"] = Status.DIVERGED
         rec["reason"] = "loss became NaN or infinite"
 
 
@@ -139,6 +137,21 @@ def load_records(results_dir) -> list[dict]:
     return out
 
 
+EVIDENCE_KINDS = ("seq", "gemm", "variants", "sweep", "repeats", "crosscheck", "parity")  # folders of results/
+
+
+def load_evidence(results_dir) -> dict:
+    """Every evidence record of a report's results folder by kind, its kernel profiles read by
+    today's rules; {"gemm": record or None, every other kind: [...]}; missing kinds are empty."""
+    from . import kernel_profile  # imported here: it is the measuring side's module too
+
+    out = {}
+    for kind in EVIDENCE_KINDS:
+        recs = [kernel_profile.current(r) for r in load_records(Path(results_dir) / kind)]
+        out[kind] = (recs[0] if recs else None) if kind == "gemm" else recs
+    return out
+
+
 def decision_records(results_dir) -> list[dict]:
     """What the recommendation rests on: the matrix, the batch sweep, the repeats and the
     parity runs of one report's results folder."""
@@ -153,7 +166,7 @@ def loss_noise(records: list[dict]) -> float:
     configuration: GPU kernels with atomics are not bitwise repeatable. 0 when nothing repeated."""
     runs: dict = {}
     for r in records:
-        if r.get("status") == "ok" and r.get("variant") in TIMING_VARIANTS and r.get("losses"):
+        if r.get("status") == Status.OK and r.get("variant") in TIMING_VARIANTS and r.get("losses"):
             runs.setdefault((r["stage"], r["batch_size"]), []).append(r)
     gaps = [loss_gap(other["losses"], group[0]["losses"], int(group[0].get("warmup_steps") or 0))
             for group in runs.values() for other in group[1:]]
@@ -179,7 +192,7 @@ def table(records: list[dict], stage_order: list[str], tolerance: float | None =
     df["avg_power_w"] = [(r.get("energy") or {}).get("avg_power_w") for r in records]
     df["stage_idx"] = df["stage"].map({s: i for i, s in enumerate(stage_order)})
     df = df.sort_values(["stage_idx", "batch_size"]).reset_index(drop=True)
-    ok = df["status"].isin(["ok", "diverged"])
+    ok = df["status"].isin(TIMED)
     base = df[(df["stage"] == stage_order[0]) & ok].set_index("batch_size")
     # Speed-ups are throughput ratios: for one GPU the same as step-time ratios, and for the
     # multi-GPU stage (more tokens per step) the honest measure.
@@ -195,22 +208,48 @@ def table(records: list[dict], stage_order: list[str], tolerance: float | None =
         for s, b, f, ref in zip(df["stage"], df["batch_size"], df["final_loss"], df["loss_ref"])]
     # The loss gate: every step after warm-up, not only the final window (see loss_gap).
     curves = {(r["stage"], r["batch_size"]): r.get("losses") for r in records
-              if r.get("status") in ("ok", "diverged") and r.get("variant") is None}
+              if r.get("status") in TIMED and r.get("variant") is None}
     df["loss_gap"] = [
         loss_gap(curves.get((s, b)), curves.get((ref, b)), int(w or 0)) if not stages.is_multi_gpu(s) and s != ref else np.nan
         for s, b, ref, w in zip(df["stage"], df["batch_size"], df["loss_ref"], df["warmup_steps"])]
-    prev = []
-    for i, row in df.iterrows():
-        earlier = df[(df["batch_size"] == row["batch_size"]) & (df["stage_idx"] < row["stage_idx"]) & ok]
-        prev.append(row["tokens_per_s"] / earlier["tokens_per_s"].iloc[-1]
-                    if len(earlier) and ok[i] and row["tokens_per_s"] else np.nan)
-    df["speedup_vs_previous"] = prev
+    # What a lever buys is judged against the stage right before it in the registry, at the same
+    # batch, and only where that stage was measured: a report that skipped stages (STAGES=) must not
+    # credit one lever with several. A multi-GPU stage is judged against one GPU at its setting.
+    tps = {(s, b): t for s, b, t, o in zip(df["stage"], df["batch_size"], df["tokens_per_s"], ok) if o}
+    df["previous_stage"] = [previous_stage(s) for s in df["stage"]]
+    df["speedup_vs_previous"] = [
+        t / tps[(p, b)] if o and t and (p, b) in tps else np.nan
+        for t, p, b, o in zip(df["tokens_per_s"], df["previous_stage"], df["batch_size"], ok)]
+    df["lever_effect"] = [
+        (w * e if not (pd.isna(w) or pd.isna(e)) else np.nan) if stages.is_multi_gpu(s) else v
+        for s, v, w, e in zip(df["stage"], df["speedup_vs_previous"], df["world_size"], df["scaling_efficiency"])]
     if tolerance is not None:
         df["loss_within_tolerance"] = pd.Series(
             [None if pd.isna(g) else bool(g <= tolerance + noise) for g in df["loss_gap"]], dtype=object)
         df["loss_verdict"] = [None if pd.isna(g) else "within" if g <= tolerance else
                               "within noise" if g <= tolerance + noise else "beyond" for g in df["loss_gap"]]
     return df.drop(columns="stage_idx")
+
+
+def previous_stage(key: str) -> str | None:
+    """The stage a lever is added to: the one right before it in the registry (none for the first
+    stage and for a multi-GPU stage, which replicates the best single-GPU configuration)."""
+    if key not in stages.STAGES or stages.is_multi_gpu(key):
+        return None
+    i = stages.ORDER.index(key)
+    return stages.ORDER[i - 1] if i else None
+
+
+def lever_effect(df, key: str) -> dict:
+    """What one lever buys in a report, computed once for every view (report, chapters, comparison):
+    its effect per batch size (speed-up over the stage right before it; for a multi-GPU stage,
+    its throughput over one GPU's), their median, and whether that previous stage was measured."""
+    rows = df[(df["stage"] == key) & df["status"].isin(TIMED)]
+    values = rows.set_index("batch_size")["lever_effect"].dropna()
+    prev = previous_stage(key)
+    return {"key": key, "previous": prev, "values": values,
+            "median": float(np.median(values)) if len(values) else None,
+            "previous_measured": prev is None or bool((df["stage"] == prev).any())}
 
 
 def verified_stages(df, reference_stages=("fp32",)) -> dict:
@@ -244,7 +283,7 @@ def parity_checks(records: list[dict], tolerance: float) -> dict:
     apart): the lever passes when its loss never leaves the envelope of the reference's runs by
     more than the tolerance (5-step average, every step), nor its held-out loss their range."""
     runs = {(r["stage"], r["batch_size"], r.get("replicate", 0)): r for r in records
-            if r.get("kind") == "parity" and r.get("status") == "ok"}
+            if r.get("kind") == "parity" and r.get("status") == Status.OK}
     out = {}
     for (key, batch, k), rec in runs.items():
         ref_key = stages.get(key).reference
@@ -272,7 +311,7 @@ def throughputs(records: list[dict]) -> dict:
     """(stage, batch) -> tokens/s of every process that timed it (matrix, sweep, repeats)."""
     out: dict = {}
     for r in records:
-        if r.get("status") == "ok" and r.get("variant") in TIMING_VARIANTS and not stages.is_multi_gpu(r.get("stage")):
+        if r.get("status") == Status.OK and r.get("variant") in TIMING_VARIANTS and not stages.is_multi_gpu(r.get("stage")):
             out.setdefault((r["stage"], r["batch_size"]), []).append(r["tokens_per_s"])
     return out
 
@@ -310,7 +349,7 @@ def ranked_configs(records: list[dict], params: dict, eligible=None) -> list[dic
     median over every process that timed them. Batch size is not a numerical lever: a stage
     verified at some batch sizes is trusted at the others. `eligible(record)`, if given,
     further limits the candidates (not the verification)."""
-    single = [r for r in records if not stages.is_multi_gpu(r.get("stage")) and r.get("status") == "ok"
+    single = [r for r in records if not stages.is_multi_gpu(r.get("stage")) and r.get("status") == Status.OK
               and r.get("variant") in (None, "batch sweep") and (eligible is None or eligible(r))]
     if not single:
         return []

@@ -46,24 +46,24 @@ def child_env() -> dict:
 
 def describe(rec: dict) -> str:
     head = f"{rec['stage']:>6} B={rec['batch_size']:<4}" + (f" [{rec['variant']}]" if rec.get("variant") else "")
-    if rec.get("kind") == "gemm" and rec["status"] == "ok":
+    if rec.get("kind") == "gemm" and rec["status"] == results.Status.OK:
         widths = sorted({p["n"] for p in rec["points"]})
         return (f"lm_head GEMM m={rec['m']} k={rec['k']}: {len(widths)} widths {widths[0]}..{widths[-1]} x "
                 f"{', '.join(rec['dtypes'])} in {rec.get('wall_s', 0):.0f} s")
-    if rec.get("kind") == "plain" and rec["status"] == "ok":
+    if rec.get("kind") == "plain" and rec["status"] == results.Status.OK:
         return (f"{head} {rec['ms_per_step']:9.2f} ms/step  {rec['tokens_per_s']:>11,.0f} tok/s  (the plain loop; "
                 f"{rec['synced_median_ms']:.2f} ms synchronised every step)")
-    if rec.get("kind") == "parity" and rec["status"] == "ok":
+    if rec.get("kind") == "parity" and rec["status"] == results.Status.OK:
         return (f"{head} {rec['steps']} steps x{rec['micro_steps']} micro-batches: final loss {rec['final_loss']:.3f}, "
                 f"held-out loss {rec['held_out_loss']:.3f}")
-    if rec["status"] == "ok" and rec.get("world_size"):
+    if rec["status"] == results.Status.OK and rec.get("world_size"):
         eff = rec.get("scaling_efficiency")
         return (f"{head} {rec['median_ms']:9.2f} ms/step  {rec['tokens_per_s']:>11,.0f} tok/s on {rec['world_size']} ranks "
                 f"({rec['per_gpu_tokens_per_s']:,.0f} per rank, scaling efficiency "
                 f"{'n/a' if eff is None else f'{eff * 100:.1f} %'}, all-reduce {rec['allreduce_share'] * 100:.1f} % of the step)")
-    if rec["status"] in ("ok", "diverged"):
+    if rec["status"] in results.TIMED:
         mem = rec.get("mem_allocator_bytes") or rec.get("mem_device_bytes") or 0
-        extra = "  DIVERGED" if rec["status"] == "diverged" else ""
+        extra = "  DIVERGED" if rec["status"] == results.Status.DIVERGED else ""
         return (f"{head} {rec['median_ms']:9.2f} ms/step  {rec['tokens_per_s']:>11,.0f} tok/s  "
                 f"cv {rec['cv']*100:4.1f}%  mem {mem/2**30:6.2f} GiB  loss {rec.get('final_loss', float('nan')):.3f}{extra}")
     return f"{head} {rec['status'].upper()}: {rec.get('reason')}"
@@ -71,7 +71,7 @@ def describe(rec: dict) -> str:
 
 def error_record(params: dict, stage_key: str, batch: int, reason: str, stderr: str = "") -> dict:
     rec = results.base_record(params, stages.get(stage_key), batch)
-    rec.update(status="error", reason=reason, stderr_tail=stderr[-3000:])
+    rec.update(status=results.Status.ERROR, reason=reason, stderr_tail=stderr[-3000:])
     return rec
 
 
@@ -131,7 +131,7 @@ def measure_jobs(jobs: list[dict], env: dict, timeout_s: float = 1800, force: bo
         kept = None if force else _reusable(out, job["fingerprint"])
         if kept:
             recs[job["out"]] = kept
-            kept_oom = bool(job.get("stop_if_oom")) and kept.get("status") == "oom"
+            kept_oom = bool(job.get("stop_if_oom")) and kept.get("status") == results.Status.OOM
             print(describe(kept) + "  (kept from an earlier run)", flush=True)
             continue
         if out.exists():
@@ -140,7 +140,7 @@ def measure_jobs(jobs: list[dict], env: dict, timeout_s: float = 1800, force: bo
         reason = job.get("not_applicable") or stage.not_applicable(env["device"])
         if reason:
             rec = results.base_record(job["params"], stage, job["batch_size"])
-            rec.update(status="not_applicable", reason=reason, fingerprint=job["fingerprint"],
+            rec.update(status=results.Status.NOT_APPLICABLE, reason=reason, fingerprint=job["fingerprint"],
                        variant=job.get("variant"))
             results.write_atomic(out, rec)
             recs[job["out"]] = rec
@@ -176,7 +176,7 @@ def measure_jobs(jobs: list[dict], env: dict, timeout_s: float = 1800, force: bo
     if not finished:  # the launcher died mid-batch
         proc.wait()
         time.sleep(0.2)  # its last stderr lines reach the drain thread
-    stopped = any(j.get("stop_if_oom") and recs.get(j["out"], {}).get("status") == "oom" for j in todo)
+    stopped = any(j.get("stop_if_oom") and recs.get(j["out"], {}).get("status") == results.Status.OOM for j in todo)
     for job in todo:  # the launcher itself died: what it did not report is an error
         if job["out"] not in recs and not (stopped and job.get("stop_if_oom")):
             recs[job["out"]] = _collect(job["params"], job, f"launcher exited with {proc.poll()}",
@@ -238,8 +238,8 @@ def _torchrun(params: dict, job: dict, n: int, out: Path, timeout_s: float) -> d
     finally:
         os.unlink(f.name)
     rec = _collect(params, {"stage": "ddp", "batch_size": job["batch_size"], "out": str(out)}, verdict, stderr)
-    if rec["status"] == "error" and "out of memory" in stderr.lower():
-        rec.update(status="oom", reason=f"out of memory on at least one of {n} rank(s)")
+    if rec["status"] == results.Status.ERROR and "out of memory" in stderr.lower():
+        rec.update(status=results.Status.OOM, reason=f"out of memory on at least one of {n} rank(s)")
         results.write_atomic(out, rec)
     return rec
 
@@ -260,7 +260,7 @@ def run_ddp(params: dict, report_dir, nproc: int | None = None, timeout_s: float
     roomy = lambda r: not total or (r.get("mem_device_bytes") or 0) < DDP_MEMORY_SHARE * total  # noqa: E731
     best = results.best_config(decided, params, eligible=roomy)
     if best is None:  # nothing verified (a report without the baseline): the fastest that ran
-        ran = [r for r in decided if r.get("variant") is None and r.get("status") == "ok" and not stages.is_multi_gpu(r.get("stage")) and roomy(r)]
+        ran = [r for r in decided if r.get("variant") is None and r.get("status") == results.Status.OK and not stages.is_multi_gpu(r.get("stage")) and roomy(r)]
         best = max(ran, key=lambda r: r["tokens_per_s"]) if ran else None
     base_key = best["stage"] if best else "vocab"
     batch = best["batch_size"] if best else params["run"]["batch_sizes"][0]
@@ -276,7 +276,7 @@ def run_ddp(params: dict, report_dir, nproc: int | None = None, timeout_s: float
     reason = None if nproc else stage.not_applicable(env["device"])
     if reason:
         rec = results.base_record(params, stage, batch)
-        rec.update(status="not_applicable", reason=reason, fingerprint=fp)
+        rec.update(status=results.Status.NOT_APPLICABLE, reason=reason, fingerprint=fp)
         results.write_atomic(out, rec)
         print(describe(rec), flush=True)
         return rec
@@ -289,7 +289,7 @@ def run_ddp(params: dict, report_dir, nproc: int | None = None, timeout_s: float
     # wrapper, same host, same minute) rather than against a row measured in another process or run.
     with tempfile.TemporaryDirectory() as tmp:
         one = _torchrun(params, job, 1, Path(tmp) / "one_rank.json", timeout_s)
-    if one["status"] == "ok":
+    if one["status"] == results.Status.OK:
         job["one_rank_tokens_per_s"] = one["tokens_per_s"]
     rec = _torchrun(params, job, n, out, timeout_s)
     print(describe(rec), flush=True)

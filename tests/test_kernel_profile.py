@@ -40,7 +40,6 @@ CUDA_NAMES = {
     "triton_per_fused_native_layer_norm_0": "norm/elementwise",
     "triton_poi_fused_add_gelu_1": "norm/elementwise",
     "triton_red_fused__log_softmax_nll_loss_forward_3": "cross-entropy",
-    "triton_tem_fused_mm_0": "GEMM",
     "void cudnn::fusion::compute_dot_do_o_specialized<true, 64>(void const*, void const*, void*, void*, unsigned int, unsigned int, float, void const*, bool, void const*, void*, void const*, int, int)": "attention",
     "void cudnn::fusion::convert_dq_to_16bits<true>(void const*, void*, unsigned int, unsigned int, float const*, float const*, float const*, float*, void const*, void*, void*, bool, bool)": "attention",
     "cudnn_generated_fort_native_sdpa_sm90_flash_bprop_wgmma_f16_knob_26_64x64x64_1x4x1_cga1x1x1_kernel0_0": "attention",

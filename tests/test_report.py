@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from conftest import make_record, tiny_params, write_report_dir
 
-from lib import report
+from lib import report, report_charts, report_tables, report_text
 
 BATCHES = (2, 4)
 LOSSES = [6.0, 5.0, 4.0, 3.5, 3.0, 3.0]
@@ -33,13 +33,13 @@ def build(tmp_path, tf32_ms=BASE_MS, tf32_loss_shift=0.0, extra=(), stage_keys=(
 
 
 def recommendation_for(rep, title):
-    lines = [r for r in report.recommendations(rep) if r.startswith(f"**{title}**")]
-    assert len(lines) == 1, report.recommendations(rep)
+    lines = [r for r in report_text.recommendations(rep) if r.startswith(f"**{title}**")]
+    assert len(lines) == 1, report_text.recommendations(rep)
     return lines[0]
 
 
 def findings_text(rep):
-    return "\n".join(report.findings(rep))
+    return "\n".join(report_text.findings(rep))
 
 
 # ---------------------------------------------------------------- recommendations
@@ -84,11 +84,11 @@ def test_lever_without_any_timing_gets_no_recommendation(tmp_path):
 
 
 def test_recommended_configuration_is_the_fastest_within_tolerance(tmp_path):
-    fast = report.recommendations(build(tmp_path / "a", tf32_ms=BASE_MS / 2))[0]
+    fast = report_text.recommendations(build(tmp_path / "a", tf32_ms=BASE_MS / 2))[0]
     assert fast.startswith("**Recommended configuration: TF32") and "B=4" in fast
-    slow = report.recommendations(build(tmp_path / "b", tf32_ms=BASE_MS * 2))[0]
+    slow = report_text.recommendations(build(tmp_path / "b", tf32_ms=BASE_MS * 2))[0]
     assert slow.startswith("**Recommended configuration: FP32 baseline")
-    off = report.recommendations(build(tmp_path / "c", tf32_ms=BASE_MS / 2, tf32_loss_shift=1.0))[0]
+    off = report_text.recommendations(build(tmp_path / "c", tf32_ms=BASE_MS / 2, tf32_loss_shift=1.0))[0]
     assert off.startswith("**Recommended configuration: FP32 baseline")
 
 
@@ -96,18 +96,18 @@ def test_recommended_configuration_is_the_fastest_within_tolerance(tmp_path):
 
 
 def test_findings_name_the_recommended_configuration(tmp_path):
-    assert report.findings(build(tmp_path / "a", tf32_ms=BASE_MS / 2))[0].startswith(
+    assert report_text.findings(build(tmp_path / "a", tf32_ms=BASE_MS / 2))[0].startswith(
         "**Recommended configuration: TF32 at B=")
-    assert report.findings(build(tmp_path / "b", tf32_ms=BASE_MS * 2))[0].startswith(
+    assert report_text.findings(build(tmp_path / "b", tf32_ms=BASE_MS * 2))[0].startswith(
         "**Recommended configuration: FP32 baseline at B=")
     # A faster stage whose loss moved beyond tolerance is never the recommendation.
-    assert report.findings(build(tmp_path / "c", tf32_ms=BASE_MS / 2, tf32_loss_shift=1.0))[0].startswith(
+    assert report_text.findings(build(tmp_path / "c", tf32_ms=BASE_MS / 2, tf32_loss_shift=1.0))[0].startswith(
         "**Recommended configuration: FP32 baseline at B=")
 
 
 def test_findings_give_the_speedup_over_the_previous_stage(tmp_path):
     text = findings_text(build(tmp_path, tf32_ms=BASE_MS / 4))
-    assert "**TF32**" in text and "4.00× the previous stage's speed" in text
+    assert "**TF32**" in text and "4.00× the speed of FP32 baseline" in text
 
 
 def test_findings_say_whether_the_loss_is_within_tolerance(tmp_path):
@@ -120,7 +120,7 @@ def test_oom_row_appears_in_rows_without_a_timing(tmp_path):
         return [make_record(params, "tf32", 4, status="oom", reason="out of memory: test")]
 
     rep = build(tmp_path, tf32_ms=BASE_MS / 2, extra=oom)
-    rows = [f for f in report.findings(rep) if f.startswith("**Rows without a timing**")]
+    rows = [f for f in report_text.findings(rep) if f.startswith("**Rows without a timing**")]
     assert len(rows) == 1
     assert "tf32 b=4: oom" in rows[0].lower()
     assert "B=2" not in rows[0] and "FP32" not in rows[0]
@@ -135,7 +135,7 @@ def test_diverged_lever_is_not_adopted_even_when_faster(tmp_path):
     rep = build(tmp_path, tf32_ms=BASE_MS / 2, extra=diverged)
     assert rep.rec("tf32", 4)["status"] == "diverged"
     assert "do not adopt" in recommendation_for(rep, "TF32")
-    assert not report.findings(rep)[0].startswith("**Recommended configuration: TF32 at B=4")
+    assert not report_text.findings(rep)[0].startswith("**Recommended configuration: TF32 at B=4")
 
 
 def test_no_rows_without_a_timing_when_everything_ran(tmp_path):
@@ -151,7 +151,7 @@ def test_findings_when_nothing_completed(tmp_path):
         return [make_record(params, "fp32", b, status="oom", reason="oom") for b in BATCHES]
 
     rep = build(tmp_path, tf32_status="oom", extra=all_oom)
-    assert report.findings(rep) == ["No configuration completed; see the matrix for each row's status."]
+    assert report_text.findings(rep) == ["No configuration completed; see the matrix for each row's status."]
 
 
 def test_ddp_is_judged_against_one_gpu_at_its_own_setting(tmp_path):
@@ -195,7 +195,7 @@ def test_a_measured_ddp_row_gets_a_recommendation_not_not_measured(tmp_path):
 
 def test_the_ddp_loss_chart_plots_rank_0_next_to_the_configuration_it_replicates(tmp_path, agg_backend):
     rep = build(tmp_path, tf32_ms=BASE_MS / 2, stage_keys=("fp32", "tf32", "ddp"), extra=lambda p: [_ddp_row(p)])
-    fig = report.plot_losses(rep, "ddp")
+    fig = report_charts.plot_losses(rep, "ddp")
     lines = {ln.get_label(): list(ln.get_ydata()) for ax in fig.axes for ln in ax.get_lines() if ln.get_label()[0] != "_"}
     assert set(lines) == {"rank 0 of 2 GPUs, B=4 each", "TF32 on one GPU, B=4"}
     assert lines["rank 0 of 2 GPUs, B=4 each"] == pytest.approx([v - 0.1 for v in LOSSES])
@@ -212,7 +212,7 @@ def test_ddp_rows_take_part_in_the_initial_weight_check(tmp_path):
         return out
 
     rep = build(tmp_path, stage_keys=("fp32", "tf32", "ddp"), extra=rows)
-    assert "identical for every stage" in report.method_md(rep)
+    assert "identical for every stage" in report_text.method_md(rep)
 
 
 # ---------------------------------------------------------------- what the chapters show
@@ -233,22 +233,22 @@ def test_matrix_shows_status_and_loss_flags(tmp_path):
     def oom(params):
         return [make_record(params, "tf32", 4, status="oom", reason="out of memory: test")]
 
-    html = report.matrix_html(build(tmp_path, tf32_loss_shift=1.0, extra=oom))
+    html = report_tables.matrix_html(build(tmp_path, tf32_loss_shift=1.0, extra=oom))
     assert "OOM" in html and "out of memory: test" in html
     assert "beyond tol" in html
     assert "matrix" in html
-    assert "beyond tol" not in report.matrix_html(build(tmp_path / "clean"))
+    assert "beyond tol" not in report_tables.matrix_html(build(tmp_path / "clean"))
 
 
 def test_stage_summary_of_a_stage_without_timings_gives_the_reasons(tmp_path):
-    text = report.stage_summary(build(tmp_path, tf32_status="oom"), "tf32")
+    text = report_text.stage_summary(build(tmp_path, tf32_status="oom"), "tf32")
     assert text.startswith("TF32 has no timing")
     assert "B=2: oom (because)" in text and "B=4: oom (because)" in text
 
 
 def test_appendix_shows_every_stage_switch(tmp_path):
     rep = build(tmp_path, stage_keys=("fp32", "tf32"))
-    text = report.appendix_md(rep)
+    text = report_tables.appendix_md(rep)
     assert 'set_float32_matmul_precision("highest")' in text and 'set_float32_matmul_precision("high")' in text
 
 
@@ -257,9 +257,9 @@ def test_failures_md_lists_notebook_failures_and_error_rows(tmp_path):
         return [make_record(params, "tf32", 2, status="error", reason="segfault")]
 
     rep = build(tmp_path, extra=err)
-    text = report.failures_md(rep, ["01_fp32.ipynb: cell 3: boom"])
+    text = report_tables.failures_md(rep, ["01_fp32.ipynb: cell 3: boom"])
     assert "01_fp32.ipynb: cell 3: boom" in text and "TF32 B=2: **error**: segfault" in text
-    assert report.failures_md(build(tmp_path / "clean"), []) == ""
+    assert report_tables.failures_md(build(tmp_path / "clean"), []) == ""
 
 
 @pytest.fixture
@@ -277,9 +277,28 @@ def test_charts_are_drawn_with_an_oom_row(tmp_path, agg_backend):
         return [make_record(params, "tf32", 4, status="oom", reason="out of memory")]
 
     rep = build(tmp_path, extra=oom)
-    report.plot_throughput(rep)
-    report.plot_memory(rep)
-    report.plot_spread(rep)
-    report.plot_losses(rep, "tf32")
+    report_charts.plot_throughput(rep)
+    report_charts.plot_memory(rep)
+    report_charts.plot_spread(rep)
+    report_charts.plot_losses(rep, "tf32")
     names = {p.name for p in (rep.dir / "figures").glob("*.png")}
     assert names == {"throughput.png", "memory.png", "step_spread.png", "loss_tf32.png"}
+
+
+def test_a_lever_whose_previous_stage_was_not_measured_is_not_credited_anywhere(tmp_path):
+    """STAGES="fp32 vocab": the vocab stage adds one lever to flash attention, which this report did
+    not measure. The summary, the recommendations and the comparison all say so, none credits
+    vocab with the four levers between FP32 and it."""
+    from lib import compare
+
+    params = tiny_params(stage_keys=("fp32", "vocab"), batch_sizes=BATCHES)
+    recs = [make_record(params, key, b, [BASE_MS * (1 if key == "fp32" else 0.5)] * 5, LOSSES)
+            for key in ("fp32", "vocab") for b in BATCHES]
+    write_report_dir(tmp_path / "cpu", params, recs)
+    rep = report.load(tmp_path / "cpu")
+    text = findings_text(rep)
+    assert "**Vocab padded to 50304**: not judged" in text and "Flash attention (SDPA)" in text
+    assert "the previous stage" not in text and "2.00× the speed" not in text
+    assert "not judged" in recommendation_for(rep, "Vocab padded to 50304")
+    effects = compare.lever_effects({"a": rep})
+    assert effects.isna().all().all()

@@ -182,13 +182,16 @@ def test_table_oom_row_has_no_speedups_and_keeps_its_reason(records):
     assert math.isnan(oom["loss_delta"]) and oom["loss_within_tolerance"] is None
 
 
-def test_table_skips_an_oom_stage_when_comparing_with_the_previous_one(cpu_params):
+def test_a_lever_is_judged_only_against_the_stage_right_before_it(cpu_params):
+    """If TF32 ran out of memory at B=2, BF16 has no 'previous stage' there: crediting it against
+    FP32 would give it TF32's speed-up too."""
     p = cpu_params
     recs = [make_record(p, "fp32", 2, steps(10.0), LOSSES),
             make_record(p, "tf32", 2, status="oom", reason="out of memory"),
             make_record(p, "bf16", 2, steps(4.0), LOSSES)]
     df = results.table(recs, ORDER)
-    assert row(df, "bf16", 2)["speedup_vs_previous"] == pytest.approx(10.0 / 4.0)
+    assert np.isnan(row(df, "bf16", 2)["speedup_vs_previous"]) and row(df, "bf16", 2)["previous_stage"] == "tf32"
+    assert row(df, "bf16", 2)["speedup_vs_baseline"] == pytest.approx(10.0 / 4.0)
 
 
 def test_table_without_a_baseline_at_a_batch_has_nan_comparisons(cpu_params):

@@ -1,0 +1,122 @@
+"""*How the report reads*, its tables: the experimental matrix, the environment, each chapter's
+code switch and the appendix, the title and the failures, as HTML or Markdown."""
+from __future__ import annotations
+
+import html
+
+import pandas as pd
+
+from . import stages
+from .report import CV_LIMIT, GiB, Report, gib, manifest, pct, short, times, tok
+
+def status_cell(row) -> str:
+    s = row["status"]
+    if s == "ok":
+        return "ok"
+    label = {"oom": "OOM", "not_applicable": "not applicable", "diverged": "DIVERGED",
+             "error": "ERROR"}.get(s, s)
+    return f'<span class="bad" title="{html.escape(str(row["reason"] or ""))}">{label}</span>'
+
+
+def matrix_html(rep: Report, stage: str | None = None) -> str:
+    """The experimental matrix (stage x batch), or one stage's rows of it. A row that has no
+    timing says why in the step-time cell (OOM, not applicable, error) so it cannot be missed."""
+    df = rep.df if stage is None else rep.df[rep.df["stage"] == stage]
+    rows = []
+    for _, r in df.iterrows():
+        ran = r["status"] in ("ok", "diverged")
+        loss = ""
+        if ran and not pd.isna(r["final_loss"]):
+            loss = f"{r['final_loss']:.3f}"
+            if not pd.isna(r["loss_delta"]) and r["stage"] != rep.stage_order[0]:
+                flag = "" if r["loss_within_tolerance"] else ' <span class="bad">beyond tol.</span>'
+                gate = "" if pd.isna(r["loss_gap"]) else f"<br>gate {r['loss_gap']:.3f}"
+                loss += f"<br><small>{r['loss_delta']:+.3f} vs {r['loss_ref']}{gate}{flag}</small>"
+        if ran:
+            step = f"{r['median_ms']:.1f}<br><small>{r['p10_ms']:.1f}–{r['p90_ms']:.1f}</small>"
+            if r["status"] == "diverged":
+                step += '<br><span class="bad">DIVERGED</span>'
+        else:
+            step = status_cell(r)
+        cv_txt = pct(r["cv"]) if ran else ""
+        if ran and rep.on_gpu and r["cv"] > CV_LIMIT:
+            cv_txt = f'<span class="warn">{cv_txt}</span>'
+        rows.append({
+            "Stage": r["stage_title"], "B": r["batch_size"],
+            "ms/step<br><small>p10–p90</small>": step, "CV": cv_txt,
+            "tok/s": tok(r["tokens_per_s"]) if ran else "",
+            "× FP32": times(r["speedup_vs_baseline"]), "× prev.": times(r["speedup_vs_previous"]),
+            "MFU": (f"{pct(r['mfu'])}<br><small>{r['peak_precision']}</small>" if ran and not pd.isna(r["mfu"])
+                    else ("n/a" if ran else "")),
+            "tensors<br>GiB": gib(r["mem_tensors_bytes"]), "allocator<br>GiB": gib(r["mem_allocator_bytes"]),
+            "device<br>GiB": gib(r["mem_device_bytes"]),
+            "final loss<br><small>Δ vs ref.</small>": loss,
+        })
+    return pd.DataFrame(rows).to_html(index=False, escape=False, classes="matrix", border=0)
+
+
+def environment_html(rep: Report) -> str:
+    e, dev = rep.env, rep.env["device"]
+    corpus = manifest()
+    rows = [("Device", dev.get("name")), ("Backend", dev["backend"]),
+            ("Profile", f"{rep.params['name']}: {rep.params.get('description', '')}")]
+    if dev["backend"] in ("cuda", "rocm"):
+        cap = dev.get("capability")
+        rows += [("Compute capability", f"{cap[0]}.{cap[1]}" if cap else None),
+                 ("SMs", dev.get("sm_count")), ("Device memory", f"{dev.get('memory_bytes', 0) / GiB:.1f} GiB"),
+                 ("GPUs on host", dev.get("count")), ("Driver", e.get("driver")),
+                 ("CUDA (torch build)", e.get("cuda") or e.get("hip")), ("cuBLAS(Lt)", e.get("cublas")),
+                 ("cuDNN", e.get("cudnn")), ("Max SM / memory clock", _clocks(e)),
+                 ("Power limit", f"{e['power_limit_w']:.0f} W" if e.get("power_limit_w") else None)]
+    else:
+        rows += [("CPU cores / torch threads", f"{e.get('cpu_cores')} / {e.get('threads')}")]
+    rows += [("PyTorch", e.get("torch")), ("Python", e.get("python")), ("NumPy", e.get("numpy")),
+             ("OS", e.get("os")), ("Tokenizer", corpus.get("tokenizer")),
+             ("Corpus", f"{corpus.get('corpus')}, {corpus.get('tokens', 0):,} tokens, "
+                        f"sha256 {corpus.get('corpus_sha256', '?')[:16]}…"),
+             ("Peak FLOP/s source", rep.params.get("peak_source"))]
+    if rep.params.get("override"):
+        rows.append(("Profile override", f'<span class="bad">{html.escape(rep.params["override"])}</span>'))
+    body = "".join(f"<tr><th>{k}</th><td>{'' if v is None else v}</td></tr>" for k, v in rows if v is not None)
+    return f'<table class="kv">{body}</table>'
+
+
+def _clocks(e):
+    if e.get("sm_clock_max_mhz"):
+        return f"{e['sm_clock_max_mhz']} / {e.get('mem_clock_max_mhz')} MHz"
+    return None
+
+
+def switch_md(key: str) -> str:
+    """A chapter's "the switch" block, from its stage entry."""
+    return f"#### The switch\n\n```python\n{stages.get(key).switch}\n```"
+
+
+def appendix_md(rep: Report) -> str:
+    blocks = []
+    for key in rep.stage_order:
+        st = stages.get(key)
+        blocks.append(f"**{st.title}** — {st.lever}\n\n```python\n{st.switch}\n```")
+    return "\n\n".join(blocks)
+
+
+def title_md(rep: Report) -> str:
+    dev = rep.env["device"]
+    when = max((r.get("finished_at") or "" for r in rep.records), default="") or ""
+    sub = (f"Profile **{rep.params['name']}** · device **{dev['name']}** ({dev['backend']}) · "
+           f"PyTorch {rep.env.get('torch')}" + (f" · CUDA {rep.env['cuda']}" if rep.env.get("cuda") else ""))
+    if when:
+        sub += f" · measured {when[:10]}"
+    return (f"# GPT-2 (124M-class) training step: what each optimisation lever buys\n\n{sub}\n\n"
+            f"Each stage adds one lever to the one before ({' → '.join(rep.stage_titles)}) and is timed on the "
+            "same model, seed and data at every batch size. Every number below was measured by this tool "
+            "on the device named above.")
+
+
+def failures_md(rep: Report, failures: list[str]) -> str:
+    lines = [f"* notebook failed: `{f}`" for f in failures]
+    lines += [f"* {r['stage_title']} B={r['batch_size']}: **error**: {short(r.get('reason'))[:400]}"
+              for r in rep.records if r["status"] == "error"]
+    if not lines:
+        return ""
+    return "**Failures in this run** (the rest of the report is still valid):\n\n" + "\n".join(lines)
