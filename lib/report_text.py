@@ -28,8 +28,7 @@ def method_md(rep: Report) -> str:
   time and the coefficient of variation (CV = standard deviation / mean); tokens/s = B·T / median.
 * **MFU** = FLOPs per token × tokens/s ÷ peak, with FLOPs per token = 6N + 12·L·d·T (N without
   position embeddings). Each stage is compared with the peak of the precision its GEMMs run in
-  (FP32 → fp32, TF32 → tf32, the BF16 stages → bf16 dense; the FP8 stage too is quoted against the
-  bf16 dense peak, the bar a recommendation has to clear). Peaks: {peak_txt}.
+  ({_by_stage(rep, "peak")}). Peaks: {peak_txt}.
 * **Compilation**: the first step of every configuration (which pays for `torch.compile`, cuBLAS
   heuristics and allocator growth) is timed on its own and reported as "first step"; it is a warm-up step.
 * **Memory**, three layers: *tensors* = `max_memory_allocated` (live tensors at their peak),
@@ -38,9 +37,8 @@ def method_md(rep: Report) -> str:
   workspaces). On a CPU only the process's peak resident memory is known.
 * **Loss gate**: every step after warm-up is compared with the stage's reference at the same batch
   size (same seed, same batches): a stage passes when the {results.LOSS_GATE_WINDOW}-step moving average
-  of the loss difference never leaves ±{r['loss_tolerance']:g} nats. References: the FP32 baseline
-  for TF32, BF16, flash and vocab; the vocab stage (BF16 autocast, flash attention, padded vocabulary:
-  the configuration they are added to) for fused AdamW, torch.compile and FP8. "Final loss" is the mean
+  of the loss difference never leaves ±{r['loss_tolerance']:g} nats. References: {_by_stage(rep, "reference")}.
+  "Final loss" is the mean
   of the last {r['final_loss_window']} steps. The loss is computed as nanoGPT computes it, over every column
   of the logits (the padded ones included; they are never targets).
 * **Parity run**: the recommended configuration and its reference stage train
@@ -66,6 +64,20 @@ def method_md(rep: Report) -> str:
 * **Failures are results**: an out-of-memory configuration is an OOM row, a NaN loss a DIVERGED row,
   a stage the device cannot run a "not applicable" row.
 """.replace("{noise}", _noise_sentence(rep))
+
+
+def _by_stage(rep: Report, fact: str) -> str:
+    """One fact of every stage in the report, grouped by value, from the stage registry: which
+    peak each stage's MFU is quoted against, or which stage its loss is held against."""
+    groups: dict = {}
+    for key in stages.single_gpu(rep.stage_order):
+        st = stages.get(key)
+        if fact == "reference" and st.reference == key:
+            continue
+        groups.setdefault(getattr(st, fact), []).append(st.title)
+    name = (lambda v: f"{v} peak") if fact == "peak" else (lambda v: stages.get(v).title)
+    verb = " for " if fact == "reference" else ": "
+    return "; ".join(f"{name(v)}{verb}{', '.join(titles)}" for v, titles in groups.items()) or "none"
 
 
 def _noise_sentence(rep: Report) -> str:

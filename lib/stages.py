@@ -7,9 +7,10 @@ fingerprint covers), where it can run (backends, compute capability, devices), a
 (title, lever, the code switch shown in the report), which can change without re-measuring."""
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 
-SWITCHES = ("tf32", "autocast", "attention", "padded_vocab", "fused_adamw", "compile", "fp8", "devices")
+SWITCHES = ("tf32", "autocast", "attention", "padded_vocab", "fused_adamw", "compile", "compile_mode", "fp8",
+            "backend_flags", "devices")
 ALL_BACKENDS = ("cuda", "rocm", "mps", "cpu")
 
 
@@ -26,8 +27,10 @@ class Stage:
     attention: str = "naive"
     padded_vocab: bool = False
     fused_adamw: bool = False   # AdamW(fused=True): one kernel per step for all parameters
-    compile: bool = False   # torch.compile(model), inductor's default mode
+    compile: bool = False   # torch.compile(model)
+    compile_mode: str | None = None  # torch.compile(model, mode=...); None: inductor's default
     fp8: bool = False       # the blocks' Linear layers run FP8 GEMMs (lib/fp8.py)
+    backend_flags: tuple = ()  # (("torch.backends.cudnn.benchmark", True), ...): set before the model is built
     devices: str = "one"    # "one" GPU, or "all" of the host's, data parallel (runner.run_ddp)
     # --- what the report compares it with
     peak: str = "fp32"      # which datasheet peak MFU is quoted against
@@ -43,9 +46,12 @@ class Stage:
         return self.devices == "all"
 
     def identity(self) -> dict:
-        """What a measurement of this stage depends on: its key and switches (and the peak its MFU
-        is computed against). Titles and prose are not part of it."""
-        return {"key": self.key, "peak": self.peak, **{s: getattr(self, s) for s in SWITCHES}}
+        """What a measurement of this stage depends on: its key, the switches it sets away from
+        their defaults, and the peak its MFU is computed against. Titles and prose are not part
+        of it, and a new kind of switch leaves every existing stage's identity as it was."""
+        defaults = {f.name: f.default for f in fields(Stage)}
+        return {"key": self.key, "peak": self.peak,
+                **{s: getattr(self, s) for s in SWITCHES if getattr(self, s) != defaults[s]}}
 
     def not_applicable(self, device: dict) -> str | None:
         """Why this stage cannot run on `device` (a detect() record), or None if it can."""

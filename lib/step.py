@@ -72,6 +72,9 @@ def build(params: dict, stage, dev: str, wrap=None, micro_steps: int = 1) -> Tra
     seed on the CPU (identical weights on every device), then the stage's switches apply.
     `wrap` (DDP) wraps the compiled model, as nanoGPT does."""
     torch.set_float32_matmul_precision("high" if stage.tf32 else "highest")
+    for path, value in stage.backend_flags:  # e.g. ("torch.backends.cudnn.benchmark", True)
+        owner, _, name = path.rpartition(".")
+        setattr(_resolve(owner), name, value)
     torch.manual_seed(params["run"]["seed"])
     model = GPT(model_config(params, stage)).to(dev)
     if stage.fp8:
@@ -83,12 +86,23 @@ def build(params: dict, stage, dev: str, wrap=None, micro_steps: int = 1) -> Tra
                              {"params": no_decay, "weight_decay": 0.0}],
                             lr=r["learning_rate"], betas=(0.9, 0.95), eps=1e-8,
                             **({"fused": True} if stage.fused_adamw else {}))
-    forward = torch.compile(model) if stage.compile else model
+    forward = (torch.compile(model, **({"mode": stage.compile_mode} if stage.compile_mode else {}))
+               if stage.compile else model)
     if wrap is not None:
         forward = wrap(forward)
     ctx = (torch.autocast(device_type=dev, dtype=getattr(torch, stage.autocast))
            if stage.autocast else contextlib.nullcontext())
     return TrainStep(model, forward, opt, ctx, r["grad_clip"], micro_steps)
+
+
+def _resolve(dotted: str):
+    """The object a dotted name under torch names (a stage's backend flag lives on it)."""
+    if dotted != "torch" and not dotted.startswith("torch."):
+        raise ValueError(f"a backend flag must live under torch, not {dotted!r}")
+    obj = torch
+    for part in dotted.split(".")[1:]:
+        obj = getattr(obj, part)
+    return obj
 
 
 class Timer:

@@ -269,3 +269,22 @@ def test_a_resumed_parity_plan_keeps_the_references_micro_batches(tmp_path):
             "held_out_loss": 4.0, "micro_steps": 2}
     results.write_atomic(report_dir / "results" / "parity" / "fp32__b4.json", done)
     assert {j["stage"]: j["micro_steps"] for j in evidence.parity_jobs(params, report_dir)} == plan
+
+
+def test_a_stage_is_data_the_core_applies_its_backend_flags_and_compile_mode(monkeypatch):
+    """A lever that needs a backend flag or a compile mode is a stage entry, not new code."""
+    import dataclasses
+
+    calls = []
+    monkeypatch.setattr(torch, "compile", lambda model, **kw: calls.append(kw) or model)
+    params = tiny_params(["fp32"])
+    before = torch.backends.cudnn.benchmark
+    try:
+        lever = dataclasses.replace(stages.get("fp32"), key="x", compile=True, compile_mode="max-autotune",
+                                    backend_flags=(("torch.backends.cudnn.benchmark", not before),))
+        step.build(params, lever, "cpu")
+        assert torch.backends.cudnn.benchmark is (not before) and calls == [{"mode": "max-autotune"}]
+    finally:
+        torch.backends.cudnn.benchmark = before
+    with pytest.raises(ValueError, match="under torch"):
+        step.build(params, dataclasses.replace(lever, backend_flags=(("os.environ", 1),)), "cpu")

@@ -253,3 +253,10 @@ def test_fingerprint_covers_a_stages_switches_not_its_prose(cpu_params):
     assert results.fingerprint(cpu_params, ENV, reworded, 2) == base
     for switch, value in (("padded_vocab", False), ("attention", "naive"), ("compile", True), ("devices", "all")):
         assert results.fingerprint(cpu_params, ENV, dataclasses.replace(stage, **{switch: value}), 2) != base, switch
+
+
+def test_a_stage_identity_holds_only_the_switches_it_sets():
+    """A new kind of switch (a field with a default) must not change any existing fingerprint."""
+    assert stages.get("fp32").identity() == {"key": "fp32", "peak": "fp32"}
+    assert stages.get("vocab").identity() == {"key": "vocab", "peak": "bf16", "tf32": True, "autocast": "bfloat16",
+                                              "attention": "sdpa", "padded_vocab": True}
