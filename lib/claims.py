@@ -3,32 +3,15 @@ confirmed, refuted, not applicable or not measured, each with the measured figur
 from __future__ import annotations
 
 import html as _html
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import yaml
 
 from . import fidelity_view, results
-from .paths import PARAMS
+from .config import CLAIMS, METRICS  # noqa: F401 (METRICS: what a claim may be judged by)
+from .config import load_claims as load
 
-CLAIMS = PARAMS / "claims.yaml"
 LAYERS = {"tensors": "mem_tensors_bytes", "allocator": "mem_allocator_bytes", "device": "mem_device_bytes"}
-METRICS = ("speedup", "time_change", "memory_change", "kernels")
-
-
-def load(path=CLAIMS) -> dict:
-    data = yaml.safe_load(Path(path).read_text())
-    for c in data["claims"]:
-        if c.get("metric") not in METRICS:
-            raise ValueError(f"{path}: claim {c.get('id')!r} has unknown metric {c.get('metric')!r}")
-    return data
-
-
-def timed_pairs(profile: str, path=CLAIMS) -> list[tuple[str, str]]:
-    """(stage, versus) of every claim judged by step time that speaks about `profile`."""
-    return [(c["stage"], c["versus"]) for c in load(path)["claims"]
-            if c["metric"] in ("speedup", "time_change") and profile in c.get("devices", [])]
 
 
 def _per_batch(df: pd.DataFrame, claim: dict) -> pd.Series:

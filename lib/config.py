@@ -210,6 +210,26 @@ def validate(p: dict) -> None:
         raise ConfigError(f"{where}: evidence.seq_warmup_steps must be a non-negative integer")
 
 
+CLAIMS = PARAMS_DIR / "claims.yaml"
+METRICS = ("speedup", "time_change", "memory_change", "kernels")  # what params/claims.yaml may judge by
+
+
+def load_claims(path=CLAIMS) -> dict:
+    """The prevailing write-up's claims (params/claims.yaml), each with a known metric."""
+    data = yaml.safe_load(Path(path).read_text())
+    for c in data["claims"]:
+        if c.get("metric") not in METRICS:
+            raise ValueError(f"{path}: claim {c.get('id')!r} has unknown metric {c.get('metric')!r}")
+    return data
+
+
+def timed_claim_pairs(profile: str, path=CLAIMS) -> list[tuple[str, str]]:
+    """(stage, versus) of every claim judged by step time that speaks about `profile`: the
+    configurations the report runs in several processes so the verdict can say "within noise"."""
+    return [(c["stage"], c["versus"]) for c in load_claims(path)["claims"]
+            if c["metric"] in ("speedup", "time_change") and profile in c.get("devices", [])]
+
+
 def match_profile(device_name: str, backend: str) -> str | None:
     """The profile whose `match` strings fit the device name best (longest match wins)."""
     if backend == "cpu":

@@ -20,7 +20,7 @@ import copy
 import dataclasses
 from pathlib import Path
 
-from . import results, runner, stages
+from . import config, results, runner, stages
 from .paths import resolve
 
 def _dir(report_dir, kind: str) -> Path:
@@ -121,12 +121,10 @@ def repeat_configs(params: dict, report_dir) -> list[tuple[str, int]]:
     """What runs in several processes: the two fastest verified configurations (the
     recommendation and its runner-up) and both sides of every timing claim at the smallest batch
     size where both ran."""
-    from . import claims  # imported here: pandas and the claims file are only needed now
-
     recs = results.decision_records(resolve(report_dir) / "results")
     chosen = [(r["stage"], r["batch_size"]) for r in results.ranked_configs(recs, params)[:2]]
     ok = {(r["stage"], r["batch_size"]) for r in recs if r.get("status") == results.Status.OK and r.get("variant") is None}
-    for stage, versus in claims.timed_pairs(params["name"]):
+    for stage, versus in config.timed_claim_pairs(params["name"]):
         common = sorted(b for (s, b) in ok if s == stage and (versus, b) in ok)
         if common:
             chosen += [(stage, common[0]), (versus, common[0])]

@@ -8,14 +8,14 @@ import html
 import numpy as np
 import pandas as pd
 
-from . import kernel_profile, stages
+from . import kernel_categories, stages
 from .report import GiB, Report, gib
 from .report_charts import save, style
 
 OK = ("ok", "diverged")
 LAYERS = (("mem_tensors_bytes", "tensors (max allocated)"), ("mem_allocator_bytes", "allocator (max reserved)"),
           ("mem_device_bytes", "device (nvidia-smi)"))
-COLORS = dict(zip(kernel_profile.CATEGORIES, ("C0", "C3", "C1", "C2", "C4", "C7")))
+COLORS = dict(zip(kernel_categories.CATEGORIES, ("C0", "C3", "C1", "C2", "C4", "C7")))
 
 
 def table(rows: list[dict], cls: str = "matrix") -> str:
@@ -251,7 +251,7 @@ def plot_profile(rep: Report):
     fig, ax = plt.subplots(figsize=(9, 3.4))
     x = np.arange(len(by))
     bottom = np.zeros(len(by))
-    for cat in kernel_profile.CATEGORIES:
+    for cat in kernel_categories.CATEGORIES:
         vals = np.array([r["kernel_profile"]["categories"].get(cat, 0.0) for r in by.values()])
         ax.bar(x, vals, 0.6, bottom=bottom, color=COLORS[cat], label=cat)
         for i, (v, tot) in enumerate(zip(vals, [r["kernel_profile"]["busy_ms"] for r in by.values()])):
@@ -277,7 +277,7 @@ def profile_table_html(rep: Report) -> str:
         p = r["kernel_profile"]
         row = {"Stage": stages.get(key).title, "busy ms/step": f"{p['busy_ms']:.1f}",
                "step ms (timed)": f"{r['median_ms']:.1f}"}
-        for cat in kernel_profile.CATEGORIES:
+        for cat in kernel_categories.CATEGORIES:
             row[cat] = f"{p['categories'].get(cat, 0) / p['busy_ms'] * 100:.0f} %" if p["busy_ms"] else ""
         rows.append(row)
     return table(rows)

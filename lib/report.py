@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from . import data, kernel_profile, results, stages
+from . import data, kernel_categories, results, stages
 from .paths import resolve
 
 GiB = 2**30
@@ -48,7 +48,7 @@ def load(report_dir) -> Report:
     d = resolve(report_dir)
     params = json.loads((d / "params.json").read_text())
     env = json.loads((d / "environment.json").read_text())
-    records = [kernel_profile.current(r) for r in results.load_records(d / "results")]
+    records = [kernel_categories.current(r) for r in results.load_records(d / "results")]
     order = params["stages"]
     # DDP runs at whatever batch the best single-GPU configuration had (the sweep's, maybe).
     records = [r for r in records if r["stage"] in order

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import stages
+from . import kernel_categories, stages
 from .record import REUSABLE, SCHEMA_VERSION, STATUSES, TIMED, Record, Status  # noqa: F401 (re-exported)
 
 DONE_PREFIX = "@@done "  # the measurement launcher's one line per finished configuration, on its stdout
@@ -143,11 +143,9 @@ EVIDENCE_KINDS = ("seq", "gemm", "variants", "sweep", "repeats", "crosscheck", "
 def load_evidence(results_dir) -> dict:
     """Every evidence record of a report's results folder by kind, its kernel profiles read by
     today's rules; {"gemm": record or None, every other kind: [...]}; missing kinds are empty."""
-    from . import kernel_profile  # imported here: it is the measuring side's module too
-
     out = {}
     for kind in EVIDENCE_KINDS:
-        recs = [kernel_profile.current(r) for r in load_records(Path(results_dir) / kind)]
+        recs = [kernel_categories.current(r) for r in load_records(Path(results_dir) / kind)]
         out[kind] = (recs[0] if recs else None) if kind == "gemm" else recs
     return out
 
