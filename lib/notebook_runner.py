@@ -64,9 +64,10 @@ def run_notebook(src: Path, dest: Path, parameters: dict) -> str | None:
         return f"{src.name}: {type(e).__name__}: {e}"
 
 
-def draw(report_dir: Path, params: dict) -> tuple[list[str], list[Path], dict]:
+def draw(report_dir: Path, params: dict, failed_before: list[str] = ()) -> tuple[list[str], list[Path], dict]:
     """Execute every chapter of the report's stage list (drawing from its results, measuring
-    nothing) and then the summary. Returns (failures, executed chapters, seconds per chapter)."""
+    nothing) and then the summary, which shows `failed_before` (the measurement's failures) and
+    the chapters' own. Returns (the chapters' failures, executed chapters, seconds per chapter)."""
     session()
     nb_params = {"gpu": params["name"], "report_dir": str(report_dir), "measure": False}
     failures, done, timings = [], [], {}
@@ -85,7 +86,8 @@ def draw(report_dir: Path, params: dict) -> tuple[list[str], list[Path], dict]:
     t0 = time.perf_counter()
     print("[summary] tables, charts, verdicts", flush=True)
     err = run_notebook(chapters.SUMMARY, report_dir / "notebooks" / "summary.ipynb",
-                       {"gpu": params["name"], "report_dir": str(report_dir), "failures": failures})
+                       {"gpu": params["name"], "report_dir": str(report_dir),
+                        "failures": list(failed_before) + failures})
     if err:
         failures.append(err)
         print(f"    FAILED: {err}", flush=True)

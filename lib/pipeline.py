@@ -104,7 +104,7 @@ def report(args) -> int:
               + (f" (REPORTS={report_dir.parent})" if report_dir.parent != ROOT / "reports" else ""))
         return report_folder.exit_code(report_dir, failures)
     t_measure = time.perf_counter() - t_start
-    drawn_failures, drawn, draw_s = notebook_runner.draw(report_dir, params)
+    drawn_failures, drawn, draw_s = notebook_runner.draw(report_dir, params, failures)
     failures += drawn_failures
     print("[export] report.html, report.pdf", flush=True)
     timings.update(export.export(report_dir, drawn, report_dir / "notebooks" / "summary.ipynb", _title(params), t_start))

@@ -124,7 +124,7 @@ def _plot_multi_gpu_losses(rep: Report, stage: str):
     ax.set_xlabel("step (dotted: end of warm-up)")
     ax.set_ylabel("training loss (nats)")
     fig.tight_layout()
-    return save(fig, rep, f"losses_{stage}")
+    return save(fig, rep, f"loss_{stage}")
 
 
 def plot_losses(rep: Report, stage: str | None = None):

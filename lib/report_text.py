@@ -41,8 +41,26 @@ def method_md(rep: Report) -> str:
   "Final loss" is the mean
   of the last {r['final_loss_window']} steps. The loss is computed as nanoGPT computes it, over every column
   of the logits (the padded ones included; they are never targets).
-* **Parity run**: the recommended configuration and its reference stage train
-  {rep.params['evidence']['parity_steps']} steps at the recommended batch size with nanoGPT's learning-rate
+{{fidelity}}* **Kernel profile**: after the timed steps, one more training step under `torch.profiler`; device
+  kernel time (on a CPU, operators' self time) grouped into GEMM, attention, cross-entropy,
+  normalisation/elementwise, optimizer and other by kernel name (`lib/kernel_profile.py`; when a report
+  is re-rendered, its top kernels are re-read with the current rules).
+* **Energy**: {_energy_method(rep)}
+* **Failures are results**: an out-of-memory configuration is an OOM row, a NaN loss a DIVERGED row,
+  a stage the device cannot run a "not applicable" row.
+""".replace("{fidelity}", _fidelity_method(rep))
+
+
+def _fidelity_method(rep: Report) -> str:
+    """The method of the parity run, the cross-check and the repeats, or why the report has none."""
+    ev = rep.params.get("evidence") or {}
+    if "parity_steps" not in ev:
+        return (f"* **Measurement method {rep.params.get('method', 1)}**: this report was measured before the one "
+                "training-step core, the canonical loss path (its loss copied the logits to fp32 and sliced off "
+                "the padding), the plain-loop cross-check, the repeats and the parity run existed; its figures "
+                "carry none of them.\n")
+    return f"""* **Parity run**: the recommended configuration and its reference stage train
+  {ev['parity_steps']} steps at the recommended batch size with nanoGPT's learning-rate
   shape (linear warm-up over the first quarter, cosine decay to a tenth), the reference accumulating
   gradients over micro-batches where it does not fit at once. They are judged by the same gate, then by their
   loss on the held-out last {int(data.HELD_OUT * 100)} % of the corpus, which no run trains on. The reference
@@ -55,15 +73,8 @@ def method_md(rep: Report) -> str:
   the device as in nanoGPT's loop; it also times each step after `torch.cuda.synchronize()`, as
   build-nanogpt does.
 * **Repeats and noise**: the recommended configuration, its runner-up and both sides of every timing claim
-  run in {rep.params['evidence']['repeats']} fresh processes (table below); {{noise}}
-* **Kernel profile**: after the timed steps, one more training step under `torch.profiler`; device
-  kernel time (on a CPU, operators' self time) grouped into GEMM, attention, cross-entropy,
-  normalisation/elementwise, optimizer and other by kernel name (`lib/kernel_profile.py`; when a report
-  is re-rendered, its top kernels are re-read with the current rules).
-* **Energy**: {_energy_method(rep)}
-* **Failures are results**: an out-of-memory configuration is an OOM row, a NaN loss a DIVERGED row,
-  a stage the device cannot run a "not applicable" row.
-""".replace("{noise}", _noise_sentence(rep))
+  run in {ev['repeats']} fresh processes (table below); {_noise_sentence(rep)}
+"""
 
 
 def _by_stage(rep: Report, fact: str) -> str:

@@ -174,6 +174,8 @@ def test_make_help_lists_every_target_of_the_makefile():
                                                   ("BATCHES", "2 x", "batch size 'x' is not a positive integer"),
                                                   ("STAGES", "fp32 warp9", "unknown stage 'warp9'")])
 def test_a_bad_input_to_make_report_is_the_last_line_printed(var, value, message):
+    if not any((ROOT / stamp).exists() for stamp in (".venv/.stamp", ".deps/.stamp")):
+        pytest.skip("make checks inputs early once its environment exists (make test creates it first)")
     proc = _make("report", f"{var}={value}")
     lines = [ln for ln in (proc.stdout + proc.stderr).splitlines() if ln.strip()]
     assert proc.returncode == 2 and message in lines[-1], describe_proc(proc)

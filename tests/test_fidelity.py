@@ -76,7 +76,10 @@ def test_a_ddp_rank_builds_the_same_step_with_every_switch_of_its_base_stage(mon
     params = tiny_params(["fp32", "fused"])
     rec = ddp.run({"params": params, "batch_size": 2, "base_stage": "fused"})
     assert rec["status"] == "ok" and rec["base_stage"] == "fused"
-    (stage, wrap), = spy.calls
+    # the same initial weights as every single-GPU stage, so the report can verify it
+    single = measure.run({"params": params, "stage": "fused", "batch_size": 2, "profile": False, "energy": False})
+    assert rec["init_checksum"] == single["init_checksum"]
+    (stage, wrap), _ = spy.calls
     assert stage == stages.get("fused") and wrap is torch.nn.parallel.DistributedDataParallel
 
 
