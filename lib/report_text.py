@@ -37,7 +37,9 @@ def method_md(rep: Report) -> str:
   workspaces). On a CPU only the process's peak resident memory is known.
 * **Loss gate**: every step after warm-up is compared with the stage's reference at the same batch
   size (same seed, same batches): a stage passes when the {results.LOSS_GATE_WINDOW}-step moving average
-  of the loss difference never leaves ±{r['loss_tolerance']:g} nats. References: {_by_stage(rep, "reference")}.
+  of the loss difference never leaves ±{r['loss_tolerance']:g} nats; a gap beyond it by less than the drift of the
+  same statistic between two processes of one configuration ({rep.loss_noise:.3f} nats here) is *within noise*.
+  References: {_by_stage(rep, "reference")}.
   "Final loss" is the mean
   of the last {r['final_loss_window']} steps. The loss is computed as nanoGPT computes it, over every column
   of the logits (the padded ones included; they are never targets).
