@@ -186,11 +186,14 @@ def findings(rep: Report) -> list[str]:
         if st.multi_gpu and not ok[ok["stage"] == key].empty:
             out.append(_ddp_finding(st, ok[ok["stage"] == key].iloc[0]))
             continue
-        if effect["values"].empty:
+        ran = not ok[ok["stage"] == key].empty
+        if effect["values"].empty and (not ran or not effect["previous_measured"]):
             out.append(_unjudged(rep, st, effect))
             continue
-        text = (f"**{st.title}** ({st.lever}): {span(effect['values'].values)} the speed of "
-                f"{stages.get(effect['previous']).title}{_noise_note(rep, key)}")
+        previous = stages.get(effect["previous"]).title
+        text = (f"**{st.title}** ({st.lever}): " + (
+            f"{span(effect['values'].values)} the speed of {previous}{_noise_note(rep, key)}" if not effect["values"].empty
+            else f"no speed-up to give: {previous} has no timing at the same batch size"))
         diverged = rep.df[(rep.df["stage"] == key) & (rep.df["status"] == "diverged")]["batch_size"].tolist()
         if diverged:
             text += f"; **the loss diverged (NaN) at B={', '.join(map(str, diverged))}**"
@@ -233,8 +236,8 @@ def _unjudged(rep: Report, st, effect: dict) -> str:
     ran = not rep.ok()[rep.ok()["stage"] == st.key].empty
     if ran and not effect["previous_measured"]:
         base = speedups(rep, st.key, "speedup_vs_baseline")
-        return (f"**{st.title}**: not judged: the stage it is added to, {stages.get(effect['previous']).title}, is "
-                f"not in this report" + (f" ({span(base.values)} the {stages.get(rep.stage_order[0]).title} "
+        return (f"**{st.title}**: not judged: the stage it is added to, {stages.get(effect['previous']).title}, has "
+                f"no measurement in this report" + (f" ({span(base.values)} the {stages.get(rep.stage_order[0]).title} "
                                           "with every lever between them)" if not base.empty else "") + ".")
     status = [x.replace("_", " ").replace("oom", "OOM") for x in rep.df[rep.df["stage"] == st.key]["status"].unique()]
     return f"**{st.title}**: no measurement ({', '.join(status) or 'the stage did not run'})."
@@ -292,16 +295,14 @@ def recommendations(rep: Report) -> list[str]:
             out.append(f"**{st.title}**: adopt to train faster with more GPUs: {int(r['world_size'])} GPUs give "
                        f"{r['tokens_per_s']:,.0f} tokens/s{eff}.")
             continue
-        if effect["values"].empty:
-            out.append(_unjudged(rep, st, effect).replace(".", ", no recommendation.", 1)
-                       if not effect["previous_measured"] else f"**{st.title}**: not measured here, no recommendation.")
-            continue
         med = effect["median"]
         if (rep.df[rep.df["stage"] == key]["status"] == "diverged").any():
             out.append(f"**{st.title}**: do not adopt as is: its loss diverged (NaN).")
         elif (rep.df[rep.df["stage"] == key]["loss_verdict"] == "beyond").any():
             out.append(f"**{st.title}**: do not adopt as is: the loss moved {delta.max():.3f} nats from "
                        f"{stages.get(st.reference).title} (5-step average).")
+        elif effect["values"].empty:
+            out.append(_unjudged(rep, st, effect)[:-1] + ", no recommendation.")
         elif _noise_note(rep, key):
             out.append(f"**{st.title}**: neutral on this device (median {med:.2f}×, within noise); adopt only for "
                        "its other effects" + (" (memory)." if key in ("bf16", "flash") else "."))

@@ -114,7 +114,7 @@ def test_the_summary_shows_each_failure_plainly(faulty_run):
     assert "OOM" in html and "DIVERGED" in html and "ERROR" in html
     assert "loss diverged" in html  # the flash finding says so; it is not recommended
     assert "do not adopt" in html
-    assert "05_vocab.ipynb" in proc.stderr  # and the terminal says it too
+    assert "vocab: RuntimeError: injected fault" in proc.stderr  # and the terminal says it too
 
 
 def test_a_raising_measurement_is_an_error_row_not_a_crash(tmp_path, monkeypatch):
