@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 
-from .kernel_categories import CATEGORIES, RULES, categorise, current, with_current_rules  # noqa: F401
+from .kernel_categories import CATEGORIES, categorise
 
 # Profiler bookkeeping rows on the CPU path: not work the step did.
 CPU_IGNORED = re.compile(r"^(ProfilerStep|\[memory\]|\[OutOfMemory\]|profiler::)")

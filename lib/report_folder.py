@@ -6,6 +6,7 @@ import datetime as dt
 import json
 import os
 import shutil
+import sys
 from pathlib import Path
 
 from . import results, stages
@@ -111,8 +112,6 @@ def measured_seconds(run: dict) -> float | None:
 
 def exit_code(report_dir: Path, failures: list[str]) -> int:
     """0, or 1 when a chapter failed or a configuration is an error row (the report shows both)."""
-    import sys
-
     if failures:
         print(f"{len(failures)} failure(s); the report shows them:", *failures, sep="\n  ", file=sys.stderr)
         return 1

@@ -84,7 +84,7 @@ def _cumulative() -> list[Stage]:
                     attention="sdpa",
                     switch="y = F.scaled_dot_product_attention(q, k, v, is_causal=True)")
     vocab = replace(flash, key="vocab", title="Vocab padded to 50304", notebook="05_vocab.ipynb",
-                    lever="lm_head/embedding rows padded to a multiple of 128",
+                    lever="lm_head/embedding rows padded from 50257 to 50304, as nanoGPT does",
                     padded_vocab=True,
                     switch="GPTConfig(vocab_size=50304)  # 47 rows that are never targets")
     # The levers after the classic five are judged against the vocab stage: BF16 autocast with

@@ -6,8 +6,8 @@ import json
 import pytest
 import torch
 
-from lib import kernel_profile
-from lib.kernel_profile import CATEGORIES, categorise
+from lib import kernel_categories, kernel_profile
+from lib.kernel_categories import CATEGORIES, categorise
 from lib.model import GPT, GPTConfig
 
 # Names as torch.profiler reports them on an H100 (cuBLAS, cuBLASLt's nvjet, cuDNN, flash, ATen); most
@@ -102,7 +102,7 @@ def test_categorise_ignores_case_and_only_returns_known_categories():
 
 
 def test_rules_are_data_in_the_documented_order():
-    assert [cat for cat, _ in kernel_profile.RULES] == \
+    assert [cat for cat, _ in kernel_categories.RULES] == \
         ["cross-entropy", "optimizer", "attention", "norm/elementwise", "GEMM", "norm/elementwise"]
 
 
@@ -180,7 +180,7 @@ def test_a_recorded_profile_is_reread_with_the_current_rules():
     recorded = {"busy_ms": 10.0, "categories": {**{c: 0.0 for c in CATEGORIES}, "GEMM": 8.0, "norm/elementwise": 2.0},
                 "top": [{"name": "triton_poi_fused__scaled_mm__to_copy_clamp_7", "category": "GEMM", "ms": 3.0},
                         {"name": "nvjet_tst_128x256_64x4_1x2_h_bz_coopA_NTT", "category": "GEMM", "ms": 5.0}]}
-    now = kernel_profile.with_current_rules(recorded)
+    now = kernel_categories.with_current_rules(recorded)
     assert now["categories"]["GEMM"] == pytest.approx(5.0)
     assert now["categories"]["norm/elementwise"] == pytest.approx(5.0)
     assert [k["category"] for k in now["top"]] == ["norm/elementwise", "GEMM"]
