@@ -11,7 +11,7 @@
 SHELL := /bin/bash
 .DEFAULT_GOAL := help
 PYTHON ?= python3
-export GPU GPUS BATCHES STAGES OVERRIDE REPORTS FORCE MEASURE_ONLY
+export GPU GPUS BATCHES STAGES OVERRIDE REPORTS FORCE MEASURE_ONLY NNODES NODE_RANK RDZV
 
 ENV_MODE ?= $(shell $(PYTHON) -c "import torch,sys; sys.exit(0 if torch.cuda.is_available() else 1)" >/dev/null 2>&1 && echo existing || echo venv)
 ifeq ($(ENV_MODE),existing)
@@ -25,11 +25,12 @@ else
 endif
 PIP_QUIET := 2> >(grep -v "is ignored: it is neither a file nor a directory" >&2)
 HOST_IMPORTS := numpy tiktoken pandas matplotlib yaml papermill nbformat nbconvert ipykernel pytest ruff
+LEVER_IMPORTS := torchao cut_cross_entropy
 
 .PHONY: help setup report test lab wheelhouse pdf render compare clean
 help:  ## this list
 	@grep -E '^[a-z]+:.*## ' $(firstword $(MAKEFILE_LIST)) | sed -E 's/^([a-z]+):.*## /  make \1\t/' | expand -t 16
-	@echo "options of make report: GPU=h100 BATCHES=\"16 32\" STAGES=\"fp32 vocab ddp\" MEASURE_ONLY=1 FORCE=1 OVERRIDE=1 REPORTS=dir"
+	@echo "options of make report: GPU=h100 BATCHES=\"16 32\" STAGES=\"fp32 vocab ddp\" MEASURE_ONLY=1 FORCE=1 OVERRIDE=1 REPORTS=dir NNODES=2 NODE_RANK=0 RDZV=host:port"
 
 # A bad input of `make report` (profile, batch sizes, stages, reports folder) stops make itself,
 # so its one-line reason is the last thing printed (a failing recipe would add make's own
@@ -43,6 +44,9 @@ $(file >$(INPUT_FILE),GPU=$(GPU))
 $(file >>$(INPUT_FILE),BATCHES=$(BATCHES))
 $(file >>$(INPUT_FILE),STAGES=$(STAGES))
 $(file >>$(INPUT_FILE),REPORTS=$(REPORTS))
+$(file >>$(INPUT_FILE),NNODES=$(NNODES))
+$(file >>$(INPUT_FILE),NODE_RANK=$(NODE_RANK))
+$(file >>$(INPUT_FILE),RDZV=$(RDZV))
 INPUT_ERROR := $(shell $(PY) -m lib.cli check $(INPUT_FILE) 2>/dev/null; rm -f $(INPUT_FILE))
 ifneq ($(INPUT_ERROR),)
 $(error $(INPUT_ERROR))
@@ -60,7 +64,7 @@ setup: $(SETUP_STAMP)  ## create the environment and fetch the data (every targe
 	.venv/bin/python -m pip install --quiet -r requirements.txt $(PIP_QUIET) && \
 	touch $@ && echo "setup: .venv ready in $$((SECONDS - start)) s"
 
-.deps/.stamp: requirements-host.txt
+.deps/.stamp: requirements-host.txt requirements-levers.txt
 	@echo "setup: existing environment ($(PYTHON), its own PyTorch is kept)"; start=$$SECONDS; \
 	mkdir -p .deps; \
 	if ! PYTHONPATH=.deps $(PYTHON) -c "import $(shell echo $(HOST_IMPORTS) | tr ' ' ',')" 2>/dev/null; then \
@@ -73,6 +77,12 @@ setup: $(SETUP_STAMP)  ## create the environment and fetch the data (every targe
 	  fi; \
 	fi; \
 	PYTHONPATH=.deps $(PYTHON) -c "import $(shell echo $(HOST_IMPORTS) | tr ' ' ',')" || exit 1; \
+	if ! PYTHONPATH=.deps $(PYTHON) -c "import $(shell echo $(LEVER_IMPORTS) | tr ' ' ',')" 2>/dev/null; then \
+	  levers=$$(ls wheelhouse/torchao-*.whl wheelhouse/cut_cross_entropy-*.whl 2>/dev/null); \
+	  if [ -n "$$levers" ]; then $(PYTHON) -m pip install --quiet --no-index --no-deps --no-compile --target .deps $$levers; \
+	  else $(PYTHON) -m pip install --quiet --no-deps --target .deps -r requirements-levers.txt $(PIP_QUIET); fi \
+	    || echo "setup: lever packages not installed; their stages will say 'not applicable'"; \
+	fi; \
 	touch $@ && echo "setup: packages ready in $$((SECONDS - start)) s"
 
 report: setup  ## measure and render reports/<gpu>/report.{html,pdf} (options below)
@@ -98,7 +108,7 @@ lab: setup  ## JupyterLab on notebooks/
 	$(PY) -m jupyterlab --ServerApp.root_dir=notebooks $$([ "$$(id -u)" = 0 ] && echo --allow-root)
 
 # Wheels for an offline host with its own PyTorch: every package of requirements-host.txt and
-# its dependencies, for WHEEL_PYTHON on manylinux x86-64. HOST_FREEZE=<file of 'name' or
+# its dependencies, and the lever packages of requirements-levers.txt (no dependencies), for WHEEL_PYTHON on manylinux x86-64. HOST_FREEZE=<file of 'name' or
 # 'name==version' lines, e.g. the host's `pip freeze`> leaves out what the host already has.
 WHEEL_PYTHON ?= 3.12
 WHEEL_PLATFORMS ?= manylinux_2_28_x86_64 manylinux_2_27_x86_64 manylinux_2_17_x86_64 manylinux2014_x86_64 manylinux1_x86_64 linux_x86_64 any
@@ -106,6 +116,8 @@ wheelhouse:  ## wheels for an offline GPU host [WHEEL_PYTHON=3.12 HOST_FREEZE=fr
 	@rm -rf wheelhouse && mkdir -p wheelhouse
 	$(PYTHON) -m pip download --quiet --only-binary=:all: --python-version $(WHEEL_PYTHON) --implementation cp \
 	  $(foreach p,$(WHEEL_PLATFORMS),--platform $(p)) -d wheelhouse -r requirements-host.txt $(PIP_QUIET)
+	$(PYTHON) -m pip download --quiet --no-deps --only-binary=:all: --python-version $(WHEEL_PYTHON) --implementation cp \
+	  $(foreach p,$(WHEEL_PLATFORMS),--platform $(p)) -d wheelhouse -r requirements-levers.txt $(PIP_QUIET)
 	@if [ -n "$(HOST_FREEZE)" ]; then $(PYTHON) tools/prune_wheelhouse.py wheelhouse "$(HOST_FREEZE)"; fi
 	@if command -v apt-get >/dev/null; then tools/pdf_sysroot.sh wheelhouse/sysroot; \
 	 else echo "wheelhouse: no apt-get here, so no PDF libraries for hosts without Pango"; fi

@@ -28,6 +28,11 @@ def main(argv=None) -> int:
                    help="re-measure everything (the earlier report is archived, not overwritten)")
     r.add_argument("--measure-only", action="store_true", default=env.get("MEASURE_ONLY", "") not in ("", "0"),
                    help="measure every chapter but render nothing (then `make render` here or elsewhere)")
+    r.add_argument("--nnodes", default=env.get("NNODES") or None, help="nodes of the DDP stage (default 1)")
+    r.add_argument("--node-rank", default=env.get("NODE_RANK") or None,
+                   help="this node's rank, 0..NNODES-1 (default 0; node 0 writes the DDP record)")
+    r.add_argument("--rdzv", default=env.get("RDZV") or None,
+                   help="host:port of torchrun's rendezvous, every node the same (required when NNODES > 1)")
     for name, text in (("pdf", "render report.pdf from an existing report.html"),
                        ("render", "redraw notebooks, HTML and PDF from existing results, measuring nothing")):
         p = sub.add_parser(name, help=text)
@@ -46,7 +51,8 @@ def main(argv=None) -> int:
             given = dict(line.split("=", 1) for line in lines if "=" in line)
         try:
             pipeline.check_inputs(given.get("GPU") or None, given.get("BATCHES") or None, given.get("STAGES") or None,
-                                  given.get("REPORTS") or None)
+                                  given.get("REPORTS") or None, nnodes=given.get("NNODES") or None,
+                                  node_rank=given.get("NODE_RANK") or None, rdzv=given.get("RDZV") or None)
             return 0
         except (config.ConfigError, data.DataError) as e:
             print(f"error: {e}")

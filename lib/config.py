@@ -27,7 +27,8 @@ SCHEMA = {
     "stages": list,
     "evidence": {"seq_lens": list, "seq_tokens": int, "seq_warmup_steps": int, "seq_timed_steps": int,
                  "gemm_batch": int, "sweep_batch_sizes": list, "repeats": int, "crosscheck_batch": int,
-                 "parity_steps": int, "held_out_batches": int},
+                 "parity_steps": int, "held_out_batches": int, "global_batch_tokens": int,
+                 "recipe_warmup_steps": int, "recipe_timed_steps": int, "baseline": dict},
     "skip": dict,  # stage -> why this profile does not measure it (the report shows the reason)
     "description": str, "match": list, "backend": str, "peak_tflops": dict, "peak_source": str,
 }
@@ -132,6 +133,37 @@ def parse_stages(text: str) -> list[str]:
     return [k for k in stages.ORDER if k in names]
 
 
+def check_launch(nnodes=None, node_rank=None, rdzv=None) -> dict:
+    """NNODES, NODE_RANK, RDZV (text from the environment, or ints) -> the DDP stage's launch,
+    {"nnodes", "node_rank", "rdzv"}: where its ranks run, never part of the measured params.
+    Empty means the default (one node, rank 0). RDZV (host:port of the rendezvous) is required
+    with several nodes and refused with one: a forgotten NNODES must not silently run one node."""
+    def text(value) -> str:
+        return str(value).strip() if value is not None else ""
+
+    n_text, rank_text = text(nnodes) or "1", text(node_rank) or "0"
+    if not re.fullmatch(r"[0-9]+", n_text) or int(n_text) < 1:
+        raise UsageError(f"NNODES {n_text!r} is not a positive integer (the number of nodes)")
+    n = int(n_text)
+    if not re.fullmatch(r"[0-9]+", rank_text) or int(rank_text) >= n:
+        raise UsageError(f"NODE_RANK {rank_text!r} is out of range for NNODES={n}: give each node one of 0..{n - 1}")
+    rank = int(rank_text)
+    rdzv = text(rdzv)
+    if n == 1:
+        if rdzv:
+            raise UsageError(f"RDZV={rdzv!r} is given but NNODES is 1: set NNODES to the node count, or drop RDZV")
+        return {"nnodes": 1, "node_rank": 0, "rdzv": None}
+    if not rdzv:
+        raise UsageError(f"NNODES={n} needs RDZV=host:port, the rendezvous address every node reaches "
+                         "(e.g. 10.0.0.1:29500)")
+    m = re.fullmatch(r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9][A-Za-z0-9.-]*):([0-9]{1,5})", rdzv)
+    if not m:
+        raise UsageError(f"RDZV {rdzv!r} is not host:port (e.g. 10.0.0.1:29500)")
+    if not 1 <= int(m.group(2)) <= 65535:
+        raise UsageError(f"RDZV {rdzv!r}: port {int(m.group(2))} is out of range 1..65535")
+    return {"nnodes": n, "node_rank": rank, "rdzv": rdzv}
+
+
 def load(profile: str, batch_sizes: list[int] | None = None, override: str | None = None,
          stage_keys: list[str] | None = None) -> dict:
     """The merged, validated parameters for `profile`, with `name` set to it. `override`, when
@@ -208,6 +240,12 @@ def validate(p: dict) -> None:
                           f"statistics (at least {MIN_TIMED_STEPS})")
     if ev["seq_warmup_steps"] < 0:
         raise ConfigError(f"{where}: evidence.seq_warmup_steps must be a non-negative integer")
+    if ev["global_batch_tokens"] <= 0 or ev["recipe_warmup_steps"] < 1 or ev["recipe_timed_steps"] < MIN_TIMED_STEPS:
+        raise ConfigError(f"{where}: evidence.global_batch_tokens must be positive, recipe_warmup_steps at least 1 "
+                          f"and recipe_timed_steps at least {MIN_TIMED_STEPS}")
+    base = ev["baseline"]
+    if base.get("stage") not in stages.STAGES or not _is(base.get("batch_size"), int) or base["batch_size"] <= 0:
+        raise ConfigError(f"{where}: evidence.baseline must name a stage and a positive batch_size, got {base!r}")
 
 
 CLAIMS = PARAMS_DIR / "claims.yaml"

@@ -5,7 +5,14 @@ GPU, launched by torchrun (`python -m torch.distributed.run --standalone --nproc
 Weak scaling: each rank keeps the single-GPU per-GPU batch, so the global batch grows with N.
 Measured: the step time with gradient all-reduce (the normal DDP step) and, on the same ranks,
 the step time under `no_sync()` (no all-reduce), so the all-reduce's share of the step is
-1 - t(no_sync) / t(sync). Rank 0 writes one result record."""
+1 - t(no_sync) / t(sync). Rank 0 writes one result record.
+
+Several nodes (job["nnodes"] > 1, torchrun's c10d rendezvous; runner._launch_args): the
+rendezvous numbers ranks in its own order (by host and process id; torchrun ignores
+--node_rank there), so the ranks renumber themselves as the user's NODE_RANK says (node 0's
+local rank 0 is rank 0, reading the corpus slice a single GPU reads) and all run node 0's job,
+whose configuration came from the results of the report node 0 writes. Rank 0 writes the record
+on node 0; the ranks of the other nodes write nothing."""
 from __future__ import annotations
 
 import json
@@ -20,15 +27,30 @@ from . import data, results, stages, step
 from .measure import memory
 
 
+def _follow_node_zero(job: dict, world: int, local: int) -> tuple[dict, int]:
+    """(node 0's job, this process's rank numbered node by node as NODE_RANK says)."""
+    everyone: list = [None] * world
+    dist.all_gather_object(everyone, (job["node_rank"], local, job))
+    slots = sorted((node, lr) for node, lr, _ in everyone)
+    twice = sorted({node for node, lr in slots if slots.count((node, lr)) > 1})
+    if twice:
+        raise RuntimeError(f"two nodes were started with NODE_RANK={twice[0]}: give each node its own")
+    if (0, 0) not in slots:
+        raise RuntimeError("no node was started with NODE_RANK=0 (the node that writes the record)")
+    return next(j for node, lr, j in everyone if (node, lr) == (0, 0)), slots.index((job["node_rank"], local))
+
+
 def run(job: dict) -> dict | None:
+    rank, world, local = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), int(os.environ["LOCAL_RANK"])
+    dev = step.device_type(job["params"]["backend"])
+    if dev == "cuda":
+        torch.cuda.set_device(local)
+    dist.init_process_group("nccl" if dev == "cuda" else "gloo")
+    if job.get("nnodes", 1) > 1:
+        job, rank = _follow_node_zero(job, world, local)
     params, batch = job["params"], job["batch_size"]
     stage = stages.get(job["base_stage"])
     r = params["run"]
-    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    dev = step.device_type(params["backend"])
-    if dev == "cuda":
-        torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
-    dist.init_process_group("nccl" if dev == "cuda" else "gloo")
     # DDP wraps the compiled model (nanoGPT's order). The cost: gradients reach DDP only when the
     # compiled backward ends, so the all-reduce does not overlap the backward.
     train = step.build(params, stage, dev, wrap=torch.nn.parallel.DistributedDataParallel)
@@ -62,7 +84,7 @@ def run(job: dict) -> dict | None:
     results.fill_timing(rec, synced, batch * r["seq_len"] * world)
     slowest_sync = max(float(g[0]) for g in gathered)
     slowest_local = max(float(g[1]) for g in gathered)
-    rec.update(world_size=world, per_gpu_batch=batch, median_ms=slowest_sync,
+    rec.update(world_size=world, nnodes=job.get("nnodes", 1), per_gpu_batch=batch, median_ms=slowest_sync,
                tokens_per_s=batch * r["seq_len"] * world / (slowest_sync / 1e3),
                no_sync_median_ms=slowest_local, allreduce_share=max(0.0, 1 - slowest_local / slowest_sync),
                losses=[float(v) for v in torch.stack(losses[: r["warmup_steps"] + r["timed_steps"]]).float().cpu()],

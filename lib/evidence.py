@@ -9,31 +9,23 @@ run through the same launcher as the stages (a fresh process per point, resumabl
                padding still pay once inductor has fused the rest?);
 - batch_sweep: the fastest verified stage at growing batch sizes until memory runs out
                (batch-sweep chapter, which also names the recommended configuration);
+- sdpa_jobs:   the flash stage with each SDPA backend forced (flash chapter);
+- ce_filter_job: the fused cross-entropy stage with the library's default gradient filter;
 - repeats, crosscheck_jobs, parity_jobs: what the recommendation rests on: the top configurations
                and the timing claims in fresh processes again (noise), the plain loop beside the
-               harness (lib/plain_loop.py), and a long loss run against the reference stage.
+               harness (lib/plain_loop.py), and a long loss run against the reference stage; then
+               lib/recipe.py: the recommendation at GPT-2's global batch, and its leave-one-out ablation.
 
 Results live in results/<kind>/ so they never mix with the matrix in results/*.json."""
 from __future__ import annotations
 
 import copy
-import dataclasses
 from pathlib import Path
 
 from . import config, results, runner, stages
+from . import recipe
+from .jobs import PLAIN_LOOP_SWITCHES, folder, make_job, plain_loop_can
 from .paths import resolve
-
-def _dir(report_dir, kind: str) -> Path:
-    return resolve(report_dir) / "results" / kind
-
-
-def _job(params, env, stage_key, batch, out, **extra) -> dict:
-    stage = stages.get(stage_key)
-    if extra.get("stage_overrides"):
-        stage = dataclasses.replace(stage, **extra["stage_overrides"])
-    fp = results.fingerprint(params, env, stage, batch) + (f"-{extra['variant']}" if extra.get("variant") else "")
-    return {"params": params, "stage": stage_key, "batch_size": batch, "out": str(out), "fingerprint": fp, **extra}
-
 
 def seq_jobs(params: dict, report_dir) -> list[dict]:
     """Naive attention (the BF16 stage) against SDPA (the flash stage) at every sequence length
@@ -48,9 +40,29 @@ def seq_jobs(params: dict, report_dir) -> list[dict]:
         p["run"]["warmup_steps"], p["run"]["timed_steps"] = ev["seq_warmup_steps"], ev["seq_timed_steps"]
         batch = max(1, ev["seq_tokens"] // t)
         for key in ("bf16", "flash"):
-            jobs.append(_job(p, env, key, batch, _dir(report_dir, "seq") / f"{key}__t{t}.json",
+            jobs.append(make_job(p, env, key, batch, folder(report_dir, "seq") / f"{key}__t{t}.json",
                              variant=f"T={t}", profile=False, energy=False))
     return jobs
+
+
+def sdpa_jobs(params: dict, report_dir) -> list[dict]:
+    """The flash stage with each SDPA backend forced in turn, at the cross-check batch: what each
+    costs on this device beside PyTorch's own choice (the stage itself). A backend the device or
+    the shape does not support comes back 'not applicable' with SDPA's reason."""
+    env, b = runner.environment(report_dir), crosscheck_batch(params)
+    return [make_job(params, env, "flash", b, folder(report_dir, "sdpa") / f"flash-{name}__b{b}.json",
+                 variant=f"SDPA {name}", stage_overrides={"sdpa_backend": name}, profile=False, energy=False)
+            for name in ("flash", "cudnn", "efficient")]
+
+
+def ce_filter_job(params: dict, report_dir) -> dict:
+    """The fused cross-entropy stage with cut-cross-entropy's default gradient filter, at the
+    matrix's first batch size: what the exact form the stage uses costs, and what the filter does
+    to the loss."""
+    b = params["run"]["batch_sizes"][0]
+    return make_job(params, runner.environment(report_dir), "fused_ce", b,
+                folder(report_dir, "variants") / f"fused_ce-filtered__b{b}.json", variant="default gradient filter",
+                stage_overrides={"loss": "cut_cross_entropy_filtered"}, profile=False, energy=False)
 
 
 def gemm_job(params: dict, report_dir) -> dict:
@@ -63,7 +75,7 @@ def gemm_job(params: dict, report_dir) -> dict:
             "ns": gemm_sweep.widths(m["vocab_size"], m["padded_vocab_size"]),
             "kernel_ns": (m["vocab_size"], m["padded_vocab_size"]),
             "dev": {"rocm": "cuda"}.get(params["backend"], params["backend"])}
-    job = _job(params, env, "vocab", ev["gemm_batch"], _dir(report_dir, "gemm") / "lm_head.json",
+    job = make_job(params, env, "vocab", ev["gemm_batch"], folder(report_dir, "gemm") / "lm_head.json",
                kind="gemm", variant="lm_head GEMM sweep", spec=spec)
     job["fingerprint"] += "-" + results.short_hash(spec)
     return job
@@ -79,7 +91,7 @@ def vocab_under_compile(params: dict, report_dir, force: bool = False) -> dict |
     if not done:
         return None
     batch = min(r["batch_size"] for r in done)
-    job = _job(params, env, "compile", batch, _dir(report_dir, "variants") / f"compile-unpadded__b{batch}.json",
+    job = make_job(params, env, "compile", batch, folder(report_dir, "variants") / f"compile-unpadded__b{batch}.json",
                variant="unpadded vocab", stage_overrides={"padded_vocab": False}, profile=False)
     return runner.measure_jobs([job], env, force=force)[job["out"]]
 
@@ -103,7 +115,7 @@ def batch_sweep(params: dict, report_dir, force: bool = False) -> list[dict]:
             if have[b]["status"] == results.Status.OOM:
                 break
         else:
-            plan.append(_job(params, env, key, b, _dir(report_dir, "sweep") / f"{key}__b{b}.json",
+            plan.append(make_job(params, env, key, b, folder(report_dir, "sweep") / f"{key}__b{b}.json",
                              variant="batch sweep", stop_if_oom=True))
     recs = runner.measure_jobs([j for j in plan if "out" in j], env, force=force)
     out = []
@@ -138,7 +150,7 @@ def repeats(params: dict, report_dir, force: bool = False) -> list[dict]:
     jobs = []
     for stage, batch in repeat_configs(params, report_dir):
         for k in range(1, n):
-            job = _job(params, env, stage, batch, _dir(report_dir, "repeats") / f"{stage}__b{batch}__r{k}.json",
+            job = make_job(params, env, stage, batch, folder(report_dir, "repeats") / f"{stage}__b{batch}__r{k}.json",
                        variant="repeat", repeat=k, profile=False, energy=False)
             job["fingerprint"] += f"-r{k}"
             jobs.append(job)
@@ -146,20 +158,17 @@ def repeats(params: dict, report_dir, force: bool = False) -> list[dict]:
     return [recs[j["out"]] for j in jobs if j["out"] in recs]
 
 
-PLAIN_LOOP_SWITCHES = ("tf32", "autocast", "attention", "padded_vocab", "fused_adamw", "compile")
-
-
 def crosscheck_jobs(params: dict, report_dir, configs: list[tuple[str, int]]) -> list[dict]:
     """The plain loop (lib/plain_loop.py) at each (stage, batch) of `configs`, in fresh processes.
-    FP8 is left out: it is this project's module, not a switch of the plain trainers."""
+    Stages the plain loop cannot express (plain_loop_can) are left out."""
     env = runner.environment(report_dir)
     source = results.short_hash((Path(__file__).parent / "plain_loop.py").read_text())
     jobs = []
     for key, batch in dict.fromkeys(configs):
         stage = stages.get(key)
-        if stage.fp8 or key not in params["stages"]:
+        if not plain_loop_can(stage) or key not in params["stages"]:
             continue
-        job = _job(params, env, key, batch, _dir(report_dir, "crosscheck") / f"{key}__b{batch}.json", kind="plain",
+        job = make_job(params, env, key, batch, folder(report_dir, "crosscheck") / f"{key}__b{batch}.json", kind="plain",
                    variant="plain loop", switches={s: getattr(stage, s) for s in PLAIN_LOOP_SWITCHES})
         job["fingerprint"] += "-" + source
         jobs.append(job)
@@ -192,7 +201,7 @@ def parity_jobs(params: dict, report_dir) -> list[dict]:
     # The reference runs twice: how far two runs of the same configuration drift apart (GPU kernels
     # with atomics are not bitwise repeatable) is the loss noise the lever is judged against.
     plan = ((key, 1, 0), (ref, micro, 0), (ref, micro, 1))
-    jobs = [_job(params, env, s, batch, _dir(report_dir, "parity") / (f"{s}__b{batch}" + (f"__r{k}" if k else "") + ".json"),
+    jobs = [make_job(params, env, s, batch, folder(report_dir, "parity") / (f"{s}__b{batch}" + (f"__r{k}" if k else "") + ".json"),
                  kind="parity", variant="parity", steps=ev["parity_steps"], held_out_batches=ev["held_out_batches"],
                  micro_steps=m, replicate=k, eval_batch=ev["crosscheck_batch"])
             for s, m, k in plan]
@@ -216,10 +225,12 @@ def measure_chapter(key: str, params: dict, report_dir, force: bool = False):
         if best:
             jobs = crosscheck_jobs(params, report_dir, [(best["stage"], best["batch_size"])]) + parity_jobs(params, report_dir)
             runner.measure_jobs(jobs, runner.environment(report_dir), force=force)
+            recipe.measure(params, report_dir, best, force=force)
         return swept
     # The chapter's evidence that does not need the stage's own results runs in the same launcher,
     # the plain loop beside the harness in the flash and vocab chapters.
-    extra = {"flash": lambda: seq_jobs(params, report_dir), "vocab": lambda: [gemm_job(params, report_dir)]}
+    extra = {"flash": lambda: seq_jobs(params, report_dir) + sdpa_jobs(params, report_dir),
+             "vocab": lambda: [gemm_job(params, report_dir)], "fused_ce": lambda: [ce_filter_job(params, report_dir)]}
     jobs = extra[key]() if key in extra else []
     if key in ("flash", "vocab"):
         jobs += crosscheck_jobs(params, report_dir, [(key, crosscheck_batch(params))])

@@ -11,7 +11,8 @@ CATEGORIES = ("GEMM", "attention", "cross-entropy", "norm/elementwise", "optimiz
 # although it contains "softmax", a fused SDPA kernel is attention although it contains "mma",
 # the optimizer's multi_tensor_apply is not "mul", and a GEMM's "splitKreduce" is not a reduction.
 RULES: list[tuple[str, re.Pattern]] = [(cat, re.compile(rx, re.IGNORECASE)) for cat, rx in (
-    ("cross-entropy", r"log_?softmax|nll_?loss|cross_?entropy"),
+    # _cce_: cut-cross-entropy's fused lm_head + loss kernels (its GEMM is inside them)
+    ("cross-entropy", r"log_?softmax|nll_?loss|cross_?entropy|^_cce_"),
     ("optimizer", r"adam|multi_tensor_apply|foreach|lpnorm|clip_grad|optimizer\."),
     # dot_do_o / convert_dq: the helper kernels of cuDNN's SDPA backward (seen on an H100)
     ("attention", r"flash|fmha|attention|sdpa|cudnn.*mha|softmax|masked_fill|dot_do_o|convert_dq"),

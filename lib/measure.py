@@ -62,6 +62,11 @@ def is_oom(exc: BaseException) -> bool:
     return isinstance(exc, torch.OutOfMemoryError) or "out of memory" in str(exc).lower()
 
 
+def no_sdpa_kernel(exc: BaseException) -> bool:
+    """SDPA's refusal when the only backend allowed cannot run (the message names no kernel)."""
+    return isinstance(exc, RuntimeError) and any(m in str(exc) for m in ("No viable backend", "No available kernel"))
+
+
 def run(job: dict) -> dict:
     params, batch = job["params"], job["batch_size"]
     stage = stages.get(job["stage"])
@@ -73,12 +78,15 @@ def run(job: dict) -> dict:
     rec.update(fingerprint=job.get("fingerprint"), variant=job.get("variant"), repeat=job.get("repeat", 0))
     fault = faults.get(stage.key, batch)
     n_steps = r["warmup_steps"] + r["timed_steps"]
+    micro = job.get("micro_steps", 1)  # gradient accumulation: each step takes micro x batch sequences
+    if micro > 1:
+        rec["micro_steps"] = micro
     t_start = time.perf_counter()
     try:
-        train = step.build(params, stage, dev)
+        train = step.build(params, stage, dev, micro_steps=micro)
         rec["init_checksum"] = train.model.init_checksum()
         faults.inject(fault, "build")
-        xs, ys = data.device_batches(params, batch, n_steps, dev)
+        xs, ys = data.device_batches(params, batch * micro, n_steps, dev)
         losses = []
 
         def one(i: int):
@@ -111,13 +119,18 @@ def run(job: dict) -> dict:
             rec["kernel_profile"] = kernel_profile.profile_steps(lambda: train(xs[0], ys[0]), dev)
         n_params = train.model.num_params()
     except Exception as exc:  # OOM is a result; anything else is recorded as an error
+        if stage.sdpa_backend and no_sdpa_kernel(exc):  # a forced backend this device does not have
+            rec.update(status=results.Status.NOT_APPLICABLE, wall_s=time.perf_counter() - t_start,
+                       reason=f"no {stage.sdpa_backend} SDPA kernel for this device and shape: "
+                              f"{str(exc).splitlines()[0][:200]}")
+            return rec
         if not is_oom(exc):
             raise
         rec.update(status=results.Status.OOM, reason=f"out of memory: {str(exc).splitlines()[0][:300]}")
         rec.update(memory(dev))
         rec["wall_s"] = time.perf_counter() - t_start
         return rec
-    results.fill_timing(rec, times_ms, batch * r["seq_len"])
+    results.fill_timing(rec, times_ms, batch * micro * r["seq_len"])
     fpt = flops_per_token(train.model.config, n_params, r["seq_len"])
     results.fill_mfu(rec, fpt, params.get("peak_tflops"), stage.peak)
     results.fill_loss(rec, r["final_loss_window"])

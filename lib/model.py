@@ -25,12 +25,15 @@ class GPTConfig:
     vocab_size: int = 50257       # rows of the embedding / lm_head (maybe padded)
     real_vocab_size: int = 50257  # tokens the tokenizer can produce (targets are among these)
     attention: str = "naive"      # "naive" or "sdpa"
+    loss: str = "cross_entropy"   # or one of CUT_CROSS_ENTROPY: lm_head and loss fused, no logits tensor
 
     def __post_init__(self):
         if self.n_embd % self.n_head:
             raise ValueError(f"n_embd={self.n_embd} is not divisible by n_head={self.n_head}")
         if self.attention not in ("naive", "sdpa"):
             raise ValueError(f"attention must be 'naive' or 'sdpa', not {self.attention!r}")
+        if self.loss != "cross_entropy" and self.loss not in CUT_CROSS_ENTROPY:
+            raise ValueError(f"loss must be 'cross_entropy' or one of {sorted(CUT_CROSS_ENTROPY)}, not {self.loss!r}")
         if self.vocab_size < self.real_vocab_size:
             raise ValueError("vocab_size may pad the real vocabulary, never shrink it")
 
@@ -161,7 +164,10 @@ class GPT(nn.Module):
         x = self.transformer.wte(idx) + self.transformer.wpe(pos)
         for block in self.transformer.h:
             x = block(x)
-        logits = self.lm_head(self.transformer.ln_f(x))
+        x = self.transformer.ln_f(x)
+        if targets is not None and self.config.loss in CUT_CROSS_ENTROPY:
+            return None, fused_linear_cross_entropy(x, self.lm_head.weight, targets, self.config.loss)
+        logits = self.lm_head(x)
         if targets is None:
             return logits, None
         # The loss as nanoGPT writes it: over every column of the logits, padding included. The
@@ -169,6 +175,25 @@ class GPT(nn.Module):
         # autocast already runs cross_entropy in fp32, so no copy of the logits is made here.
         loss = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
         return logits, loss
+
+
+# cut-cross-entropy's gradient filter per loss name. None keeps every gradient. The library's
+# default ("high": 2.4e-4 in bf16) skips each block of the backward whose softmax gradients are all
+# below it; training from scratch, where every probability starts near 1/50257, that is nearly all
+# of them, so the exact form is the lever and the default is measured beside it.
+CUT_CROSS_ENTROPY = {"cut_cross_entropy": None, "cut_cross_entropy_filtered": "high"}
+
+
+def fused_linear_cross_entropy(x, weight, targets, loss: str = "cut_cross_entropy"):
+    """lm_head and cross-entropy in one pass of cut-cross-entropy's kernels: the logits exist only
+    tile by tile in on-chip memory, forward and backward (which recomputes them). The operands go
+    in the autocast dtype, the one the lm_head GEMM would see."""
+    from cut_cross_entropy import linear_cross_entropy  # Triton kernels (CUDA): imported where they run
+
+    if torch.is_autocast_enabled(x.device.type):
+        dtype = torch.get_autocast_dtype(x.device.type)
+        x, weight = x.to(dtype), weight.to(dtype)
+    return linear_cross_entropy(x, weight, targets, filter_eps=CUT_CROSS_ENTROPY[loss])
 
 
 def flops_per_token(config: GPTConfig, n_params: int, seq_len: int) -> int:

@@ -56,10 +56,13 @@ def _rel(path: Path) -> Path:
     return path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
 
 
-def check_inputs(gpu: str | None, batches: str | None, stage_list: str | None, reports: str | None):
+def check_inputs(gpu: str | None, batches: str | None, stage_list: str | None, reports: str | None,
+                 nnodes: str | None = None, node_rank: str | None = None, rdzv: str | None = None):
     """The inputs of a report that can be checked without the device: profile, batch sizes,
-    stages, reports folder. Returns (batch sizes or None, stage keys or None)."""
+    stages, reports folder, the DDP stage's nodes (config.check_launch). Returns (batch sizes or
+    None, stage keys or None)."""
     parsed = (config.parse_batches(batches) if batches else None, config.parse_stages(stage_list) if stage_list else None)
+    config.check_launch(nnodes, node_rank, rdzv)
     if gpu is not None:
         config.check_profile(gpu)
     report_folder.check_writable(report_folder.reports_root(reports))
@@ -72,6 +75,8 @@ def report(args) -> int:
     else; every chapter reads that copy."""
     t_start = time.perf_counter()
     batches, stage_keys = check_inputs(args.gpu, args.batches, args.stages, args.reports)
+    launch = config.check_launch(getattr(args, "nnodes", None), getattr(args, "node_rank", None),
+                                 getattr(args, "rdzv", None))
     env = detect_environment()
     profile, override = choose_profile(args.gpu, env["device"], args.override)
     params = config.load(profile, batches, override, stage_keys)
@@ -98,7 +103,8 @@ def report(args) -> int:
     dev = env["device"]
     print(f"report {profile}: {dev['name']} ({dev['backend']}), stages {', '.join(params['stages'])}, "
           f"batch sizes {params['run']['batch_sizes']}, {manifest['tokens']:,} corpus tokens")
-    failures, timings = measure_chapters(report_dir, params, args.force, t_start, earlier, draw=not args.measure_only)
+    failures, timings = measure_chapters(report_dir, params, args.force, t_start, earlier, draw=not args.measure_only,
+                                         launch=launch)
     if args.measure_only:
         print(f"measured in {timings['total_s']:.0f} s; render the report with `make render GPU={profile}`"
               + (f" (REPORTS={report_dir.parent})" if report_dir.parent != ROOT / "reports" else ""))
@@ -128,11 +134,12 @@ def _write_run(report_dir: Path, params: dict, timings: dict, failures: list, ea
 
 
 def measure_chapters(report_dir: Path, params: dict, force: bool, t_start: float, earlier: list,
-                     draw: bool = False) -> tuple[list[str], dict]:
+                     draw: bool = False, launch: dict | None = None) -> tuple[list[str], dict]:
     """Every chapter's measurements, in chapter order, in this process (one measurement launcher
     for the whole run). run.json is written after every chapter, so a run stopped half-way still
-    accounts for itself. Returns (failures, seconds per chapter)."""
-    from . import evidence  # imported here: rendering never needs the launcher
+    accounts for itself. `launch` (config.check_launch) makes the DDP stage one node of several.
+    Returns (failures, seconds per chapter)."""
+    from . import evidence, runner  # imported here: rendering never needs the launcher
 
     failures, timings = [], {}
     started = dt.datetime.now().isoformat(timespec="seconds")
@@ -141,7 +148,10 @@ def measure_chapters(report_dir: Path, params: dict, force: bool, t_start: float
         t0 = time.perf_counter()
         print(f"[measure {i}/{len(order)}] {chapter.title}", flush=True)
         try:
-            evidence.measure_chapter(chapter.key, params, report_dir, force=force)
+            if chapter.key == "ddp" and launch and launch["nnodes"] > 1:  # this node's part of a multi-node job
+                runner.run_ddp(params, report_dir, force=force, launch=launch)
+            else:
+                evidence.measure_chapter(chapter.key, params, report_dir, force=force)
         except Exception as e:  # recorded; the other chapters still measure
             failures.append(f"{chapter.key}: {type(e).__name__}: {e}")
             print(f"    FAILED: {failures[-1]}", flush=True)

@@ -105,16 +105,23 @@ def run(job: dict) -> dict:
             model = torch.compile(model)
         ctx = torch.autocast(device_type=dev, dtype=getattr(torch, sw["autocast"])) if sw["autocast"] else None
         warmup, timed = r["warmup_steps"], r["timed_steps"]
-        xs, ys = data.device_batches(params, batch, warmup + 2 * timed, dev)
+        accum = job.get("micro_steps", 1)  # build-nanogpt's grad_accum_steps
+        xs, ys = data.device_batches(params, batch, (warmup + 2 * timed) * accum, dev)
         losses = []
 
         def train_step(i):
-            if ctx is None:
-                _, loss = model(xs[i], ys[i])
-            else:
-                with ctx:
-                    _, loss = model(xs[i], ys[i])
-            loss.backward()
+            loss_accum = 0.0
+            for micro_step in range(accum):
+                x, y = xs[i * accum + micro_step], ys[i * accum + micro_step]
+                if ctx is None:
+                    _, loss = model(x, y)
+                else:
+                    with ctx:
+                        _, loss = model(x, y)
+                loss = loss / accum
+                loss_accum += loss.detach()
+                loss.backward()
+            loss = loss_accum
             torch.nn.utils.clip_grad_norm_(model.parameters(), r["grad_clip"])
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
@@ -144,7 +151,7 @@ def run(job: dict) -> dict:
     except torch.OutOfMemoryError as exc:
         rec.update(status="oom", reason=f"out of memory: {str(exc).splitlines()[0][:200]}")
         return rec
-    rec.update(ms_per_step=mean_ms, tokens_per_s=batch * r["seq_len"] / (mean_ms / 1e3),
+    rec.update(micro_steps=accum, ms_per_step=mean_ms, tokens_per_s=batch * accum * r["seq_len"] / (mean_ms / 1e3),
                synced_step_ms=synced, synced_median_ms=statistics.median(synced),
                losses=[float(v) for v in losses], wall_s=time.perf_counter() - t_start)
     return rec

@@ -50,6 +50,7 @@ def matrix_html(rep: Report, stage: str | None = None) -> str:
                     else ("n/a" if ran else "")),
             "tensors<br>GiB": gib(r["mem_tensors_bytes"]), "allocator<br>GiB": gib(r["mem_allocator_bytes"]),
             "device<br>GiB": gib(r["mem_device_bytes"]),
+            "first step<br>s": f"{r['first_step_s']:.1f}" if ran and not pd.isna(r.get("first_step_s")) else "",
             "final loss<br><small>Δ vs ref.</small>": loss,
         })
     return pd.DataFrame(rows).to_html(index=False, escape=False, classes="matrix", border=0)
@@ -96,7 +97,8 @@ def appendix_md(rep: Report) -> str:
     blocks = []
     for key in rep.stage_order:
         st = stages.get(key)
-        blocks.append(f"**{st.title}** — {st.lever}\n\n```python\n{st.switch}\n```")
+        added_to = f" (added to {stages.get(st.base).title}, not to the stage above)" if st.base else ""
+        blocks.append(f"**{st.title}** — {st.lever}{added_to}\n\n```python\n{st.switch}\n```")
     return "\n\n".join(blocks)
 
 
@@ -108,7 +110,8 @@ def title_md(rep: Report) -> str:
     if when:
         sub += f" · measured {when[:10]}"
     return (f"# GPT-2 (124M-class) training step: what each optimisation lever buys\n\n{sub}\n\n"
-            f"Each stage adds one lever to the one before ({' → '.join(rep.stage_titles)}) and is timed on the "
+            f"Each stage adds one lever to the one before ({' → '.join(rep.stage_titles)}; Appendix A names the "
+            "stages added to an earlier one) and is timed on the "
             "same model, seed and data at every batch size. Every number below was measured by this tool "
             "on the device named above.")
 

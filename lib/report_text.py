@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from . import data, fidelity_view, results, stages
+from . import data, fidelity_view, frontier_view, results, stages
 from .report import CV_LIMIT, Report, gib, recommended, short, span, speedups
 
 def method_md(rep: Report) -> str:
@@ -163,7 +163,8 @@ def findings(rep: Report) -> list[str]:
     rec = recommended(rep)
     if rec is not None:
         out.append(recommended_line(rep, rec))
-    for line in (fidelity_view.crosscheck_finding(rep), fidelity_view.parity_md(rep) if rec else None):
+    for line in (frontier_view.recipe_finding(rep), fidelity_view.crosscheck_finding(rep),
+                 fidelity_view.parity_md(rep) if rec else None):
         if line:
             out.append(line)
     one_gpu = clean[~clean["stage"].map(stages.is_multi_gpu)]  # several GPUs' aggregate: its own line below

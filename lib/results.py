@@ -137,7 +137,7 @@ def load_records(results_dir) -> list[dict]:
     return out
 
 
-EVIDENCE_KINDS = ("seq", "gemm", "variants", "sweep", "repeats", "crosscheck", "parity")  # folders of results/
+EVIDENCE_KINDS = ("seq", "gemm", "variants", "sweep", "repeats", "crosscheck", "parity", "sdpa", "recipe", "ablation")  # folders of results/
 
 
 def load_evidence(results_dir) -> dict:
@@ -230,10 +230,13 @@ def table(records: list[dict], stage_order: list[str], tolerance: float | None =
 
 
 def previous_stage(key: str) -> str | None:
-    """The stage a lever is added to: the one right before it in the registry (none for the first
-    stage and for a multi-GPU stage, which replicates the best single-GPU configuration)."""
+    """The stage a lever is added to: its `base`, else the one right before it in the registry
+    (none for the first stage and for a multi-GPU stage, which replicates the best single-GPU
+    configuration)."""
     if key not in stages.STAGES or stages.is_multi_gpu(key):
         return None
+    if stages.STAGES[key].base:
+        return stages.STAGES[key].base
     i = stages.ORDER.index(key)
     return stages.ORDER[i - 1] if i else None
 

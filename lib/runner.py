@@ -222,14 +222,16 @@ def _collect(params, job, verdict, stderr) -> dict:
 NVLINK_MULTICAST_OFF = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
 
 
-def _torchrun(params: dict, job: dict, n: int, out: Path, timeout_s: float) -> dict:
-    """lib.ddp under torchrun with `n` processes; the record it wrote, or an error/OOM record."""
+def _torchrun(params: dict, job: dict, n: int, out: Path, timeout_s: float, launch: dict | None = None) -> dict | None:
+    """lib.ddp under torchrun with `n` processes on this node; the record it wrote, or an
+    error/OOM record. On a node other than 0 of a multi-node `launch` there is no record: None
+    when its ranks ran, RuntimeError with the failing line when they did not."""
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         json.dump(job, f)
     run_env = {**child_env(), **NVLINK_MULTICAST_OFF}
     run_env.setdefault("OMP_NUM_THREADS", "1")
     try:
-        proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
+        proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", *_launch_args(launch, job, timeout_s),
                                f"--nproc_per_node={n}", "-m", "lib.ddp", f.name, str(out)],
                               cwd=ROOT, env=run_env, capture_output=True, text=True, timeout=timeout_s)
         verdict, stderr = f"exit {proc.returncode}", proc.stderr
@@ -237,6 +239,12 @@ def _torchrun(params: dict, job: dict, n: int, out: Path, timeout_s: float) -> d
         verdict, stderr = f"timed out after {timeout_s:.0f} s", str(e.stderr or "")
     finally:
         os.unlink(f.name)
+    if (launch or {}).get("node_rank"):
+        if verdict != "exit 0":
+            lines = [ln.strip() for ln in stderr.splitlines() if re.search(r"\w(Error|Exception): \S", ln)]
+            raise RuntimeError(f"DDP ranks of node {launch['node_rank']} failed ({verdict}): "
+                               f"{(lines or ['no message'])[-1]}" + (open(os.environ["DBG_TAIL"], "a").write(stderr) and ""))
+        return None
     rec = _collect(params, {"stage": "ddp", "batch_size": job["batch_size"], "out": str(out)}, verdict, stderr)
     if rec["status"] == results.Status.ERROR and "out of memory" in stderr.lower():
         rec.update(status=results.Status.OOM, reason=f"out of memory on at least one of {n} rank(s)")
@@ -244,12 +252,41 @@ def _torchrun(params: dict, job: dict, n: int, out: Path, timeout_s: float) -> d
     return rec
 
 
+RDZV_WAIT_S = 900  # how long a node waits at the rendezvous for the others (node 0 first times one rank alone)
+
+
+def _launch_args(launch: dict | None, job: dict, timeout_s: float) -> list[str]:
+    """torchrun's arguments for where the ranks run: this host alone (`--standalone`), or this node
+    of several meeting at RDZV through the c10d rendezvous. The rendezvous id comes from the
+    workload (profile, model, run), so every node of one report computes the same id."""
+    if not launch or launch["nnodes"] == 1:
+        return ["--standalone"]
+    params = job["params"]
+    rdzv_id = "gpt2-levers-" + results.short_hash({"profile": params["name"], "model": params["model"],
+                                                    "run": params["run"], "nnodes": launch["nnodes"]})
+    wait = int(min(RDZV_WAIT_S, timeout_s / 2))
+    return [f"--nnodes={launch['nnodes']}", f"--node_rank={launch['node_rank']}", "--rdzv_backend=c10d",
+            f"--rdzv_endpoint={launch['rdzv']}", f"--rdzv_id={rdzv_id}",
+            f"--rdzv_conf=join_timeout={wait},read_timeout={wait}"]
+
+
 def run_ddp(params: dict, report_dir, nproc: int | None = None, timeout_s: float = 1800,
-            force: bool = False) -> dict:
+            force: bool = False, launch: dict | None = None) -> dict | None:
     """The multi-GPU stage: torchrun with one process per GPU, at the best single-GPU
     configuration measured so far (results.best_config: fastest, loss verified), its per-GPU
     batch fixed. `nproc` forces a process count (the CPU test runs 2 gloo processes); otherwise
-    it is the host's GPU count."""
+    it is the host's GPU count.
+
+    `launch` (config.check_launch; None: this host alone) may make this one node of several:
+    every node runs `make report` with the same inputs, its own NODE_RANK and the same RDZV, and
+    torchrun's c10d rendezvous joins their ranks into one job of NNODES x nproc ranks (every rank
+    runs node 0's configuration, lib/ddp.py). Node 0 alone measures the one-rank reference first
+    and writes the record; any other node only contributes ranks: it writes no record and returns
+    None (RuntimeError if its ranks failed). The other nodes wait up to RDZV_WAIT_S at the
+    rendezvous, so a node 0 that keeps its record from an earlier run (no FORCE) leaves them
+    waiting that long before they fail."""
+    launch = launch or {"nnodes": 1, "node_rank": 0, "rdzv": None}
+    nnodes, contributor = launch["nnodes"], launch["node_rank"] > 0
     report_dir = resolve(report_dir)
     env = environment(report_dir)
     stage = stages.get("ddp")
@@ -268,12 +305,17 @@ def run_ddp(params: dict, report_dir, nproc: int | None = None, timeout_s: float
     for old in (report_dir / "results").glob("ddp__b*.json"):
         if old != out:
             old.unlink()
-    fp = results.fingerprint(params, env, stage, batch) + f"-{base_key}-n{nproc or env['device'].get('count', 1)}"
-    kept = None if force else _reusable(out, fp)
+    fp = results.fingerprint(params, env, stage, batch) + f"-{base_key}-n{nproc or env['device'].get('count', 1)}" \
+        + (f"-nodes{nnodes}" if nnodes > 1 else "")
+    kept = None if force or contributor else _reusable(out, fp)
     if kept:
         print(describe(kept) + "  (kept from an earlier run)", flush=True)
         return kept
-    reason = None if nproc else stage.not_applicable(env["device"])
+    # Several nodes of one GPU each are several GPUs: the job's world size decides.
+    reason = None if nproc else stage.not_applicable({**env["device"], "count": env["device"].get("count", 1) * nnodes})
+    if reason and contributor:
+        print(f"   ddp node {launch['node_rank']}: not applicable ({reason}); node 0 records it", flush=True)
+        return None
     if reason:
         rec = results.base_record(params, stage, batch)
         rec.update(status=results.Status.NOT_APPLICABLE, reason=reason, fingerprint=fp)
@@ -281,16 +323,23 @@ def run_ddp(params: dict, report_dir, nproc: int | None = None, timeout_s: float
         print(describe(rec), flush=True)
         return rec
     n = nproc or env["device"]["count"]
-    job = {"params": params, "batch_size": batch, "base_stage": base_key, "fingerprint": fp,
+    job = {"params": params, "batch_size": batch, "base_stage": base_key, "fingerprint": fp, **launch,
            "single_gpu_tokens_per_s": (best.get("processes") or {}).get("median", best["tokens_per_s"]) if best else None}
     if out.exists():
         out.unlink()
     # The same DDP job on one rank first, so the scaling efficiency compares like with like (same
     # wrapper, same host, same minute) rather than against a row measured in another process or run.
-    with tempfile.TemporaryDirectory() as tmp:
-        one = _torchrun(params, job, 1, Path(tmp) / "one_rank.json", timeout_s)
-    if one["status"] == results.Status.OK:
-        job["one_rank_tokens_per_s"] = one["tokens_per_s"]
-    rec = _torchrun(params, job, n, out, timeout_s)
+    # It stays on this host alone; only node 0, which writes the record, needs it.
+    if not contributor:
+        with tempfile.TemporaryDirectory() as tmp:
+            one = _torchrun(params, {**job, "nnodes": 1, "node_rank": 0, "rdzv": None}, 1, Path(tmp) / "one_rank.json",
+                            timeout_s)
+        if one["status"] == results.Status.OK:
+            job["one_rank_tokens_per_s"] = one["tokens_per_s"]
+    rec = _torchrun(params, job, n, out, timeout_s, launch)
+    if rec is None:
+        print(f"   ddp node {launch['node_rank']} of {nnodes}: contributed {n} rank(s) to the job; node 0 writes "
+              "its record", flush=True)
+        return None
     print(describe(rec), flush=True)
     return rec

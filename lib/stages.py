@@ -7,10 +7,11 @@ fingerprint covers), where it can run (backends, compute capability, devices), a
 (title, lever, the code switch shown in the report), which can change without re-measuring."""
 from __future__ import annotations
 
+import importlib.util
 from dataclasses import dataclass, fields, replace
 
 SWITCHES = ("tf32", "autocast", "attention", "padded_vocab", "fused_adamw", "compile", "compile_mode", "fp8",
-            "backend_flags", "devices")
+            "backend_flags", "devices", "loss", "float8", "sdpa_backend")
 ALL_BACKENDS = ("cuda", "rocm", "mps", "cpu")
 
 
@@ -25,14 +26,18 @@ class Stage:
     tf32: bool = False      # torch.set_float32_matmul_precision("high")
     autocast: str | None = None  # autocast dtype name, or None for fp32 math
     attention: str = "naive"
+    sdpa_backend: str | None = None  # force one SDPA backend (sdpa_kernel); None: PyTorch's choice
     padded_vocab: bool = False
     fused_adamw: bool = False   # AdamW(fused=True): one kernel per step for all parameters
     compile: bool = False   # torch.compile(model)
     compile_mode: str | None = None  # torch.compile(model, mode=...); None: inductor's default
     fp8: bool = False       # the blocks' Linear layers run FP8 GEMMs (lib/fp8.py)
+    float8: str | None = None  # torchao's float8 training recipe on the blocks' Linear layers
+    loss: str = "cross_entropy"  # or "cut_cross_entropy": lm_head + loss fused, no logits in memory
     backend_flags: tuple = ()  # (("torch.backends.cudnn.benchmark", True), ...): set before the model is built
     devices: str = "one"    # "one" GPU, or "all" of the host's, data parallel (runner.run_ddp)
     # --- what the report compares it with
+    base: str | None = None  # the stage this lever is added to; None: the one before it in the registry
     peak: str = "fp32"      # which datasheet peak MFU is quoted against
     reference: str = "fp32"  # the stage whose loss this one must stay within tolerance of
     # --- where it can run
@@ -40,6 +45,7 @@ class Stage:
     min_capability: tuple | None = None  # NVIDIA compute capability it needs (CUDA only)
     min_devices: int = 1
     needs: str = ""         # what it needs, in words, for the 'not applicable' reason
+    package: str = ""       # a package it imports (installed from the wheelhouse on offline hosts)
 
     @property
     def multi_gpu(self) -> bool:
@@ -62,6 +68,8 @@ class Stage:
         if self.min_capability and backend == "cuda" and capability and capability < tuple(self.min_capability):
             return (f"{self.title} needs {self.needs}; this device has compute capability "
                     f"{'.'.join(map(str, capability))}")
+        if self.package and importlib.util.find_spec(self.package) is None:
+            return f"{self.title} needs the {self.package} package, which is not installed here"
         if device.get("count", 1) < self.min_devices:
             what = "GPU" if backend in ("cuda", "rocm") else f"{backend.upper()} device"
             return f"one {what} on this host: {self.title} needs {self.needs}"
@@ -103,14 +111,36 @@ def _cumulative() -> list[Stage]:
                   needs="FP8 tensor-core GEMMs: an NVIDIA GPU of compute capability 8.9 or newer (Ada, Hopper, "
                         "Blackwell)",
                   switch="fp8.convert_linears(model.transformer.h)  # lib/fp8.py: e4m3 forward, e5m2 gradients")
+    # The field's own kernels, each added to torch.compile (the canonical trainer's fastest form)
+    # rather than to the stage before it, so no lever is judged on top of one that lost.
+    fp8_torchao = replace(fp8, key="fp8_torchao", title="FP8 linear layers (torchao)", notebook="09_fp8_torchao.ipynb",
+                          base="compile", fp8=False, float8="tensorwise", package="torchao",
+                          lever="torchao's float8 training on the blocks' Linear layers; inductor fuses its scaling and casts",
+                          switch="convert_to_float8_training(model.transformer.h,\n"
+                                 '    config=Float8LinearConfig.from_recipe_name("tensorwise"))  # torchao.float8')
+    fused_ce = replace(compiled, key="fused_ce", title="Fused linear cross-entropy (cut-cross-entropy)",
+                       notebook="10_fused_ce.ipynb", base="compile", loss="cut_cross_entropy",
+                       package="cut_cross_entropy", backends=("cuda",), min_capability=(8, 0),
+                       needs="cut-cross-entropy's Triton kernels (an NVIDIA GPU with bf16 tensor cores)",
+                       lever="lm_head and cross-entropy in one pass that never writes the B x T x V logits",
+                       switch="loss = linear_cross_entropy(ln_f(x).bfloat16(), lm_head.weight.bfloat16(), targets,\n"
+                              "                            filter_eps=None)  # cut_cross_entropy: every gradient kept")
+    # Without CUDA graphs: mode="max-autotune" replays the step as CUDA graphs, whose outputs the next
+    # replay overwrites, so a loop that keeps each step's loss tensor (this one, or any that logs
+    # asynchronously) fails unless it clones the loss every step (seen on the H100, torch 2.11).
+    autotune = replace(compiled, key="autotune", title="torch.compile max-autotune", notebook="11_autotune.ipynb",
+                       base="compile", compile_mode="max-autotune-no-cudagraphs", backends=("cuda", "rocm"),
+                       needs="a GPU (inductor's GEMM autotuning)",
+                       lever="inductor benchmarks cuBLAS against its own Triton GEMM kernels for every shape",
+                       switch='model = torch.compile(model, mode="max-autotune-no-cudagraphs")')
     # DDP runs whichever single-GPU configuration measured fastest (runner.run_ddp); its own
     # switches here only describe it.
-    ddp = replace(vocab, key="ddp", reference="vocab", title="DDP across the host's GPUs", notebook="09_ddp.ipynb",
+    ddp = replace(vocab, key="ddp", reference="vocab", title="DDP across the host's GPUs", notebook="13_ddp.ipynb",
                   lever="data parallel over every GPU with torchrun, the per-GPU batch fixed",
                   devices="all", backends=("cuda", "rocm"), min_devices=2,
                   needs="two or more GPUs (data parallelism)",
                   switch="model = DistributedDataParallel(model)  # torchrun --nproc_per_node=<GPUs>")
-    return [fp32, tf32, bf16, flash, vocab, fused, compiled, fp8, ddp]
+    return [fp32, tf32, bf16, flash, vocab, fused, compiled, fp8, fp8_torchao, fused_ce, autotune, ddp]
 
 
 STAGES: dict[str, Stage] = {s.key: s for s in _cumulative()}

@@ -32,7 +32,7 @@ def model_config(params: dict, stage) -> GPTConfig:
     return GPTConfig(n_layer=m["n_layer"], n_head=m["n_head"], n_embd=m["n_embd"], block_size=m["block_size"],
                      real_vocab_size=m["vocab_size"],
                      vocab_size=m["padded_vocab_size"] if stage.padded_vocab else m["vocab_size"],
-                     attention=stage.attention)
+                     attention=stage.attention, loss=stage.loss)
 
 
 @dataclass
@@ -79,6 +79,10 @@ def build(params: dict, stage, dev: str, wrap=None, micro_steps: int = 1) -> Tra
     model = GPT(model_config(params, stage)).to(dev)
     if stage.fp8:
         fp8.convert_linears(model.transformer.h)
+    if stage.float8:  # torchao's float8 training, as torchtitan applies it (before compile)
+        from torchao.float8 import Float8LinearConfig, convert_to_float8_training
+
+        convert_to_float8_training(model.transformer.h, config=Float8LinearConfig.from_recipe_name(stage.float8))
     r = params["run"]
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
@@ -90,9 +94,36 @@ def build(params: dict, stage, dev: str, wrap=None, micro_steps: int = 1) -> Tra
                if stage.compile else model)
     if wrap is not None:
         forward = wrap(forward)
-    ctx = (torch.autocast(device_type=dev, dtype=getattr(torch, stage.autocast))
-           if stage.autocast else contextlib.nullcontext())
-    return TrainStep(model, forward, opt, ctx, r["grad_clip"], micro_steps)
+    return TrainStep(model, forward, opt, StepContext(dev, stage.autocast, stage.sdpa_backend), r["grad_clip"],
+                     micro_steps)
+
+
+class StepContext:
+    """What the forward runs under: autocast to the stage's dtype and, where the stage forces one,
+    an SDPA backend (torch.nn.attention.sdpa_kernel). Entered afresh for every micro-batch."""
+
+    def __init__(self, dev: str, autocast: str | None, sdpa_backend: str | None):
+        self.dev, self.autocast, self.sdpa_backend = dev, autocast, sdpa_backend
+        self._stacks: list[contextlib.ExitStack] = []
+
+    def __enter__(self):
+        stack = contextlib.ExitStack()
+        if self.autocast:
+            stack.enter_context(torch.autocast(device_type=self.dev, dtype=getattr(torch, self.autocast)))
+        if self.sdpa_backend:
+            from torch.nn.attention import SDPBackend, sdpa_kernel
+
+            stack.enter_context(sdpa_kernel(getattr(SDPBackend, SDPA_BACKENDS[self.sdpa_backend])))
+        self._stacks.append(stack)
+        return self
+
+    def __exit__(self, *exc):
+        return self._stacks.pop().__exit__(*exc)
+
+
+# A stage's sdpa_backend name -> the member of torch.nn.attention.SDPBackend it forces.
+SDPA_BACKENDS = {"flash": "FLASH_ATTENTION", "efficient": "EFFICIENT_ATTENTION", "cudnn": "CUDNN_ATTENTION",
+                 "math": "MATH"}
 
 
 def _resolve(dotted: str):

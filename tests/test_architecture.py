@@ -11,8 +11,8 @@ LAYERS = {
     "core": {"paths", "config", "stages", "record", "results", "data", "kernel_categories"},
     "measuring": {"model", "step", "measure", "plain_loop", "ddp", "fp8", "gemm_sweep", "kernel_profile", "energy",
                   "environment", "faults"},
-    "running": {"runner", "evidence", "chapters", "pipeline", "notebook_runner", "report_folder", "cli"},
-    "reporting": {"report", "report_tables", "report_text", "report_charts", "evidence_view", "fidelity_view",
+    "running": {"runner", "evidence", "recipe", "jobs", "chapters", "pipeline", "notebook_runner", "report_folder", "cli"},
+    "reporting": {"report", "frontier_view", "report_tables", "report_text", "report_charts", "evidence_view", "fidelity_view",
                   "sweep_view", "claims", "compare", "export"},
 }
 # What each layer may import from lib/ (any import, at the top or inside a function).

@@ -172,7 +172,8 @@ def test_make_help_lists_every_target_of_the_makefile():
 
 @pytest.mark.parametrize("var, value, message", [("GPU", "nosuch", "unknown GPU profile 'nosuch'"),
                                                   ("BATCHES", "2 x", "batch size 'x' is not a positive integer"),
-                                                  ("STAGES", "fp32 warp9", "unknown stage 'warp9'")])
+                                                  ("STAGES", "fp32 warp9", "unknown stage 'warp9'"),
+                                                  ("NNODES", "0", "NNODES '0' is not a positive integer")])
 def test_a_bad_input_to_make_report_is_the_last_line_printed(var, value, message):
     if not any((ROOT / stamp).exists() for stamp in (".venv/.stamp", ".deps/.stamp")):
         pytest.skip("make checks inputs early once its environment exists (make test creates it first)")
@@ -180,3 +181,48 @@ def test_a_bad_input_to_make_report_is_the_last_line_printed(var, value, message
     lines = [ln for ln in (proc.stdout + proc.stderr).splitlines() if ln.strip()]
     assert proc.returncode == 2 and message in lines[-1], describe_proc(proc)
     assert not any("run phase" in ln for ln in lines)
+
+
+# ---------------------------------------------------------------- the DDP stage's nodes
+
+@pytest.mark.parametrize("inputs, message", [
+    ({"NNODES": "0"}, "NNODES '0' is not a positive integer"),
+    ({"NNODES": "two", "RDZV": "127.0.0.1:29500"}, "NNODES 'two' is not a positive integer"),
+    ({"NNODES": "2", "NODE_RANK": "2", "RDZV": "127.0.0.1:29500"}, "NODE_RANK '2' is out of range for NNODES=2"),
+    ({"NNODES": "2", "NODE_RANK": "-1", "RDZV": "127.0.0.1:29500"}, "NODE_RANK '-1' is out of range for NNODES=2"),
+    ({"NODE_RANK": "1"}, "NODE_RANK '1' is out of range for NNODES=1"),
+    ({"NNODES": "2", "RDZV": "127.0.0.1"}, "RDZV '127.0.0.1' is not host:port"),
+    ({"NNODES": "2", "RDZV": "127.0.0.1:29500;id"}, "is not host:port"),
+    ({"NNODES": "2", "RDZV": "127.0.0.1:70000"}, "port 70000 is out of range 1..65535"),
+    ({"NNODES": "2", "RDZV": "127.0.0.1:0"}, "port 0 is out of range 1..65535"),
+    ({"NNODES": "2", "NODE_RANK": "1"}, "NNODES=2 needs RDZV=host:port"),
+    ({"RDZV": "127.0.0.1:29500"}, "is given but NNODES is 1"),
+])
+def test_bad_node_inputs_are_refused_by_the_early_check(tmp_path, capsys, inputs, message):
+    """`make report` writes its inputs to a file of NAME=value lines for `python -m lib.cli check`."""
+    lines = {"GPU": "", "BATCHES": "", "STAGES": "", "REPORTS": str(tmp_path / "reports"), **inputs}
+    path = tmp_path / "inputs"
+    path.write_text("".join(f"{k}={v}\n" for k, v in lines.items()))
+    assert cli.main(["check", str(path)]) == 2
+    out = capsys.readouterr().out.strip().splitlines()
+    assert len(out) == 1 and out[0].startswith("error: ") and message in out[0], out
+
+
+def test_node_inputs_become_the_ddp_launch(tmp_path, capsys):
+    path = tmp_path / "inputs"
+    path.write_text(f"REPORTS={tmp_path / 'reports'}\nNNODES=2\nNODE_RANK=1\nRDZV=127.0.0.1:29500\n")
+    assert cli.main(["check", str(path)]) == 0 and capsys.readouterr().out == ""
+    assert config.check_launch("2", "1", "127.0.0.1:29500") == {"nnodes": 2, "node_rank": 1, "rdzv": "127.0.0.1:29500"}
+    assert config.check_launch() == config.check_launch("", "", "") == {"nnodes": 1, "node_rank": 0, "rdzv": None}
+    # the existing callers of check_inputs keep working; the new values are keyword arguments
+    assert pipeline.check_inputs(None, "2", None, str(tmp_path / "reports")) == ([2], None)
+    with pytest.raises(config.UsageError, match="NNODES=3 needs RDZV"):
+        pipeline.check_inputs(None, None, None, str(tmp_path / "reports"), nnodes="3", node_rank="2")
+
+
+def test_bad_node_inputs_stop_make_report_before_measuring(run_main, monkeypatch):
+    for k in ("NNODES", "NODE_RANK", "RDZV"):
+        monkeypatch.delenv(k, raising=False)
+    code, err, reports = run_main(NNODES="2", NODE_RANK="1")
+    assert_refused(code, err, reports)
+    assert "NNODES=2 needs RDZV=host:port" in err

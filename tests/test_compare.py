@@ -60,7 +60,10 @@ def test_the_stage_table_puts_each_gpu_against_its_own_fp32(tmp_path):
     assert rec["gpub tok/s"] == pytest.approx(last["gpub tok/s"])
     assert not compare.skew(reps)["differs"].any()
     effects = compare.lever_effects(reps)
-    assert effects["gpub"].dropna().tolist() == pytest.approx([2.0] * n)
+    # Each lever against the stage it is added to: the fake speeds grow per registry position.
+    order = reps["gpub"].stage_order
+    expected = [2.0 ** (order.index(k) - order.index(results.previous_stage(k))) for k in order[1:]]
+    assert effects["gpub"].dropna().tolist() == pytest.approx(expected)
 
 
 def _add_ddp(d: Path, world: int | None):

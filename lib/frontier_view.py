@@ -1,0 +1,187 @@
+"""*How the frontier reads*: the SDPA backends forced one by one (flash chapter), cut-cross-
+entropy's default gradient filter against its exact form (fused cross-entropy chapter), and the
+recommendation measured as it would be trained: at GPT-2's global batch against the canonical
+trainer, and with each of its levers removed in turn (batch-sweep chapter). From the report
+folder's records only."""
+from __future__ import annotations
+
+import numpy as np
+
+from . import stages
+from .evidence_view import OK, none, table
+from .report import Report, gib, short
+
+TARGET_TOKENS_PER_S = {"h100": 620_000}  # the issue's aim for this profile: about 54 % MFU of the bf16 peak
+
+
+def _ok(r: dict | None) -> bool:
+    return bool(r) and r.get("status") in OK
+
+
+def sdpa_html(rep: Report) -> str:
+    forced = rep.evidence["sdpa"]
+    if not forced:
+        return none("The SDPA backends were not measured one by one for this report.")
+    batch = forced[0]["batch_size"]
+    default = rep.rec("flash", batch)
+    rows = []
+    if _ok(default):
+        rows.append({"SDPA backend": f"PyTorch's choice ({default.get('sdpa_backend') or 'unknown'})",
+                     "ms/step": f"{default['median_ms']:.1f}", "tok/s": f"{default['tokens_per_s']:,.0f}",
+                     "× PyTorch's choice": "1.00×", "allocator GiB": gib(default.get("mem_allocator_bytes"))})
+    for r in forced:
+        name = r.get("variant", "").removeprefix("SDPA ")
+        if not _ok(r):
+            rows.append({"SDPA backend": f"{name} (forced)", "ms/step": r["status"].upper().replace("_", " "),
+                         "tok/s": short(r.get("reason")), "× PyTorch's choice": "", "allocator GiB": ""})
+            continue
+        rows.append({"SDPA backend": f"{name} (forced)", "ms/step": f"{r['median_ms']:.1f}",
+                     "tok/s": f"{r['tokens_per_s']:,.0f}",
+                     "× PyTorch's choice": f"{r['tokens_per_s'] / default['tokens_per_s']:.2f}×" if _ok(default) else "",
+                     "allocator GiB": gib(r.get("mem_allocator_bytes"))})
+    return table(rows) + (f'<p class="note">The flash stage at B={batch}, one process each; the backend that ran is '
+                          "read off the dispatched op of one forward.</p>")
+
+
+def ce_filter_html(rep: Report) -> str:
+    filtered = [r for r in rep.evidence["variants"] if r.get("variant") == "default gradient filter"]
+    if not filtered:
+        return none("cut-cross-entropy's default gradient filter was not measured for this report.")
+    f = filtered[0]
+    exact, ref = rep.rec("fused_ce", f["batch_size"]), rep.rec("vocab", f["batch_size"])
+    rows = []
+    for label, r in (("exact (filter_eps=None, the stage)", exact), ("library default (filter_eps='high')", f),
+                     ("plain cross-entropy (vocab stage)", ref)):
+        if not r:
+            continue
+        ran = _ok(r)
+        rows.append({"loss": label, "B": r["batch_size"],
+                     "tok/s": f"{r['tokens_per_s']:,.0f}" if ran else r["status"].upper(),
+                     "final loss": f"{r['final_loss']:.3f}" if ran and r.get("final_loss") is not None else "",
+                     "allocator GiB": gib(r.get("mem_allocator_bytes"))})
+    return table(rows) + ('<p class="note">Same batches, same initial weights; the final loss is the mean of the last '
+                          f"{rep.params['run']['final_loss_window']} training steps.</p>")
+
+
+def _group(recs: list[dict], role: str) -> list[dict]:
+    return [r for r in recs if r.get("variant") == f"recipe: {role}" and _ok(r)]
+
+
+def recipe_rows(rep: Report) -> list[dict]:
+    """One row per side of the recipe: the recommendation, the baseline configuration in this
+    harness and in the plain loop, each at the global batch; tokens/s as median, min and max
+    over its processes."""
+    out = []
+    for role, label in (("recommended", "recommended configuration (this harness)"),
+                        ("baseline-harness", "canonical trainer's configuration (this harness)"),
+                        ("baseline", "canonical trainer's configuration (plain loop)")):
+        runs = _group(rep.evidence["recipe"], role)
+        if not runs:
+            continue
+        tps = [r["tokens_per_s"] for r in runs]
+        first = runs[0]
+        out.append({"role": role, "label": label, "stage": first["stage"], "batch": first["batch_size"],
+                    "micro_steps": first.get("micro_steps", 1), "median": float(np.median(tps)),
+                    "min": min(tps), "max": max(tps), "n": len(tps)})
+    return out
+
+
+def recipe_html(rep: Report) -> str:
+    rows = recipe_rows(rep)
+    if not rows:
+        return none("The recipe at the global batch was not measured for this report.")
+    base = next((r for r in rows if r["role"] == "baseline"), None)
+    seq = rep.params["run"]["seq_len"]
+    shown = [{"configuration": r["label"], "stage": stages.get(r["stage"]).title,
+              "micro-batch × steps": f"{r['batch']} × {r['micro_steps']}",
+              "tokens/step": f"{r['batch'] * r['micro_steps'] * seq:,}",
+              "tok/s (median, min–max)": f"{r['median']:,.0f} ({r['min']:,.0f}–{r['max']:,.0f}), {r['n']} processes",
+              "× plain loop": f"{r['median'] / base['median']:.3f}×" if base else ""} for r in rows]
+    target = TARGET_TOKENS_PER_S.get(rep.params["name"])
+    note = ("Every step is one optimizer update over the global batch of "
+            f"{rep.params['evidence']['global_batch_tokens']:,} tokens (gradients accumulated over the micro-steps, "
+            "the optimizer step amortised as in training); the processes of the three rows alternate in one run.")
+    best = next((r for r in rows if r["role"] == "recommended"), None)
+    if target and best:
+        note += f" The aim of {target:,} tok/s is {target / best['median']:.2f}× the recommendation's median."
+    return table(shown) + f'<p class="note">{note}</p>'
+
+
+def ablation_rows(rep: Report) -> tuple[dict | None, list[dict]]:
+    """The recommendation's own record (matrix or sweep) and, per lever removed, its record and
+    the lever's worth: the recommendation's tokens/s over the configuration without it, minus 1
+    (None where that configuration did not run)."""
+    recs = rep.evidence["ablation"]
+    if not recs:
+        return None, []
+    key, batch = recs[0]["stage"], recs[0]["batch_size"]
+    full = rep.rec(key, batch) or next((r for r in rep.evidence["sweep"] if r["stage"] == key and r["batch_size"] == batch), None)
+    rows = []
+    for r in recs:
+        worth = full["tokens_per_s"] / r["tokens_per_s"] - 1 if _ok(full) and _ok(r) else None
+        rows.append({"lever": r.get("lever") or r.get("variant", "").removeprefix("without "), "record": r, "worth": worth})
+    return full, rows
+
+
+def ablation_html(rep: Report) -> str:
+    full, rows = ablation_rows(rep)
+    if not rows:
+        return none("The leave-one-out ablation was not measured for this report.")
+    shown = [{"removed": "nothing (the recommendation)", "tok/s": f"{full['tokens_per_s']:,.0f}" if _ok(full) else "",
+              "the lever's worth": "", "allocator GiB": gib(full.get("mem_allocator_bytes")) if full else ""}]
+    for row in rows:
+        r = row["record"]
+        shown.append({"removed": row["lever"],
+                      "tok/s": f"{r['tokens_per_s']:,.0f}" if _ok(r) else r["status"].upper().replace("_", " "),
+                      "the lever's worth": f"{row['worth'] * 100:+.1f} %" if row["worth"] is not None else
+                      ("does not fit at this batch without it" if r["status"] == "oom" else short(r.get("reason"))),
+                      "allocator GiB": gib(r.get("mem_allocator_bytes"))})
+    return table(shown) + ('<p class="note">Each lever switched off alone at the recommendation\'s micro-batch, one '
+                           "process each (compare with the noise floor of the repeats); its worth is the recommendation's "
+                           "tokens/s over the configuration without it, minus one.</p>")
+
+
+def recipe_finding(rep: Report) -> str | None:
+    """The executive summary's line on the recipe: the recommendation against the canonical
+    trainer at the same global batch, and how far the aim is."""
+    rows = {r["role"]: r for r in recipe_rows(rep)}
+    best, plain, harness = rows.get("recommended"), rows.get("baseline"), rows.get("baseline-harness")
+    if not best or not plain:
+        return None
+    b = rep.params["evidence"]["baseline"]
+    line = (f"Trained as GPT-2 is, one update per {rep.params['evidence']['global_batch_tokens']:,} tokens: "
+            f"{stages.get(best['stage']).title} at B={best['batch']} × {best['micro_steps']} micro-steps gives "
+            f"{best['median']:,.0f} tokens/s, {best['median'] / plain['median']:.3f}× the canonical trainer's "
+            f"{stages.get(b['stage']).title} at B={b['batch_size']} in a plain loop ({plain['median']:,.0f} tokens/s; "
+            f"medians of {best['n']} and {plain['n']} processes in the same run)")
+    if harness:
+        line += f"; this harness at the trainer's configuration: {harness['median'] / plain['median']:.3f}× the plain loop"
+    target = TARGET_TOKENS_PER_S.get(rep.params["name"])
+    if target:
+        line += f". The aim of {target:,} tokens/s is {target / best['median']:.2f}× away"
+    return line + "."
+
+
+def versus_html(rep: Report, key: str, others: tuple[str, ...]) -> str:
+    """`key` beside the stages it competes with, at every batch size they share: throughput,
+    memory, and kernel time by category from each one's profiled step (where the time moved)."""
+    from .kernel_categories import CATEGORIES
+
+    keys = [k for k in (*others, key) if k in rep.stage_order]
+    batches = sorted({r["batch_size"] for r in rep.records if r["stage"] == key})
+    rows = []
+    for b in batches:
+        first = rep.rec(keys[0], b)
+        for k in keys:
+            r = rep.rec(k, b)
+            if not _ok(r):
+                continue
+            cats = (r.get("kernel_profile") or {}).get("categories") or {}
+            rows.append({"stage": stages.get(k).title, "B": b, "tok/s": f"{r['tokens_per_s']:,.0f}",
+                         f"× {stages.get(keys[0]).title}": f"{r['tokens_per_s'] / first['tokens_per_s']:.2f}×" if _ok(first) else "",
+                         **{f"{c} ms": f"{cats[c]:.1f}" if c in cats else "" for c in CATEGORIES},
+                         "allocator GiB": gib(r.get("mem_allocator_bytes"))})
+    if not rows:
+        return none(f"{stages.get(key).title} has no measurement to compare in this report.")
+    return table(rows) + ('<p class="note">Kernel milliseconds of one profiled training step by category '
+                          "(lib/kernel_categories.py names the rules): where the step's time moved.</p>")

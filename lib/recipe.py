@@ -1,0 +1,99 @@
+"""What the recommended configuration is worth, measured as it would be trained (batch-sweep
+chapter, after the recommendation is known):
+
+- recipe_jobs:   the recommended configuration at GPT-2's global batch (evidence.global_batch_tokens,
+                 524,288 tokens): its micro-batch and the gradient-accumulation steps that reach
+                 that batch, the optimizer step amortised over them; beside it, in the same call, the
+                 plain loop (lib/plain_loop.py) at the canonical trainer's configuration
+                 (evidence.baseline: torch.compile + fused AdamW at B=64) with the same global batch,
+                 each in evidence.repeats fresh processes, interleaved.
+- ablation_jobs: leave-one-out from the recommended configuration: each of its levers switched
+                 off in turn at the same micro-batch, so a lever's worth does not depend on the
+                 order of the cumulative stages.
+
+Results live in results/recipe/ and results/ablation/."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from . import results, runner, stages
+from .jobs import PLAIN_LOOP_SWITCHES, folder, make_job
+from .paths import resolve
+
+# Each lever of a configuration, as the stage switch that turns it off (name -> overrides). Listed
+# in the order the stages add them; a lever the recommended stage does not use is skipped.
+LEVERS = {
+    "TF32": {"tf32": False},
+    "BF16 autocast": {"autocast": None},
+    "SDPA attention": {"attention": "naive", "sdpa_backend": None},
+    "padded vocabulary": {"padded_vocab": False},
+    "fused AdamW": {"fused_adamw": False},
+    "torch.compile": {"compile": False, "compile_mode": None},
+    "max-autotune": {"compile_mode": None},
+    "FP8 (hand-written)": {"fp8": False},
+    "FP8 (torchao)": {"float8": None},
+    "fused linear cross-entropy": {"loss": "cross_entropy"},
+}
+
+
+def levers_of(stage) -> dict[str, dict]:
+    """The levers `stage` uses: those whose overrides change at least one of its switches (max-autotune
+    only where a compile mode is set, so removing torch.compile is one lever, not two)."""
+    return {name: off for name, off in LEVERS.items()
+            if any(getattr(stage, k) != v for k, v in off.items())
+            and not (name == "torch.compile" and stage.compile_mode)}
+
+
+def micro_steps(params: dict, batch: int) -> int | None:
+    """Gradient-accumulation steps that make `batch` sequences per micro-step reach the global
+    batch, or None when the global batch is not a multiple of the micro-batch's tokens."""
+    tokens, per_micro = params["evidence"]["global_batch_tokens"], batch * params["run"]["seq_len"]
+    return tokens // per_micro if tokens % per_micro == 0 else None
+
+
+def _recipe_params(params: dict) -> dict:
+    """Fewer steps than the matrix: each one is a whole global batch."""
+    ev = params["evidence"]
+    return {**params, "run": {**params["run"], "warmup_steps": ev["recipe_warmup_steps"],
+                              "timed_steps": ev["recipe_timed_steps"]}}
+
+
+def recipe_jobs(params: dict, report_dir, best: dict) -> list[dict]:
+    env, n = runner.environment(report_dir), params["evidence"]["repeats"]
+    p = _recipe_params(params)
+    base = params["evidence"]["baseline"]
+    plain_stage, plain_batch = stages.get(base["stage"]), base["batch_size"]
+    # The recommendation, the canonical trainer's configuration in this harness, and the same in
+    # the plain loop: the last two show that the gap to the first is the levers', not the harness's.
+    plans = [("recommended", best["stage"], best["batch_size"], {}),
+             ("baseline-harness", base["stage"], plain_batch, {}),
+             ("baseline", base["stage"], plain_batch,
+              {"kind": "plain", "switches": {s: getattr(plain_stage, s) for s in PLAIN_LOOP_SWITCHES}})]
+    source = results.short_hash((Path(__file__).parent / "plain_loop.py").read_text())
+    jobs = []
+    for k in range(n):  # interleaved, so a slow minute of the device hits both sides alike
+        for role, key, batch, extra in plans:
+            micro = micro_steps(params, batch)
+            if micro is None:
+                continue
+            job = make_job(p, env, key, batch, folder(report_dir, "recipe") / f"{role}__{key}__b{batch}__r{k}.json",
+                       variant=f"recipe: {role}", micro_steps=micro, repeat=k, profile=False, energy=False, **extra)
+            job["fingerprint"] += f"-accum{micro}-r{k}" + (f"-{source}" if extra else "")
+            jobs.append(job)
+    return jobs
+
+
+def ablation_jobs(params: dict, report_dir, best: dict) -> list[dict]:
+    env, stage, batch = runner.environment(report_dir), stages.get(best["stage"]), best["batch_size"]
+    jobs = []
+    for name, off in levers_of(stage).items():
+        slug = name.replace(" ", "-").replace("(", "").replace(")", "").replace(".", "").lower()
+        jobs.append(make_job(params, env, stage.key, batch, folder(report_dir, "ablation") / f"without-{slug}__b{batch}.json",
+                         variant=f"without {name}", lever=name, stage_overrides=off, profile=False, energy=False))
+    return jobs
+
+
+def measure(params: dict, report_dir, best: dict, force: bool = False) -> None:
+    """Both, in one launcher batch after the rest of the recommendation's evidence."""
+    jobs = recipe_jobs(params, report_dir, best) + ablation_jobs(params, report_dir, best)
+    runner.measure_jobs(jobs, runner.environment(resolve(report_dir)), force=force)

@@ -1,0 +1,158 @@
+"""The levers from the field's own kernels (torchao float8, cut-cross-entropy, compile modes,
+forced SDPA backends), the recipe at GPT-2's global batch and the leave-one-out ablation."""
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from conftest import make_record, tiny_params
+from lib import frontier_view, measure, recipe, results, stages
+from lib.model import GPT, GPTConfig, fused_linear_cross_entropy
+
+HOPPER = {"backend": "cuda", "capability": [9, 0], "count": 1}
+AMPERE = {"backend": "cuda", "capability": [8, 0], "count": 1}
+CPU = {"backend": "cpu", "count": 1}
+
+
+@pytest.mark.parametrize("key, device, reason", [
+    ("fp8_torchao", HOPPER, None), ("fp8_torchao", AMPERE, "compute capability 8.0"),
+    ("fp8_torchao", CPU, "cpu backend"),
+    ("fused_ce", AMPERE, None), ("fused_ce", {"backend": "cuda", "capability": [7, 5], "count": 1}, "7.5"),
+    ("fused_ce", CPU, "cpu backend"), ("autotune", AMPERE, None), ("autotune", CPU, "cpu backend"),
+])
+def test_frontier_applicability(key, device, reason, monkeypatch):
+    monkeypatch.setattr(stages.importlib.util, "find_spec", lambda name: object())  # as if installed
+    got = stages.get(key).not_applicable(device)
+    assert (got is None) if reason is None else (reason in got)
+
+
+def test_a_missing_package_is_a_reason_not_a_crash():
+    stage = dataclasses.replace(stages.get("fused_ce"), package="no_such_package_of_levers")
+    assert stage.not_applicable(HOPPER) == ("Fused linear cross-entropy (cut-cross-entropy) needs the "
+                                            "no_such_package_of_levers package, which is not installed here")
+
+
+def test_frontier_levers_are_added_to_compile():
+    assert [results.previous_stage(k) for k in ("fp8", "fp8_torchao", "fused_ce", "autotune")] == \
+        ["compile", "compile", "compile", "compile"]
+    assert stages.get("autotune").loss == "cross_entropy"
+    assert stages.get("autotune").compile_mode == "max-autotune-no-cudagraphs"
+    # A new switch leaves every earlier stage's identity (and so its fingerprint) as it was.
+    assert stages.get("compile").identity() == {"key": "compile", "peak": "bf16", "tf32": True, "autocast": "bfloat16",
+                                                 "attention": "sdpa", "padded_vocab": True, "fused_adamw": True,
+                                                 "compile": True}
+
+
+def test_torchao_float8_trains_like_the_vocab_stage():
+    """torchao's float8 Linear layers run on the CPU too (torch._scaled_mm has a CPU kernel): the
+    stage swaps only the blocks' Linear layers and its loss stays within tolerance of the vocab
+    stage's. Eager here (compile off) to keep the test fast; the GPU report compiles it."""
+    pytest.importorskip("torchao")
+    params = tiny_params(warmup=1, timed=5)
+    job = {"params": params, "batch_size": 2, "profile": False, "energy": False}
+    vocab = measure.run({**job, "stage": "vocab"})
+    fp8 = measure.run({**job, "stage": "fp8_torchao", "stage_overrides": {"compile": False}})
+    assert fp8["status"] == "ok", fp8.get("reason")
+    assert abs(fp8["final_loss"] - vocab["final_loss"]) < params["run"]["loss_tolerance"]
+    assert fp8["init_checksum"] == vocab["init_checksum"]
+
+
+def test_a_forced_sdpa_backend_the_device_lacks_is_not_applicable():
+    params = tiny_params(warmup=1, timed=5)
+    rec = measure.run({"params": params, "stage": "flash", "batch_size": 2, "stage_overrides": {"sdpa_backend": "cudnn"},
+                       "profile": False, "energy": False})
+    assert rec["status"] == "not_applicable" and "no cudnn SDPA kernel" in rec["reason"]
+    forced_math = measure.run({"params": params, "stage": "flash", "batch_size": 2, "profile": False, "energy": False,
+                               "stage_overrides": {"sdpa_backend": "math"}})
+    assert forced_math["status"] == "ok" and "math" in forced_math["sdpa_backend"]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="cut-cross-entropy's kernels are Triton GPU kernels; "
+                                                          "the GPU report run executes this test")
+def test_cut_cross_entropy_matches_the_plain_loss_and_gradients():
+    """Exact form: loss and both gradients equal to lm_head + cross_entropy under autocast. The
+    library's default filter, at an initialisation-like near-uniform softmax, drops part of the
+    weight gradient: its error is several times the exact form's (8x on an H100), which is why the
+    stage turns it off."""
+    pytest.importorskip("cut_cross_entropy")
+    torch.manual_seed(0)
+    n, d, v = 1024, 128, 50304  # GPT-2's padded vocabulary: every probability starts near 2e-5
+    x = torch.randn(n, d, device="cuda", requires_grad=True)
+    w = (0.02 * torch.randn(v, d, device="cuda")).requires_grad_()
+    t = torch.randint(0, v - 64, (n,), device="cuda")
+
+    def loss_and_grads(fn):
+        x.grad = w.grad = None
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = fn()
+        loss.backward()
+        return float(loss), x.grad.clone(), w.grad.clone()
+
+    plain, gx, gw = loss_and_grads(lambda: F.cross_entropy(F.linear(x, w), t))
+    rel = lambda a, b: float((a - b).norm() / b.norm())  # noqa: E731
+    exact, ex, ew = loss_and_grads(lambda: fused_linear_cross_entropy(x, w, t))
+    assert abs(exact - plain) < 2e-3 and rel(ex, gx) < 2e-2 and rel(ew, gw) < 2e-2
+    _, fx, fw = loss_and_grads(lambda: fused_linear_cross_entropy(x, w, t, "cut_cross_entropy_filtered"))
+    assert rel(fw, gw) > 4 * rel(ew, gw)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="cut-cross-entropy runs on CUDA only")
+def test_the_model_with_cut_cross_entropy_gives_the_plain_loss():
+    pytest.importorskip("cut_cross_entropy")
+    cfg = dict(n_layer=2, n_head=2, n_embd=64, block_size=64, vocab_size=1024, real_vocab_size=1000, attention="sdpa")
+    idx = torch.randint(0, 1000, (4, 64), device="cuda")
+    losses = []
+    for loss in ("cross_entropy", "cut_cross_entropy"):
+        torch.manual_seed(0)
+        model = GPT(GPTConfig(**cfg, loss=loss)).cuda()
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            losses.append(float(model(idx, idx)[1]))
+    assert abs(losses[0] - losses[1]) < 2e-3
+
+
+# ---------------------------------------------------------------- recipe and ablation
+
+def test_levers_of_a_configuration():
+    assert list(recipe.levers_of(stages.get("fused_ce"))) == [
+        "TF32", "BF16 autocast", "SDPA attention", "padded vocabulary", "fused AdamW", "torch.compile",
+        "fused linear cross-entropy"]
+    autotune = recipe.levers_of(stages.get("autotune"))
+    assert "max-autotune" in autotune and "torch.compile" not in autotune
+    assert list(recipe.levers_of(stages.get("fp32"))) == []
+
+
+def test_micro_steps_reach_the_global_batch():
+    p = tiny_params()
+    p["evidence"]["global_batch_tokens"] = 524288
+    p["run"]["seq_len"] = 1024
+    assert [recipe.micro_steps(p, b) for b in (16, 64, 128, 96)] == [32, 8, 4, None]
+
+
+def test_recipe_jobs_alternate_the_sides_in_fresh_processes(tmp_path):
+    p = tiny_params(batch_sizes=(2, 4))
+    jobs = recipe.recipe_jobs(p, tmp_path, {"stage": "vocab", "batch_size": 2})
+    assert [j["variant"] for j in jobs[:3]] == ["recipe: recommended", "recipe: baseline-harness", "recipe: baseline"]
+    assert len(jobs) == 3 * p["evidence"]["repeats"] and len({j["fingerprint"] for j in jobs}) == len(jobs)
+    assert [j["micro_steps"] for j in jobs[:3]] == [4, 2, 2]  # 512 tokens over B x 64
+    assert jobs[2]["kind"] == "plain" and jobs[2]["switches"]["fused_adamw"]
+    assert all(j["params"]["run"]["timed_steps"] == p["evidence"]["recipe_timed_steps"] for j in jobs)
+
+
+def test_ablation_worth_is_the_ratio_of_throughputs(tmp_path):
+    p = tiny_params()
+    full = make_record(p, "fused", 2, times_ms=[100.0] * 5, losses=[5.0] * 6)  # 1,280 tok/s
+    without = []
+    for lever, ms, status in (("fused AdamW", [125.0] * 5, "ok"), ("SDPA attention", None, "oom")):
+        r = make_record(p, "fused", 2, times_ms=ms, losses=[5.0] * 6 if ms else None, status=status,
+                        reason=None if ms else "out of memory")
+        r.update(variant=f"without {lever}", lever=lever)
+        without.append(r)
+    rep = type("Rep", (), {"evidence": {"ablation": without, "sweep": []}, "rec": lambda self, s, b: full})()
+    got_full, rows = frontier_view.ablation_rows(rep)
+    assert got_full is full
+    assert rows[0]["worth"] == pytest.approx(0.25) and rows[1]["worth"] is None
+    html = frontier_view.ablation_html(rep)
+    assert "+25.0 %" in html and "does not fit at this batch without it" in html
