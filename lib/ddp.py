@@ -15,6 +15,7 @@ whose configuration came from the results of the report node 0 writes. Rank 0 wr
 on node 0; the ranks of the other nodes write nothing."""
 from __future__ import annotations
 
+import gc
 import json
 import os
 import sys
@@ -76,6 +77,11 @@ def run(job: dict) -> dict | None:
     gathered = [torch.zeros_like(med) for _ in range(world)]
     dist.all_gather(gathered, med)
     gathered = [g.cpu() for g in gathered]
+    # Drop the DDP wrapper (its reducer holds the process group) before the group goes: torch 2.13
+    # with gloo otherwise sometimes aborts at exit ("terminate called without an active exception")
+    # on a rank that leaves first, which two nodes made visible. The allocator keeps its blocks.
+    one = train = model = None  # noqa: F841 (the references go; `one` and the lambda close over them)
+    gc.collect()
     dist.destroy_process_group()
     if rank != 0:
         return None

@@ -63,6 +63,22 @@ def detect() -> dict:
             "cores": os.cpu_count()}
 
 
+# The packages the compiled and library levers run on (distribution names), versions or None.
+LEVER_PACKAGES = ("triton", "torchao", "cut-cross-entropy")
+
+
+def packages() -> dict:
+    from importlib import metadata
+
+    out = {}
+    for name in LEVER_PACKAGES:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = None
+    return out
+
+
 def capture() -> dict:
     """Device plus software stack; hostname-free so reports can be shared."""
     import numpy
@@ -70,7 +86,7 @@ def capture() -> dict:
 
     env = {"device": detect(), "python": platform.python_version(), "torch": torch.__version__,
            "numpy": numpy.__version__, "os": f"{platform.system()} {platform.release()}",
-           "cpu": platform.processor() or platform.machine(), "cpu_cores": os.cpu_count()}
+           "cpu": platform.processor() or platform.machine(), "cpu_cores": os.cpu_count(), "packages": packages()}
     dev = env["device"]
     if dev["backend"] in ("cuda", "rocm"):
         env["cuda"] = torch.version.cuda

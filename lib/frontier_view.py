@@ -9,7 +9,7 @@ import numpy as np
 
 from . import stages
 from .evidence_view import OK, none, table
-from .report import Report, gib, short
+from .report import Report, gib, recommended, short
 
 TARGET_TOKENS_PER_S = {"h100": 620_000}  # the issue's aim for this profile: about 54 % MFU of the bf16 peak
 
@@ -72,7 +72,7 @@ def recipe_rows(rep: Report) -> list[dict]:
     harness and in the plain loop, each at the global batch; tokens/s as median, min and max
     over its processes."""
     out = []
-    for role, label in (("recommended", "recommended configuration (this harness)"),
+    for role, label in (("recommended", "fastest verified configuration (this harness)"),
                         ("baseline-harness", "canonical trainer's configuration (this harness)"),
                         ("baseline", "canonical trainer's configuration (plain loop)")):
         runs = _group(rep.evidence["recipe"], role)
@@ -102,6 +102,11 @@ def recipe_html(rep: Report) -> str:
             f"{rep.params['evidence']['global_batch_tokens']:,} tokens (gradients accumulated over the micro-steps, "
             "the optimizer step amortised as in training); the processes of the three rows alternate in one run.")
     best = next((r for r in rows if r["role"] == "recommended"), None)
+    rec = recommended(rep)
+    if best and rec and (rec["stage"], rec["batch_size"]) != (best["stage"], best["batch"]):
+        note += (f" The recommendation's micro-batch, B={rec['batch_size']}, does not divide the global batch "
+                 f"({rep.params['evidence']['global_batch_tokens'] / (rec['batch_size'] * seq):.2f} micro-steps), so the "
+                 "first row is the fastest verified configuration whose micro-batch does.")
     if target and best:
         note += f" The aim of {target:,} tok/s is {target / best['median']:.2f}× the recommendation's median."
     return table(shown) + f'<p class="note">{note}</p>'

@@ -65,8 +65,9 @@ def recipe_jobs(params: dict, report_dir, best: dict) -> list[dict]:
     plain_stage, plain_batch = stages.get(base["stage"]), base["batch_size"]
     # The recommendation, the canonical trainer's configuration in this harness, and the same in
     # the plain loop: the last two show that the gap to the first is the levers', not the harness's.
+    same = (best["stage"], best["batch_size"]) == (base["stage"], plain_batch)
     plans = [("recommended", best["stage"], best["batch_size"], {}),
-             ("baseline-harness", base["stage"], plain_batch, {}),
+             *([] if same else [("baseline-harness", base["stage"], plain_batch, {})]),
              ("baseline", base["stage"], plain_batch,
               {"kind": "plain", "switches": {s: getattr(plain_stage, s) for s in PLAIN_LOOP_SWITCHES}})]
     source = results.short_hash((Path(__file__).parent / "plain_loop.py").read_text())
@@ -93,7 +94,15 @@ def ablation_jobs(params: dict, report_dir, best: dict) -> list[dict]:
     return jobs
 
 
+def recipe_config(params: dict, report_dir) -> dict | None:
+    """What the recipe trains: the fastest verified configuration whose micro-batch divides the
+    global batch (the recommendation itself where it does; B=96 of T=1024 does not divide 524,288)."""
+    ranked = results.ranked_configs(results.decision_records(resolve(report_dir) / "results"), params)
+    return next((r for r in ranked if micro_steps(params, r["batch_size"])), None)
+
+
 def measure(params: dict, report_dir, best: dict, force: bool = False) -> None:
     """Both, in one launcher batch after the rest of the recommendation's evidence."""
-    jobs = recipe_jobs(params, report_dir, best) + ablation_jobs(params, report_dir, best)
+    pick = recipe_config(params, report_dir)
+    jobs = (recipe_jobs(params, report_dir, pick) if pick else []) + ablation_jobs(params, report_dir, best)
     runner.measure_jobs(jobs, runner.environment(resolve(report_dir)), force=force)

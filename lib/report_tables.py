@@ -71,7 +71,10 @@ def environment_html(rep: Report) -> str:
                  ("Power limit", f"{e['power_limit_w']:.0f} W" if e.get("power_limit_w") else None)]
     else:
         rows += [("CPU cores / torch threads", f"{e.get('cpu_cores')} / {e.get('threads')}")]
+    pk = e.get("packages") or {}
     rows += [("PyTorch", e.get("torch")), ("Python", e.get("python")), ("NumPy", e.get("numpy")),
+             ("Triton, torchao, cut-cross-entropy", ", ".join(pk.get(n) or "not installed" for n in
+                                                              ("triton", "torchao", "cut-cross-entropy")) if pk else None),
              ("OS", e.get("os")), ("Tokenizer", corpus.get("tokenizer")),
              ("Corpus", f"{corpus.get('corpus')}, {corpus.get('tokens', 0):,} tokens, "
                         f"sha256 {corpus.get('corpus_sha256', '?')[:16]}…"),

@@ -35,7 +35,13 @@ def environment(report_dir) -> dict:
     path = resolve(report_dir) / "environment.json"
     if not path.exists():
         results.write_atomic(path, capture_environment())
-    return json.loads(path.read_text())
+    env = json.loads(path.read_text())
+    if "packages" not in env:  # a report begun before the lever packages were recorded
+        from .environment import packages
+
+        env["packages"] = packages()
+        results.write_atomic(path, env)
+    return env
 
 
 def child_env() -> dict:
@@ -243,7 +249,7 @@ def _torchrun(params: dict, job: dict, n: int, out: Path, timeout_s: float, laun
         if verdict != "exit 0":
             lines = [ln.strip() for ln in stderr.splitlines() if re.search(r"\w(Error|Exception): \S", ln)]
             raise RuntimeError(f"DDP ranks of node {launch['node_rank']} failed ({verdict}): "
-                               f"{(lines or ['no message'])[-1]}" + (open(os.environ["DBG_TAIL"], "a").write(stderr) and ""))
+                               f"{(lines or ['no message'])[-1]}")
         return None
     rec = _collect(params, {"stage": "ddp", "batch_size": job["batch_size"], "out": str(out)}, verdict, stderr)
     if rec["status"] == results.Status.ERROR and "out of memory" in stderr.lower():
