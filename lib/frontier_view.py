@@ -100,7 +100,7 @@ def recipe_html(rep: Report) -> str:
     target = TARGET_TOKENS_PER_S.get(rep.params["name"])
     note = ("Every step is one optimizer update over the global batch of "
             f"{rep.params['evidence']['global_batch_tokens']:,} tokens (gradients accumulated over the micro-steps, "
-            "the optimizer step amortised as in training); the processes of the three rows alternate in one run.")
+            "the optimizer step amortised as in training); the processes of these rows alternate in one run.")
     best = next((r for r in rows if r["role"] == "recommended"), None)
     rec = recommended(rep)
     if best and rec and (rec["stage"], rec["batch_size"]) != (best["stage"], best["batch"]):
@@ -108,7 +108,7 @@ def recipe_html(rep: Report) -> str:
                  f"({rep.params['evidence']['global_batch_tokens'] / (rec['batch_size'] * seq):.2f} micro-steps), so the "
                  "first row is the fastest verified configuration whose micro-batch does.")
     if target and best:
-        note += f" The aim of {target:,} tok/s is {target / best['median']:.2f}× the recommendation's median."
+        note += f" The aim of {target:,} tok/s is {target / best['median']:.2f}× the first row's median."
     return table(shown) + f'<p class="note">{note}</p>'
 
 

@@ -245,14 +245,12 @@ def _unjudged(rep: Report, st, effect: dict) -> str:
 
 
 def _memory_change(rep: Report, key: str) -> str | None:
-    """Allocator-level (or, on CPU, process-level) memory against the previous stage, at the
-    largest batch size both completed."""
-    order = rep.stage_order
-    i = order.index(key)
+    """Allocator-level (or, on CPU, process-level) memory against the stage the lever is added to,
+    at the largest batch size both completed."""
     col = "mem_allocator_bytes" if rep.on_gpu else "mem_device_bytes"
     ok = rep.ok()
     cur = ok[ok["stage"] == key].set_index("batch_size")[col].dropna()
-    prev = ok[ok["stage"] == order[i - 1]].set_index("batch_size")[col].dropna()
+    prev = ok[ok["stage"] == results.previous_stage(key)].set_index("batch_size")[col].dropna()
     common = sorted(set(cur.index) & set(prev.index))
     if not common:
         return None
@@ -342,10 +340,9 @@ def recommended_line(rep: Report, best: dict) -> str:
 def _noise_note(rep: Report, key: str) -> str:
     """' (within noise)' when every batch size's lever effect lies inside the measured noise."""
 
-    i = rep.stage_order.index(key)
-    if stages.is_multi_gpu(key) or i == 0:
+    prev = results.previous_stage(key)
+    if stages.is_multi_gpu(key) or prev is None:
         return ""
-    prev = rep.stage_order[i - 1]
     batches = rep.ok()[rep.ok()["stage"] == key]["batch_size"].tolist()
     verdicts = [fidelity_view.within_noise(rep, (key, b), (prev, b)) for b in batches]
     verdicts = [v for v in verdicts if v is not None]

@@ -241,6 +241,15 @@ def previous_stage(key: str) -> str | None:
     return stages.ORDER[i - 1] if i else None
 
 
+def lineage(key: str) -> list[str]:
+    """The stages from the first to `key`, each the one the next is added to: the levers a
+    configuration of `key` has, in the order they were added."""
+    chain = [key]
+    while previous_stage(chain[-1]):
+        chain.append(previous_stage(chain[-1]))
+    return chain[::-1]
+
+
 def lever_effect(df, key: str) -> dict:
     """What one lever buys in a report, computed once for every view (report, chapters, comparison):
     its effect per batch size (speed-up over the stage right before it; for a multi-GPU stage,

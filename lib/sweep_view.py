@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import html
 
-from . import fidelity_view, stages
+from . import fidelity_view, results, stages
 from .evidence_view import LAYERS, OK, none, table, top_kernels_html
 from .report import GiB, Report, gib, recommended
 from .report_charts import save, style
@@ -97,8 +97,7 @@ def recommended_md(rep: Report) -> str:
     mfu = (f"{achieved / peak * 100:.1f} % of the {peak:g} TFLOP/s bf16 dense peak ({achieved:.0f} TFLOP/s achieved, "
            "at the median)" if peak and achieved else "n/a (no datasheet peak)")
     # The baseline's "switch" only pins FP32 behaviour; every later stage replaces or adds to it.
-    switches = [stages.get(k).switch for k in rep.stage_order[1: rep.stage_order.index(best["stage"]) + 1]
-                if stages.get(k).switch]
+    switches = [stages.get(k).switch for k in results.lineage(best["stage"])[1:] if stages.get(k).switch]
     mem = ", ".join(f"{label.split(' (')[0]} {gib(best.get(col))} GiB" for col, label in LAYERS if best.get(col) is not None)
     spread = f" (median of {p['n']} processes, range {p['lo']:,.0f}–{p['hi']:,.0f})" if p["n"] > 1 else ""
     return (f"**{st.title} at B={best['batch_size']}** (T={best['seq_len']}): **{p['median']:,.0f} tokens/s**{spread}, "

@@ -156,3 +156,25 @@ def test_ablation_worth_is_the_ratio_of_throughputs(tmp_path):
     assert rows[0]["worth"] == pytest.approx(0.25) and rows[1]["worth"] is None
     html = frontier_view.ablation_html(rep)
     assert "+25.0 %" in html and "does not fit at this batch without it" in html
+
+
+def test_a_library_lever_is_judged_against_the_stage_it_is_added_to(tmp_path):
+    """fused_ce follows fp8 and fp8_torchao in the registry but is added to compile: its speed-up,
+    memory change and recommended switches all read against compile, never against FP8."""
+    from conftest import write_report_dir
+    from lib import report, report_text, sweep_view
+
+    p = tiny_params(batch_sizes=(2,))
+    keys = ["fp32", "vocab", "compile", "fp8", "fused_ce"]
+    p["stages"] = keys
+    ms = {"fp32": 400.0, "vocab": 200.0, "compile": 100.0, "fp8": 120.0, "fused_ce": 80.0}
+    gib = {"fp32": 20, "vocab": 16, "compile": 10, "fp8": 5, "fused_ce": 8}
+    recs = [make_record(p, k, 2, times_ms=[ms[k]] * 5, losses=[5.0] * 6, mem_bytes=gib[k] * 2**30) for k in keys]
+    for r in recs:
+        r["mem_allocator_bytes"] = r["mem_device_bytes"]
+    rep = report.load(write_report_dir(tmp_path / "rep", p, recs))
+    assert rep.df.set_index("stage").loc["fused_ce", "speedup_vs_previous"] == pytest.approx(100 / 80)
+    assert report_text._memory_change(rep, "fused_ce") == "process peak memory -20.0 % at B=2 (10.00 → 8.00 GiB)"
+    assert results.lineage("fused_ce") == ["fp32", "tf32", "bf16", "flash", "vocab", "fused", "compile", "fused_ce"]
+    md = sweep_view.recommended_md(rep)
+    assert md.startswith("**Fused linear cross-entropy") and "fp8.convert_linears" not in md
