@@ -69,3 +69,16 @@ def test_no_import_cycle_in_lib():
 def test_no_module_over_400_lines():
     long = {p.name: n for p in LIB.glob("*.py") if (n := len(p.read_text().splitlines())) > MAX_LINES}
     assert not long, long
+
+
+def test_notebook_cell_ids_are_unique_across_chapters():
+    """The report notebook joins every chapter's cells: an id shared by two chapters (a notebook
+    copied from another) makes nbformat rewrite it with a warning on every run."""
+    import json
+
+    seen = {}
+    for nb in sorted((LIB.parent / "notebooks").glob("*.ipynb")):
+        for cell in json.loads(nb.read_text())["cells"]:
+            assert cell.get("id"), f"{nb.name}: a cell without an id"
+            assert cell["id"] not in seen, f"cell id {cell['id']} in both {seen[cell['id']]} and {nb.name}"
+            seen[cell["id"]] = nb.name
