@@ -162,3 +162,14 @@ def parity_md(rep: Report) -> str:
             text += (f" The run passes over the training text about {passes:.0f} times, so the held-out loss also "
                      "measures how fast each run overfits this small corpus.")
     return text
+
+
+def noise_note(rep: Report, key: str) -> str:
+    """' (within noise)' when every batch size's lever effect lies inside the measured noise."""
+    prev = results.previous_stage(key)
+    if stages.is_multi_gpu(key) or prev is None:
+        return ""
+    batches = rep.ok()[rep.ok()["stage"] == key]["batch_size"].tolist()
+    verdicts = [within_noise(rep, (key, b), (prev, b)) for b in batches]
+    verdicts = [v for v in verdicts if v is not None]
+    return " (within noise)" if verdicts and all(verdicts) else ""

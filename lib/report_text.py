@@ -193,7 +193,7 @@ def findings(rep: Report) -> list[str]:
             continue
         previous = stages.get(effect["previous"]).title
         text = (f"**{st.title}** ({st.lever}): " + (
-            f"{span(effect['values'].values)} the speed of {previous}{_noise_note(rep, key)}" if not effect["values"].empty
+            f"{span(effect['values'].values)} the speed of {previous}{fidelity_view.noise_note(rep, key)}" if not effect["values"].empty
             else f"no speed-up to give: {previous} has no timing at the same batch size"))
         diverged = rep.df[(rep.df["stage"] == key) & (rep.df["status"] == "diverged")]["batch_size"].tolist()
         if diverged:
@@ -302,22 +302,35 @@ def recommendations(rep: Report) -> list[str]:
                        f"{stages.get(st.reference).title} (5-step average).")
         elif effect["values"].empty:
             out.append(_unjudged(rep, st, effect)[:-1] + ", no recommendation.")
-        elif _noise_note(rep, key):
-            out.append(f"**{st.title}**: neutral on this device (median {med:.2f}×, within noise); adopt only for "
-                       "its other effects" + (" (memory)." if key in ("bf16", "flash") else "."))
+        elif fidelity_view.noise_note(rep, key):
+            out.append(f"**{st.title}**: neutral on this device (median {med:.2f}×, within noise); weigh its other "
+                       f"effects: {_other_effects(rep, key)}.")
         elif med >= 1.02:
             keep.append(st.title)
             out.append(f"**{st.title}**: adopt (median {med:.2f}× over {stages.get(effect['previous']).title}, "
                        "loss within tolerance).")
         elif med > 0.98:
-            out.append(f"**{st.title}**: neutral on this device (median {med:.2f}×); adopt only for its other effects"
-                       + (" (memory)." if key in ("bf16", "flash") else "."))
+            out.append(f"**{st.title}**: neutral on this device (median {med:.2f}×); weigh its other effects: "
+                       f"{_other_effects(rep, key)}.")
         else:
-            out.append(f"**{st.title}**: slower here (median {med:.2f}×); investigate before adopting.")
+            out.append(f"**{st.title}**: slower here (median {med:.2f}×; {_other_effects(rep, key)}); investigate "
+                       "before adopting.")
     best = recommended(rep)
     if best is not None:
         out.insert(0, recommended_line(rep, best) + f" Allocator peak {gib(best.get('mem_allocator_bytes'))} GiB.")
     return out
+
+
+def _other_effects(rep: Report, key: str) -> str:
+    """Besides speed, against the stage it is added to: memory, a first step (compilation) over twice as long, failures."""
+    ok, prev = rep.ok(), results.previous_stage(key)
+    first = {k: ok[ok["stage"] == k].set_index("batch_size")["first_step_s"].dropna() for k in (key, prev)}
+    b = min(set(first[key].index) & set(first[prev].index), default=None)
+    failed = rep.df[(rep.df["stage"] == key) & (rep.df["status"] == "error")]["batch_size"].tolist()
+    return "; ".join([_memory_change(rep, key) or "no memory comparison"]
+                     + ([f"first step {first[key][b]:.0f} s against {first[prev][b]:.0f} s at B={b}"]
+                        if b is not None and first[key][b] > 2 * first[prev][b] else [])
+                     + (["failed at B=" + ", ".join(map(str, failed))] if failed else []))
 
 
 def recommended_line(rep: Report, best: dict) -> str:
@@ -335,18 +348,6 @@ def recommended_line(rep: Report, best: dict) -> str:
         line += (f"; preferred to B={c['batch_size']}, whose throughput is within noise of it, for its smaller "
                  "memory footprint")
     return line + "."
-
-
-def _noise_note(rep: Report, key: str) -> str:
-    """' (within noise)' when every batch size's lever effect lies inside the measured noise."""
-
-    prev = results.previous_stage(key)
-    if stages.is_multi_gpu(key) or prev is None:
-        return ""
-    batches = rep.ok()[rep.ok()["stage"] == key]["batch_size"].tolist()
-    verdicts = [fidelity_view.within_noise(rep, (key, b), (prev, b)) for b in batches]
-    verdicts = [v for v in verdicts if v is not None]
-    return " (within noise)" if verdicts and all(verdicts) else ""
 
 
 def stage_summary(rep: Report, key: str) -> str:

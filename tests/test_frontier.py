@@ -178,3 +178,25 @@ def test_a_library_lever_is_judged_against_the_stage_it_is_added_to(tmp_path):
     assert results.lineage("fused_ce") == ["fp32", "tf32", "bf16", "flash", "vocab", "fused", "compile", "fused_ce"]
     md = sweep_view.recommended_md(rep)
     assert md.startswith("**Fused linear cross-entropy") and "fp8.convert_linears" not in md
+
+
+def test_a_lever_without_a_speed_gain_is_judged_on_its_measured_side_effects(tmp_path):
+    """Neutral or slower levers name what else they changed (memory, a much longer first step)
+    instead of inviting adoption 'for its other effects'."""
+    from conftest import write_report_dir
+    from lib import report, report_text
+
+    p = tiny_params(batch_sizes=(2,))
+    keys = ["fp32", "vocab", "compile", "fp8", "fused_ce"]
+    p["stages"] = keys
+    ms = {"fp32": 400.0, "vocab": 200.0, "compile": 100.0, "fp8": 100.5, "fused_ce": 150.0}
+    recs = []
+    for k in keys:
+        r = make_record(p, k, 2, times_ms=[ms[k]] * 5, losses=[5.0] * 6, mem_bytes={"fused_ce": 5, "fp8": 12}.get(k, 10) * 2**30)
+        r["first_step_s"] = 50.0 if k == "fp8" else 10.0
+        recs.append(r)
+    lines = report_text.recommendations(report.load(write_report_dir(tmp_path / "rep", p, recs)))
+    fp8 = next(x for x in lines if x.startswith("**FP8 linear layers**"))
+    assert "weigh its other effects: process peak memory +20.0 %" in fp8 and "first step 50 s against 10 s at B=2" in fp8
+    ce = next(x for x in lines if x.startswith("**Fused linear cross-entropy"))
+    assert "slower here (median 0.67×; process peak memory -50.0 % at B=2 (10.00 → 5.00 GiB))" in ce
