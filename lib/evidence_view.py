@@ -259,7 +259,7 @@ def plot_profile(rep: Report):
                 ax.text(x[i], bottom[i] + v / 2, f"{v / tot * 100:.0f}%", ha="center", va="center", fontsize=6,
                         color="white")
         bottom += vals
-    ax.set_xticks(x, [stages.get(k).title for k in by], fontsize=7)
+    ax.set_xticks(x, [stages.get(k).title for k in by], fontsize=7, rotation=35, ha="right", rotation_mode="anchor")
     unit = "kernel time" if rep.on_gpu else "operator self time"
     ax.set_ylabel(f"{unit} per step (ms)")
     ax.set_title(f"Where one training step's time goes, B={batch} (labels: share of the step)", fontsize=9)

@@ -39,7 +39,7 @@ def plot_throughput(rep: Report):
             ax.bar(xpos, r["tokens_per_s"].iloc[0], width, color=f"C{j}")
     handles = [plt.Rectangle((0, 0), 1, 1, color=f"C{j}") for j in range(len(batches))]
     ax.legend(handles, [f"B={b}" for b in batches], frameon=False, ncol=len(batches))
-    ax.set_xticks(x, rep.stage_titles, fontsize=8)
+    ax.set_xticks(x, rep.stage_titles, fontsize=7, rotation=35, ha="right", rotation_mode="anchor")
     ax.set_ylabel("tokens / s (median step)")
     ax.set_title("Throughput by stage and batch size")
     ax.yaxis.set_major_formatter(plt.FuncFormatter(lambda v, _: f"{v:,.0f}"))
@@ -69,7 +69,7 @@ def plot_memory(rep: Report):
                 ax.text(x[i], 0, {"oom": "OOM"}.get(rec["status"], "n/a"), ha="center", va="bottom",
                         fontsize=7, color="firebrick", rotation=90)
         ax.set_title(f"B={b}", fontsize=9)
-        ax.set_xticks(x, [k for k in rep.stage_order], fontsize=7)
+        ax.set_xticks(x, [k for k in rep.stage_order], fontsize=7, rotation=35, ha="right", rotation_mode="anchor")
     axes[0][0].set_ylabel("GiB")
     handles, labels = axes[0][0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="lower center", ncol=len(labels), frameon=False, fontsize=7,
@@ -92,7 +92,7 @@ def plot_spread(rep: Report):
     fig, ax = plt.subplots(figsize=(9, 3.2))
     if data_:
         ax.boxplot(data_, whis=(10, 90), showfliers=True, flierprops={"markersize": 2})
-        ax.set_xticks(range(1, len(labels) + 1), labels, fontsize=7)
+        ax.set_xticks(range(1, len(labels) + 1), labels, fontsize=6, rotation=45, ha="right", rotation_mode="anchor")
     ax.axhline(0, color="grey", lw=0.6)
     ax.set_ylabel("step time vs its median (%)")
     ax.set_title("Step-time spread per configuration (box: quartiles, whiskers: p10–p90, dots: outliers)")
