@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import results, stages
+from .kernel_categories import CATEGORIES
 from .evidence_view import OK, none, table
 from .report import Report, gib, recommended, short
 
@@ -172,8 +173,6 @@ def recipe_finding(rep: Report) -> str | None:
 def versus_html(rep: Report, key: str, others: tuple[str, ...]) -> str:
     """`key` beside the stages it competes with, at every batch size they share: throughput,
     memory, and kernel time by category from each one's profiled step (where the time moved)."""
-    from .kernel_categories import CATEGORIES
-
     keys = [k for k in (*others, key) if k in rep.stage_order]
     batches = sorted({r["batch_size"] for r in rep.records if r["stage"] == key})
     rows = []
