@@ -78,9 +78,8 @@ setup: $(SETUP_STAMP)  ## create the environment and fetch the data (every targe
 	fi; \
 	PYTHONPATH=.deps $(PYTHON) -c "import $(shell echo $(HOST_IMPORTS) | tr ' ' ',')" || exit 1; \
 	if ! PYTHONPATH=.deps $(PYTHON) -c "import $(shell echo $(LEVER_IMPORTS) | tr ' ' ',')" 2>/dev/null; then \
-	  levers=$$(ls wheelhouse/torchao-*.whl wheelhouse/cut_cross_entropy-*.whl 2>/dev/null); \
-	  if [ -n "$$levers" ]; then $(PYTHON) -m pip install --quiet --no-index --no-deps --no-compile --target .deps $$levers; \
-	  else $(PYTHON) -m pip install --quiet --no-deps --target .deps -r requirements-levers.txt $(PIP_QUIET); fi \
+	  $(PYTHON) -m pip install --quiet --no-deps --no-compile --target .deps \
+	    $$([ -d wheelhouse ] && echo --no-index --find-links wheelhouse) -r requirements-levers.txt $(PIP_QUIET) \
 	    || echo "setup: lever packages not installed; their stages will say 'not applicable'"; \
 	fi; \
 	touch $@ && echo "setup: packages ready in $$((SECONDS - start)) s"
