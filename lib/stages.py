@@ -115,7 +115,7 @@ def _cumulative() -> list[Stage]:
     # rather than to the stage before it, so no lever is judged on top of one that lost.
     fp8_torchao = replace(fp8, key="fp8_torchao", title="FP8 linear layers (torchao)", notebook="09_fp8_torchao.ipynb",
                           base="compile", fp8=False, float8="tensorwise", package="torchao",
-                          lever="torchao's float8 training on the blocks' Linear layers; inductor fuses its scaling and casts",
+                          lever="torchao's float8 training on the blocks' Linear layers, compiled with the rest of the step",
                           switch="convert_to_float8_training(model.transformer.h,\n"
                                  '    config=Float8LinearConfig.from_recipe_name("tensorwise"))  # torchao.float8')
     fused_ce = replace(compiled, key="fused_ce", title="Fused linear cross-entropy (cut-cross-entropy)",
