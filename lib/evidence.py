@@ -99,11 +99,12 @@ def vocab_under_compile(params: dict, report_dir, force: bool = False) -> dict |
 def batch_sweep(params: dict, report_dir, force: bool = False) -> list[dict]:
     """The fastest verified single-GPU stage at every batch size of evidence.sweep_batch_sizes,
     in ascending order until the first that runs out of memory. Batch sizes the stage already
-    measured are taken from the matrix, not measured twice."""
+    measured are taken from the matrix, not measured twice. Verified includes the parity runs
+    measured so far: a stage whose long run left the band is not swept again."""
     report_dir = resolve(report_dir)
     env = runner.environment(report_dir)
     matrix = results.load_records(report_dir / "results")
-    best = results.best_config(matrix, params)
+    best = results.best_config(results.decision_records(report_dir / "results"), params)
     if best is None:
         return []
     key = best["stage"]
@@ -219,13 +220,22 @@ def measure_chapter(key: str, params: dict, report_dir, force: bool = False):
     if not params_file.exists():
         results.write_atomic(params_file, params)
     if key == "batch_sweep":  # then what the recommendation rests on: repeats, cross-check, parity
-        swept = batch_sweep(params, report_dir, force=force)
-        repeats(params, report_dir, force=force)
-        best = results.best_config(results.decision_records(resolve(report_dir) / "results"), params)
-        if best:
+        decided = lambda: results.best_config(results.decision_records(resolve(report_dir) / "results"), params)  # noqa: E731
+        # The parity run can reject the stage the sweep chose; the next verified stage is then
+        # swept and checked in its turn, so the recommendation always rests on its own evidence.
+        for _ in stages.single_gpu(params["stages"]):
+            swept = batch_sweep(params, report_dir, force=force)
+            repeats(params, report_dir, force=force)
+            best = decided()
+            if best is None:
+                return swept
             jobs = crosscheck_jobs(params, report_dir, [(best["stage"], best["batch_size"])]) + parity_jobs(params, report_dir)
             runner.measure_jobs(jobs, runner.environment(report_dir), force=force)
-            recipe.measure(params, report_dir, best, force=force)
+            after = decided()
+            if after is None or after["stage"] == best["stage"]:
+                break
+        if after:
+            recipe.measure(params, report_dir, after, force=force)
         return swept
     # The chapter's evidence that does not need the stage's own results runs in the same launcher,
     # the plain loop beside the harness in the flash and vocab chapters.

@@ -164,6 +164,26 @@ def parity_md(rep: Report) -> str:
     return text
 
 
+def rejected(rep: Report) -> dict:
+    """stage -> its parity check, for the stages whose long run left the band (never recommended)."""
+    checks = results.parity_checks(rep.decisions, rep.params["run"]["loss_tolerance"])
+    return {k: c for k, c in checks.items() if not c["ok"]}
+
+
+def rejected_md(rep: Report, key: str) -> str:
+    """Why a stage the speed alone would pick is not recommended: its long parity run(s)."""
+    c, tol = rejected(rep)[key], rep.params["run"]["loss_tolerance"]
+    ref = stages.get(c["reference"]).title
+    out = sum(v > tol for v in c["beyond_per_run"])
+    runs = (f"{c['runs']} runs at B={c['batch_size']}, beyond the envelope of {ref}'s runs by "
+            + " and ".join(f"{v:.3f}" for v in c["beyond_per_run"]) + f" nats: {out} of {c['runs']} beyond the tolerance"
+            if c["runs"] > 1 else f"one run at B={c['batch_size']}, {max(c['outside'], c['held_outside']):.3f} nats "
+                                  f"beyond the envelope of {ref}'s runs")
+    return (f"{stages.get(key).title}: its {c['steps']}-step parity run left the band ({runs}, {tol:g}; "
+            f"the worst run's held-out loss {c['held_out_loss']:.3f} against {', '.join(f'{v:.3f}' for v in c['reference_held_out_loss'])}), "
+            "so it is not recommended however fast it runs.")
+
+
 def noise_note(rep: Report, key: str) -> str:
     """' (within noise)' when every batch size's lever effect lies inside the measured noise."""
     prev = results.previous_stage(key)

@@ -128,6 +128,10 @@ def ablation_rows(rep: Report) -> tuple[dict | None, list[dict]]:
     for r in recs:
         worth = full["tokens_per_s"] / r["tokens_per_s"] - 1 if _ok(full) and _ok(r) else None
         rows.append({"lever": r.get("lever") or r.get("variant", "").removeprefix("without "), "record": r, "worth": worth})
+    # A lever of the configuration whose run is missing (a measurement stopped early) is a row that says so.
+    done = {row["lever"] for row in rows}
+    rows += [{"lever": name, "record": {"status": "not_measured", "reason": "not measured: no record of this run"},
+              "worth": None} for name in stages.levers_of(stages.get(key)) if name not in done]
     return full, rows
 
 

@@ -22,10 +22,12 @@ def make_job(params, env, stage_key, batch, out, **extra) -> dict:
     return {"params": params, "stage": stage_key, "batch_size": batch, "out": str(out), "fingerprint": fp, **extra}
 
 
-PLAIN_LOOP_SWITCHES = ("tf32", "autocast", "attention", "padded_vocab", "fused_adamw", "compile")
+PLAIN_LOOP_SWITCHES = ("tf32", "autocast", "attention", "padded_vocab", "fused_adamw", "compile", "residual_dtype",
+                       "fp8_lm_head")
 
 
 def plain_loop_can(stage) -> bool:
-    """Whether the plain loop can run `stage`: only the switches of the canonical trainers (FP8,
-    fused losses, compile modes and forced SDPA backends are not among them)."""
+    """Whether the plain loop can run `stage`: only the switches of the canonical trainers, and
+    torchao's conversion of the lm_head as its README writes it (FP8 in the blocks, fused losses,
+    compile modes and forced SDPA backends are not among them)."""
     return set(stage.identity()) <= {"key", "peak", *PLAIN_LOOP_SWITCHES}

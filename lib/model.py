@@ -26,6 +26,7 @@ class GPTConfig:
     real_vocab_size: int = 50257  # tokens the tokenizer can produce (targets are among these)
     attention: str = "naive"      # "naive" or "sdpa"
     loss: str = "cross_entropy"   # or one of CUT_CROSS_ENTROPY: lm_head and loss fused, no logits tensor
+    residual_dtype: str | None = None  # e.g. "bfloat16"; None: what autocast leaves it (fp32)
 
     def __post_init__(self):
         if self.n_embd % self.n_head:
@@ -162,6 +163,11 @@ class GPT(nn.Module):
             raise ValueError(f"sequence length {T} exceeds block_size {self.config.block_size}")
         pos = torch.arange(T, device=idx.device)
         x = self.transformer.wte(idx) + self.transformer.wpe(pos)
+        if self.config.residual_dtype:
+            # Under autocast the residual stream stays fp32 (the embeddings are fp32 parameters and
+            # each residual add promotes), so every LayerNorm and add reads and writes fp32. llm.c
+            # keeps its activations in bf16; one cast here does the same for the whole stream.
+            x = x.to(getattr(torch, self.config.residual_dtype))
         for block in self.transformer.h:
             x = block(x)
         x = self.transformer.ln_f(x)

@@ -6,7 +6,9 @@ the data batches come from lib/), so a tax of the harness's own making shows up 
 between the two at the same configuration.
 
 A job names the stage's switches as plain data: tf32, autocast, attention, padded_vocab,
-fused_adamw, compile. FP8 is not a switch of those trainers; the runner does not ask for it."""
+fused_adamw, compile, residual_dtype (llm.c's bf16 activations) and fp8_lm_head (torchao's float8
+conversion of the lm_head, in the form torchao's README gives). FP8 in the blocks is not a switch of
+those trainers; the runner does not ask for it."""
 from __future__ import annotations
 
 import math
@@ -59,8 +61,9 @@ class Block(nn.Module):
 
 
 class PlainGPT(nn.Module):
-    def __init__(self, vocab_size, block_size, n_layer, n_head, n_embd, flash):
+    def __init__(self, vocab_size, block_size, n_layer, n_head, n_embd, flash, residual_dtype=None):
         super().__init__()
+        self.residual_dtype = getattr(torch, residual_dtype) if residual_dtype else None
         self.wte, self.wpe = nn.Embedding(vocab_size, n_embd), nn.Embedding(block_size, n_embd)
         self.h = nn.ModuleList([Block(n_embd, n_head, block_size, flash) for _ in range(n_layer)])
         self.ln_f = nn.LayerNorm(n_embd)
@@ -76,6 +79,8 @@ class PlainGPT(nn.Module):
     def forward(self, idx, targets):
         pos = torch.arange(idx.size(1), device=idx.device)
         x = self.wte(idx) + self.wpe(pos)
+        if self.residual_dtype:  # llm.c's bf16 activations
+            x = x.to(self.residual_dtype)
         for block in self.h:
             x = block(x)
         logits = self.lm_head(self.ln_f(x))
@@ -95,7 +100,13 @@ def run(job: dict) -> dict:
         torch.set_float32_matmul_precision("high" if sw["tf32"] else "highest")
         torch.manual_seed(r["seed"])
         model = PlainGPT(m["padded_vocab_size"] if sw["padded_vocab"] else m["vocab_size"], m["block_size"],
-                         m["n_layer"], m["n_head"], m["n_embd"], sw["attention"] == "sdpa").to(dev)
+                         m["n_layer"], m["n_head"], m["n_embd"], sw["attention"] == "sdpa",
+                         sw.get("residual_dtype")).to(dev)
+        if sw.get("fp8_lm_head"):  # torchao's float8 training, as its README applies it, on the lm_head
+            from torchao.float8 import Float8LinearConfig, convert_to_float8_training
+
+            convert_to_float8_training(model, config=Float8LinearConfig.from_recipe_name(sw["fp8_lm_head"]),
+                                       module_filter_fn=lambda module, fqn: fqn == "lm_head")
         decay = [p for p in model.parameters() if p.dim() >= 2]
         rest = [p for p in model.parameters() if p.dim() < 2]
         optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": r["weight_decay"]},

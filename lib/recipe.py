@@ -14,35 +14,13 @@ chapter, after the recommendation is known):
 Results live in results/recipe/ and results/ablation/."""
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from . import results, runner, stages
+from .stages import levers_of
 from .jobs import PLAIN_LOOP_SWITCHES, folder, make_job
 from .paths import resolve
-
-# Each lever of a configuration, as the stage switch that turns it off (name -> overrides). Listed
-# in the order the stages add them; a lever the recommended stage does not use is skipped.
-LEVERS = {
-    "TF32": {"tf32": False},
-    "BF16 autocast": {"autocast": None},
-    "SDPA attention": {"attention": "naive", "sdpa_backend": None},
-    "padded vocabulary": {"padded_vocab": False},
-    "fused AdamW": {"fused_adamw": False},
-    "torch.compile": {"compile": False, "compile_mode": None},
-    "max-autotune": {"compile_mode": None},
-    "FP8 (hand-written)": {"fp8": False},
-    "FP8 (torchao)": {"float8": None},
-    "fused linear cross-entropy": {"loss": "cross_entropy"},
-}
-
-
-def levers_of(stage) -> dict[str, dict]:
-    """The levers `stage` uses: those whose overrides change at least one of its switches (max-autotune
-    only where a compile mode is set, so removing torch.compile is one lever, not two)."""
-    return {name: off for name, off in LEVERS.items()
-            if any(getattr(stage, k) != v for k, v in off.items())
-            and not (name == "torch.compile" and stage.compile_mode)}
-
 
 def micro_steps(params: dict, batch: int) -> int | None:
     """Gradient-accumulation steps that make `batch` sequences per micro-step reach the global
@@ -88,7 +66,7 @@ def ablation_jobs(params: dict, report_dir, best: dict) -> list[dict]:
     env, stage, batch = runner.environment(report_dir), stages.get(best["stage"]), best["batch_size"]
     jobs = []
     for name, off in levers_of(stage).items():
-        slug = name.replace(" ", "-").replace("(", "").replace(")", "").replace(".", "").lower()
+        slug = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
         jobs.append(make_job(params, env, stage.key, batch, folder(report_dir, "ablation") / f"without-{slug}__b{batch}.json",
                          variant=f"without {name}", lever=name, stage_overrides=off, profile=False, energy=False))
     return jobs

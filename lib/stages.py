@@ -11,7 +11,7 @@ import importlib.util
 from dataclasses import dataclass, fields, replace
 
 SWITCHES = ("tf32", "autocast", "attention", "padded_vocab", "fused_adamw", "compile", "compile_mode", "fp8",
-            "backend_flags", "devices", "loss", "float8", "sdpa_backend")
+            "backend_flags", "devices", "loss", "float8", "sdpa_backend", "residual_dtype", "fp8_lm_head")
 ALL_BACKENDS = ("cuda", "rocm", "mps", "cpu")
 
 
@@ -33,6 +33,8 @@ class Stage:
     compile_mode: str | None = None  # torch.compile(model, mode=...); None: inductor's default
     fp8: bool = False       # the blocks' Linear layers run FP8 GEMMs (lib/fp8.py)
     float8: str | None = None  # torchao's float8 training recipe on the blocks' Linear layers
+    fp8_lm_head: str | None = None  # torchao's float8 training recipe on the lm_head alone
+    residual_dtype: str | None = None  # the residual stream's dtype; None: fp32 (what autocast leaves it)
     loss: str = "cross_entropy"  # or "cut_cross_entropy": lm_head + loss fused, no logits in memory
     backend_flags: tuple = ()  # (("torch.backends.cudnn.benchmark", True), ...): set before the model is built
     devices: str = "one"    # "one" GPU, or "all" of the host's, data parallel (runner.run_ddp)
@@ -133,14 +135,68 @@ def _cumulative() -> list[Stage]:
                        needs="a GPU (inductor's GEMM autotuning)",
                        lever="inductor benchmarks cuBLAS against its own Triton GEMM kernels for every shape",
                        switch='model = torch.compile(model, mode="max-autotune-no-cudagraphs")')
+    # Two levers that pay where the profile says the time goes at d=768: the fp32 residual stream
+    # (LayerNorms and adds are memory-bound) and the lm_head, the one GEMM wide enough for FP8's casts
+    # to cost less than they save. Cumulative: FP8 on the lm_head is added to the bf16 residual stream.
+    bf16_residual = replace(compiled, key="bf16_residual", title="BF16 residual stream", notebook="12_bf16_residual.ipynb",
+                            base="compile", residual_dtype="bfloat16",
+                            lever="the residual stream between blocks kept in bf16, as llm.c keeps its activations, not fp32",
+                            switch="x = (wte(idx) + wpe(pos)).to(torch.bfloat16)  # the residual stream in bf16")
+    fp8_head = replace(bf16_residual, key="fp8_head", title="FP8 lm_head (torchao)", notebook="13_fp8_head.ipynb",
+                       base="bf16_residual", fp8_lm_head="tensorwise", package="torchao",
+                       backends=fp8.backends, min_capability=fp8.min_capability, needs=fp8.needs,
+                       lever="the lm_head's GEMMs (768 x 50304, the model's widest) in FP8 with torchao; the blocks stay bf16",
+                       switch="convert_to_float8_training(model, config=Float8LinearConfig.from_recipe_name(\"tensorwise\"),\n"
+                              '    module_filter_fn=lambda module, fqn: fqn == "lm_head")  # torchao.float8')
     # DDP runs whichever single-GPU configuration measured fastest (runner.run_ddp); its own
     # switches here only describe it.
-    ddp = replace(vocab, key="ddp", reference="vocab", title="DDP across the host's GPUs", notebook="13_ddp.ipynb",
+    ddp = replace(vocab, key="ddp", reference="vocab", title="DDP across the host's GPUs", notebook="15_ddp.ipynb",
                   lever="data parallel over every GPU with torchrun, the per-GPU batch fixed",
                   devices="all", backends=("cuda", "rocm"), min_devices=2,
                   needs="two or more GPUs (data parallelism)",
                   switch="model = DistributedDataParallel(model)  # torchrun --nproc_per_node=<GPUs>")
-    return [fp32, tf32, bf16, flash, vocab, fused, compiled, fp8, fp8_torchao, fused_ce, autotune, ddp]
+    return [fp32, tf32, bf16, flash, vocab, fused, compiled, fp8, fp8_torchao, fused_ce, autotune, bf16_residual, fp8_head, ddp]
+
+
+# Each lever of a configuration, as the stage switch that turns it off (name -> overrides). Listed
+# in the order the stages add them; a lever the recommended stage does not use is skipped.
+LEVERS = {
+    "TF32": {"tf32": False},
+    "BF16 autocast": {"autocast": None},
+    "SDPA attention": {"attention": "naive", "sdpa_backend": None},
+    "padded vocabulary": {"padded_vocab": False},
+    "fused AdamW": {"fused_adamw": False},
+    "torch.compile": {"compile": False, "compile_mode": None},
+    "max-autotune": {"compile_mode": None},
+    "FP8 (hand-written)": {"fp8": False},
+    "FP8 (torchao)": {"float8": None},
+    "fused linear cross-entropy": {"loss": "cross_entropy"},
+    "BF16 residual stream": {"residual_dtype": None},
+    "FP8 lm_head (torchao)": {"fp8_lm_head": None},
+}
+
+
+# Levers that cannot run without another: removing the one removes them too (a bf16 residual stream
+# into fp32 Linear layers is a dtype error; torch._scaled_mm needs the lm_head's rows a multiple of 16).
+NEEDS = {"BF16 residual stream": "BF16 autocast", "FP8 lm_head (torchao)": "padded vocabulary"}
+
+
+def _uses(stage, off: dict) -> bool:
+    return any(getattr(stage, k) != v for k, v in off.items())
+
+
+def levers_of(stage) -> dict[str, dict]:
+    """The levers `stage` uses: those whose overrides change at least one of its switches (max-autotune
+    only where a compile mode is set, so removing torch.compile is one lever, not two). A lever that
+    others need is removed with them, and its name says so."""
+    out = {}
+    for name, off in LEVERS.items():
+        if not _uses(stage, off) or (name == "torch.compile" and stage.compile_mode):
+            continue
+        with_it = [d for d, needed in NEEDS.items() if needed == name and _uses(stage, LEVERS[d])]
+        label = name + (f" (and {', '.join(with_it)}, which needs it)" if with_it else "")
+        out[label] = {**off, **{k: v for d in with_it for k, v in LEVERS[d].items()}}
+    return out
 
 
 STAGES: dict[str, Stage] = {s.key: s for s in _cumulative()}

@@ -32,7 +32,7 @@ def model_config(params: dict, stage) -> GPTConfig:
     return GPTConfig(n_layer=m["n_layer"], n_head=m["n_head"], n_embd=m["n_embd"], block_size=m["block_size"],
                      real_vocab_size=m["vocab_size"],
                      vocab_size=m["padded_vocab_size"] if stage.padded_vocab else m["vocab_size"],
-                     attention=stage.attention, loss=stage.loss)
+                     attention=stage.attention, loss=stage.loss, residual_dtype=stage.residual_dtype)
 
 
 @dataclass
@@ -83,6 +83,11 @@ def build(params: dict, stage, dev: str, wrap=None, micro_steps: int = 1) -> Tra
         from torchao.float8 import Float8LinearConfig, convert_to_float8_training
 
         convert_to_float8_training(model.transformer.h, config=Float8LinearConfig.from_recipe_name(stage.float8))
+    if stage.fp8_lm_head:  # the same, on the lm_head alone (its weight stays tied to the embedding)
+        from torchao.float8 import Float8LinearConfig, convert_to_float8_training
+
+        convert_to_float8_training(model, config=Float8LinearConfig.from_recipe_name(stage.fp8_lm_head),
+                                   module_filter_fn=lambda module, fqn: fqn == "lm_head")
     r = params["run"]
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]

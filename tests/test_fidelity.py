@@ -166,6 +166,18 @@ def test_a_stage_that_fails_its_parity_run_is_never_recommended():
     assert results.best_config(recs, params)["stage"] == "fp32"
 
 
+def test_every_run_of_a_lever_is_judged_and_the_worst_speaks_for_it():
+    """Seen on the H100: FP8 on the lm_head passed one 200-step run and left the band in another.
+    One run of two beyond the tolerance rejects the lever, whichever run the folder lists first."""
+    params = tiny_params(["fp32", "tf32"])
+    good_ref, good = _parity_pair(params, held_delta=0.0)
+    bad = {**_parity_pair(params, held_delta=0.5)[1], "replicate": 1}
+    for runs in ([good_ref, good, bad], [good_ref, bad | {"replicate": 0}, good | {"replicate": 1}]):
+        check = results.parity_checks(runs, params["run"]["loss_tolerance"])["tf32"]
+        assert check["ok"] is False and check["runs"] == 2 and check["held_out_delta"] == pytest.approx(0.5)
+    assert results.parity_checks([good_ref, good], params["run"]["loss_tolerance"])["tf32"]["ok"] is True
+
+
 # ---------------------------------------------------------------- noise
 
 def test_within_noise_flips_when_the_spread_grows():

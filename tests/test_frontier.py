@@ -22,6 +22,7 @@ CPU = {"backend": "cpu", "count": 1}
     ("fp8_torchao", CPU, "cpu backend"),
     ("fused_ce", AMPERE, None), ("fused_ce", {"backend": "cuda", "capability": [7, 5], "count": 1}, "7.5"),
     ("fused_ce", CPU, "cpu backend"), ("autotune", AMPERE, None), ("autotune", CPU, "cpu backend"),
+    ("bf16_residual", CPU, None), ("fp8_head", HOPPER, None), ("fp8_head", AMPERE, "compute capability 8.0"),
 ])
 def test_frontier_applicability(key, device, reason, monkeypatch):
     monkeypatch.setattr(stages.importlib.util, "find_spec", lambda name: object())  # as if installed
@@ -115,13 +116,77 @@ def test_the_model_with_cut_cross_entropy_gives_the_plain_loss():
 
 # ---------------------------------------------------------------- recipe and ablation
 
+def test_the_bf16_residual_stream_reaches_every_block_in_bf16():
+    """The switch changes what the blocks read (bf16, not autocast's fp32) and the loss stays within
+    tolerance of the vocab stage's; eager (compile off) to keep the test fast."""
+    params = tiny_params(warmup=1, timed=5)
+    seen = {}
+    for dtype in (None, "bfloat16"):
+        model = GPT(GPTConfig(n_layer=2, n_head=2, n_embd=64, block_size=64, vocab_size=1024, real_vocab_size=1000,
+                              attention="sdpa", residual_dtype=dtype))
+        model.transformer.h[1].register_forward_pre_hook(lambda m, args, d=dtype: seen.__setitem__(d, args[0].dtype))
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            model(torch.randint(0, 1000, (2, 64)), torch.randint(0, 1000, (2, 64)))
+    assert seen == {None: torch.float32, "bfloat16": torch.bfloat16}
+    job = {"params": params, "batch_size": 2, "profile": False, "energy": False}
+    vocab = measure.run({**job, "stage": "vocab"})
+    resid = measure.run({**job, "stage": "bf16_residual", "stage_overrides": {"compile": False}})
+    assert resid["status"] == "ok" and resid["init_checksum"] == vocab["init_checksum"]
+    assert resid["final_loss"] != vocab["final_loss"]
+    assert abs(resid["final_loss"] - vocab["final_loss"]) < params["run"]["loss_tolerance"]
+
+
+def test_fp8_on_the_lm_head_alone_keeps_its_weight_tied():
+    """torchao converts the lm_head and nothing else, in the harness and in the plain loop alike;
+    the converted lm_head still shares its weight with the token embedding (GPT-2's tying)."""
+    pytest.importorskip("torchao")
+    from lib import plain_loop, step
+
+    params = tiny_params(warmup=1, timed=5)
+    ts = step.build(params, dataclasses.replace(stages.get("fp8_head"), compile=False), "cpu")
+    assert type(ts.model.lm_head).__name__ == "Float8Linear"
+    assert ts.model.lm_head.weight is ts.model.transformer.wte.weight
+    assert {type(m).__name__ for m in ts.model.transformer.h.modules()} >= {"Linear"}
+    assert "Float8Linear" not in {type(m).__name__ for m in ts.model.transformer.h.modules()}
+    job = {"params": params, "batch_size": 2, "profile": False, "energy": False}
+    vocab = measure.run({**job, "stage": "vocab"})
+    head = measure.run({**job, "stage": "fp8_head", "stage_overrides": {"compile": False}})
+    assert head["status"] == "ok" and abs(head["final_loss"] - vocab["final_loss"]) < params["run"]["loss_tolerance"]
+    switches = {"tf32": True, "autocast": "bfloat16", "attention": "sdpa", "padded_vocab": True, "fused_adamw": True,
+                "compile": False, "residual_dtype": "bfloat16", "fp8_lm_head": "tensorwise"}
+    built = []
+    real_forward = plain_loop.PlainGPT.forward
+
+    def spy(self, idx, targets):
+        built.append((type(self.lm_head).__name__, self.lm_head.weight is self.wte.weight, self.residual_dtype))
+        return real_forward(self, idx, targets)
+
+    plain_loop.PlainGPT.forward = spy
+    try:
+        rec = plain_loop.run({"params": params, "stage": "fp8_head", "batch_size": 2, "switches": switches})
+    finally:
+        plain_loop.PlainGPT.forward = real_forward
+    assert rec["status"] == "ok" and built[0] == ("Float8Linear", True, torch.bfloat16)
+
+
 def test_levers_of_a_configuration():
-    assert list(recipe.levers_of(stages.get("fused_ce"))) == [
+    assert list(stages.levers_of(stages.get("fused_ce"))) == [
         "TF32", "BF16 autocast", "SDPA attention", "padded vocabulary", "fused AdamW", "torch.compile",
         "fused linear cross-entropy"]
-    autotune = recipe.levers_of(stages.get("autotune"))
+    autotune = stages.levers_of(stages.get("autotune"))
     assert "max-autotune" in autotune and "torch.compile" not in autotune
-    assert list(recipe.levers_of(stages.get("fp32"))) == []
+    assert list(stages.levers_of(stages.get("fp32"))) == []
+    head_levers = stages.levers_of(stages.get("fp8_head"))
+    assert list(head_levers)[-3:] == ["torch.compile", "BF16 residual stream", "FP8 lm_head (torchao)"]
+    # Removing a lever others need removes them too (on the H100 both were errors, not results).
+    assert head_levers["BF16 autocast (and BF16 residual stream, which needs it)"] == {
+        "autocast": None, "residual_dtype": None}
+    assert head_levers["padded vocabulary (and FP8 lm_head (torchao), which needs it)"] == {
+        "padded_vocab": False, "fp8_lm_head": None}
+    # Each lever removed in turn leaves exactly the stage it was added to, switch for switch.
+    head = stages.get("fp8_head")
+    without = dataclasses.replace(head, **stages.LEVERS["FP8 lm_head (torchao)"])
+    assert {**without.identity(), "key": "bf16_residual"} == stages.get("bf16_residual").identity()
 
 
 def test_micro_steps_reach_the_global_batch():
@@ -156,6 +221,10 @@ def test_ablation_worth_is_the_ratio_of_throughputs(tmp_path):
     assert rows[0]["worth"] == pytest.approx(0.25) and rows[1]["worth"] is None
     html = frontier_view.ablation_html(rep)
     assert "+25.0 %" in html and "does not fit at this batch without it" in html
+    # The fused stage's other levers were never run: each is a row that says so, not a silent gap.
+    missing = [r["lever"] for r in rows if r["record"]["status"] == "not_measured"]
+    assert missing == ["TF32", "BF16 autocast", "padded vocabulary"]
+    assert "NOT MEASURED" in html
 
 
 def test_a_library_lever_is_judged_against_the_stage_it_is_added_to(tmp_path):
@@ -200,3 +269,28 @@ def test_a_lever_without_a_speed_gain_is_judged_on_its_measured_side_effects(tmp
     assert "weigh its other effects: process peak memory +20.0 %" in fp8 and "first step 50 s against 10 s at B=2" in fp8
     ce = next(x for x in lines if x.startswith("**Fused linear cross-entropy"))
     assert "slower here (median 0.67×; process peak memory -50.0 % at B=2 (10.00 → 5.00 GiB))" in ce
+
+
+def test_a_faster_lever_whose_parity_run_left_the_band_is_not_adopted_anywhere(tmp_path):
+    """The fastest stage lost its 200-step parity run: the recommendation falls to the next stage,
+    and neither the per-lever advice nor the executive summary invites adopting it."""
+    from conftest import write_report_dir
+    from lib import report, report_text
+
+    p = tiny_params(batch_sizes=(2,))
+    p["stages"] = ["fp32", "vocab", "compile", "bf16_residual"]
+    ms = {"fp32": 400.0, "vocab": 200.0, "compile": 100.0, "bf16_residual": 90.0}
+    recs = [make_record(p, k, 2, times_ms=[v] * 5, losses=[5.0] * 6) for k, v in ms.items()]
+    write_report_dir(tmp_path / "rep", p, recs)
+    parity = tmp_path / "rep" / "results" / "parity"
+    parity.mkdir()
+    for k, held in (("vocab", 4.0), ("bf16_residual", 4.5)):
+        rec = {**make_record(p, k, 2, [1.0] * 5, [4.0] * 30), "kind": "parity", "variant": "parity", "steps": 30,
+               "held_out_loss": held, "micro_steps": 1}
+        results.write_atomic(parity / f"{k}__b2.json", rec)
+    rep = report.load(tmp_path / "rep")
+    assert report.recommended(rep)["stage"] == "compile"
+    advice = next(x for x in report_text.recommendations(rep) if x.startswith("**BF16 residual stream**"))
+    assert advice.startswith("**BF16 residual stream**: do not adopt as is (median 1.11× over torch.compile)")
+    assert "parity run left the band" in advice
+    assert any("BF16 residual stream: its 30-step parity run left the band" in x for x in report_text.findings(rep))
