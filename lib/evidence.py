@@ -220,7 +220,10 @@ def measure_chapter(key: str, params: dict, report_dir, force: bool = False):
     if not params_file.exists():
         results.write_atomic(params_file, params)
     if key == "batch_sweep":  # then what the recommendation rests on: repeats, cross-check, parity
-        decided = lambda: results.best_config(results.decision_records(resolve(report_dir) / "results"), params)  # noqa: E731
+        def decided():
+            return results.best_config(results.decision_records(resolve(report_dir) / "results"), params)
+
+        swept, after = [], None
         # The parity run can reject the stage the sweep chose; the next verified stage is then
         # swept and checked in its turn, so the recommendation always rests on its own evidence.
         for _ in stages.single_gpu(params["stages"]):

@@ -170,7 +170,7 @@ def rejected(rep: Report) -> dict:
     return {k: c for k, c in checks.items() if not c["ok"]}
 
 
-def rejected_md(rep: Report, key: str) -> str:
+def rejected_reason(rep: Report, key: str) -> str:
     """Why a stage the speed alone would pick is not recommended: its long parity run(s)."""
     c, tol = rejected(rep)[key], rep.params["run"]["loss_tolerance"]
     ref = stages.get(c["reference"]).title
@@ -179,7 +179,7 @@ def rejected_md(rep: Report, key: str) -> str:
             + " and ".join(f"{v:.3f}" for v in c["beyond_per_run"]) + f" nats: {out} of {c['runs']} beyond the tolerance"
             if c["runs"] > 1 else f"one run at B={c['batch_size']}, {max(c['outside'], c['held_outside']):.3f} nats "
                                   f"beyond the envelope of {ref}'s runs")
-    return (f"{stages.get(key).title}: its {c['steps']}-step parity run left the band ({runs}, {tol:g}; "
+    return (f"its {c['steps']}-step parity run left the band ({runs}, {tol:g}; "
             f"the worst run's held-out loss {c['held_out_loss']:.3f} against {', '.join(f'{v:.3f}' for v in c['reference_held_out_loss'])}), "
             "so it is not recommended however fast it runs.")
 

@@ -181,7 +181,7 @@ def findings(rep: Report) -> list[str]:
         line += (f", {best['tokens_per_s'] / b0['tokens_per_s']:.2f}× the best FP32 baseline "
                  f"({b0['tokens_per_s']:,.0f} tokens/s at B={b0['batch_size']}).")
     out.append(line)
-    out += [fidelity_view.rejected_md(rep, k) for k in fidelity_view.rejected(rep)]
+    out += [f"{stages.get(k).title}: {fidelity_view.rejected_reason(rep, k)}" for k in fidelity_view.rejected(rep)]
     for key in order[1:]:
         st = stages.get(key)
         effect = results.lever_effect(rep.df, key)
@@ -300,7 +300,7 @@ def recommendations(rep: Report) -> list[str]:
             out.append(f"**{st.title}**: do not adopt as is: its loss diverged (NaN).")
         elif key in fidelity_view.rejected(rep):
             out.append(f"**{st.title}**: do not adopt as is (median {med:.2f}× over "
-                       f"{stages.get(effect['previous']).title}): " + fidelity_view.rejected_md(rep, key).split(": ", 1)[1])
+                       f"{stages.get(effect['previous']).title}): {fidelity_view.rejected_reason(rep, key)}")
         elif (rep.df[rep.df["stage"] == key]["loss_verdict"] == "beyond").any():
             out.append(f"**{st.title}**: do not adopt as is: the loss moved {delta.max():.3f} nats from "
                        f"{stages.get(st.reference).title} (5-step average).")

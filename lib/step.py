@@ -79,15 +79,14 @@ def build(params: dict, stage, dev: str, wrap=None, micro_steps: int = 1) -> Tra
     model = GPT(model_config(params, stage)).to(dev)
     if stage.fp8:
         fp8.convert_linears(model.transformer.h)
-    if stage.float8:  # torchao's float8 training, as torchtitan applies it (before compile)
+    if stage.float8 or stage.fp8_lm_head:  # torchao's float8 training, as torchtitan applies it (before compile)
         from torchao.float8 import Float8LinearConfig, convert_to_float8_training
 
-        convert_to_float8_training(model.transformer.h, config=Float8LinearConfig.from_recipe_name(stage.float8))
-    if stage.fp8_lm_head:  # the same, on the lm_head alone (its weight stays tied to the embedding)
-        from torchao.float8 import Float8LinearConfig, convert_to_float8_training
-
-        convert_to_float8_training(model, config=Float8LinearConfig.from_recipe_name(stage.fp8_lm_head),
-                                   module_filter_fn=lambda module, fqn: fqn == "lm_head")
+        if stage.float8:  # the blocks' Linear layers
+            convert_to_float8_training(model.transformer.h, config=Float8LinearConfig.from_recipe_name(stage.float8))
+        if stage.fp8_lm_head:  # the lm_head alone (its weight stays tied to the embedding)
+            convert_to_float8_training(model, config=Float8LinearConfig.from_recipe_name(stage.fp8_lm_head),
+                                       module_filter_fn=lambda module, fqn: fqn == "lm_head")
     r = params["run"]
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
