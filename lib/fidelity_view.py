@@ -176,10 +176,10 @@ def rejected_reason(rep: Report, key: str) -> str:
     ref = stages.get(c["reference"]).title
     out = sum(v > tol for v in c["beyond_per_run"])
     runs = (f"{c['runs']} runs at B={c['batch_size']}, beyond the envelope of {ref}'s runs by "
-            + " and ".join(f"{v:.3f}" for v in c["beyond_per_run"]) + f" nats: {out} of {c['runs']} beyond the tolerance"
+            + " and ".join(f"{v:.3f}" for v in c["beyond_per_run"]) + f" nats, {out} of them beyond the {tol:g}-nat tolerance"
             if c["runs"] > 1 else f"one run at B={c['batch_size']}, {max(c['outside'], c['held_outside']):.3f} nats "
-                                  f"beyond the envelope of {ref}'s runs")
-    return (f"its {c['steps']}-step parity run left the band ({runs}, {tol:g}; "
+                                  f"beyond the envelope of {ref}'s runs (tolerance {tol:g} nats)")
+    return (f"its {c['steps']}-step parity run left the band ({runs}; "
             f"the worst run's held-out loss {c['held_out_loss']:.3f} against {', '.join(f'{v:.3f}' for v in c['reference_held_out_loss'])}), "
             "so it is not recommended however fast it runs.")
 
