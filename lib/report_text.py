@@ -393,7 +393,8 @@ def stage_summary(rep: Report, key: str) -> str:
     sdpa = ok["sdpa_backend"].dropna().unique()
     if len(sdpa):
         parts.append(f"SDPA backend that ran: **{', '.join(sdpa)}** (read from the dispatched operators).")
-    for r in rows.itertuples():
-        if r.status not in ("ok",):
-            parts.append(f"B={r.batch_size}: **{r.status.replace('_', ' ')}** — {short(r.reason)}")
+    for r in rows[rows["status"] != "ok"].itertuples():
+        parts.append(f"B={r.batch_size}: **{r.status.replace('_', ' ')}** — {short(r.reason)}")
+    if key in fidelity_view.rejected(rep):  # the chapter says what the summary says: a long run outranks 30 steps
+        parts.append(f"**Not recommended**: {fidelity_view.rejected_reason(rep, key)}")
     return " ".join(parts)

@@ -294,3 +294,4 @@ def test_a_faster_lever_whose_parity_run_left_the_band_is_not_adopted_anywhere(t
     assert advice.startswith("**BF16 residual stream**: do not adopt as is (median 1.11× over torch.compile)")
     assert "parity run left the band" in advice
     assert any("BF16 residual stream: its 30-step parity run left the band" in x for x in report_text.findings(rep))
+    assert "**Not recommended**: its 30-step parity run left the band" in report_text.stage_summary(rep, "bf16_residual")
