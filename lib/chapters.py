@@ -19,7 +19,7 @@ class Chapter:
 
 # Chapters that are not a stage: (notebook, title). The batch sweep comes after the single-GPU
 # stages and before the multi-GPU ones, which replicate the configuration it recommends.
-NOT_STAGES = {"batch_sweep": ("14_batch_sweep.ipynb", "Batch-size sweep and recommended configuration")}
+NOT_STAGES = {"batch_sweep": ("15_batch_sweep.ipynb", "Batch-size sweep and recommended configuration")}
 SUMMARY, COMPARE = NOTEBOOKS / "summary.ipynb", NOTEBOOKS / "compare.ipynb"
 
 

@@ -23,7 +23,7 @@ def make_job(params, env, stage_key, batch, out, **extra) -> dict:
 
 
 PLAIN_LOOP_SWITCHES = ("tf32", "autocast", "attention", "padded_vocab", "fused_adamw", "compile", "residual_dtype",
-                       "fp8_lm_head")
+                       "fp8_lm_head", "return_logits")
 
 
 def plain_loop_can(stage) -> bool:

@@ -157,7 +157,10 @@ class GPT(nn.Module):
             n -= self.transformer.wpe.weight.numel()
         return n
 
-    def forward(self, idx, targets=None):
+    def forward(self, idx, targets=None, return_logits=True):
+        """(logits, loss). `return_logits=False` (llm.c's train_gpt2.py) returns (None, loss): the
+        logits are then no output of a compiled graph, which would otherwise keep a B x T x V
+        tensor of its own alive beside the one the loss's backward saves."""
         B, T = idx.size()
         if T > self.config.block_size:
             raise ValueError(f"sequence length {T} exceeds block_size {self.config.block_size}")
@@ -180,7 +183,7 @@ class GPT(nn.Module):
         # padded rows are never targets and start at zero, so the softmax soon pushes them down;
         # autocast already runs cross_entropy in fp32, so no copy of the logits is made here.
         loss = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
-        return logits, loss
+        return (logits if return_logits else None), loss
 
 
 # cut-cross-entropy's gradient filter per loss name. None keeps every gradient. The library's

@@ -6,8 +6,9 @@ the data batches come from lib/), so a tax of the harness's own making shows up 
 between the two at the same configuration.
 
 A job names the stage's switches as plain data: tf32, autocast, attention, padded_vocab,
-fused_adamw, compile, residual_dtype (llm.c's bf16 activations) and fp8_lm_head (torchao's float8
-conversion of the lm_head, in the form torchao's README gives). FP8 in the blocks is not a switch of
+fused_adamw, compile, residual_dtype (llm.c's bf16 activations), fp8_lm_head (torchao's float8
+conversion of the lm_head, in the form torchao's README gives) and return_logits (llm.c's training
+loop asks for the loss alone). FP8 in the blocks is not a switch of
 those trainers; the runner does not ask for it."""
 from __future__ import annotations
 
@@ -76,7 +77,7 @@ class PlainGPT(nn.Module):
                 std = 0.02 * ((2 * n_layer) ** -0.5 if name.endswith(("c_proj.weight", "mlp.2.weight")) else 1)
                 nn.init.normal_(p, 0.0, std)
 
-    def forward(self, idx, targets):
+    def forward(self, idx, targets, return_logits=True):
         pos = torch.arange(idx.size(1), device=idx.device)
         x = self.wte(idx) + self.wpe(pos)
         if self.residual_dtype:  # llm.c's bf16 activations
@@ -84,7 +85,8 @@ class PlainGPT(nn.Module):
         for block in self.h:
             x = block(x)
         logits = self.lm_head(self.ln_f(x))
-        return logits, F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
+        loss = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
+        return (logits if return_logits else None), loss  # llm.c's train_gpt2.py: return_logits=False
 
 
 def run(job: dict) -> dict:
@@ -115,6 +117,7 @@ def run(job: dict) -> dict:
         if sw["compile"]:
             model = torch.compile(model)
         ctx = torch.autocast(device_type=dev, dtype=getattr(torch, sw["autocast"])) if sw["autocast"] else None
+        kwargs = {} if sw.get("return_logits", True) else {"return_logits": False}
         warmup, timed = r["warmup_steps"], r["timed_steps"]
         accum = job.get("micro_steps", 1)  # build-nanogpt's grad_accum_steps
         xs, ys = data.device_batches(params, batch, (warmup + 2 * timed) * accum, dev)
@@ -125,10 +128,10 @@ def run(job: dict) -> dict:
             for micro_step in range(accum):
                 x, y = xs[i * accum + micro_step], ys[i * accum + micro_step]
                 if ctx is None:
-                    _, loss = model(x, y)
+                    _, loss = model(x, y, **kwargs)
                 else:
                     with ctx:
-                        _, loss = model(x, y)
+                        _, loss = model(x, y, **kwargs)
                 loss = loss / accum
                 loss_accum += loss.detach()
                 loss.backward()

@@ -11,7 +11,8 @@ import importlib.util
 from dataclasses import dataclass, fields, replace
 
 SWITCHES = ("tf32", "autocast", "attention", "padded_vocab", "fused_adamw", "compile", "compile_mode", "fp8",
-            "backend_flags", "devices", "loss", "float8", "sdpa_backend", "residual_dtype", "fp8_lm_head")
+            "backend_flags", "devices", "loss", "float8", "sdpa_backend", "residual_dtype", "fp8_lm_head",
+            "return_logits")
 ALL_BACKENDS = ("cuda", "rocm", "mps", "cpu")
 
 
@@ -36,6 +37,7 @@ class Stage:
     fp8_lm_head: str | None = None  # torchao's float8 training recipe on the lm_head alone
     residual_dtype: str | None = None  # the residual stream's dtype; None: fp32 (what autocast leaves it)
     loss: str = "cross_entropy"  # or "cut_cross_entropy": lm_head + loss fused, no logits in memory
+    return_logits: bool = True  # False: the training forward returns the loss alone, no logits output
     backend_flags: tuple = ()  # (("torch.backends.cudnn.benchmark", True), ...): set before the model is built
     devices: str = "one"    # "one" GPU, or "all" of the host's, data parallel (runner.run_ddp)
     # --- what the report compares it with
@@ -137,25 +139,33 @@ def _cumulative() -> list[Stage]:
                        switch='model = torch.compile(model, mode="max-autotune-no-cudagraphs")')
     # Two levers that pay where the profile says the time goes at d=768: the fp32 residual stream
     # (LayerNorms and adds are memory-bound) and the lm_head, the one GEMM wide enough for FP8's casts
-    # to cost less than they save. Cumulative: FP8 on the lm_head is added to the bf16 residual stream.
+    # to cost less than they save. Cumulative: FP8 on the lm_head is added to the loss-only forward below.
     bf16_residual = replace(compiled, key="bf16_residual", title="BF16 residual stream", notebook="12_bf16_residual.ipynb",
                             base="compile", residual_dtype="bfloat16",
                             lever="the residual stream between blocks kept in bf16, as llm.c keeps its activations, not fp32",
                             switch="x = (wte(idx) + wpe(pos)).to(torch.bfloat16)  # the residual stream in bf16")
-    fp8_head = replace(bf16_residual, key="fp8_head", title="FP8 lm_head (torchao)", notebook="13_fp8_head.ipynb",
-                       base="bf16_residual", fp8_lm_head="tensorwise", package="torchao",
+    # A compiled model that returns its logits keeps a B x T x V bf16 output (12.3 GiB at B=128) beside
+    # what the loss's backward saves: what stopped B=128 on the H100. llm.c's train_gpt2.py passes
+    # return_logits=False in its training loop for this reason. Added to the bf16 residual stream.
+    loss_only = replace(bf16_residual, key="loss_only", title="Loss-only forward", notebook="13_loss_only.ipynb",
+                        base="bf16_residual", return_logits=False,
+                        lever="the training forward returns the loss alone, so the compiled graph has no B x T x V "
+                              "logits output to keep",
+                        switch="_, loss = model(x, y, return_logits=False)  # llm.c's train_gpt2.py")
+    fp8_head = replace(loss_only, key="fp8_head", title="FP8 lm_head (torchao)", notebook="14_fp8_head.ipynb",
+                       base="loss_only", fp8_lm_head="tensorwise", package="torchao",
                        backends=fp8.backends, min_capability=fp8.min_capability, needs=fp8.needs,
                        lever="the lm_head's GEMMs (768 x 50304, the model's widest) in FP8 with torchao; the blocks stay bf16",
                        switch="convert_to_float8_training(model, config=Float8LinearConfig.from_recipe_name(\"tensorwise\"),\n"
                               '    module_filter_fn=lambda module, fqn: fqn == "lm_head")  # torchao.float8')
     # DDP runs whichever single-GPU configuration measured fastest (runner.run_ddp); its own
     # switches here only describe it.
-    ddp = replace(vocab, key="ddp", reference="vocab", title="DDP across the host's GPUs", notebook="15_ddp.ipynb",
+    ddp = replace(vocab, key="ddp", reference="vocab", title="DDP across the host's GPUs", notebook="16_ddp.ipynb",
                   lever="data parallel over every GPU with torchrun, the per-GPU batch fixed",
                   devices="all", backends=("cuda", "rocm"), min_devices=2,
                   needs="two or more GPUs (data parallelism)",
                   switch="model = DistributedDataParallel(model)  # torchrun --nproc_per_node=<GPUs>")
-    return [fp32, tf32, bf16, flash, vocab, fused, compiled, fp8, fp8_torchao, fused_ce, autotune, bf16_residual, fp8_head, ddp]
+    return [fp32, tf32, bf16, flash, vocab, fused, compiled, fp8, fp8_torchao, fused_ce, autotune, bf16_residual, loss_only, fp8_head, ddp]
 
 
 # Each lever of a configuration, as the stage switch that turns it off (name -> overrides). Listed
@@ -172,6 +182,7 @@ LEVERS = {
     "FP8 (torchao)": {"float8": None},
     "fused linear cross-entropy": {"loss": "cross_entropy"},
     "BF16 residual stream": {"residual_dtype": None},
+    "loss-only forward": {"return_logits": True},
     "FP8 lm_head (torchao)": {"fp8_lm_head": None},
 }
 

@@ -45,6 +45,7 @@ class TrainStep:
     autocast: contextlib.AbstractContextManager
     grad_clip: float
     micro_steps: int = 1     # gradient accumulation: x is split into this many micro-batches
+    return_logits: bool = True  # False: the forward returns the loss alone (llm.c's return_logits=False)
 
     def __call__(self, x, y, sync: bool = True):
         """`sync=False` (DDP only) skips the gradient all-reduce, to measure what it costs."""
@@ -56,7 +57,7 @@ class TrainStep:
             no_sync = getattr(self.forward, "no_sync", None)
             with (no_sync() if no_sync and not (sync and last) else contextlib.nullcontext()):
                 with self.autocast:
-                    _, loss = self.forward(xm, ym)
+                    _, loss = self.forward(xm, ym, **({} if self.return_logits else {"return_logits": False}))
                 if self.micro_steps > 1:
                     loss = loss / self.micro_steps
                 loss.backward()
@@ -99,7 +100,7 @@ def build(params: dict, stage, dev: str, wrap=None, micro_steps: int = 1) -> Tra
     if wrap is not None:
         forward = wrap(forward)
     return TrainStep(model, forward, opt, StepContext(dev, stage.autocast, stage.sdpa_backend), r["grad_clip"],
-                     micro_steps)
+                     micro_steps, stage.return_logits)
 
 
 class StepContext:

@@ -22,7 +22,7 @@ CPU = {"backend": "cpu", "count": 1}
     ("fp8_torchao", CPU, "cpu backend"),
     ("fused_ce", AMPERE, None), ("fused_ce", {"backend": "cuda", "capability": [7, 5], "count": 1}, "7.5"),
     ("fused_ce", CPU, "cpu backend"), ("autotune", AMPERE, None), ("autotune", CPU, "cpu backend"),
-    ("bf16_residual", CPU, None), ("fp8_head", HOPPER, None), ("fp8_head", AMPERE, "compute capability 8.0"),
+    ("bf16_residual", CPU, None), ("loss_only", CPU, None), ("fp8_head", HOPPER, None), ("fp8_head", AMPERE, "compute capability 8.0"),
 ])
 def test_frontier_applicability(key, device, reason, monkeypatch):
     monkeypatch.setattr(stages.importlib.util, "find_spec", lambda name: object())  # as if installed
@@ -136,6 +136,36 @@ def test_the_bf16_residual_stream_reaches_every_block_in_bf16():
     assert abs(resid["final_loss"] - vocab["final_loss"]) < params["run"]["loss_tolerance"]
 
 
+def test_the_loss_only_forward_keeps_the_loss_and_its_gradients():
+    """return_logits=False drops the logits output and nothing else: the same loss and the same
+    gradients, in the harness's model and in the plain loop's, and the harness's step passes it."""
+    from lib import plain_loop, step
+
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(n_layer=2, n_head=2, n_embd=64, block_size=64, vocab_size=1024, real_vocab_size=1000,
+                          attention="sdpa"))
+    idx, tgt = torch.randint(0, 1000, (2, 64)), torch.randint(0, 1000, (2, 64))
+    outs = []
+    for keep in (True, False):
+        model.zero_grad()
+        logits, loss = model(idx, tgt, return_logits=keep)
+        loss.backward()
+        outs.append((logits, loss.detach(), model.lm_head.weight.grad.clone()))
+    assert outs[0][0].shape == (2, 64, 1024) and outs[1][0] is None
+    assert torch.equal(outs[0][1], outs[1][1]) and torch.equal(outs[0][2], outs[1][2])
+    plain = plain_loop.PlainGPT(1024, 64, 2, 2, 64, True)
+    assert plain(idx, tgt, return_logits=False)[0] is None
+    assert torch.equal(plain(idx, tgt, return_logits=False)[1], plain(idx, tgt)[1])
+    params = tiny_params(warmup=1, timed=5)
+    ts = step.build(params, dataclasses.replace(stages.get("loss_only"), compile=False), "cpu")
+    seen = []
+    ts.forward.register_forward_hook(lambda m, args, out: seen.append(out[0]))
+    ts(idx, tgt)
+    assert seen == [None] and step.build(params, stages.get("vocab"), "cpu").return_logits
+    assert {**stages.get("loss_only").identity(), "key": "bf16_residual", "return_logits": True} == {
+        **stages.get("bf16_residual").identity(), "return_logits": True}
+
+
 def test_fp8_on_the_lm_head_alone_keeps_its_weight_tied():
     """torchao converts the lm_head and nothing else, in the harness and in the plain loop alike;
     the converted lm_head still shares its weight with the token embedding (GPT-2's tying)."""
@@ -157,9 +187,9 @@ def test_fp8_on_the_lm_head_alone_keeps_its_weight_tied():
     built = []
     real_forward = plain_loop.PlainGPT.forward
 
-    def spy(self, idx, targets):
+    def spy(self, idx, targets, **kwargs):
         built.append((type(self.lm_head).__name__, self.lm_head.weight is self.wte.weight, self.residual_dtype))
-        return real_forward(self, idx, targets)
+        return real_forward(self, idx, targets, **kwargs)
 
     plain_loop.PlainGPT.forward = spy
     try:
@@ -177,7 +207,8 @@ def test_levers_of_a_configuration():
     assert "max-autotune" in autotune and "torch.compile" not in autotune
     assert list(stages.levers_of(stages.get("fp32"))) == []
     head_levers = stages.levers_of(stages.get("fp8_head"))
-    assert list(head_levers)[-3:] == ["torch.compile", "BF16 residual stream", "FP8 lm_head (torchao)"]
+    assert list(head_levers)[-4:] == ["torch.compile", "BF16 residual stream", "loss-only forward",
+                                      "FP8 lm_head (torchao)"]
     # Removing a lever others need removes them too (on the H100 both were errors, not results).
     assert head_levers["BF16 autocast (and BF16 residual stream, which needs it)"] == {
         "autocast": None, "residual_dtype": None}
@@ -186,7 +217,7 @@ def test_levers_of_a_configuration():
     # Each lever removed in turn leaves exactly the stage it was added to, switch for switch.
     head = stages.get("fp8_head")
     without = dataclasses.replace(head, **stages.LEVERS["FP8 lm_head (torchao)"])
-    assert {**without.identity(), "key": "bf16_residual"} == stages.get("bf16_residual").identity()
+    assert {**without.identity(), "key": "loss_only"} == stages.get("loss_only").identity()
 
 
 def test_micro_steps_reach_the_global_batch():

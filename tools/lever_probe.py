@@ -7,6 +7,8 @@ become stages. Not part of the report: its numbers only choose what the report t
 """
 from __future__ import annotations
 
+import contextlib
+import copy
 import json
 import os
 import statistics
@@ -38,6 +40,13 @@ CANDIDATES = {
     "resid_cce_filter_b128": (128, {"resid_bf16": True, "loss": "cce_filter"}),
     "resid_f8head_b64": (64, {"resid_bf16": True, "float8_head": True}),
     "resid_autotune_b64": (64, {"resid_bf16": True, "mode": "max-autotune-no-cudagraphs", "blocking": True}),
+    "resid_cudnn_b64": (64, {"resid_bf16": True, "sdpa": "CUDNN_ATTENTION"}),
+    "resid_b128_expandable": (128, {"resid_bf16": True, "expandable": True}),
+    "resid_cudnn_b96": (96, {"resid_bf16": True, "sdpa": "CUDNN_ATTENTION"}),
+    "resid_cudnn_b128_expandable": (128, {"resid_bf16": True, "sdpa": "CUDNN_ATTENTION", "expandable": True}),
+    "resid_f8head_b128": (128, {"resid_bf16": True, "float8_head": "tensorwise"}),
+    "resid_f8head_gwhp_b128": (128, {"resid_bf16": True, "float8_head": "rowwise_with_gw_hp"}),
+    "resid_f8head_rowwise_b128": (128, {"resid_bf16": True, "float8_head": "rowwise"}),
 }
 
 
@@ -57,21 +66,27 @@ def run_one(name: str, warmup: int = 5, timed: int = 15) -> dict:
     torch.manual_seed(1337)
     model = GPT(GPTConfig(n_layer=m["n_layer"], n_head=m["n_head"], n_embd=m["n_embd"], block_size=1024,
                           vocab_size=50304, real_vocab_size=50257, attention="sdpa")).cuda()
+    reference = copy.deepcopy(model) if o.get("float8_head") else None
     if o.get("float8_head"):
         from torchao.float8 import Float8LinearConfig, convert_to_float8_training
 
-        convert_to_float8_training(model, config=Float8LinearConfig.from_recipe_name("tensorwise"),
+        recipe = o["float8_head"] if isinstance(o["float8_head"], str) else "tensorwise"
+        convert_to_float8_training(model, config=Float8LinearConfig.from_recipe_name(recipe),
                                    module_filter_fn=lambda mod, fqn: fqn == "lm_head")
     tr = model.transformer
 
-    def body(idx):
+    def body_of(net, idx):
+        t = net.transformer
         pos = torch.arange(idx.size(1), device=idx.device)
-        x = tr.wte(idx) + tr.wpe(pos)
+        x = t.wte(idx) + t.wpe(pos)
         if o.get("resid_bf16"):
             x = x.to(torch.bfloat16)  # llm.c keeps the residual stream in bf16
-        for block in tr.h:
+        for block in t.h:
             x = block(x)
-        return tr.ln_f(x)
+        return x
+
+    def body(idx):
+        return tr.ln_f(body_of(model, idx))
 
     loss_kind = o.get("loss", "ce")
     if loss_kind == "ce":
@@ -98,13 +113,30 @@ def run_one(name: str, warmup: int = 5, timed: int = 15) -> dict:
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": rest, "weight_decay": 0.0}],
                             lr=6e-4, betas=(0.9, 0.95), eps=1e-8, fused=True)
     xs, ys = data.device_batches(params, batch, warmup + timed, "cuda")
+    grad_err = None
+    if reference is not None:  # eager, on 8 sequences: how far the FP8 lm_head's gradients are from bf16's
+        grads = []
+        for net in (reference, model):
+            net.zero_grad()
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                h = net.transformer.ln_f(body_of(net, xs[0][:8]))
+                logits = net.lm_head(h)
+                F.cross_entropy(logits.view(-1, logits.size(-1)).float(), ys[0][:8].reshape(-1)).backward()
+            grads.append(net.lm_head.weight.grad.float().clone())
+        grad_err = float((grads[1] - grads[0]).norm() / grads[0].norm())
+        model.zero_grad(set_to_none=True)
+        del reference, grads
     graphs = o.get("mode") == "reduce-overhead"
     losses = []
 
     def step(i):
         if graphs:
             torch.compiler.cudagraph_mark_step_begin()
-        with torch.autocast("cuda", dtype=torch.bfloat16):
+        with torch.autocast("cuda", dtype=torch.bfloat16), contextlib.ExitStack() as stack:
+            if o.get("sdpa"):
+                from torch.nn.attention import SDPBackend, sdpa_kernel
+
+                stack.enter_context(sdpa_kernel(getattr(SDPBackend, o["sdpa"])))
             loss = step_fwd(xs[i], ys[i])
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -131,7 +163,7 @@ def run_one(name: str, warmup: int = 5, timed: int = 15) -> dict:
     ms = [a.elapsed_time(b) for a, b in events]
     return {"name": name, "batch": batch, "options": o, "median_ms": statistics.median(ms), "wall_ms": wall_ms,
             "tokens_per_s": batch * 1024 / (wall_ms / 1e3), "first_step_s": first_s,
-            "peak_gib": torch.cuda.max_memory_allocated() / 2**30,
+            "peak_gib": torch.cuda.max_memory_allocated() / 2**30, "lm_head_grad_rel_err": grad_err,
             "losses": [round(float(v), 4) for v in losses]}
 
 
@@ -142,7 +174,12 @@ def main(names: list[str], budget_s: float) -> None:
         if left < 45:
             print(json.dumps({"name": name, "status": "skipped: out of time"}), flush=True)
             continue
-        env = dict(os.environ, **({"CUDA_LAUNCH_BLOCKING": "1"} if CANDIDATES[name][1].get("blocking") else {}))
+        o = CANDIDATES[name][1]
+        env = dict(os.environ, **({"CUDA_LAUNCH_BLOCKING": "1"} if o.get("blocking") else {}),
+                   **({"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"} if o.get("expandable") else {}),
+                   # inductor's caches key on the traced graph, not on the SDPA backend flags: a forced
+                   # backend needs a cache of its own, or it silently reuses another backend's kernels
+                   **({"TORCHINDUCTOR_CACHE_DIR": f"/tmp/inductor-{name}"} if o.get("sdpa") else {}))
         try:
             p = subprocess.run([sys.executable, __file__, name], capture_output=True, text=True, env=env,
                                timeout=min(left, 240))
