@@ -80,7 +80,12 @@ def recipe_config(params: dict, report_dir) -> dict | None:
 
 
 def measure(params: dict, report_dir, best: dict, force: bool = False) -> None:
-    """Both, in one launcher batch after the rest of the recommendation's evidence."""
+    """The recipe, then the ablation, after the rest of the recommendation's evidence. The recipe's
+    sides are compared as measured in one run, on one machine: where any of them must be measured
+    (a side added, or one whose configuration changed), all of them are measured again."""
+    env = runner.environment(resolve(report_dir))
     pick = recipe_config(params, report_dir)
-    jobs = (recipe_jobs(params, report_dir, pick) if pick else []) + ablation_jobs(params, report_dir, best)
-    runner.measure_jobs(jobs, runner.environment(resolve(report_dir)), force=force)
+    jobs = recipe_jobs(params, report_dir, pick) if pick else []
+    partly_kept = any(runner.reusable(Path(j["out"]), j["fingerprint"]) is None for j in jobs)
+    runner.measure_jobs(jobs, env, force=force or partly_kept)
+    runner.measure_jobs(ablation_jobs(params, report_dir, best), env, force=force)

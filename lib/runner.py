@@ -81,7 +81,7 @@ def error_record(params: dict, stage_key: str, batch: int, reason: str, stderr: 
     return rec
 
 
-def _reusable(out: Path, fp: str) -> dict | None:
+def reusable(out: Path, fp: str) -> dict | None:
     """A valid earlier result for exactly this configuration on this machine, or None."""
     try:
         rec = json.loads(out.read_text())
@@ -134,7 +134,7 @@ def measure_jobs(jobs: list[dict], env: dict, timeout_s: float = 1800, force: bo
         out = Path(job["out"])
         if kept_oom and job.get("stop_if_oom"):
             continue
-        kept = None if force else _reusable(out, job["fingerprint"])
+        kept = None if force else reusable(out, job["fingerprint"])
         if kept:
             recs[job["out"]] = kept
             kept_oom = bool(job.get("stop_if_oom")) and kept.get("status") == results.Status.OOM
@@ -313,7 +313,7 @@ def run_ddp(params: dict, report_dir, nproc: int | None = None, timeout_s: float
             old.unlink()
     fp = results.fingerprint(params, env, stage, batch) + f"-{base_key}-n{nproc or env['device'].get('count', 1)}" \
         + (f"-nodes{nnodes}" if nnodes > 1 else "")
-    kept = None if force or contributor else _reusable(out, fp)
+    kept = None if force or contributor else reusable(out, fp)
     if kept:
         print(describe(kept) + "  (kept from an earlier run)", flush=True)
         return kept

@@ -237,6 +237,28 @@ def test_recipe_jobs_alternate_the_sides_in_fresh_processes(tmp_path):
     assert all(j["params"]["run"]["timed_steps"] == p["evidence"]["recipe_timed_steps"] for j in jobs)
 
 
+def test_the_recipe_sides_are_measured_in_one_run(tmp_path, monkeypatch):
+    """A side kept from an earlier run (another machine, maybe) is never compared with a side measured
+    now: where any side must be measured, every side is measured again; where all are kept, none is."""
+    p = tiny_params(batch_sizes=(2, 4))
+    best = {"stage": "vocab", "batch_size": 2}
+    monkeypatch.setattr(recipe, "recipe_config", lambda params, report_dir: best)
+    monkeypatch.setattr(recipe.runner, "environment", lambda report_dir: {"device": {"backend": "cpu"}})
+    jobs = recipe.recipe_jobs(p, tmp_path, best)
+    calls = []
+    monkeypatch.setattr(recipe.runner, "measure_jobs",
+                        lambda js, env, force=False: calls.append(({j["variant"] for j in js}, force)))
+    kept = {j["out"] for j in jobs if j["variant"] != "recipe: baseline"}  # the plain loop's side changed
+    monkeypatch.setattr(recipe.runner, "reusable", lambda out, fp: {"ok": 1} if str(out) in kept else None)
+    recipe.measure(p, tmp_path, best)
+    assert calls[0] == ({"recipe: recommended", "recipe: baseline-harness", "recipe: baseline"}, True)
+    assert calls[1][1] is False  # the ablation's processes are compared one by one, never forced
+    calls.clear()
+    kept = {j["out"] for j in jobs}
+    recipe.measure(p, tmp_path, best)
+    assert calls[0][1] is False
+
+
 def test_ablation_worth_is_the_ratio_of_throughputs(tmp_path):
     p = tiny_params()
     full = make_record(p, "fused", 2, times_ms=[100.0] * 5, losses=[5.0] * 6)  # 1,280 tok/s
