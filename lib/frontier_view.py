@@ -116,18 +116,25 @@ def recipe_html(rep: Report) -> str:
 
 
 def ablation_rows(rep: Report) -> tuple[dict | None, list[dict]]:
-    """The recommendation's own record (matrix or sweep) and, per lever removed, its record and
-    the lever's worth: the recommendation's tokens/s over the configuration without it, minus 1
-    (None where that configuration did not run)."""
+    """The recommendation's own record (matrix or sweep) with `processes`, the spread of every process
+    that timed it, and, per lever removed, its record, the lever's worth (the recommendation's median
+    tokens/s over the configuration without it, minus 1; None where that did not run) and whether
+    that worth lies inside the measured noise (results.within_noise: one process against the median)."""
     recs = rep.evidence["ablation"]
     if not recs:
         return None, []
     key, batch = recs[0]["stage"], recs[0]["batch_size"]
     full = rep.rec(key, batch) or next((r for r in rep.evidence["sweep"] if r["stage"] == key and r["batch_size"] == batch), None)
+    tps = results.throughputs(rep.decisions)
+    runs, floor = tps.get((key, batch)) or ([full["tokens_per_s"]] if _ok(full) else []), results.noise_floor(tps)
+    if runs:
+        full = {**full, "processes": results.spread(runs)}
     rows = []
     for r in recs:
-        worth = full["tokens_per_s"] / r["tokens_per_s"] - 1 if _ok(full) and _ok(r) else None
-        rows.append({"lever": r.get("lever") or r.get("variant", "").removeprefix("without "), "record": r, "worth": worth})
+        ran = bool(runs) and _ok(r)
+        rows.append({"lever": r.get("lever") or r.get("variant", "").removeprefix("without "), "record": r,
+                     "worth": full["processes"]["median"] / r["tokens_per_s"] - 1 if ran else None,
+                     "within_noise": results.within_noise(runs, [r["tokens_per_s"]], floor) if ran else None})
     # A lever of the configuration whose run is missing (a measurement stopped early) is a row that says so.
     done = {row["lever"] for row in rows}
     rows += [{"lever": name, "record": {"status": "not_measured", "reason": "not measured: no record of this run"},
@@ -139,18 +146,22 @@ def ablation_html(rep: Report) -> str:
     full, rows = ablation_rows(rep)
     if not rows:
         return none("The leave-one-out ablation was not measured for this report.")
-    shown = [{"removed": "nothing (the recommendation)", "tok/s": f"{full['tokens_per_s']:,.0f}" if _ok(full) else "",
+    p = (full or {}).get("processes")
+    shown = [{"removed": "nothing (the recommendation)",
+              "tok/s": (f"{p['median']:,.0f}" + (f" (median of {p['n']} processes)" if p["n"] > 1 else "")) if p else "",
               "the lever's worth": "", "allocator GiB": gib(full.get("mem_allocator_bytes")) if full else ""}]
     for row in rows:
         r = row["record"]
         shown.append({"removed": row["lever"],
                       "tok/s": f"{r['tokens_per_s']:,.0f}" if _ok(r) else r["status"].upper().replace("_", " "),
-                      "the lever's worth": f"{row['worth'] * 100:+.1f} %" if row["worth"] is not None else
+                      "the lever's worth": (f"{row['worth'] * 100:+.1f} %" + (" (within noise)" if row["within_noise"] else ""))
+                      if row["worth"] is not None else
                       ("does not fit at this batch without it" if r["status"] == "oom" else short(r.get("reason"))),
                       "allocator GiB": gib(r.get("mem_allocator_bytes"))})
     return table(shown) + ('<p class="note">Each lever switched off alone at the recommendation\'s micro-batch, one '
-                           "process each (compare with the noise floor of the repeats); its worth is the recommendation's "
-                           "tokens/s over the configuration without it, minus one.</p>")
+                           "process each; its worth is the recommendation's median tokens/s over the configuration without it, "
+                           "minus one, and \"within noise\" where that lies inside the measured process-to-process "
+                           "spread.</p>")
 
 
 def recipe_finding(rep: Report) -> str | None:

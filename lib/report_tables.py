@@ -98,9 +98,10 @@ def switch_md(key: str) -> str:
 
 def appendix_md(rep: Report) -> str:
     blocks = []
-    for key in rep.stage_order:
+    for above, key in zip([None, *rep.stage_order], rep.stage_order):
         st = stages.get(key)
-        added_to = f" (added to {stages.get(st.base).title}, not to the stage above)" if st.base else ""
+        added_to = (f" (added to {stages.get(st.base).title}, not to the stage above)"
+                    if st.base and st.base != above else "")
         blocks.append(f"**{st.title}** — {st.lever}{added_to}\n\n```python\n{st.switch}\n```")
     return "\n\n".join(blocks)
 

@@ -262,21 +262,28 @@ def test_the_recipe_sides_are_measured_in_one_run(tmp_path, monkeypatch):
 def test_ablation_worth_is_the_ratio_of_throughputs(tmp_path):
     p = tiny_params()
     full = make_record(p, "fused", 2, times_ms=[100.0] * 5, losses=[5.0] * 6)  # 1,280 tok/s
+    # Two more processes of the recommendation: the worth is taken against the median (1,280 tok/s)
+    # and a lever inside their 2 % spread is "within noise".
+    repeats = [{**full, "variant": "repeat", "tokens_per_s": tps} for tps in (1254.4, 1292.8)]
     without = []
-    for lever, ms, status in (("fused AdamW", [125.0] * 5, "ok"), ("SDPA attention", None, "oom")):
+    for lever, ms, status in (("fused AdamW", [125.0] * 5, "ok"), ("SDPA attention", None, "oom"),
+                              ("TF32", [101.0] * 5, "ok")):
         r = make_record(p, "fused", 2, times_ms=ms, losses=[5.0] * 6 if ms else None, status=status,
                         reason=None if ms else "out of memory")
         r.update(variant=f"without {lever}", lever=lever)
         without.append(r)
-    rep = type("Rep", (), {"evidence": {"ablation": without, "sweep": []}, "rec": lambda self, s, b: full})()
+    rep = type("Rep", (), {"evidence": {"ablation": without, "sweep": []}, "rec": lambda self, s, b: full,
+                           "decisions": [full, *repeats]})()
     got_full, rows = frontier_view.ablation_rows(rep)
-    assert got_full is full
+    assert got_full["processes"]["n"] == 3 and got_full["processes"]["median"] == pytest.approx(1280.0)
     assert rows[0]["worth"] == pytest.approx(0.25) and rows[1]["worth"] is None
+    assert rows[2]["worth"] == pytest.approx(0.01) and rows[2]["within_noise"] and not rows[0]["within_noise"]
     html = frontier_view.ablation_html(rep)
     assert "+25.0 %" in html and "does not fit at this batch without it" in html
+    assert "+1.0 % (within noise)" in html and "1,280 (median of 3 processes)" in html
     # The fused stage's other levers were never run: each is a row that says so, not a silent gap.
     missing = [r["lever"] for r in rows if r["record"]["status"] == "not_measured"]
-    assert missing == ["TF32", "BF16 autocast", "padded vocabulary"]
+    assert missing == ["BF16 autocast", "padded vocabulary"]
     assert "NOT MEASURED" in html
 
 

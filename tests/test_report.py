@@ -252,6 +252,15 @@ def test_appendix_shows_every_stage_switch(tmp_path):
     assert 'set_float32_matmul_precision("highest")' in text and 'set_float32_matmul_precision("high")' in text
 
 
+def test_appendix_names_a_base_only_where_it_is_not_the_stage_above(tmp_path):
+    rep = build(tmp_path, stage_keys=("fp32", "compile", "fp8_torchao", "bf16_residual", "loss_only"))
+    text = report_tables.appendix_md(rep)
+    assert "**BF16 residual stream** — " in text and "(added to torch.compile, not to the stage above)" in text
+    # Only the BF16 residual stream, which follows torchao's FP8 but is added to torch.compile; FP8 (torchao)
+    # sits right below torch.compile and the loss-only forward right below the BF16 residual stream.
+    assert text.count("not to the stage above") == 1
+
+
 def test_failures_md_lists_notebook_failures_and_error_rows(tmp_path):
     def err(params):
         return [make_record(params, "tf32", 2, status="error", reason="segfault")]
@@ -302,3 +311,18 @@ def test_a_lever_whose_previous_stage_was_not_measured_is_not_credited_anywhere(
     assert "not judged" in recommendation_for(rep, "Vocab padded to 50304")
     effects = compare.lever_effects({"a": rep})
     assert effects.isna().all().all()
+
+
+def test_the_recommended_code_compiles_the_model_after_converting_it(tmp_path):
+    """torchao converts the lm_head before torch.compile wraps the model (step.build's order), so the
+    listing a reader copies does the same, whatever order the stages added the levers in."""
+    from lib import sweep_view
+
+    def faster(params):  # the FP8 lm_head the fastest, its loss the fp32 baseline's
+        return [make_record(params, k, b, [BASE_MS / (8 + i)] * 5, LOSSES, mem_bytes=2**30)
+                for i, k in enumerate(("vocab", "compile", "loss_only", "fp8_head")) for b in BATCHES]
+
+    rep = build(tmp_path, stage_keys=("fp32", "tf32", "vocab", "compile", "loss_only", "fp8_head"), extra=faster)
+    text = sweep_view.recommended_md(rep)
+    assert text.startswith("**FP8 lm_head (torchao) at B=")
+    assert text.index("convert_to_float8_training") < text.index("torch.compile(model)")
