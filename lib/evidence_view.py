@@ -1,6 +1,6 @@
 """*How the evidence reads*: the tables and charts behind each chapter's explanation (memory
 layers, sequence-length sweep, lm_head GEMM sweep and kernels, kernel-time profiles, energy,
-batch sweep, recommended configuration), computed from a report folder's records only."""
+batch sweep, recommended configuration, DDP scaling), computed from a report folder's records only."""
 from __future__ import annotations
 
 import html
@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 
 from . import kernel_categories, stages
-from .report import GiB, Report, gib
+from .report import GiB, Report, best_single_gpu, gib, pct, scaling_curve, tok
 from .report_charts import save, style
 
 OK = ("ok", "diverged")
@@ -326,3 +326,31 @@ def energy_html(rep: Report) -> str:
     order = {k: i for i, k in enumerate(rep.stage_order)}
     rows.sort(key=lambda x: (order[next(k for k in rep.stage_order if stages.get(k).title == x["Stage"])], x["B"]))
     return table(rows)
+
+
+# ---------------------------------------------------------------- DDP scaling
+
+def ddp_curve_html(rep: Report) -> str:
+    """The scaling curve as a table (report.scaling_curve), under a line that names the single-GPU
+    configuration every efficiency divides by."""
+    curve, single = scaling_curve(rep), best_single_gpu(rep)
+    if not curve:
+        return none("No multi-GPU measurement with a timing in this report, so no scaling curve: a host with "
+                    "one GPU cannot measure one; a run on a host with several, resumed into this folder, adds its point.")
+    ref = (f"{stages.get(single['stage']).title} at B={single['batch_size']} on one GPU, {single['tokens_per_s']:,.0f} "
+           "tokens/s, " + ("the recommended configuration (the median of its processes)" if single["recommended"]
+                           else "the fastest single-GPU configuration measured (no stage's loss could be verified)"))
+    rows = []
+    for p in curve:
+        title = stages.get(p["stage"]).title if p["stage"] in stages.STAGES else (p["stage"] or "the best setting")
+        config = f"{title}, B={p['per_gpu_batch']}" + (" per GPU" if p["gpus"] > 1 else "")
+        if not p["same_config"]:
+            config += ' <span class="warn">(not the 1-GPU configuration)</span>'
+        rows.append({"GPUs": f"{p['gpus']}" + (f" ({p['nnodes']} nodes)" if p["nnodes"] > 1 else ""),
+                     "configuration": config, "tok/s": tok(p["tokens_per_s"]),
+                     "tok/s per GPU": tok(p["per_gpu_tokens_per_s"]), "× 1 GPU": f"{p['speedup']:.2f}×",
+                     "efficiency<br><small>vs the 1-GPU row</small>": pct(p["efficiency"]),
+                     "efficiency<br><small>vs one rank of the job</small>": pct(p["one_rank_efficiency"]) if p["gpus"] > 1 else "",
+                     "all-reduce<br><small>share of the step</small>": pct(p["allreduce_share"]) if p["gpus"] > 1 else "none"})
+    return (f"<p>Efficiency = tokens/s ÷ (GPUs × the 1-GPU row): {html.escape(ref)}. The all-reduce's share is "
+            "1 − step time without gradient synchronisation ÷ step time with it, on the same ranks.</p>" + table(rows))

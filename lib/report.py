@@ -7,6 +7,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from . import data, kernel_categories, results, stages
@@ -53,6 +54,10 @@ def load(report_dir) -> Report:
     # DDP runs at whatever batch the best single-GPU configuration had (the sweep's, maybe).
     records = [r for r in records if r["stage"] in order
                and (r["batch_size"] in params["run"]["batch_sizes"] or stages.is_multi_gpu(r["stage"]))]
+    # A one-GPU host's 'not applicable' DDP row has nothing to say once a host with more GPUs,
+    # resumed into the same folder, has measured the stage.
+    measured = {r["stage"] for r in records if stages.is_multi_gpu(r["stage"]) and r["status"] in results.TIMED}
+    records = [r for r in records if not (r["stage"] in measured and r["status"] == results.Status.NOT_APPLICABLE)]
     decisions = results.decision_records(d / "results")
     noise = results.loss_noise(decisions)
     df = results.table(records, order, params["run"]["loss_tolerance"], noise)
@@ -108,3 +113,51 @@ def recommended(rep: Report) -> dict | None:
     return results.best_config(rep.decisions, rep.params)
 
 
+def widest(rows: pd.DataFrame) -> pd.Series:
+    """Of a multi-GPU stage's rows, the one with the most GPUs: the figure a summary quotes (the
+    stage's chapter draws every GPU count, scaling_curve)."""
+    return rows.loc[rows["world_size"].astype(float).idxmax()]
+
+
+def best_single_gpu(rep: Report) -> dict | None:
+    """What a DDP point is judged against: the recommended configuration on one GPU (the median
+    over its processes) or, in a report where no stage's loss could be verified, the fastest
+    single-GPU configuration measured (`recommended` False). None when nothing ran on one GPU."""
+    best = recommended(rep)
+    if best is not None:
+        return {"stage": best["stage"], "batch_size": best["batch_size"], "tokens_per_s": best["processes"]["median"],
+                "recommended": True}
+    medians = {key: float(np.median(v)) for key, v in results.throughputs(rep.decisions).items()}
+    if not medians:
+        return None
+    (stage, batch), tps = max(medians.items(), key=lambda kv: kv[1])
+    return {"stage": stage, "batch_size": batch, "tokens_per_s": tps, "recommended": False}
+
+
+def scaling_curve(rep: Report) -> list[dict]:
+    """The data-parallel scaling curve, one row per GPU count, fewest first: the best single-GPU
+    configuration itself as the 1-GPU point, then every timed multi-GPU record of the folder (one
+    per GPU count, whichever hosts measured them). Each gets its speed-up over that configuration
+    and efficiency = tokens/s / (GPUs x its tokens/s); 100 % is perfect weak scaling, each GPU
+    keeping its own batch. A point that replicates another configuration (the DDP stage skips one
+    that leaves too little memory for DDP's buffers) says so in `same_config`. Empty without a
+    timed multi-GPU record or a single-GPU configuration to judge it against."""
+    single = best_single_gpu(rep)
+    # the runner keeps one record per GPU count; of two left in a folder by hand, the later file wins
+    multi = {int(r["world_size"]): r for r in rep.records
+             if stages.is_multi_gpu(r["stage"]) and r["status"] == results.Status.OK and (r.get("world_size") or 0) > 1}
+    if single is None or not multi:
+        return []
+    ref = single["tokens_per_s"]
+    rows = [{"gpus": 1, "nnodes": 1, "per_gpu_batch": single["batch_size"], "stage": single["stage"],
+             "tokens_per_s": ref, "per_gpu_tokens_per_s": ref, "speedup": 1.0, "efficiency": 1.0,
+             "allreduce_share": None, "one_rank_efficiency": None, "same_config": True}]
+    for gpus, r in sorted(multi.items()):
+        one_rank = r.get("efficiency_reference") == "one rank of this DDP job"
+        rows.append({"gpus": gpus, "nnodes": r.get("nnodes") or 1, "per_gpu_batch": r["batch_size"],
+                     "stage": r.get("base_stage"), "tokens_per_s": r["tokens_per_s"],
+                     "per_gpu_tokens_per_s": r["tokens_per_s"] / gpus, "speedup": r["tokens_per_s"] / ref,
+                     "efficiency": r["tokens_per_s"] / (gpus * ref), "allreduce_share": r.get("allreduce_share"),
+                     "one_rank_efficiency": r.get("scaling_efficiency") if one_rank else None,
+                     "same_config": (r.get("base_stage"), r["batch_size"]) == (single["stage"], single["batch_size"])})
+    return rows

@@ -1,11 +1,11 @@
-"""*How the report reads*, its charts: throughput, memory, step-time spread and loss curves,
-saved under the report's figures/ as they are drawn."""
+"""*How the report reads*, its charts: throughput, memory, step-time spread, loss curves and the
+DDP scaling curve, saved under the report's figures/ as they are drawn."""
 from __future__ import annotations
 
 import numpy as np
 
 from . import stages
-from .report import GiB, Report
+from .report import GiB, Report, scaling_curve
 
 def style():
     import matplotlib.pyplot as plt
@@ -109,7 +109,8 @@ def _plot_multi_gpu_losses(rep: Report, stage: str):
     rank 0 trains on the same batches, but each update uses every rank's gradients."""
     plt = style()
     fig, ax = plt.subplots(figsize=(6, 2.9))
-    rec = next((r for r in rep.records if r["stage"] == stage and r.get("losses")), None)
+    rec = max((r for r in rep.records if r["stage"] == stage and r.get("losses")),  # the most GPUs measured
+              key=lambda r: r.get("world_size") or 0, default=None)
     base = rec and next((r for r in rep.decisions
                          if r["stage"] == rec.get("base_stage") and r["batch_size"] == rec["batch_size"]
                          and r.get("variant") in (None, "batch sweep") and r.get("losses")), None)
@@ -125,6 +126,44 @@ def _plot_multi_gpu_losses(rep: Report, stage: str):
     ax.set_ylabel("training loss (nats)")
     fig.tight_layout()
     return save(fig, rep, f"loss_{stage}")
+
+
+def plot_ddp_scaling(rep: Report):
+    """The DDP scaling curve (report.scaling_curve) against GPU count: tokens/s beside the ideal
+    (GPUs x the best single-GPU configuration), and the efficiency beside 100 %, each multi-GPU
+    point labelled with the all-reduce's share of its step. None, and no figure, without a
+    multi-GPU point (the chapter's table says so)."""
+    curve = scaling_curve(rep)
+    if not curve:
+        return None
+    plt = style()
+    gpus = [p["gpus"] for p in curve]
+    fig, (speed, eff) = plt.subplots(1, 2, figsize=(9, 3.2))
+    counts = np.geomspace(1, gpus[-1], 64)  # dense: on the log axis below the ideal is a curve
+    speed.plot(counts, counts * curve[0]["tokens_per_s"], color="grey", lw=0.8, ls="--", label="ideal: GPUs × one GPU")
+    speed.plot(gpus, [p["tokens_per_s"] for p in curve], color="C0", marker="o", label="measured")
+    speed.set_ylabel("tokens / s (all GPUs)")
+    speed.yaxis.set_major_formatter(plt.FuncFormatter(lambda v, _: f"{v:,.0f}"))
+    speed.set_ylim(bottom=0)
+    values = [p["efficiency"] * 100 for p in curve]
+    eff.axhline(100, color="grey", lw=0.8, ls="--", label="ideal: 100 %")
+    eff.plot(gpus, values, color="C3", marker="o", label="tokens/s ÷ (GPUs × one GPU)")
+    for p, v in zip(curve[1:], values[1:]):
+        if p["allreduce_share"] is not None:
+            eff.annotate(f"all-reduce {p['allreduce_share'] * 100:.1f} %", (p["gpus"], v), textcoords="offset points",
+                         xytext=(0, -12), ha="center", fontsize=7)
+    eff.set_ylabel("scaling efficiency (%)")
+    eff.set_ylim(0, max(110, max(values) + 10))
+    for ax in (speed, eff):
+        ax.set_xscale("log", base=2)  # 1, 2, 4, 8 evenly spaced
+        ax.set_xticks(gpus, [str(g) for g in gpus])
+        ax.minorticks_off()
+        ax.set_xlabel("GPUs")
+    speed.legend(frameon=False, fontsize=7, loc="upper left")
+    eff.legend(frameon=False, fontsize=7, loc="lower left")
+    fig.suptitle("Data-parallel scaling against the best single-GPU configuration", fontsize=10)
+    fig.tight_layout()
+    return save(fig, rep, "ddp_scaling")
 
 
 def plot_losses(rep: Report, stage: str | None = None):

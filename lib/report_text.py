@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 
 from . import data, fidelity_view, frontier_view, results, stages
-from .report import CV_LIMIT, Report, gib, recommended, short, span, speedups
+from .report import CV_LIMIT, Report, gib, recommended, short, span, speedups, widest
 
 def method_md(rep: Report) -> str:
     r, m = rep.params["run"], rep.params["model"]
@@ -186,7 +186,7 @@ def findings(rep: Report) -> list[str]:
         st = stages.get(key)
         effect = results.lever_effect(rep.df, key)
         if st.multi_gpu and not ok[ok["stage"] == key].empty:
-            out.append(_ddp_finding(st, ok[ok["stage"] == key].iloc[0]))
+            out.append(_ddp_finding(st, widest(ok[ok["stage"] == key])))
             continue
         ran = not ok[ok["stage"] == key].empty
         if effect["values"].empty and (not ran or not effect["previous_measured"]):
@@ -290,7 +290,7 @@ def recommendations(rep: Report) -> list[str]:
         delta = rep.df[rep.df["stage"] == key]["loss_gap"].dropna()
         multi = rep.ok()[rep.ok()["stage"] == key] if st.multi_gpu else None
         if multi is not None and not multi.empty:  # judged against one GPU at its own setting, not the stage before
-            r = multi.iloc[0]
+            r = widest(multi)
             eff = "" if pd.isna(r["scaling_efficiency"]) else f" at {r['scaling_efficiency'] * 100:.1f} % scaling efficiency"
             out.append(f"**{st.title}**: adopt to train faster with more GPUs: {int(r['world_size'])} GPUs give "
                        f"{r['tokens_per_s']:,.0f} tokens/s{eff}.")
@@ -379,9 +379,9 @@ def stage_summary(rep: Report, key: str) -> str:
     parts.append(f"Best throughput {best['tokens_per_s']:,.0f} tokens/s at B={best['batch_size']}"
                  + (f" (MFU {best['mfu'] * 100:.1f} % of the {best['peak_precision']} peak)." if not pd.isna(best["mfu"]) else "."))
     if st.multi_gpu:
-        r = ok.iloc[0]
+        r = widest(ok)
         eff = "n/a" if pd.isna(r["scaling_efficiency"]) else f"{r['scaling_efficiency'] * 100:.1f} %"
-        parts.append(f"{int(r['world_size'])} GPUs at B={r['batch_size']} per GPU: {r['tokens_per_s']:,.0f} tokens/s "
+        parts.append(f"{'The most GPUs measured, ' if len(ok) > 1 else ''}{int(r['world_size'])} GPUs at B={r['batch_size']} per GPU: {r['tokens_per_s']:,.0f} tokens/s "
                      f"in all, {r['per_gpu_tokens_per_s']:,.0f} per GPU; **scaling efficiency {eff}** against "
                      f"{efficiency_reference(r)}; the gradient all-reduce costs **{r['allreduce_share'] * 100:.1f} %** of "
                      "the step (step time with and without gradient synchronisation).")

@@ -50,8 +50,9 @@ def base_record(params: dict, stage, batch: int) -> dict:
             "timed_steps": params["run"]["timed_steps"], "peak_precision": stage.peak}
 
 
-def record_path(out_dir, stage: str, batch: int) -> Path:
-    return Path(out_dir) / f"{stage}__b{batch}.json"
+def record_path(out_dir, stage: str, batch: int, gpus: int | None = None) -> Path:
+    """<stage>__b<batch>.json; a multi-GPU record adds its GPU count (__g<N>): hosts of 2, 4, 8 GPUs share a folder."""
+    return Path(out_dir) / (f"{stage}__b{batch}" + (f"__g{gpus}" if gpus else "") + ".json")
 
 
 def write_atomic(path, record: dict) -> None:
@@ -131,8 +132,7 @@ def load_records(results_dir) -> list[dict]:
     for path in sorted(Path(results_dir).glob("*.json")):
         rec = json.loads(path.read_text())
         if rec.get("schema_version") != SCHEMA_VERSION:
-            raise ValueError(f"{path}: schema version {rec.get('schema_version')}, "
-                             f"this code reads {SCHEMA_VERSION}")
+            raise ValueError(f"{path}: schema version {rec.get('schema_version')}, this code reads {SCHEMA_VERSION}")
         out.append(rec)
     return out
 

@@ -1,6 +1,7 @@
 """*What launches* each measurement: one fresh Python process per (stage, batch) configuration,
-its result written atomically to <report>/results/<stage>__b<batch>.json. A process that dies
-(segfault, killed kernel) still leaves a result: an error record with the end of its stderr."""
+its result written atomically to <report>/results/<stage>__b<batch>.json (the DDP stage's adds
+__g<GPUs>). A process that dies (segfault, killed kernel) still leaves a result: an error record
+with the end of its stderr."""
 from __future__ import annotations
 
 import json
@@ -276,12 +277,26 @@ def _launch_args(launch: dict | None, job: dict, timeout_s: float) -> list[str]:
             f"--rdzv_conf=join_timeout={wait},read_timeout={wait}"]
 
 
+def _ddp_gpus(path: Path) -> int | None:
+    """The GPU count of a DDP record: from its name (__g<N>), or, for a record named before the
+    count was (ddp__b<B>.json, as committed reports hold), its world size; None when unknown
+    (an error or 'not applicable' record of that kind)."""
+    named = re.search(r"__g(\d+)\.json$", path.name)
+    if named:
+        return int(named.group(1))
+    try:
+        return json.loads(path.read_text()).get("world_size")
+    except (OSError, ValueError):
+        return None
+
+
 def run_ddp(params: dict, report_dir, nproc: int | None = None, timeout_s: float = 1800,
             force: bool = False, launch: dict | None = None) -> dict | None:
     """The multi-GPU stage: torchrun with one process per GPU, at the best single-GPU
     configuration measured so far (results.best_config: fastest, loss verified), its per-GPU
     batch fixed. `nproc` forces a process count (the CPU test runs 2 gloo processes); otherwise
-    it is the host's GPU count.
+    it is the host's GPU count. The record is named by its GPU count (NNODES x nproc), so a folder
+    keeps one per count: the points of the report's scaling curve.
 
     `launch` (config.check_launch; None: this host alone) may make this one node of several:
     every node runs `make report` with the same inputs, its own NODE_RANK and the same RDZV, and
@@ -307,9 +322,17 @@ def run_ddp(params: dict, report_dir, nproc: int | None = None, timeout_s: float
         best = max(ran, key=lambda r: r["tokens_per_s"]) if ran else None
     base_key = best["stage"] if best else "vocab"
     batch = best["batch_size"] if best else params["run"]["batch_sizes"][0]
-    out = results.record_path(report_dir / "results", "ddp", batch)
+    # One record per GPU count, so hosts with 2, 4 and 8 GPUs resumed into one folder each add
+    # their point to the scaling curve; what this run supersedes is this count's record at another
+    # batch and an old-style record whose count is unknown.
+    gpus = (nproc or env["device"].get("count", 1)) * nnodes
+    out = results.record_path(report_dir / "results", "ddp", batch, gpus=gpus)
     for old in (report_dir / "results").glob("ddp__b*.json"):
-        if old != out:
+        if old == out or _ddp_gpus(old) not in (gpus, None):
+            continue
+        if old == results.record_path(out.parent, "ddp", batch) and not out.exists():
+            old.rename(out)  # named before the count was: its fingerprint below still decides whether it is kept
+        else:
             old.unlink()
     fp = results.fingerprint(params, env, stage, batch) + f"-{base_key}-n{nproc or env['device'].get('count', 1)}" \
         + (f"-nodes{nnodes}" if nnodes > 1 else "")

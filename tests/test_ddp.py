@@ -1,12 +1,16 @@
 """The multi-GPU stage on the CPU: torchrun with 2 gloo processes must produce a valid row,
-and on a single device the stage is a 'not applicable' row."""
+and on a single device the stage is a 'not applicable' row. Records of different GPU counts
+(2 and 3 gloo processes here, hosts of 2, 4 and 8 GPUs on real hardware) share a report folder
+and make the chapter's scaling curve."""
 from __future__ import annotations
 
 import math
 
 import pytest
+from conftest import make_record, tiny_params, write_report_dir
 
-from lib import config, runner
+from lib import config, report, report_charts, report_text, results, runner, stages
+from lib.evidence_view import ddp_curve_html
 
 
 @pytest.fixture(scope="module")
@@ -92,3 +96,130 @@ def test_two_nodes_meet_at_the_rendezvous_and_only_node_zero_writes_the_record(v
     assert list((node_dirs[0] / "results").glob("ddp__b*.json"))
     assert outcome[1] is None, outcome[1]
     assert not list((node_dirs[1] / "results").glob("ddp__b*.json"))
+
+
+# ---------------------------------------------------------------- the scaling curve
+
+SINGLE_TPS = 10_000.0  # the synthetic vocab stage below: B=4 x T=64 tokens in 25.6 ms
+
+
+def _single_gpu_report(tmp_path, ddp_records=()):
+    """A report folder whose recommended configuration is vocab at B=4 on one GPU (10,000 tokens/s;
+    the vocab stage is the baseline, so its loss counts as verified), plus `ddp_records` written
+    under the file names given: [(file name, record)]."""
+    params = tiny_params(["vocab", "ddp"], batch_sizes=(4,))
+    steps = params["run"]["warmup_steps"] + params["run"]["timed_steps"]
+    single = make_record(params, "vocab", 4, times_ms=[25.6] * 5, losses=[5.0] * steps)
+    report_dir = write_report_dir(tmp_path / "rep", params, [single])
+    for name, rec in ddp_records:
+        results.write_atomic(report_dir / "results" / name, rec)
+    return report_dir, params
+
+
+def _ddp_record(params, gpus: int, tokens_per_s: float, allreduce_share: float, one_rank_efficiency=None) -> dict:
+    """A DDP record as lib/ddp.py writes one (vocab replicated at B=4 per GPU), with chosen figures."""
+    rec = results.base_record(params, stages.get("ddp"), 4)
+    rec.update(fingerprint=f"synthetic-n{gpus}", world_size=gpus, nnodes=1, per_gpu_batch=4, base_stage="vocab",
+               tokens_per_s=tokens_per_s, per_gpu_tokens_per_s=tokens_per_s / gpus, median_ms=4 * 64 * gpus / tokens_per_s * 1e3,
+               allreduce_share=allreduce_share, backend_dist="nccl", single_gpu_tokens_per_s=SINGLE_TPS,
+               one_rank_tokens_per_s=None, scaling_efficiency=one_rank_efficiency,
+               efficiency_reference="one rank of this DDP job" if one_rank_efficiency else None)
+    return rec
+
+
+def test_the_scaling_curve_has_one_point_per_gpu_count_against_the_best_single_gpu_configuration(tmp_path):
+    """2, 4 and 8 GPUs at 19,000, 36,000 and 64,000 tokens/s against 10,000 on one GPU: speed-ups
+    1.9, 3.6 and 6.4, efficiencies 19,000 / (2 x 10,000) = 95 %, 36,000 / 40,000 = 90 %, 64,000 /
+    80,000 = 80 %. The 2-GPU record keeps the name committed reports use (ddp__b4.json)."""
+    params = tiny_params(["vocab", "ddp"], batch_sizes=(4,))
+    report_dir, _ = _single_gpu_report(tmp_path, [
+        ("ddp__b4.json", _ddp_record(params, 2, 19_000.0, 0.02, one_rank_efficiency=0.97)),
+        (results.record_path(".", "ddp", 4, gpus=4).name, _ddp_record(params, 4, 36_000.0, 0.05)),
+        (results.record_path(".", "ddp", 4, gpus=8).name, _ddp_record(params, 8, 64_000.0, 0.12))])
+    rep = report.load(report_dir)
+    curve = report.scaling_curve(rep)
+    assert [p["gpus"] for p in curve] == [1, 2, 4, 8]
+    assert [p["tokens_per_s"] for p in curve] == pytest.approx([10_000, 19_000, 36_000, 64_000])
+    assert [p["speedup"] for p in curve] == pytest.approx([1.0, 1.9, 3.6, 6.4])
+    assert [p["efficiency"] for p in curve] == pytest.approx([1.0, 0.95, 0.90, 0.80])
+    assert [p["per_gpu_tokens_per_s"] for p in curve] == pytest.approx([10_000, 9_500, 9_000, 8_000])
+    assert [p["allreduce_share"] for p in curve] == [None, 0.02, 0.05, 0.12]
+    assert [p["per_gpu_batch"] for p in curve] == [4, 4, 4, 4] and all(p["same_config"] for p in curve)
+    # the one-rank efficiency the record carries stays beside the curve's, where it was measured
+    assert [p["one_rank_efficiency"] for p in curve] == [None, 0.97, None, None]
+    table = ddp_curve_html(rep)
+    assert all(f in table for f in ("95.0 %", "90.0 %", "80.0 %", "12.0 %", "6.40×", "10,000 tokens/s"))
+    assert "the recommended configuration" in table
+    assert report_charts.plot_ddp_scaling(rep) is not None and (report_dir / "figures" / "ddp_scaling.png").exists()
+    # the summary quotes the most GPUs measured
+    assert "The most GPUs measured, 8 GPUs" in report_text.stage_summary(rep, "ddp")
+
+
+def test_one_multi_gpu_count_still_draws_a_curve_and_none_says_so(tmp_path):
+    params = tiny_params(["vocab", "ddp"], batch_sizes=(4,))
+    one, _ = _single_gpu_report(tmp_path / "one", [(results.record_path(".", "ddp", 4, gpus=2).name,
+                                                    _ddp_record(params, 2, 15_000.0, 0.1))])
+    rep = report.load(one)
+    assert [(p["gpus"], p["efficiency"]) for p in report.scaling_curve(rep)] == [(1, 1.0), (2, pytest.approx(0.75))]
+    assert report_charts.plot_ddp_scaling(rep) is not None and (one / "figures" / "ddp_scaling.png").exists()
+
+    not_applicable = results.base_record(params, stages.get("ddp"), 4)
+    not_applicable.update(status="not_applicable", reason="one GPU on this host: data parallelism needs two or more GPUs")
+    none, _ = _single_gpu_report(tmp_path / "none", [(results.record_path(".", "ddp", 4, gpus=1).name, not_applicable)])
+    rep = report.load(none)
+    assert report.scaling_curve(rep) == []
+    assert report_charts.plot_ddp_scaling(rep) is None and not (none / "figures" / "ddp_scaling.png").exists()
+    assert "no scaling curve" in ddp_curve_html(rep)
+    assert "not applicable" in report_text.stage_summary(rep, "ddp")
+
+
+def test_a_run_with_another_gpu_count_keeps_the_records_of_the_others(tmp_path):
+    """This CPU is one device, so the DDP stage writes its 'not applicable' record (for 1 GPU): the
+    records of 2 GPUs (old-style name) and 4 GPUs stay, an old-style record whose count is unknown
+    gives way, and the report shows the measured rows, not the one-GPU host's 'not applicable'."""
+    params = tiny_params(["vocab", "ddp"], batch_sizes=(4,))
+    unknown = results.base_record(params, stages.get("ddp"), 2)
+    unknown.update(status="error", reason="an old failure, named before the GPU count was")
+    report_dir, _ = _single_gpu_report(tmp_path, [
+        ("ddp__b4.json", _ddp_record(params, 2, 19_000.0, 0.02)),
+        (results.record_path(".", "ddp", 4, gpus=4).name, _ddp_record(params, 4, 36_000.0, 0.05)),
+        ("ddp__b2.json", unknown)])
+    rec = runner.run_ddp(params, report_dir)
+    assert rec["status"] == "not_applicable"
+    names = sorted(p.name for p in (report_dir / "results").glob("ddp__*.json"))
+    assert names == ["ddp__b4.json", "ddp__b4__g1.json", "ddp__b4__g4.json"]
+    rep = report.load(report_dir)
+    assert [p["gpus"] for p in report.scaling_curve(rep)] == [1, 2, 4]
+    assert sorted(r["status"] for r in rep.records if r["stage"] == "ddp") == ["ok", "ok"]
+    # A record of this GPU count under its old-style name, as an earlier run left it, is resumed
+    # under the new name (its fingerprint still decides), not measured again beside it.
+    res = report_dir / "results"
+    (res / "ddp__b4.json").unlink()
+    (res / "ddp__b4__g1.json").unlink()
+    earlier = {**rec, "marker": "written by an earlier run"}
+    results.write_atomic(res / "ddp__b4.json", earlier)
+    assert runner.run_ddp(params, report_dir) == earlier
+    assert sorted(p.name for p in res.glob("ddp__*.json")) == ["ddp__b4__g1.json", "ddp__b4__g4.json"]
+
+
+def test_two_and_three_gloo_processes_land_in_one_report_and_draw_the_curve(ddp_run, vocab_report):
+    """The 2-process run of ddp_run, then 3 processes into the same folder: both records stay, and
+    the curve runs 1, 2, 3 against the vocab stage's single-process row (the report's baseline
+    here, so it is the recommended configuration)."""
+    report_dir, params, single = vocab_report
+    _, two, _ = ddp_run
+    three = runner.run_ddp(params, report_dir, nproc=3)
+    assert three["status"] == "ok", three.get("reason")
+    assert three["world_size"] == 3 and two["world_size"] == 2
+    assert results.record_path(report_dir / "results", "ddp", two["batch_size"], gpus=2).exists()
+    assert results.record_path(report_dir / "results", "ddp", three["batch_size"], gpus=3).exists()
+    results.write_atomic(report_dir / "params.json", {**params, "stages": ["vocab", "ddp"]})
+    rep = report.load(report_dir)
+    curve = report.scaling_curve(rep)
+    assert [p["gpus"] for p in curve] == [1, 2, 3]
+    assert curve[0]["tokens_per_s"] == pytest.approx(single["tokens_per_s"])
+    for point, rec in zip(curve[1:], (two, three)):
+        assert point["tokens_per_s"] == pytest.approx(rec["tokens_per_s"])
+        assert point["efficiency"] == pytest.approx(rec["tokens_per_s"] / (rec["world_size"] * single["tokens_per_s"]))
+        assert point["allreduce_share"] == pytest.approx(rec["allreduce_share"])
+    assert report_charts.plot_ddp_scaling(rep) is not None
