@@ -58,7 +58,9 @@ def test_pipeline_measures_every_stage_of_params(pipeline_ok):
 def test_result_records_match_their_file_names(pipeline_ok):
     for path in pipeline_ok.results_dir.glob("*.json"):
         rec = read_json(path)
-        assert path.name == f"{rec['stage']}__b{rec['batch_size']}.json"
+        # A multi-GPU record also names its GPU count (one record per count: the scaling curve's points).
+        suffix = r"__g\d+" if stages.is_multi_gpu(rec["stage"]) else ""
+        assert re.fullmatch(rf"{rec['stage']}__b{rec['batch_size']}{suffix}\.json", path.name), path.name
         assert rec["profile"] == "cpu"
 
 
