@@ -3,10 +3,12 @@ chapter comes from its stage entry (stages.Stage.notebook); the chapters that ar
 listed here. A missing or shared notebook fails at import, never in the middle of a GPU run."""
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from . import stages
+from .config import UsageError
 from .paths import NOTEBOOKS
 
 
@@ -43,3 +45,24 @@ def order(stage_keys: list[str]) -> list[Chapter]:
     """A run's chapters: its single-GPU stages, the batch sweep, then its multi-GPU stages."""
     keys = stages.single_gpu(stage_keys) + ["batch_sweep"] + [k for k in stage_keys if stages.is_multi_gpu(k)]
     return [CHAPTERS[k] for k in keys]
+
+
+def parse(text: str) -> list[str]:
+    """CHAPTERS='batch_sweep autotune' -> those chapter keys, in the order given (duplicates
+    dropped); an unknown name is an error that lists the chapters."""
+    names = list(dict.fromkeys(p for p in re.split(r"[\s,]+", str(text).strip()) if p))
+    if not names:
+        raise UsageError("the chapter list is empty")
+    for n in names:
+        if n not in CHAPTERS:
+            raise UsageError(f"unknown chapter {n!r} (chapters: {', '.join(CHAPTERS)})")
+    return names
+
+
+def check_part_of(keys: list[str], stage_keys: list[str]) -> None:
+    """CHAPTERS may name only chapters of the run's own stage list."""
+    have = [c.key for c in order(stage_keys)]
+    absent = [k for k in keys if k not in have]
+    if absent:
+        raise UsageError(f"CHAPTERS names {', '.join(absent)}, not a chapter of this report "
+                         f"(its chapters: {', '.join(have)})")

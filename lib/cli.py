@@ -21,6 +21,8 @@ def main(argv=None) -> int:
                    help="batch sizes, e.g. '16 32 64' (default: the profile's)")
     r.add_argument("--stages", default=env.get("STAGES") or None,
                    help="measure only these stages, e.g. 'fp32 vocab ddp' (the first is the baseline)")
+    r.add_argument("--chapters", default=env.get("CHAPTERS") or None,
+                   help="measure only these chapters, in this order, e.g. 'batch_sweep autotune' (resuming the report)")
     r.add_argument("--override", action="store_true", default=env.get("OVERRIDE", "") not in ("", "0"),
                    help="run a profile on a device it does not name")
     r.add_argument("--reports", default=env.get("REPORTS") or None, help="reports folder (default: reports/)")
@@ -52,7 +54,8 @@ def main(argv=None) -> int:
         try:
             pipeline.check_inputs(given.get("GPU") or None, given.get("BATCHES") or None, given.get("STAGES") or None,
                                   given.get("REPORTS") or None, nnodes=given.get("NNODES") or None,
-                                  node_rank=given.get("NODE_RANK") or None, rdzv=given.get("RDZV") or None)
+                                  node_rank=given.get("NODE_RANK") or None, rdzv=given.get("RDZV") or None,
+                                  chapter_list=given.get("CHAPTERS") or None)
             return 0
         except (config.ConfigError, data.DataError) as e:
             print(f"error: {e}")

@@ -57,11 +57,14 @@ def _rel(path: Path) -> Path:
 
 
 def check_inputs(gpu: str | None, batches: str | None, stage_list: str | None, reports: str | None,
-                 nnodes: str | None = None, node_rank: str | None = None, rdzv: str | None = None):
+                 nnodes: str | None = None, node_rank: str | None = None, rdzv: str | None = None,
+                 chapter_list: str | None = None):
     """The inputs of a report that can be checked without the device: profile, batch sizes,
-    stages, reports folder, the DDP stage's nodes (config.check_launch). Returns (batch sizes or
-    None, stage keys or None)."""
+    stages, reports folder, the DDP stage's nodes (config.check_launch), the chapters to measure.
+    Returns (batch sizes or None, stage keys or None)."""
     parsed = (config.parse_batches(batches) if batches else None, config.parse_stages(stage_list) if stage_list else None)
+    if chapter_list:
+        chapters.parse(chapter_list)
     config.check_launch(nnodes, node_rank, rdzv)
     if gpu is not None:
         config.check_profile(gpu)
@@ -75,6 +78,7 @@ def report(args) -> int:
     else; every chapter reads that copy."""
     t_start = time.perf_counter()
     batches, stage_keys = check_inputs(args.gpu, args.batches, args.stages, args.reports)
+    only = chapters.parse(args.chapters) if getattr(args, "chapters", None) else None
     launch = config.check_launch(getattr(args, "nnodes", None), getattr(args, "node_rank", None),
                                  getattr(args, "rdzv", None))
     env = detect_environment()
@@ -85,11 +89,15 @@ def report(args) -> int:
     report_folder.create(root)
     report_dir = root / profile
     _lock = report_folder.take_lock(root, profile)  # noqa: F841 (held open until this process ends, however it ends)
-    earlier = []
-    if report_folder.same_setup(report_dir, params, env) and not args.force:
+    earlier, resume = [], report_folder.same_setup(report_dir, params, env) and not args.force
+    kept = []
+    if resume:
+        params["stages"], kept = report_folder.union_of_stages(report_dir, params["stages"])
+    if only:  # checked before anything in the folder moves
+        chapters.check_part_of(only, params["stages"])
+    if resume:
         print(f"resuming the {profile} report: configurations with valid results for this workload "
               f"and machine are kept (FORCE=1 re-measures everything)")
-        params["stages"], kept = report_folder.union_of_stages(report_dir, params["stages"])
         if kept:
             print(f"the report keeps the stages measured before: {', '.join(kept)}")
         earlier = report_folder.earlier_runs(report_dir)
@@ -104,7 +112,7 @@ def report(args) -> int:
     print(f"report {profile}: {dev['name']} ({dev['backend']}), stages {', '.join(params['stages'])}, "
           f"batch sizes {params['run']['batch_sizes']}, {manifest['tokens']:,} corpus tokens")
     failures, timings = measure_chapters(report_dir, params, args.force, t_start, earlier, draw=not args.measure_only,
-                                         launch=launch)
+                                         launch=launch, only=only)
     if args.measure_only:
         print(f"measured in {timings['total_s']:.0f} s; render the report with `make render GPU={profile}`"
               + (f" (REPORTS={report_dir.parent})" if report_dir.parent != ROOT / "reports" else ""))
@@ -127,23 +135,27 @@ def _write_run(report_dir: Path, params: dict, timings: dict, failures: list, ea
                draw_s: dict | None = None, started: str | None = None) -> None:
     run = {"profile": params["name"], "started": started or dt.datetime.now().isoformat(timespec="seconds"),
            "measure_only": draw_s is None, "completed": completed, "timings_s": timings, "failures": failures,
-           "earlier_runs": earlier}
+           "code": report_folder.code_version(), "command": report_folder.command(), "earlier_runs": earlier}
     if draw_s is not None:
         run["notebooks_s"] = draw_s
     results.write_atomic(report_dir / "run.json", run)
 
 
 def measure_chapters(report_dir: Path, params: dict, force: bool, t_start: float, earlier: list,
-                     draw: bool = False, launch: dict | None = None) -> tuple[list[str], dict]:
+                     draw: bool = False, launch: dict | None = None,
+                     only: list[str] | None = None) -> tuple[list[str], dict]:
     """Every chapter's measurements, in chapter order, in this process (one measurement launcher
-    for the whole run). run.json is written after every chapter, so a run stopped half-way still
-    accounts for itself. `launch` (config.check_launch) makes the DDP stage one node of several.
-    Returns (failures, seconds per chapter)."""
+    for the whole run); with `only` (CHAPTERS=), just those chapters, in the order given, so a host
+    with little time measures what matters first. run.json is written after every chapter, so a
+    run stopped half-way still accounts for itself. `launch` (config.check_launch) makes the DDP
+    stage one node of several. Returns (failures, seconds per chapter)."""
     from . import evidence, runner  # imported here: rendering never needs the launcher
 
     failures, timings = [], {}
     started = dt.datetime.now().isoformat(timespec="seconds")
     order = chapters.order(params["stages"])
+    if only:
+        order = [chapters.CHAPTERS[k] for k in only]
     for i, chapter in enumerate(order, 1):
         t0 = time.perf_counter()
         print(f"[measure {i}/{len(order)}] {chapter.title}", flush=True)

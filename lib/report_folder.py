@@ -5,7 +5,9 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import shlex
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -120,3 +122,35 @@ def exit_code(report_dir: Path, failures: list[str]) -> int:
         print(f"{len(bad)} configuration(s) failed; see the report", file=sys.stderr)
         return 1
     return 0
+
+
+# The options of `make report` that change what a run measures, in the order `make help` lists them.
+REPORT_OPTIONS = ("GPU", "BATCHES", "STAGES", "CHAPTERS", "MEASURE_ONLY", "FORCE", "OVERRIDE", "REPORTS",
+                  "NNODES", "NODE_RANK", "RDZV")
+
+
+def code_version() -> dict:
+    """The commit of the measuring code and whether the tree differed from it. A GPU host often
+    gets a copy of the tree without .git: GPT2_LEVERS_COMMIT (set by whoever copied it) then
+    names the commit, and the record says where the name came from."""
+    def git(*args):
+        out = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, timeout=20)
+        return out.stdout.strip() if out.returncode == 0 else None
+
+    try:
+        commit = git("rev-parse", "HEAD")
+        dirty = bool(git("status", "--porcelain", "--untracked-files=no", "--", "lib", "params", "notebooks")) \
+            if commit else None
+    except (OSError, subprocess.SubprocessError):
+        commit = dirty = None
+    if commit:
+        return {"commit": commit, "modified": dirty, "source": "git"}
+    given = os.environ.get("GPT2_LEVERS_COMMIT")
+    return {"commit": given, "modified": None, "source": "GPT2_LEVERS_COMMIT"} if given else \
+        {"commit": None, "modified": None, "source": "no .git and GPT2_LEVERS_COMMIT unset"}
+
+
+def command() -> str:
+    """The `make report` line that reproduces this run (the options set in its environment)."""
+    given = [(k, os.environ[k]) for k in REPORT_OPTIONS if os.environ.get(k)]
+    return " ".join(["make report"] + [f"{k}={shlex.quote(v)}" for k, v in given])

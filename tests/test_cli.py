@@ -173,6 +173,7 @@ def test_make_help_lists_every_target_of_the_makefile():
 @pytest.mark.parametrize("var, value, message", [("GPU", "nosuch", "unknown GPU profile 'nosuch'"),
                                                   ("BATCHES", "2 x", "batch size 'x' is not a positive integer"),
                                                   ("STAGES", "fp32 warp9", "unknown stage 'warp9'"),
+                                                  ("CHAPTERS", "batch_sweep warp9", "unknown chapter 'warp9'"),
                                                   ("NNODES", "0", "NNODES '0' is not a positive integer")])
 def test_a_bad_input_to_make_report_is_the_last_line_printed(var, value, message):
     if not any((ROOT / stamp).exists() for stamp in (".venv/.stamp", ".deps/.stamp")):

@@ -115,6 +115,26 @@ def test_measure_only_then_render(tmp_path):
     assert "Vocab padded to 50304" in html and "TF32 matmuls" in html and "over 2 runs" in html
 
 
+def test_chapters_measures_only_those_and_run_json_says_what_and_with_which_code(tmp_path):
+    """CHAPTERS= (a host with little time): only the chapters named are measured, the report
+    keeps its stage list, and run.json names the code's commit and the command."""
+    bad = run_cli("report", REPORTS=tmp_path, STAGES="fp32 vocab", BATCHES="2", CHAPTERS="tf32", timeout=120)
+    assert bad.returncode == 2 and "CHAPTERS names tf32, not a chapter of this report" in bad.stderr, describe_proc(bad)
+    assert not (tmp_path / "cpu" / "results").exists()
+    proc = run_cli("report", REPORTS=tmp_path, STAGES="fp32 vocab", BATCHES="2", CHAPTERS="vocab", MEASURE_ONLY="1",
+                   timeout=400)
+    assert proc.returncode == 0, describe_proc(proc)
+    rep = tmp_path / "cpu"
+    assert {p.name.split("__")[0] for p in (rep / "results").glob("*.json")} == {"vocab"}
+    assert read_json(rep / "params.json")["stages"] == ["fp32", "vocab"]
+    run = read_json(rep / "run.json")
+    assert set(run["timings_s"]) == {"vocab", "total_s"}
+    assert run["command"] == f"make report BATCHES=2 STAGES='fp32 vocab' CHAPTERS=vocab MEASURE_ONLY=1 REPORTS={tmp_path}"
+    assert run["code"]["source"] in ("git", "GPT2_LEVERS_COMMIT", "no .git and GPT2_LEVERS_COMMIT unset")
+    if run["code"]["source"] == "git":
+        assert len(run["code"]["commit"]) == 40
+
+
 def test_a_report_of_a_stage_subset_keeps_that_subset_everywhere(tmp_path):
     """`make report STAGES="fp32 vocab"` (not measure-only): the chapters must not reload the
     profile's nine stages. params.json, the chapters run, the summary, and the next run all see
