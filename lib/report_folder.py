@@ -131,22 +131,23 @@ REPORT_OPTIONS = ("GPU", "BATCHES", "STAGES", "CHAPTERS", "MEASURE_ONLY", "FORCE
 
 def code_version() -> dict:
     """The commit of the measuring code and whether the tree differed from it. A GPU host often
-    gets a copy of the tree without .git: GPT2_LEVERS_COMMIT (set by whoever copied it) then
-    names the commit, and the record says where the name came from."""
+    gets a copy of the tree whose .git is missing or stale: GPT2_LEVERS_COMMIT, set by whoever
+    copied it, then names the commit and wins over git; the record says where the name came from."""
+    given = os.environ.get("GPT2_LEVERS_COMMIT")
+    if given:
+        return {"commit": given, "modified": None, "source": "GPT2_LEVERS_COMMIT"}
+
     def git(*args):
         out = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, timeout=20)
         return out.stdout.strip() if out.returncode == 0 else None
 
     try:
         commit = git("rev-parse", "HEAD")
-        dirty = bool(git("status", "--porcelain", "--untracked-files=no", "--", "lib", "params", "notebooks")) \
+        modified = bool(git("status", "--porcelain", "--untracked-files=no", "--", "lib", "params", "notebooks")) \
             if commit else None
     except (OSError, subprocess.SubprocessError):
-        commit = dirty = None
-    if commit:
-        return {"commit": commit, "modified": dirty, "source": "git"}
-    given = os.environ.get("GPT2_LEVERS_COMMIT")
-    return {"commit": given, "modified": None, "source": "GPT2_LEVERS_COMMIT"} if given else \
+        commit = modified = None
+    return {"commit": commit, "modified": modified, "source": "git"} if commit else \
         {"commit": None, "modified": None, "source": "no .git and GPT2_LEVERS_COMMIT unset"}
 
 
