@@ -11,7 +11,7 @@
 SHELL := /bin/bash
 .DEFAULT_GOAL := help
 PYTHON ?= python3
-export GPU GPUS BATCHES STAGES CHAPTERS OVERRIDE REPORTS FORCE MEASURE_ONLY NNODES NODE_RANK RDZV
+export GPU GPUS BATCHES STAGES CHAPTERS PRICE_PER_GPU_HOUR OVERRIDE REPORTS FORCE MEASURE_ONLY NNODES NODE_RANK RDZV
 
 ENV_MODE ?= $(shell $(PYTHON) -c "import torch,sys; sys.exit(0 if torch.cuda.is_available() else 1)" >/dev/null 2>&1 && echo existing || echo venv)
 ifeq ($(ENV_MODE),existing)
@@ -30,7 +30,7 @@ LEVER_IMPORTS := torchao cut_cross_entropy
 .PHONY: help setup report test lab wheelhouse pdf render compare clean
 help:  ## this list
 	@grep -E '^[a-z]+:.*## ' $(firstword $(MAKEFILE_LIST)) | sed -E 's/^([a-z]+):.*## /  make \1\t/' | expand -t 16
-	@echo "options of make report: GPU=h100 BATCHES=\"16 32\" STAGES=\"fp32 vocab ddp\" CHAPTERS=\"batch_sweep autotune\" MEASURE_ONLY=1 FORCE=1 OVERRIDE=1 REPORTS=dir NNODES=2 NODE_RANK=0 RDZV=host:port"
+	@echo "options of make report: GPU=h100 BATCHES=\"16 32\" STAGES=\"fp32 vocab ddp\" CHAPTERS=\"batch_sweep autotune\" PRICE_PER_GPU_HOUR=2.49 MEASURE_ONLY=1 FORCE=1 OVERRIDE=1 REPORTS=dir NNODES=2 NODE_RANK=0 RDZV=host:port"
 
 # A bad input of `make report` (profile, batch sizes, stages, reports folder) stops make itself,
 # so its one-line reason is the last thing printed (a failing recipe would add make's own
@@ -44,6 +44,7 @@ $(file >$(INPUT_FILE),GPU=$(GPU))
 $(file >>$(INPUT_FILE),BATCHES=$(BATCHES))
 $(file >>$(INPUT_FILE),STAGES=$(STAGES))
 $(file >>$(INPUT_FILE),CHAPTERS=$(CHAPTERS))
+$(file >>$(INPUT_FILE),PRICE_PER_GPU_HOUR=$(PRICE_PER_GPU_HOUR))
 $(file >>$(INPUT_FILE),REPORTS=$(REPORTS))
 $(file >>$(INPUT_FILE),NNODES=$(NNODES))
 $(file >>$(INPUT_FILE),NODE_RANK=$(NODE_RANK))

@@ -55,12 +55,14 @@ def main(argv=None) -> int:
             pipeline.check_inputs(given.get("GPU") or None, given.get("BATCHES") or None, given.get("STAGES") or None,
                                   given.get("REPORTS") or None, nnodes=given.get("NNODES") or None,
                                   node_rank=given.get("NODE_RANK") or None, rdzv=given.get("RDZV") or None,
-                                  chapter_list=given.get("CHAPTERS") or None)
+                                  chapter_list=given.get("CHAPTERS") or None,
+                                  price=given.get("PRICE_PER_GPU_HOUR") or None)
             return 0
         except (config.ConfigError, data.DataError) as e:
             print(f"error: {e}")
             return 2
     try:
+        config.parse_price(env.get("PRICE_PER_GPU_HOUR"))  # used when drawing: refused before anything runs
         return {"report": pipeline.report, "pdf": pipeline.pdf, "render": pipeline.render,
                 "compare": pipeline.compare}[args.cmd](args)
     except (config.ConfigError, data.DataError) as e:  # UsageError is a ConfigError

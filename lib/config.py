@@ -31,9 +31,10 @@ SCHEMA = {
                  "recipe_warmup_steps": int, "recipe_timed_steps": int, "baseline": dict},
     "skip": dict,  # stage -> why this profile does not measure it (the report shows the reason)
     "description": str, "match": list, "backend": str, "peak_tflops": dict, "peak_source": str,
+    "price_per_gpu_hour": float,  # optional: the report adds the cost per million tokens (else energy only)
 }
 BACKENDS = ("cuda", "rocm", "mps", "cpu")
-NULLABLE = ("peak_tflops", "match", "skip")  # null means "none" for these keys only
+NULLABLE = ("peak_tflops", "match", "skip", "price_per_gpu_hour")  # null means "none" for these keys only
 MIN_TIMED_STEPS = 5  # fewer cannot give a meaningful p10/p90
 
 
@@ -118,6 +119,19 @@ def parse_batches(text: str) -> list[int]:
         if not re.fullmatch(r"[0-9]+", p) or int(p) <= 0:
             raise ConfigError(f"batch size {p!r} is not a positive integer")
     return [int(p) for p in parts]
+
+
+def parse_price(text: str | None) -> float | None:
+    """PRICE_PER_GPU_HOUR='2.49' -> 2.49; empty -> None; anything but a positive number is an error."""
+    if text is None or not str(text).strip():
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value > 0 or value == float("inf"):
+        raise UsageError(f"PRICE_PER_GPU_HOUR {text!r} is not a positive number (a price per GPU-hour, e.g. 2.49)")
+    return value
 
 
 def parse_stages(text: str) -> list[str]:

@@ -58,13 +58,14 @@ def _rel(path: Path) -> Path:
 
 def check_inputs(gpu: str | None, batches: str | None, stage_list: str | None, reports: str | None,
                  nnodes: str | None = None, node_rank: str | None = None, rdzv: str | None = None,
-                 chapter_list: str | None = None):
+                 chapter_list: str | None = None, price: str | None = None):
     """The inputs of a report that can be checked without the device: profile, batch sizes,
     stages, reports folder, the DDP stage's nodes (config.check_launch), the chapters to measure.
     Returns (batch sizes or None, stage keys or None)."""
     parsed = (config.parse_batches(batches) if batches else None, config.parse_stages(stage_list) if stage_list else None)
     if chapter_list:
         chapters.parse(chapter_list)
+    config.parse_price(price)
     config.check_launch(nnodes, node_rank, rdzv)
     if gpu is not None:
         config.check_profile(gpu)

@@ -4,13 +4,14 @@ every view uses. Tables, prose and charts live in report_tables, report_text and
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from . import data, kernel_categories, results, stages
+from . import config, data, kernel_categories, results, stages
 from .paths import resolve
 
 GiB = 2**30
@@ -25,6 +26,7 @@ class Report:
     decisions: list          # results.decision_records: matrix, sweep, repeats, parity runs
     evidence: dict           # results.load_evidence: every kind of evidence record
     loss_noise: float = 0.0  # results.loss_noise: run-to-run drift of the loss gate's statistic
+    run: dict | None = None  # run.json: the runs that measured the folder, the code's commit, the command
 
     @property
     def stage_order(self) -> list[str]:
@@ -61,7 +63,27 @@ def load(report_dir) -> Report:
     decisions = results.decision_records(d / "results")
     noise = results.loss_noise(decisions)
     df = results.table(records, order, params["run"]["loss_tolerance"], noise)
-    return Report(d, params, env, records, df, decisions, results.load_evidence(d / "results"), noise)
+    df["mfu_bf16"] = [mfu_bf16_of(params, m, p) for m, p in zip(df["mfu"], df["peak_precision"])]
+    run = json.loads((d / "run.json").read_text()) if (d / "run.json").exists() else None
+    return Report(d, params, env, records, df, decisions, results.load_evidence(d / "results"), noise, run)
+
+
+def mfu_bf16_of(params: dict, mfu, precision) -> float | None:
+    """An MFU quoted against the stage's own precision's peak, restated against the bf16 dense
+    peak, so every stage reads on one scale (an FP32 stage's MFU against the fp32 peak looks high)."""
+    peaks = params.get("peak_tflops") or {}
+    if mfu is None or pd.isna(mfu) or not peaks.get("bf16") or not peaks.get(precision):
+        return None
+    return float(mfu) * peaks[precision] / peaks["bf16"]
+
+
+def price_per_gpu_hour(rep: "Report") -> float | None:
+    """PRICE_PER_GPU_HOUR= at render time, else the profile's price_per_gpu_hour, else None."""
+    return config.parse_price(os.environ.get("PRICE_PER_GPU_HOUR")) or rep.params.get("price_per_gpu_hour")
+
+
+def mfu_bf16(rep: "Report", mfu, precision) -> float | None:
+    return mfu_bf16_of(rep.params, mfu, precision)
 
 
 def gib(v) -> str:

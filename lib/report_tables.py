@@ -46,8 +46,10 @@ def matrix_html(rep: Report, stage: str | None = None) -> str:
             "ms/step<br><small>p10–p90</small>": step, "CV": cv_txt,
             "tok/s": tok(r["tokens_per_s"]) if ran else "",
             "× FP32": times(r["speedup_vs_baseline"]), "× prev.": times(r["speedup_vs_previous"]),
-            "MFU": (f"{pct(r['mfu'])}<br><small>{r['peak_precision']}</small>" if ran and not pd.isna(r["mfu"])
-                    else ("n/a" if ran else "")),
+            "MFU<br><small>bf16 peak</small>": (
+                (pct(r["mfu_bf16"]) + ("" if r["peak_precision"] == "bf16" else
+                                       f"<br><small>{pct(r['mfu'])} of {r['peak_precision']}</small>"))
+                if ran and not pd.isna(r["mfu_bf16"]) else ("n/a" if ran else "")),
             "tensors<br>GiB": gib(r["mem_tensors_bytes"]), "allocator<br>GiB": gib(r["mem_allocator_bytes"]),
             "device<br>GiB": gib(r["mem_device_bytes"]),
             "first step<br>s": f"{r['first_step_s']:.1f}" if ran and not pd.isna(r.get("first_step_s")) else "",
@@ -113,6 +115,13 @@ def title_md(rep: Report) -> str:
            f"PyTorch {rep.env.get('torch')}" + (f" · CUDA {rep.env['cuda']}" if rep.env.get("cuda") else ""))
     if when:
         sub += f" · measured {when[:10]}"
+    code = (rep.run or {}).get("code") or {}
+    if code.get("commit"):
+        sub += f" · code {code['commit'][:12]}" + (" (modified)" if code.get("modified") else "")
+    if (rep.run or {}).get("command"):
+        sub += f"\n\nLast measuring command: `{rep.run['command']}`" + (
+            f" (and {len(rep.run.get('earlier_runs', []))} earlier runs, listed in run.json)"
+            if rep.run.get("earlier_runs") else "")
     return (f"# GPT-2 (124M-class) training step: what each optimisation lever buys\n\n{sub}\n\n"
             f"Each stage adds one lever to the one before ({' → '.join(rep.stage_titles)}; Appendix A names the "
             "stages added to an earlier one) and is timed on the "

@@ -192,11 +192,10 @@ def table(records: list[dict], stage_order: list[str], tolerance: float | None =
     df = df.sort_values(["stage_idx", "batch_size"]).reset_index(drop=True)
     ok = df["status"].isin(TIMED)
     base = df[(df["stage"] == stage_order[0]) & ok].set_index("batch_size")
-    # Speed-ups are throughput ratios: for one GPU the same as step-time ratios, and for the
-    # multi-GPU stage (more tokens per step) the honest measure.
+    # Never for the multi-GPU stage: its throughput over one GPU's FP32 is no lever's speed-up.
     df["speedup_vs_baseline"] = [
-        t / base["tokens_per_s"][b] if b in base.index and ok_ and t else np.nan
-        for b, t, ok_ in zip(df["batch_size"], df["tokens_per_s"], ok)]
+        t / base["tokens_per_s"][b] if b in base.index and ok_ and t and not stages.is_multi_gpu(s) else np.nan
+        for s, b, t, ok_ in zip(df["stage"], df["batch_size"], df["tokens_per_s"], ok)]
     losses = {(s, b): f for s, b, f, o in zip(df["stage"], df["batch_size"], df["final_loss"], ok) if o}
     df["loss_ref"] = [stages.get(s).reference if s in stages.STAGES else stage_order[0] for s in df["stage"]]
     # The multi-GPU stage trains with a larger global batch, so its loss is no one's to compare.

@@ -7,7 +7,7 @@ import html
 
 from . import fidelity_view, results, stages
 from .evidence_view import LAYERS, OK, none, table, top_kernels_html
-from .report import GiB, Report, gib, recommended
+from .report import GiB, Report, gib, price_per_gpu_hour, recommended
 from .report_charts import save, style
 
 
@@ -106,8 +106,27 @@ def recommended_md(rep: Report) -> str:
     return (f"**{st.title} at B={best['batch_size']}** (T={best['seq_len']}): **{p['median']:,.0f} tokens/s**{spread}, "
             f"{best['median_ms']:.1f} ms/step in the first process (p10–p90 {best['p10_ms']:.1f}–{best['p90_ms']:.1f}), "
             f"MFU {mfu}. "
-            f"Peak memory: {mem}. Loss: {delta.rstrip('.')}.\n\nThe code switches that produce it, in the order they are applied:\n\n```python\n"
+            f"Peak memory: {mem}. {energy_and_cost(rep, best)} Loss: {delta.rstrip('.')}.\n\nThe code switches that produce it, in the order they are applied:\n\n```python\n"
             + "\n".join(switches) + "\n```")
+
+
+def energy_and_cost(rep: Report, best: dict) -> str:
+    """Energy per token of the recommended configuration (its first process's timed steps, NVML),
+    and the cost per million tokens at the median throughput where a price per GPU-hour is given."""
+    e = best.get("energy") or {}
+    price = price_per_gpu_hour(rep)
+    parts = []
+    if e.get("joules_per_token"):
+        parts.append(f"Energy: {e['joules_per_token'] * 1e3:.2f} mJ per token ({e['joules_per_token'] * 1e6 / 3.6e6:.3f} kWh "
+                     f"per million tokens; GPU board, {e.get('method', 'NVML')}, average {e.get('avg_power_w', 0):.0f} W).")
+    else:
+        parts.append(f"Energy: not measured ({e.get('reason') or 'no energy reading in this record'}).")
+    if price:
+        hours = 1e6 / best["processes"]["median"] / 3600
+        parts.append(f"Cost: {price * hours:.3f} per million tokens at {price:g} per GPU-hour.")
+    else:
+        parts.append("Cost: no price given (PRICE_PER_GPU_HOUR=, or price_per_gpu_hour in the profile).")
+    return " ".join(parts)
 
 
 def recommended_profile_html(rep: Report) -> str:

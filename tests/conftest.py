@@ -23,7 +23,7 @@ from lib import config, results, stages  # noqa: E402
 
 PIPELINE_TIMEOUT_S = 600
 # The variables the CLI (and lib/faults.py) read; a developer's shell must not leak them into a test run.
-CLI_ENV_VARS = ("GPU", "BATCHES", "STAGES", "CHAPTERS", "OVERRIDE", "REPORTS", "FORCE", "MEASURE_ONLY", "GPT2_LEVERS_FAULT",
+CLI_ENV_VARS = ("GPU", "BATCHES", "STAGES", "CHAPTERS", "PRICE_PER_GPU_HOUR", "OVERRIDE", "REPORTS", "FORCE", "MEASURE_ONLY", "GPT2_LEVERS_FAULT",
                 "NNODES", "NODE_RANK", "RDZV")
 
 

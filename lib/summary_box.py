@@ -1,0 +1,103 @@
+"""The executive summary's first box, what a team lead acts on in a minute (at most five lines:
+turn on, skip, the recommendation, what it buys, what was not measured), and the report's terms,
+defined once before the findings use them. Every line is read from the report's own records."""
+from __future__ import annotations
+
+import html
+
+from . import fidelity_view, frontier_view, results, stages
+from .report import Report, mfu_bf16, recommended, span
+
+MAX_LINES = 5
+
+GLOSSARY = (
+    "**Terms.** *B*: sequences per micro-batch, each of T tokens. *MFU* (model FLOPs utilisation): the model's "
+    "training FLOPs per second (6N + 12·L·d·T per token) over the GPU's datasheet dense peak; quoted against the "
+    "bf16 peak for every stage, and against the stage's own precision beside it. *CV*: coefficient of variation "
+    "of the timed steps (standard deviation ÷ mean). *Allocator*: PyTorch's caching allocator, which reserves "
+    "device memory beyond the live tensors. *SDPA*: PyTorch's fused attention, "
+    "`torch.nn.functional.scaled_dot_product_attention`. *nats*: the unit of the cross-entropy loss "
+    "(natural logarithm). *Within noise*: closer than the spread measured between fresh processes.")
+
+
+def _turn_on(rep: Report) -> str | None:
+    """The recommendation's levers that its leave-one-out shows paying beyond noise, or needed to fit."""
+    _, rows = frontier_view.ablation_rows(rep)
+    pays = [f"{r['lever'].split(' (')[0]} ({r['worth'] * 100:+.1f} %)" for r in rows
+            if r["worth"] is not None and r["worth"] > 0 and not r.get("within_noise")]
+    fits = [r["lever"].split(" (")[0] for r in rows if r["record"].get("status") == results.Status.OOM]
+    if not pays and not fits:
+        return None
+    text = "**Turn on:** " + ", ".join(pays)
+    if fits:
+        text += ("; " if pays else "") + f"and, without which B={rows[0]['record']['batch_size']} does not fit: " + \
+            ", ".join(fits)
+    return text + " (each lever's worth: the recommendation without it, leave-one-out)."
+
+
+def _skip(rep: Report) -> str | None:
+    """Levers measured slower beyond noise, or whose loss did not hold."""
+    out = []
+    for key in stages.single_gpu(rep.stage_order)[1:]:
+        st, effect = stages.get(key), results.lever_effect(rep.df, key)
+        if key in fidelity_view.rejected(rep):
+            out.append(f"{st.title} (its 200-step loss run left the band)")
+        elif (rep.df[rep.df["stage"] == key]["loss_verdict"] == "beyond").any():
+            out.append(f"{st.title} (loss beyond tolerance)")
+        elif not effect["values"].empty and effect["median"] < 1 and not fidelity_view.noise_note(rep, key):
+            out.append(f"{st.title} ({span(effect['values'].values)} of {stages.get(effect['previous']).title})")
+    return "**Skip here:** " + "; ".join(out) + "." if out else None
+
+
+def _recommended(rep: Report, best: dict) -> str:
+    p = best["processes"]
+    mfu = mfu_bf16(rep, best.get("mfu"), best.get("peak_precision"))
+    return (f"**Recommended:** {best['stage_title']} at B={best['batch_size']}: {p['median']:,.0f} tokens/s"
+            + (f" (median of {p['n']} processes)" if p["n"] > 1 else "")
+            + (f", MFU {mfu * p['median'] / best['tokens_per_s'] * 100:.1f} % of the bf16 peak" if mfu else "")
+            + (f", allocator peak {best['mem_allocator_bytes'] / 2**30:.1f} GiB" if best.get("mem_allocator_bytes") else "")
+            + ".")
+
+
+def _buys(rep: Report, best: dict) -> str | None:
+    """Against the canonical trainer at GPT-2's batch where the recipe was measured, else against
+    the FP32 baseline at the recommendation's batch size (the basis named either way)."""
+    rows = {r["role"]: r for r in frontier_view.recipe_rows(rep)}
+    mine, plain = rows.get("recommended"), rows.get("baseline")
+    if mine and plain:
+        b = rep.params["evidence"]["baseline"]
+        return (f"**What it buys:** {mine['median'] / plain['median']:.3f}× the canonical trainer "
+                f"({stages.get(b['stage']).title} at B={b['batch_size']} in a plain nanoGPT-form loop) at GPT-2's "
+                f"{rep.params['evidence']['global_batch_tokens']:,}-token batch, measured in the same run "
+                f"({mine['median']:,.0f} against {plain['median']:,.0f} tokens/s).")
+    base = rep.rec(rep.stage_order[0], best["batch_size"])
+    if base and base.get("status") == results.Status.OK:
+        return (f"**What it buys:** {best['processes']['median'] / base['tokens_per_s']:.2f}× "
+                f"{stages.get(rep.stage_order[0]).title} at the same B={best['batch_size']}.")
+    return None
+
+
+def _not_measured(rep: Report) -> str | None:
+    """Stages of the report with no record at all (a run stopped before them; run.json lists the runs)."""
+    missing = [stages.get(k).title for k in rep.stage_order if not (rep.df["stage"] == k).any()]
+    return ("**Not measured in this report:** " + ", ".join(missing) + " (no record: the runs listed in run.json "
+            "stopped before it).") if missing else None
+
+
+def lines(rep: Report) -> list[str]:
+    best = recommended(rep)
+    if best is None:
+        return ["**No recommendation:** no configuration completed with its loss verified; the findings below say "
+                "what ran."]
+    out = [_turn_on(rep), _skip(rep), _recommended(rep, best), _buys(rep, best), _not_measured(rep)]
+    return [line for line in out if line][:MAX_LINES]
+
+
+def box_html(rep: Report) -> str:
+    """The box, markdown bold turned into HTML (the box is raw HTML so the PDF keeps it together)."""
+    def md(text: str) -> str:
+        parts = html.escape(text).split("**")
+        return "".join(f"<strong>{p}</strong>" if i % 2 else p for i, p in enumerate(parts))
+
+    items = "".join(f"<li>{md(line)}</li>" for line in lines(rep))
+    return f'<div class="summary-box"><ul>{items}</ul></div>'

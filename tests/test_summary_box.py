@@ -1,0 +1,95 @@
+"""The executive summary's box, the MFU restated against the bf16 peak, the title's provenance,
+the recommendation's energy and cost: each read from the records, and flipping with them."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conftest import make_record, tiny_params, write_report_dir
+from lib import config, report, report_tables, results, summary_box, sweep_view
+
+LOSSES = [6.0, 5.9, 5.8, 5.7, 5.6, 5.5]
+
+
+def _report(tmp_path, tf32_ms: float, bf16_ms: float = 50.0, run: dict | None = None):
+    params = tiny_params(["fp32", "tf32", "bf16"])
+    params["peak_tflops"] = {"fp32": 10.0, "tf32": 50.0, "bf16": 100.0}
+    recs = [make_record(params, "fp32", 2, [100.0] * 6, LOSSES),
+            make_record(params, "tf32", 2, [tf32_ms] * 6, LOSSES),
+            make_record(params, "bf16", 2, [bf16_ms] * 6, LOSSES)]
+    d = write_report_dir(tmp_path / "r", params, recs)
+    if run:
+        results.write_atomic(d / "run.json", run)
+    return report.load(d)
+
+
+def test_the_box_has_at_most_five_lines_and_names_the_recommendation(tmp_path):
+    rep = _report(tmp_path, tf32_ms=80.0)
+    lines = summary_box.lines(rep)
+    assert 1 <= len(lines) <= summary_box.MAX_LINES
+    assert any(line.startswith("**Recommended:** BF16 autocast at B=2") for line in lines)
+    assert "summary-box" in summary_box.box_html(rep) and "<strong>Recommended:</strong>" in summary_box.box_html(rep)
+
+
+def test_a_lever_slower_than_the_stage_before_it_is_in_skip_and_leaves_when_it_is_faster(tmp_path):
+    slow = summary_box.lines(_report(tmp_path / "a", tf32_ms=130.0, bf16_ms=90.0))
+    assert any(line.startswith("**Skip here:**") and "TF32" in line and "0.77×" in line for line in slow), slow
+    fast = summary_box.lines(_report(tmp_path / "b", tf32_ms=80.0))
+    assert not any(line.startswith("**Skip here:**") for line in fast), fast
+
+
+def test_a_stage_with_no_record_is_named_as_not_measured(tmp_path):
+    rep = _report(tmp_path, tf32_ms=80.0)
+    rep.params["stages"] = ["fp32", "tf32", "bf16", "flash"]
+    assert any(line.startswith("**Not measured in this report:** Flash attention") for line in summary_box.lines(rep))
+
+
+def test_mfu_is_restated_against_the_bf16_peak_for_every_stage(tmp_path):
+    rep = _report(tmp_path, tf32_ms=80.0)
+    fp32 = rep.df[rep.df["stage"] == "fp32"].iloc[0]
+    assert fp32["peak_precision"] == "fp32"
+    assert fp32["mfu_bf16"] == pytest.approx(fp32["mfu"] * 10.0 / 100.0)
+    html = report_tables.matrix_html(rep)
+    assert f"{fp32['mfu_bf16'] * 100:.1f} %" in html and f"{fp32['mfu'] * 100:.1f} % of fp32" in html
+    bf16 = rep.df[rep.df["stage"] == "bf16"].iloc[0]
+    assert bf16["mfu_bf16"] == pytest.approx(bf16["mfu"])  # its own precision: nothing to restate
+
+
+def test_the_title_names_the_code_and_the_command_from_run_json(tmp_path):
+    run = {"code": {"commit": "0123456789abcdef0123", "modified": False, "source": "git"},
+           "command": "make report GPU=cpu BATCHES=2", "earlier_runs": [{}]}
+    title = report_tables.title_md(_report(tmp_path, tf32_ms=80.0, run=run))
+    assert "code 0123456789ab" in title and "`make report GPU=cpu BATCHES=2`" in title and "1 earlier runs" in title
+    assert "code " not in report_tables.title_md(_report(tmp_path / "b", tf32_ms=80.0))
+
+
+def test_energy_and_cost_of_the_recommendation(tmp_path, monkeypatch):
+    rep = _report(tmp_path, tf32_ms=80.0)
+    best = report.recommended(rep)
+    best["energy"] = {"joules_per_token": 0.002, "method": "NVML total-energy counter", "avg_power_w": 700.0}
+    monkeypatch.delenv("PRICE_PER_GPU_HOUR", raising=False)
+    text = sweep_view.energy_and_cost(rep, best)
+    assert "2.00 mJ per token" in text and "Cost: no price given" in text
+    monkeypatch.setenv("PRICE_PER_GPU_HOUR", "3.6")
+    per_million = 3.6 * 1e6 / best["processes"]["median"] / 3600
+    assert f"Cost: {per_million:.3f} per million tokens at 3.6 per GPU-hour" in sweep_view.energy_and_cost(rep, best)
+    best["energy"] = {"reason": "NVML is not available"}
+    assert "Energy: not measured (NVML is not available)" in sweep_view.energy_and_cost(rep, best)
+
+
+@pytest.mark.parametrize("text", ["abc", "0", "-2", "inf", "nan"])
+def test_a_bad_price_is_refused_in_one_line(text):
+    with pytest.raises(config.UsageError, match="PRICE_PER_GPU_HOUR .* is not a positive number"):
+        config.parse_price(text)
+    assert config.parse_price("2.49") == 2.49 and config.parse_price("") is None
+
+
+def test_a_multi_gpu_row_gets_no_speed_up_over_one_gpus_fp32(tmp_path):
+    params = tiny_params(["fp32", "ddp"])
+    fp32 = make_record(params, "fp32", 2, [100.0] * 6, LOSSES)
+    ddp = make_record(params, "ddp", 2, [100.0] * 6, LOSSES)
+    ddp.update(world_size=2, tokens_per_s=2 * fp32["tokens_per_s"])
+    df = results.table([fp32, ddp], ["fp32", "ddp"])
+    assert df[df["stage"] == "ddp"]["speedup_vs_baseline"].isna().all()
+    assert json.loads(json.dumps(df[df["stage"] == "fp32"]["speedup_vs_baseline"].tolist())) == [1.0]
