@@ -93,3 +93,21 @@ def test_a_multi_gpu_row_gets_no_speed_up_over_one_gpus_fp32(tmp_path):
     df = results.table([fp32, ddp], ["fp32", "ddp"])
     assert df[df["stage"] == "ddp"]["speedup_vs_baseline"].isna().all()
     assert json.loads(json.dumps(df[df["stage"] == "fp32"]["speedup_vs_baseline"].tolist())) == [1.0]
+
+
+def test_each_recommendation_table_has_one_home_among_the_notebooks():
+    """The recipe and the leave-one-out tables are drawn in one notebook each (the batch-size
+    chapter), and the recommended configuration's full block in the summary only."""
+    from lib.paths import NOTEBOOKS
+
+    def calls(name):
+        found = []
+        for path in NOTEBOOKS.glob("*.ipynb"):
+            cells = json.loads(path.read_text())["cells"]
+            found += [path.name for c in cells if c["cell_type"] == "code" and f"{name}(rep)" in "".join(c["source"])
+                      and "if" not in "".join(c["source"]).split(f"{name}(rep)")[0].splitlines()[-1]]
+        return found
+
+    assert calls("frontier_view.recipe_html") == ["15_batch_sweep.ipynb"]
+    assert calls("frontier_view.ablation_html") == ["15_batch_sweep.ipynb"]
+    assert calls("sweep_view.recommended_md") == ["summary.ipynb"]
