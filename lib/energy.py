@@ -14,7 +14,12 @@ report can print. The caller synchronises the device before start() and before s
 meter reads the sensor only. torch is imported only to find which physical GPU a torch device
 index means (CUDA_VISIBLE_DEVICES and CUDA's device order renumber GPUs; NVML does not), and
 asking torch for that initialises CUDA: build the meter in the process that measures, never in a
-launcher that forks measuring children."""
+launcher that forks measuring children.
+
+MemorySampler reads the same NVML device (nvml_handle, shared) for the peak device memory in use
+while the steps run: a host thread polling NVML. A read of torch.cuda.mem_get_info after the steps
+cannot see memory taken and given back during them (outside PyTorch's caching allocator, or
+released by it)."""
 from __future__ import annotations
 
 import os
@@ -24,6 +29,8 @@ import time
 
 COUNTER_METHOD = "NVML total-energy counter"
 SAMPLE_INTERVAL_S = 0.010
+MEMORY_SAMPLE_INTERVAL_S = 0.005
+PEAK_KEY, NOTE_KEY = "mem_device_sampled_peak_bytes", "mem_device_sampled_note"  # record fields (lib/record.py)
 
 
 class EnergyMeter:
@@ -83,22 +90,7 @@ class EnergyMeter:
     def _connect(self) -> None:
         self._nvml.nvmlInit()
         self._open = True
-        self._handle, self.matched_by = self._find_handle()
-
-    def _find_handle(self):
-        """The NVML handle of torch's device `index`: by PCI bus id, else by UUID, else by index
-        (through CUDA_VISIBLE_DEVICES when it lists plain numbers)."""
-        nv = self._nvml
-        props = _torch_device_properties(self.index)
-        for label, key, lookup in (("PCI bus id", _pci_bus_id(props), "nvmlDeviceGetHandleByPciBusId"),
-                                   ("UUID", _uuid(props), "nvmlDeviceGetHandleByUUID")):
-            if key and hasattr(nv, lookup):
-                try:
-                    return getattr(nv, lookup)(key), f"{label} {key}"
-                except Exception:
-                    pass
-        i = _visible_index(self.index)
-        return nv.nvmlDeviceGetHandleByIndex(i), f"NVML index {i} (no PCI bus id from torch)"
+        self._handle, self.matched_by = nvml_handle(self._nvml, self.index)
 
     def _fail(self, reason: str) -> None:
         self.available = False
@@ -195,6 +187,133 @@ class EnergyMeter:
         if self._thread is not None:
             self._thread.join(timeout=2.0)
             self._thread = None
+
+
+class MemorySampler:
+    """The peak of the device memory in use while some device work runs, as NVML counts it
+    (nvmlDeviceGetMemoryInfo's `used`: every process on the GPU, library workspaces included, as
+    nvidia-smi shows it), read by a daemon thread every MEMORY_SAMPLE_INTERVAL_S between start()
+    and stop(). The thread only reads NVML, a driver query that releases the GIL while it waits:
+    no CUDA call, no synchronisation, nothing queued on the device, so the measured work runs as
+    it would without it. An allocation that lives shorter than the interval can be missed;
+    library workspaces (cuBLAS, cuDNN), once made, usually stay. Never raises: stop() gives the
+    peak, or None and a note saying why. NVML is matched to torch's device as the energy meter
+    matches it (nvml_handle); build the sampler in the process that measures."""
+
+    def __init__(self, dev: str, index: int = 0, span: str = "the sampled work",
+                 interval_s: float = MEMORY_SAMPLE_INTERVAL_S):
+        self.span, self.interval_s = span, interval_s
+        self.note: str | None = None  # why there is no peak, once known
+        self.matched_by: str | None = None
+        self._nvml = self._handle = self._thread = None
+        self._open = False
+        self._halt = threading.Event()
+        self._peak, self._n, self._error = 0, 0, None
+        self._result: dict | None = None
+        try:
+            self._setup(dev, index)
+        except Exception as exc:  # whatever NVML or torch throw: no peak, never an exception
+            self._fail(f"NVML could not be read ({type(exc).__name__}: {exc})")
+
+    def _setup(self, dev: str, index: int) -> None:
+        if dev != "cuda":
+            self.note = f"not sampled: {dev.upper()} has no NVML device memory (NVML reads NVIDIA GPUs only)"
+            return
+        torch = sys.modules.get("torch")
+        if torch is not None and getattr(getattr(torch, "version", None), "hip", None):
+            self.note = "not sampled: ROCm GPUs report memory through amd-smi, which this sampler does not read"
+            return
+        try:
+            import pynvml
+        except ImportError:
+            self.note = "not sampled: no NVML on this host (pynvml not installed)"
+            return
+        self._nvml = pynvml
+        pynvml.nvmlInit()
+        self._open = True
+        self._handle, self.matched_by = nvml_handle(pynvml, index)
+
+    def _fail(self, why: str) -> None:
+        self.note = f"not sampled: {why}"
+        self._handle = None
+
+    def _read(self) -> None:
+        self._peak = max(self._peak, self._nvml.nvmlDeviceGetMemoryInfo(self._handle).used)
+        self._n += 1
+
+    def start(self) -> None:
+        if self._handle is None or self._thread is not None:
+            return
+        try:
+            self._read()
+            self._thread = threading.Thread(target=self._sample, name="memory-sampler", daemon=True)
+            self._thread.start()
+        except Exception as exc:
+            self._fail(f"NVML stopped answering ({type(exc).__name__}: {exc})")
+
+    def _sample(self) -> None:
+        while not self._halt.wait(self.interval_s):
+            try:
+                self._read()
+            except Exception as exc:
+                self._error = exc
+                return
+
+    def stop(self) -> dict:
+        """{PEAK_KEY: bytes or None, NOTE_KEY: how it was measured or why it is None}; stops the
+        thread and shuts NVML down. Safe to call more than once (the same answer)."""
+        if self._result is None:
+            self._result = self._finish()
+        return self._result
+
+    def _finish(self) -> dict:
+        try:
+            self._halt.set()
+            if self._thread is not None:
+                self._thread.join(timeout=2.0)
+                if self._thread.is_alive():
+                    self._fail("the sampling thread did not stop (NVML hung?)")
+                    return {PEAK_KEY: None, NOTE_KEY: self.note}
+            if self._error is not None:
+                self._fail(f"NVML stopped answering ({type(self._error).__name__}: {self._error})")
+            elif self._handle is not None and self._thread is None:
+                self._fail("never started")
+            if self._handle is None:
+                return {PEAK_KEY: None, NOTE_KEY: self.note}
+            self._read()  # the work has ended (the caller synchronised): its last state counts too
+            return {PEAK_KEY: self._peak,
+                    NOTE_KEY: f"peak of {self._n} readings of NVML's device memory used (nvmlDeviceGetMemoryInfo: "
+                              f"every process on the GPU, as nvidia-smi counts it), one every "
+                              f"{self.interval_s * 1e3:g} ms over {self.span}; NVML device by {self.matched_by}"}
+        except Exception as exc:
+            self._fail(f"NVML stopped answering ({type(exc).__name__}: {exc})")
+            return {PEAK_KEY: None, NOTE_KEY: self.note}
+        finally:
+            self._close()
+
+    def _close(self) -> None:
+        try:
+            if self._open and (self._thread is None or not self._thread.is_alive()):
+                self._open = False
+                self._nvml.nvmlShutdown()
+        except Exception:
+            pass  # nothing useful to do about a failing shutdown
+
+
+def nvml_handle(nv, index: int):
+    """The NVML handle of torch's device `index` and how it was found, for the report: by PCI bus
+    id, else by UUID, else by index (through CUDA_VISIBLE_DEVICES when it lists plain numbers).
+    The one place a torch device is matched to NVML's (energy meter and memory sampler)."""
+    props = _torch_device_properties(index)
+    for label, key, lookup in (("PCI bus id", _pci_bus_id(props), "nvmlDeviceGetHandleByPciBusId"),
+                               ("UUID", _uuid(props), "nvmlDeviceGetHandleByUUID")):
+        if key and hasattr(nv, lookup):
+            try:
+                return getattr(nv, lookup)(key), f"{label} {key}"
+            except Exception:
+                pass
+    i = _visible_index(index)
+    return nv.nvmlDeviceGetHandleByIndex(i), f"NVML index {i} (no PCI bus id from torch)"
 
 
 def _trapezoid(samples: list[tuple[float, float]]) -> float:

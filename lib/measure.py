@@ -58,6 +58,9 @@ def memory(dev: str) -> dict:
             "mem_device_note": "CPU: peak resident set size of the process"}
 
 
+NOT_SAMPLED = {energy.PEAK_KEY: None, energy.NOTE_KEY: "not sampled: the configuration failed before its first step"}
+
+
 def is_oom(exc: BaseException) -> bool:
     return isinstance(exc, torch.OutOfMemoryError) or "out of memory" in str(exc).lower()
 
@@ -82,6 +85,7 @@ def run(job: dict) -> dict:
     if micro > 1:
         rec["micro_steps"] = micro
     t_start = time.perf_counter()
+    sampler = None
     try:
         train = step.build(params, stage, dev, micro_steps=micro)
         rec["init_checksum"] = train.model.init_checksum()
@@ -92,6 +96,11 @@ def run(job: dict) -> dict:
         def one(i: int):
             losses.append(train(xs[i], ys[i]))
 
+        # The device memory peak during the steps (a host thread reading NVML, nothing on the device),
+        # from the first step to the last timed one: library workspaces are made in the first.
+        sampler = energy.MemorySampler(dev, torch.cuda.current_device() if dev == "cuda" else 0,
+                                       span="the warm-up (first step included) and timed steps")
+        sampler.start()
         # The first step pays for compilation (and cuBLAS/allocator warm-up): reported, never timed.
         t0 = time.perf_counter()
         one(0)
@@ -107,10 +116,11 @@ def run(job: dict) -> dict:
             if job.get("energy", True) else None
         if meter:
             meter.start()
-        times_ms = step.time_steps(one, range(r["warmup_steps"], n_steps), dev)
+        times_ms = step.time_steps(one, range(r["warmup_steps"], n_steps), dev)  # ends synchronised
         if meter:
             used = meter.stop()
             rec["energy"] = used if used else {"unavailable": meter.reason}
+        rec.update(sampler.stop())  # after the meter's last reading: its shutdown is not in the energy window
         rec.update(memory(dev))
         rec["losses"] = [float(v) for v in torch.stack(losses).float().cpu()]
         if stage.attention == "sdpa":
@@ -120,6 +130,8 @@ def run(job: dict) -> dict:
             rec["kernel_profile"] = kernel_profile.profile_steps(lambda: train(xs[0], ys[0]), dev)
         n_params = train.model.num_params()
     except Exception as exc:  # OOM is a result; anything else is recorded as an error
+        # stops the thread whatever follows; an OOM keeps the peak up to it
+        rec.update(sampler.stop() if sampler else NOT_SAMPLED)
         if stage.sdpa_backend and no_sdpa_kernel(exc):  # a forced backend this device does not have
             rec.update(status=results.Status.NOT_APPLICABLE, wall_s=time.perf_counter() - t_start,
                        reason=f"no {stage.sdpa_backend} SDPA kernel for this device and shape: "

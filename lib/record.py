@@ -60,6 +60,11 @@ class Record(TypedDict, total=False):
     mem_allocator_bytes: int | None  # max_memory_reserved
     mem_device_bytes: int | None     # device total - free (on a CPU: peak RSS)
     mem_device_note: str
+    # device memory sampled during the steps (energy.MemorySampler, filled in measure.run; single-GPU
+    # timing records only, None where absent): NVML's `used`, every 5 ms from the first warm-up step to
+    # the last timed one, the maximum; an observation, not a switch, so no part of the fingerprint
+    mem_device_sampled_peak_bytes: int | None
+    mem_device_sampled_note: str     # how it was sampled, or why the peak is None (CPU, MPS, ROCm, no pynvml, NVML error)
     # loss (results.fill_loss)
     losses: list[float]           # every step, warm-up included
     final_loss: float             # mean of the last final_loss_window steps

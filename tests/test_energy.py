@@ -1,7 +1,8 @@
-"""lib/energy.py against fake NVML modules: the counter, the sampling fallback, and every way of
-being unavailable without raising."""
+"""lib/energy.py against fake NVML modules: the counter, the sampling fallback, the device memory
+sampler, and every way of being unavailable without raising."""
 from __future__ import annotations
 
+import itertools
 import sys
 import time
 import types
@@ -46,8 +47,17 @@ def fake_nvml(counter=True, power=True, init_fails=False) -> types.ModuleType:
             raise FakeNVMLError("Not Supported")
         return 250_000  # mW
 
+    def nvmlDeviceGetMemoryInfo(handle):
+        nv.calls["memory"] += 1
+        used = next(nv.memory_used)  # a number, or an exception to raise
+        if isinstance(used, Exception):
+            raise used
+        return types.SimpleNamespace(used=used, free=80 * 2**30 - used, total=80 * 2**30)
+
+    nv.calls["memory"] = 0
+    nv.memory_used = itertools.repeat(2**30)
     for f in (nvmlInit, nvmlShutdown, nvmlDeviceGetHandleByIndex, nvmlDeviceGetTotalEnergyConsumption,
-              nvmlDeviceGetPowerUsage):
+              nvmlDeviceGetPowerUsage, nvmlDeviceGetMemoryInfo):
         setattr(nv, f.__name__, f)
     return nv
 
@@ -170,3 +180,96 @@ def test_pci_bus_id_is_formatted_as_nvml_expects():
 
 def test_trapezoid_rule():
     assert energy._trapezoid([(0.0, 100.0), (1.0, 300.0), (3.0, 300.0)]) == pytest.approx(200 + 600)
+
+
+# ---------------------------------------------------------------- the device memory sampler
+
+def sampled_until(sampler, nv, reads: int) -> dict:
+    """Start, let the thread read NVML `reads` times in all (start's own reading included), stop."""
+    sampler.start()
+    deadline = time.monotonic() + 5
+    while nv.calls["memory"] < reads and time.monotonic() < deadline:
+        time.sleep(0.001)
+    return sampler.stop()
+
+
+def test_memory_sampler_takes_the_peak_of_the_thread_s_samples(monkeypatch):
+    nv = fake_nvml()
+    # start() reads 100; the thread reads 300 then 200, then 150 until stop(), whose last reading is 150
+    nv.memory_used = itertools.chain([100, 300, 200], itertools.repeat(150))
+    monkeypatch.setitem(sys.modules, "pynvml", nv)
+    s = energy.MemorySampler("cuda", span="the steps", interval_s=0.001)
+    out = sampled_until(s, nv, reads=5)
+    assert out[energy.PEAK_KEY] == 300  # a reading of the thread, neither the first nor the last
+    n = nv.calls["memory"]
+    assert out[energy.NOTE_KEY].startswith(f"peak of {n} readings of NVML's device memory used")
+    assert "over the steps" in out[energy.NOTE_KEY] and "NVML index 0" in out[energy.NOTE_KEY]
+    assert not s._thread.is_alive()  # the thread has stopped ...
+    time.sleep(0.02)
+    assert nv.calls["memory"] == n  # ... and reads nothing more
+    assert nv.calls["shutdown"] == nv.calls["init"] == 1
+    assert s.stop() is s.stop()  # a second stop() answers the same, touching nothing
+
+
+def test_memory_sampler_nvml_error_gives_none_and_the_reason(monkeypatch):
+    nv = fake_nvml()
+    nv.memory_used = iter([2**30, 2**31, FakeNVMLError("GPU is lost")])
+    monkeypatch.setitem(sys.modules, "pynvml", nv)
+    s = energy.MemorySampler("cuda", interval_s=0.001)
+    out = sampled_until(s, nv, reads=3)
+    assert out[energy.PEAK_KEY] is None
+    assert out[energy.NOTE_KEY] == "not sampled: NVML stopped answering (FakeNVMLError: GPU is lost)"
+    assert not s._thread.is_alive()
+    assert nv.calls["shutdown"] == 1
+
+
+def test_memory_sampler_failing_at_start_gives_none_and_no_thread(monkeypatch):
+    nv = fake_nvml()
+    nv.memory_used = iter([FakeNVMLError("Not Supported")])
+    monkeypatch.setitem(sys.modules, "pynvml", nv)
+    s = energy.MemorySampler("cuda")
+    s.start()
+    assert s._thread is None
+    assert s.stop() == {energy.PEAK_KEY: None,
+                        energy.NOTE_KEY: "not sampled: NVML stopped answering (FakeNVMLError: Not Supported)"}
+    assert nv.calls["shutdown"] == 1
+
+
+def test_memory_sampler_never_started_says_so(monkeypatch):
+    monkeypatch.setitem(sys.modules, "pynvml", fake_nvml())
+    assert energy.MemorySampler("cuda").stop() == {energy.PEAK_KEY: None, energy.NOTE_KEY: "not sampled: never started"}
+
+
+@pytest.mark.parametrize("dev, note", [
+    ("cpu", "not sampled: CPU has no NVML device memory (NVML reads NVIDIA GPUs only)"),
+    ("mps", "not sampled: MPS has no NVML device memory (NVML reads NVIDIA GPUs only)")])
+def test_memory_sampler_off_nvidia_is_none_with_a_note(monkeypatch, dev, note):
+    nv = fake_nvml()
+    monkeypatch.setitem(sys.modules, "pynvml", nv)
+    s = energy.MemorySampler(dev)
+    s.start()
+    assert s._thread is None and nv.calls["init"] == 0
+    assert s.stop() == {energy.PEAK_KEY: None, energy.NOTE_KEY: note}
+
+
+def test_memory_sampler_rocm_missing_pynvml_and_failing_init(monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.version, "hip", "6.2", raising=False)
+    assert "ROCm" in energy.MemorySampler("cuda").stop()[energy.NOTE_KEY]
+    monkeypatch.setattr(torch.version, "hip", None, raising=False)
+    monkeypatch.setitem(sys.modules, "pynvml", None)
+    assert energy.MemorySampler("cuda").stop()[energy.NOTE_KEY] == "not sampled: no NVML on this host (pynvml not installed)"
+    monkeypatch.setitem(sys.modules, "pynvml", fake_nvml(init_fails=True))
+    out = energy.MemorySampler("cuda").stop()
+    assert out[energy.PEAK_KEY] is None
+    assert out[energy.NOTE_KEY] == "not sampled: NVML could not be read (FakeNVMLError: Driver Not Loaded)"
+
+
+def test_memory_sampler_finds_the_device_as_the_energy_meter_does(monkeypatch):
+    nv = fake_nvml()
+    monkeypatch.setitem(sys.modules, "pynvml", nv)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5")
+    s = energy.MemorySampler("cuda", index=1)
+    assert nv.calls["by_index"] == [5] and s.matched_by.startswith("NVML index 5")
+    s.stop()

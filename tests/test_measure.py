@@ -65,6 +65,64 @@ def test_run_records_flops_memory_and_no_mfu_on_cpu(fp32_record):
     assert "sdpa_backend" not in rec
 
 
+def test_run_samples_no_device_memory_on_cpu(fp32_record):
+    assert fp32_record["mem_device_sampled_peak_bytes"] is None
+    assert fp32_record["mem_device_sampled_note"] == "not sampled: CPU has no NVML device memory (NVML reads NVIDIA GPUs only)"
+    old = {k: v for k, v in fp32_record.items() if not k.startswith("mem_device_sampled")}  # a record from before
+    df = results.table([fp32_record, {**old, "stage": "tf32"}], ["fp32", "tf32"])
+    assert df["mem_device_sampled_peak_bytes"].isna().all()
+
+
+class FakeSampler:
+    """measure.run's memory sampler, recording how many forward passes had run at start() and stop()."""
+
+    def __init__(self, forwards: list):
+        self.forwards, self.seen = forwards, {}
+
+    def __call__(self, dev, index=0, span=""):  # measure.run builds "a sampler": this one
+        self.dev = dev
+        return self
+
+    def start(self):
+        self.seen["start"] = len(self.forwards)
+
+    def stop(self):
+        self.seen.setdefault("stop", len(self.forwards))  # a second stop() (the failure path) changes nothing
+        return {"mem_device_sampled_peak_bytes": 123, "mem_device_sampled_note": self.dev}
+
+
+@pytest.fixture
+def fake_sampler(monkeypatch):
+    """The fake sampler in measure.run; forward passes counted, and an OOM at pass `oom_at` if set."""
+    forward, forwards = model.GPT.forward, []
+    sampler = FakeSampler(forwards)
+    sampler.oom_at = None
+
+    def counting_forward(self, idx, targets=None):
+        forwards.append(None)
+        if len(forwards) == sampler.oom_at:
+            raise torch.OutOfMemoryError("CUDA out of memory. test")
+        return forward(self, idx, targets)
+
+    monkeypatch.setattr(model.GPT, "forward", counting_forward)
+    monkeypatch.setattr(measure.energy, "MemorySampler", sampler)
+    return sampler
+
+
+def test_the_memory_sampler_spans_the_warm_up_and_timed_steps_only(fake_sampler):
+    rec = measure.run({**job("fp32"), "profile": False})
+    assert fake_sampler.seen == {"start": 0, "stop": WARMUP + TIMED}
+    assert (rec["mem_device_sampled_peak_bytes"], rec["mem_device_sampled_note"]) == (123, "cpu")
+
+
+def test_an_oom_during_the_steps_keeps_the_peak_sampled_up_to_it(fake_sampler):
+    fake_sampler.oom_at = WARMUP + 2
+    rec = measure.run(job("fp32"))
+    assert rec["status"] == "oom"
+    assert fake_sampler.seen == {"start": 0, "stop": WARMUP + 2}
+    assert rec["mem_device_sampled_peak_bytes"] == 123
+
+
 def test_run_is_deterministic_in_its_losses(fp32_record):
     again = measure.run(job("fp32"))
     assert again["losses"] == pytest.approx(fp32_record["losses"], abs=1e-5)
@@ -86,6 +144,8 @@ def test_out_of_memory_is_an_oom_record_not_a_crash(monkeypatch):
     assert "out of memory" in rec["reason"] and "test" in rec["reason"]
     assert "median_ms" not in rec and "losses" not in rec
     assert rec["wall_s"] >= 0
+    assert rec["mem_device_sampled_peak_bytes"] is None
+    assert rec["mem_device_sampled_note"] == "not sampled: the configuration failed before its first step"
 
 
 def test_an_out_of_memory_message_from_another_exception_is_an_oom(monkeypatch):
