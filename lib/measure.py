@@ -96,10 +96,12 @@ def run(job: dict) -> dict:
         def one(i: int):
             losses.append(train(xs[i], ys[i]))
 
-        # The device memory peak during the steps (a host thread reading NVML, nothing on the device),
-        # from the first step to the last timed one: library workspaces are made in the first.
+        # The device memory peak during the warm-up steps (a host thread reading NVML, nothing on the
+        # device): the same work as the timed steps, library workspaces made in the first, and no
+        # thread beside the timed steps to compete with the one that launches their kernels.
         sampler = energy.MemorySampler(dev, torch.cuda.current_device() if dev == "cuda" else 0,
-                                       span="the warm-up (first step included) and timed steps")
+                                       span="the warm-up steps (the first included; untimed, so the sampler "
+                                            "cannot touch the timings)")
         sampler.start()
         # The first step pays for compilation (and cuBLAS/allocator warm-up): reported, never timed.
         t0 = time.perf_counter()
@@ -112,6 +114,7 @@ def run(job: dict) -> dict:
             with torch.no_grad():
                 train.model.transformer.ln_f.weight.fill_(float("nan"))
         step.synchronize(dev)
+        rec.update(sampler.stop())
         meter = energy.EnergyMeter(dev, torch.cuda.current_device() if dev == "cuda" else 0) \
             if job.get("energy", True) else None
         if meter:
@@ -120,7 +123,6 @@ def run(job: dict) -> dict:
         if meter:
             used = meter.stop()
             rec["energy"] = used if used else {"unavailable": meter.reason}
-        rec.update(sampler.stop())  # after the meter's last reading: its shutdown is not in the energy window
         rec.update(memory(dev))
         rec["losses"] = [float(v) for v in torch.stack(losses).float().cpu()]
         if stage.attention == "sdpa":
