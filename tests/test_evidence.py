@@ -128,7 +128,7 @@ def test_chapters_measures_only_those_and_run_json_says_what_and_with_which_code
     assert {p.name.split("__")[0] for p in (rep / "results").glob("*.json")} == {"vocab"}
     assert read_json(rep / "params.json")["stages"] == ["fp32", "vocab"]
     run = read_json(rep / "run.json")
-    assert set(run["timings_s"]) == {"vocab", "total_s"}
+    assert set(run["timings_s"]) == {"vocab", "total_s"} and run["completed"] is False  # fp32 and the sweep were not
     assert run["command"] == f"make report BATCHES=2 STAGES='fp32 vocab' CHAPTERS=vocab MEASURE_ONLY=1 REPORTS={tmp_path}"
     assert run["code"]["source"] in ("git", "GPT2_LEVERS_COMMIT", "no .git and GPT2_LEVERS_COMMIT unset")
     if run["code"]["source"] == "git":
