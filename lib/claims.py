@@ -1,5 +1,5 @@
-"""Verdicts on the prevailing claims (params/claims.yaml) from one report's measurements:
-confirmed, refuted, not applicable or not measured, each with the measured figure."""
+"""Verdicts on the prevailing claims (params/claims.yaml) from one report's measurements, each
+with the measured figure, or with the reason it could not be measured."""
 from __future__ import annotations
 
 import html as _html
@@ -7,33 +7,59 @@ import html as _html
 import numpy as np
 import pandas as pd
 
-from . import fidelity_view, results
-from .config import CLAIMS, METRICS  # noqa: F401 (METRICS: what a claim may be judged by)
+from . import evidence_view, fidelity_view, results
+from .config import CLAIMS, METRICS, profile_family  # noqa: F401 (METRICS: what a claim may be judged by)
 from .config import load_claims as load
 
-LAYERS = {"tensors": "mem_tensors_bytes", "allocator": "mem_allocator_bytes", "device": "mem_device_bytes"}
+# The verdict words (their one home) and the CSS class each is shown in.
+CONFIRMED = "confirmed"                     # inside the claimed range
+WITHIN_NOISE = "confirmed (within noise)"   # outside it by less than the measured process-to-process noise
+EXCEEDED = "exceeded"                       # further from "no change" than the range: a bigger speed-up or cut
+FELL_SHORT = "fell short"                   # the claimed direction, but less than the range
+CONTRADICTED = "contradicted"               # the opposite direction (a claimed fallback kernel: the same kernels)
+NOT_APPLICABLE = "not applicable"           # the claim speaks about another chip family or backend
+NOT_MEASURED = "not measured"               # the measured column says why
+CSS = {CONFIRMED: "ok", WITHIN_NOISE: "ok", EXCEEDED: "ok", FELL_SHORT: "warn", CONTRADICTED: "bad",
+       NOT_APPLICABLE: "note", NOT_MEASURED: "warn"}
+
+LAYERS = {"tensors": "mem_tensors_bytes", "allocator": "mem_allocator_bytes", "device": "mem_device_bytes",
+          "device_sampled": "mem_device_sampled_peak_bytes"}
+# Why a memory layer can be missing where both stages ran.
+NO_LAYER = {"device_sampled": "device memory was not sampled during the step in this report's records "
+                              "(records older than the sampling, or NVML unavailable)"}
+RATIOS = ("speedup", "kernels", "alignment")  # judged against 1 ("no change"); the other metrics against 0
 
 
 def _per_batch(df: pd.DataFrame, claim: dict) -> pd.Series:
-    """The claim's figure at every batch size where both stages have a valid timing."""
+    """The claim's figure at every batch size where both stages have a valid timing (and, for a
+    memory claim, the layer)."""
     ok = df[df["status"] == "ok"]
     a = ok[ok["stage"] == claim["stage"]].set_index("batch_size")
     b = ok[ok["stage"] == claim["versus"]].set_index("batch_size")
     common = sorted(set(a.index) & set(b.index))
     if claim["metric"] == "speedup":
-        vals = [b.at[n, "median_ms"] / a.at[n, "median_ms"] for n in common]
+        vals = {n: b.at[n, "median_ms"] / a.at[n, "median_ms"] for n in common}
     elif claim["metric"] == "time_change":
-        vals = [a.at[n, "median_ms"] / b.at[n, "median_ms"] - 1 for n in common]
+        vals = {n: a.at[n, "median_ms"] / b.at[n, "median_ms"] - 1 for n in common}
     else:
         col = LAYERS[claim["layer"]]
-        vals = [a.at[n, col] / b.at[n, col] - 1 for n in common
-                if not pd.isna(a.at[n, col]) and not pd.isna(b.at[n, col]) and b.at[n, col]]
-        common = [n for n in common if not pd.isna(a.at[n, col]) and not pd.isna(b.at[n, col]) and b.at[n, col]]
-    return pd.Series(vals, index=common, dtype=float)
+        vals = {n: a.at[n, col] / b.at[n, col] - 1 for n in common
+                if not pd.isna(a.at[n, col]) and not pd.isna(b.at[n, col]) and b.at[n, col]}
+    return pd.Series(vals, dtype=float)
+
+
+def _why_unmeasured(df: pd.DataFrame, claim: dict) -> str:
+    ok = df[df["status"] == "ok"]
+    timed = [set(ok[ok["stage"] == s]["batch_size"]) for s in (claim["stage"], claim["versus"])]
+    if timed[0] & timed[1]:
+        return NO_LAYER.get(claim.get("layer"), f"the {claim.get('layer')} memory layer was not recorded")
+    other = df[df["stage"].isin([claim["stage"], claim["versus"]]) & (df["status"] != "ok")]
+    return (f"no batch size where both {claim['stage']} and {claim['versus']} have a timing"
+            + "".join(f"; {r.stage} at B={r.batch_size}: {r.status}" for r in other.itertuples()))
 
 
 def _fmt(metric: str, v: float) -> str:
-    return f"{v:.2f}×" if metric == "speedup" else f"{v * 100:+.1f} %"
+    return f"{v:.2f}×" if metric in RATIOS else f"{v * 100:+.1f} %"
 
 
 def _expect(metric: str, e: dict) -> str:
@@ -43,79 +69,101 @@ def _expect(metric: str, e: dict) -> str:
     return f"≥ {_fmt(metric, lo)}" if lo is not None else f"≤ {_fmt(metric, hi)}"
 
 
+def judge(metric: str, value: float, expect: dict, noise: float | None = None) -> str:
+    """The verdict word for a measured figure. A claimed range lies on one side of "no change"
+    (params/claims.yaml): that side is the claim's direction. `noise`, for a timing claim: the
+    relative process-to-process range; a figure outside the range by less is within noise."""
+    lo, hi = expect.get("min", -np.inf), expect.get("max", np.inf)
+    neutral = 1.0 if metric in RATIOS else 0.0
+    if lo <= value <= hi:
+        return CONFIRMED
+    shift = 1 - neutral  # the noise is relative to a step time or throughput ratio
+    if noise is not None and metric in ("speedup", "time_change") and any(
+            abs((value + shift) / (bound + shift) - 1) <= noise for bound in (lo, hi) if np.isfinite(bound)):
+        return WITHIN_NOISE
+    up = np.isfinite(lo) and lo >= neutral  # a claimed increase (speed-up, more memory); else a cut
+    if (value > hi) if up else (value < lo):
+        return EXCEEDED
+    return FELL_SHORT if ((value > neutral) if up else (value < neutral)) else CONTRADICTED
+
+
+def _no_sweep(gemm: dict | None, what: str) -> str:
+    if not gemm:
+        return "the lm_head GEMM sweep was not measured for this report"
+    if gemm.get("status") != "ok":
+        return f"the lm_head GEMM sweep did not complete ({gemm.get('status')}: {gemm.get('reason')})"
+    return f"the lm_head GEMM sweep has no {what}"
+
+
 def _kernel_verdict(claim: dict, row: dict, gemm: dict | None, applies: bool) -> dict:
-    """The lm_head claim from the GEMM sweep: the unaligned width must run different kernels
-    *and* be slower by the claimed margin (time ratio) to be confirmed."""
+    """The fallback-kernel claim from the GEMM sweep: the unaligned width must run different kernels
+    *and* take the claimed multiple of the time to be confirmed; the same kernels contradict it."""
     dt, (real, padded) = claim["dtype"], claim["widths"]
     row["check"] = (f"{dt} lm_head GEMM, forward + backward, n={real} vs n={padded}: different kernels and "
-                    f"≥ {claim['expect']['min']:.2f}× the time")
+                    f"{_expect('kernels', claim['expect'])} the time")
     pts = {(p["dtype"], p["n"]): p for p in (gemm or {}).get("points", []) if p.get("total_ms")}
     kernels = (gemm or {}).get("kernels", {}).get(dt, {})
     if (dt, real) not in pts or (dt, padded) not in pts or str(real) not in kernels or str(padded) not in kernels:
-        row.update(measured="—", verdict="not applicable" if not applies else "not measured")
+        row.update(measured=_no_sweep(gemm, f"{dt} timing and kernels at n={real} and n={padded}"),
+                   verdict=NOT_MEASURED if applies else NOT_APPLICABLE)
         return row
     ratio = pts[(dt, real)]["total_ms"] / pts[(dt, padded)]["total_ms"]
     ka, kb = kernels[str(real)], kernels[str(padded)]
     differ = [ph for ph in ("fwd", "bwd") if ka.get(ph) != kb.get(ph)]
     row["measured"] = (f"{ratio:.2f}× the time; kernels " + (f"differ in the {' and '.join(differ)} pass"
-                       if differ else "identical") + f" (forward at {real}: {_kernel_name(ka.get('fwd'))}; at "
-                       f"{padded}: {_kernel_name(kb.get('fwd'))})")
-    if not applies:
-        row["verdict"] = "not applicable"
-    elif differ and ratio >= claim["expect"]["min"]:
-        row["verdict"] = "confirmed"
-    else:
-        row["verdict"] = "refuted: " + ("same kernels" if not differ else "not slower by the claimed margin")
+                       if differ else "identical") + f" (forward at {real}: {evidence_view.kernel_name(ka.get('fwd'))};"
+                       f" at {padded}: {evidence_view.kernel_name(kb.get('fwd'))})")
+    row["verdict"] = (NOT_APPLICABLE if not applies else CONTRADICTED if not differ
+                      else judge("kernels", ratio, claim["expect"]))
     return row
 
 
-def _kernel_name(names) -> str:
-    if not names:
-        return "none recorded"
-    first = names[0]
-    return first if len(first) <= 60 else first[:57] + "…"
+def _alignment_verdict(claim: dict, row: dict, gemm: dict | None, applies: bool) -> dict:
+    """Whether widths that are multiples of `multiple` run faster than the other multiples of 8
+    (evidence_view.alignment_groups: a width that is not a multiple of 8 is in neither group)."""
+    dt, mult = claim["dtype"], claim["multiple"]
+    row["check"] = (f"{dt} lm_head GEMM sweep, forward + backward: the other multiples of 8 take "
+                    f"{_expect('alignment', claim['expect'])} the time of the multiples of {mult} (medians)")
+    aligned, other = evidence_view.alignment_groups(gemm, dt, mult)
+    if not aligned or not other:
+        row.update(measured=_no_sweep(gemm, f"{dt} timing at a multiple of {mult} and at another multiple of 8"),
+                   verdict=NOT_MEASURED if applies else NOT_APPLICABLE)
+        return row
+    ratio = float(np.median([p["total_ms"] for p in other]) / np.median([p["total_ms"] for p in aligned]))
+    odd = sorted({p["n"] for p in (gemm or {}).get("points", []) if p["dtype"] == dt and p["n"] % 8})
+    row["measured"] = (f"{ratio:.2f}× the time ({len(other)} other multiples of 8 against {len(aligned)} multiples "
+                       f"of {mult}" + (f"; n={', '.join(map(str, odd))}, not a multiple of 8, in neither" if odd else "")
+                       + ")")
+    row["verdict"] = judge("alignment", ratio, claim["expect"]) if applies else NOT_APPLICABLE
+    return row
 
 
 def verdict(claim: dict, df: pd.DataFrame, profile: str, backend: str, gemm: dict | None = None,
             noise: float | None = None) -> dict:
-    """`noise`: the relative process-to-process range of the timings behind a timing claim; a
-    measured figure outside the claimed range by less than that is "within noise of the claim"."""
+    """`noise`: the relative process-to-process range of the timings behind a timing claim (judge)."""
     row = {"id": claim["id"], "claim": claim["claim"], "check": "", "measured": "", "verdict": ""}
     metric = claim["metric"]
-    applies = profile in claim.get("devices", []) and backend in ("cuda", "rocm")
+    applies = profile_family(profile) in claim["families"] and backend in ("cuda", "rocm")
     if metric == "kernels":
         return _kernel_verdict(claim, row, gemm, applies)
+    if metric == "alignment":
+        return _alignment_verdict(claim, row, gemm, applies)
     row["check"] = f"{claim['stage']} vs {claim['versus']}" + (
-        f", {claim['layer']} memory" if metric == "memory_change" else "") + f": {_expect(metric, claim['expect'])}"
+        f", {claim['layer'].replace('_', ' ')} memory" if metric == "memory_change" else "") + f": {_expect(metric, claim['expect'])}"
     values = _per_batch(df, claim)
-    if not values.empty:
-        med = float(np.median(values))
-        spread = "" if len(values) == 1 else f" ({_fmt(metric, values.min())} to {_fmt(metric, values.max())})"
-        row["measured"] = f"{_fmt(metric, med)}{spread} at B={', '.join(map(str, values.index))}"
-    if not applies:
-        row["verdict"] = "not applicable"
-    elif values.empty:
-        row["verdict"] = "not measured"
-    else:
-        lo, hi = claim["expect"].get("min", -np.inf), claim["expect"].get("max", np.inf)
-        ratio = med if metric == "speedup" else 1 + med
-        near = noise is not None and metric in ("speedup", "time_change") and any(
-            abs(ratio / (bound if metric == "speedup" else 1 + bound) - 1) <= noise
-            for bound in (lo, hi) if np.isfinite(bound))
-        if lo <= med <= hi:
-            row["verdict"] = "confirmed"
-        elif near:
-            row["verdict"] = f"within noise of the claim: outside its range by less than the measured {noise * 100:.1f} %"
-        elif metric == "speedup":
-            row["verdict"] = "refuted: " + ("faster" if med > hi else "slower") + " than claimed"
-        else:
-            row["verdict"] = "refuted: " + ("bigger cut" if med < lo else "smaller cut or none") + " than claimed"
+    if values.empty:
+        row.update(measured=_why_unmeasured(df, claim), verdict=NOT_APPLICABLE if not applies else NOT_MEASURED)
+        return row
+    med = float(np.median(values))
+    spread = "" if len(values) == 1 else f" ({_fmt(metric, values.min())} to {_fmt(metric, values.max())})"
+    row["measured"] = f"{_fmt(metric, med)}{spread} at B={', '.join(map(str, values.index))}"
+    row["verdict"] = judge(metric, med, claim["expect"], noise) if applies else NOT_APPLICABLE
     return row
 
 
 def table(df: pd.DataFrame, profile: str, backend: str, path=CLAIMS, gemm: dict | None = None,
           noise=None) -> pd.DataFrame:
-    """`noise(claim)`, if given, is the relative spread behind a timing claim (see verdict)."""
+    """`noise(claim)`, if given, is the relative spread behind a timing claim (see judge)."""
     return pd.DataFrame([verdict(c, df, profile, backend, gemm, noise(c) if noise else None)
                          for c in load(path)["claims"]])
 
@@ -133,11 +181,13 @@ def html(rep, path=CLAIMS) -> str:
     env = rep.env
     stack = f"{env['device']['name']}, PyTorch {env.get('torch')}" + (
         f", CUDA {env['cuda']}, cuBLAS {env.get('cublas')}, cuDNN {env.get('cudnn')}" if env.get("cuda") else "")
-    css = {"confirmed": "ok", "refuted": "bad", "not applicable": "note", "not measured": "warn",
-           "within noise of the claim": "warn"}
     rows = "".join(
-        f"<tr><td>{r.claim}</td><td>{r.check}</td><td>{_html.escape(r.measured or '—')}</td>"
-        f'<td><span class="{css[r.verdict.split(":")[0]]}">{r.verdict}</span></td></tr>' for r in t.itertuples())
+        f"<tr><td>{_html.escape(r.claim)}</td><td>{r.check}</td><td>{_html.escape(r.measured or '—')}</td>"
+        f'<td><span class="{CSS[r.verdict]}">{r.verdict}</span></td></tr>' for r in t.itertuples())
     return (f'<table class="claims"><tr><th>Claim</th><th>Check (confirms if)</th><th>Measured here</th>'
             f"<th>Verdict</th></tr>{rows}</table><p class=\"note\">Measured on {stack}. "
+            f"Verdicts: {CONFIRMED}, inside the claimed range; {WITHIN_NOISE}, outside it by less than the measured "
+            f"noise; {EXCEEDED}, further from no change than claimed; {FELL_SHORT}, the claimed direction but less; "
+            f"{CONTRADICTED}, the opposite direction. A claim about a chip speaks about every GPU of its "
+            "family (the H100's about the H200 too: both are GH100). "
             f"Claims and thresholds: <code>params/claims.yaml</code> (source: {load(path)['source']}).</p>")

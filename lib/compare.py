@@ -236,7 +236,8 @@ def claims_html(reps) -> str:
     head = "".join(f"<th>{n}</th>" for n in reps)
     body = ""
     for i, claim in enumerate(first["claim"]):
-        cells = "".join(f"<td>{html.escape(t.iloc[i]['measured'] or '—')}<br><small>{t.iloc[i]['verdict']}</small></td>"
+        cells = "".join(f"<td>{html.escape(t.iloc[i]['measured'] or '—')}<br>"
+                        f'<small class="{claims.CSS[t.iloc[i]["verdict"]]}">{t.iloc[i]["verdict"]}</small></td>'
                         for t in tables.values())
         body += f"<tr><td>{html.escape(claim)}</td>{cells}</tr>"
     return f'<table class="claims"><tr><th>Claim</th>{head}</tr>{body}</table>'

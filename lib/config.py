@@ -30,10 +30,13 @@ SCHEMA = {
                  "parity_steps": int, "held_out_batches": int, "global_batch_tokens": int,
                  "recipe_warmup_steps": int, "recipe_timed_steps": int, "baseline": dict},
     "skip": dict,  # stage -> why this profile does not measure it (the report shows the reason)
-    "description": str, "match": list, "backend": str, "peak_tflops": dict, "peak_source": str,
+    "description": str, "match": list, "backend": str, "family": str, "peak_tflops": dict, "peak_source": str,
     "price_per_gpu_hour": float,  # optional: the report adds the cost per million tokens (else energy only)
 }
 BACKENDS = ("cuda", "rocm", "mps", "cpu")
+# Chip families: a claim about one (params/claims.yaml) speaks about every profile of it (H100 and
+# H200 are both GH100, Hopper). A profile names its family (`family:`; a profile without one is in none).
+FAMILIES = ("ampere", "hopper", "blackwell", "cdna3", "apple", "cpu")
 NULLABLE = ("peak_tflops", "match", "skip", "price_per_gpu_hour")  # null means "none" for these keys only
 MIN_TIMED_STEPS = 5  # fewer cannot give a meaningful p10/p90
 
@@ -56,6 +59,19 @@ def check_profile(name: str) -> str:
 
 def profile_backend(name: str) -> str | None:
     return _read(PARAMS_DIR / f"{check_profile(name)}.yaml").get("backend")
+
+
+def check_family(family, where) -> str:
+    if family not in FAMILIES:
+        raise ConfigError(f"{where}: family {family!r} is not a known chip family (families: {', '.join(FAMILIES)})")
+    return family
+
+
+def profile_family(name: str) -> str | None:
+    """The chip family of profile `name`; None for a profile that names none or a name that is no
+    profile (a synthetic report): no family claim speaks about it."""
+    family = _read(PARAMS_DIR / f"{name}.yaml").get("family") if name in profiles() else None
+    return None if family is None else check_family(family, f"params/{name}.yaml")
 
 
 def profiles() -> list[str]:
@@ -230,6 +246,8 @@ def validate(p: dict) -> None:
         raise ConfigError(f"{where}: run.seq_len {r['seq_len']} exceeds model.block_size {m['block_size']}")
     if p.get("backend") not in BACKENDS:
         raise ConfigError(f"{where}: backend must be one of {', '.join(BACKENDS)}, got {p.get('backend')!r}")
+    if p.get("family") is not None:
+        check_family(p["family"], where)
     for s in p["stages"]:
         if s not in stages.STAGES:
             raise ConfigError(f"{where}: unknown stage {s!r} (stages: {', '.join(stages.ORDER)})")
@@ -263,23 +281,30 @@ def validate(p: dict) -> None:
 
 
 CLAIMS = PARAMS_DIR / "claims.yaml"
-METRICS = ("speedup", "time_change", "memory_change", "kernels")  # what params/claims.yaml may judge by
+# What params/claims.yaml may judge by (the header of that file says what each one measures).
+METRICS = ("speedup", "time_change", "memory_change", "kernels", "alignment")
 
 
 def load_claims(path=CLAIMS) -> dict:
-    """The prevailing write-up's claims (params/claims.yaml), each with a known metric."""
+    """The prevailing write-up's claims (params/claims.yaml), each with a known metric and the
+    chip families it speaks about."""
     data = yaml.safe_load(Path(path).read_text())
     for c in data["claims"]:
         if c.get("metric") not in METRICS:
-            raise ValueError(f"{path}: claim {c.get('id')!r} has unknown metric {c.get('metric')!r}")
+            raise ConfigError(f"{path}: claim {c.get('id')!r} has unknown metric {c.get('metric')!r}")
+        if not c.get("families"):
+            raise ConfigError(f"{path}: claim {c.get('id')!r} names no chip families (families: {', '.join(FAMILIES)})")
+        for family in c["families"]:
+            check_family(family, f"{path}: claim {c.get('id')!r}")
     return data
 
 
 def timed_claim_pairs(profile: str, path=CLAIMS) -> list[tuple[str, str]]:
-    """(stage, versus) of every claim judged by step time that speaks about `profile`: the
+    """(stage, versus) of every claim judged by step time that speaks about `profile`'s family: the
     configurations the report runs in several processes so the verdict can say "within noise"."""
+    family = profile_family(profile)
     return [(c["stage"], c["versus"]) for c in load_claims(path)["claims"]
-            if c["metric"] in ("speedup", "time_change") and profile in c.get("devices", [])]
+            if c["metric"] in ("speedup", "time_change") and family in c["families"]]
 
 
 def match_profile(device_name: str, backend: str) -> str | None:

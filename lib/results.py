@@ -181,12 +181,11 @@ def table(records: list[dict], stage_order: list[str], tolerance: float | None =
     import pandas as pd
 
     # a key a record lacks (an older record, another kind) is None in its row
-    cols = ["stage", "stage_title", "batch_size", "status", "reason", "median_ms", "p10_ms", "p90_ms",
-            "cv", "tokens_per_s", "mfu", "peak_precision", "achieved_tflops", "mem_tensors_bytes",
-            "mem_allocator_bytes", "mem_device_bytes", "mem_device_sampled_peak_bytes", "final_loss",
-            "sdpa_backend", "world_size", "scaling_efficiency", "allreduce_share", "per_gpu_tokens_per_s",
-            "single_gpu_tokens_per_s", "one_rank_tokens_per_s", "efficiency_reference", "base_stage", "first_step_s",
-            "warmup_steps"]
+    cols = ["stage", "stage_title", "batch_size", "status", "reason", "median_ms", "p10_ms", "p90_ms", "cv",
+            "tokens_per_s", "mfu", "peak_precision", "achieved_tflops", "mem_tensors_bytes", "mem_allocator_bytes",
+            "mem_device_bytes", "mem_device_sampled_peak_bytes", "final_loss", "sdpa_backend", "world_size",
+            "scaling_efficiency", "allreduce_share", "per_gpu_tokens_per_s", "single_gpu_tokens_per_s",
+            "one_rank_tokens_per_s", "efficiency_reference", "base_stage", "first_step_s", "warmup_steps"]
     df = pd.DataFrame([{c: r.get(c) for c in cols} for r in records], columns=cols)
     df["joules_per_token"] = [(r.get("energy") or {}).get("joules_per_token") for r in records]
     df["avg_power_w"] = [(r.get("energy") or {}).get("avg_power_w") for r in records]

@@ -1,60 +1,232 @@
-"""Claims verdicts: computed from the table alone, and they flip when the data flips."""
+"""Claims verdicts: computed from synthetic records alone, and they flip when the data flips."""
 from __future__ import annotations
 
-import pandas as pd
 import pytest
+import yaml
 
-from lib import claims
+from conftest import make_record, tiny_params, write_report_dir
+from lib import claims, config, evidence_view, report, results
+
+WORDS = ("confirmed", "confirmed (within noise)", "exceeded", "fell short", "contradicted", "not applicable",
+         "not measured")
 
 
-def _df(rows):
-    cols = ["stage", "batch_size", "status", "median_ms", "mem_tensors_bytes", "mem_allocator_bytes",
-            "mem_device_bytes"]
-    return pd.DataFrame(rows, columns=cols)
-
-
-def _two_stages(fp32_ms, tf32_ms, fp32_mem=10e9, tf32_mem=10e9, status="ok"):
-    return _df([("fp32", 16, "ok", fp32_ms, fp32_mem, fp32_mem, fp32_mem),
-                ("tf32", 16, status, tf32_ms, tf32_mem, tf32_mem, tf32_mem)])
+def _df(times: dict, batch: int = 2, **columns):
+    """The results table of one record per stage: {stage: ms per step, or None for an OOM row};
+    `columns`: {record field: {stage: value}} set on the records (memory layers)."""
+    params = tiny_params(list(times) or ["fp32"])
+    recs = []
+    for stage, ms in times.items():
+        rec = (make_record(params, stage, batch, [ms] * 5, [3.0] * 6) if ms is not None
+               else make_record(params, stage, batch, status="oom", reason="out of memory"))
+        for field, by_stage in columns.items():
+            rec[field] = by_stage.get(stage)
+        recs.append(rec)
+    return results.table(recs, params["stages"])
 
 
 def _claim(cid):
     return next(c for c in claims.load()["claims"] if c["id"] == cid)
 
 
-def test_every_claim_in_the_file_has_a_known_metric_and_an_expectation():
+def _verdict(cid, df, profile="h100", gemm=None, noise=None):
+    return claims.verdict(_claim(cid), df, profile, "cuda", gemm, noise)
+
+
+def test_every_claim_in_the_file_has_a_known_metric_an_expectation_and_families():
     data = claims.load()
     assert len(data["claims"]) >= 8
     for c in data["claims"]:
-        assert c["metric"] in claims.METRICS
-        assert c["metric"] == "kernels" or c["expect"]
+        assert c["metric"] in claims.METRICS and c["expect"]
+        assert c["families"] and set(c["families"]) <= set(config.FAMILIES)
 
 
-def test_speedup_claim_is_confirmed_then_refuted_when_the_data_flips():
-    claim = _claim("tf32-speedup")
-    assert claims.verdict(claim, _two_stages(260.0, 100.0), "h100", "cuda")["verdict"] == "confirmed"
-    slower = claims.verdict(claim, _two_stages(150.0, 100.0), "h100", "cuda")
-    assert slower["verdict"] == "refuted: slower than claimed"
-    assert slower["measured"].startswith("1.50×")
+def test_the_verdict_words_and_their_colours():
+    assert set(claims.CSS) == set(WORDS)
+    assert {claims.CSS[w] for w in ("confirmed", "confirmed (within noise)", "exceeded")} == {"ok"}
+    assert [claims.CSS[w] for w in ("fell short", "contradicted", "not applicable", "not measured")] == [
+        "warn", "bad", "note", "warn"]
 
 
-def test_memory_claim_flips_with_tensor_memory():
-    claim = _claim("tf32-tensor-memory")
-    assert claims.verdict(claim, _two_stages(2, 1), "h100", "cuda")["verdict"] == "confirmed"
-    grown = claims.verdict(claim, _two_stages(2, 1, tf32_mem=12e9), "h100", "cuda")
-    assert grown["verdict"].startswith("refuted") and "+20.0 %" in grown["measured"]
+@pytest.mark.parametrize("tf32_ms, noise, expected", [
+    (400.0, None, "confirmed"),                  # 2.50x, inside 2.34-2.86x
+    (300.0, None, "exceeded"),                   # 3.33x: a bigger speed-up than claimed
+    (600.0, None, "fell short"),                 # 1.67x: faster, by less than claimed
+    (1100.0, None, "contradicted"),              # 0.91x: a slow-down
+    (435.0, 0.02, "confirmed (within noise)"),   # 2.30x: 1.8 % under the range, inside a 2 % noise
+    (435.0, 0.01, "fell short"),                 # ... but not inside a 1 % noise
+])
+def test_a_speedup_claim_gets_each_word_as_the_data_moves(tf32_ms, noise, expected):
+    v = _verdict("tf32-speedup", _df({"fp32": 1000.0, "tf32": tf32_ms}), noise=noise)
+    assert v["verdict"] == expected
+    assert v["measured"].startswith(f"{1000.0 / tf32_ms:.2f}×")
+
+
+@pytest.mark.parametrize("bf16_ms, expected", [
+    (850.0, "confirmed"),      # -15 %
+    (600.0, "exceeded"),       # -40 %: a bigger cut
+    (950.0, "fell short"),     # -5 %
+    (1100.0, "contradicted"),  # +10 %: slower
+])
+def test_a_claimed_cut_gets_each_word_as_the_data_moves(bf16_ms, expected):
+    assert _verdict("bf16-time", _df({"tf32": 1000.0, "bf16": bf16_ms}))["verdict"] == expected
+
+
+SAMPLED = "mem_device_sampled_peak_bytes"
+
+
+@pytest.mark.parametrize("fp32_bytes, expected", [
+    (10.5e9, "confirmed"),      # +5 % over TF32: the workspaces
+    (10.05e9, "fell short"),    # +0.5 %
+    (9.8e9, "contradicted"),    # less than TF32
+])
+def test_the_fp32_device_memory_claim_is_judged_from_the_sampled_device_memory(fp32_bytes, expected):
+    df = _df({"fp32": 1000.0, "tf32": 400.0}, **{SAMPLED: {"fp32": fp32_bytes, "tf32": 10e9}})
+    v = _verdict("fp32-device-memory", df)
+    assert v["verdict"] == expected and v["measured"].startswith(f"{(fp32_bytes / 10e9 - 1) * 100:+.1f} %")
+
+
+@pytest.mark.parametrize("columns", [{}, {SAMPLED: {}}])  # the field missing (older records), or None (no NVML)
+def test_the_fp32_device_memory_claim_is_not_measured_without_sampled_device_memory(columns):
+    v = _verdict("fp32-device-memory", _df({"fp32": 1000.0, "tf32": 400.0}, **columns))
+    assert v["verdict"] == "not measured"
+    assert "device memory was not sampled during the step" in v["measured"]
 
 
 @pytest.mark.parametrize("profile, backend, status, expected", [
-    ("a100", "cuda", "ok", "not applicable"),      # the vocab claim is about H100
+    ("a100", "cuda", "ok", "not applicable"),      # the vocab claim is about Hopper
     ("cpu", "cpu", "ok", "not applicable"),
     ("h100", "cuda", "oom", "not measured"),       # no timing for the stage
 ])
 def test_not_applicable_and_not_measured(profile, backend, status, expected):
-    claim = _claim("vocab-h100")
-    df = _df([("flash", 16, "ok", 140.0, 1, 1, 1), ("vocab", 16, status, 100.0, 1, 1, 1)])
-    assert claims.verdict(claim, df, profile, backend)["verdict"] == expected
+    df = _df({"flash": 140.0, "vocab": 100.0 if status == "ok" else None})
+    v = claims.verdict(_claim("vocab-h100"), df, profile, backend)
+    assert v["verdict"] == expected
+    if expected == "not applicable":
+        assert v["measured"].startswith("1.40×")  # the figure is still shown
+    else:
+        assert "vocab at B=2: oom" in v["measured"]
 
 
-def test_the_kernel_claim_says_not_measured():
-    assert claims.verdict(_claim("lm-head-kernel"), _df([]), "h100", "cuda")["verdict"] == "not measured"
+def test_not_measured_always_says_why():
+    for cid in (c["id"] for c in claims.load()["claims"] if "hopper" in c["families"]):
+        v = _verdict(cid, _df({}))
+        assert v["verdict"] == "not measured" and v["measured"], cid
+
+
+@pytest.mark.parametrize("speedup, prose, table", [
+    (1.58, "exceeded", "confirmed"),   # the write-up's table was right, its "30-40 %" too low
+    (1.35, "confirmed", "fell short"),
+])
+def test_the_write_ups_prose_and_its_own_table_are_judged_apart(speedup, prose, table):
+    df = _df({"flash": 100.0 * speedup, "vocab": 100.0})
+    assert (_verdict("vocab-h100", df)["verdict"], _verdict("vocab-h100-table", df)["verdict"]) == (prose, table)
+
+
+@pytest.mark.parametrize("bf16_ms, prose, table", [(850.0, "confirmed", "fell short"), (780.0, "exceeded", "confirmed")])
+def test_the_bf16_prose_and_table_claims_are_judged_apart(bf16_ms, prose, table):
+    df = _df({"tf32": 1000.0, "bf16": bf16_ms})
+    assert (_verdict("bf16-time", df)["verdict"], _verdict("bf16-time-table", df)["verdict"]) == (prose, table)
+
+
+def test_the_table_claims_quote_the_write_ups_own_figures():
+    """The write-up's table (shared/seeds/000): flash attention 87.7, 167, 322 ms and padded 56.2,
+    103, 197 ms at B=16, 32, 64; TF32 133 ms and BF16 103 ms at B=16. Each claim's range holds them."""
+    vocab, bf16 = _claim("vocab-h100-table"), _claim("bf16-time-table")
+    assert all(s in vocab["claim"] for s in ("1.56x", "87.7 → 56.2 ms", "322 → 197"))
+    for ratio in (87.7 / 56.2, 167 / 103, 322 / 197):
+        assert vocab["expect"]["min"] <= ratio <= vocab["expect"]["max"]
+    assert "22.6 %" in bf16["claim"] and "133 → 103 ms" in bf16["claim"]
+    assert bf16["expect"]["min"] <= 103 / 133 - 1 <= bf16["expect"]["max"]
+
+
+@pytest.mark.parametrize("profile, expected", [
+    ("h100", "exceeded"), ("h100-pcie", "exceeded"), ("h200", "exceeded"),  # GH100, all of them
+    ("a100", "not applicable"), ("b200", "not applicable"),
+    ("gpua", "not applicable"),  # a name that is no profile has no family
+])
+def test_a_claim_about_the_h100_speaks_about_every_hopper_gpu(profile, expected):
+    assert _verdict("vocab-h100", _df({"flash": 160.0, "vocab": 100.0}), profile)["verdict"] == expected
+
+
+def test_the_h200_repeats_the_h100_claims_timings():
+    assert ("vocab", "flash") in config.timed_claim_pairs("h200")
+    assert ("vocab", "flash") not in config.timed_claim_pairs("b200")
+
+
+def test_an_unknown_family_is_a_one_line_config_error(tmp_params_dir):
+    path = tmp_params_dir / "h200.yaml"
+    path.write_text(path.read_text().replace("family: hopper", "family: hoper"))
+    for call in (lambda: config.load("h200"), lambda: config.profile_family("h200")):
+        with pytest.raises(config.ConfigError, match=r"params/h200\.yaml: family 'hoper' is not a known chip family") as e:
+            call()
+        assert "\n" not in str(e.value)
+    data = yaml.safe_load((tmp_params_dir / "claims.yaml").read_text())
+    data["claims"][0]["families"] = ["gh100"]
+    (tmp_params_dir / "claims.yaml").write_text(yaml.safe_dump(data))
+    with pytest.raises(config.ConfigError, match="family 'gh100' is not a known chip family"):
+        config.load_claims(tmp_params_dir / "claims.yaml")
+
+
+# ---------------------------------------------------------------- the lm_head GEMM sweep
+
+ALIGNED = (50176, 50304, 50432)  # the multiples of 128 of a sweep around 50304
+OTHERS = (50184, 50192, 50200)   # other multiples of 8
+
+
+def _sweep(aligned_ms, other_ms, real_ms=30.0) -> dict:
+    """A bf16 lm_head sweep record: multiples of 128, other multiples of 8 and the real 50257,
+    at the given forward + backward times; different kernels at 50257 and 50304."""
+    widths = list(zip(ALIGNED, aligned_ms)) + list(zip(OTHERS, other_ms)) + [(50257, real_ms)]
+    points = [{"n": n, "dtype": "bf16", "total_ms": ms, "tflops": 1.0,
+               "multiple_of": next(a for a in (128, 64, 32, 16, 8, 1) if n % a == 0)} for n, ms in widths]
+    slow = "void cutlass::Kernel2<cutlass_75_gemm_align1>(cutlass_75_gemm_align1::Params)"
+    return {"schema_version": results.SCHEMA_VERSION, "kind": "gemm", "status": "ok", "m": 64, "k": 64,
+            "dtypes": ["bf16"], "points": sorted(points, key=lambda p: p["n"]),
+            "kernels": {"bf16": {"50257": {"fwd": [slow], "bwd": [slow]},
+                                 "50304": {"fwd": ["nvjet_fast"], "bwd": ["nvjet_fast"]}}}}
+
+
+@pytest.mark.parametrize("others, expected", [
+    ((1.2, 1.25, 1.3), "confirmed"),     # the multiples of 128 clearly faster
+    ((1.0, 1.03, 1.05), "fell short"),   # about as fast
+    ((0.9, 0.92, 0.95), "contradicted"),  # slower
+])
+def test_the_multiples_of_128_claim_flips_with_the_sweep(others, expected):
+    v = _verdict("hopper-multiples-of-128", _df({}), gemm=_sweep((1.0, 1.0, 1.0), others))
+    assert v["verdict"] == expected
+    assert _verdict("hopper-multiples-of-128", _df({}), "a100", _sweep((1.0,) * 3, others))["verdict"] == "not applicable"
+
+
+def test_50257_is_not_among_the_other_multiples_of_8():
+    """Other multiples of 8 at 1.0, 1.05 and 1.2 ms: median 1.05, short of the claimed 1.10x. Counted
+    among them, 50257's 30 ms would lift the median to 1.125 and confirm the claim."""
+    gemm = _sweep((1.0, 1.0, 1.0), (1.0, 1.05, 1.2))
+    aligned, other = evidence_view.alignment_groups(gemm, "bf16")
+    assert [p["n"] for p in aligned] == list(ALIGNED) and [p["n"] for p in other] == list(OTHERS)
+    v = _verdict("hopper-multiples-of-128", _df({}), gemm=gemm)
+    assert v["verdict"] == "fell short" and "n=50257, not a multiple of 8, in neither" in v["measured"]
+
+
+def test_the_vocab_chapter_reads_the_sweep_without_50257(tmp_path):
+    params = tiny_params(["fp32", "vocab"])
+    params["model"].update(vocab_size=50257, padded_vocab_size=50304)
+    recs = [make_record(params, s, 2, [10.0] * 5, [3.0] * 6) for s in ("fp32", "vocab")]
+    report_dir = write_report_dir(tmp_path / "r", params, recs)
+    results.write_atomic(report_dir / "results" / "gemm" / "lm_head.json", _sweep((1.0, 1.0, 1.0), (1.0, 1.1, 1.3)))
+    text = evidence_view.gemm_md(report.load(report_dir))
+    assert "the 3 other multiples of 8 1.10 ms" in text  # with 50257's 30 ms it would be 1.20
+    assert "every multiple of 8 runs about as fast" in text
+    assert "n=50257, not a multiple of 8, takes 30.00 ms" in text
+    assert "running other kernels (forward: `cutlass_75_gemm_align1` against `nvjet_fast`)" in text
+    faster = _sweep((1.0, 1.0, 1.0), (1.2, 1.25, 1.3))
+    results.write_atomic(report_dir / "results" / "gemm" / "lm_head.json", faster)
+    assert "the multiples of 128 run faster than every other multiple of 8" in evidence_view.gemm_md(report.load(report_dir))
+
+
+def test_the_kernel_claim_says_not_measured_and_why():
+    v = _verdict("lm-head-kernel", _df({}))
+    assert v["verdict"] == "not measured" and v["measured"] == "the lm_head GEMM sweep was not measured for this report"
+    same = _sweep((1.0,) * 3, (1.0,) * 3)
+    same["kernels"]["bf16"]["50304"] = same["kernels"]["bf16"]["50257"]
+    assert _verdict("lm-head-kernel", _df({}), gemm=same)["verdict"] == "contradicted"  # no fallback kernel
