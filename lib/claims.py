@@ -168,7 +168,8 @@ def table(df: pd.DataFrame, profile: str, backend: str, path=CLAIMS, gemm: dict 
                          for c in load(path)["claims"]])
 
 
-def html(rep, path=CLAIMS) -> str:
+def for_report(rep, path=CLAIMS) -> pd.DataFrame:
+    """Every claim's verdict on one report, its timing claims judged against the report's noise."""
     tps, floor = fidelity_view.noise(rep)
 
     def noise(claim):  # the larger process-to-process range of the two sides, at the batch they repeated
@@ -176,8 +177,11 @@ def html(rep, path=CLAIMS) -> str:
                  and len(v) > 1]
         return max(bands) if bands else floor
 
-    t = table(rep.df, rep.params["name"], rep.params["backend"], path, gemm=rep.evidence["gemm"],
-              noise=noise)
+    return table(rep.df, rep.params["name"], rep.params["backend"], path, gemm=rep.evidence["gemm"], noise=noise)
+
+
+def html(rep, path=CLAIMS) -> str:
+    t = for_report(rep, path)
     env = rep.env
     stack = f"{env['device']['name']}, PyTorch {env.get('torch')}" + (
         f", CUDA {env['cuda']}, cuBLAS {env.get('cublas')}, cuDNN {env.get('cudnn')}" if env.get("cuda") else "")

@@ -7,30 +7,32 @@ from pathlib import Path
 
 import pytest
 
-from conftest import describe_proc, run_cli
-from lib import compare, config, results, stages
+from conftest import describe_proc, make_record, read_json, run_cli, write_report_dir
+from lib import compare, config, report, results, stages
 
 
-def _fake_report(root: Path, name: str, torch: str, speed: float, schema=results.SCHEMA_VERSION):
+PEAKS = {"fp32": 10.0, "tf32": 40.0, "bf16": 80.0, "fp8": 160.0}  # a synthetic datasheet, TFLOP/s
+
+
+def _fake_report(root: Path, name: str, torch: str, speed: float, schema=results.SCHEMA_VERSION, batches=(2, 4),
+                 gain: float = 1.0):
     """A synthetic report folder: the cpu workload's params, a CUDA-like environment, and one
-    record per stage at two batch sizes, each stage `speed` times faster than the one before."""
-    params = config.load("cpu", [2, 4])
-    params["name"], params["backend"] = name, "cuda"
+    record per stage at each batch size, each stage `speed` times faster than the one before, the
+    whole GPU `gain` times faster, and a larger batch faster by the square root of its size (so a
+    ratio taken across two batch sizes shows)."""
+    params = config.load("cpu", list(batches))
+    params["name"], params["backend"], params["peak_tflops"] = name, "cuda", PEAKS
     params["stages"] = [s for s in params["stages"] if s != "ddp"]  # single-GPU stages only
-    d = root / name
-    (d / "results").mkdir(parents=True)
-    (d / "params.json").write_text(json.dumps(params))
+    recs = []
+    for i, key in enumerate(params["stages"]):
+        for b in batches:
+            rec = make_record(params, key, b, [100.0 / speed ** i / gain * b ** 0.5] * 5, [3.0] * 5)
+            rec.update(mem_tensors_bytes=1e9, mem_allocator_bytes=2e9, mem_device_bytes=3e9, schema_version=schema)
+            recs.append(rec)
+    d = write_report_dir(root / name, params, recs)
     env = {"device": {"backend": "cuda", "name": f"GPU {name}"}, "torch": torch, "cuda": "13.0",
            "cublas": "13.1.0", "cudnn": 91900, "driver": "580", "python": "3.12"}
     (d / "environment.json").write_text(json.dumps(env))
-    for i, key in enumerate(params["stages"]):
-        for b in (2, 4):
-            rec = results.base_record(params, stages.get(key), b)
-            results.fill_timing(rec, [100.0 / speed ** i * b] * 5, b * 64)
-            rec.update(losses=[3.0] * 5, mem_tensors_bytes=1e9, mem_allocator_bytes=2e9, mem_device_bytes=3e9,
-                       mfu=None, schema_version=schema)
-            results.fill_loss(rec, 3)
-            results.write_atomic(results.record_path(d / "results", key, b), rec)
     return d
 
 
@@ -66,31 +68,54 @@ def test_the_stage_table_puts_each_gpu_against_its_own_fp32(tmp_path):
     assert effects["gpub"].dropna().tolist() == pytest.approx(expected)
 
 
-def _add_ddp(d: Path, world: int | None):
-    """A DDP row: not applicable (one GPU) when `world` is None, else `world` GPUs at B=8."""
-    params = json.loads((d / "params.json").read_text())
+def _add_ddp(d: Path, worlds: tuple[int, ...] = ()):
+    """DDP rows: not applicable (one GPU) without `worlds`, else one record per GPU count (ddp__b4__g<N>.json),
+    each GPU of N running at 0.9 of the tokens/s of one GPU's fastest stage at B=4."""
+    params = read_json(d / "params.json")
     params["stages"].append("ddp")
     (d / "params.json").write_text(json.dumps(params))
-    rec = results.base_record(params, stages.get("ddp"), 8)
-    if world is None:
+    if not worlds:
+        rec = results.base_record(params, stages.get("ddp"), 4)
         rec.update(status="not_applicable", reason="one GPU")
-    else:
-        results.fill_timing(rec, [50.0] * 5, 8 * 64 * world)
-        rec.update(world_size=world, single_gpu_tokens_per_s=rec["tokens_per_s"] / 1.8, scaling_efficiency=0.9,
-                   losses=[3.0] * 5,
-                   mem_allocator_bytes=2e9)
-    results.write_atomic(results.record_path(d / "results", "ddp", 8), rec)
+        results.write_atomic(results.record_path(d / "results", "ddp", 4), rec)
+    last = read_json(results.record_path(d / "results", params["stages"][-2], 4))
+    for world in worlds:
+        rec = results.base_record(params, stages.get("ddp"), 4)
+        results.fill_timing(rec, [last["median_ms"] / 0.9] * 5, 4 * 64 * world)
+        rec.update(world_size=world, base_stage=last["stage"], per_gpu_tokens_per_s=rec["tokens_per_s"] / world,
+                   losses=[3.0] * 5, mem_allocator_bytes=2e9)
+        results.write_atomic(results.record_path(d / "results", "ddp", 4, gpus=world), rec)
 
 
-def test_ddp_is_shown_per_gpu_count_and_against_one_gpu(tmp_path):
-    _add_ddp(_fake_report(tmp_path, "gpua", "2.11.0", 1.5), None)
-    _add_ddp(_fake_report(tmp_path, "gpub", "2.11.0", 2.0), 2)
+def test_ddp_is_shown_per_gpu_count_against_the_same_gpus_best_single_gpu_configuration(tmp_path):
+    _add_ddp(_fake_report(tmp_path, "gpua", "2.11.0", 1.5))
+    b = _fake_report(tmp_path, "gpub", "2.11.0", 2.0)
+    _add_ddp(b, (2, 4))
     reps = compare.load_all(["gpua", "gpub"], tmp_path)
-    html = compare.stage_html(reps)
-    assert "not applicable" in html and "B=8 × 2 GPUs" in html and "B=2.0" not in html
-    effects = compare.lever_effects(reps)
-    ddp_row = effects.loc["DDP across the host's GPUs (over the same job on one GPU)"]
-    assert ddp_row["gpub"] == pytest.approx(1.8) and ddp_row.isna()["gpua"]
+    single = report.best_single_gpu(reps["gpub"])
+    t = compare.ddp_table(reps).set_index("gpus")
+    # one row per GPU count, each against one GPU's best configuration: no median over counts, no FP32
+    assert t.index.tolist() == [2, 4]
+    for g in (2, 4):
+        assert t.loc[g, "gpub speedup"] == pytest.approx(t.loc[g, "gpub tokens_per_s"] / single["tokens_per_s"])
+        assert t.loc[g, "gpub speedup"] == pytest.approx(0.9 * g)
+        assert t.loc[g, "gpub efficiency"] == pytest.approx(0.9)
+    assert t.isna().loc[2, "gpua tokens_per_s"]
+    html = compare.ddp_html(reps)
+    assert "2 GPUs" in html and "4 GPUs" in html and "not applicable" in html and "2 × B=4" in html
+    assert f"over one GPU's {stages.get(single['stage']).title} B={single['batch_size']}" in html
+    assert "DDP" not in " ".join(compare.stage_table(reps)["stage"])  # no multi-GPU figure over one GPU's FP32
+    assert not any("DDP" in s for s in compare.lever_effects(reps).index)
+    # A slower FP32 moves every speed-up over FP32 and none of DDP's.
+    fp32 = compare.stage_table(reps).iloc[-1]["gpub × own FP32"]
+    params = read_json(b / "params.json")
+    for batch in (2, 4):
+        rec = read_json(results.record_path(b / "results", "fp32", batch))
+        rec.update(make_record(params, "fp32", batch, [v * 2 for v in rec["step_ms"]], rec["losses"]))
+        results.write_atomic(results.record_path(b / "results", "fp32", batch), rec)
+    reps = compare.load_all(["gpua", "gpub"], tmp_path)
+    assert compare.stage_table(reps).iloc[-1]["gpub × own FP32"] == pytest.approx(2 * fp32)
+    assert compare.ddp_table(reps).set_index("gpus")["gpub speedup"].tolist() == pytest.approx([1.8, 3.6])
 
 
 def test_same_batch_table_holds_the_batch_fixed(tmp_path):
@@ -120,3 +145,73 @@ def test_compare_refuses_results_of_another_schema_and_a_single_report(tmp_path)
         compare.load_all(["gpua", "old"], tmp_path)
     with pytest.raises(compare.CompareError, match="at least two"):
         compare.load_all(["gpua"], tmp_path)
+
+
+def test_gpus_measured_at_different_batch_sizes_are_compared_at_a_common_one_or_labelled(tmp_path):
+    """gpua measured B=2, 4 and gpub B=4, 8: every cross-GPU ratio is taken at B=4, where the two are
+    equal; a ratio of their best batches (B=4 against B=8) would credit gpub with the larger batch."""
+    _fake_report(tmp_path, "gpua", "2.11.0", 1.5, batches=(2, 4))
+    _fake_report(tmp_path, "gpub", "2.11.0", 1.5, batches=(4, 8))
+    reps = compare.load_all(["gpua", "gpub"], tmp_path)
+    same = compare.same_batch_table(reps)
+    assert set(same["B"]) == {4} and same["gpub / gpua"].tolist() == pytest.approx([1.0] * len(same))
+    levers = compare.lever_effects(reps)
+    assert set(levers["B"]) == {4} and levers["gpua"].tolist() == pytest.approx(levers["gpub"].tolist())
+    stage = compare.stage_html(reps)  # each GPU's best over its own batches: the batch in every cell
+    assert stage.count("<small>B=4</small>") == stage.count("<small>B=8</small>") == len(same)
+    assert "× own FP32 at B=4" in stage and "× own FP32 at B=8" in stage
+    # No batch in common: no same-batch row, and every lever cell names its own batch.
+    _fake_report(tmp_path, "gpuc", "2.11.0", 1.5, batches=(8, 16))
+    reps = compare.load_all(["gpua", "gpuc"], tmp_path)
+    assert compare.same_batch_table(reps).empty and "No stage was timed" in compare.same_batch_html(reps)
+    levers = compare.lever_effects(reps)
+    assert levers["B"].isna().all() and set(levers["gpua B"]) == {4} and set(levers["gpuc B"]) == {16}
+    html = compare.lever_html(reps)
+    assert html.count("<small>B=4</small>") == html.count("<small>B=16</small>") == len(levers)
+
+
+def test_mfu_is_against_the_bf16_peak_for_every_stage_and_against_the_stages_own_beside_it(tmp_path):
+    _fake_report(tmp_path, "gpua", "2.11.0", 1.5)
+    _fake_report(tmp_path, "gpub", "2.11.0", 2.0)
+    reps = compare.load_all(["gpua", "gpub"], tmp_path)
+    t, df = compare.stage_table(reps).set_index("stage"), reps["gpua"].df
+    for title in ("FP32 baseline", "TF32", "BF16 autocast"):
+        rec = df[(df["stage_title"] == title) & (df["batch_size"] == t.loc[title, "gpua B"])].iloc[0]
+        assert t.loc[title, "gpua MFU bf16"] == pytest.approx(rec["achieved_tflops"] / PEAKS["bf16"])
+        assert t.loc[title, "gpua MFU own"] == pytest.approx(rec["achieved_tflops"] / PEAKS[rec["peak_precision"]])
+    assert t.loc["TF32", "gpua precision"] == "tf32"
+    assert t.loc["FP32 baseline", "gpua MFU own"] == pytest.approx(8 * t.loc["FP32 baseline", "gpua MFU bf16"])
+
+
+def _add_repeat(d: Path, spread: float):
+    """A second process of the FP32 B=4 configuration, `spread` slower: the report's noise floor."""
+    params = read_json(d / "params.json")
+    rec = read_json(results.record_path(d / "results", "fp32", 4))
+    rep = make_record(params, "fp32", 4, [v * (1 + spread) for v in rec["step_ms"]], rec["losses"])
+    rep.update(variant="repeat", repeat=1)
+    results.write_atomic(d / "results" / "repeats" / "fp32__b4__r1.json", rep)
+
+
+@pytest.mark.parametrize("spread, torch_b, hardware", [(0.02, "2.11.0", True), (0.3, "2.11.0", False),
+                                                       (None, "2.11.0", False), (0.02, "2.9.1", False)])
+def test_the_difference_is_called_the_hardwares_only_beyond_both_reports_noise_and_without_skew(
+        tmp_path, spread, torch_b, hardware):
+    """gpub is 1.1× gpua at every stage: the hardware's when both reports' process-to-process spread
+    is 2 %, within noise when it is 30 %, unjudged when nothing ran twice, the software's too with skew."""
+    a, b = _fake_report(tmp_path, "gpua", "2.11.0", 1.5), _fake_report(tmp_path, "gpub", torch_b, 1.5, gain=1.1)
+    if spread is not None:
+        _add_repeat(a, spread)
+        _add_repeat(b, spread / 2)
+    reps = compare.load_all(["gpua", "gpub"], tmp_path)
+    text = compare.attribution_html(reps)
+    assert ("the hardware's" in text) is hardware
+    assert ("differences are the hardware's" in compare.skew_html(reps)) is False
+    rows = len(compare.same_batch_table(reps))
+    if spread == 0.3:
+        assert "0 of" in text and "every difference is within noise" in text
+        assert compare.same_batch_html(reps).count("within noise</small>") == rows
+    elif spread is None:
+        assert "can be told from noise" in text
+    else:
+        assert f"{rows} of {rows} stages differ" in text and "within noise</small>" not in compare.same_batch_html(reps)
+    assert ("Version skew" in text) is (torch_b != "2.11.0")
