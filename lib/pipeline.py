@@ -48,8 +48,12 @@ def choose_profile(gpu: str | None, device: dict, allow_mismatch: bool) -> tuple
     return gpu, None
 
 
-def _title(params: dict) -> str:
-    return f"GPT-2 training optimisation report: {params.get('description', params['name'])}"
+def _title(params: dict, report_dir: Path) -> str:
+    """The document's title; a host of several GPUs says so (its DDP stage used them all)."""
+    env = json.loads((report_dir / "environment.json").read_text()) if (report_dir / "environment.json").exists() else {}
+    count = (env.get("device") or {}).get("count") or 1
+    host = f", a host of {count} GPUs" if count > 1 else ""
+    return f"GPT-2 training optimisation report: {params.get('description', params['name'])}{host}"
 
 
 def _rel(path: Path) -> Path:
@@ -122,7 +126,8 @@ def report(args) -> int:
     drawn_failures, drawn, draw_s = notebook_runner.draw(report_dir, params, failures)
     failures += drawn_failures
     print("[export] report.html, report.pdf", flush=True)
-    timings.update(export.export(report_dir, drawn, report_dir / "notebooks" / "summary.ipynb", _title(params), t_start))
+    timings.update(export.export(report_dir, drawn, report_dir / "notebooks" / "summary.ipynb",
+                                 _title(params, report_dir), t_start))
     if timings.get("pdf_error"):
         failures.append(timings["pdf_error"])
     _write_run(report_dir, params, timings, failures, earlier, completed=True, draw_s=draw_s)
@@ -195,7 +200,7 @@ def render(args) -> int:
         "runs, and the process-to-process table spans them)" if runs > 1 else "")
             if total else "not recorded") + \
         f"; this copy was re-rendered from its results on {dt.date.today().isoformat()} by make render"
-    timings.update(export.export(report_dir, drawn, report_dir / "notebooks" / "summary.ipynb", _title(params),
+    timings.update(export.export(report_dir, drawn, report_dir / "notebooks" / "summary.ipynb", _title(params, report_dir),
                                  t_start, wall_note=note))
     if timings.get("pdf_error"):
         failures.append(timings["pdf_error"])

@@ -111,7 +111,9 @@ def appendix_md(rep: Report) -> str:
 def title_md(rep: Report) -> str:
     dev = rep.env["device"]
     when = max((r.get("finished_at") or "" for r in rep.records), default="") or ""
-    sub = (f"Profile **{rep.params['name']}** · device **{dev['name']}** ({dev['backend']}) · "
+    count = dev.get("count") or 1
+    name = f"a host of {count} × {dev['name']}" if count > 1 else dev["name"]
+    sub = (f"Profile **{rep.params['name']}** · device **{name}** ({dev['backend']}) · "
            f"PyTorch {rep.env.get('torch')}" + (f" · CUDA {rep.env['cuda']}" if rep.env.get("cuda") else ""))
     if when:
         sub += f" · measured {when[:10]}"

@@ -111,3 +111,10 @@ def test_each_recommendation_table_has_one_home_among_the_notebooks():
     assert calls("frontier_view.recipe_html") == ["15_batch_sweep.ipynb"]
     assert calls("frontier_view.ablation_html") == ["15_batch_sweep.ipynb"]
     assert calls("sweep_view.recommended_md") == ["summary.ipynb"]
+
+
+def test_a_report_of_a_several_gpu_host_says_so_in_its_title(tmp_path):
+    rep = _report(tmp_path, tf32_ms=80.0)
+    assert "a host of" not in report_tables.title_md(rep)
+    rep.env["device"]["count"] = 2
+    assert "device **a host of 2 × x**" in report_tables.title_md(rep)
