@@ -119,8 +119,10 @@ def export(report_dir, chapter_paths, summary_path, title: str, t_start: float,
     t_pdf = time.perf_counter() - t0
     total = time.perf_counter() - t_start
     timing = {"html_s": t_html, "pdf_s": t_pdf, "total_s": total, "pdf_error": pdf_error}
-    html_text = html_text.replace(WALL_TIME_TOKEN, wall_note or (
-        f"{total:.0f} s" + (" (no PDF rendered on this host)" if pdf_error else "")))
+    html_text = html_text.replace(WALL_TIME_TOKEN, (
+        f"{wall_note}, in {total:.0f} s (notebooks, HTML and PDF)" if wall_note else
+        f"{total:.0f} s for this whole run: measuring every configuration, then the notebooks, HTML and PDF")
+        + (" (no PDF rendered on this host)" if pdf_error else ""))
     if not pdf_error:
         to_pdf(html_text, report_dir / "report.pdf", report_dir)
     (report_dir / "report.html").write_text(html_text, encoding="utf-8")
