@@ -1,6 +1,6 @@
 """*How the evidence reads*: the tables and charts behind each chapter's explanation (memory
-layers, sequence-length sweep, lm_head GEMM sweep and kernels, kernel-time profiles, energy,
-batch sweep, recommended configuration, DDP scaling), computed from a report folder's records only."""
+layers, sequence-length sweep, lm_head GEMM sweep and kernels, energy, DDP scaling), computed from
+a report folder's records only. Kernel-time profiles: profile_view.py."""
 from __future__ import annotations
 
 import html
@@ -9,14 +9,11 @@ import re
 import numpy as np
 import pandas as pd
 
-from . import kernel_categories, stages
-from .report import GiB, Report, best_single_gpu, gib, pct, scaling_curve, tok
+from . import stages
+from .report import DEVICE_PEAK, LAYERS, GiB, Report, best_single_gpu, gib, pct, scaling_curve, tok
 from .report_charts import save, style
 
 OK = ("ok", "diverged")
-LAYERS = (("mem_tensors_bytes", "tensors (max allocated)"), ("mem_allocator_bytes", "allocator (max reserved)"),
-          ("mem_device_bytes", "device (nvidia-smi)"))
-COLORS = dict(zip(kernel_categories.CATEGORIES, ("C0", "C3", "C1", "C2", "C4", "C7")))
 
 
 def table(rows: list[dict], cls: str = "matrix") -> str:
@@ -38,8 +35,7 @@ def memory_layers_html(rep: Report, stage: str, versus: str) -> str:
         a, s = rep.rec(versus, b), rep.rec(stage, b)
         if not (a and s and a["status"] in OK and s["status"] in OK):
             continue
-        layers = list(LAYERS) if rep.on_gpu else [("mem_device_bytes", "process peak RSS")]
-        for col, label in layers:
+        for col, label in (*rep.layers, DEVICE_PEAK) if rep.on_gpu else rep.layers:
             va, vs = a.get(col), s.get(col)
             if va is None or vs is None:
                 continue
@@ -58,7 +54,7 @@ def memory_layers_html(rep: Report, stage: str, versus: str) -> str:
 
 def memory_layers_md(rep: Report, stage: str, versus: str) -> str:
     """One sentence per layer: does `stage` change memory against `versus`, and where."""
-    col_names = dict(LAYERS)
+    col_names = dict((*LAYERS, DEVICE_PEAK))
     changes = {}
     for b in rep.params["run"]["batch_sizes"]:
         a, s = rep.rec(versus, b), rep.rec(stage, b)
@@ -254,85 +250,6 @@ def compile_vocab_html(rep: Report) -> str:
                      "50304 ms/step": f"{pad['median_ms']:.1f}" if pad and pad["status"] in OK else (pad or {}).get("status", "—"),
                      "padding speed-up": f"{un['median_ms'] / pad['median_ms']:.2f}×" if ok else ""})
     return table(rows)
-
-
-# ---------------------------------------------------------------- kernel-time profiles
-
-def _profiled(rep: Report, batch: int | None = None):
-    """{stage: record} with a kernel profile, at one batch size for every stage: the one at
-    which most stages have a profile (ties: the larger)."""
-    recs = [r for r in rep.records if r.get("kernel_profile") and r["status"] in OK and not stages.is_multi_gpu(r["stage"])]
-    if not recs:
-        return None, {}
-    if batch is None:
-        counts = pd.Series([r["batch_size"] for r in recs]).value_counts()
-        batch = max(b for b, c in counts.items() if c == counts.max())
-    order = {k: i for i, k in enumerate(rep.stage_order)}
-    return batch, {r["stage"]: r for r in sorted(recs, key=lambda r: order[r["stage"]]) if r["batch_size"] == batch}
-
-
-def plot_profile(rep: Report):
-    batch, by = _profiled(rep)
-    if not by:
-        return None
-    plt = style()
-    fig, ax = plt.subplots(figsize=(9, 3.4))
-    x = np.arange(len(by))
-    bottom = np.zeros(len(by))
-    for cat in kernel_categories.CATEGORIES:
-        vals = np.array([r["kernel_profile"]["categories"].get(cat, 0.0) for r in by.values()])
-        ax.bar(x, vals, 0.6, bottom=bottom, color=COLORS[cat], label=cat)
-        for i, (v, tot) in enumerate(zip(vals, [r["kernel_profile"]["busy_ms"] for r in by.values()])):
-            if tot and v / tot > 0.08:
-                ax.text(x[i], bottom[i] + v / 2, f"{v / tot * 100:.0f}%", ha="center", va="center", fontsize=6,
-                        color="white")
-        bottom += vals
-    ax.set_xticks(x, [stages.get(k).title for k in by], fontsize=7, rotation=35, ha="right", rotation_mode="anchor")
-    unit = "kernel time" if rep.on_gpu else "operator self time"
-    ax.set_ylabel(f"{unit} per step (ms)")
-    ax.set_title(f"Where one training step's time goes, B={batch} (labels: share of the step)", fontsize=9)
-    ax.legend(frameon=False, fontsize=7, ncol=3)
-    return save(fig, rep, "kernel_profile")
-
-
-def profile_table_html(rep: Report) -> str:
-    """Category shares per stage, at the batch size of the chart."""
-    batch, by = _profiled(rep)
-    if not by:
-        return none("No kernel profile was recorded for these results.")
-    rows = []
-    for key, r in by.items():
-        p = r["kernel_profile"]
-        row = {"Stage": stages.get(key).title, "busy ms/step": f"{p['busy_ms']:.1f}",
-               "step ms (timed)": f"{r['median_ms']:.1f}"}
-        for cat in kernel_categories.CATEGORIES:
-            row[cat] = f"{p['categories'].get(cat, 0) / p['busy_ms'] * 100:.0f} %" if p["busy_ms"] else ""
-        rows.append(row)
-    return table(rows)
-
-
-def top_kernels_html(rec: dict | None, limit: int = 8) -> str:
-    if not rec or not rec.get("kernel_profile"):
-        return none("No kernel profile for this configuration.")
-    p = rec["kernel_profile"]
-    rows = [{"kernel" if "CUDA" in p["source"] else "operator":
-             f'<code title="{html.escape(k["name"])}">{html.escape(_shorten(k["name"]))}</code>',
-             "category": k["category"], "ms/step": f"{k['ms']:.2f}", "share": f"{k['share'] * 100:.1f} %",
-             "calls/step": f"{k['calls']:g}"} for k in p["top"][:limit]]
-    return table(rows, "matrix kernels") + (
-        f'<p class="note">{p["source"]}, one step of {rec["stage_title"]} at B={rec["batch_size"]}; '
-        f"busy {p['busy_ms']:.1f} ms of a {rec.get('median_ms', float('nan')):.1f} ms timed step.</p>")
-
-
-def _shorten(name: str, width: int = 96) -> str:
-    """Kernel names are C++ template instantiations; the head and tail say which kernel it is."""
-    return name if len(name) <= width else name[: width - 40] + " … " + name[-37:]
-
-
-def stage_profile(rep: Report, stage: str) -> dict | None:
-    """The stage's profiled record at the largest batch size that has one."""
-    recs = [r for r in rep.records if r["stage"] == stage and r.get("kernel_profile") and r["status"] in OK]
-    return max(recs, key=lambda r: r["batch_size"]) if recs else None
 
 
 # ---------------------------------------------------------------- energy

@@ -1,6 +1,7 @@
 """The categories a kernel's time is counted in (GEMM, attention, cross-entropy, norm/elementwise,
-optimizer, other), by kernel name alone. Shared by the measuring side (lib/kernel_profile.py sums a
-profiled step into them) and the report, which re-reads recorded profiles with today's rules."""
+optimizer, other), by the op that launched it where that op names one, else by the kernel's own
+name. Shared by the measuring side (lib/kernel_profile.py records every kernel of a profiled step
+with its op) and the report, which classifies the recorded kernels again with today's rules."""
 from __future__ import annotations
 
 import re
@@ -36,18 +37,55 @@ def categorise(name: str) -> str:
     return "other"
 
 
+def classify(name: str, op: str | None = None) -> str:
+    """A kernel's category: that of the op that launched it where the op names one (a cuDNN
+    attention's memset, a GEMM's split-K reduce), else that of its own name. On the CPU path the
+    row is the op itself and `op` is the optimizer step it ran inside, if any."""
+    by_op = categorise(op) if op else "other"
+    return by_op if by_op != "other" else categorise(name)
+
+
 def with_current_rules(profile: dict) -> dict:
-    """A recorded profile with its top kernels re-read by today's RULES: each top kernel whose
-    category changed moves its time between the category totals. (Kernels outside the top list
-    keep the category they were recorded with.) Lets a report rendered later use corrected rules
-    without measuring again."""
-    out = {**profile, "categories": dict(profile["categories"]), "top": [dict(k) for k in profile["top"]]}
-    for k in out["top"]:
-        now = categorise(k["name"])
-        if now != k["category"]:
-            out["categories"][k["category"]] -= k["ms"]
-            out["categories"][now] = out["categories"].get(now, 0.0) + k["ms"]
-            k["category"] = now
+    """A recorded profile read by today's RULES: every kernel re-classified (`classify`, from its
+    name and launching op), the category totals summed again from them, and `kernels` sorted by
+    time with each one's share of busy kernel time. A record from before every kernel was stored
+    holds only its top kernels: those are re-classified, and the rest of its time
+    (`recorded_rules_ms`) keeps the categories it was recorded with."""
+    listed = profile.get("kernels")
+    cats = {c: 0.0 for c in CATEGORIES}
+    rest = 0.0
+    if listed is None:  # an older record: its top kernels, and category totals that include them
+        listed = profile.get("top", [])
+        for cat, ms in profile["categories"].items():
+            cats[cat] += ms
+        for k in listed:
+            cats[k["category"]] -= k["ms"]
+        rest = sum(cats.values())
+        cats = {c: max(v, 0.0) for c, v in cats.items()}  # float residue of the subtraction
+    kernels = sorted(({**k, "category": classify(k["name"], k.get("op"))} for k in listed), key=lambda k: -k["ms"])
+    for k in kernels:
+        cats[k["category"]] += k["ms"]
+    busy = sum(cats.values())
+    for k in kernels:
+        k["share"] = k["ms"] / busy if busy > 0 else 0.0
+    out = {key: v for key, v in profile.items() if key != "top"}
+    return {**out, "busy_ms": busy, "categories": cats, "kernels": kernels, "recorded_rules_ms": max(rest, 0.0)}
+
+
+def shares(profile: dict) -> dict:
+    """Each category's share of the profile's busy kernel time (they sum to 1)."""
+    busy = sum(profile["categories"].values())
+    return {c: (profile["categories"].get(c, 0.0) / busy if busy > 0 else 0.0) for c in CATEGORIES}
+
+
+def percents(fractions: dict) -> dict:
+    """Whole percentages that sum to exactly 100 (largest remainder), so a row of rounded shares
+    never reads 99 % or 101 %."""
+    raw = {k: v * 100 for k, v in fractions.items()}
+    out = {k: int(v) for k, v in raw.items()}
+    if sum(raw.values()) > 0:
+        for k in sorted(raw, key=lambda k: out[k] - raw[k])[: 100 - sum(out.values())]:
+            out[k] += 1
     return out
 
 

@@ -7,19 +7,24 @@ overlap, so busy_ms can exceed the step's wall time; with one stream (the defaul
 GPU's busy time. Elsewhere there are no device kernels to read: the source is each operator's
 *self* CPU time, so an op and the ops it calls are never counted twice.
 
-A kernel is categorised by its name alone (`categorise`), with one exception on the CPU path:
-ops run inside `optimizer.step()` count as optimizer. The CPU AdamW runs plain `aten::mul_`,
-`aten::lerp_`... one tensor at a time, which by name would be elementwise work; on CUDA the
-optimizer's kernels carry their own names (multi_tensor_apply, fused Adam)."""
+Every kernel is recorded (name, the aten op that launched it where the profiler links one, time and
+calls per step), so a report can classify all of them again with later rules
+(kernel_categories.with_current_rules). A kernel counts in the category of its launching op where
+that op names one, else in that of its own name (`classify`). On the CPU path the rows are the ops
+themselves, and their `op` is the optimizer step they ran inside: the CPU AdamW runs plain
+`aten::mul_`, `aten::lerp_`... one tensor at a time, which by name would be elementwise work; on
+CUDA the optimizer's kernels carry their own names (multi_tensor_apply, fused Adam)."""
 from __future__ import annotations
 
 import re
 from collections import defaultdict
 
-from .kernel_categories import CATEGORIES, categorise
+from .kernel_categories import CATEGORIES, categorise, classify
 
 # Profiler bookkeeping rows on the CPU path: not work the step did.
 CPU_IGNORED = re.compile(r"^(ProfilerStep|\[memory\]|\[OutOfMemory\]|profiler::)")
+# The runtime calls that put work on the GPU (cudaLaunchKernel, cuLaunchKernelEx, cudaMemsetAsync...).
+LAUNCH = re.compile(r"^(cuda|cu|hip)\w*(Launch|Memset|Memcpy)")
 
 
 def _device_types():
@@ -64,8 +69,8 @@ def _device_us(e) -> float:
     return float(tr.end - tr.start)
 
 
-def _cpu_rows(prof) -> list[tuple[str, str, float]]:
-    """(name, category, self CPU microseconds) for every CPU op, optimizer context applied."""
+def _cpu_rows(prof) -> list[tuple[str, str | None, float]]:
+    """(name, the optimizer step it ran inside or None, self CPU microseconds) for every CPU op."""
     DeviceType = _device_types()
     rows = []
     for e in prof.events():
@@ -76,42 +81,55 @@ def _cpu_rows(prof) -> list[tuple[str, str, float]]:
         us = float(e.self_cpu_time_total)
         if us <= 0:
             continue
-        cat = categorise(e.name)
-        parent = getattr(e, "cpu_parent", None)
-        while cat != "optimizer" and parent is not None:
-            if categorise(parent.name) == "optimizer":
-                cat = "optimizer"
+        parent, context = getattr(e, "cpu_parent", None), None
+        while parent is not None and context is None:
+            context = parent.name if categorise(parent.name) == "optimizer" else None
             parent = getattr(parent, "cpu_parent", None)
-        rows.append((e.name, cat, us))
+        rows.append((e.name, context, us))
     return rows
 
 
-def _cuda_rows(prof) -> list[tuple[str, str, float]]:
-    return [(e.name, categorise(e.name), _device_us(e)) for e in device_events(prof)]
+def _launching_op(runtime) -> str | None:
+    """The innermost aten op above a kernel's launch call (cudaLaunchKernel, cuLaunchKernelEx...),
+    None where there is none (inductor's Triton kernels are launched from generated code)."""
+    op = getattr(runtime, "cpu_parent", None)
+    while op is not None and not op.name.startswith("aten::"):
+        op = getattr(op, "cpu_parent", None)
+    return op.name if op is not None else None
 
 
-def summarise(rows, steps: int, top: int, source: str) -> dict:
-    """Per-step totals by category and the `top` largest (name, category) entries."""
+def _cuda_rows(prof) -> list[tuple[str, str | None, float]]:
+    """(kernel name, launching aten op or None, device microseconds). A kernel shares its
+    correlation id with the runtime call that launched it, whose CPU parents are the ops."""
+    events = prof.events()
+    DeviceType = _device_types()
+    launches = {e.id: e for e in events if getattr(e, "device_type", None) == DeviceType.CPU
+                and LAUNCH.match(e.name)}
+    return [(e.name, _launching_op(launches.get(e.id)), _device_us(e)) for e in device_events(prof)]
+
+
+def summarise(rows, steps: int, source: str) -> dict:
+    """Per-step totals by category and every (name, op) entry, largest first."""
     cats = {c: 0.0 for c in CATEGORIES}
-    by_name: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0.0, 0])
-    for name, cat, us in rows:
-        cats[cat] += us
-        by_name[(name, cat)][0] += us
-        by_name[(name, cat)][1] += 1
+    by_name: dict[tuple[str, str | None], list[float]] = defaultdict(lambda: [0.0, 0])
+    for name, op, us in rows:
+        cats[classify(name, op)] += us
+        by_name[(name, op)][0] += us
+        by_name[(name, op)][1] += 1
 
     def per_step(us: float) -> float:  # microseconds over all profiled steps -> ms per step
         return us / 1e3 / steps
 
     busy = per_step(sum(cats.values()))
-    ranked = sorted(by_name.items(), key=lambda kv: -kv[1][0])[:top]
+    ranked = sorted(by_name.items(), key=lambda kv: -kv[1][0])
     return {"source": source, "steps": steps, "busy_ms": busy,
             "categories": {c: per_step(v) for c, v in cats.items()},
-            "top": [{"name": name, "category": cat, "ms": per_step(us), "calls": n / steps,
-                     "share": per_step(us) / busy if busy > 0 else 0.0}
-                    for (name, cat), (us, n) in ranked]}
+            "kernels": [{"name": name, "op": op, "category": classify(name, op), "ms": per_step(us), "calls": n / steps,
+                         "share": per_step(us) / busy if busy > 0 else 0.0}
+                        for (name, op), (us, n) in ranked]}
 
 
-def profile_steps(step, dev: str, steps: int = 1, top: int = 12) -> dict:
+def profile_steps(step, dev: str, steps: int = 1) -> dict:
     """Run `step()` once to warm up, then `steps` times under torch.profiler, and say where the
     time went, per step."""
     from torch.profiler import ProfilerActivity, profile
@@ -128,5 +146,5 @@ def profile_steps(step, dev: str, steps: int = 1, top: int = 12) -> dict:
             step()
         synchronize(dev)
     if dev == "cuda":
-        return summarise(_cuda_rows(prof), steps, top, "CUDA kernels (torch.profiler)")
-    return summarise(_cpu_rows(prof), steps, top, "CPU operators, self time (torch.profiler)")
+        return summarise(_cuda_rows(prof), steps, "CUDA kernels (torch.profiler)")
+    return summarise(_cpu_rows(prof), steps, "CPU operators, self time (torch.profiler)")

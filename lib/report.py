@@ -16,6 +16,14 @@ from .paths import resolve
 
 GiB = 2**30
 CV_LIMIT = 0.02  # step-time spread above this on a GPU is called out
+# The memory layers of a GPU record as every view names them (lib/measure.py takes them after the timed
+# steps): two peaks, and the device's memory in use at that moment. DEVICE_PEAK, sampled during the
+# warm-up steps, exists only in records measured since it was added: the tables show it where present.
+LAYERS = (("mem_tensors_bytes", "tensors peak (max_memory_allocated)"),
+          ("mem_allocator_bytes", "allocator peak (max_memory_reserved)"),
+          ("mem_device_bytes", "device in use after the steps (total − free)"))
+CPU_LAYERS = (("mem_device_bytes", "process peak RSS"),)
+DEVICE_PEAK = ("mem_device_sampled_peak_bytes", "device peak during the warm-up steps (NVML, sampled every 5 ms)")
 @dataclass
 class Report:
     dir: Path
@@ -43,6 +51,10 @@ class Report:
     def rec(self, stage: str, batch: int) -> dict | None:
         return next((r for r in self.records if r["stage"] == stage and r["batch_size"] == batch), None)
 
+    @property
+    def layers(self) -> tuple:
+        return LAYERS if self.on_gpu else CPU_LAYERS
+
     def ok(self) -> pd.DataFrame:
         return self.df[self.df["status"].isin(["ok", "diverged"])]
 
@@ -60,7 +72,7 @@ def load(report_dir) -> Report:
     # resumed into the same folder, has measured the stage.
     measured = {r["stage"] for r in records if stages.is_multi_gpu(r["stage"]) and r["status"] in results.TIMED}
     records = [r for r in records if not (r["stage"] in measured and r["status"] == results.Status.NOT_APPLICABLE)]
-    decisions = results.decision_records(d / "results")
+    decisions = [kernel_categories.current(r) for r in results.decision_records(d / "results")]
     noise = results.loss_noise(decisions)
     df = results.table(records, order, params["run"]["loss_tolerance"], noise)
     df["mfu_bf16"] = [mfu_bf16_of(params, m, p) for m, p in zip(df["mfu"], df["peak_precision"])]
@@ -84,6 +96,14 @@ def price_per_gpu_hour(rep: "Report") -> float | None:
 
 def mfu_bf16(rep: "Report", mfu, precision) -> float | None:
     return mfu_bf16_of(rep.params, mfu, precision)
+
+
+def no_value(rec: dict | None) -> str:
+    """What a chart or table writes in place of a configuration without a value: OOM, error, n/a
+    (not applicable) or not measured."""
+    if rec is None:
+        return "not measured"
+    return {"oom": "OOM", "not_applicable": "n/a", "error": "error"}.get(rec["status"], rec["status"])
 
 
 def gib(v) -> str:

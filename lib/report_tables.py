@@ -50,8 +50,9 @@ def matrix_html(rep: Report, stage: str | None = None) -> str:
                 (pct(r["mfu_bf16"]) + ("" if r["peak_precision"] == "bf16" else
                                        f"<br><small>{pct(r['mfu'])} of {r['peak_precision']}</small>"))
                 if ran and not pd.isna(r["mfu_bf16"]) else ("n/a" if ran else "")),
-            "tensors<br>GiB": gib(r["mem_tensors_bytes"]), "allocator<br>GiB": gib(r["mem_allocator_bytes"]),
-            "device<br>GiB": gib(r["mem_device_bytes"]),
+            "tensors<br><small>peak</small> GiB": gib(r["mem_tensors_bytes"]),
+            "allocator<br><small>peak</small> GiB": gib(r["mem_allocator_bytes"]),
+            "device<br><small>after steps</small> GiB": gib(r["mem_device_bytes"]),
             "first step<br>s": f"{r['first_step_s']:.1f}" if ran and not pd.isna(r.get("first_step_s")) else "",
             "final loss<br><small>Δ vs ref.</small>": loss,
         })

@@ -45,8 +45,8 @@ def method_md(rep: Report) -> str:
   of the logits (the padded ones included; they are never targets).
 {{fidelity}}* **Kernel profile**: after the timed steps, one more training step under `torch.profiler`; device
   kernel time (on a CPU, operators' self time) grouped into GEMM, attention, cross-entropy,
-  normalisation/elementwise, optimizer and other by kernel name (`lib/kernel_profile.py`; when a report
-  is re-rendered, its top kernels are re-read with the current rules).
+  normalisation/elementwise, optimizer and other by launching aten op, else kernel name, with today's rules
+  (`lib/kernel_categories.py`, applied when the report is drawn); shares are of busy kernel time, not step time.
 * **Energy**: {_energy_method(rep)}
 * **Failures are results**: an out-of-memory configuration is an OOM row, a NaN loss a DIVERGED row,
   a stage the device cannot run a "not applicable" row.

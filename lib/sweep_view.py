@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import html
 
-from . import fidelity_view, results, stages
-from .evidence_view import LAYERS, OK, none, table, top_kernels_html
-from .report import GiB, Report, gib, price_per_gpu_hour, recommended
+from . import fidelity_view, kernel_categories, results, stages
+from .evidence_view import OK, none, table
+from .profile_view import top_kernels_html
+from .report import LAYERS, GiB, Report, gib, price_per_gpu_hour, recommended
 from .report_charts import save, style
 
 
@@ -106,7 +107,7 @@ def recommended_md(rep: Report) -> str:
     return (f"**{st.title} at B={best['batch_size']}** (T={best['seq_len']}): **{p['median']:,.0f} tokens/s**{spread}, "
             f"{best['median_ms']:.1f} ms/step in the first process (p10–p90 {best['p10_ms']:.1f}–{best['p90_ms']:.1f}), "
             f"MFU {mfu}. "
-            f"Peak memory: {mem}. {energy_and_cost(rep, best)} Loss: {delta.rstrip('.')}.\n\nThe code switches that produce it, in the order they are applied:\n\n```python\n"
+            f"Memory: {mem}. {energy_and_cost(rep, best)} Loss: {delta.rstrip('.')}.\n\nThe code switches that produce it, in the order they are applied:\n\n```python\n"
             + "\n".join(switches) + "\n```")
 
 
@@ -135,7 +136,6 @@ def recommended_profile_html(rep: Report) -> str:
         return ""
     if not best.get("kernel_profile"):
         return none("No kernel profile for the recommended configuration.")
-    p = best["kernel_profile"]
-    cats = ", ".join(f"{c} {v / p['busy_ms'] * 100:.0f} %" for c, v in
-                     sorted(p["categories"].items(), key=lambda kv: -kv[1]) if v > 0)
-    return f"<p>Kernel time by category: {cats}.</p>" + top_kernels_html(best, limit=10)
+    shares = kernel_categories.percents(kernel_categories.shares(best["kernel_profile"]))
+    cats = ", ".join(f"{c} {v} %" for c, v in sorted(shares.items(), key=lambda kv: -kv[1]) if v > 0)
+    return f"<p>Share of busy kernel time by category: {cats}.</p>" + top_kernels_html(best, limit=10)

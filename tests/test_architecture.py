@@ -13,7 +13,7 @@ LAYERS = {
                   "environment", "faults"},
     "running": {"runner", "evidence", "recipe", "jobs", "chapters", "pipeline", "notebook_runner", "report_folder", "cli"},
     "reporting": {"report", "frontier_view", "report_tables", "report_text", "report_charts", "evidence_view", "fidelity_view",
-                  "sweep_view", "summary_box", "claims", "compare", "export"},
+                  "profile_view", "sweep_view", "summary_box", "claims", "compare", "export"},
 }
 # What each layer may import from lib/ (any import, at the top or inside a function).
 ALLOWED = {"core": {"core"}, "measuring": {"core", "measuring"}, "reporting": {"core", "reporting"},

@@ -93,9 +93,15 @@ def test_memory_layers_say_unchanged_or_where_it_moved(tmp_path):
         rec.update(mem_tensors_bytes=8 * 2**30, mem_allocator_bytes=9 * 2**30, mem_device_bytes=dev * 2**30)
     rep = report.load(write_report_dir(tmp_path / "r", params, [a, b]))
     text = evidence_view.memory_layers_md(rep, "tf32", "fp32")
-    assert "tensors: unchanged" in text and "allocator: unchanged" in text and "device: larger" in text
+    assert "tensors peak: unchanged" in text and "allocator peak: unchanged" in text
+    assert "device in use after the steps: larger" in text
     table = evidence_view.memory_layers_html(rep, "tf32", "fp32")
     assert "outside the allocator" in table and "+0.40" in table  # the library workspace, not the tensors
+    assert "device peak during the warm-up steps" not in table + text  # not sampled in these records
+    a["mem_device_sampled_peak_bytes"], b["mem_device_sampled_peak_bytes"] = 12 * 2**30, 11 * 2**30
+    rep = report.load(write_report_dir(tmp_path / "s", params, [a, b]))
+    assert "device peak during the warm-up steps: smaller (-8.3 %" in evidence_view.memory_layers_md(rep, "tf32", "fp32")
+    assert "device peak during the warm-up steps" in evidence_view.memory_layers_html(rep, "tf32", "fp32")
 
 
 def test_measure_only_then_render(tmp_path):

@@ -2,10 +2,13 @@
 folder from synthetic records (no measurement), then flips the data and checks the text flips."""
 from __future__ import annotations
 
+import re
+from html import escape
+
 import pytest
 from conftest import make_record, tiny_params, write_report_dir
 
-from lib import report, report_charts, report_tables, report_text
+from lib import kernel_categories, report, report_charts, report_tables, report_text
 
 BATCHES = (2, 4)
 LOSSES = [6.0, 5.0, 4.0, 3.5, 3.0, 3.0]
@@ -326,3 +329,102 @@ def test_the_recommended_code_compiles_the_model_after_converting_it(tmp_path):
     text = sweep_view.recommended_md(rep)
     assert text.startswith("**FP8 lm_head (torchao) at B=")
     assert text.index("convert_to_float8_training") < text.index("torch.compile(model)")
+
+
+# ---------------------------------------------------------------- charts and kernel profiles that follow the data
+
+
+def _texts(fig) -> list[str]:
+    return [t.get_text() for ax in fig.axes for t in ax.texts]
+
+
+def test_an_oom_configuration_is_labelled_oom_in_every_chart(tmp_path, agg_backend):
+    def oom(params):
+        return [make_record(params, "tf32", 4, status="oom", reason="out of memory")]
+
+    rep = build(tmp_path / "oom", extra=oom)
+    assert "B=4: OOM" in _texts(report_charts.plot_throughput(rep))
+    assert "B=4: OOM" in _texts(report_charts.plot_spread(rep))
+    memory = report_charts.plot_memory(rep)
+    panel = next(ax for ax in memory.axes if ax.get_title() == "B=4")
+    assert [t.get_text() for t in panel.texts] == ["OOM"]
+    chapter = report_charts.plot_losses(rep, "tf32")
+    panel = next(ax for ax in chapter.axes if ax.get_title() == "B=4")
+    assert [t.get_text() for t in panel.texts] == ["TF32: OOM at B=4"]
+    assert any("OOM: TF32" in t for t in _texts(report_charts.plot_losses(rep)))
+    # the same data without the OOM: no such label anywhere
+    clean = build(tmp_path / "clean")
+    for fig in (report_charts.plot_throughput(clean), report_charts.plot_memory(clean), report_charts.plot_spread(clean),
+                report_charts.plot_losses(clean, "tf32"), report_charts.plot_losses(clean)):
+        assert not any("OOM" in t for t in _texts(fig))
+
+
+def test_the_all_stages_loss_chart_draws_each_stage_minus_its_reference(tmp_path, agg_backend):
+    rep = build(tmp_path, tf32_loss_shift=0.02, stage_keys=("fp32", "tf32", "vocab"),
+                extra=lambda p: [make_record(p, "vocab", b, [BASE_MS] * 5, [x - 0.01 for x in LOSSES]) for b in BATCHES])
+    fig = report_charts.plot_losses(rep)
+    for ax in fig.axes:
+        lines = {ln.get_label(): ln for ln in ax.get_lines() if not ln.get_label().startswith("_")}
+        assert set(lines) == {"TF32 − FP32 baseline", "Vocab padded to 50304 − FP32 baseline"}  # not FP32 itself
+        assert list(lines["TF32 − FP32 baseline"].get_ydata()) == pytest.approx([0.02] * len(LOSSES))
+        assert list(lines["Vocab padded to 50304 − FP32 baseline"].get_ydata()) == pytest.approx([-0.01] * len(LOSSES))
+        styles = {(ln.get_color(), ln.get_linestyle()) for ln in lines.values()}
+        assert len(styles) == len(lines)  # each stage its own colour and line style
+
+
+def _profiled_record(params, stage, batch, kernels):
+    rec = make_record(params, stage, batch, [BASE_MS] * 5, LOSSES)
+    stored = {"GEMM": sum(k["ms"] for k in kernels)}  # as rules of the past said: everything a GEMM
+    rec["kernel_profile"] = {"source": "CUDA kernels (torch.profiler)", "steps": 1, "busy_ms": stored["GEMM"],
+                             "categories": {c: stored.get(c, 0.0) for c in kernel_categories.CATEGORIES},
+                             "kernels": [{**k, "category": "GEMM", "calls": 1.0, "share": 0.0} for k in kernels]}
+    return rec
+
+
+LONG = ("void at::native::(anonymous namespace)::multi_tensor_apply_kernel<at::native::(anonymous namespace)::"
+        "TensorListMetadata<4>, at::native::(anonymous namespace)::FusedAdamMathFunctor<float, 4, "
+        "(at::native::ADAM_MODE)1, false>, float*, double, double>(at::native::(anonymous namespace)::"
+        "TensorListMetadata<4>, float*, double)")
+KERNELS = [{"name": "nvjet_sm90_tst_192x192_64x4_2x1_v_bz_coopB_TNN", "op": "aten::mm", "ms": 4.0},
+           {"name": "triton_poi_fused__scaled_mm__to_copy_clamp_7", "op": None, "ms": 3.0},
+           {"name": "Memset (Device)", "op": "aten::_cudnn_attention_forward", "ms": 1.7},
+           {"name": LONG, "op": "aten::_fused_adamw_", "ms": 1.3}]
+
+
+def test_a_stored_kernel_category_is_reclassified_by_todays_rules_when_the_report_loads(tmp_path, agg_backend):
+    from lib import profile_view
+
+    rep = build(tmp_path, extra=lambda p: [_profiled_record(p, k, 4, KERNELS) for k in ("fp32", "tf32")])
+    p = rep.rec("tf32", 4)["kernel_profile"]
+    assert {c: round(v, 6) for c, v in p["categories"].items() if v} == {
+        "GEMM": 4.0, "norm/elementwise": 3.0, "attention": 1.7, "optimizer": 1.3}
+    assert [k["category"] for k in p["kernels"]] == ["GEMM", "norm/elementwise", "attention", "optimizer"]
+    # shares of busy kernel time, whole percentages summing to 100 in every row of the table
+    assert sum(kernel_categories.shares(p).values()) == pytest.approx(1.0)
+    html = profile_view.profile_table_html(rep)
+    assert "busy kernel time" in html
+    head = re.findall(r"<th>(.*?)</th>", html)
+    row = dict(zip(head, re.findall(r"<td>(.*?)</td>", re.findall(r"<tr>(.*?)</tr>", html, re.S)[1], re.S)))
+    assert sum(int(row[c].rstrip(" %")) for c in kernel_categories.CATEGORIES) == 100
+    assert row["GEMM"] == "40 %" and row["optimizer"] == "13 %"
+    fig = profile_view.plot_profile(rep)
+    assert any("share of busy kernel time" in ax.get_xlabel() for ax in fig.axes)
+
+
+def test_kernel_names_are_shown_whole_or_cut_at_token_boundaries_with_their_op(tmp_path):
+    from lib import profile_view
+
+    rep = build(tmp_path, extra=lambda p: [_profiled_record(p, "tf32", 4, KERNELS)])
+    html = profile_view.top_kernels_html(rep.rec("tf32", 4))
+    assert "share of busy<br>kernel time" in html
+    for k in KERNELS:
+        assert f'title="{escape(k["name"])}"' in html  # the full name, always
+        if k["op"]:
+            assert f"← <code>{k['op']}</code>" in html
+    label = profile_view.kernel_label(LONG)
+    assert len(label) <= 140 < len(LONG) and "…" in label
+    assert label.startswith("at::native::(anonymous namespace)::multi_tensor_apply_kernel<") and label.endswith(">(…)")
+    for width in (140, 60, 20):  # however short it must get, every token whole: none cut in the middle
+        assert set(re.findall(r"\w+", profile_view.kernel_label(LONG, width))) <= set(re.findall(r"\w+", LONG))
+    short = KERNELS[0]["name"]
+    assert profile_view.kernel_label(short) == short
