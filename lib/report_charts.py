@@ -28,8 +28,11 @@ def save(fig, rep: Report, name: str):
 
 def legend_below(fig, handles, labels, ncol: int):
     """Lay the figure out, then put its legend under everything in it (the saved image grows to
-    hold it), where no bar, label or axis title can be."""
+    hold it), where no bar, label or axis title can be. A figure with nothing drawn (a stage
+    with no curve: each panel says why) has no legend."""
     fig.tight_layout()
+    if not handles:
+        return
     fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=ncol, frameon=False, fontsize=7)
 
 

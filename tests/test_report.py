@@ -428,3 +428,15 @@ def test_kernel_names_are_shown_whole_or_cut_at_token_boundaries_with_their_op(t
         assert set(re.findall(r"\w+", profile_view.kernel_label(LONG, width))) <= set(re.findall(r"\w+", LONG))
     short = KERNELS[0]["name"]
     assert profile_view.kernel_label(short) == short
+
+
+def test_a_chapter_whose_stage_has_no_curve_draws_its_loss_panel_without_a_legend(tmp_path):
+    """A stage 'not applicable' at every batch (compile on the CPU default): the panel says why,
+    and the figure has no legend instead of failing to lay out an empty one."""
+    params = tiny_params(["fp32", "tf32"])
+    recs = [make_record(params, "fp32", 2, [10.0] * 6, [3.0] * 6),
+            make_record(params, "tf32", 2, status="not_applicable", reason="skipped on this device")]
+    rep = report.load(write_report_dir(tmp_path / "r", params, recs))
+    fig = report_charts.plot_losses(rep, "tf32")
+    assert not fig.legends and (rep.dir / "figures" / "loss_tf32.png").exists()
+    assert [t.get_text() for ax in fig.axes for t in ax.texts] == ["TF32: n/a at B=2"]
