@@ -27,14 +27,15 @@ def method_md(rep: Report) -> str:
   All batches are on the device before timing starts. We report the median, p10 and p90 of the step
   time and the coefficient of variation (CV = standard deviation / mean); tokens/s = B·T / median.
 * **MFU** = FLOPs per token × tokens/s ÷ peak, with FLOPs per token = 6N + 12·L·d·T (N without
-  position embeddings). Each stage is compared with the peak of the precision its GEMMs run in
-  ({_by_stage(rep, "peak")}). Peaks: {peak_txt}.
+  position embeddings), against the bf16 dense peak for every stage, and beside it the peak of the precision
+  its GEMMs run in ({_by_stage(rep, "peak")}). Peaks: {peak_txt}.
 * **Compilation**: the first step of every configuration (which pays for `torch.compile`, cuBLAS
   heuristics and allocator growth) is timed on its own and reported as "first step"; it is a warm-up step.
 * **Memory**, three layers: *tensors* = `max_memory_allocated` (live tensors at their peak),
   *allocator* = `max_memory_reserved` (what PyTorch's caching allocator held), *device* = memory in use
   on the device after the timed steps as `nvidia-smi` would show it (adds the CUDA context and library
-  workspaces). On a CPU only the process's peak resident memory is known.
+  workspaces), and, in records that have it, the device's *peak* over the warm-up steps (NVML, sampled
+  every 5 ms). On a CPU only the process's peak resident memory is known.
 * **Loss gate**: every step after warm-up is compared with the stage's reference at the same batch
   size (same seed, same batches): a stage passes when the {results.LOSS_GATE_WINDOW}-step moving average
   of the loss difference never leaves ±{r['loss_tolerance']:g} nats; a gap beyond it by less than the drift of the
@@ -94,7 +95,6 @@ def _by_stage(rep: Report, fact: str) -> str:
 
 
 def _noise_sentence(rep: Report) -> str:
-
     return fidelity_view.noise_sentence(rep)
 
 
