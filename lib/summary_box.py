@@ -23,8 +23,9 @@ GLOSSARY = (
 def _turn_on(rep: Report) -> str | None:
     """The recommendation's levers that its leave-one-out shows paying beyond noise, or needed to fit."""
     _, rows = frontier_view.ablation_rows(rep)
-    pays = [f"{r['lever'].split(' (')[0]} ({r['worth'] * 100:+.1f} %)" for r in rows
-            if r["worth"] is not None and r["worth"] > 0 and not r.get("within_noise")]
+    paying = sorted((r for r in rows if r["worth"] is not None and r["worth"] > 0 and not r.get("within_noise")),
+                    key=lambda r: -r["worth"])
+    pays = [f"{r['lever'].split(' (')[0]} ({r['worth'] * 100:+.1f} %)" for r in paying]
     fits = [r["lever"].split(" (")[0] for r in rows if r["record"].get("status") == results.Status.OOM]
     if not pays and not fits:
         return None
@@ -66,7 +67,8 @@ def _buys(rep: Report, best: dict) -> str | None:
     mine, plain = rows.get("recommended"), rows.get("baseline")
     if mine and plain:
         b = rep.params["evidence"]["baseline"]
-        return (f"**What it buys:** {mine['median'] / plain['median']:.3f}× the canonical trainer "
+        return (f"**What it buys:** at B={mine['batch']} × {mine['micro_steps']} micro-steps, "
+                f"{mine['median'] / plain['median']:.3f}× the canonical trainer "
                 f"({stages.get(b['stage']).title} at B={b['batch_size']} in a plain nanoGPT-form loop) at GPT-2's "
                 f"{rep.params['evidence']['global_batch_tokens']:,}-token batch, measured in the same run "
                 f"({mine['median']:,.0f} against {plain['median']:,.0f} tokens/s).")
