@@ -17,7 +17,8 @@ OK = ("ok", "diverged")
 
 
 def table(rows: list[dict], cls: str = "matrix") -> str:
-    return pd.DataFrame(rows).to_html(index=False, escape=False, classes=cls, border=0) if rows else ""
+    """Rows of formatted cells; a cell a row does not have (a stage with no profile) is blank, never NaN."""
+    return pd.DataFrame(rows).fillna("").to_html(index=False, escape=False, classes=cls, border=0) if rows else ""
 
 
 def none(text: str) -> str:

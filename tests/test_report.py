@@ -440,3 +440,10 @@ def test_a_chapter_whose_stage_has_no_curve_draws_its_loss_panel_without_a_legen
     fig = report_charts.plot_losses(rep, "tf32")
     assert not fig.legends and (rep.dir / "figures" / "loss_tf32.png").exists()
     assert [t.get_text() for ax in fig.axes for t in ax.texts] == ["TF32: n/a at B=2"]
+
+
+def test_a_table_row_without_some_cells_shows_them_blank_never_nan():
+    from lib import evidence_view
+
+    html = evidence_view.table([{"Stage": "a", "GEMM": "50 %"}, {"Stage": "b"}])
+    assert "NaN" not in html and "nan" not in html and "50 %" in html
