@@ -114,6 +114,10 @@ def stage_table(reps: dict[str, report.Report]) -> pd.DataFrame:
     row = {"stage": RECOMMENDED}
     for name, rep in reps.items():
         rec = report.recommended(rep)
+        if rec is not None:  # the median over its processes, as its own report quotes it
+            scale = rec["processes"]["median"] / rec["tokens_per_s"]
+            rec = {**rec, "tokens_per_s": rec["processes"]["median"],
+                   **{k: rec[k] * scale for k in ("achieved_tflops", "mfu") if rec.get(k) is not None}}
         row.update(_cells(name, pd.Series(rec) if rec is not None else None, base[name], rep.params.get("peak_tflops")))
     rows.append(row)
     return pd.DataFrame(rows)

@@ -215,3 +215,17 @@ def test_the_difference_is_called_the_hardwares_only_beyond_both_reports_noise_a
     else:
         assert f"{rows} of {rows} stages differ" in text and "within noise</small>" not in compare.same_batch_html(reps)
     assert ("Version skew" in text) is (torch_b != "2.11.0")
+
+
+def test_the_recommended_row_quotes_the_median_over_processes_as_its_own_report_does(tmp_path):
+    a = _fake_report(tmp_path, "ga", "2.11.0", 1.2)
+    _fake_report(tmp_path, "gb", "2.11.0", 1.2, gain=1.5)
+    best = report.recommended(report.load(a))
+    params, first = read_json(a / "params.json"), read_json(results.record_path(a / "results", best["stage"], best["batch_size"]))
+    slower = make_record(params, best["stage"], best["batch_size"], [v * 1.1 for v in first["step_ms"]], first["losses"])
+    slower.update(variant="repeat", repeat=1)
+    results.write_atomic(a / "results" / "repeats" / f"{best['stage']}__b{best['batch_size']}__r1.json", slower)
+    median = report.recommended(report.load(a))["processes"]["median"]
+    assert median < first["tokens_per_s"]  # the repeat moved it: the row must follow
+    row = compare.stage_table(compare.load_all(["ga", "gb"], tmp_path)).set_index("stage").loc[compare.RECOMMENDED]
+    assert row["ga tok/s"] == pytest.approx(median)
