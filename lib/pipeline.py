@@ -11,7 +11,8 @@ import sys
 import time
 from pathlib import Path
 
-from . import chapters, config, data, export, notebook_runner, report_folder, results
+from . import chapters, config, data, export, notebook_runner, recommendation, report_folder, results
+from . import report as report_view
 from .config import UsageError
 from .paths import ROOT
 
@@ -130,6 +131,7 @@ def report(args) -> int:
                                  _title(params, report_dir), t_start))
     if timings.get("pdf_error"):
         failures.append(timings["pdf_error"])
+    recommendation.write(report_view.load(report_dir))
     _write_run(report_dir, params, timings, failures, earlier, completed=True, draw_s=draw_s)
     print(f"done in {timings['total_s']:.0f} s (measurement {t_measure:.0f} s, notebooks {sum(draw_s.values()):.0f} s, "
           f"HTML {timings['html_s']:.1f} s, PDF {timings['pdf_s']:.1f} s): "
@@ -204,6 +206,7 @@ def render(args) -> int:
                                  t_start, wall_note=note))
     if timings.get("pdf_error"):
         failures.append(timings["pdf_error"])
+    recommendation.write(report_view.load(report_dir))
     measured.setdefault("renders", []).append({"date": dt.datetime.now().isoformat(timespec="seconds"),
                                                "timings_s": timings, "failures": failures})
     results.write_atomic(run_path, measured)

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import html
 
-from . import fidelity_view, kernel_categories, results, stages
+from . import fidelity_view, kernel_categories, stages
 from .evidence_view import OK, none, table
 from .profile_view import top_kernels_html
+from .recommendation import applied_switches
 from .report import LAYERS, GiB, Report, gib, price_per_gpu_hour, recommended
 from .report_charts import save, style
 
@@ -97,11 +98,7 @@ def recommended_md(rep: Report) -> str:
     achieved = best["achieved_tflops"] * p["median"] / best["tokens_per_s"] if best.get("achieved_tflops") else None
     mfu = (f"{achieved / peak * 100:.1f} % of the {peak:g} TFLOP/s bf16 dense peak ({achieved:.0f} TFLOP/s achieved, "
            "at the median)" if peak and achieved else "n/a (no datasheet peak)")
-    # The baseline's "switch" only pins FP32 behaviour; every later stage replaces or adds to it. torch.compile
-    # goes last: it wraps the model after every change to it (torchao's conversions included), as
-    # step.build applies them.
-    keys = [k for k in results.lineage(best["stage"])[1:] if stages.get(k).switch]
-    switches = [stages.get(k).switch for k in sorted(keys, key=lambda k: k == "compile")]
+    switches = applied_switches(best["stage"])
     mem = ", ".join(f"{label.split(' (')[0]} {gib(best.get(col))} GiB" for col, label in LAYERS if best.get(col) is not None)
     spread = f" (median of {p['n']} processes, range {p['lo']:,.0f}–{p['hi']:,.0f})" if p["n"] > 1 else ""
     return (f"**{st.title} at B={best['batch_size']}** (T={best['seq_len']}): **{p['median']:,.0f} tokens/s**{spread}, "

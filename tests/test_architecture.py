@@ -11,9 +11,10 @@ LAYERS = {
     "core": {"paths", "config", "stages", "record", "results", "data", "kernel_categories"},
     "measuring": {"model", "step", "measure", "plain_loop", "ddp", "fp8", "gemm_sweep", "kernel_profile", "energy",
                   "environment", "faults"},
-    "running": {"runner", "evidence", "recipe", "jobs", "chapters", "pipeline", "notebook_runner", "report_folder", "cli"},
+    "running": {"runner", "evidence", "recipe", "jobs", "chapters", "pipeline", "notebook_runner", "report_folder", "cli",
+                "optimal"},
     "reporting": {"report", "frontier_view", "report_tables", "report_text", "report_charts", "evidence_view", "fidelity_view",
-                  "profile_view", "sweep_view", "summary_box", "claims", "compare", "export"},
+                  "profile_view", "sweep_view", "summary_box", "recommendation", "claims", "compare", "export"},
 }
 # What each layer may import from lib/ (any import, at the top or inside a function).
 ALLOWED = {"core": {"core"}, "measuring": {"core", "measuring"}, "reporting": {"core", "reporting"},

@@ -1,0 +1,73 @@
+"""recommended.json and optimal_config(): the measured recommendation handed to a training script,
+matched to the device, with a warning on software skew and a clear message where none exists."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conftest import make_record, tiny_params, write_report_dir
+from lib import optimal, recommendation, report, results, stages
+
+H100 = {"name": "NVIDIA H100 80GB HBM3", "backend": "cuda", "torch": "2.11.0+cu130", "cuda": "13.0"}
+
+
+def _measured_report(root, name="h100", torch="2.11.0+cu130"):
+    params = tiny_params(["fp32", "tf32"])
+    params["name"] = name
+    recs = [make_record(params, "fp32", 2, [100.0] * 6, [6.0] * 6), make_record(params, "tf32", 2, [50.0] * 6, [6.0] * 6)]
+    d = write_report_dir(root / name, params, recs)
+    env = json.loads((d / "environment.json").read_text())
+    env.update(torch=torch, cuda="13.0")
+    (d / "environment.json").write_text(json.dumps(env))
+    return d
+
+
+def test_recommended_json_holds_the_switches_the_code_and_what_it_measured(tmp_path):
+    rep = report.load(_measured_report(tmp_path))
+    rec = recommendation.write(rep)
+    assert json.loads((rep.dir / recommendation.FILE).read_text()) == json.loads(json.dumps(rec))
+    best = report.recommended(rep)
+    assert rec["stage"] == best["stage"] == "tf32" and rec["switches"] == {"tf32": True}
+    assert rec["code"] == recommendation.applied_switches("tf32") == [stages.get("tf32").switch]
+    assert rec["measured"]["tokens_per_s"] == best["processes"]["median"]
+    assert rec["software"]["torch"] == "2.11.0+cu130" and rec["report"] == "reports/h100/report.pdf"
+
+
+def test_no_recommendation_leaves_no_stale_file(tmp_path):
+    d = _measured_report(tmp_path)
+    rep = report.load(d)
+    recommendation.write(rep)
+    params = json.loads((d / "params.json").read_text())
+    for key in ("fp32", "tf32"):  # every configuration out of memory now: nothing to recommend
+        results.write_atomic(results.record_path(d / "results", key, 2),
+                             make_record(params, key, 2, status="oom", reason="out of memory"))
+    assert recommendation.write(report.load(d)) is None and not (d / recommendation.FILE).exists()
+
+
+def test_optimal_config_matches_the_device_to_its_profiles_report(tmp_path):
+    recommendation.write(report.load(_measured_report(tmp_path)))
+    cfg = optimal.optimal_config(H100, reports=tmp_path)
+    assert cfg["profile"] == "h100" and cfg["stage"] == "tf32"
+
+
+def test_optimal_config_warns_when_the_software_differs(tmp_path):
+    recommendation.write(report.load(_measured_report(tmp_path, torch="2.9.1+cu128")))
+    with pytest.warns(optimal.VersionSkew, match="torch 2.9.1\\+cu128 there, 2.11.0\\+cu130 here"):
+        optimal.optimal_config(H100, reports=tmp_path)
+
+
+def test_optimal_config_never_guesses_without_a_report(tmp_path):
+    with pytest.raises(optimal.NoReport, match="measure it first: make report GPU=h100"):
+        optimal.optimal_config(H100, reports=tmp_path)
+    with pytest.raises(optimal.NoReport, match="measure it first: make report GPU=cpu"):
+        optimal.optimal_config({"name": "x86_64", "backend": "cpu"}, reports=tmp_path)
+    with pytest.raises(optimal.NoReport, match="no profile matches the cuda device 'Some Future GPU'"):
+        optimal.optimal_config({"name": "Some Future GPU", "backend": "cuda"}, reports=tmp_path)
+
+
+def test_the_cpu_pipeline_writes_the_recommendation_optimal_config_returns(pipeline_ok):
+    cfg = optimal.optimal_config({"name": "x86_64", "backend": "cpu"}, reports=pipeline_ok.reports)
+    best = report.recommended(report.load(pipeline_ok.report_dir))
+    assert cfg["stage"] == best["stage"] and cfg["measured"]["tokens_per_s"] == pytest.approx(best["processes"]["median"])
+    assert cfg["switches"] == {k: v for k, v in stages.get(best["stage"]).identity().items() if k not in ("key", "peak")}
