@@ -382,17 +382,16 @@ def ranked_configs(records: list[dict], params: dict, eligible=None) -> list[dic
 
 
 def best_config(records: list[dict], params: dict, eligible=None) -> dict | None:
-    """The recommended configuration: the fastest of ranked_configs; where another batch size of
-    the same stage is within the measured noise of it, the one that needs the least memory
-    (more headroom for the same speed). The record comes back with `processes`: the spread of
-    its tokens/s over the processes that timed it."""
+    """The recommended configuration: the fastest of ranked_configs; where another batch size of the
+    same stage, timed in several processes, is within the measured noise of it, the one that needs the
+    least memory. The record comes back with `processes`: its tokens/s over the processes that timed it."""
     ranked = ranked_configs(records, params, eligible)
     if not ranked:
         return None
     tps = throughputs(records)
     floor = noise_floor(tps)
     best = ranked[0]
-    same_speed = [r for r in ranked if r["stage"] == best["stage"]
+    same_speed = [r for r in ranked if r["stage"] == best["stage"] and (r is best or len(tps[(r["stage"], r["batch_size"])]) > 1)
                   and within_noise(tps[(r["stage"], r["batch_size"])], tps[(best["stage"], best["batch_size"])], floor)]
     pick = min(same_speed or [best], key=lambda r: (r.get("mem_allocator_bytes") or r.get("mem_device_bytes") or 0,
                                                     r["batch_size"]))

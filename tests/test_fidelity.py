@@ -216,6 +216,18 @@ def test_between_batch_sizes_within_noise_the_recommendation_takes_the_smaller_m
     assert (best["chosen_over"] is not None) == (expected == 2)
 
 
+def test_a_smaller_batch_timed_once_never_displaces_the_fastest_repeated_one():
+    """B=2 ran once, 1 % slower than B=4's three processes, inside a 10 % spread: one process says
+    too little to call them equal, so the fastest (repeated) configuration stays the recommendation."""
+    params = tiny_params(["fp32"], batch_sizes=(2, 4))
+    recs = (_repeats(params, "fp32", 2, [990.0], 1 << 20)
+            + _repeats(params, "fp32", 4, [950.0, 1000.0, 1050.0], 2 << 20))
+    best = results.best_config(recs, params)
+    assert (best["batch_size"], best["processes"]["n"], best["chosen_over"]) == (4, 3, None)
+    recs += _repeats(params, "fp32", 2, [990.0, 985.0, 995.0], 1 << 20)[1:]  # now B=2 ran three times too
+    assert results.best_config(recs, params)["batch_size"] == 2
+
+
 def test_a_claim_just_outside_its_range_is_within_noise_only_when_the_spread_covers_it():
     from lib import claims
 
