@@ -106,9 +106,11 @@ def recipe_html(rep: Report) -> str:
     best = next((r for r in rows if r["role"] == "recommended"), None)
     rec = recommended(rep)
     if best and rec and (rec["stage"], rec["batch_size"]) != (best["stage"], best["batch"]):
-        note += (f" The recommendation's micro-batch, B={rec['batch_size']}, does not divide the global batch "
-                 f"({rep.params['evidence']['global_batch_tokens'] / (rec['batch_size'] * seq):.2f} micro-steps), so the "
-                 "first row is the fastest verified configuration whose micro-batch does.")
+        steps = rep.params["evidence"]["global_batch_tokens"] / (rec["batch_size"] * seq)
+        note += (" The first row is the fastest verified configuration whose micro-batch divides the global batch; "
+                 f"the recommendation, B={rec['batch_size']}, " + (
+                     f"does not ({steps:.2f} micro-steps)." if steps != int(steps) else
+                     "divides it too, and was preferred to the faster one for its memory, within noise."))
     if target and best:
         note += (f" This project's aim for the device, {target:,} tok/s (about 54 % MFU of the bf16 dense peak), is "
                  f"{target / best['median']:.2f}× the first row's median.")

@@ -346,11 +346,9 @@ def recommended_line(rep: Report, best: dict) -> str:
         line += f" (median of {p['n']} processes, range {p['lo']:,.0f}–{p['hi']:,.0f})"
     if best.get("mfu") is not None:
         line += f", MFU {best['mfu'] * p['median'] / best['tokens_per_s'] * 100:.1f} % of the {best['peak_precision']} peak"
-    line += "; the fastest measured setting whose loss held"
-    if best.get("chosen_over"):
-        c = best["chosen_over"]
-        line += (f"; preferred to B={c['batch_size']}, whose throughput is within noise of it, for its smaller "
-                 "memory footprint")
+    c = best.get("chosen_over")
+    line += (f"; within noise of the fastest measured setting whose loss held, B={c['batch_size']}, and preferred to it "
+             "for its smaller memory footprint" if c else "; the fastest measured setting whose loss held")
     return line + "."
 
 

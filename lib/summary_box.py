@@ -42,7 +42,7 @@ def _skip(rep: Report) -> str | None:
     for key in stages.single_gpu(rep.stage_order)[1:]:
         st, effect = stages.get(key), results.lever_effect(rep.df, key)
         if key in fidelity_view.rejected(rep):
-            out.append(f"{st.title} (its 200-step loss run left the band)")
+            out.append(f"{st.title} (its long parity run failed the loss gate)")
         elif (rep.df[rep.df["stage"] == key]["loss_verdict"] == "beyond").any():
             out.append(f"{st.title} (loss beyond tolerance)")
         elif not effect["values"].empty and effect["median"] < 1 and not fidelity_view.noise_note(rep, key):
