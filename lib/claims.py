@@ -16,7 +16,7 @@ CONFIRMED = "confirmed"                     # inside the claimed range
 WITHIN_NOISE = "confirmed (within noise)"   # outside it by less than the measured process-to-process noise
 EXCEEDED = "exceeded"                       # further from "no change" than the range: a bigger speed-up or cut
 FELL_SHORT = "fell short"                   # the claimed direction, but less than the range
-CONTRADICTED = "contradicted"               # the opposite direction (a claimed fallback kernel: the same kernels)
+CONTRADICTED = "contradicted"               # no change at all, or the opposite direction (a claimed fallback kernel: the same kernels)
 NOT_APPLICABLE = "not applicable"           # the claim speaks about another chip family or backend
 NOT_MEASURED = "not measured"               # the measured column says why
 CSS = {CONFIRMED: "ok", WITHIN_NOISE: "ok", EXCEEDED: "ok", FELL_SHORT: "warn", CONTRADICTED: "bad",
@@ -192,6 +192,6 @@ def html(rep, path=CLAIMS) -> str:
             f"<th>Verdict</th></tr>{rows}</table><p class=\"note\">Measured on {stack}. "
             f"Verdicts: {CONFIRMED}, inside the claimed range; {WITHIN_NOISE}, outside it by less than the measured "
             f"noise; {EXCEEDED}, further from no change than claimed; {FELL_SHORT}, the claimed direction but less; "
-            f"{CONTRADICTED}, the opposite direction. A claim about a chip speaks about every GPU of its "
+            f"{CONTRADICTED}, no change at all or the opposite direction. A claim about a chip speaks about every GPU of its "
             "family (the H100's about the H200 too: both are GH100). "
             f"Claims and thresholds: <code>params/claims.yaml</code> (source: {load(path)['source']}).</p>")

@@ -149,7 +149,11 @@ def ablation_html(rep: Report) -> str:
     if not rows:
         return none("The leave-one-out ablation was not measured for this report.")
     p = (full or {}).get("processes")
-    shown = [{"removed": "nothing (the recommendation)",
+    rec = recommended(rep)
+    around = (f"{stages.get(full['stage']).title} at B={full['batch_size']}" if full else "")
+    if full and rec and (rec["stage"], rec["batch_size"]) != (full["stage"], full["batch_size"]):
+        around += f", which was the recommendation when the ablation ran (now B={rec['batch_size']})"
+    shown = [{"removed": f"nothing ({around})",
               "tok/s": (f"{p['median']:,.0f}" + (f" (median of {p['n']} processes)" if p["n"] > 1 else "")) if p else "",
               "the lever's worth": "", "allocator GiB": gib(full.get("mem_allocator_bytes")) if full else ""}]
     for row in rows:
@@ -160,8 +164,8 @@ def ablation_html(rep: Report) -> str:
                       if row["worth"] is not None else
                       ("does not fit at this batch without it" if r["status"] == "oom" else short(r.get("reason"))),
                       "allocator GiB": gib(r.get("mem_allocator_bytes"))})
-    return table(shown) + ('<p class="note">Each lever switched off alone at the recommendation\'s micro-batch, one '
-                           "process each; its worth is the recommendation's median tokens/s over the configuration without it, "
+    return table(shown) + ('<p class="note">Each lever switched off alone at the first row\'s micro-batch, one '
+                           "process each; its worth is the first row's median tokens/s over the configuration without it, "
                            "minus one, and \"within noise\" where that lies inside the measured process-to-process "
                            "spread.</p>")
 

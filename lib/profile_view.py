@@ -116,7 +116,8 @@ def top_kernels_html(rec: dict | None, limit: int = 8) -> str:
             for k in p["kernels"][:limit]]
     return table(rows, "matrix kernels") + (
         f'<p class="note">{p["source"]}, one step of {rec["stage_title"]} at B={rec["batch_size"]}; '
-        f"busy {p['busy_ms']:.1f} ms of a {rec.get('median_ms', float('nan')):.1f} ms timed step. Template arguments "
+        f"the GPU busy {p['busy_ms']:.1f} ms in that profiled step (the timed steps' median: "
+        f"{rec.get('median_ms', float('nan')):.1f} ms). Template arguments "
         "and parameter lists shown as … are in each name's tooltip.</p>")
 
 

@@ -367,7 +367,8 @@ def stage_summary(rep: Report, key: str) -> str:
     if key != rep.stage_order[0] and not prev.empty and not st.multi_gpu:  # DDP: judged against one GPU below
         base = speedups(rep, key, "speedup_vs_baseline")
         parts.append(f"Against {stages.get(effect['previous']).title} the step is {span(prev.values)} as fast "
-                     f"({span(base.values)} against FP32) at batch size{'s' if len(prev) > 1 else ''} "
+                     + ("" if effect["previous"] == rep.stage_order[0] else f"({span(base.values)} against FP32) ")
+                     + f"at batch size{'s' if len(prev) > 1 else ''} "
                      f"{', '.join(map(str, prev.index))}.")
         mem = _memory_change(rep, key)
         if mem:

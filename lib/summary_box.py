@@ -21,19 +21,20 @@ GLOSSARY = (
 
 
 def _turn_on(rep: Report) -> str | None:
-    """The recommendation's levers that its leave-one-out shows paying beyond noise, or needed to fit."""
-    _, rows = frontier_view.ablation_rows(rep)
+    """The levers of the leave-one-out (around the recommendation when it was measured) that pay
+    beyond noise, largest first, or without which the batch does not fit; its batch and processes named."""
+    full, rows = frontier_view.ablation_rows(rep)
     paying = sorted((r for r in rows if r["worth"] is not None and r["worth"] > 0 and not r.get("within_noise")),
                     key=lambda r: -r["worth"])
-    pays = [f"{r['lever'].split(' (')[0]} ({r['worth'] * 100:+.1f} %)" for r in paying]
-    fits = [r["lever"].split(" (")[0] for r in rows if r["record"].get("status") == results.Status.OOM]
-    if not pays and not fits:
+    fits = [r["lever"] for r in rows if r["record"].get("status") == results.Status.OOM]
+    if not paying and not fits:
         return None
-    text = "**Turn on:** " + ", ".join(pays)
+    batch, n = full["batch_size"], full.get("processes", {}).get("n", 1)
+    text = "**Turn on:** " + ", ".join(f"{r['lever']} ({r['worth'] * 100:+.1f} %)" for r in paying)
     if fits:
-        text += ("; " if pays else "") + f"and, without which B={rows[0]['record']['batch_size']} does not fit: " + \
-            ", ".join(fits)
-    return text + " (each lever's worth: the recommendation without it, leave-one-out)."
+        text += ("; and, without which B=" if paying else "without which B=") + f"{batch} does not fit: " + ", ".join(fits)
+    return text + (f" (each worth: {stages.get(full['stage']).title} at B={batch} against it without that lever, "
+                   f"leave-one-out; {'one process' if n == 1 else f'the median of {n} processes'} with all levers).")
 
 
 def _skip(rep: Report) -> str | None:
@@ -80,10 +81,17 @@ def _buys(rep: Report, best: dict) -> str | None:
 
 
 def _not_measured(rep: Report) -> str | None:
-    """Stages of the report with no record at all (a run stopped before them; run.json lists the runs)."""
-    missing = [stages.get(k).title for k in rep.stage_order if not (rep.df["stage"] == k).any()]
-    return ("**Not measured in this report:** " + ", ".join(missing) + " (no record: the runs listed in run.json "
-            "stopped before it).") if missing else None
+    """Stages of the report with no record at all, each with the reason run.json gives (a run
+    stopped in that chapter), else that no run reached it."""
+    runs = [rep.run or {}, *((rep.run or {}).get("earlier_runs") or [])]
+    failures = [f for r in runs for f in r.get("failures") or []]
+
+    def why(key):
+        said = [f.split(": ", 1)[1] for f in failures if f.startswith(f"{key}: ")]
+        return said[0] if said else "no run reached it"
+
+    missing = [f"{stages.get(k).title} ({why(k)})" for k in rep.stage_order if not (rep.df["stage"] == k).any()]
+    return ("**Not measured in this report:** " + "; ".join(missing) + ".") if missing else None
 
 
 def lines(rep: Report) -> list[str]:

@@ -115,7 +115,7 @@ def energy_and_cost(rep: Report, best: dict) -> str:
     price = price_per_gpu_hour(rep)
     parts = []
     if e.get("joules_per_token"):
-        parts.append(f"Energy: {e['joules_per_token'] * 1e3:.2f} mJ per token ({e['joules_per_token'] * 1e6 / 3.6e6:.3f} kWh "
+        parts.append(f"Energy: {e['joules_per_token'] * 1e3:.2f} mJ per token ({e['joules_per_token'] * 1e6 / 3600:.2f} Wh "
                      f"per million tokens; GPU board, {e.get('method', 'NVML')}, average {e.get('avg_power_w', 0):.0f} W).")
     else:
         parts.append(f"Energy: not measured ({e.get('reason') or 'no energy reading in this record'}).")

@@ -273,7 +273,7 @@ def test_ablation_worth_is_the_ratio_of_throughputs(tmp_path):
         r.update(variant=f"without {lever}", lever=lever)
         without.append(r)
     rep = type("Rep", (), {"evidence": {"ablation": without, "sweep": []}, "rec": lambda self, s, b: full,
-                           "decisions": [full, *repeats]})()
+                           "decisions": [full, *repeats], "params": p})()
     got_full, rows = frontier_view.ablation_rows(rep)
     assert got_full["processes"]["n"] == 3 and got_full["processes"]["median"] == pytest.approx(1280.0)
     assert rows[0]["worth"] == pytest.approx(0.25) and rows[1]["worth"] is None
