@@ -1,4 +1,4 @@
-"""Verdicts on the prevailing claims (params/claims.yaml) from one report's measurements, each
+"""Verdicts on the write-ups' claims (params/claims.yaml) from one report's measurements, each
 with the measured figure, or with the reason it could not be measured."""
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import html as _html
 import numpy as np
 import pandas as pd
 
-from . import evidence_view, fidelity_view, results
+from . import config, evidence_view, fidelity_view, results
 from .config import CLAIMS, METRICS, profile_family  # noqa: F401 (METRICS: what a claim may be judged by)
 from .config import load_claims as load
 
@@ -52,6 +52,8 @@ def _why_unmeasured(df: pd.DataFrame, claim: dict) -> str:
     ok = df[df["status"] == "ok"]
     timed = [set(ok[ok["stage"] == s]["batch_size"]) for s in (claim["stage"], claim["versus"])]
     if timed[0] & timed[1]:
+        if claim["metric"] == "loss_gate":
+            return f"no loss gate of {claim['stage']} against {claim['versus']} was computed"
         return NO_LAYER.get(claim.get("layer"), f"the {claim.get('layer')} memory layer was not recorded")
     other = df[df["stage"].isin([claim["stage"], claim["versus"]]) & (df["status"] != "ok")]
     return (f"no batch size where both {claim['stage']} and {claim['versus']} have a timing"
@@ -138,16 +140,77 @@ def _alignment_verdict(claim: dict, row: dict, gemm: dict | None, applies: bool)
     return row
 
 
+def _loss_gate_verdict(claim: dict, row: dict, df: pd.DataFrame, applies: bool, tolerance: float | None) -> dict:
+    """The report's loss gate of the claim's stage against its loss reference (results.table):
+    held at every batch size confirms "no measurable impact", failed at any contradicts it."""
+    tol = f" of {tolerance:g} nats" if tolerance is not None else ""
+    row["check"] = (f"{claim['stage']} vs {claim['versus']}: the loss gate holds at every batch size (5-step average "
+                    f"of the loss difference after warm-up within the report's tolerance{tol})")
+    gated = df[(df["stage"] == claim["stage"]) & (df["status"] == "ok")]
+    gated = gated[gated["loss_verdict"].notna()] if "loss_verdict" in df else gated.iloc[:0]
+    if gated.empty:
+        row.update(measured=_why_unmeasured(df, claim), verdict=NOT_MEASURED if applies else NOT_APPLICABLE)
+        return row
+    worst = gated.loc[gated["loss_gap"].idxmax()]
+    failed = list(gated[gated["loss_verdict"] == "beyond"]["batch_size"])
+    row["measured"] = (f"largest gap {worst.loss_gap:.4f} nats (B={worst.batch_size}); the gate "
+                       + (f"failed at B={', '.join(map(str, failed))}" if failed else
+                          f"held at B={', '.join(map(str, gated['batch_size']))}"))
+    row["verdict"] = (NOT_APPLICABLE if not applies else CONTRADICTED if failed else
+                      WITHIN_NOISE if (gated["loss_verdict"] == "within noise").any() else CONFIRMED)
+    return row
+
+
+def _sdpa_measured(sdpa: list | None) -> str:
+    """What the report measured of attention in place of a backend SDPA does not have: the flash
+    stage with each of SDPA's backends forced (results/sdpa), fastest first."""
+    if not sdpa:
+        return "the report forced no SDPA backend (results/sdpa is empty)"
+    recs = sorted(sdpa, key=lambda r: -(r.get("tokens_per_s") or 0))
+    return (f"measured instead, the {recs[0]['stage']} stage with each SDPA backend forced at B={recs[0]['batch_size']}: "
+            + ", ".join(f"{r['variant'].removeprefix('SDPA ')} " + (f"{r['tokens_per_s']:,.0f} tok/s" if r["status"] == "ok"
+                                                                     else r["status"].replace("_", " ")) for r in recs))
+
+
+def command(families) -> str:
+    """The command that measures a claim on hardware of `families`."""
+    names = config.family_profiles(families)
+    if not names:
+        return f"no profile of {' or '.join(families)} exists yet (add params/<gpu>.yaml)"
+    return f"make report GPU={names[0]}" + (f" (or GPU={', '.join(names[1:])})" if names[1:] else "")
+
+
+def elsewhere(claim: dict) -> str:
+    """Where a claim that does not apply to this hardware would be measured."""
+    return f"the claim speaks about {' and '.join(claim['families'])} GPUs: {command(claim['families'])} measures it"
+
+
 def verdict(claim: dict, df: pd.DataFrame, profile: str, backend: str, gemm: dict | None = None,
-            noise: float | None = None) -> dict:
-    """`noise`: the relative process-to-process range of the timings behind a timing claim (judge)."""
-    row = {"id": claim["id"], "claim": claim["claim"], "check": "", "measured": "", "verdict": ""}
+            noise: float | None = None, sdpa: list | None = None, tolerance: float | None = None) -> dict:
+    """`noise`: the relative process-to-process range of the timings behind a timing claim (judge);
+    `sdpa`: the report's forced-backend records; `tolerance`: its loss gate's, in nats. A claim
+    that does not apply here says where it would be measured."""
+    row = _judged(claim, {"id": claim["id"], "source": claim.get("source"), "claim": claim["claim"], "check": "",
+                          "measured": "", "verdict": ""}, df, profile, backend, gemm, noise, sdpa, tolerance)
+    if row["verdict"] == NOT_APPLICABLE:
+        row["measured"] = "; ".join(filter(None, [row["measured"], elsewhere(claim)]))
+    return row
+
+
+def _judged(claim, row, df, profile, backend, gemm, noise, sdpa, tolerance) -> dict:
     metric = claim["metric"]
     applies = profile_family(profile) in claim["families"] and backend in ("cuda", "rocm")
     if metric == "kernels":
         return _kernel_verdict(claim, row, gemm, applies)
     if metric == "alignment":
         return _alignment_verdict(claim, row, gemm, applies)
+    if metric == "loss_gate":
+        return _loss_gate_verdict(claim, row, df, applies, tolerance)
+    if metric == "none":
+        instead = _sdpa_measured(sdpa) if claim.get("evidence") == "sdpa" else ""
+        return {**row, "check": f"{claim['check']}: {_expect('speedup', claim['expect'])}",
+                "measured": "; ".join(filter(None, [claim["reason"], instead])),
+                "verdict": NOT_MEASURED if applies else NOT_APPLICABLE}
     row["check"] = f"{claim['stage']} vs {claim['versus']}" + (
         f", {claim['layer'].replace('_', ' ')} memory" if metric == "memory_change" else "") + f": {_expect(metric, claim['expect'])}"
     values = _per_batch(df, claim)
@@ -155,16 +218,17 @@ def verdict(claim: dict, df: pd.DataFrame, profile: str, backend: str, gemm: dic
         row.update(measured=_why_unmeasured(df, claim), verdict=NOT_APPLICABLE if not applies else NOT_MEASURED)
         return row
     med = float(np.median(values))
-    spread = "" if len(values) == 1 else f" ({_fmt(metric, values.min())} to {_fmt(metric, values.max())})"
+    lo, hi = _fmt(metric, values.min()), _fmt(metric, values.max())
+    spread = "" if lo == hi else f" ({lo} to {hi})"
     row["measured"] = f"{_fmt(metric, med)}{spread} at B={', '.join(map(str, values.index))}"
     row["verdict"] = judge(metric, med, claim["expect"], noise) if applies else NOT_APPLICABLE
     return row
 
 
 def table(df: pd.DataFrame, profile: str, backend: str, path=CLAIMS, gemm: dict | None = None,
-          noise=None) -> pd.DataFrame:
+          noise=None, sdpa: list | None = None, tolerance: float | None = None) -> pd.DataFrame:
     """`noise(claim)`, if given, is the relative spread behind a timing claim (see judge)."""
-    return pd.DataFrame([verdict(c, df, profile, backend, gemm, noise(c) if noise else None)
+    return pd.DataFrame([verdict(c, df, profile, backend, gemm, noise(c) if noise else None, sdpa, tolerance)
                          for c in load(path)["claims"]])
 
 
@@ -177,7 +241,13 @@ def for_report(rep, path=CLAIMS) -> pd.DataFrame:
                  and len(v) > 1]
         return max(bands) if bands else floor
 
-    return table(rep.df, rep.params["name"], rep.params["backend"], path, gemm=rep.evidence["gemm"], noise=noise)
+    return table(rep.df, rep.params["name"], rep.params["backend"], path, gemm=rep.evidence["gemm"], noise=noise,
+                 sdpa=rep.evidence["sdpa"], tolerance=rep.params["run"]["loss_tolerance"])
+
+
+def sources_html(path=CLAIMS) -> str:
+    """The write-ups the claims come from, by the number each claim names."""
+    return "; ".join(f"[{k}] {_html.escape(v)}" for k, v in load(path)["sources"].items())
 
 
 def html(rep, path=CLAIMS) -> str:
@@ -186,7 +256,7 @@ def html(rep, path=CLAIMS) -> str:
     stack = f"{env['device']['name']}, PyTorch {env.get('torch')}" + (
         f", CUDA {env['cuda']}, cuBLAS {env.get('cublas')}, cuDNN {env.get('cudnn')}" if env.get("cuda") else "")
     rows = "".join(
-        f"<tr><td>{_html.escape(r.claim)}</td><td>{r.check}</td><td>{_html.escape(r.measured or '—')}</td>"
+        f"<tr><td>{_html.escape(r.claim)} <small>[{r.source}]</small></td><td>{_html.escape(r.check)}</td><td>{_html.escape(r.measured or '—')}</td>"
         f'<td><span class="{CSS[r.verdict]}">{r.verdict}</span></td></tr>' for r in t.itertuples())
     return (f'<table class="claims"><tr><th>Claim</th><th>Check (confirms if)</th><th>Measured here</th>'
             f"<th>Verdict</th></tr>{rows}</table><p class=\"note\">Measured on {stack}. "
@@ -194,4 +264,4 @@ def html(rep, path=CLAIMS) -> str:
             f"noise; {EXCEEDED}, further from no change than claimed; {FELL_SHORT}, the claimed direction but less; "
             f"{CONTRADICTED}, no change at all or the opposite direction. A claim about a chip speaks about every GPU of its "
             "family (the H100's about the H200 too: both are GH100). "
-            f"Claims and thresholds: <code>params/claims.yaml</code> (source: {load(path)['source']}).</p>")
+            f"Claims and thresholds: <code>params/claims.yaml</code>; sources: {sources_html(path)}.</p>")

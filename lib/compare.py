@@ -370,13 +370,23 @@ def title_md(reps) -> str:
 
 
 def claims_html(reps) -> str:
+    """Each claim's verdict per GPU; a claim about chips none of the GPUs is, not measured, with the
+    command that would measure it."""
     tables = {name: claims.for_report(rep) for name, rep in reps.items()}
-    first = next(iter(tables.values()))
+    first, by_id = next(iter(tables.values())), {c["id"]: c for c in claims.load()["claims"]}
+    families = {config.profile_family(rep.params["name"]) for rep in reps.values()}
     head = "".join(f"<th>{n}</th>" for n in reps)
     body = ""
-    for i, claim in enumerate(first["claim"]):
-        cells = "".join(f"<td>{html.escape(t.iloc[i]['measured'] or '—')}<br>"
-                        f'<small class="{claims.CSS[t.iloc[i]["verdict"]]}">{t.iloc[i]["verdict"]}</small></td>'
-                        for t in tables.values())
-        body += f"<tr><td>{html.escape(claim)}<br><small>{html.escape(first.iloc[i]['check'])}</small></td>{cells}</tr>"
-    return f'<table class="claims"><tr><th>Claim</th>{head}</tr>{body}</table>'
+    for i, r in enumerate(first.itertuples()):
+        if families & set(by_id[r.id]["families"]):
+            cells = "".join(f"<td>{html.escape(t.iloc[i]['measured'] or '—')}<br>"
+                            f'<small class="{claims.CSS[t.iloc[i]["verdict"]]}">{t.iloc[i]["verdict"]}</small></td>'
+                            for t in tables.values())
+        else:
+            why = f"no report compared here is of its hardware; {claims.elsewhere(by_id[r.id])}"
+            cells = (f'<td colspan="{len(reps)}">{html.escape(why)}<br>'
+                     f'<small class="{claims.CSS[claims.NOT_MEASURED]}">{claims.NOT_MEASURED}</small></td>')
+        body += (f"<tr><td>{html.escape(r.claim)} <small>[{r.source}]</small><br><small>{html.escape(r.check)}</small>"
+                 f"</td>{cells}</tr>")
+    return (f'<table class="claims"><tr><th>Claim [source]</th>{head}</tr>{body}</table>'
+            f'<p class="note">Sources: {claims.sources_html()}.</p>')

@@ -14,7 +14,7 @@ LAYERS = {
     "running": {"runner", "evidence", "recipe", "jobs", "chapters", "pipeline", "notebook_runner", "report_folder", "cli",
                 "optimal"},
     "reporting": {"report", "frontier_view", "report_tables", "report_text", "report_charts", "evidence_view", "fidelity_view",
-                  "profile_view", "sweep_view", "summary_box", "recommendation", "claims", "compare", "export"},
+                  "profile_view", "sweep_view", "summary_box", "recommendation", "claims", "rules", "compare", "export"},
 }
 # What each layer may import from lib/ (any import, at the top or inside a function).
 ALLOWED = {"core": {"core"}, "measuring": {"core", "measuring"}, "reporting": {"core", "reporting"},

@@ -36,8 +36,8 @@ def _verdict(cid, df, profile="h100", gemm=None, noise=None):
 def test_every_claim_in_the_file_has_a_known_metric_an_expectation_and_families():
     data = claims.load()
     assert len(data["claims"]) >= 8
-    for c in data["claims"]:
-        assert c["metric"] in claims.METRICS and c["expect"]
+    for c in data["claims"]:  # a loss-gate claim's expectation is the report's own loss tolerance
+        assert c["metric"] in claims.METRICS and (c.get("expect") or c["metric"] == "loss_gate")
         assert c["families"] and set(c["families"]) <= set(config.FAMILIES)
 
 
@@ -230,3 +230,92 @@ def test_the_kernel_claim_says_not_measured_and_why():
     same = _sweep((1.0,) * 3, (1.0,) * 3)
     same["kernels"]["bf16"]["50304"] = same["kernels"]["bf16"]["50257"]
     assert _verdict("lm-head-kernel", _df({}), gemm=same)["verdict"] == "contradicted"  # no fallback kernel
+
+
+# ---------------------------------------------------------------- the claims of seeds 001 and 002
+
+def test_every_claim_names_its_source_and_an_unmeasurable_one_says_why(tmp_params_dir):
+    data = claims.load()
+    assert {c["source"] for c in data["claims"]} == {"000", "001", "002"} == set(data["sources"])
+    assert all(c["reason"] for c in data["claims"] if c["metric"] == "none")
+    path = tmp_params_dir / "claims.yaml"
+    for cid, change, message in [("fp8-2x-gemm", {"reason": None}, "must say why"),
+                                 ("tf32-quality", {"versus": "bf16"}, "the loss gate of tf32 is against fp32"),
+                                 ("fp8-hopper", {"source": "009"}, "names no source")]:
+        broken = yaml.safe_load(path.read_text())
+        next(c for c in broken["claims"] if c["id"] == cid).update(change)
+        (tmp_params_dir / "broken.yaml").write_text(yaml.safe_dump(broken))
+        with pytest.raises(config.ConfigError, match=message):
+            config.load_claims(tmp_params_dir / "broken.yaml")
+
+
+@pytest.mark.parametrize("fp8_ms, noise, hopper, twice", [
+    (90.0, None, "confirmed", "fell short"),               # 1.11x: faster, far from 2x
+    (50.0, None, "confirmed", "confirmed"),                # 2.00x: the datasheet's ratio
+    (110.0, 0.02, "contradicted", "contradicted"),         # 0.91x: slower beyond a 2 % noise
+    (101.0, 0.02, "confirmed (within noise)", "contradicted"),  # 0.99x: slower, but within it
+])
+def test_the_fp8_claims_flip_with_fp8_against_torch_compile(fp8_ms, noise, hopper, twice):
+    df = _df({"compile": 100.0, "fp8": fp8_ms})
+    assert _verdict("fp8-hopper", df, noise=noise)["verdict"] == hopper
+    assert _verdict("fp8-2x-step", df, noise=noise)["verdict"] == twice
+    assert _verdict("fp8-hopper", df)["measured"].startswith(f"{100.0 / fp8_ms:.2f}×")
+    assert _verdict("fp8-hopper", df, "a100")["verdict"] == "not applicable"  # use_fp8 is Hopper's rule
+
+
+def _gated(tf32_offset: float, tf32=True):
+    """fp32 and tf32 records with a tolerance of 0.05 nats: tf32's loss curve `tf32_offset` above fp32's."""
+    params = tiny_params(["fp32", "tf32"])
+    recs = [make_record(params, "fp32", 2, [100.0] * 5, [3.0] * 6)]
+    recs += [make_record(params, "tf32", 2, [40.0] * 5, [3.0 + tf32_offset] * 6) if tf32 else
+             make_record(params, "tf32", 2, status="oom", reason="out of memory")]
+    return results.table(recs, params["stages"], tolerance=0.05)
+
+
+@pytest.mark.parametrize("offset, expected, words", [(0.01, "confirmed", "the gate held at B=2"),
+                                                      (0.2, "contradicted", "the gate failed at B=2")])
+def test_the_tf32_quality_claim_flips_with_the_loss_gate(offset, expected, words):
+    v = claims.verdict(_claim("tf32-quality"), _gated(offset), "h100", "cuda", tolerance=0.05)
+    assert v["verdict"] == expected and words in v["measured"] and f"{offset:.4f} nats" in v["measured"]
+    assert "tolerance of 0.05 nats" in v["check"]
+
+
+def test_the_tf32_quality_claim_without_a_gate_says_why():
+    v = _verdict("tf32-quality", _gated(0.0, tf32=False))
+    assert v["verdict"] == "not measured" and "tf32 at B=2: oom" in v["measured"]
+    v = _verdict("tf32-quality", _df({"fp32": 100.0, "tf32": 40.0}))  # a table without a tolerance: no gate
+    assert v["verdict"] == "not measured" and v["measured"] == "no loss gate of tf32 against fp32 was computed"
+
+
+@pytest.mark.parametrize("profile, tf32_ms, expected", [
+    ("a100", 350.0, "confirmed"),       # 2.86x: within "up to 3x"
+    ("a100", 600.0, "fell short"),      # 1.67x
+    ("h100", 350.0, "not applicable"),  # a claim about the A100
+])
+def test_the_tf32_a100_claim_speaks_about_ampere_and_names_the_command_elsewhere(profile, tf32_ms, expected):
+    v = _verdict("tf32-a100", _df({"fp32": 1000.0, "tf32": tf32_ms}), profile)
+    assert v["verdict"] == expected
+    assert ("make report GPU=a100" in v["measured"]) is (expected == "not applicable")
+    oom = _verdict("tf32-a100", _df({"fp32": 1000.0, "tf32": None}), "a100")
+    assert oom["verdict"] == "not measured" and "tf32 at B=2: oom" in oom["measured"]
+
+
+def _sdpa(**tokens_per_s) -> list[dict]:
+    """The flash stage with each SDPA backend forced, at the given tokens/s (None: not applicable)."""
+    params = tiny_params(["flash"])
+    out = []
+    for name, tps in tokens_per_s.items():
+        rec = (make_record(params, "flash", 2, [2 * 64 / tps * 1000] * 5, [3.0] * 6) if tps else
+               make_record(params, "flash", 2, status="not_applicable", reason="no kernel"))
+        out.append({**rec, "variant": f"SDPA {name}"})
+    return out
+
+
+def test_the_claims_this_tool_cannot_check_are_not_measured_and_say_why():
+    gemm = _verdict("fp8-2x-gemm", _df({}))
+    assert gemm["verdict"] == "not measured" and "no FP8 GEMM micro-benchmark" in gemm["measured"]
+    assert _verdict("fp8-2x-gemm", _df({}), "a100")["verdict"] == "not applicable"
+    fa3 = claims.verdict(_claim("fa3-hopper"), _df({}), "h200", "cuda", sdpa=_sdpa(flash=2000.0, cudnn=3000.0, efficient=None))
+    assert fa3["verdict"] == "not measured" and "no FlashAttention-3 backend" in fa3["measured"]
+    assert fa3["measured"].endswith("forced at B=2: cudnn 3,000 tok/s, flash 2,000 tok/s, efficient not applicable")
+    assert "the report forced no SDPA backend" in _verdict("fa3-hopper", _df({}))["measured"]

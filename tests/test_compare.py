@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from conftest import describe_proc, make_record, read_json, run_cli, write_report_dir
-from lib import compare, config, report, results, stages
+from lib import compare, config, report, results, rules, stages
 
 
 PEAKS = {"fp32": 10.0, "tf32": 40.0, "bf16": 80.0, "fp8": 160.0}  # a synthetic datasheet, TFLOP/s
@@ -229,3 +229,70 @@ def test_the_recommended_row_quotes_the_median_over_processes_as_its_own_report_
     assert median < first["tokens_per_s"]  # the repeat moved it: the row must follow
     row = compare.stage_table(compare.load_all(["ga", "gb"], tmp_path)).set_index("stage").loc[compare.RECOMMENDED]
     assert row["ga tok/s"] == pytest.approx(median)
+
+
+# ---------------------------------------------------------------- seed 002's rule table, and claims elsewhere
+
+GEMM = "nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NNT"  # a Hopper cuBLAS kernel: its tile in its name
+
+
+def _hopper_pair(tmp_path: Path, fp8_over_compile: float) -> dict:
+    """Synthetic reports named h100 and h200 (Hopper profiles), their FP8 stage `fp8_over_compile`
+    times torch.compile's step time at every batch, and a kernel profile of torch.compile at B=4."""
+    for name in ("h100", "h200"):
+        d = _fake_report(tmp_path, name, "2.11.0", 1.5)
+        params = read_json(d / "params.json")
+        for b in (2, 4):
+            comp = read_json(results.record_path(d / "results", "compile", b))
+            fp8 = make_record(params, "fp8", b, [v * fp8_over_compile for v in comp["step_ms"]], comp["losses"])
+            results.write_atomic(results.record_path(d / "results", "fp8", b), fp8)
+        comp["kernel_profile"] = {"source": "CUDA kernels (torch.profiler)", "steps": 1, "kernels": [
+            {"name": "flash_fwd_kernel", "ms": 9.0, "calls": 12}, {"name": GEMM, "ms": 5.0, "calls": 48}]}
+        results.write_atomic(results.record_path(d / "results", "compile", 4), comp)
+    return compare.load_all(["h100", "h200"], tmp_path)
+
+
+@pytest.mark.parametrize("fp8_over_compile, verdict", [(0.8, "confirmed"), (1.25, "contradicted")])
+def test_the_rule_table_judges_each_hopper_rule_and_flips_with_the_fp8_records(tmp_path, fp8_over_compile, verdict):
+    t = rules.table(_hopper_pair(tmp_path, fp8_over_compile))
+    assert t["gpu"].tolist() == ["h100"] * 3 + ["h200"] * 3 and set(t["architecture"]) == {"Hopper"}
+    assert t["rule"].tolist() == ["use_fp8 = True", "tile_size = 256", "use_flash_attention_3 = True"] * 2
+    by_rule = {rule: rows for rule, rows in t.groupby("rule")}
+    fp8 = by_rule["use_fp8 = True"]
+    assert fp8["verdict"].tolist() == [verdict] * 2
+    for m in fp8["measured"]:  # the figure with its basis: the stages and every batch size
+        assert m.startswith("FP8") and "against torch.compile, tokens/s B=2: " in m
+        assert m.endswith(f"{1 / fp8_over_compile:.2f}× at B=2, 4")
+    tile = by_rule["tile_size = 256"]
+    assert tile["verdict"].tolist() == ["not measured"] * 2
+    assert all("cuBLAS picks its own tiles" in m and f"{GEMM}, a 256×128 tile by its name" in m for m in tile["measured"])
+    fa3 = by_rule["use_flash_attention_3 = True"]
+    assert fa3["verdict"].tolist() == ["not measured"] * 2 and all("no FlashAttention-3" in m for m in fa3["measured"])
+
+
+def test_the_rule_table_names_the_rules_no_compared_gpu_runs_under(tmp_path):
+    reps = _hopper_pair(tmp_path, 0.8)
+    note = rules.html_table(reps).split('<p class="note">')[1]
+    assert "shared/seeds/002" in note and "Ampere" in note and "make report GPU=a100" in note and "Hopper" not in note
+    _fake_report(tmp_path, "gpua", "2.11.0", 1.5)  # a GPU of no chip family: no architecture covers it
+    row = rules.table(compare.load_all(["h100", "gpua"], tmp_path)).iloc[-1]
+    assert (row["gpu"], row["verdict"]) == ("gpua", "not applicable") and "no architecture" in row["measured"]
+
+
+def test_a_claim_about_hardware_no_compared_gpu_is_not_measured_with_its_command(tmp_path):
+    html = compare.claims_html(_hopper_pair(tmp_path, 0.8))
+    rows = {r.split("<br>")[0]: r for r in html.split("<tr>")[2:]}
+    a100 = next(r for c, r in rows.items() if "up to 3x" in c and "[001]" in c)
+    assert 'colspan="2"' in a100 and "make report GPU=a100 measures it" in a100 and ">not measured<" in a100
+    fp8 = next(r for c, r in rows.items() if "use FP8" in c)
+    assert fp8.count(">confirmed<") == 2  # judged on each Hopper report
+
+
+def test_a_rule_judged_by_a_claim_that_does_not_exist_is_a_config_error(tmp_path):
+    text = (config.PARAMS_DIR / "rules.yaml").read_text()
+    (tmp_path / "rules.yaml").write_text(text.replace("claim: fp8-hopper", "claim: fp8-hoper"))
+    with pytest.raises(config.ConfigError, match="Hopper use_fp8: no claim 'fp8-hoper' in claims.yaml"):
+        config.load_rules(tmp_path / "rules.yaml")
+    (tmp_path / "rules.yaml").write_text(text.replace('source: "002"', 'source: "007"'))
+    with pytest.raises(config.ConfigError, match="source '007' is none of claims.yaml's sources"):
+        config.load_rules(tmp_path / "rules.yaml")
