@@ -28,8 +28,9 @@ def record(rep: Report) -> dict | None:
         return None
     st, p = stages.get(best["stage"]), best["processes"]
     switches = {k: v for k, v in st.identity().items() if k not in ("key", "peak")}
-    seq_len, tokens = rep.params["run"]["seq_len"], rep.params["evidence"]["global_batch_tokens"]
-    recipe = next((r for r in recipe_rows(rep) if r["role"] == "recommended"), None)
+    # an older report (measurement method 1) has no global batch in its params
+    seq_len, tokens = rep.params["run"]["seq_len"], rep.params["evidence"].get("global_batch_tokens")
+    recipe = next((r for r in recipe_rows(rep) if r["role"] == "recommended"), None) if tokens else None
     micro = recipe["batch"] if recipe else best["batch_size"]
     mfu = mfu_bf16(rep, best.get("mfu"), best.get("peak_precision"))
     return {
@@ -38,7 +39,7 @@ def record(rep: Report) -> dict | None:
         "stage": st.key, "title": st.title, "switches": switches, "code": applied_switches(st.key),
         "batch_size": best["batch_size"], "seq_len": seq_len,
         "global_batch": {"tokens": tokens, "micro_batch": micro,
-                         "accumulation_steps": tokens // (micro * seq_len) if tokens % (micro * seq_len) == 0 else None,
+                         "accumulation_steps": tokens // (micro * seq_len) if tokens and tokens % (micro * seq_len) == 0 else None,
                          "tokens_per_s": recipe["median"] if recipe else None,
                          "note": ("measured at this micro-batch and accumulation (the report's recipe)" if recipe else
                                   "not measured at the global batch in this report")},

@@ -71,3 +71,12 @@ def test_the_cpu_pipeline_writes_the_recommendation_optimal_config_returns(pipel
     best = report.recommended(report.load(pipeline_ok.report_dir))
     assert cfg["stage"] == best["stage"] and cfg["measured"]["tokens_per_s"] == pytest.approx(best["processes"]["median"])
     assert cfg["switches"] == {k: v for k, v in stages.get(best["stage"]).identity().items() if k not in ("key", "peak")}
+
+
+def test_a_report_whose_params_name_no_global_batch_still_gets_its_recommendation(tmp_path):
+    d = _measured_report(tmp_path)
+    params = json.loads((d / "params.json").read_text())
+    del params["evidence"]["global_batch_tokens"]  # as an older report's params.json (measurement method 1)
+    (d / "params.json").write_text(json.dumps(params))
+    rec = recommendation.write(report.load(d))
+    assert rec["stage"] == "tf32" and rec["global_batch"]["accumulation_steps"] is None
