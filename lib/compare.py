@@ -210,7 +210,10 @@ def same_batch_html(reps) -> str:
         + "".join(f"<td>{report.times(r[f'{n} / {names[0]}'])}"
                   + (" <small>within noise</small>" if r[f"{n} within noise"] else "") + "</td>" for n in names[1:])
         + "</tr>" for r in t.to_dict("records"))
-    return f'<table class="matrix"><tr><th>Stage</th><th>B</th>{head}</tr>{body}</table>' + attribution_html(reps)
+    return (f'<table class="matrix"><tr><th>Stage</th><th>B</th>{head}</tr>{body}</table>'
+            '<p class="note">Each cell is the stage matrix\'s record (its first process), as every table of a '
+            "report's matrix shows it; a recommended row above is the median over its processes.</p>"
+            + attribution_html(reps))
 
 
 def attribution_html(reps) -> str:

@@ -144,6 +144,17 @@ def ablation_rows(rep: Report) -> tuple[dict | None, list[dict]]:
     return full, rows
 
 
+def ablation_calls_apart(full: dict | None, rows: list[dict]) -> str | None:
+    """'in another device call (date) than ...' where the configuration with all levers and the rows
+    without one finished on different days: their ratio then holds the drift between calls too."""
+    days = {(r["record"].get("finished_at") or "")[:10] for r in rows} - {""}
+    mine = ((full or {}).get("finished_at") or "")[:10]
+    if not mine or not days or days == {mine}:
+        return None
+    return (f"in another device call ({mine}) than the runs without a lever ({', '.join(sorted(days))}), so each "
+            "worth also holds the drift between calls (about 2 % between the H100's calls)")
+
+
 def ablation_html(rep: Report) -> str:
     full, rows = ablation_rows(rep)
     if not rows:
@@ -167,7 +178,8 @@ def ablation_html(rep: Report) -> str:
     return table(shown) + ('<p class="note">Each lever switched off alone at the first row\'s micro-batch, one '
                            "process each; its worth is the first row's median tokens/s over the configuration without it, "
                            "minus one, and \"within noise\" where that lies inside the measured process-to-process "
-                           "spread.</p>")
+                           "spread." + (f" The first row was timed {apart}." if (apart := ablation_calls_apart(full, rows)) else "")
+                           + "</p>")
 
 
 def recipe_finding(rep: Report) -> str | None:

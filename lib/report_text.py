@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 
 from . import data, fidelity_view, frontier_view, results, stages
-from .report import CV_LIMIT, Report, gib, recommended, short, span, speedups, widest
+from .report import ADOPT_ABOVE, CV_LIMIT, Report, gib, recommended, short, span, speedups, widest
 
 def method_md(rep: Report) -> str:
     r, m = rep.params["run"], rep.params["model"]
@@ -309,7 +309,7 @@ def recommendations(rep: Report) -> list[str]:
         elif fidelity_view.noise_note(rep, key):
             out.append(f"**{st.title}**: neutral on this device (median {med:.2f}×, within noise); weigh its other "
                        f"effects: {_other_effects(rep, key)}.")
-        elif med >= 1.02:
+        elif med >= ADOPT_ABOVE:
             keep.append(st.title)
             out.append(f"**{st.title}**: adopt (median {med:.2f}× over {stages.get(effect['previous']).title}, "
                        "loss within tolerance).")

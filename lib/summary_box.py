@@ -6,7 +6,7 @@ from __future__ import annotations
 import html
 
 from . import fidelity_view, frontier_view, results, stages
-from .report import Report, mfu_bf16, recommended, span
+from .report import ADOPT_ABOVE, Report, mfu_bf16, recommended, span
 
 MAX_LINES = 5
 
@@ -30,11 +30,28 @@ def _turn_on(rep: Report) -> str | None:
     if not paying and not fits:
         return None
     batch, n = full["batch_size"], full.get("processes", {}).get("n", 1)
-    text = "**Turn on:** " + ", ".join(f"{r['lever']} ({r['worth'] * 100:+.1f} %)" for r in paying)
+
+    def worth(r):  # where the stage that adds the lever was neutral in the matrix, say so beside its worth here
+        key = _stage_of(rep, r["lever"].split(" (and ")[0])
+        effect = results.lever_effect(rep.df, key) if key else None
+        neutral = effect is not None and not effect["values"].empty and (
+            fidelity_view.noise_note(rep, key) or effect["median"] < ADOPT_ABOVE)
+        return (f"{r['lever']} ({r['worth'] * 100:+.1f} %"
+                + (f"; neutral in the stage matrix, {effect['median']:.2f}×" if neutral else "") + ")")
+    text = "**Turn on:** " + ", ".join(worth(r) for r in paying)
     if fits:
         text += ("; and, without which B=" if paying else "without which B=") + f"{batch} does not fit: " + ", ".join(fits)
+    apart = frontier_view.ablation_calls_apart(full, rows)
     return text + (f" (each worth: {stages.get(full['stage']).title} at B={batch} against it without that lever, "
-                   f"leave-one-out; {'one process' if n == 1 else f'the median of {n} processes'} with all levers).")
+                   f"leave-one-out; {'one process' if n == 1 else f'the median of {n} processes'} with all levers"
+                   + (f", timed {apart}" if apart else "") + ").")
+
+
+def _stage_of(rep: Report, lever: str) -> str | None:
+    """The report's stage that adds `lever` (the first whose switches differ from the stage it is added to)."""
+    off = stages.LEVERS.get(lever, {})
+    return next((k for k in rep.stage_order[1:] if results.previous_stage(k)
+                 and any(getattr(stages.get(k), f) != getattr(stages.get(results.previous_stage(k)), f) for f in off)), None)
 
 
 def _skip(rep: Report) -> str | None:
@@ -43,7 +60,10 @@ def _skip(rep: Report) -> str | None:
     for key in stages.single_gpu(rep.stage_order)[1:]:
         st, effect = stages.get(key), results.lever_effect(rep.df, key)
         if key in fidelity_view.rejected(rep):
-            out.append(f"{st.title} (its long parity run failed the loss gate)")
+            c, tol = fidelity_view.rejected(rep)[key], rep.params["run"]["loss_tolerance"]
+            which = " and ".join(w for w, v in (("training", c["outside"]), ("held-out", c["held_outside"])) if v > tol)
+            out.append(f"{st.title} (its {c['steps']}-step parity run's {which} loss fell outside the reference's "
+                       f"by {max(c['outside'], c['held_outside']):.3f} nats, tolerance {tol:g})")
         elif (rep.df[rep.df["stage"] == key]["loss_verdict"] == "beyond").any():
             out.append(f"{st.title} (loss beyond tolerance)")
         elif not effect["values"].empty and effect["median"] < 1 and not fidelity_view.noise_note(rep, key):
