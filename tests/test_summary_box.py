@@ -118,3 +118,27 @@ def test_a_report_of_a_several_gpu_host_says_so_in_its_title(tmp_path):
     assert "a host of" not in report_tables.title_md(rep)
     rep.env["device"]["count"] = 2
     assert "device **a host of 2 × x**" in report_tables.title_md(rep)
+
+
+def test_a_rejected_lever_in_skip_names_the_parity_check_it_failed(tmp_path):
+    p = tiny_params(batch_sizes=(2,))
+    p["stages"] = ["fp32", "vocab", "compile", "bf16_residual"]
+    ms = {"fp32": 400.0, "vocab": 200.0, "compile": 100.0, "bf16_residual": 90.0}
+    write_report_dir(tmp_path / "rep", p, [make_record(p, k, 2, [v] * 5, [5.0] * 6) for k, v in ms.items()])
+    for k, held in (("vocab", 4.0), ("bf16_residual", 4.5)):  # the training loss matches; the held-out one does not
+        rec = {**make_record(p, k, 2, [1.0] * 5, [4.0] * 30), "kind": "parity", "variant": "parity", "steps": 30,
+               "held_out_loss": held, "micro_steps": 1}
+        results.write_atomic(tmp_path / "rep" / "results" / "parity" / f"{k}__b2.json", rec)
+    skip = next(x for x in summary_box.lines(report.load(tmp_path / "rep")) if x.startswith("**Skip here:**"))
+    assert "BF16 residual stream (its 30-step parity run's held-out loss fell outside the reference's by 0.500" in skip
+
+
+def test_a_leave_one_out_whose_rows_were_timed_on_another_day_says_so():
+    from lib import frontier_view
+
+    full = {"finished_at": "2026-11-22T14:00:00"}
+    rows = [{"record": {"finished_at": "2026-11-23T10:00:00"}}, {"record": {"status": "oom"}}]
+    assert "in another device call (2026-11-22) than the runs without a lever (2026-11-23)" in \
+        frontier_view.ablation_calls_apart(full, rows)
+    rows[0]["record"]["finished_at"] = "2026-11-22T15:00:00"
+    assert frontier_view.ablation_calls_apart(full, rows) is None
