@@ -63,7 +63,7 @@ def _fidelity_method(rep: Report) -> str:
                 "the padding), the plain-loop cross-check, the repeats and the parity run existed; its figures "
                 "carry none of them.\n")
     return f"""* **Parity run**: the recommended configuration and its reference stage train
-  {ev['parity_steps']} steps at the recommended batch size with nanoGPT's learning-rate
+  {ev['parity_steps']} steps at the batch size recommended when it ran (the run names it) with nanoGPT's learning-rate
   shape (linear warm-up over the first quarter, cosine decay to a tenth), the reference accumulating
   gradients over micro-batches where it does not fit at once. They are judged by the same gate, then by their
   loss on the held-out last {int(data.HELD_OUT * 100)} % of the corpus, which no run trains on. The reference
