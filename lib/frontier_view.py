@@ -152,7 +152,7 @@ def ablation_calls_apart(full: dict | None, rows: list[dict]) -> str | None:
     if not mine or not days or days == {mine}:
         return None
     return (f"in another device call ({mine}) than the runs without a lever ({', '.join(sorted(days))}), so each "
-            "worth also holds the drift between calls (about 2 % between the H100's calls)")
+            "worth also holds the drift between those calls")
 
 
 def ablation_html(rep: Report) -> str:
