@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from . import results, stages
 from .frontier_view import recipe_rows
-from .report import Report, mfu_bf16, recommended
+from .report import Report, code_commits, mfu_bf16, recommended
 
 FILE = "recommended.json"
 SCHEMA = 1
@@ -50,7 +50,7 @@ def record(rep: Report) -> dict | None:
                      "joules_per_token": (best.get("energy") or {}).get("joules_per_token")},
         "software": {**{k: rep.env.get(k) for k in SOFTWARE if rep.env.get(k) is not None},
                      "packages": rep.env.get("packages") or {}},
-        "code_commit": ((rep.run or {}).get("code") or {}).get("commit"),
+        "code_commits": code_commits(rep)[0], "runs_without_commit": code_commits(rep)[1],
         "report": f"reports/{rep.dir.name}/report.pdf",
     }
 

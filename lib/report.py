@@ -95,6 +95,14 @@ def price_per_gpu_hour(rep: "Report") -> float | None:
     return config.parse_price(os.environ.get("PRICE_PER_GPU_HOUR")) or rep.params.get("price_per_gpu_hour")
 
 
+def code_commits(rep: "Report") -> tuple[list[str], int]:
+    """The measuring code's commits over every run that measured the folder (distinct, oldest
+    first) and how many of those runs recorded none (measured before commits were recorded)."""
+    run = rep.run or {}
+    commits = [(r.get("code") or {}).get("commit") for r in [*run.get("earlier_runs", []), run] if r]
+    return list(dict.fromkeys(c for c in commits if c)), sum(not c for c in commits)
+
+
 def mfu_bf16(rep: "Report", mfu, precision) -> float | None:
     return mfu_bf16_of(rep.params, mfu, precision)
 

@@ -7,7 +7,7 @@ import html
 import pandas as pd
 
 from . import stages
-from .report import CV_LIMIT, GiB, Report, gib, manifest, pct, short, times, tok
+from .report import CV_LIMIT, GiB, Report, code_commits, gib, manifest, pct, short, times, tok
 
 def status_cell(row) -> str:
     s = row["status"]
@@ -31,7 +31,8 @@ def matrix_html(rep: Report, stage: str | None = None) -> str:
             if not pd.isna(r["loss_delta"]) and r["stage"] != rep.stage_order[0]:
                 flag = "" if r["loss_within_tolerance"] else ' <span class="bad">beyond tol.</span>'
                 gate = "" if pd.isna(r["loss_gap"]) else f"<br>gate {r['loss_gap']:.3f}"
-                loss += f"<br><small>{r['loss_delta']:+.3f} vs {r['loss_ref']}{gate}{flag}</small>"
+                delta = round(r["loss_delta"], 3) or 0.0  # never "-0.000"
+                loss += f"<br><small>{delta:+.3f} vs {r['loss_ref']}{gate}{flag}</small>"
         if ran:
             step = f"{r['median_ms']:.1f}<br><small>{r['p10_ms']:.1f}–{r['p90_ms']:.1f}</small>"
             if r["status"] == "diverged":
@@ -118,9 +119,10 @@ def title_md(rep: Report) -> str:
            f"PyTorch {rep.env.get('torch')}" + (f" · CUDA {rep.env['cuda']}" if rep.env.get("cuda") else ""))
     if when:
         sub += f" · measured {when[:10]}"
-    code = (rep.run or {}).get("code") or {}
-    if code.get("commit"):
-        sub += f" · code {code['commit'][:12]}" + (" (modified)" if code.get("modified") else "")
+    commits, unrecorded = code_commits(rep)
+    if rep.run is not None:
+        sub += (" · code " + ", ".join(c[:12] for c in commits) if commits else " · code commit not recorded") + (
+            f" ({unrecorded} of its runs recorded none)" if commits and unrecorded else "")
     if (rep.run or {}).get("command"):
         sub += f"\n\nLast measuring command: `{rep.run['command']}`" + (
             f" (and {len(rep.run.get('earlier_runs', []))} earlier runs, listed in run.json)"

@@ -69,14 +69,14 @@ def _fidelity_method(rep: Report) -> str:
   loss on the held-out last {int(data.HELD_OUT * 100)} % of the corpus, which no run trains on. The reference
   runs twice (GPU kernels with atomics are not bitwise repeatable, so two runs drift apart: the loss noise);
   the lever passes when its loss never leaves the envelope of the reference's runs by more than the
-  tolerance, and its held-out loss not their range.
+  tolerance, and its held-out loss lies no further than the tolerance outside their range.
 * **Cross-check**: a plain training loop in nanoGPT's form (`lib/plain_loop.py`: its own model, only the
-  data shared) runs beside the harness at the flash and vocab stages and at the recommended configuration
-  (table below). Its figure is the wall time of its timed steps over their number, the host running ahead of
+  data shared) runs beside the harness at the flash and vocab stages and at the configuration recommended
+  when it ran (table below). Its figure is the wall time of its timed steps over their number, the host running ahead of
   the device as in nanoGPT's loop; it also times each step after `torch.cuda.synchronize()`, as
   build-nanogpt does.
-* **Repeats and noise**: the recommended configuration, its runner-up and both sides of every timing claim
-  run in {ev['repeats']} fresh processes (table below); {_noise_sentence(rep)}
+* **Repeats and noise**: the recommended configuration, its runner-up and both sides of the timing claims
+  the runs knew of run in {ev['repeats']} fresh processes (the table below lists exactly which); {_noise_sentence(rep)}
 """
 
 
@@ -347,8 +347,8 @@ def recommended_line(rep: Report, best: dict) -> str:
     if best.get("mfu") is not None:
         line += f", MFU {best['mfu'] * p['median'] / best['tokens_per_s'] * 100:.1f} % of the {best['peak_precision']} peak"
     c = best.get("chosen_over")
-    line += (f"; within noise of the fastest measured setting whose loss held, B={c['batch_size']}, and preferred to it "
-             "for its smaller memory footprint" if c else "; the fastest measured setting whose loss held")
+    line += (f"; within noise of the fastest measured setting that passed its loss checks, B={c['batch_size']}, and preferred "
+             "to it for its smaller memory footprint" if c else "; the fastest measured setting that passed its loss checks")
     return line + "."
 
 

@@ -80,7 +80,7 @@ def html_table(reps: dict) -> str:
     others = [f"{a['name']} ({a['when']}: " + ", ".join(f"{r['switch']} = {r['value']}" for r in a["rules"]) + "; "
               + (claims.command(a["families"]) if a["families"] else "no profile here") + ")"
               for a in data["architectures"] if not compared & set(a["families"])]
-    return (f'<table class="claims"><tr><th>Rule (architecture)</th><th>GPU</th><th>What its report measured</th>'
+    return (f'<table class="claims rules"><tr><th>Rule (architecture)</th><th>GPU</th><th>What its report measured</th>'
             f"<th>Verdict</th></tr>{body}</table><p class=\"note\">Rules: <code>params/rules.yaml</code>, from "
             f"{html.escape(claims.load()['sources'][data['source']])}. "
             + (f"The rules for {html.escape('; '.join(others))} apply to no GPU compared here." if others else "")

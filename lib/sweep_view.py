@@ -46,6 +46,8 @@ def sweep_html(rep: Report) -> str:
                                                     "is the largest measured batch size that fits" if oom else
                      (f"measured up to B={last}; larger batch sizes were not measured (the run ended first)"
                       if last < max(rep.params["evidence"]["sweep_batch_sizes"]) else f"every batch size up to B={last} fits")))
+    notes += [f"{stages.get(k).title} is not recommended: {fidelity_view.rejected_reason(rep, k)}"
+              for k in sweeps if k in fidelity_view.rejected(rep)]
     return table(rows) + '<p class="note">' + html.escape("; ".join(notes)) + ".</p>"
 
 

@@ -58,10 +58,14 @@ def test_mfu_is_restated_against_the_bf16_peak_for_every_stage(tmp_path):
 
 def test_the_title_names_the_code_and_the_command_from_run_json(tmp_path):
     run = {"code": {"commit": "0123456789abcdef0123", "modified": False, "source": "git"},
-           "command": "make report GPU=cpu BATCHES=2", "earlier_runs": [{}]}
+           "command": "make report GPU=cpu BATCHES=2", "earlier_runs": [{"started": "2026-11-01T10:00:00"}]}
     title = report_tables.title_md(_report(tmp_path, tf32_ms=80.0, run=run))
-    assert "code 0123456789ab" in title and "`make report GPU=cpu BATCHES=2`" in title and "1 earlier runs" in title
-    assert "code " not in report_tables.title_md(_report(tmp_path / "b", tf32_ms=80.0))
+    assert "`make report GPU=cpu BATCHES=2`" in title and "1 earlier runs" in title
+    assert "code 0123456789ab (1 of its runs recorded none)" in title  # the earlier run has no commit
+    run["earlier_runs"] = [{"code": {"commit": "fedcba9876543210"}}]
+    both = report_tables.title_md(_report(tmp_path / "c", tf32_ms=80.0, run=run))
+    assert "code fedcba987654, 0123456789ab" in both and "recorded none" not in both
+    assert "code" not in report_tables.title_md(_report(tmp_path / "b", tf32_ms=80.0))  # no run.json: nothing to say
 
 
 def test_energy_and_cost_of_the_recommendation(tmp_path, monkeypatch):
