@@ -170,18 +170,24 @@ def rejected(rep: Report) -> dict:
     return {k: c for k, c in checks.items() if not c["ok"]}
 
 
+def failed_checks(rep: Report, key: str) -> dict[str, float]:
+    """Of a rejected stage's long parity run, the checks that failed and by how many nats:
+    'training' (its loss against the reference's envelope), 'held-out' (against their range)."""
+    c, tol = rejected(rep)[key], rep.params["run"]["loss_tolerance"]
+    return {name: v for name, v in (("training", c["outside"]), ("held-out", c["held_outside"])) if v > tol}
+
+
 def rejected_reason(rep: Report, key: str) -> str:
     """Why a stage the speed alone would pick is not recommended: which of its long parity run's two
     checks failed (the training loss against the reference's envelope, or the held-out loss against
     the reference's), by how much, against the tolerance."""
     c, tol = rejected(rep)[key], rep.params["run"]["loss_tolerance"]
     ref, held_refs = stages.get(c["reference"]).title, ", ".join(f"{v:.3f}" for v in c["reference_held_out_loss"])
-    failed = []
-    if c["outside"] > tol:
-        failed.append(f"its training loss left the envelope of {ref}'s runs by {c['outside']:.3f} nats (5-step average)")
-    if c["held_outside"] > tol:
-        failed.append(f"its held-out loss, {c['held_out_loss']:.3f}, lies {c['held_outside']:.3f} nats outside the range of "
-                      f"{ref}'s ({held_refs})")
+    checks = failed_checks(rep, key)
+    failed = ([f"its training loss left the envelope of {ref}'s runs by {checks['training']:.3f} nats (5-step average)"]
+              if "training" in checks else []) + (
+        [f"its held-out loss, {c['held_out_loss']:.3f}, lies {checks['held-out']:.3f} nats outside the range of "
+         f"{ref}'s ({held_refs})"] if "held-out" in checks else [])
     runs = (f"the worst of its {c['runs']} {c['steps']}-step parity runs at B={c['batch_size']}" if c["runs"] > 1
             else f"its one {c['steps']}-step parity run at B={c['batch_size']}")
     return (f"{runs} failed the {tol:g}-nat tolerance: " + " and ".join(failed)

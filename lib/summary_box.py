@@ -60,10 +60,9 @@ def _skip(rep: Report) -> str | None:
     for key in stages.single_gpu(rep.stage_order)[1:]:
         st, effect = stages.get(key), results.lever_effect(rep.df, key)
         if key in fidelity_view.rejected(rep):
-            c, tol = fidelity_view.rejected(rep)[key], rep.params["run"]["loss_tolerance"]
-            which = " and ".join(w for w, v in (("training", c["outside"]), ("held-out", c["held_outside"])) if v > tol)
-            out.append(f"{st.title} (its {c['steps']}-step parity run's {which} loss fell outside the reference's "
-                       f"by {max(c['outside'], c['held_outside']):.3f} nats, tolerance {tol:g})")
+            checks, steps = fidelity_view.failed_checks(rep, key), fidelity_view.rejected(rep)[key]["steps"]
+            out.append(f"{st.title} (its {steps}-step parity run's {' and '.join(checks)} loss fell outside the reference's "
+                       f"by {max(checks.values()):.3f} nats, tolerance {rep.params['run']['loss_tolerance']:g})")
         elif (rep.df[rep.df["stage"] == key]["loss_verdict"] == "beyond").any():
             out.append(f"{st.title} (loss beyond tolerance)")
         elif not effect["values"].empty and effect["median"] < 1 and not fidelity_view.noise_note(rep, key):
