@@ -30,7 +30,7 @@ LEVER_IMPORTS := torchao cut_cross_entropy
 .PHONY: help setup report test lab wheelhouse pdf render compare clean
 help:  ## this list
 	@grep -E '^[a-z]+:.*## ' $(firstword $(MAKEFILE_LIST)) | sed -E 's/^([a-z]+):.*## /  make \1\t/' | expand -t 16
-	@echo "options of make report: GPU=h100 BATCHES=\"16 32\" STAGES=\"fp32 vocab ddp\" CHAPTERS=\"batch_sweep autotune\" PRICE_PER_GPU_HOUR=2.49 MEASURE_ONLY=1 FORCE=1 OVERRIDE=1 REPORTS=dir NNODES=2 NODE_RANK=0 RDZV=host:port"
+	@echo "options of make report: GPU=h100 MODEL=gpt2-xl BATCHES=\"16 32\" STAGES=\"fp32 vocab ddp\" CHAPTERS=\"batch_sweep autotune\" PRICE_PER_GPU_HOUR=2.49 MEASURE_ONLY=1 FORCE=1 OVERRIDE=1 REPORTS=dir NNODES=2 NODE_RANK=0 RDZV=host:port"
 
 # A bad input of `make report` (profile, batch sizes, stages, reports folder) stops make itself,
 # so its one-line reason is the last thing printed (a failing recipe would add make's own
@@ -41,6 +41,7 @@ ifneq ($(wildcard $(SETUP_STAMP)),)
 # the values travel in a file that only Python reads.
 INPUT_FILE := $(shell mktemp)
 $(file >$(INPUT_FILE),GPU=$(GPU))
+$(file >>$(INPUT_FILE),MODEL=$(MODEL))
 $(file >>$(INPUT_FILE),BATCHES=$(BATCHES))
 $(file >>$(INPUT_FILE),STAGES=$(STAGES))
 $(file >>$(INPUT_FILE),CHAPTERS=$(CHAPTERS))
@@ -90,10 +91,10 @@ report: setup  ## measure and render reports/<gpu>/report.{html,pdf} (options be
 	@start=$$SECONDS; $(PY) -m lib.cli report; rc=$$?; \
 	[ $$rc = 2 ] || echo "run phase: $$((SECONDS - start)) s"; exit $$rc
 
-pdf: setup  ## render report.pdf from an existing report.html [GPU=]
+pdf: setup  ## render report.pdf from an existing report.html [GPU= MODEL=]
 	@$(PY) -m lib.cli pdf
 
-render: setup  ## redraw a report from its results, measuring nothing [GPU=]
+render: setup  ## redraw a report from its results, measuring nothing [GPU= MODEL=]
 	@$(PY) -m lib.cli render
 
 compare: setup  ## one report across GPUs from existing reports [GPUS="h100 h200"]

@@ -20,8 +20,10 @@ class Chapter:
 
 
 # Chapters that are not a stage: (notebook, title). The batch sweep comes after the single-GPU
-# stages and before the multi-GPU ones, which replicate the configuration it recommends.
-NOT_STAGES = {"batch_sweep": ("15_batch_sweep.ipynb", "Batch-size sweep and recommended configuration")}
+# stages and before the multi-GPU ones, which replicate the configuration it recommends; the size
+# sweep after it, since it varies the model around that configuration.
+NOT_STAGES = {"batch_sweep": ("15_batch_sweep.ipynb", "Batch-size sweep and recommended configuration"),
+              "size_sweep": ("17_size_sweep.ipynb", "Model size: what FP8 buys from GPT-2 small to XL")}
 SUMMARY, COMPARE = NOTEBOOKS / "summary.ipynb", NOTEBOOKS / "compare.ipynb"
 
 
@@ -42,8 +44,8 @@ CHAPTERS = _registry()
 
 
 def order(stage_keys: list[str]) -> list[Chapter]:
-    """A run's chapters: its single-GPU stages, the batch sweep, then its multi-GPU stages."""
-    keys = stages.single_gpu(stage_keys) + ["batch_sweep"] + [k for k in stage_keys if stages.is_multi_gpu(k)]
+    """A run's chapters: its single-GPU stages, the batch sweep, the size sweep, then its multi-GPU stages."""
+    keys = stages.single_gpu(stage_keys) + ["batch_sweep", "size_sweep"] + [k for k in stage_keys if stages.is_multi_gpu(k)]
     return [CHAPTERS[k] for k in keys]
 
 

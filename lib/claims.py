@@ -7,9 +7,10 @@ import html as _html
 import numpy as np
 import pandas as pd
 
-from . import config, evidence_view, fidelity_view, results
-from .config import CLAIMS, METRICS, profile_family  # noqa: F401 (METRICS: what a claim may be judged by)
-from .config import load_claims as load
+from . import claim_params, evidence_view, fidelity_view, results
+from .config import profile_family
+from .claim_params import CLAIMS, METRICS  # noqa: F401 (METRICS: what a claim may be judged by)
+from .claim_params import load_claims as load
 
 # The verdict words (their one home) and the CSS class each is shown in.
 CONFIRMED = "confirmed"                     # inside the claimed range
@@ -174,7 +175,7 @@ def _sdpa_measured(sdpa: list | None) -> str:
 
 def command(families) -> str:
     """The command that measures a claim on hardware of `families`."""
-    names = config.family_profiles(families)
+    names = claim_params.family_profiles(families)
     if not names:
         return f"no profile of {' or '.join(families)} exists yet (add params/<gpu>.yaml)"
     return f"make report GPU={names[0]}" + (f" (or GPU={', '.join(names[1:])})" if names[1:] else "")

@@ -17,6 +17,8 @@ def main(argv=None) -> int:
     # Defaults come from the environment so the Makefile never pastes user text into a shell line.
     env = os.environ
     r.add_argument("--gpu", default=env.get("GPU") or None, help="profile name (params/<name>.yaml); default: detect")
+    r.add_argument("--model", default=env.get("MODEL") or None,
+                   help="model preset of params/models.yaml, e.g. gpt2-xl (default: the profile's)")
     r.add_argument("--batches", default=env.get("BATCHES") or None,
                    help="batch sizes, e.g. '16 32 64' (default: the profile's)")
     r.add_argument("--stages", default=env.get("STAGES") or None,
@@ -39,6 +41,7 @@ def main(argv=None) -> int:
                        ("render", "redraw notebooks, HTML and PDF from existing results, measuring nothing")):
         p = sub.add_parser(name, help=text)
         p.add_argument("--gpu", default=env.get("GPU") or None)
+        p.add_argument("--model", default=env.get("MODEL") or None)
         p.add_argument("--reports", default=env.get("REPORTS") or None)
     k = sub.add_parser("check", help="check the report's inputs that need no device; print the first error")
     k.add_argument("inputs", nargs="?", help="a file of NAME=value lines (the Makefile's), else the environment")
@@ -56,7 +59,7 @@ def main(argv=None) -> int:
                                   given.get("REPORTS") or None, nnodes=given.get("NNODES") or None,
                                   node_rank=given.get("NODE_RANK") or None, rdzv=given.get("RDZV") or None,
                                   chapter_list=given.get("CHAPTERS") or None,
-                                  price=given.get("PRICE_PER_GPU_HOUR") or None)
+                                  price=given.get("PRICE_PER_GPU_HOUR") or None, model=given.get("MODEL") or None)
             return 0
         except (config.ConfigError, data.DataError) as e:
             print(f"error: {e}")

@@ -19,8 +19,7 @@ NAME_RE = re.compile(r"^[a-z0-9_-]+$")
 # The schema: section -> {key: type}. Anything else in a YAML file is an error, so a typo
 # never silently falls back to a default.
 SCHEMA = {
-    "model": {"n_layer": int, "n_head": int, "n_embd": int, "block_size": int,
-              "vocab_size": int, "padded_vocab_size": int},
+    "model": {"preset": str, "block_size": int, "vocab_size": int, "padded_vocab_size": int},
     "run": {"seq_len": int, "batch_sizes": list, "warmup_steps": int, "timed_steps": int,
             "seed": int, "learning_rate": float, "weight_decay": float, "grad_clip": float,
             "loss_tolerance": float, "final_loss_window": int},
@@ -28,16 +27,20 @@ SCHEMA = {
     "evidence": {"seq_lens": list, "seq_tokens": int, "seq_warmup_steps": int, "seq_timed_steps": int,
                  "gemm_batch": int, "sweep_batch_sizes": list, "repeats": int, "crosscheck_batch": int,
                  "parity_steps": int, "held_out_batches": int, "global_batch_tokens": int,
-                 "recipe_warmup_steps": int, "recipe_timed_steps": int, "baseline": dict},
+                 "recipe_warmup_steps": int, "recipe_timed_steps": int, "baseline": dict, "size_sweep": dict},
     "skip": dict,  # stage -> why this profile does not measure it (the report shows the reason)
     "description": str, "match": list, "backend": str, "family": str, "peak_tflops": dict, "peak_source": str,
     "price_per_gpu_hour": float,  # optional: the report adds the cost per million tokens (else energy only)
+    "models": dict,  # optional: preset -> {batch_sizes, sweep_batch_sizes} this device uses instead of the preset's
 }
+SHAPE = ("n_layer", "n_head", "n_embd")  # what a preset fixes (the vocabulary and context are the profile's)
+PRESET_KEYS = {**{k: int for k in SHAPE}, "batch_sizes": list, "sweep_batch_sizes": list}
+SIZE_SWEEP_KEYS = {"presets": list, "batch_size": int, "warmup_steps": int, "timed_steps": int, "fp8_stages": list}
 BACKENDS = ("cuda", "rocm", "mps", "cpu")
 # Chip families: a claim about one (params/claims.yaml) speaks about every profile of it (H100 and
 # H200 are both GH100, Hopper). A profile names its family (`family:`; a profile without one is in none).
 FAMILIES = ("ampere", "hopper", "blackwell", "cdna3", "apple", "cpu")
-NULLABLE = ("peak_tflops", "match", "skip", "price_per_gpu_hour")  # null means "none" for these keys only
+NULLABLE = ("peak_tflops", "match", "skip", "price_per_gpu_hour", "models")  # null means "none" for these keys only
 MIN_TIMED_STEPS = 5  # fewer cannot give a meaningful p10/p90
 
 
@@ -75,7 +78,45 @@ def profile_family(name: str) -> str | None:
 
 
 def profiles() -> list[str]:
-    return sorted(p.stem for p in PARAMS_DIR.glob("*.yaml") if p.stem not in ("default", "claims", "rules"))
+    return sorted(p.stem for p in PARAMS_DIR.glob("*.yaml") if p.stem not in ("default", "claims", "rules", "models"))
+
+
+def presets() -> dict[str, dict]:
+    """params/models.yaml: preset name -> its shape and batch sizes, validated."""
+    data = yaml.safe_load((PARAMS_DIR / "models.yaml").read_text()) or {}
+    out = data.get("presets") or {}
+    for name, preset in out.items():
+        _check_keys(preset, PRESET_KEYS, f"params/models.yaml: {name}")
+        missing = [k for k in PRESET_KEYS if k not in preset]
+        if missing:
+            raise ConfigError(f"params/models.yaml: {name} is missing {', '.join(missing)}")
+    shapes = [tuple(p[k] for k in SHAPE) for p in out.values()]
+    if len(set(shapes)) != len(shapes):
+        raise ConfigError("params/models.yaml: two presets share a shape (a report's preset is known by its shape)")
+    return out
+
+
+def check_model(name: str) -> str:
+    """MODEL=<name>: a preset of params/models.yaml, else an error that lists them."""
+    if name not in presets():
+        raise UsageError(f"unknown MODEL {name!r} (presets: {', '.join(presets())})")
+    return name
+
+
+def preset_of(params: dict) -> str:
+    """The preset a report was measured at: recorded in its params, or (a report from before presets
+    were recorded) the preset of the same shape; 'custom' for a shape that is none of them."""
+    if params.get("model_preset"):
+        return params["model_preset"]
+    shape = {k: params["model"].get(k) for k in SHAPE}
+    return next((n for n, p in presets().items() if {k: p[k] for k in SHAPE} == shape), "custom")
+
+
+def report_name(profile: str, preset: str, params: dict | None = None) -> str:
+    """The report folder's name: the profile's alone at its own default preset (reports/h100), the
+    profile and the preset otherwise (reports/h100-gpt2-xl), so another size never replaces it."""
+    default = _merge(_read(PARAMS_DIR / "default.yaml"), _read(PARAMS_DIR / f"{check_profile(profile)}.yaml"))
+    return profile if preset == default["model"]["preset"] else f"{profile}-{preset}"
 
 
 def check_name(name: str) -> str:
@@ -195,14 +236,36 @@ def check_launch(nnodes=None, node_rank=None, rdzv=None) -> dict:
 
 
 def load(profile: str, batch_sizes: list[int] | None = None, override: str | None = None,
-         stage_keys: list[str] | None = None) -> dict:
-    """The merged, validated parameters for `profile`, with `name` set to it. `override`, when
-    the profile runs on a device it does not name, is kept so the report can say so."""
+         stage_keys: list[str] | None = None, model: str | None = None) -> dict:
+    """The merged, validated parameters for `profile`, with `name` set to it, at the preset `model`
+    (None: the profile's own). Batch sizes come from the preset, then the profile, then the
+    profile's entry for the preset. `override`, when the profile runs on a device it does not name,
+    is kept so the report can say so."""
     check_name(profile)
     path = PARAMS_DIR / f"{profile}.yaml"
     if not path.exists():
         raise ConfigError(f"unknown GPU profile {profile!r} (profiles: {', '.join(profiles())})")
-    params = _merge(_read(PARAMS_DIR / "default.yaml"), _read(path))
+    default, own = _read(PARAMS_DIR / "default.yaml"), _read(path)
+    name = check_model(model) if model else _merge(default, own)["model"]["preset"]
+    if name not in presets():
+        raise ConfigError(f"{path.relative_to(ROOT)}: model.preset {name!r} is none of params/models.yaml's presets "
+                          f"({', '.join(presets())})")
+    preset = presets()[name]
+    params = _merge(default, {"run": {"batch_sizes": preset["batch_sizes"]},
+                              "evidence": {"sweep_batch_sizes": preset["sweep_batch_sizes"]}})
+    params = _merge(params, {k: v for k, v in own.items() if k != "models"})
+    for other in own.get("models") or {}:
+        if other not in presets():
+            raise ConfigError(f"{path.relative_to(ROOT)}: models: {other!r} is no preset ({', '.join(presets())})")
+    mine = (own.get("models") or {}).get(name) or {}
+    _check_keys(mine, {"batch_sizes": list, "sweep_batch_sizes": list}, f"{path.relative_to(ROOT)}: models: {name}")
+    params["run"]["batch_sizes"] = mine.get("batch_sizes", params["run"]["batch_sizes"])
+    params["evidence"]["sweep_batch_sizes"] = mine.get("sweep_batch_sizes", params["evidence"]["sweep_batch_sizes"])
+    # The shape joins the model's other keys, so every fingerprint (results.setup_key) covers it; the
+    # name is recorded beside them, outside the fingerprint: no two presets share a shape (presets()).
+    del params["model"]["preset"]
+    params["model"] = {**{k: preset[k] for k in SHAPE}, **params["model"]}
+    params["model_preset"] = name
     if batch_sizes is not None:
         params["run"]["batch_sizes"] = batch_sizes
     if stage_keys is not None:  # a subset of the profile's stages; the first one is the baseline
@@ -218,8 +281,8 @@ def validate(p: dict) -> None:
     from . import stages
 
     where = f"params/{p['name']}.yaml"
-    for section in ("model", "run"):
-        missing = [k for k in SCHEMA[section] if k not in p.get(section, {})]
+    for section, keys in (("model", [*SHAPE, *(k for k in SCHEMA["model"] if k != "preset")]), ("run", SCHEMA["run"])):
+        missing = [k for k in keys if k not in p.get(section, {})]
         if missing:
             raise ConfigError(f"{where}: {section} is missing {', '.join(missing)}")
     m, r = p["model"], p["run"]
@@ -275,68 +338,22 @@ def validate(p: dict) -> None:
     if ev["global_batch_tokens"] <= 0 or ev["recipe_warmup_steps"] < 1 or ev["recipe_timed_steps"] < MIN_TIMED_STEPS:
         raise ConfigError(f"{where}: evidence.global_batch_tokens must be positive, recipe_warmup_steps at least 1 "
                           f"and recipe_timed_steps at least {MIN_TIMED_STEPS}")
+    size = ev.get("size_sweep") or {}
+    _check_keys(size, SIZE_SWEEP_KEYS, f"{where}: evidence.size_sweep")
+    if set(size) != set(SIZE_SWEEP_KEYS) or not size["presets"] or size["batch_size"] <= 0 \
+            or size["warmup_steps"] < 1 or size["timed_steps"] < MIN_TIMED_STEPS:
+        raise ConfigError(f"{where}: evidence.size_sweep needs presets (a non-empty list), a positive batch_size, "
+                          f"warmup_steps at least 1 and timed_steps at least {MIN_TIMED_STEPS}, got {size!r}")
+    for name in size["presets"]:
+        if name not in presets():
+            raise ConfigError(f"{where}: evidence.size_sweep: {name!r} is no preset ({', '.join(presets())})")
+    fp8 = [k for k in stages.ORDER if stages.STAGES[k].fp8 or stages.STAGES[k].float8 or stages.STAGES[k].fp8_lm_head]
+    for key in size["fp8_stages"]:
+        if key not in fp8:
+            raise ConfigError(f"{where}: evidence.size_sweep.fp8_stages: {key!r} is no FP8 stage ({', '.join(fp8)})")
     base = ev["baseline"]
     if base.get("stage") not in stages.STAGES or not _is(base.get("batch_size"), int) or base["batch_size"] <= 0:
         raise ConfigError(f"{where}: evidence.baseline must name a stage and a positive batch_size, got {base!r}")
-
-
-CLAIMS = PARAMS_DIR / "claims.yaml"
-RULES = PARAMS_DIR / "rules.yaml"
-# What params/claims.yaml may judge by (the header of that file says what each one measures).
-METRICS = ("speedup", "time_change", "memory_change", "kernels", "alignment", "loss_gate", "none")
-
-
-def load_claims(path=CLAIMS) -> dict:
-    """The write-ups' claims (params/claims.yaml), each with a known metric, its source among the
-    file's `sources` and the chip families it speaks about; a claim this tool cannot check
-    (metric none) says why, and a loss-gate claim is judged against its stage's own loss reference."""
-    from . import stages
-
-    data = yaml.safe_load(Path(path).read_text())
-    for c in data["claims"]:
-        where = f"{path}: claim {c.get('id')!r}"
-        if c.get("metric") not in METRICS:
-            raise ConfigError(f"{where} has unknown metric {c.get('metric')!r}")
-        if c.get("source") not in data.get("sources", {}):
-            raise ConfigError(f"{where} names no source among {', '.join(data.get('sources', {}))}")
-        if not c.get("families"):
-            raise ConfigError(f"{where} names no chip families (families: {', '.join(FAMILIES)})")
-        for family in c["families"]:
-            check_family(family, where)
-        if c["metric"] == "none" and not c.get("reason"):
-            raise ConfigError(f"{where}: a claim this tool cannot check must say why (reason:)")
-        if c["metric"] == "loss_gate" and stages.get(c["stage"]).reference != c["versus"]:
-            raise ConfigError(f"{where}: the loss gate of {c['stage']} is against {stages.get(c['stage']).reference}")
-    return data
-
-
-def load_rules(path=RULES) -> dict:
-    """A write-up's rule table (params/rules.yaml): per architecture, the chip families it covers
-    and its rules, each judged by a claim of params/claims.yaml or not measured for a reason."""
-    data, claims = yaml.safe_load(Path(path).read_text()), load_claims()
-    ids = {c["id"] for c in claims["claims"]}
-    if data.get("source") not in claims["sources"]:
-        raise ConfigError(f"{path}: source {data.get('source')!r} is none of claims.yaml's sources")
-    for arch in data["architectures"]:
-        for family in arch["families"]:
-            check_family(family, f"{path}: {arch['name']}")
-        for rule in arch["rules"]:
-            if "claim" in rule and rule["claim"] not in ids:
-                raise ConfigError(f"{path}: {arch['name']} {rule['switch']}: no claim {rule['claim']!r} in claims.yaml")
-    return data
-
-
-def family_profiles(families) -> list[str]:
-    """The profiles of the chip families `families`: what a report on them would be measured with."""
-    return [p for p in profiles() if profile_family(p) in families]
-
-
-def timed_claim_pairs(profile: str, path=CLAIMS) -> list[tuple[str, str]]:
-    """(stage, versus) of every claim judged by step time that speaks about `profile`'s family: the
-    configurations the report runs in several processes so the verdict can say "within noise"."""
-    family = profile_family(profile)
-    return [(c["stage"], c["versus"]) for c in load_claims(path)["claims"]
-            if c["metric"] in ("speedup", "time_change") and family in c["families"]]
 
 
 def match_profile(device_name: str, backend: str) -> str | None:

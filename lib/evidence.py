@@ -22,8 +22,8 @@ from __future__ import annotations
 import copy
 from pathlib import Path
 
-from . import config, results, runner, stages
-from . import recipe
+from . import claim_params, results, runner, stages
+from . import recipe, size_sweep
 from .jobs import PLAIN_LOOP_SWITCHES, folder, make_job, plain_loop_can
 from .paths import resolve
 
@@ -137,7 +137,7 @@ def repeat_configs(params: dict, report_dir) -> list[tuple[str, int]]:
     recs = results.decision_records(resolve(report_dir) / "results")
     chosen = [(r["stage"], r["batch_size"]) for r in results.ranked_configs(recs, params)[:2]]
     ok = {(r["stage"], r["batch_size"]) for r in recs if r.get("status") == results.Status.OK and r.get("variant") is None}
-    for stage, versus in config.timed_claim_pairs(params["name"]):
+    for stage, versus in claim_params.timed_claim_pairs(params["name"]):
         common = sorted(b for (s, b) in ok if s == stage and (versus, b) in ok)
         if common:
             chosen += [(stage, common[0]), (versus, common[0])]
@@ -240,6 +240,8 @@ def measure_chapter(key: str, params: dict, report_dir, force: bool = False):
         if after:
             recipe.measure(params, report_dir, after, force=force)
         return swept
+    if key == "size_sweep":
+        return size_sweep.measure(params, report_dir, force=force)
     # The chapter's evidence that does not need the stage's own results runs in the same launcher,
     # the plain loop beside the harness in the flash and vocab chapters.
     extra = {"flash": lambda: seq_jobs(params, report_dir) + sdpa_jobs(params, report_dir),

@@ -78,7 +78,8 @@ def run(job: dict) -> dict:
     r = params["run"]
     dev = step.device_type(params["backend"])
     rec = results.base_record(params, stage, batch)
-    rec.update(fingerprint=job.get("fingerprint"), variant=job.get("variant"), repeat=job.get("repeat", 0))
+    rec.update(fingerprint=job.get("fingerprint"), variant=job.get("variant"), repeat=job.get("repeat", 0),
+               stage_overrides=job.get("stage_overrides"))  # the switches it changed, beside the stage it names
     fault = faults.get(stage.key, batch)
     n_steps = r["warmup_steps"] + r["timed_steps"]
     micro = job.get("micro_steps", 1)  # gradient accumulation: each step takes micro x batch sequences

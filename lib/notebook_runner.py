@@ -69,7 +69,7 @@ def draw(report_dir: Path, params: dict, failed_before: list[str] = ()) -> tuple
     nothing) and then the summary, which shows `failed_before` (the measurement's failures) and
     the chapters' own. Returns (the chapters' failures, executed chapters, seconds per chapter)."""
     session()
-    nb_params = {"gpu": params["name"], "report_dir": str(report_dir), "measure": False}
+    nb_params = {"gpu": params["name"], "model": params.get("model_preset"), "report_dir": str(report_dir), "measure": False}
     failures, done, timings = [], [], {}
     order = chapters.order(params["stages"])
     for i, chapter in enumerate(order, 1):

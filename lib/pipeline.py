@@ -50,11 +50,22 @@ def choose_profile(gpu: str | None, device: dict, allow_mismatch: bool) -> tuple
 
 
 def _title(params: dict, report_dir: Path) -> str:
-    """The document's title; a host of several GPUs says so (its DDP stage used them all)."""
+    """The document's title: the model preset and the device; a host of several GPUs says so (its
+    DDP stage used them all)."""
     env = json.loads((report_dir / "environment.json").read_text()) if (report_dir / "environment.json").exists() else {}
     count = (env.get("device") or {}).get("count") or 1
     host = f", a host of {count} GPUs" if count > 1 else ""
-    return f"GPT-2 training optimisation report: {params.get('description', params['name'])}{host}"
+    return (f"{config.preset_of(params)} training optimisation report: "
+            f"{params.get('description', params['name'])}{host}")
+
+
+def _folder(root: Path, gpu: str | None, model: str | None) -> Path:
+    """reports/<profile>[-<preset>] of `make render` and `make pdf` (MODEL= checked like `make report`'s)."""
+    profile = config.check_name(gpu or "cpu")
+    if not model:
+        return root / profile
+    config.check_model(model)
+    return root / config.report_name(profile, model)
 
 
 def _rel(path: Path) -> Path:
@@ -63,14 +74,16 @@ def _rel(path: Path) -> Path:
 
 def check_inputs(gpu: str | None, batches: str | None, stage_list: str | None, reports: str | None,
                  nnodes: str | None = None, node_rank: str | None = None, rdzv: str | None = None,
-                 chapter_list: str | None = None, price: str | None = None):
-    """The inputs of a report that can be checked without the device: profile, batch sizes,
+                 chapter_list: str | None = None, price: str | None = None, model: str | None = None):
+    """The inputs of a report that can be checked without the device: profile, model preset, batch sizes,
     stages, reports folder, the DDP stage's nodes (config.check_launch), the chapters to measure.
     Returns (batch sizes or None, stage keys or None)."""
     parsed = (config.parse_batches(batches) if batches else None, config.parse_stages(stage_list) if stage_list else None)
     if chapter_list:
         chapters.parse(chapter_list)
     config.parse_price(price)
+    if model:
+        config.check_model(model)
     config.check_launch(nnodes, node_rank, rdzv)
     if gpu is not None:
         config.check_profile(gpu)
@@ -83,18 +96,20 @@ def report(args) -> int:
     draw and export. The one params object of the run is written to params.json before anything
     else; every chapter reads that copy."""
     t_start = time.perf_counter()
-    batches, stage_keys = check_inputs(args.gpu, args.batches, args.stages, args.reports)
+    model = getattr(args, "model", None)
+    batches, stage_keys = check_inputs(args.gpu, args.batches, args.stages, args.reports, model=model)
     only = chapters.parse(args.chapters) if getattr(args, "chapters", None) else None
     launch = config.check_launch(getattr(args, "nnodes", None), getattr(args, "node_rank", None),
                                  getattr(args, "rdzv", None))
     env = detect_environment()
     profile, override = choose_profile(args.gpu, env["device"], args.override)
-    params = config.load(profile, batches, override, stage_keys)
+    params = config.load(profile, batches, override, stage_keys, model=model)
     manifest = data.verify()
     root = report_folder.reports_root(args.reports)
     report_folder.create(root)
-    report_dir = root / profile
-    _lock = report_folder.take_lock(root, profile)  # noqa: F841 (held open until this process ends, however it ends)
+    name = config.report_name(profile, params["model_preset"])
+    report_dir = root / name
+    _lock = report_folder.take_lock(root, name)  # noqa: F841 (held open until this process ends, however it ends)
     earlier, resume = [], report_folder.same_setup(report_dir, params, env) and not args.force
     kept = []
     if resume:
@@ -102,7 +117,7 @@ def report(args) -> int:
     if only:  # checked before anything in the folder moves
         chapters.check_part_of(only, params["stages"])
     if resume:
-        print(f"resuming the {profile} report: configurations with valid results for this workload "
+        print(f"resuming the {name} report: configurations with valid results for this workload "
               f"and machine are kept (FORCE=1 re-measures everything)")
         if kept:
             print(f"the report keeps the stages measured before: {', '.join(kept)}")
@@ -110,17 +125,18 @@ def report(args) -> int:
     else:
         moved = report_folder.archive_previous(report_dir)
         if moved:
-            print(f"earlier {profile} report kept in {_rel(moved)}")
+            print(f"earlier {name} report kept in {_rel(moved)}")
     (report_dir / "notebooks").mkdir(parents=True, exist_ok=True)
     results.write_atomic(report_dir / "environment.json", env)
     results.write_atomic(report_dir / "params.json", params)
     dev = env["device"]
-    print(f"report {profile}: {dev['name']} ({dev['backend']}), stages {', '.join(params['stages'])}, "
+    print(f"report {name}: {params['model_preset']} on {dev['name']} ({dev['backend']}), stages {', '.join(params['stages'])}, "
           f"batch sizes {params['run']['batch_sizes']}, {manifest['tokens']:,} corpus tokens")
     failures, timings = measure_chapters(report_dir, params, args.force, t_start, earlier, draw=not args.measure_only,
                                          launch=launch, only=only)
     if args.measure_only:
-        print(f"measured in {timings['total_s']:.0f} s; render the report with `make render GPU={profile}`"
+        again = f"GPU={profile}" + (f" MODEL={params['model_preset']}" if name != profile else "")
+        print(f"measured in {timings['total_s']:.0f} s; render the report with `make render {again}`"
               + (f" (REPORTS={report_dir.parent})" if report_dir.parent != ROOT / "reports" else ""))
         return report_folder.exit_code(report_dir, failures)
     t_measure = time.perf_counter() - t_start
@@ -186,10 +202,10 @@ def measure_chapters(report_dir: Path, params: dict, force: bool, t_start: float
 def render(args) -> int:
     """Redraw an existing report (notebooks, HTML, PDF) from its results, measuring nothing:
     for a presentation change, or to render a GPU host's results on another machine."""
-    profile = config.check_name(args.gpu or "cpu")
-    report_dir = report_folder.reports_root(args.reports) / profile
+    report_dir = _folder(report_folder.reports_root(args.reports), args.gpu, getattr(args, "model", None))
     if not (report_dir / "params.json").exists() or not (report_dir / "results").is_dir():
-        raise UsageError(f"no measured report at {report_dir}: run `make report GPU={profile}` first")
+        raise UsageError(f"no measured report at {report_dir}: run `make report GPU={args.gpu or 'cpu'}"
+                         + (f" MODEL={args.model}" if getattr(args, "model", None) else "") + "` first")
     params = json.loads((report_dir / "params.json").read_text())
     run_path = report_dir / "run.json"
     measured = json.loads(run_path.read_text()) if run_path.exists() else {}
@@ -216,10 +232,9 @@ def render(args) -> int:
 
 def pdf(args) -> int:
     """Render report.pdf from an existing report.html (for hosts that lack a PDF renderer)."""
-    profile = config.check_name(args.gpu or "cpu")
-    html_path = report_folder.reports_root(args.reports) / profile / "report.html"
+    html_path = _folder(report_folder.reports_root(args.reports), args.gpu, getattr(args, "model", None)) / "report.html"
     if not html_path.exists():
-        raise UsageError(f"no report at {html_path}: run `make report GPU={profile}` first")
+        raise UsageError(f"no report at {html_path}: run `make report GPU={args.gpu or 'cpu'}` first")
     export.to_pdf(html_path.read_text(encoding="utf-8"), html_path.with_suffix(".pdf"), html_path.parent)
     print(f"wrote {html_path.with_suffix('.pdf')}")
     return 0

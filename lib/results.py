@@ -44,7 +44,7 @@ def fingerprint(params: dict, env: dict, stage, batch: int) -> str:
 
 
 def base_record(params: dict, stage, batch: int) -> dict:
-    return {"schema_version": SCHEMA_VERSION, "profile": params["name"], "stage": stage.key,
+    return {"schema_version": SCHEMA_VERSION, "profile": params["name"], "model": params.get("model_preset"), "stage": stage.key,
             "stage_title": stage.title, "batch_size": batch, "seq_len": params["run"]["seq_len"],
             "status": Status.OK, "reason": None, "warmup_steps": params["run"]["warmup_steps"],
             "timed_steps": params["run"]["timed_steps"], "peak_precision": stage.peak}
@@ -137,7 +137,7 @@ def load_records(results_dir) -> list[dict]:
     return out
 
 
-EVIDENCE_KINDS = ("seq", "gemm", "variants", "sweep", "repeats", "crosscheck", "parity", "sdpa", "recipe", "ablation")  # folders of results/
+EVIDENCE_KINDS = ("seq", "gemm", "variants", "sweep", "repeats", "crosscheck", "parity", "sdpa", "recipe", "ablation", "size")  # folders of results/
 
 
 def load_evidence(results_dir) -> dict:

@@ -8,7 +8,7 @@ import re
 
 import pandas as pd
 
-from . import claims, config, profile_view, stages
+from . import claim_params, claims, config, profile_view, stages
 
 TILE = re.compile(r"_(\d+)x(\d+)(?:x\d+)?_")  # a GEMM kernel's tile in its name: nvjet_sm90_tst_192x192_64x3_...
 
@@ -16,7 +16,7 @@ TILE = re.compile(r"_(\d+)x(\d+)(?:x\d+)?_")  # a GEMM kernel's tile in its name
 def architecture(profile: str) -> dict | None:
     """The architecture of the rule table that covers `profile`'s chip family, or None."""
     family = config.profile_family(profile)
-    return next((a for a in config.load_rules()["architectures"] if family in a["families"]), None)
+    return next((a for a in claim_params.load_rules()["architectures"] if family in a["families"]), None)
 
 
 def _kernel(rep, spec: dict) -> str:
@@ -75,7 +75,7 @@ def html_table(reps: dict) -> str:
         f"</small></td><td>{html.escape(r.gpu)}"
         f'</td><td>{html.escape(r.measured)}</td><td><span class="{claims.CSS[r.verdict]}">{r.verdict}</span></td></tr>'
         for r in t.itertuples())
-    data = config.load_rules()
+    data = claim_params.load_rules()
     compared = {config.profile_family(rep.params["name"]) for rep in reps.values()}
     others = [f"{a['name']} ({a['when']}: " + ", ".join(f"{r['switch']} = {r['value']}" for r in a["rules"]) + "; "
               + (claims.command(a["families"]) if a["families"] else "no profile here") + ")"

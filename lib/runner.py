@@ -148,7 +148,7 @@ def measure_jobs(jobs: list[dict], env: dict, timeout_s: float = 1800, force: bo
         if reason:
             rec = results.base_record(job["params"], stage, job["batch_size"])
             rec.update(status=results.Status.NOT_APPLICABLE, reason=reason, fingerprint=job["fingerprint"],
-                       variant=job.get("variant"))
+                       variant=job.get("variant"), stage_overrides=job.get("stage_overrides"))
             results.write_atomic(out, rec)
             recs[job["out"]] = rec
             print(describe(rec), flush=True)

@@ -8,7 +8,7 @@ import pytest
 
 LIB = Path(__file__).resolve().parent.parent / "lib"
 LAYERS = {
-    "core": {"paths", "config", "stages", "record", "results", "data", "kernel_categories"},
+    "core": {"paths", "config", "claim_params", "stages", "record", "results", "data", "kernel_categories"},
     "measuring": {"model", "step", "measure", "plain_loop", "ddp", "fp8", "gemm_sweep", "kernel_profile", "energy",
                   "environment", "faults"},
     "running": {"runner", "evidence", "recipe", "jobs", "chapters", "pipeline", "notebook_runner", "report_folder", "cli",

@@ -5,7 +5,7 @@ import pytest
 import yaml
 
 from conftest import make_record, tiny_params, write_report_dir
-from lib import claims, config, evidence_view, report, results
+from lib import claim_params, claims, config, evidence_view, report, results
 
 WORDS = ("confirmed", "confirmed (within noise)", "exceeded", "fell short", "contradicted", "not applicable",
          "not measured")
@@ -150,8 +150,8 @@ def test_a_claim_about_the_h100_speaks_about_every_hopper_gpu(profile, expected)
 
 
 def test_the_h200_repeats_the_h100_claims_timings():
-    assert ("vocab", "flash") in config.timed_claim_pairs("h200")
-    assert ("vocab", "flash") not in config.timed_claim_pairs("b200")
+    assert ("vocab", "flash") in claim_params.timed_claim_pairs("h200")
+    assert ("vocab", "flash") not in claim_params.timed_claim_pairs("b200")
 
 
 def test_an_unknown_family_is_a_one_line_config_error(tmp_params_dir):
@@ -165,7 +165,7 @@ def test_an_unknown_family_is_a_one_line_config_error(tmp_params_dir):
     data["claims"][0]["families"] = ["gh100"]
     (tmp_params_dir / "claims.yaml").write_text(yaml.safe_dump(data))
     with pytest.raises(config.ConfigError, match="family 'gh100' is not a known chip family"):
-        config.load_claims(tmp_params_dir / "claims.yaml")
+        claim_params.load_claims(tmp_params_dir / "claims.yaml")
 
 
 # ---------------------------------------------------------------- the lm_head GEMM sweep
@@ -246,7 +246,7 @@ def test_every_claim_names_its_source_and_an_unmeasurable_one_says_why(tmp_param
         next(c for c in broken["claims"] if c["id"] == cid).update(change)
         (tmp_params_dir / "broken.yaml").write_text(yaml.safe_dump(broken))
         with pytest.raises(config.ConfigError, match=message):
-            config.load_claims(tmp_params_dir / "broken.yaml")
+            claim_params.load_claims(tmp_params_dir / "broken.yaml")
 
 
 @pytest.mark.parametrize("fp8_ms, noise, hopper, twice", [

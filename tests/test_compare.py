@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from conftest import describe_proc, make_record, read_json, run_cli, write_report_dir
-from lib import compare, config, report, results, rules, stages
+from lib import claim_params, compare, config, report, results, rules, stages
 
 
 PEAKS = {"fp32": 10.0, "tf32": 40.0, "bf16": 80.0, "fp8": 160.0}  # a synthetic datasheet, TFLOP/s
@@ -292,7 +292,7 @@ def test_a_rule_judged_by_a_claim_that_does_not_exist_is_a_config_error(tmp_path
     text = (config.PARAMS_DIR / "rules.yaml").read_text()
     (tmp_path / "rules.yaml").write_text(text.replace("claim: fp8-hopper", "claim: fp8-hoper"))
     with pytest.raises(config.ConfigError, match="Hopper use_fp8: no claim 'fp8-hoper' in claims.yaml"):
-        config.load_rules(tmp_path / "rules.yaml")
+        claim_params.load_rules(tmp_path / "rules.yaml")
     (tmp_path / "rules.yaml").write_text(text.replace('source: "002"', 'source: "007"'))
     with pytest.raises(config.ConfigError, match="source '007' is none of claims.yaml's sources"):
-        config.load_rules(tmp_path / "rules.yaml")
+        claim_params.load_rules(tmp_path / "rules.yaml")
