@@ -34,19 +34,22 @@ def _this_machine() -> dict:
     return {**env["device"], **{k: env.get(k) for k in SKEW_KEYS}}
 
 
-def optimal_config(device: dict | None = None, reports: str | Path | None = None) -> dict:
+def optimal_config(device: dict | None = None, reports: str | Path | None = None, model: str | None = None) -> dict:
     """The recommended.json of the report measured for this device. `device`: a record with at least
     `name` and `backend` (and the SKEW_KEYS to check), by default this machine's; `reports`: the
-    reports folder (default reports/)."""
+    reports folder (default reports/); `model`: a preset of params/models.yaml (default: the profile's own)."""
     device = device or _this_machine()
     profile = config.match_profile(device["name"], device["backend"])
     if profile is None:
         raise NoReport(f"no profile matches the {device['backend']} device {device['name']!r}: add "
                        "params/<name>.yaml with a `match` entry, then measure it first: make report GPU=<name>")
-    path = (Path(reports) if reports else ROOT / "reports") / profile / FILE
+    name = config.report_name(profile, config.check_model(model)) if model else profile
+    path = (Path(reports) if reports else ROOT / "reports") / name / FILE
     if not path.is_file():
-        raise NoReport(f"no measured recommendation for {device['name']} (profile {profile}): {path} does not "
-                       f"exist; measure it first: make report GPU={profile}")
+        again = f"GPU={profile}" + (f" MODEL={model}" if name != profile else "")
+        raise NoReport(f"no measured recommendation for {device['name']} (profile {profile}"
+                       + (f", model {model}" if model else "") + f"): {path} does not exist; measure it first: "
+                       f"make report {again}")
     rec = json.loads(path.read_text())
     measured = rec.get("software") or {}
     skew = [f"{k} {measured[k]} there, {device[k]} here" for k in SKEW_KEYS

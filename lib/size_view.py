@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import html
 
-from . import config
+import numpy as np
+
+from . import config, results
 from .evidence_view import OK, none, table
 from .fidelity_view import noise
 from .report import Report, gib, recommended
@@ -20,36 +22,51 @@ def _size(rec: dict) -> tuple:
     return (shape.get("n_layer", 0) * shape.get("n_embd", 0) ** 2, rec.get("model") or "")
 
 
-def points(rep: Report) -> dict[str, dict[str, dict]]:
-    """{preset: {variant: record}}, presets smallest first."""
-    out: dict[str, dict[str, dict]] = {}
+def points(rep: Report) -> dict[str, dict[str, list[dict]]]:
+    """{preset: {variant: its records, one per process}}, presets smallest first, without FP8 first."""
+    out: dict[str, dict[str, list[dict]]] = {}
     for r in sorted(rep.evidence["size"], key=lambda r: (_size(r), r.get("variant") != WITHOUT_FP8)):
-        out.setdefault(r.get("model") or "?", {})[r.get("variant") or "?"] = r
+        out.setdefault(r.get("model") or "?", {}).setdefault(r.get("variant") or "?", []).append(r)
     return out
+
+
+def _ran(recs: list[dict]) -> list[float]:
+    return [r["tokens_per_s"] for r in recs if r["status"] in OK]
 
 
 def label(preset: str, recs: dict) -> str:
     """gpt2-xl (1.56B, d=1600): the preset with the parameter count its processes counted."""
-    n = next((r.get("n_params") for r in recs.values() if r.get("n_params")), None)
+    n = next((r.get("n_params") for rs in recs.values() for r in rs if r.get("n_params")), None)
     shape = config.presets().get(preset, {})
     size = "" if n is None else (f"{n / 1e9:.2f}B" if n >= 1e9 else f"{n / 1e6:.0f}M" if n >= 1e7 else f"{n / 1e6:.2f}M")
     width = f"d={shape['n_embd']}" if shape else ""
     return f"{preset} ({', '.join(x for x in (size, width) if x)})"
 
 
+def band(rep: Report) -> tuple[float | None, float | None, float | None]:
+    """(the band a ratio must leave to count, the report's noise floor, the widest process-to-process
+    range of the size-sweep points timed in several processes). Short runs at a small batch can
+    spread wider than the matrix's repeats, so the wider of the two is the band; None when neither
+    was measured."""
+    _, floor = noise(rep)
+    sweep = results.noise_floor({(p, v): _ran(rs) for p, vs in points(rep).items() for v, rs in vs.items()})
+    known = [x for x in (floor, sweep) if x is not None]
+    return (max(known) if known else None), floor, sweep
+
+
 def speedups(rep: Report) -> dict[str, list[tuple[str, float | None, str | None]]]:
-    """{FP8 form: [(preset, its tokens/s over the same preset's without-FP8 point, or None, and why
-    not when None)]}, presets smallest first."""
+    """{FP8 form: [(preset, its median tokens/s over the same preset's without-FP8 median, or None,
+    and why not when None)]}, presets smallest first."""
     out: dict[str, list] = {}
     for preset, recs in points(rep).items():
-        base = recs.get(WITHOUT_FP8)
-        for variant, r in recs.items():
+        base = _ran(recs.get(WITHOUT_FP8, []))
+        for variant, rs in recs.items():
             if variant == WITHOUT_FP8:
                 continue
-            if r["status"] in OK and base and base["status"] in OK:
-                out.setdefault(variant, []).append((preset, r["tokens_per_s"] / base["tokens_per_s"], None))
+            if _ran(rs) and base:
+                out.setdefault(variant, []).append((preset, float(np.median(_ran(rs)) / np.median(base)), None))
             else:
-                why = r if r["status"] not in OK else base
+                why = rs[0] if not _ran(rs) else (recs.get(WITHOUT_FP8) or [None])[0]
                 text = (f"{why['status'].replace('_', ' ')}" + (f": {why['reason']}" if why.get("reason") else "")
                         if why else "its without-FP8 point was not measured")
                 out.setdefault(variant, []).append((preset, None, text))
@@ -76,15 +93,20 @@ def crossover(series: list[tuple[str, float | None, str | None]], floor: float |
 
 def crossover_md(rep: Report) -> str:
     """One sentence per FP8 form: from which size it pays on this device, with the ratios it rests on."""
-    series, (_, floor) = speedups(rep), noise(rep)
+    series, (width, floor, sweep) = speedups(rep), band(rep)
     if not series:
         return "The size sweep has no FP8 form to compare on this device."
-    band = (f"beyond the report's measured noise (±{floor * 100:.1f} %, the widest process-to-process range of "
-            "its repeated configurations; each size-sweep point ran in one process)" if floor
-            else "by any margin: this report measured no process-to-process noise, so a small difference may be noise")
-    lines = [f"An FP8 form *pays* at a size when its tokens/s exceed the same size's without-FP8 point {band}."]
+    if width is None:
+        band_text = "by any margin: this report measured no process-to-process noise, so a small difference may be noise"
+    else:
+        parts = ([f"the report's noise floor, ±{floor * 100:.1f} %"] if floor is not None else []) + \
+            ([f"the widest range of the size-sweep points timed in two or more processes, ±{sweep * 100:.1f} %"]
+             if sweep is not None else [])
+        band_text = f"by more than ±{width * 100:.1f} % (the wider of {' and '.join(parts)})" if len(parts) > 1 \
+            else f"by more than ±{width * 100:.1f} % ({parts[0]})"
+    lines = [f"An FP8 form *pays* at a size when its tokens/s exceed the same size's without-FP8 point {band_text}."]
     for form, pts in series.items():
-        c = crossover(pts, floor)
+        c = crossover(pts, width)
         ratio = ", ".join(f"{p} {s:.2f}×" for p, s in c["ratios"].items())
         if not c["ratios"]:
             why = next((w for _, _, w in pts if w), "")
@@ -98,7 +120,10 @@ def crossover_md(rep: Report) -> str:
             verdict = f"pays at {', '.join(c['wins'])} but not at every larger size, so no crossover can be stated"
         else:
             largest = list(c["ratios"])[-1]
-            verdict = f"does not pay at any size measured, up to {largest}: no crossover up to that size on this device"
+            kinds = [f"slower beyond the band at {', '.join(c['losses'])}"] if c["losses"] else []
+            kinds += [f"within the band at {', '.join(c['ties'])}"] if c["ties"] else []
+            verdict = (f"does not pay at any size measured ({'; '.join(kinds)}): no crossover up to {largest} "
+                       "on this device")
         gaps = f"; not measured at {', '.join(c['unmeasured'])}" if c["unmeasured"] else ""
         lines.append(f"* **{html.escape(form)}** {verdict} (tokens/s over without FP8: {ratio}{gaps}).")
     return "\n".join(lines)
@@ -117,23 +142,31 @@ def size_html(rep: Report) -> str:
     best = recommended(rep)
     rows, reasons = [], []  # why a point did not run: numbered notes under the table
     for preset, recs in pts.items():
-        for variant, r in recs.items():
-            ran = r["status"] in OK
+        for i, (variant, rs) in enumerate(recs.items()):
+            r, tps = rs[0], _ran(rs)
             is_rec = bool(best) and r["stage"] == best["stage"] and not r.get("stage_overrides")
-            share = gemm_share(r)
-            if not ran and r.get("reason") and r["reason"] not in reasons:
+            shares = [x for x in map(gemm_share, rs) if x is not None]
+            if not tps and r.get("reason") and r["reason"] not in reasons:
                 reasons.append(r["reason"])
-            mark = f" ({reasons.index(r['reason']) + 1})" if not ran and r.get("reason") else ""
-            rows.append({"Model": label(preset, recs), "Configuration": html.escape(variant) + (" (recommended)" if is_rec else ""),
-                         "ms/step": f"{r['median_ms']:.1f}" if ran else r["status"].upper().replace("_", " ") + mark,
-                         "tok/s": f"{r['tokens_per_s']:,.0f}" if ran else "",
-                         "MFU (bf16 peak)": f"{r['mfu'] * 100:.1f} %" if ran and r.get("mfu") is not None else "",
-                         "allocator GiB": gib(r.get("mem_allocator_bytes")) if ran else "",
-                         "GEMM share of GPU busy time": "" if share is None else f"{share * 100:.0f} %"})
-    b = next(iter(next(iter(pts.values())).values()))
+            mark = f" ({reasons.index(r['reason']) + 1})" if not tps and r.get("reason") else ""
+            ms = [x["median_ms"] for x in rs if x["status"] in OK]
+            mfu = [x["mfu"] for x in rs if x["status"] in OK and x.get("mfu") is not None]
+            mem = [x.get("mem_allocator_bytes") for x in rs if x["status"] in OK and x.get("mem_allocator_bytes")]
+            spread = f" ({min(tps):,.0f}–{max(tps):,.0f}, {len(tps)} processes)" if len(tps) > 1 else ""
+            rows.append({"Model": label(preset, recs) if i == 0 else "", "Configuration": html.escape(variant) + (" (recommended)" if is_rec else ""),
+                         "ms/step": f"{np.median(ms):.1f}" if tps else r["status"].upper().replace("_", " ") + mark,
+                         "tok/s": f"{np.median(tps):,.0f}{spread}" if tps else "",
+                         "MFU (bf16 peak)": f"{np.median(mfu) * 100:.1f} %" if mfu else "",
+                         "allocator GiB": gib(max(mem)) if mem else "",
+                         "GEMM share of GPU busy time": f"{np.median(shares) * 100:.0f} %" if shares else ""})
+    b = next(iter(next(iter(pts.values())).values()))[0]
     note = (f"<p class='note'>Every point at B={b['batch_size']} × T={b['seq_len']}, {b['warmup_steps']} untimed and "
-            f"{b['timed_steps']} timed steps, one process each; the GEMM share is of one profiled step of the "
-            "without-FP8 configuration. MFU counts 6N + 12·L·d·T FLOPs per token against the bf16 peak.</p>")
+            f"{b['timed_steps']} timed steps, one process each unless the tokens/s cell gives a range (the median "
+            "of the processes, and of their step times, MFU and GEMM shares; the largest allocator peak). The GEMM "
+            "share is of one profiled step of the without-FP8 configuration. MFU counts 6N + 12·L·d·T FLOPs per token "
+            f"against the bf16 peak. The {sum(len(rs) for recs in pts.values() for rs in recs.values())} processes "
+            f"took {sum(r.get('wall_s') or 0 for recs in pts.values() for rs in recs.values() for r in rs) / 60:.0f} "
+            "minutes in all (each one's wall time, compilation included).</p>")
     why = "".join(f"<p class='note'>({i}) {html.escape(t)}</p>" for i, t in enumerate(reasons, 1))
     return table(rows) + note + why
 
@@ -141,16 +174,16 @@ def size_html(rep: Report) -> str:
 def plot_size(rep: Report):
     series = {k: [(p, s) for p, s, _ in v if s is not None] for k, v in speedups(rep).items()}
     series = {k: v for k, v in series.items() if v}
-    shares = [(label(p, recs), gemm_share(recs.get(WITHOUT_FP8))) for p, recs in points(rep).items()]
+    shares = [(label(p, recs), gemm_share((recs.get(WITHOUT_FP8) or [None])[0])) for p, recs in points(rep).items()]
     shares = [(p, s) for p, s in shares if s is not None]
     if not series and not shares:
         return None
     plt = style()
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(9, 3))
     names = list(points(rep))
-    _, floor = noise(rep)
-    if floor:
-        a1.axhspan(1 - floor, 1 + floor, color="grey", alpha=0.15, lw=0, label="measured noise")
+    width = band(rep)[0]
+    if width:
+        a1.axhspan(1 - width, 1 + width, color="grey", alpha=0.15, lw=0, label="measured noise")
     a1.axhline(1.0, color="grey", lw=0.7)
     for i, (form, pts) in enumerate(series.items()):
         a1.plot([names.index(p) for p, _ in pts], [s for _, s in pts], "o-", color=f"C{i}", label=form)

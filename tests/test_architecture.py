@@ -12,9 +12,9 @@ LAYERS = {
     "measuring": {"model", "step", "measure", "plain_loop", "ddp", "fp8", "gemm_sweep", "kernel_profile", "energy",
                   "environment", "faults"},
     "running": {"runner", "evidence", "recipe", "jobs", "chapters", "pipeline", "notebook_runner", "report_folder", "cli",
-                "optimal"},
+                "optimal", "size_sweep"},
     "reporting": {"report", "frontier_view", "report_tables", "report_text", "report_charts", "evidence_view", "fidelity_view",
-                  "profile_view", "sweep_view", "summary_box", "recommendation", "claims", "rules", "compare", "export"},
+                  "profile_view", "sweep_view", "summary_box", "recommendation", "claims", "rules", "compare", "export", "size_view"},
 }
 # What each layer may import from lib/ (any import, at the top or inside a function).
 ALLOWED = {"core": {"core"}, "measuring": {"core", "measuring"}, "reporting": {"core", "reporting"},

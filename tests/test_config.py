@@ -64,7 +64,9 @@ def test_load_cpu_overlays_the_profile_on_default():
     p = config.load("cpu")
     assert p["name"] == "cpu" and p["override"] is None
     assert p["backend"] == "cpu"
-    assert p["model"] == {**default["model"], **cpu["model"]}  # every model key set by cpu.yaml wins
+    model = {**default["model"], **cpu["model"]}  # every model key set by cpu.yaml wins
+    preset = config.presets()[model.pop("preset")]  # ... and its preset gives the shape
+    assert p["model"] == {**model, **{k: preset[k] for k in config.SHAPE}} and p["model_preset"] == "tiny"
     assert p["run"] == {**default["run"], **cpu["run"]}        # the keys cpu.yaml leaves out come from default
     assert p["run"]["seed"] == default["run"]["seed"]
     assert p["stages"] == default["stages"]
@@ -131,7 +133,7 @@ def test_yaml_that_is_not_a_mapping_is_an_error(tmp_params_dir):
 
 @pytest.mark.parametrize("text, key", [
     ("run:\n  seed: '1'", "seed"), ("run:\n  batch_sizes: 4", "batch_sizes"),
-    ("model:\n  n_layer: 2.5", "n_layer"), ("model:\n  n_layer: true", "n_layer"),
+    ("model:\n  block_size: 2.5", "block_size"), ("model:\n  vocab_size: true", "vocab_size"),
     ("run:\n  learning_rate: fast", "learning_rate"), ("stages: fp32", "stages"), ("run: 3", "run"),
 ])
 def test_value_of_the_wrong_type_is_an_error_naming_the_key(tmp_params_dir, text, key):
@@ -145,7 +147,7 @@ def test_an_integer_is_accepted_where_a_float_is_expected(tmp_params_dir):
     assert config.load("mine")["run"]["learning_rate"] == 1
 
 
-@pytest.mark.parametrize("text", ["stages: null", "model:\n  n_layer: null"])
+@pytest.mark.parametrize("text", ["stages: null", "model:\n  block_size: null"])
 def test_null_value_is_a_config_error(tmp_params_dir, text):
     (tmp_params_dir / "mine.yaml").write_text("backend: cpu\n" + text + "\n")
     with pytest.raises(config.ConfigError):

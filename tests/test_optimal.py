@@ -66,6 +66,13 @@ def test_optimal_config_never_guesses_without_a_report(tmp_path):
         optimal.optimal_config({"name": "Some Future GPU", "backend": "cuda"}, reports=tmp_path)
 
 
+def test_optimal_config_reads_the_report_of_the_model_asked_for(tmp_path):
+    recommendation.write(report.load(_measured_report(tmp_path)))  # reports/h100: the profile's own preset
+    assert optimal.optimal_config(H100, reports=tmp_path, model="gpt2")["profile"] == "h100"
+    with pytest.raises(optimal.NoReport, match="model gpt2-xl.*h100-gpt2-xl.*make report GPU=h100 MODEL=gpt2-xl"):
+        optimal.optimal_config(H100, reports=tmp_path, model="gpt2-xl")
+
+
 def test_the_cpu_pipeline_writes_the_recommendation_optimal_config_returns(pipeline_ok):
     cfg = optimal.optimal_config({"name": "x86_64", "backend": "cpu"}, reports=pipeline_ok.reports)
     best = report.recommended(report.load(pipeline_ok.report_dir))

@@ -1,0 +1,199 @@
+"""Model presets (MODEL=) and the size-sweep chapter: validation, what the fingerprint covers, the
+configurations each size runs, 'does not fit' rows, and the crossover statement on synthetic data."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conftest import make_record, run_cli, write_report_dir
+from lib import config, pipeline, report, results, size_sweep, size_view, stages
+
+ENV = {"device": {"name": "NVIDIA H100 80GB HBM3", "backend": "cuda", "memory_bytes": 80 * 10**9}, "torch": "2.11"}
+
+
+# ---------------------------------------------------------------- presets
+
+
+def test_the_four_gpt2_presets_have_gpt2s_shapes():
+    shapes = {n: (p["n_layer"], p["n_head"], p["n_embd"]) for n, p in config.presets().items()}
+    assert shapes["gpt2"] == (12, 12, 768) and shapes["gpt2-medium"] == (24, 16, 1024)
+    assert shapes["gpt2-large"] == (36, 20, 1280) and shapes["gpt2-xl"] == (48, 25, 1600)
+
+
+def test_model_picks_the_preset_and_is_recorded():
+    p = config.load("h100", model="gpt2-xl")
+    assert (p["model"]["n_layer"], p["model"]["n_embd"], p["model_preset"]) == (48, 1600, "gpt2-xl")
+    assert p["model"]["vocab_size"] == 50257 and p["run"]["batch_sizes"] == config.presets()["gpt2-xl"]["batch_sizes"]
+    assert results.base_record(p, stages.get("compile"), 4)["model"] == "gpt2-xl"
+    assert config.load("h100")["model_preset"] == "gpt2" and config.load("cpu")["model_preset"] == "tiny"
+
+
+def test_an_unknown_model_is_refused_listing_the_presets():
+    with pytest.raises(config.UsageError, match="unknown MODEL 'gpt3'.*gpt2-medium.*gpt2-xl"):
+        config.load("h100", model="gpt3")
+    with pytest.raises(config.UsageError, match="presets:"):
+        pipeline.check_inputs("h100", None, None, None, model="gpt2-huge")
+
+
+def test_make_report_refuses_an_unknown_model_before_measuring(tmp_path):
+    proc = run_cli("report", REPORTS=tmp_path, MODEL="gpt-5")
+    assert proc.returncode == 2 and "unknown MODEL 'gpt-5'" in proc.stderr
+    assert not (tmp_path / "cpu").exists()
+
+
+def test_the_fingerprint_changes_with_the_preset_and_not_with_its_name_alone():
+    small, xl = config.load("h100"), config.load("h100", model="gpt2-xl")
+    fp = {n: results.fingerprint(p, ENV, stages.get("compile"), 8) for n, p in (("small", small), ("xl", xl))}
+    assert fp["small"] != fp["xl"]
+    renamed = {**small, "model_preset": "gpt2-renamed"}
+    assert results.fingerprint(renamed, ENV, stages.get("compile"), 8) == fp["small"]
+
+
+def test_a_profile_may_override_a_presets_batch_sizes(tmp_params_dir):
+    text = (tmp_params_dir / "h100.yaml").read_text() + "models:\n  gpt2-xl:\n    batch_sizes: [2]\n"
+    (tmp_params_dir / "h100.yaml").write_text(text)
+    assert config.load("h100", model="gpt2-xl")["run"]["batch_sizes"] == [2]
+    assert config.load("h100")["run"]["batch_sizes"] == [16, 64]
+    (tmp_params_dir / "h100.yaml").write_text(text + "  gpt4: {batch_sizes: [1]}\n")
+    with pytest.raises(config.ConfigError, match="'gpt4' is no preset"):
+        config.load("h100")
+
+
+def test_a_size_sweep_naming_no_preset_or_no_fp8_stage_is_refused(cpu_params):
+    cpu_params["evidence"]["size_sweep"]["presets"] = ["gpt2", "gpt-7"]
+    with pytest.raises(config.ConfigError, match="'gpt-7' is no preset"):
+        config.validate(cpu_params)
+    cpu_params["evidence"]["size_sweep"].update(presets=["gpt2"], fp8_stages=["compile"])
+    with pytest.raises(config.ConfigError, match="'compile' is no FP8 stage"):
+        config.validate(cpu_params)
+
+
+def test_the_report_folder_is_named_by_a_preset_other_than_the_profiles_own():
+    assert config.report_name("h100", "gpt2") == "h100"
+    assert config.report_name("h100", "gpt2-xl") == "h100-gpt2-xl"
+    assert config.report_name("cpu", "tiny") == "cpu"
+
+
+def test_a_report_from_before_presets_is_known_by_its_shape():
+    p = config.load("h100", model="gpt2-large")
+    del p["model_preset"]
+    assert config.preset_of(p) == "gpt2-large"
+    p["model"]["n_layer"] = 7
+    assert config.preset_of(p) == "custom"
+
+
+def test_gpt2_medium_validates_on_the_cpu_profile_at_its_tiny_batches():
+    p = config.load("cpu", model="gpt2-medium")
+    assert p["model"]["n_layer"] == 24 and p["run"]["batch_sizes"] == [2, 4] and p["model"]["vocab_size"] == 1000
+
+
+# ---------------------------------------------------------------- what each size runs
+
+
+def test_each_fp8_form_is_added_to_the_recommendation_without_fp8():
+    p = config.load("h100")
+    by_variant = {c["variant"]: c for c in size_sweep.plan(p, "fp8_head")}
+    assert by_variant[size_sweep.WITHOUT_FP8]["stage"] == "loss_only"
+    assert by_variant["FP8 lm_head (torchao)"] == {"stage": "fp8_head", "overrides": None,
+                                                    "variant": "FP8 lm_head (torchao)", "like": "fp8_head"}
+    assert by_variant["FP8 linear layers (torchao)"]["overrides"] == {"float8": "tensorwise"}
+    # a recommendation without FP8 is itself the reference point
+    assert size_sweep.plan(p, "loss_only")[0]["stage"] == "loss_only"
+
+
+def test_a_recommendation_whose_fp8_form_is_not_listed_is_measured_too():
+    plan = size_sweep.plan(config.load("h100"), "fp8")
+    assert plan[0]["stage"] == "compile" and plan[-1] == {"stage": "fp8", "overrides": None,
+                                                            "variant": "FP8 linear layers", "like": "fp8"}
+
+
+def test_the_parameter_count_matches_the_model():
+    from lib.model import GPT
+    from lib.step import model_config
+
+    p = size_sweep.preset_params(config.load("cpu"), "gpt2-medium")
+    built = GPT(model_config(p, stages.get("vocab")))
+    assert size_sweep.n_params(p["model"]) == sum(w.numel() for w in built.parameters())  # all, wpe too
+
+
+def test_a_preset_that_cannot_fit_is_a_row_that_says_why():
+    xl = size_sweep.preset_params(config.load("h100"), "gpt2-xl")["model"]
+    why = size_sweep.does_not_fit(xl, {"memory_bytes": 16 * 10**9})
+    assert why.startswith("does not fit") and "16.0 GB" in why
+    assert size_sweep.does_not_fit(xl, {"memory_bytes": 80 * 10**9}) is None
+    assert size_sweep.does_not_fit(xl, {}) is None  # unknown memory: measured, and an OOM stays a row
+
+
+def test_size_sweep_jobs_on_a_small_gpu_are_not_applicable_rows(tmp_path, monkeypatch):
+    small_gpu = {**ENV, "device": {**ENV["device"], "memory_bytes": 16 * 10**9, "capability": [9, 0], "count": 1}}
+    monkeypatch.setattr(size_sweep.runner, "environment", lambda _: small_gpu)
+    jobs = size_sweep.jobs(config.load("h100"), tmp_path, "fp8_head")
+    reasons = {(json.loads(json.dumps(j["params"]))["model_preset"], j["variant"]): j["not_applicable"] for j in jobs}
+    assert reasons[("gpt2-xl", size_sweep.WITHOUT_FP8)].startswith("does not fit")
+    assert reasons[("gpt2", size_sweep.WITHOUT_FP8)] is None
+    assert len({j["fingerprint"] for j in jobs}) == len(jobs) == 12
+
+
+# ---------------------------------------------------------------- the crossover
+
+
+def _sweep(tmp_path, ratios: dict[str, float], floor_runs=(100.0, 101.0)):
+    """A report folder with a size sweep: each preset's without-FP8 point at 1000 tokens/s x size factor
+    and the FP8 lm_head form at `ratios` of it; one configuration repeated for the noise floor."""
+    p = config.load("cpu")
+    recs = [make_record(p, "fused", 2, times_ms=[10.0] * 5, losses=[5.0] * 6) for _ in floor_runs]
+    for rec, tps in zip(recs, floor_runs):
+        rec["tokens_per_s"] = tps
+    d = write_report_dir(tmp_path / "cpu", p, recs[:1])
+    results.write_atomic(d / "results" / "repeats" / "fused__b2__r1.json", {**recs[1], "variant": "repeat"})
+    for i, (preset, ratio) in enumerate(ratios.items()):
+        for variant, tps in ((size_sweep.WITHOUT_FP8, 1000.0), ("FP8 lm_head (torchao)", 1000.0 * ratio)):
+            rec = {**make_record(p, "fused", 8, times_ms=[10.0] * 5, losses=[5.0] * 6), "model": preset,
+                   "variant": variant, "tokens_per_s": tps}
+            results.write_atomic(d / "results" / "size" / f"{preset}__{variant[:3]}.json", rec)
+    return report.load(d)
+
+
+def test_the_crossover_is_the_smallest_size_from_which_fp8_wins_beyond_noise(tmp_path):
+    rep = _sweep(tmp_path, {"gpt2": 0.95, "gpt2-medium": 1.05, "gpt2-large": 1.10, "gpt2-xl": 1.2})
+    assert size_view.band(rep)[0] == pytest.approx(0.01, abs=1e-3)
+    text = size_view.crossover_md(rep)
+    assert "pays from **gpt2-medium** on: the crossover on this device" in text
+
+
+def test_the_crossover_statement_flips_when_the_data_flips(tmp_path):
+    rep = _sweep(tmp_path, {"gpt2": 1.05, "gpt2-medium": 0.95, "gpt2-large": 0.9, "gpt2-xl": 0.8})
+    text = size_view.crossover_md(rep)
+    assert "crossover on this device" not in text
+    assert "pays at gpt2 but not at every larger size" in text
+
+
+def test_no_win_anywhere_says_there_is_no_crossover_up_to_the_largest_size(tmp_path):
+    rep = _sweep(tmp_path, {"gpt2": 0.5, "gpt2-medium": 0.7, "gpt2-large": 1.005, "gpt2-xl": 1.0})
+    text = size_view.crossover_md(rep)
+    assert "does not pay at any size measured" in text and "no crossover up to gpt2-xl" in text
+    assert "slower beyond the band at gpt2, gpt2-medium" in text and "within the band at gpt2-large, gpt2-xl" in text
+
+
+def test_a_size_point_timed_twice_widens_the_band(tmp_path):
+    rep = _sweep(tmp_path, {"gpt2": 1.05, "gpt2-medium": 1.05})
+    extra = {**json.loads((rep.dir / "results" / "size" / "gpt2__wit.json").read_text()), "tokens_per_s": 1100.0}
+    results.write_atomic(rep.dir / "results" / "size" / "gpt2__wit__r1.json", extra)
+    rep = report.load(rep.dir)
+    width, floor, sweep = size_view.band(rep)
+    assert sweep == pytest.approx(0.1 / 1.05, rel=1e-3) and width == sweep and floor < sweep
+    assert "does not pay at any size measured" in size_view.crossover_md(rep)  # 1.05x and 1.0x: inside ±9.5 %
+
+
+def test_the_cpu_pipeline_measures_the_size_sweep_with_gpt2_medium(pipeline_ok):
+    recs = results.load_records(pipeline_ok.results_dir / "size")
+    ran = {r["model"] for r in recs if r["status"] == "ok"}
+    assert ran == {"tiny", "gpt2-medium"}
+    medium = next(r for r in recs if r["model"] == "gpt2-medium" and r["status"] == "ok")
+    estimate = size_sweep.n_params(size_sweep.preset_params(pipeline_ok.params, "gpt2-medium")["model"])
+    assert abs(medium["n_params"] - estimate) / estimate < 0.01  # the estimate counts the padded vocabulary
+    fp8 = [r for r in recs if r["variant"] != size_sweep.WITHOUT_FP8]
+    assert fp8 and all(r["status"] == "not_applicable" and "FP8" in r["reason"] for r in fp8)
+    html = (pipeline_ok.report_dir / "report.html").read_text()
+    assert "Model size: what FP8 buys" in html and "gpt2-medium" in html
