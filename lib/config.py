@@ -35,7 +35,8 @@ SCHEMA = {
 }
 SHAPE = ("n_layer", "n_head", "n_embd")  # what a preset fixes (the vocabulary and context are the profile's)
 PRESET_KEYS = {**{k: int for k in SHAPE}, "batch_sizes": list, "sweep_batch_sizes": list}
-SIZE_SWEEP_KEYS = {"presets": list, "batch_size": int, "warmup_steps": int, "timed_steps": int, "fp8_stages": list}
+SIZE_SWEEP_KEYS = {"presets": list, "batch_size": int, "warmup_steps": int, "timed_steps": int, "fp8_stages": list,
+                   "repeats": int}  # repeats: optional, processes a point (default 1)
 BACKENDS = ("cuda", "rocm", "mps", "cpu")
 # Chip families: a claim about one (params/claims.yaml) speaks about every profile of it (H100 and
 # H200 are both GH100, Hopper). A profile names its family (`family:`; a profile without one is in none).
@@ -340,7 +341,7 @@ def validate(p: dict) -> None:
                           f"and recipe_timed_steps at least {MIN_TIMED_STEPS}")
     size = ev.get("size_sweep") or {}
     _check_keys(size, SIZE_SWEEP_KEYS, f"{where}: evidence.size_sweep")
-    if set(size) != set(SIZE_SWEEP_KEYS) or not size["presets"] or size["batch_size"] <= 0 \
+    if set(size) | {"repeats"} != set(SIZE_SWEEP_KEYS) or not size["presets"] or size.get("repeats", 1) < 1 or size["batch_size"] <= 0 \
             or size["warmup_steps"] < 1 or size["timed_steps"] < MIN_TIMED_STEPS:
         raise ConfigError(f"{where}: evidence.size_sweep needs presets (a non-empty list), a positive batch_size, "
                           f"warmup_steps at least 1 and timed_steps at least {MIN_TIMED_STEPS}, got {size!r}")

@@ -93,23 +93,33 @@ def preset_params(params: dict, name: str) -> dict:
 
 
 def jobs(params: dict, report_dir, recommended: str) -> list[dict]:
+    """Every preset's configurations in one process each, then (evidence.size_sweep.repeats) the
+    further processes that measure each point's spread, so a call cut short has the whole curve first."""
+    sweep = params["evidence"]["size_sweep"]
+    first = [_jobs(params, report_dir, recommended, name, 0) for name in sweep["presets"]]
+    again = [_jobs(params, report_dir, recommended, name, k) for k in range(1, sweep.get("repeats", 1))
+             for name in sweep["presets"]]
+    return [j for js in first + again for j in js]
+
+
+def _jobs(params: dict, report_dir, recommended: str, name: str, repeat: int) -> list[dict]:
     env, sweep = runner.environment(report_dir), params["evidence"]["size_sweep"]
     skip, b, out = params.get("skip") or {}, sweep["batch_size"], []
-    for name in sweep["presets"]:
-        p = preset_params(params, name)
-        fit = does_not_fit(p["model"], env["device"])
-        for c in plan(params, recommended):
-            stage = dataclasses.replace(stages.get(c["stage"]), **(c["overrides"] or {}))
-            skipped = next((f"not measured by the {params['name']} profile: {skip[k]}"
-                            for k in (c["stage"], c["like"]) if k in skip), None)
-            reason = fit or skipped or stages.get(c["like"]).not_applicable(env["device"]) \
-                or stage.not_applicable(env["device"])
-            name_of = c["stage"] + (f"+{c['like']}" if c["overrides"] else "")
-            job = make_job(p, env, c["stage"], b, folder(report_dir, "size") / f"{name}__{name_of}__b{b}.json",
-                           variant=c["variant"], stage_overrides=c["overrides"], energy=False,
-                           profile=c["variant"] == WITHOUT_FP8)  # where its step time goes, once a preset
-            job["not_applicable"] = reason
-            out.append(job)
+    p = preset_params(params, name)
+    fit = does_not_fit(p["model"], env["device"])
+    for c in plan(params, recommended):
+        stage = dataclasses.replace(stages.get(c["stage"]), **(c["overrides"] or {}))
+        skipped = next((f"not measured by the {params['name']} profile: {skip[k]}"
+                        for k in (c["stage"], c["like"]) if k in skip), None)
+        reason = fit or skipped or stages.get(c["like"]).not_applicable(env["device"]) \
+            or stage.not_applicable(env["device"])
+        name_of = c["stage"] + (f"+{c['like']}" if c["overrides"] else "") + f"__b{b}" + (f"__r{repeat}" if repeat else "")
+        job = make_job(p, env, c["stage"], b, folder(report_dir, "size") / f"{name}__{name_of}.json",
+                       variant=c["variant"], stage_overrides=c["overrides"], energy=False, repeat=repeat,
+                       profile=c["variant"] == WITHOUT_FP8 and not repeat)  # where its step time goes, once a preset
+        job["fingerprint"] += f"-r{repeat}" if repeat else ""
+        job["not_applicable"] = reason
+        out.append(job)
     return out
 
 
