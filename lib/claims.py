@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 
 from . import claim_params, evidence_view, fidelity_view, results
-from .config import profile_family
+from .config import preset_of, profile_family
 from .claim_params import CLAIMS, METRICS  # noqa: F401 (METRICS: what a claim may be judged by)
 from .claim_params import load_claims as load
 
@@ -260,7 +260,10 @@ def html(rep, path=CLAIMS) -> str:
         f"<tr><td>{_html.escape(r.claim)} <small>[{r.source}]</small></td><td>{_html.escape(r.check)}</td><td>{_html.escape(r.measured or '—')}</td>"
         f'<td><span class="{CSS[r.verdict]}">{r.verdict}</span></td></tr>' for r in t.itertuples())
     return (f'<table class="claims"><tr><th>Claim</th><th>Check (confirms if)</th><th>Measured here</th>'
-            f"<th>Verdict</th></tr>{rows}</table><p class=\"note\">Measured on {stack}. "
+            f"<th>Verdict</th></tr>{rows}</table><p class=\"note\">Measured on {stack}, with the {preset_of(rep.params)} "
+            f"model ({rep.params['model']['n_layer']} layers, d={rep.params['model']['n_embd']})"
+            + ("; the size-sweep chapter measures the FP8 forms at every GPT-2 size" if rep.evidence.get("size") else "")
+            + ". "
             f"Verdicts: {CONFIRMED}, inside the claimed range; {WITHIN_NOISE}, outside it by less than the measured "
             f"noise; {EXCEEDED}, further from no change than claimed; {FELL_SHORT}, the claimed direction but less; "
             f"{CONTRADICTED}, no change at all or the opposite direction. A claim about a chip speaks about every GPU of its "

@@ -43,15 +43,24 @@ def label(preset: str, recs: dict) -> str:
     return f"{preset} ({', '.join(x for x in (size, width) if x)})"
 
 
-def band(rep: Report) -> tuple[float | None, float | None, float | None]:
-    """(the band a ratio must leave to count, the report's noise floor, the widest process-to-process
-    range of the size-sweep points timed in several processes). Short runs at a small batch can
-    spread wider than the matrix's repeats, so the wider of the two is the band; None when neither
-    was measured."""
+def _spread(recs: dict[str, list[dict]]) -> float | None:
+    return results.noise_floor({v: _ran(rs) for v, rs in recs.items()})
+
+
+def bands(rep: Report) -> tuple[dict[str, float | None], float | None]:
+    """({preset: the band its ratios must leave to count}, the report's noise floor). Noise depends on
+    the step's length (short steps at a small batch spread wider between processes), so a preset
+    whose points ran in several processes is judged by their widest range, any other by the widest
+    range of the sweep; never by less than the report's floor. None where nothing was repeated."""
     _, floor = noise(rep)
-    sweep = results.noise_floor({(p, v): _ran(rs) for p, vs in points(rep).items() for v, rs in vs.items()})
-    known = [x for x in (floor, sweep) if x is not None]
-    return (max(known) if known else None), floor, sweep
+    pts = points(rep)
+    sweep = results.noise_floor({(p, v): _ran(rs) for p, vs in pts.items() for v, rs in vs.items()})
+    out = {}
+    for preset, recs in pts.items():
+        own = _spread(recs)
+        known = [x for x in (floor, own if own is not None else sweep) if x is not None]
+        out[preset] = max(known) if known else None
+    return out, floor
 
 
 def speedups(rep: Report) -> dict[str, list[tuple[str, float | None, str | None]]]:
@@ -73,14 +82,14 @@ def speedups(rep: Report) -> dict[str, list[tuple[str, float | None, str | None]
     return out
 
 
-def crossover(series: list[tuple[str, float | None, str | None]], floor: float | None) -> dict:
+def crossover(series: list[tuple[str, float | None, str | None]], band: dict[str, float | None]) -> dict:
     """Where an FP8 form starts to pay: {"from": the smallest preset from which it is faster beyond
-    `floor` (the report's relative noise) at that size and every larger measured one, or None;
-    "wins", "ties", "losses": the presets of each kind; "unmeasured"}. Without a measured floor a
-    ratio above 1 counts as a win, and the statement says the noise was not measured."""
-    band = floor or 0.0
+    its size's band (`band`: preset -> relative noise) at that size and every larger measured one, or
+    None; "wins", "ties", "losses": the presets of each kind; "unmeasured"; "ratios"}. Without a
+    measured band a ratio above 1 counts as a win, and the statement says the noise was not measured."""
     measured = [(p, s) for p, s, _ in series if s is not None]
-    kind = {p: ("win" if s > 1 + band else "loss" if s < 1 - band else "tie") for p, s in measured}
+    kind = {p: ("win" if s > 1 + (band.get(p) or 0.0) else "loss" if s < 1 - (band.get(p) or 0.0) else "tie")
+            for p, s in measured}
     start = None
     for i, (p, _) in enumerate(measured):
         if all(kind[q] == "win" for q, _ in measured[i:]):
@@ -93,20 +102,21 @@ def crossover(series: list[tuple[str, float | None, str | None]], floor: float |
 
 def crossover_md(rep: Report) -> str:
     """One sentence per FP8 form: from which size it pays on this device, with the ratios it rests on."""
-    series, (width, floor, sweep) = speedups(rep), band(rep)
+    series, (band, floor) = speedups(rep), bands(rep)
     if not series:
         return "The size sweep has no FP8 form to compare on this device."
-    if width is None:
-        band_text = "by any margin: this report measured no process-to-process noise, so a small difference may be noise"
+    if all(b is None for b in band.values()):
+        lines = ["An FP8 form *pays* at a size when its tokens/s exceed the same size's without-FP8 point; this "
+                 "report measured no process-to-process noise, so a small difference may be noise."]
     else:
-        parts = ([f"the report's noise floor, ±{floor * 100:.1f} %"] if floor is not None else []) + \
-            ([f"the widest range of the size-sweep points timed in two or more processes, ±{sweep * 100:.1f} %"]
-             if sweep is not None else [])
-        band_text = f"by more than ±{width * 100:.1f} % (the wider of {' and '.join(parts)})" if len(parts) > 1 \
-            else f"by more than ±{width * 100:.1f} % ({parts[0]})"
-    lines = [f"An FP8 form *pays* at a size when its tokens/s exceed the same size's without-FP8 point {band_text}."]
+        each = ", ".join(f"{p} ±{b * 100:.1f} %" for p, b in band.items() if b is not None)
+        lines = [f"An FP8 form *pays* at a size when its tokens/s exceed the same size's without-FP8 point by more "
+                 f"than that size's measured noise: {each}. A size whose points ran in two or more processes is "
+                 "judged by their widest range, any other by the widest range of the "
+                 "sweep, and none by less than the report's noise floor"
+                 + (f" (±{floor * 100:.1f} %)." if floor is not None else ".")]
     for form, pts in series.items():
-        c = crossover(pts, width)
+        c = crossover(pts, band)
         ratio = ", ".join(f"{p} {s:.2f}×" for p, s in c["ratios"].items())
         if not c["ratios"]:
             why = next((w for _, _, w in pts if w), "")
@@ -120,8 +130,8 @@ def crossover_md(rep: Report) -> str:
             verdict = f"pays at {', '.join(c['wins'])} but not at every larger size, so no crossover can be stated"
         else:
             largest = list(c["ratios"])[-1]
-            kinds = [f"slower beyond the band at {', '.join(c['losses'])}"] if c["losses"] else []
-            kinds += [f"within the band at {', '.join(c['ties'])}"] if c["ties"] else []
+            kinds = [f"slower beyond the noise at {', '.join(c['losses'])}"] if c["losses"] else []
+            kinds += [f"within the noise at {', '.join(c['ties'])}"] if c["ties"] else []
             verdict = (f"does not pay at any size measured ({'; '.join(kinds)}): no crossover up to {largest} "
                        "on this device")
         gaps = f"; not measured at {', '.join(c['unmeasured'])}" if c["unmeasured"] else ""
@@ -138,7 +148,9 @@ def gemm_share(rec: dict | None) -> float | None:
 def size_html(rep: Report) -> str:
     pts = points(rep)
     if not pts:
-        return none("The size sweep was not measured for this report (it runs after the batch-size sweep).")
+        return none("The size sweep was not measured for this report: `make report GPU="
+                    f"{rep.params['name']} CHAPTERS=size_sweep` measures it (after the batch-size sweep has chosen "
+                    "the recommendation it varies).")
     best = recommended(rep)
     rows, reasons = [], []  # why a point did not run: numbered notes under the table
     for preset, recs in pts.items():
@@ -181,9 +193,12 @@ def plot_size(rep: Report):
     plt = style()
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(9, 3))
     names = list(points(rep))
-    width = band(rep)[0]
-    if width:
-        a1.axhspan(1 - width, 1 + width, color="grey", alpha=0.15, lw=0, label="measured noise")
+    band = bands(rep)[0]
+    known = [(names.index(p), b) for p, b in band.items() if b is not None]
+    if known:
+        xs, bs = [x for x, _ in known], [b for _, b in known]
+        a1.fill_between(xs, [1 - b for b in bs], [1 + b for b in bs], color="grey", alpha=0.15, lw=0,
+                        label="measured noise at that size")
     a1.axhline(1.0, color="grey", lw=0.7)
     for i, (form, pts) in enumerate(series.items()):
         a1.plot([names.index(p) for p, _ in pts], [s for _, s in pts], "o-", color=f"C{i}", label=form)

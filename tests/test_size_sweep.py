@@ -157,7 +157,7 @@ def _sweep(tmp_path, ratios: dict[str, float], floor_runs=(100.0, 101.0)):
 
 def test_the_crossover_is_the_smallest_size_from_which_fp8_wins_beyond_noise(tmp_path):
     rep = _sweep(tmp_path, {"gpt2": 0.95, "gpt2-medium": 1.05, "gpt2-large": 1.10, "gpt2-xl": 1.2})
-    assert size_view.band(rep)[0] == pytest.approx(0.01, abs=1e-3)
+    assert size_view.bands(rep)[0]["gpt2"] == pytest.approx(0.01, abs=1e-3)  # nothing repeated: the report's floor
     text = size_view.crossover_md(rep)
     assert "pays from **gpt2-medium** on: the crossover on this device" in text
 
@@ -173,17 +173,32 @@ def test_no_win_anywhere_says_there_is_no_crossover_up_to_the_largest_size(tmp_p
     rep = _sweep(tmp_path, {"gpt2": 0.5, "gpt2-medium": 0.7, "gpt2-large": 1.005, "gpt2-xl": 1.0})
     text = size_view.crossover_md(rep)
     assert "does not pay at any size measured" in text and "no crossover up to gpt2-xl" in text
-    assert "slower beyond the band at gpt2, gpt2-medium" in text and "within the band at gpt2-large, gpt2-xl" in text
+    assert "slower beyond the noise at gpt2, gpt2-medium" in text and "within the noise at gpt2-large, gpt2-xl" in text
 
 
-def test_a_size_point_timed_twice_widens_the_band(tmp_path):
-    rep = _sweep(tmp_path, {"gpt2": 1.05, "gpt2-medium": 1.05})
-    extra = {**json.loads((rep.dir / "results" / "size" / "gpt2__wit.json").read_text()), "tokens_per_s": 1100.0}
-    results.write_atomic(rep.dir / "results" / "size" / "gpt2__wit__r1.json", extra)
+def _again(rep, name: str, tokens_per_s: float):
+    """A second process of the size-sweep point in results/size/<name>.json, at `tokens_per_s`."""
+    rec = {**json.loads((rep.dir / "results" / "size" / f"{name}.json").read_text()), "tokens_per_s": tokens_per_s}
+    results.write_atomic(rep.dir / "results" / "size" / f"{name}__r1.json", rec)
+
+
+def test_each_size_is_judged_by_the_spread_of_its_own_repeated_points(tmp_path):
+    rep = _sweep(tmp_path, {"gpt2": 1.05, "gpt2-medium": 1.05, "gpt2-large": 1.05})
+    _again(rep, "gpt2__wit", 1100.0)          # gpt2's short steps: 9.5 % apart
+    _again(rep, "gpt2-medium__wit", 1005.0)   # medium's: 0.5 %, under the report's 1 % floor
     rep = report.load(rep.dir)
-    width, floor, sweep = size_view.band(rep)
-    assert sweep == pytest.approx(0.1 / 1.05, rel=1e-3) and width == sweep and floor < sweep
-    assert "does not pay at any size measured" in size_view.crossover_md(rep)  # 1.05x and 1.0x: inside ±9.5 %
+    band, floor = size_view.bands(rep)
+    assert band["gpt2"] == pytest.approx(0.1 / 1.05, rel=1e-3) and band["gpt2-medium"] == pytest.approx(floor)
+    assert band["gpt2-large"] == band["gpt2"]  # not repeated: the sweep's widest range
+    text = size_view.crossover_md(rep)
+    assert "pays at gpt2-medium but not at every larger size" in text  # 1.05x: inside ±9.5 %, beyond ±1 %
+
+
+def test_without_repeats_at_a_size_the_sweeps_widest_spread_judges_it(tmp_path):
+    rep = _sweep(tmp_path, {"gpt2": 1.05, "gpt2-medium": 1.05})
+    _again(rep, "gpt2__wit", 1100.0)
+    rep = report.load(rep.dir)
+    assert "does not pay at any size measured" in size_view.crossover_md(rep)  # both inside ±9.5 %
 
 
 def test_the_cpu_pipeline_measures_the_size_sweep_with_gpt2_medium(pipeline_ok):
