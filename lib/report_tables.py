@@ -7,6 +7,7 @@ import html
 import pandas as pd
 
 from . import stages
+from .config import preset_of
 from .report import CV_LIMIT, GiB, Report, code_commits, gib, manifest, pct, short, times, tok
 
 def status_cell(row) -> str:
@@ -112,13 +113,16 @@ def appendix_md(rep: Report) -> str:
 
 def title_md(rep: Report) -> str:
     dev = rep.env["device"]
-    when = max((r.get("finished_at") or "" for r in rep.records), default="") or ""
+    stamps = [r.get("finished_at") for r in rep.records + rep.decisions + [x for v in rep.evidence.values()
+              for x in (v if isinstance(v, list) else [v] if v else [])] if r.get("finished_at")]
+    first, last = (min(stamps)[:10], max(stamps)[:10]) if stamps else ("", "")
+    when = first if first == last else f"{first} to {last}"
     count = dev.get("count") or 1
     name = f"a host of {count} × {dev['name']}" if count > 1 else dev["name"]
     sub = (f"Profile **{rep.params['name']}** · device **{name}** ({dev['backend']}) · "
            f"PyTorch {rep.env.get('torch')}" + (f" · CUDA {rep.env['cuda']}" if rep.env.get("cuda") else ""))
     if when:
-        sub += f" · measured {when[:10]}"
+        sub += f" · measured {when}"
     commits, unrecorded = code_commits(rep)
     if rep.run is not None:
         sub += (" · code " + ", ".join(c[:12] for c in commits) if commits else " · code commit not recorded") + (
@@ -127,7 +131,9 @@ def title_md(rep: Report) -> str:
         sub += f"\n\nLast measuring command: `{rep.run['command']}`" + (
             f" (and {len(rep.run.get('earlier_runs', []))} earlier runs, listed in run.json)"
             if rep.run.get("earlier_runs") else "")
-    return (f"# GPT-2 (124M-class) training step: what each optimisation lever buys\n\n{sub}\n\n"
+    m = rep.params["model"]
+    return (f"# {preset_of(rep.params)} ({m['n_layer']} layers, d={m['n_embd']}) training step: what each optimisation "
+            f"lever buys\n\n{sub}\n\n"
             f"Each stage adds one lever to the one before ({' → '.join(rep.stage_titles)}; Appendix A names the "
             "stages added to an earlier one) and is timed on the "
             "same model, seed and data at every batch size. Every number below was measured by this tool "

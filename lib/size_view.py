@@ -8,7 +8,7 @@ import html
 
 import numpy as np
 
-from . import config, results
+from . import config, results, stages
 from .evidence_view import OK, none, table
 from .fidelity_view import noise
 from .report import Report, gib, recommended
@@ -109,12 +109,12 @@ def crossover_md(rep: Report) -> str:
         lines = ["An FP8 form *pays* at a size when its tokens/s exceed the same size's without-FP8 point; this "
                  "report measured no process-to-process noise, so a small difference may be noise."]
     else:
-        each = ", ".join(f"{p} ±{b * 100:.1f} %" for p, b in band.items() if b is not None)
-        lines = [f"An FP8 form *pays* at a size when its tokens/s exceed the same size's without-FP8 point by more "
-                 f"than that size's measured noise: {each}. A size whose points ran in two or more processes is "
-                 "judged by their widest range, any other by the widest range of the "
-                 "sweep, and none by less than the report's noise floor"
-                 + (f" (±{floor * 100:.1f} %)." if floor is not None else ".")]
+        each = ", ".join(f"{p} {b * 100:.1f} %" for p, b in band.items() if b is not None)
+        lines = [f"An FP8 form *pays* at a size when its median tokens/s exceed the same size's without-FP8 median by "
+                 f"more than that size's measured noise, a process-to-process range (fastest minus slowest process, "
+                 f"over the median): {each}. A size whose points ran in two or more processes is judged by the widest "
+                 "range among them, any other by the widest range of the sweep, and none by less than the report's "
+                 "noise floor" + (f" ({floor * 100:.1f} %)." if floor is not None else ".")]
     for form, pts in series.items():
         c = crossover(pts, band)
         ratio = ", ".join(f"{p} {s:.2f}×" for p, s in c["ratios"].items())
@@ -122,8 +122,12 @@ def crossover_md(rep: Report) -> str:
             why = next((w for _, _, w in pts if w), "")
             lines.append(f"* **{html.escape(form)}**: not measured at any size ({html.escape(why)}).")
             continue
-        if c["from"] == next(iter(c["ratios"])):
+        sizes = list(c["ratios"])
+        if c["from"] == sizes[0]:
             verdict = f"pays at every size measured, from {c['from']} on"
+        elif c["from"] == sizes[-1]:
+            verdict = (f"pays at **{c['from']}**, the largest size measured: on this device the crossover lies "
+                       f"between {sizes[-2]} and {c['from']}")
         elif c["from"]:
             verdict = f"pays from **{c['from']}** on: the crossover on this device"
         elif c["wins"]:
@@ -135,8 +139,84 @@ def crossover_md(rep: Report) -> str:
             verdict = (f"does not pay at any size measured ({'; '.join(kinds)}): no crossover up to {largest} "
                        "on this device")
         gaps = f"; not measured at {', '.join(c['unmeasured'])}" if c["unmeasured"] else ""
-        lines.append(f"* **{html.escape(form)}** {verdict} (tokens/s over without FP8: {ratio}{gaps}).")
+        lines.append(f"* **{html.escape(form)}** {verdict} (tokens/s over without FP8: {ratio}{gaps})."
+                     + _apart(rep, form, c["wins"]) + _memory(rep, form))
     return "\n".join(lines)
+
+
+def _apart(rep: Report, form: str, wins: list[str]) -> str:
+    """For each win timed in several processes on both sides: by how much its slowest process beat
+    the fastest without FP8 (a win that survives the harshest pairing of its processes)."""
+    out = []
+    for preset in wins:
+        recs = points(rep)[preset]
+        mine, base = _ran(recs.get(form, [])), _ran(recs.get(WITHOUT_FP8, []))
+        if len(mine) > 1 and len(base) > 1:
+            gap = min(mine) / max(base) - 1
+            out.append(f" At {preset} its slowest process is {gap * 100:+.1f} % against the fastest without FP8"
+                       f" ({min(mine):,.0f} against {max(base):,.0f} tokens/s).")
+    return "".join(out)
+
+
+def _memory(rep: Report, form: str) -> str:
+    """The form's allocator peak over the without-FP8 point's, size by size."""
+    ratios = []
+    for preset, recs in points(rep).items():
+        mem = [max((r.get("mem_allocator_bytes") or 0) for r in recs.get(v, []) if r["status"] in OK) if _ran(recs.get(v, []))
+               else 0 for v in (form, WITHOUT_FP8)]
+        if all(mem):
+            ratios.append(f"{preset} {mem[0] / mem[1]:.2f}×")
+    return f" Allocator peak against without FP8: {', '.join(ratios)}." if ratios else ""
+
+
+def batch_md(rep: Report) -> str:
+    """What the one batch size means for the report's own model: where its recommendation runs, and each
+    FP8 form's stage in the matrix at its batch sizes beside the sweep's point (a lever's worth depends
+    on the batch as well as the size). A sweep point slower than its stage at a larger batch is flagged."""
+    pts, best, own = points(rep), recommended(rep), config.preset_of(rep.params)
+    if own not in pts or best is None:
+        return ""
+    recs = pts[own]
+    b = next(iter(recs.values()))[0]["batch_size"]
+    here = _ran(recs.get(WITHOUT_FP8, []))
+    lines = [f"Every size runs at B={b}, which gpt2-xl fits; this report's own model, {own}, is recommended at "
+             f"B={best['batch_size']} ({best['processes']['median']:,.0f} tokens/s, median of its processes)"
+             + (f", against {np.median(here):,.0f} tokens/s here without FP8" if here else "")
+             + f": at B={b} it runs far below its operating point, and a ratio here is not the lever's worth at the "
+               "recommended batch."]
+    titles = {s.title: s for s in stages.STAGES.values()}
+    for form, rs in recs.items():
+        stage = titles.get(form)
+        if form == WITHOUT_FP8 or stage is None or not _ran(rs):
+            continue
+        matrix = {r["batch_size"]: r for r in rep.records if r["stage"] == stage.key and r["status"] in OK}
+        base = {r["batch_size"]: r for r in rep.records if r["stage"] == stage.base and r["status"] in OK}
+        both = sorted(set(matrix) & set(base))
+        if not both:
+            continue
+        ratios = ", ".join(f"{matrix[x]['tokens_per_s'] / base[x]['tokens_per_s']:.2f}× at B={x}" for x in both)
+        line = (f"* **{html.escape(form)}**: the stage matrix measures {html.escape(stage.title)} over "
+                f"{html.escape(stages.get(stage.base).title)} at {ratios}.")
+        ms = float(np.median([r["median_ms"] for r in rs if r["status"] in OK]))
+        slower = [x for x in sorted(matrix) if x > b and matrix[x]["median_ms"] < ms]
+        if slower:
+            x = slower[0]
+            line += (f" Its B={b} step here ({ms:.1f} ms) is longer than the stage's at B={x} ({matrix[x]['median_ms']:.1f} ms),"
+                     f" with half the tokens or fewer: not the GEMMs' work, then, but something the sweep does not show "
+                     f"(it profiles only the points without FP8), so its {own} ratio says little about FP8's GEMMs.")
+        lines.append(line)
+    return "\n".join(lines)
+
+
+def pays_from(rep: Report) -> dict[str, str]:
+    """{FP8 form: where the size sweep finds it paying, in words ("at gpt2-xl" when that is the largest
+    size measured, else "from gpt2-large up")}, for the forms that have a crossover."""
+    band, out = bands(rep)[0], {}
+    for form, pts in speedups(rep).items():
+        c = crossover(pts, band)
+        if c["from"]:
+            out[form] = f"at {c['from']}" if c["from"] == list(c["ratios"])[-1] else f"from {c['from']} up"
+    return out
 
 
 def gemm_share(rec: dict | None) -> float | None:
@@ -164,17 +244,18 @@ def size_html(rep: Report) -> str:
             ms = [x["median_ms"] for x in rs if x["status"] in OK]
             mfu = [x["mfu"] for x in rs if x["status"] in OK and x.get("mfu") is not None]
             mem = [x.get("mem_allocator_bytes") for x in rs if x["status"] in OK and x.get("mem_allocator_bytes")]
-            spread = f" ({min(tps):,.0f}–{max(tps):,.0f}, {len(tps)} processes)" if len(tps) > 1 else ""
+            spread = f"{len(tps)}: {min(tps):,.0f}–{max(tps):,.0f}" if len(tps) > 1 else (str(len(tps)) if tps else "")
             rows.append({"Model": label(preset, recs) if i == 0 else "", "Configuration": html.escape(variant) + (" (recommended)" if is_rec else ""),
                          "ms/step": f"{np.median(ms):.1f}" if tps else r["status"].upper().replace("_", " ") + mark,
-                         "tok/s": f"{np.median(tps):,.0f}{spread}" if tps else "",
+                         "tok/s": f"{np.median(tps):,.0f}" if tps else "", "processes: range": spread,
                          "MFU (bf16 peak)": f"{np.median(mfu) * 100:.1f} %" if mfu else "",
                          "allocator GiB": gib(max(mem)) if mem else "",
                          "GEMM share of GPU busy time": f"{np.median(shares) * 100:.0f} %" if shares else ""})
     b = next(iter(next(iter(pts.values())).values()))[0]
     note = (f"<p class='note'>Every point at B={b['batch_size']} × T={b['seq_len']}, {b['warmup_steps']} untimed and "
-            f"{b['timed_steps']} timed steps, one process each unless the tokens/s cell gives a range (the median "
-            "of the processes, and of their step times, MFU and GEMM shares; the largest allocator peak). The GEMM "
+            f"{b['timed_steps']} timed steps; with several processes a point shows their median (of tokens/s, step "
+            "time, MFU and GEMM share) and their largest allocator peak. Parameters as the model counts them (the "
+            "position embeddings left out, as nanoGPT counts). The GEMM "
             "share is of one profiled step of the without-FP8 configuration. MFU counts 6N + 12·L·d·T FLOPs per token "
             f"against the bf16 peak. The {sum(len(rs) for recs in pts.values() for rs in recs.values())} processes "
             f"took {sum(r.get('wall_s') or 0 for recs in pts.values() for rs in recs.values() for r in rs) / 60:.0f} "
@@ -195,10 +276,9 @@ def plot_size(rep: Report):
     names = list(points(rep))
     band = bands(rep)[0]
     known = [(names.index(p), b) for p, b in band.items() if b is not None]
-    if known:
-        xs, bs = [x for x, _ in known], [b for _, b in known]
-        a1.fill_between(xs, [1 - b for b in bs], [1 + b for b in bs], color="grey", alpha=0.15, lw=0,
-                        label="measured noise at that size")
+    if known:  # each size's band, as the crossover is judged: 1 ± its process-to-process range
+        a1.errorbar([x for x, _ in known], [1.0] * len(known), yerr=[b for _, b in known], fmt="none",
+                    ecolor="grey", elinewidth=6, alpha=0.3, label="measured noise at that size")
     a1.axhline(1.0, color="grey", lw=0.7)
     for i, (form, pts) in enumerate(series.items()):
         a1.plot([names.index(p) for p, _ in pts], [s for _, s in pts], "o-", color=f"C{i}", label=form)

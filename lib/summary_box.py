@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import html
 
-from . import fidelity_view, frontier_view, results, stages
+from . import fidelity_view, frontier_view, results, size_view, stages
 from .report import ADOPT_ABOVE, Report, mfu_bf16, recommended, span
 
 MAX_LINES = 5
@@ -56,7 +56,7 @@ def _stage_of(rep: Report, lever: str) -> str | None:
 
 def _skip(rep: Report) -> str | None:
     """Levers measured slower beyond noise, or whose loss did not hold."""
-    out = []
+    out, pays = [], size_view.pays_from(rep)
     for key in stages.single_gpu(rep.stage_order)[1:]:
         st, effect = stages.get(key), results.lever_effect(rep.df, key)
         if key in fidelity_view.rejected(rep):
@@ -66,7 +66,8 @@ def _skip(rep: Report) -> str | None:
         elif (rep.df[rep.df["stage"] == key]["loss_verdict"] == "beyond").any():
             out.append(f"{st.title} (loss beyond tolerance)")
         elif not effect["values"].empty and effect["median"] < 1 and not fidelity_view.noise_note(rep, key):
-            out.append(f"{st.title} ({span(effect['values'].values)} of {stages.get(effect['previous']).title})")
+            larger = f"; faster {pays[st.title]} in the size sweep" if st.title in pays else ""
+            out.append(f"{st.title} ({span(effect['values'].values)} of {stages.get(effect['previous']).title}{larger})")
     return "**Skip here:** " + "; ".join(out) + "." if out else None
 
 

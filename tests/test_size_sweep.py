@@ -212,3 +212,30 @@ def test_the_cpu_pipeline_measures_the_size_sweep_with_gpt2_medium(pipeline_ok):
     assert fp8 and all(r["status"] == "not_applicable" and "FP8" in r["reason"] for r in fp8)
     html = (pipeline_ok.report_dir / "report.html").read_text()
     assert "Model size: what FP8 buys" in html and "gpt2-medium" in html
+
+
+def test_the_title_names_the_preset(tmp_path):
+    assert pipeline._title(config.load("h100", model="gpt2-xl"), tmp_path).startswith("gpt2-xl training optimisation report")
+
+
+def test_a_report_without_a_size_sweep_names_the_command_that_measures_it(tmp_path):
+    rep = _sweep(tmp_path, {})
+    assert "make report GPU=cpu CHAPTERS=size_sweep" in size_view.size_html(rep)
+
+
+def test_a_win_only_at_the_largest_size_places_the_crossover_between_the_last_two(tmp_path):
+    rep = _sweep(tmp_path, {"gpt2": 0.9, "gpt2-medium": 1.2})
+    _again(rep, "gpt2-medium__wit", 1002.0)
+    _again(rep, "gpt2-medium__FP8", 1190.0)
+    text = size_view.crossover_md(report.load(rep.dir))
+    assert "pays at **gpt2-medium**, the largest size measured: on this device the crossover lies between gpt2 and " \
+           "gpt2-medium" in text
+    assert "its slowest process is +18.8 % against the fastest without FP8 (1,190 against 1,002 tokens/s)" in text
+
+
+def test_pays_from_words_the_crossover_for_the_summary(tmp_path):
+    assert size_view.pays_from(_sweep(tmp_path / "a", {"gpt2": 0.9, "gpt2-medium": 1.2})) == \
+        {"FP8 lm_head (torchao)": "at gpt2-medium"}
+    assert size_view.pays_from(_sweep(tmp_path / "b", {"gpt2": 0.9, "gpt2-medium": 1.2, "gpt2-xl": 1.3})) == \
+        {"FP8 lm_head (torchao)": "from gpt2-medium up"}
+    assert size_view.pays_from(_sweep(tmp_path / "c", {"gpt2": 0.9, "gpt2-medium": 0.95})) == {}
