@@ -109,7 +109,9 @@ def crossover_md(rep: Report) -> str:
         lines = ["An FP8 form *pays* at a size when its tokens/s exceed the same size's without-FP8 point; this "
                  "report measured no process-to-process noise, so a small difference may be noise."]
     else:
-        each = ", ".join(f"{p} {b * 100:.1f} %" for p, b in band.items() if b is not None)
+        own = {p for p, recs in points(rep).items() if _spread(recs) is not None}
+        each = ", ".join(f"{p} {b * 100:.1f} %" + ("" if p in own else " (borrowed: no point of it was repeated)")
+                         for p, b in band.items() if b is not None)
         lines = [f"An FP8 form *pays* at a size when its median tokens/s exceed the same size's without-FP8 median by "
                  f"more than that size's measured noise, a process-to-process range (fastest minus slowest process, "
                  f"over the median): {each}. A size whose points ran in two or more processes is judged by the widest "
@@ -126,10 +128,10 @@ def crossover_md(rep: Report) -> str:
         if c["from"] == sizes[0]:
             verdict = f"pays at every size measured, from {c['from']} on"
         elif c["from"] == sizes[-1]:
-            verdict = (f"pays at **{c['from']}**, the largest size measured: on this device the crossover lies "
-                       f"between {sizes[-2]} and {c['from']}")
+            verdict = (f"pays at **{c['from']}**, the largest size measured and the only one at which it pays: the "
+                       "crossover on this device, at this batch")
         elif c["from"]:
-            verdict = f"pays from **{c['from']}** on: the crossover on this device"
+            verdict = f"pays from **{c['from']}** on: the crossover on this device, at this batch"
         elif c["wins"]:
             verdict = f"pays at {', '.join(c['wins'])} but not at every larger size, so no crossover can be stated"
         else:
@@ -137,7 +139,7 @@ def crossover_md(rep: Report) -> str:
             kinds = [f"slower beyond the noise at {', '.join(c['losses'])}"] if c["losses"] else []
             kinds += [f"within the noise at {', '.join(c['ties'])}"] if c["ties"] else []
             verdict = (f"does not pay at any size measured ({'; '.join(kinds)}): no crossover up to {largest} "
-                       "on this device")
+                       "on this device at this batch")
         gaps = f"; not measured at {', '.join(c['unmeasured'])}" if c["unmeasured"] else ""
         lines.append(f"* **{html.escape(form)}** {verdict} (tokens/s over without FP8: {ratio}{gaps})."
                      + _apart(rep, form, c["wins"]) + _memory(rep, form))
@@ -201,21 +203,25 @@ def batch_md(rep: Report) -> str:
         slower = [x for x in sorted(matrix) if x > b and matrix[x]["median_ms"] < ms]
         if slower:
             x = slower[0]
-            line += (f" Its B={b} step here ({ms:.1f} ms) is longer than the stage's at B={x} ({matrix[x]['median_ms']:.1f} ms),"
-                     f" with half the tokens or fewer: not the GEMMs' work, then, but something the sweep does not show "
+            line += (f" Its B={b} step here ({ms:.1f} ms; added to the recommendation without FP8) is longer than the "
+                     f"stage's at B={x} ({matrix[x]['median_ms']:.1f} ms; added to {stages.get(stage.base).title}), with "
+                     f"{b}/{x} of the tokens: not the GEMMs' work, then, but something the sweep does not show "
                      f"(it profiles only the points without FP8), so its {own} ratio says little about FP8's GEMMs.")
         lines.append(line)
     return "\n".join(lines)
 
 
 def pays_from(rep: Report) -> dict[str, str]:
-    """{FP8 form: where the size sweep finds it paying, in words ("at gpt2-xl" when that is the largest
-    size measured, else "from gpt2-large up")}, for the forms that have a crossover."""
+    """{FP8 form: where the size sweep finds it paying, in words with its basis ("1.03× of the
+    recommendation without FP8 at gpt2-xl, B=8", and "and every larger size" when there are some)},
+    for the forms that have a crossover."""
     band, out = bands(rep)[0], {}
     for form, pts in speedups(rep).items():
         c = crossover(pts, band)
         if c["from"]:
-            out[form] = f"at {c['from']}" if c["from"] == list(c["ratios"])[-1] else f"from {c['from']} up"
+            b = next(iter(points(rep)[c["from"]].values()))[0]["batch_size"]
+            more = "" if c["from"] == list(c["ratios"])[-1] else " and every larger size"
+            out[form] = f"{c['ratios'][c['from']]:.2f}× of the recommendation without FP8 at {c['from']}, B={b}{more}"
     return out
 
 
@@ -278,7 +284,7 @@ def plot_size(rep: Report):
     known = [(names.index(p), b) for p, b in band.items() if b is not None]
     if known:  # each size's band, as the crossover is judged: 1 ± its process-to-process range
         a1.errorbar([x for x, _ in known], [1.0] * len(known), yerr=[b for _, b in known], fmt="none",
-                    ecolor="grey", elinewidth=6, alpha=0.3, label="measured noise at that size")
+                    ecolor="grey", elinewidth=6, alpha=0.3, label="noise band of each size (the text says which are borrowed)")
     a1.axhline(1.0, color="grey", lw=0.7)
     for i, (form, pts) in enumerate(series.items()):
         a1.plot([names.index(p) for p, _ in pts], [s for _, s in pts], "o-", color=f"C{i}", label=form)

@@ -66,7 +66,7 @@ def _skip(rep: Report) -> str | None:
         elif (rep.df[rep.df["stage"] == key]["loss_verdict"] == "beyond").any():
             out.append(f"{st.title} (loss beyond tolerance)")
         elif not effect["values"].empty and effect["median"] < 1 and not fidelity_view.noise_note(rep, key):
-            larger = f"; faster {pays[st.title]} in the size sweep" if st.title in pays else ""
+            larger = f"; the size sweep: {pays[st.title]}" if st.title in pays else ""
             out.append(f"{st.title} ({span(effect['values'].values)} of {stages.get(effect['previous']).title}{larger})")
     return "**Skip here:** " + "; ".join(out) + "." if out else None
 

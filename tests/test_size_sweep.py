@@ -228,14 +228,14 @@ def test_a_win_only_at_the_largest_size_places_the_crossover_between_the_last_tw
     _again(rep, "gpt2-medium__wit", 1002.0)
     _again(rep, "gpt2-medium__FP8", 1190.0)
     text = size_view.crossover_md(report.load(rep.dir))
-    assert "pays at **gpt2-medium**, the largest size measured: on this device the crossover lies between gpt2 and " \
-           "gpt2-medium" in text
+    assert "pays at **gpt2-medium**, the largest size measured and the only one at which it pays: the crossover " \
+           "on this device, at this batch" in text
     assert "its slowest process is +18.8 % against the fastest without FP8 (1,190 against 1,002 tokens/s)" in text
 
 
 def test_pays_from_words_the_crossover_for_the_summary(tmp_path):
     assert size_view.pays_from(_sweep(tmp_path / "a", {"gpt2": 0.9, "gpt2-medium": 1.2})) == \
-        {"FP8 lm_head (torchao)": "at gpt2-medium"}
+        {"FP8 lm_head (torchao)": "1.20× of the recommendation without FP8 at gpt2-medium, B=8"}
     assert size_view.pays_from(_sweep(tmp_path / "b", {"gpt2": 0.9, "gpt2-medium": 1.2, "gpt2-xl": 1.3})) == \
-        {"FP8 lm_head (torchao)": "from gpt2-medium up"}
+        {"FP8 lm_head (torchao)": "1.20× of the recommendation without FP8 at gpt2-medium, B=8 and every larger size"}
     assert size_view.pays_from(_sweep(tmp_path / "c", {"gpt2": 0.9, "gpt2-medium": 0.95})) == {}
