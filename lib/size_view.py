@@ -63,6 +63,13 @@ def bands(rep: Report) -> tuple[dict[str, float | None], float | None]:
     return out, floor
 
 
+def _source(rep: Report, preset: str, band: float | None, floor: float | None) -> str:
+    """Where a size's band comes from, when not from its own repeated points."""
+    if _spread(points(rep)[preset]) is not None and band != floor:
+        return ""
+    return " (the report's noise floor)" if band == floor else " (the sweep's widest: no point of it was repeated)"
+
+
 def speedups(rep: Report) -> dict[str, list[tuple[str, float | None, str | None]]]:
     """{FP8 form: [(preset, its median tokens/s over the same preset's without-FP8 median, or None,
     and why not when None)]}, presets smallest first."""
@@ -103,15 +110,16 @@ def crossover(series: list[tuple[str, float | None, str | None]], band: dict[str
 def crossover_md(rep: Report) -> str:
     """One sentence per FP8 form: from which size it pays on this device, with the ratios it rests on."""
     series, (band, floor) = speedups(rep), bands(rep)
-    if not series:
-        return "The size sweep has no FP8 form to compare on this device."
+    if not points(rep):
+        return "Nothing to compare: the size sweep was not measured for this report (above)."
+    if not any(s is not None for pts in series.values() for _, s, _ in pts):
+        why = next((w for pts in series.values() for _, _, w in pts if w), "")
+        return "No FP8 form ran at any size on this device" + (f" ({html.escape(why)})." if why else ".")
     if all(b is None for b in band.values()):
         lines = ["An FP8 form *pays* at a size when its tokens/s exceed the same size's without-FP8 point; this "
                  "report measured no process-to-process noise, so a small difference may be noise."]
     else:
-        own = {p for p, recs in points(rep).items() if _spread(recs) is not None}
-        each = ", ".join(f"{p} {b * 100:.1f} %" + ("" if p in own else " (borrowed: no point of it was repeated)")
-                         for p, b in band.items() if b is not None)
+        each = ", ".join(f"{p} {b * 100:.1f} %" + _source(rep, p, b, floor) for p, b in band.items() if b is not None)
         lines = [f"An FP8 form *pays* at a size when its median tokens/s exceed the same size's without-FP8 median by "
                  f"more than that size's measured noise, a process-to-process range (fastest minus slowest process, "
                  f"over the median): {each}. A size whose points ran in two or more processes is judged by the widest "
@@ -181,7 +189,7 @@ def batch_md(rep: Report) -> str:
     recs = pts[own]
     b = next(iter(recs.values()))[0]["batch_size"]
     here = _ran(recs.get(WITHOUT_FP8, []))
-    lines = [f"Every size runs at B={b}, which gpt2-xl fits; this report's own model, {own}, is recommended at "
+    lines = [f"Every size runs at B={b}, one batch for all of them; this report's own model, {own}, is recommended at "
              f"B={best['batch_size']} ({best['processes']['median']:,.0f} tokens/s, median of its processes)"
              + (f", against {np.median(here):,.0f} tokens/s here without FP8" if here else "")
              + f": at B={b} it runs far below its operating point, and a ratio here is not the lever's worth at the "
@@ -258,16 +266,20 @@ def size_html(rep: Report) -> str:
                          "allocator GiB": gib(max(mem)) if mem else "",
                          "GEMM share of GPU busy time": f"{np.median(shares) * 100:.0f} %" if shares else ""})
     b = next(iter(next(iter(pts.values())).values()))[0]
+    walls = [r["wall_s"] for recs in pts.values() for rs in recs.values() for r in rs if r.get("wall_s")]
     note = (f"<p class='note'>Every point at B={b['batch_size']} × T={b['seq_len']}, {b['warmup_steps']} untimed and "
             f"{b['timed_steps']} timed steps; with several processes a point shows their median (of tokens/s, step "
             "time, MFU and GEMM share) and their largest allocator peak. Parameters as the model counts them (the "
             "position embeddings left out, as nanoGPT counts). The GEMM "
             "share is of one profiled step of the without-FP8 configuration. MFU counts 6N + 12·L·d·T FLOPs per token "
-            f"against the bf16 peak. The {sum(len(rs) for recs in pts.values() for rs in recs.values())} processes "
-            f"took {sum(r.get('wall_s') or 0 for recs in pts.values() for rs in recs.values() for r in rs) / 60:.0f} "
-            "minutes in all (each one's wall time, compilation included).</p>")
+            "against the bf16 peak." + (f" The {len(walls)} processes took {_duration(sum(walls))} in all (each one's "
+                                        "wall time, compilation included)." if walls else "") + "</p>")
     why = "".join(f"<p class='note'>({i}) {html.escape(t)}</p>" for i, t in enumerate(reasons, 1))
     return table(rows) + note + why
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds / 60:.0f} minutes" if seconds >= 90 else f"{seconds:.0f} s"
 
 
 def plot_size(rep: Report):
@@ -282,7 +294,9 @@ def plot_size(rep: Report):
     names = list(points(rep))
     band = bands(rep)[0]
     known = [(names.index(p), b) for p, b in band.items() if b is not None]
-    if known:  # each size's band, as the crossover is judged: 1 ± its process-to-process range
+    if not series:
+        a1.text(0.5, 0.5, "no FP8 form ran on this device", ha="center", va="center", transform=a1.transAxes)
+    elif known:  # each size's band, as the crossover is judged: 1 ± its process-to-process range
         a1.errorbar([x for x, _ in known], [1.0] * len(known), yerr=[b for _, b in known], fmt="none",
                     ecolor="grey", elinewidth=6, alpha=0.3, label="noise band of each size (the text says which are borrowed)")
     a1.axhline(1.0, color="grey", lw=0.7)

@@ -239,3 +239,17 @@ def test_pays_from_words_the_crossover_for_the_summary(tmp_path):
     assert size_view.pays_from(_sweep(tmp_path / "b", {"gpt2": 0.9, "gpt2-medium": 1.2, "gpt2-xl": 1.3})) == \
         {"FP8 lm_head (torchao)": "1.20× of the recommendation without FP8 at gpt2-medium, B=8 and every larger size"}
     assert size_view.pays_from(_sweep(tmp_path / "c", {"gpt2": 0.9, "gpt2-medium": 0.95})) == {}
+
+
+def test_where_no_fp8_form_ran_the_crossover_says_why_and_the_note_counts_only_processes(tmp_path):
+    rep = _sweep(tmp_path, {"gpt2": 1.0})
+    for path in (rep.dir / "results" / "size").glob("*FP8*.json"):
+        rec = json.loads(path.read_text())
+        rec.update(status="not_applicable", reason="FP8 needs compute capability 8.9", wall_s=None)
+        results.write_atomic(path, rec)
+    rep = report.load(rep.dir)
+    assert size_view.crossover_md(rep) == "No FP8 form ran at any size on this device (not applicable: FP8 needs " \
+                                          "compute capability 8.9)."
+    assert "processes took" not in size_view.size_html(rep)  # no record here timed a process
+    empty = _sweep(tmp_path / "none", {})
+    assert "was not measured for this report" in size_view.crossover_md(empty)
