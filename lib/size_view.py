@@ -184,6 +184,8 @@ def batch_md(rep: Report) -> str:
     FP8 form's stage in the matrix at its batch sizes beside the sweep's point (a lever's worth depends
     on the batch as well as the size). A sweep point slower than its stage at a larger batch is flagged."""
     pts, best, own = points(rep), recommended(rep), config.preset_of(rep.params)
+    if not pts:
+        return "Nothing to set beside the stage matrix: the size sweep was not measured for this report."
     if own not in pts or best is None:
         return ""
     recs = pts[own]
@@ -242,8 +244,8 @@ def gemm_share(rec: dict | None) -> float | None:
 def size_html(rep: Report) -> str:
     pts = points(rep)
     if not pts:
-        return none("The size sweep was not measured for this report: `make report GPU="
-                    f"{rep.params['name']} CHAPTERS=size_sweep` measures it (after the batch-size sweep has chosen "
+        return none("The size sweep was not measured for this report: \"make report GPU="
+                    f"{rep.params['name']} CHAPTERS=size_sweep\" measures it (after the batch-size sweep has chosen "
                     "the recommendation it varies).")
     best = recommended(rep)
     rows, reasons = [], []  # why a point did not run: numbered notes under the table
