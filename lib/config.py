@@ -348,7 +348,7 @@ def validate(p: dict) -> None:
     for name in size["presets"]:
         if name not in presets():
             raise ConfigError(f"{where}: evidence.size_sweep: {name!r} is no preset ({', '.join(presets())})")
-    fp8 = [k for k in stages.ORDER if stages.STAGES[k].fp8 or stages.STAGES[k].float8 or stages.STAGES[k].fp8_lm_head]
+    fp8 = [k for k in stages.ORDER if stages.fp8_switches(stages.STAGES[k])]
     for key in size["fp8_stages"]:
         if key not in fp8:
             raise ConfigError(f"{where}: evidence.size_sweep.fp8_stages: {key!r} is no FP8 stage ({', '.join(fp8)})")

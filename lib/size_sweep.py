@@ -17,17 +17,8 @@ from . import config, results, runner, stages
 from .jobs import folder, make_job
 from .paths import resolve
 
-FP8_SWITCHES = ("fp8", "float8", "fp8_lm_head")  # a stage's FP8 switches (stages.Stage)
-WITHOUT_FP8 = "without FP8"  # the variant of each preset's reference point
+WITHOUT_FP8 = stages.WITHOUT_FP8  # the variant of each preset's reference point
 FP32_STATE_BYTES = 16  # per parameter: fp32 weights, gradients and AdamW's two moments
-
-
-DEFAULTS = {f.name: f.default for f in dataclasses.fields(stages.Stage)}
-
-
-def _fp8_switches(stage) -> dict:
-    """The FP8 switches `stage` sets away from their defaults."""
-    return {s: getattr(stage, s) for s in FP8_SWITCHES if getattr(stage, s) != DEFAULTS[s]}
 
 
 def _stage_like(stage) -> str | None:
@@ -51,12 +42,12 @@ def plan(params: dict, recommended: str) -> list[dict]:
     recommendation is among them: without FP8 when it has none, else as one of the FP8 forms (or
     added as its own when the profile's forms do not include it)."""
     rec = stages.get(recommended)
-    off = {s: DEFAULTS[s] for s in _fp8_switches(rec)}
+    off = {s: stages.DEFAULTS[s] for s in stages.fp8_switches(rec)}
     base = dataclasses.replace(rec, **off)
     out = [_config(base, recommended, off, WITHOUT_FP8, recommended)]
     out[0]["like"] = out[0]["stage"]
     for key in params["evidence"]["size_sweep"]["fp8_stages"]:
-        switches = _fp8_switches(stages.get(key))
+        switches = stages.fp8_switches(stages.get(key))
         form = dataclasses.replace(base, **switches)
         out.append(_config(form, out[0]["stage"], {**(out[0]["overrides"] or {}), **switches},
                            stages.get(key).title, key))

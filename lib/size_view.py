@@ -14,7 +14,7 @@ from .fidelity_view import noise
 from .report import Report, gib, recommended
 from .report_charts import save, style
 
-WITHOUT_FP8 = "without FP8"  # the variant of each preset's reference point (lib/size_sweep.py writes it)
+WITHOUT_FP8 = stages.WITHOUT_FP8  # the variant of each preset's reference point
 
 
 def _size(rec: dict) -> tuple:

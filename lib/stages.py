@@ -59,9 +59,8 @@ class Stage:
         """What a measurement of this stage depends on: its key, the switches it sets away from
         their defaults, and the peak its MFU is computed against. Titles and prose are not part
         of it, and a new kind of switch leaves every existing stage's identity as it was."""
-        defaults = {f.name: f.default for f in fields(Stage)}
         return {"key": self.key, "peak": self.peak,
-                **{s: getattr(self, s) for s in SWITCHES if getattr(self, s) != defaults[s]}}
+                **{s: getattr(self, s) for s in SWITCHES if getattr(self, s) != DEFAULTS[s]}}
 
     def not_applicable(self, device: dict) -> str | None:
         """Why this stage cannot run on `device` (a detect() record), or None if it can."""
@@ -78,6 +77,16 @@ class Stage:
             what = "GPU" if backend in ("cuda", "rocm") else f"{backend.upper()} device"
             return f"one {what} on this host: {self.title} needs {self.needs}"
         return None
+
+
+DEFAULTS = {f.name: f.default for f in fields(Stage)}  # every field's value when a stage does not set it
+FP8_SWITCHES = ("fp8", "float8", "fp8_lm_head")  # the switches that put GEMMs in FP8
+WITHOUT_FP8 = "without FP8"  # the size sweep's variant name for a configuration with every FP8 switch off
+
+
+def fp8_switches(stage) -> dict:
+    """The FP8 switches `stage` sets away from their defaults (empty: a stage without FP8)."""
+    return {s: getattr(stage, s) for s in FP8_SWITCHES if getattr(stage, s) != DEFAULTS[s]}
 
 
 def _cumulative() -> list[Stage]:
