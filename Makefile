@@ -11,7 +11,7 @@
 SHELL := /bin/bash
 .DEFAULT_GOAL := help
 PYTHON ?= python3
-export GPU GPUS BATCHES STAGES CHAPTERS PRICE_PER_GPU_HOUR OVERRIDE REPORTS FORCE MEASURE_ONLY NNODES NODE_RANK RDZV
+export GPU GPUS BATCHES STAGES CHAPTERS DEPTH COMPILE_CACHE PRICE_PER_GPU_HOUR OVERRIDE REPORTS FORCE MEASURE_ONLY NNODES NODE_RANK RDZV
 
 ENV_MODE ?= $(shell $(PYTHON) -c "import torch,sys; sys.exit(0 if torch.cuda.is_available() else 1)" >/dev/null 2>&1 && echo existing || echo venv)
 ifeq ($(ENV_MODE),existing)
@@ -24,13 +24,16 @@ else
   SETUP_STAMP := .venv/.stamp
 endif
 PIP_QUIET := 2> >(grep -v "is ignored: it is neither a file nor a directory" >&2)
-HOST_IMPORTS := numpy tiktoken pandas matplotlib yaml papermill nbformat nbconvert ipykernel pytest ruff
+# what measuring and rendering import; the test tools are checked by `make test` alone, so a GPU host
+# that only measures needs no linter
+HOST_IMPORTS := numpy tiktoken pandas matplotlib yaml papermill nbformat nbconvert ipykernel
+TEST_IMPORTS := pytest ruff
 LEVER_IMPORTS := torchao cut_cross_entropy
 
 .PHONY: help setup report test lab wheelhouse pdf render compare clean
 help:  ## this list
 	@grep -E '^[a-z]+:.*## ' $(firstword $(MAKEFILE_LIST)) | sed -E 's/^([a-z]+):.*## /  make \1\t/' | expand -t 16
-	@echo "options of make report: GPU=h100 MODEL=gpt2-xl BATCHES=\"16 32\" STAGES=\"fp32 vocab ddp\" CHAPTERS=\"batch_sweep autotune\" PRICE_PER_GPU_HOUR=2.49 MEASURE_ONLY=1 FORCE=1 OVERRIDE=1 REPORTS=dir NNODES=2 NODE_RANK=0 RDZV=host:port"
+	@echo "options of make report: GPU=h100 MODEL=gpt2-xl BATCHES=\"16 32\" STAGES=\"fp32 vocab ddp\" CHAPTERS=\"batch_sweep autotune\" DEPTH=full PRICE_PER_GPU_HOUR=2.49 MEASURE_ONLY=1 FORCE=1 OVERRIDE=1 REPORTS=dir NNODES=2 NODE_RANK=0 RDZV=host:port"
 
 # A bad input of `make report` (profile, batch sizes, stages, reports folder) stops make itself,
 # so its one-line reason is the last thing printed (a failing recipe would add make's own
@@ -45,6 +48,7 @@ $(file >>$(INPUT_FILE),MODEL=$(MODEL))
 $(file >>$(INPUT_FILE),BATCHES=$(BATCHES))
 $(file >>$(INPUT_FILE),STAGES=$(STAGES))
 $(file >>$(INPUT_FILE),CHAPTERS=$(CHAPTERS))
+$(file >>$(INPUT_FILE),DEPTH=$(DEPTH))
 $(file >>$(INPUT_FILE),PRICE_PER_GPU_HOUR=$(PRICE_PER_GPU_HOUR))
 $(file >>$(INPUT_FILE),REPORTS=$(REPORTS))
 $(file >>$(INPUT_FILE),NNODES=$(NNODES))
@@ -101,6 +105,8 @@ compare: setup  ## one report across GPUs from existing reports [GPUS="h100 h200
 	@$(PY) -m lib.cli compare
 
 test: setup  ## the linter, then the test suite (the whole pipeline on the CPU default)
+	@$(PY) -c "import $(shell echo $(TEST_IMPORTS) | tr ' ' ',')" 2>/dev/null || { \
+	  echo "error: the test tools ($(TEST_IMPORTS)) are missing: pip install them (or the wheelhouse's)" >&2; exit 1; }
 	@$(PY) -m ruff check lib tests && $(PY) -m pytest -q tests
 
 lab: setup  ## JupyterLab on notebooks/

@@ -25,6 +25,7 @@ class Chapter:
 NOT_STAGES = {"batch_sweep": ("15_batch_sweep.ipynb", "Batch-size sweep and recommended configuration"),
               "size_sweep": ("17_size_sweep.ipynb", "Model size: what FP8 buys from GPT-2 small to XL")}
 SUMMARY, COMPARE = NOTEBOOKS / "summary.ipynb", NOTEBOOKS / "compare.ipynb"
+assert tuple(NOT_STAGES) == stages.BEYOND_STAGES, "stages.BEYOND_STAGES names these chapters, in this order"
 
 
 def _registry() -> dict[str, Chapter]:
@@ -43,9 +44,11 @@ def _registry() -> dict[str, Chapter]:
 CHAPTERS = _registry()
 
 
-def order(stage_keys: list[str]) -> list[Chapter]:
-    """A run's chapters: its single-GPU stages, the batch sweep, the size sweep, then its multi-GPU stages."""
-    keys = stages.single_gpu(stage_keys) + ["batch_sweep", "size_sweep"] + [k for k in stage_keys if stages.is_multi_gpu(k)]
+def order(stage_keys: list[str], beyond: list[str] | None = None) -> list[Chapter]:
+    """A run's chapters: its single-GPU stages, the batch sweep, the size sweep, then its multi-GPU stages.
+    `beyond` (params' chapters) names which chapters that are not a stage the report has; None: all."""
+    extra = [k for k in NOT_STAGES if beyond is None or k in beyond]
+    keys = stages.single_gpu(stage_keys) + extra + [k for k in stage_keys if stages.is_multi_gpu(k)]
     return [CHAPTERS[k] for k in keys]
 
 
@@ -62,7 +65,8 @@ def parse(text: str) -> list[str]:
 
 
 def check_part_of(keys: list[str], stage_keys: list[str]) -> None:
-    """CHAPTERS may name only chapters of the run's own stage list."""
+    """CHAPTERS may name only chapters of the run's own stage list (or a chapter beyond the stages, which
+    then joins the report)."""
     have = [c.key for c in order(stage_keys)]
     absent = [k for k in keys if k not in have]
     if absent:

@@ -25,6 +25,8 @@ def main(argv=None) -> int:
                    help="measure only these stages, e.g. 'fp32 vocab ddp' (the first is the baseline)")
     r.add_argument("--chapters", default=env.get("CHAPTERS") or None,
                    help="measure only these chapters, in this order, e.g. 'batch_sweep autotune' (resuming the report)")
+    r.add_argument("--depth", default=env.get("DEPTH") or None,
+                   help="'full' adds the depth the default leaves out (params' full_depth: max-autotune, the size sweep...)")
     r.add_argument("--override", action="store_true", default=env.get("OVERRIDE", "") not in ("", "0"),
                    help="run a profile on a device it does not name")
     r.add_argument("--reports", default=env.get("REPORTS") or None, help="reports folder (default: reports/)")
@@ -59,7 +61,8 @@ def main(argv=None) -> int:
                                   given.get("REPORTS") or None, nnodes=given.get("NNODES") or None,
                                   node_rank=given.get("NODE_RANK") or None, rdzv=given.get("RDZV") or None,
                                   chapter_list=given.get("CHAPTERS") or None,
-                                  price=given.get("PRICE_PER_GPU_HOUR") or None, model=given.get("MODEL") or None)
+                                  price=given.get("PRICE_PER_GPU_HOUR") or None, model=given.get("MODEL") or None,
+                                  depth=given.get("DEPTH") or None)
             return 0
         except (config.ConfigError, data.DataError) as e:
             print(f"error: {e}")

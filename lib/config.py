@@ -10,7 +10,7 @@ from pathlib import Path
 
 import yaml
 
-from . import results
+from . import results, stages
 
 from .paths import PARAMS as PARAMS_DIR
 from .paths import ROOT
@@ -27,7 +27,10 @@ SCHEMA = {
     "evidence": {"seq_lens": list, "seq_tokens": int, "seq_warmup_steps": int, "seq_timed_steps": int,
                  "gemm_batch": int, "sweep_batch_sizes": list, "repeats": int, "crosscheck_batch": int,
                  "parity_steps": int, "held_out_batches": int, "global_batch_tokens": int,
-                 "recipe_warmup_steps": int, "recipe_timed_steps": int, "baseline": dict, "size_sweep": dict},
+                 "recipe_warmup_steps": int, "recipe_timed_steps": int, "baseline": dict, "size_sweep": dict,
+                 "repeat_tolerance": float},
+    "full_depth": {"stages": list, "chapters": list},  # measured only with DEPTH=full or when named
+    "cost_model_s": dict,  # the progress line's estimate of a chapter no earlier run timed
     "skip": dict,  # stage -> why this profile does not measure it (the report shows the reason)
     "description": str, "match": list, "backend": str, "family": str, "peak_tflops": dict, "peak_source": str,
     "price_per_gpu_hour": float,  # optional: the report adds the cost per million tokens (else energy only)
@@ -236,8 +239,28 @@ def check_launch(nnodes=None, node_rank=None, rdzv=None) -> dict:
     return {"nnodes": n, "node_rank": rank, "rdzv": rdzv}
 
 
+DEPTHS = ("default", "full")
+
+
+def check_depth(depth: str | None) -> str:
+    if depth in (None, ""):
+        return "default"
+    if depth not in DEPTHS:
+        raise UsageError(f"unknown DEPTH={depth!r} (depths: {', '.join(DEPTHS)})")
+    return depth
+
+
+def not_run(params: dict) -> list[dict]:
+    """What this report leaves to DEPTH=full (stages and chapters not in it), each with the command that adds it."""
+    full, again = params.get("full_depth") or {}, f"make report GPU={params['name']}" + (
+        f" MODEL={params['model_preset']}" if params.get("model_preset") != params.get("profile_preset") else "")
+    return ([{"key": k, "kind": "stage", "command": f"{again} DEPTH=full CHAPTERS={k}"} for k in full.get("stages", [])
+             if k not in params["stages"]] + [{"key": k, "kind": "chapter", "command": f"{again} CHAPTERS={k}"}
+                                              for k in full.get("chapters", []) if k not in (params.get("chapters") or [])])
+
+
 def load(profile: str, batch_sizes: list[int] | None = None, override: str | None = None,
-         stage_keys: list[str] | None = None, model: str | None = None) -> dict:
+         stage_keys: list[str] | None = None, model: str | None = None, depth: str | None = None) -> dict:
     """The merged, validated parameters for `profile`, with `name` set to it, at the preset `model`
     (None: the profile's own). Batch sizes come from the preset, then the profile, then the
     profile's entry for the preset. `override`, when the profile runs on a device it does not name,
@@ -247,7 +270,8 @@ def load(profile: str, batch_sizes: list[int] | None = None, override: str | Non
     if not path.exists():
         raise ConfigError(f"unknown GPU profile {profile!r} (profiles: {', '.join(profiles())})")
     default, own = _read(PARAMS_DIR / "default.yaml"), _read(path)
-    name = check_model(model) if model else _merge(default, own)["model"]["preset"]
+    own_preset = _merge(default, own)["model"]["preset"]
+    name = check_model(model) if model else own_preset
     if name not in presets():
         raise ConfigError(f"{path.relative_to(ROOT)}: model.preset {name!r} is none of params/models.yaml's presets "
                           f"({', '.join(presets())})")
@@ -269,18 +293,22 @@ def load(profile: str, batch_sizes: list[int] | None = None, override: str | Non
     params["model_preset"] = name
     if batch_sizes is not None:
         params["run"]["batch_sizes"] = batch_sizes
+    depth = check_depth(depth)
+    full = params.get("full_depth") or {}
     if stage_keys is not None:  # a subset of the profile's stages; the first one is the baseline
         params["stages"] = stage_keys
-    params["name"] = profile
+    elif depth == "default":  # depth runs when asked (DEPTH=full) or named (STAGES=, CHAPTERS=)
+        params["stages"] = [k for k in params["stages"] if k not in full.get("stages", [])]
+    params["chapters"] = [k for k in stages.BEYOND_STAGES if depth == "full" or k not in full.get("chapters", [])]
+    params.update(depth=depth, profile_preset=own_preset, name=profile)
     params["override"] = override
     params["method"] = results.METHOD
+    params["not_run"] = not_run(params)
     validate(params)
     return params
 
 
 def validate(p: dict) -> None:
-    from . import stages
-
     where = f"params/{p['name']}.yaml"
     for section, keys in (("model", [*SHAPE, *(k for k in SCHEMA["model"] if k != "preset")]), ("run", SCHEMA["run"])):
         missing = [k for k in keys if k not in p.get(section, {})]

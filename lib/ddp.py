@@ -24,7 +24,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from . import data, results, stages, step
+from . import clocks, compile_cache, data, results, stages, step
 from .measure import memory
 
 
@@ -68,8 +68,11 @@ def run(job: dict) -> dict | None:
     for i in range(r["warmup_steps"]):
         one(i)
     timed = range(r["warmup_steps"], r["warmup_steps"] + r["timed_steps"])
+    clock = clocks.ClockSampler(dev, local)
+    clock.start()
     synced = step.time_steps(one, timed, dev)
     local = step.time_steps(lambda i: one(i + r["timed_steps"], sync=False), timed, dev)
+    sampled = {**clock.stop(), "span": "rank 0's timed steps (its own GPU)"}
     # The slowest rank sets the pace: gather every rank's median and keep the largest.
     # NCCL only moves device tensors (gloo takes CPU ones), so gather on the model's device.
     where = model.lm_head.weight.device
@@ -86,7 +89,10 @@ def run(job: dict) -> dict | None:
     if rank != 0:
         return None
     rec = results.base_record(params, stages.get("ddp"), batch)
-    rec.update(fingerprint=job.get("fingerprint"), init_checksum=checksum)
+    rec.update(fingerprint=job.get("fingerprint"), init_checksum=checksum, provenance=job.get("stamp"), clocks=sampled)
+    from torch._dynamo.utils import counters  # rank 0's compile: from the cache, or cold
+
+    rec["compile_cache"] = compile_cache.outcome(counters, job.get("cold_compile"))
     results.fill_timing(rec, synced, batch * r["seq_len"] * world)
     slowest_sync = max(float(g[0]) for g in gathered)
     slowest_local = max(float(g[1]) for g in gathered)
@@ -112,4 +118,4 @@ if __name__ == "__main__":
     job_path, out_path = sys.argv[1:3]
     rec = run(json.loads(open(job_path).read()))
     if rec is not None:
-        results.write_atomic(out_path, rec)
+        results.write_record(out_path, rec)

@@ -11,6 +11,7 @@ import os
 import platform
 import sys
 
+from .provenance import host_id
 
 def _cublas_version() -> str | None:
     """cuBLASLt's own version, read from the library PyTorch actually loaded."""
@@ -54,9 +55,11 @@ def detect() -> dict:
     if torch.cuda.is_available():
         props = torch.cuda.get_device_properties(0)
         backend = "rocm" if torch.version.hip else "cuda"
+        uuid = str(getattr(props, "uuid", "") or "") or None
         return {"backend": backend, "name": props.name, "count": torch.cuda.device_count(),
                 "capability": [props.major, props.minor], "sm_count": props.multi_processor_count,
-                "memory_bytes": props.total_memory}
+                "memory_bytes": props.total_memory,
+                "uuid": uuid if uuid is None or uuid.startswith(("GPU-", "MIG-")) else f"GPU-{uuid}"}
     if getattr(torch.backends, "mps", None) and torch.backends.mps.is_available():
         return {"backend": "mps", "name": "mps", "count": 1}
     return {"backend": "cpu", "name": platform.processor() or platform.machine(), "count": 1,
@@ -84,7 +87,7 @@ def capture() -> dict:
     import numpy
     import torch
 
-    env = {"device": detect(), "python": platform.python_version(), "torch": torch.__version__,
+    env = {"device": detect(), "host_id": host_id(), "python": platform.python_version(), "torch": torch.__version__,
            "numpy": numpy.__version__, "os": f"{platform.system()} {platform.release()}",
            "cpu": platform.processor() or platform.machine(), "cpu_cores": os.cpu_count(), "packages": packages()}
     dev = env["device"]

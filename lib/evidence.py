@@ -145,18 +145,26 @@ def repeat_configs(params: dict, report_dir) -> list[tuple[str, int]]:
 
 
 def repeats(params: dict, report_dir, force: bool = False) -> list[dict]:
-    """Each of repeat_configs in evidence.repeats - 1 more fresh processes (the first is the
-    matrix's or the sweep's own), so the report can state the process-to-process spread."""
-    env, n = runner.environment(report_dir), params["evidence"]["repeats"]
-    jobs = []
-    for stage, batch in repeat_configs(params, report_dir):
-        for k in range(1, n):
+    """Each of repeat_configs in up to evidence.repeats - 1 more fresh processes (the first is the
+    matrix's or the sweep's own), so the report can state the process-to-process spread. The rule,
+    fixed before any number: a second process always; a further one only where the processes so
+    far differ by more than evidence.repeat_tolerance (absent: always)."""
+    env, ev = runner.environment(report_dir), params["evidence"]
+    tolerance, out = ev.get("repeat_tolerance"), []
+    configs = repeat_configs(params, report_dir)
+    for k in range(1, ev["repeats"]):
+        if k > 1 and tolerance is not None:
+            tps = results.throughputs(results.decision_records(resolve(report_dir) / "results"))
+            configs = [c for c in configs if results.spread(tps.get(c) or [1.0])["spread"] > tolerance]
+        jobs = []
+        for stage, batch in configs:
             job = make_job(params, env, stage, batch, folder(report_dir, "repeats") / f"{stage}__b{batch}__r{k}.json",
-                       variant="repeat", repeat=k, profile=False, energy=False)
+                           variant="repeat", repeat=k, profile=False, energy=False)
             job["fingerprint"] += f"-r{k}"
             jobs.append(job)
-    recs = runner.measure_jobs(jobs, env, force=force)
-    return [recs[j["out"]] for j in jobs if j["out"] in recs]
+        recs = runner.measure_jobs(jobs, env, force=force)
+        out += [recs[j["out"]] for j in jobs if j["out"] in recs]
+    return out
 
 
 def crosscheck_jobs(params: dict, report_dir, configs: list[tuple[str, int]]) -> list[dict]:

@@ -16,14 +16,14 @@ CROSSCHECK_LIMIT = 0.03  # harness vs plain loop beyond this is flagged in the e
 def noise(rep: Report) -> tuple[dict, float | None]:
     """(configuration -> tokens/s of every process that timed it, the report's noise floor)."""
     tps = results.throughputs(rep.decisions)
-    return tps, results.noise_floor(tps)
+    return tps, results.decision_floor(rep.decisions, tps)
 
 
 def within_noise(rep: Report, a: tuple[str, int], b: tuple[str, int]) -> bool | None:
     tps, floor = noise(rep)
     if a not in tps or b not in tps:
         return None
-    return results.within_noise(tps[a], tps[b], floor)
+    return results.within_noise(tps[a], tps[b], floor, results.across_machines(rep.decisions))
 
 
 def _harness_ms(rep: Report, key: str, batch: int) -> float | None:

@@ -18,7 +18,7 @@ import time
 
 import torch
 
-from . import data, energy, faults, gemm_sweep, kernel_profile, plain_loop, results, stages, step
+from . import clocks, compile_cache, data, energy, faults, gemm_sweep, kernel_profile, plain_loop, results, stages, step
 from .model import flops_per_token
 
 SDPA_OPS = {  # profiler op name -> which SDPA backend ran
@@ -86,7 +86,7 @@ def run(job: dict) -> dict:
     if micro > 1:
         rec["micro_steps"] = micro
     t_start = time.perf_counter()
-    sampler = None
+    sampler = clock = None
     try:
         train = step.build(params, stage, dev, micro_steps=micro)
         rec["init_checksum"] = train.model.init_checksum()
@@ -118,9 +118,13 @@ def run(job: dict) -> dict:
         rec.update(sampler.stop())
         meter = energy.EnergyMeter(dev, torch.cuda.current_device() if dev == "cuda" else 0) \
             if job.get("energy", True) else None
+        clock = clocks.ClockSampler(dev, torch.cuda.current_device() if dev == "cuda" else 0)
         if meter:
             meter.start()
+        clock.start()
         times_ms = step.time_steps(one, range(r["warmup_steps"], n_steps), dev)  # ends synchronised
+        rec["clocks"] = {**clock.stop(), "span": "the timed steps"}
+        clock = None
         if meter:
             used = meter.stop()
             rec["energy"] = used if used else {"unavailable": meter.reason}
@@ -135,6 +139,8 @@ def run(job: dict) -> dict:
     except Exception as exc:  # OOM is a result; anything else is recorded as an error
         # stops the thread whatever follows; an OOM keeps the peak up to it
         rec.update(sampler.stop() if sampler else NOT_SAMPLED)
+        if clock is not None:
+            rec["clocks"] = {**clock.stop(), "span": "the timed steps, up to the failure"}
         if stage.sdpa_backend and no_sdpa_kernel(exc):  # a forced backend this device does not have
             rec.update(status=results.Status.NOT_APPLICABLE, wall_s=time.perf_counter() - t_start,
                        reason=f"no {stage.sdpa_backend} SDPA kernel for this device and shape: "
@@ -220,21 +226,33 @@ def parity_run(job: dict) -> dict:
 
 def _measure(job: dict) -> dict:
     kind = job.get("kind")
+    if kind is None:
+        return run(job)  # samples the clocks over its own timed steps
+    # The other kinds sample them over the whole process: the plain loop stays the canonical trainer,
+    # with nothing added beside its steps.
+    dev = step.device_type(job["params"]["backend"])
+    sampler = clocks.ClockSampler(dev, 0)
+    sampler.start()
     if kind == "gemm":
-        return gemm_record(job)
-    if kind == "parity":
-        return parity_run(job)
-    if kind == "plain":
+        rec = gemm_record(job)
+    elif kind == "parity":
+        rec = parity_run(job)
+    else:
         rec = plain_loop.run(job)
         rec.update(schema_version=results.SCHEMA_VERSION, fingerprint=job.get("fingerprint"),
                    variant=job.get("variant"), repeat=job.get("repeat", 0))
-        return rec
-    return run(job)
+    step.synchronize(dev)
+    rec["clocks"] = {**sampler.stop(), "span": "the whole measuring process (warm-up included)"}
+    return rec
 
 
 def _child(job: dict, out_path: str) -> int:
     try:
-        results.write_atomic(out_path, _measure(job))
+        rec = _measure(job)
+        from torch._dynamo.utils import counters  # what this process compiled, and from where
+
+        rec.update(provenance=job.get("stamp"), compile_cache=compile_cache.outcome(counters, job.get("cold_compile")))
+        results.write_record(out_path, rec)
         return 0
     except BaseException:
         import traceback

@@ -71,7 +71,7 @@ def draw(report_dir: Path, params: dict, failed_before: list[str] = ()) -> tuple
     session()
     nb_params = {"gpu": params["name"], "model": params.get("model_preset"), "report_dir": str(report_dir), "measure": False}
     failures, done, timings = [], [], {}
-    order = chapters.order(params["stages"])
+    order = chapters.order(params["stages"], params.get("chapters"))
     for i, chapter in enumerate(order, 1):
         t0 = time.perf_counter()
         print(f"[{i}/{len(order)}] {chapter.title}", flush=True)

@@ -11,7 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-from . import chapters, config, data, export, notebook_runner, recommendation, report_folder, results
+from . import chapters, config, data, export, notebook_runner, recommendation, report_folder, results, run_log, stages
 from . import report as report_view
 from .config import UsageError
 from .paths import ROOT
@@ -74,7 +74,8 @@ def _rel(path: Path) -> Path:
 
 def check_inputs(gpu: str | None, batches: str | None, stage_list: str | None, reports: str | None,
                  nnodes: str | None = None, node_rank: str | None = None, rdzv: str | None = None,
-                 chapter_list: str | None = None, price: str | None = None, model: str | None = None):
+                 chapter_list: str | None = None, price: str | None = None, model: str | None = None,
+                 depth: str | None = None):
     """The inputs of a report that can be checked without the device: profile, model preset, batch sizes,
     stages, reports folder, the DDP stage's nodes (config.check_launch), the chapters to measure.
     Returns (batch sizes or None, stage keys or None)."""
@@ -82,6 +83,7 @@ def check_inputs(gpu: str | None, batches: str | None, stage_list: str | None, r
     if chapter_list:
         chapters.parse(chapter_list)
     config.parse_price(price)
+    config.check_depth(depth)
     if model:
         config.check_model(model)
     config.check_launch(nnodes, node_rank, rdzv)
@@ -94,16 +96,17 @@ def check_inputs(gpu: str | None, batches: str | None, stage_list: str | None, r
 def report(args) -> int:
     """Measure (resuming a report of the same workload and machine) and, unless measure_only,
     draw and export. The one params object of the run is written to params.json before anything
-    else; every chapter reads that copy."""
+    else; every chapter reads that copy. run.json is the program's own account of the run, kept
+    true as it goes (lib/run_log.py)."""
     t_start = time.perf_counter()
-    model = getattr(args, "model", None)
-    batches, stage_keys = check_inputs(args.gpu, args.batches, args.stages, args.reports, model=model)
+    model, depth = getattr(args, "model", None), getattr(args, "depth", None)
+    batches, stage_keys = check_inputs(args.gpu, args.batches, args.stages, args.reports, model=model, depth=depth)
     only = chapters.parse(args.chapters) if getattr(args, "chapters", None) else None
     launch = config.check_launch(getattr(args, "nnodes", None), getattr(args, "node_rank", None),
                                  getattr(args, "rdzv", None))
     env = detect_environment()
     profile, override = choose_profile(args.gpu, env["device"], args.override)
-    params = config.load(profile, batches, override, stage_keys, model=model)
+    params = config.load(profile, batches, override, stage_keys, model=model, depth=depth)
     manifest = data.verify()
     root = report_folder.reports_root(args.reports)
     report_folder.create(root)
@@ -111,17 +114,21 @@ def report(args) -> int:
     report_dir = root / name
     _lock = report_folder.take_lock(root, name)  # noqa: F841 (held open until this process ends, however it ends)
     earlier, resume = [], report_folder.same_setup(report_dir, params, env) and not args.force
+    history = report_folder.earlier_runs(report_dir)  # also the progress estimates of a run that starts afresh
     kept = []
     if resume:
         params["stages"], kept = report_folder.union_of_stages(report_dir, params["stages"])
-    if only:  # checked before anything in the folder moves
+        params["chapters"] = report_folder.union_of_chapters(report_dir, params["chapters"])
+    if only:  # checked before anything in the folder moves; a chapter beyond the stages that is named joins
         chapters.check_part_of(only, params["stages"])
+        params["chapters"] = [k for k in stages.BEYOND_STAGES if k in params["chapters"] or k in only]
+    params["not_run"] = config.not_run(params)
     if resume:
         print(f"resuming the {name} report: configurations with valid results for this workload "
               f"and machine are kept (FORCE=1 re-measures everything)")
         if kept:
             print(f"the report keeps the stages measured before: {', '.join(kept)}")
-        earlier = report_folder.earlier_runs(report_dir)
+        earlier = history
     else:
         moved = report_folder.archive_previous(report_dir)
         if moved:
@@ -131,10 +138,15 @@ def report(args) -> int:
     results.write_atomic(report_dir / "params.json", params)
     dev = env["device"]
     print(f"report {name}: {params['model_preset']} on {dev['name']} ({dev['backend']}), stages {', '.join(params['stages'])}, "
-          f"batch sizes {params['run']['batch_sizes']}, {manifest['tokens']:,} corpus tokens")
-    failures, timings = measure_chapters(report_dir, params, args.force, t_start, earlier, draw=not args.measure_only,
-                                         launch=launch, only=only)
+          f"batch sizes {params['run']['batch_sizes']}, {manifest['tokens']:,} corpus tokens, depth {params['depth']}"
+          + (f" (not measured: {', '.join(n['key'] for n in params['not_run'])}; DEPTH=full adds them)"
+             if params["not_run"] else ""))
+    log = run_log.RunLog(report_dir, params, env, earlier, report_folder.command(), run_log.estimates(params, history, env["device"]))
+    failures, timings = measure_chapters(report_dir, params, args.force, log, launch=launch, only=only)
+    every = chapters.order(params["stages"], params["chapters"])
+    complete = not only or len(only) == len(every)
     if args.measure_only:
+        log.finish(completed=complete, measure_only=True)
         again = f"GPU={profile}" + (f" MODEL={params['model_preset']}" if name != profile else "")
         print(f"measured in {timings['total_s']:.0f} s; render the report with `make render {again}`"
               + (f" (REPORTS={report_dir.parent})" if report_dir.parent != ROOT / "reports" else ""))
@@ -147,55 +159,44 @@ def report(args) -> int:
                                  _title(params, report_dir), t_start))
     if timings.get("pdf_error"):
         failures.append(timings["pdf_error"])
+    log.run["failures"] = failures
+    log.finish(completed=complete, measure_only=False, notebooks_s=draw_s,
+               export_s={k: timings[k] for k in ("html_s", "pdf_s") if k in timings})
     recommendation.write(report_view.load(report_dir))
-    _write_run(report_dir, params, timings, failures, earlier, completed=True, draw_s=draw_s)
     print(f"done in {timings['total_s']:.0f} s (measurement {t_measure:.0f} s, notebooks {sum(draw_s.values()):.0f} s, "
           f"HTML {timings['html_s']:.1f} s, PDF {timings['pdf_s']:.1f} s): "
           f"{_rel(report_dir)}/report.html, {_rel(report_dir)}/report.pdf")
     return report_folder.exit_code(report_dir, failures)
 
 
-def _write_run(report_dir: Path, params: dict, timings: dict, failures: list, earlier: list, completed: bool,
-               draw_s: dict | None = None, started: str | None = None) -> None:
-    run = {"profile": params["name"], "started": started or dt.datetime.now().isoformat(timespec="seconds"),
-           "measure_only": draw_s is None, "completed": completed, "timings_s": timings, "failures": failures,
-           "code": report_folder.code_version(), "command": report_folder.command(), "earlier_runs": earlier}
-    if draw_s is not None:
-        run["notebooks_s"] = draw_s
-    results.write_atomic(report_dir / "run.json", run)
-
-
-def measure_chapters(report_dir: Path, params: dict, force: bool, t_start: float, earlier: list,
-                     draw: bool = False, launch: dict | None = None,
+def measure_chapters(report_dir: Path, params: dict, force: bool, log, launch: dict | None = None,
                      only: list[str] | None = None) -> tuple[list[str], dict]:
     """Every chapter's measurements, in chapter order, in this process (one measurement launcher
     for the whole run); with `only` (CHAPTERS=), just those chapters, in the order given, so a host
-    with little time measures what matters first. run.json is written after every chapter, so a
-    run stopped half-way still accounts for itself. `launch` (config.check_launch) makes the DDP
-    stage one node of several. Returns (failures, seconds per chapter)."""
+    with little time measures what matters first. `log` (run_log.RunLog) rewrites run.json after
+    every configuration and prints the progress. `launch` (config.check_launch) makes the DDP stage
+    one node of several. Returns (failures, seconds per chapter)."""
     from . import evidence, runner  # imported here: rendering never needs the launcher
 
     failures, timings = [], {}
-    started = dt.datetime.now().isoformat(timespec="seconds")
-    order = chapters.order(params["stages"])
-    if only:
-        order = [chapters.CHAPTERS[k] for k in only]
+    order = [chapters.CHAPTERS[k] for k in only] if only else chapters.order(params["stages"], params["chapters"])
+    runner.OBSERVERS[:] = [log]
     for i, chapter in enumerate(order, 1):
         t0 = time.perf_counter()
-        print(f"[measure {i}/{len(order)}] {chapter.title}", flush=True)
+        print(log.chapter(i, order), flush=True)
+        failure = None
         try:
             if chapter.key == "ddp" and launch and launch["nnodes"] > 1:  # this node's part of a multi-node job
                 runner.run_ddp(params, report_dir, force=force, launch=launch)
             else:
                 evidence.measure_chapter(chapter.key, params, report_dir, force=force)
         except Exception as e:  # recorded; the other chapters still measure
-            failures.append(f"{chapter.key}: {type(e).__name__}: {e}")
-            print(f"    FAILED: {failures[-1]}", flush=True)
+            failure = f"{chapter.key}: {type(e).__name__}: {e}"
+            failures.append(failure)
+            print(f"    FAILED: {failure}", flush=True)
         timings[chapter.key] = time.perf_counter() - t0
-        timings["total_s"] = time.perf_counter() - t_start
-        # a CHAPTERS= run completes the report only if it named every chapter
-        _write_run(report_dir, params, timings, failures, earlier, started=started,
-                   completed=i == len(order) and not draw and len(order) == len(chapters.order(params["stages"])))
+        log.chapter_done(chapter.key, timings[chapter.key], failure)
+    timings["total_s"] = log.elapsed()
     return failures, timings
 
 

@@ -103,6 +103,20 @@ def code_commits(rep: "Report") -> tuple[list[str], int]:
     return list(dict.fromkeys(c for c in commits if c)), sum(not c for c in commits)
 
 
+def compile_time_text(rec: dict) -> str:
+    """A configuration's first step as the compile chapter states it: the cold compile where this
+    process compiled cold or the cache's ledger remembers the process that did; a warm start says so."""
+    cache, first = rec.get("compile_cache") or {}, rec.get("first_step_s")
+    head = f"B={rec['batch_size']}: "
+    if cache.get("state") in (None, "cold", "not compiled"):
+        return head + f"{first:.1f} s" + (" (cold compile)" if cache.get("state") == "cold" else "")
+    cold = cache.get("cold")
+    if cold:
+        return head + (f"{cold['first_step_s']:.1f} s cold (measured {str(cold.get('finished_at'))[:10]}); this process "
+                       f"started from the compile cache and took {first:.1f} s")
+    return head + f"{first:.1f} s from the compile cache; no cold compile of it on record"
+
+
 def mfu_bf16(rep: "Report", mfu, precision) -> float | None:
     return mfu_bf16_of(rep.params, mfu, precision)
 

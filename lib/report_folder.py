@@ -7,11 +7,10 @@ import json
 import os
 import shlex
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
-from . import results, stages
+from . import results, run_log, stages
 from .config import UsageError
 from .paths import ROOT
 
@@ -93,16 +92,23 @@ def union_of_stages(report_dir: Path, requested: list[str]) -> tuple[list[str], 
     return [k for k in stages.ORDER if k in requested or k in kept], kept
 
 
+def union_of_chapters(report_dir: Path, requested: list[str]) -> list[str]:
+    """A resumed report keeps the chapters beyond the stages that an earlier run measured (the size sweep)."""
+    before = json.loads((report_dir / "params.json").read_text()).get("chapters") or []
+    return [k for k in stages.BEYOND_STAGES if k in requested or k in before]
+
+
 def earlier_runs(report_dir: Path) -> list[dict]:
     """The measuring runs before this one, oldest first, so run.json accounts for every call
-    that measured the report (their re-renders are dropped: the next render replaces them)."""
+    that measured the report (their re-renders are dropped: the next render replaces them). A run
+    left 'running' by a process that is gone (this one holds the lock) is settled as interrupted."""
     try:
         last = json.loads((report_dir / "run.json").read_text())
     except (OSError, ValueError):
         return []
     history = last.pop("earlier_runs", [])
     last.pop("renders", None)
-    return history + [last]
+    return [run_log.settle(r) for r in history + [last]]
 
 
 def measured_seconds(run: dict) -> float | None:
@@ -125,30 +131,8 @@ def exit_code(report_dir: Path, failures: list[str]) -> int:
 
 
 # The options of `make report` that change what a run measures, in the order `make help` lists them.
-REPORT_OPTIONS = ("GPU", "BATCHES", "STAGES", "CHAPTERS", "MEASURE_ONLY", "FORCE", "OVERRIDE", "REPORTS",
+REPORT_OPTIONS = ("GPU", "MODEL", "BATCHES", "STAGES", "CHAPTERS", "DEPTH", "MEASURE_ONLY", "FORCE", "OVERRIDE", "REPORTS",
                   "NNODES", "NODE_RANK", "RDZV")
-
-
-def code_version() -> dict:
-    """The commit of the measuring code and whether the tree differed from it. A GPU host often
-    gets a copy of the tree whose .git is missing or stale: GPT2_LEVERS_COMMIT, set by whoever
-    copied it, then names the commit and wins over git; the record says where the name came from."""
-    given = os.environ.get("GPT2_LEVERS_COMMIT")
-    if given:
-        return {"commit": given, "modified": None, "source": "GPT2_LEVERS_COMMIT"}
-
-    def git(*args):
-        out = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, timeout=20)
-        return out.stdout.strip() if out.returncode == 0 else None
-
-    try:
-        commit = git("rev-parse", "HEAD")
-        modified = bool(git("status", "--porcelain", "--untracked-files=no", "--", "lib", "params", "notebooks")) \
-            if commit else None
-    except (OSError, subprocess.SubprocessError):
-        commit = modified = None
-    return {"commit": commit, "modified": modified, "source": "git"} if commit else \
-        {"commit": None, "modified": None, "source": "no .git and GPT2_LEVERS_COMMIT unset"}
 
 
 def command() -> str:

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import numpy as np
 
-from . import kernel_categories, stages
+from . import kernel_categories, provenance, stages
+from .noise import across_machines, decision_floor, noise_floor, spread, within_noise  # noqa: F401 (re-exported)
 from .record import REUSABLE, SCHEMA_VERSION, STATUSES, TIMED, Record, Status  # noqa: F401 (re-exported)
 
 DONE_PREFIX = "@@done "  # the measurement launcher's one line per finished configuration, on its stdout
@@ -71,6 +72,12 @@ def write_atomic(path, record: dict) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def write_record(path, record: dict) -> None:
+    """A result record, atomically, once it says where and how it was measured (provenance.check)."""
+    provenance.check(record)
+    write_atomic(path, record)
 
 
 def _jsonable(v):
@@ -332,33 +339,6 @@ def throughputs(records: list[dict]) -> dict:
     return out
 
 
-def spread(values: list[float]) -> dict:
-    """Process-to-process spread of one configuration: median, range, and the range relative
-    to the median (0 for a single process: nothing measured)."""
-    v = np.asarray(values, dtype=float)
-    med = float(np.median(v))
-    return {"n": int(v.size), "median": med, "lo": float(v.min()), "hi": float(v.max()),
-            "spread": float((v.max() - v.min()) / med) if v.size > 1 and med else 0.0}
-
-
-def noise_floor(groups: dict) -> float | None:
-    """The largest relative process-to-process range among the configurations run in several
-    processes: the report's measured noise. None when nothing was repeated."""
-    spreads = [spread(v)["spread"] for v in groups.values() if len(v) > 1]
-    return max(spreads) if spreads else None
-
-
-def within_noise(a: list[float], b: list[float], floor: float | None) -> bool | None:
-    """Whether the ratio of two configurations' median throughputs lies inside the measured
-    noise: the larger of their own process-to-process ranges (the report's noise floor for one
-    measured only once). None when no noise was measured."""
-    bands = [spread(v)["spread"] if len(v) > 1 else floor for v in (a, b)]
-    if any(x is None for x in bands):
-        return None
-    ratio = float(np.median(a)) / float(np.median(b))
-    return bool(abs(ratio - 1) <= max(bands))
-
-
 def ranked_configs(records: list[dict], params: dict, eligible=None) -> list[dict]:
     """Single-GPU configurations (matrix and batch sweep) of stages whose loss held against
     their reference wherever it could be compared (verified_stages), fastest first by the
@@ -389,10 +369,11 @@ def best_config(records: list[dict], params: dict, eligible=None) -> dict | None
     if not ranked:
         return None
     tps = throughputs(records)
-    floor = noise_floor(tps)
+    floor = decision_floor(records, tps)
     best = ranked[0]
     same_speed = [r for r in ranked if r["stage"] == best["stage"] and (r is best or len(tps[(r["stage"], r["batch_size"])]) > 1)
-                  and within_noise(tps[(r["stage"], r["batch_size"])], tps[(best["stage"], best["batch_size"])], floor)]
+                  and within_noise(tps[(r["stage"], r["batch_size"])], tps[(best["stage"], best["batch_size"])], floor,
+                                   across_machines(records))]
     pick = min(same_speed or [best], key=lambda r: (r.get("mem_allocator_bytes") or r.get("mem_device_bytes") or 0,
                                                     r["batch_size"]))
     return {**pick, "processes": spread(tps[(pick["stage"], pick["batch_size"])]),

@@ -14,7 +14,7 @@ import threading
 import time
 from pathlib import Path
 
-from . import faults, results, stages
+from . import compile_cache, faults, provenance, results, stages
 from .paths import ROOT, resolve
 
 DDP_MEMORY_SHARE = 0.85  # the DDP stage replicates only configurations that left this much headroom
@@ -45,10 +45,27 @@ def environment(report_dir) -> dict:
     return env
 
 
-def child_env() -> dict:
+def child_env(device_env: dict | None = None) -> dict:
+    """The environment of a child process; a measuring one (given the report's environment record)
+    also points at the run's compile cache."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    if device_env is not None:
+        env.update(compile_cache.env_vars(device_env))
     return env
+
+
+# Who hears of each record as the run goes (lib/run_log.RunLog: progress lines and run.json); set by the pipeline.
+OBSERVERS: list = []
+
+
+def _finished(env: dict, rec: dict, kept: bool = False) -> None:
+    """Every record of the run, measured or kept, as it comes: its line (with the observers' progress),
+    the cache ledger, run.json (an observer)."""
+    if not kept:
+        compile_cache.remember(env, rec)
+    notes = [observer.record(rec, kept) for observer in OBSERVERS]
+    print(describe(rec) + ("  (kept from an earlier run)" if kept else "") + "".join(n for n in notes if n), flush=True)
 
 
 def describe(rec: dict) -> str:
@@ -76,9 +93,9 @@ def describe(rec: dict) -> str:
     return f"{head} {rec['status'].upper()}: {rec.get('reason')}"
 
 
-def error_record(params: dict, stage_key: str, batch: int, reason: str, stderr: str = "") -> dict:
+def error_record(params: dict, stage_key: str, batch: int, reason: str, stderr: str = "", stamp: dict | None = None) -> dict:
     rec = results.base_record(params, stages.get(stage_key), batch)
-    rec.update(status=results.Status.ERROR, reason=reason, stderr_tail=stderr[-3000:])
+    rec.update(status=results.Status.ERROR, reason=reason, stderr_tail=stderr[-3000:], provenance=stamp)
     return rec
 
 
@@ -130,6 +147,8 @@ def measure_jobs(jobs: list[dict], env: dict, timeout_s: float = 1800, force: bo
     After a job marked stop_if_oom runs out of memory the launcher skips the remaining jobs
     (a batch-size sweep goes no further); they get no record."""
     recs, todo = {}, []
+    stamp = provenance.run_stamp(env)
+    cold = compile_cache.ledger(env)
     kept_oom = False  # a sweep whose kept result ran out of memory goes no further on resume
     for job in jobs:
         out = Path(job["out"])
@@ -139,7 +158,7 @@ def measure_jobs(jobs: list[dict], env: dict, timeout_s: float = 1800, force: bo
         if kept:
             recs[job["out"]] = kept
             kept_oom = bool(job.get("stop_if_oom")) and kept.get("status") == results.Status.OOM
-            print(describe(kept) + "  (kept from an earlier run)", flush=True)
+            _finished(env, kept, kept=True)
             continue
         if out.exists():
             out.unlink()  # never let an older result stand in for this run's
@@ -148,19 +167,20 @@ def measure_jobs(jobs: list[dict], env: dict, timeout_s: float = 1800, force: bo
         if reason:
             rec = results.base_record(job["params"], stage, job["batch_size"])
             rec.update(status=results.Status.NOT_APPLICABLE, reason=reason, fingerprint=job["fingerprint"],
-                       variant=job.get("variant"), stage_overrides=job.get("stage_overrides"))
-            results.write_atomic(out, rec)
+                       variant=job.get("variant"), stage_overrides=job.get("stage_overrides"), provenance=stamp)
+            results.write_record(out, rec)
             recs[job["out"]] = rec
-            print(describe(rec), flush=True)
+            _finished(env, rec)
         else:
-            todo.append({k: v for k, v in job.items() if k != "not_applicable"})
+            todo.append({**{k: v for k, v in job.items() if k != "not_applicable"}, "stamp": stamp,
+                         "cold_compile": cold.get(job["fingerprint"])})
     if not todo:
         return recs
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         # The fault injection of this moment travels with the batch: the launcher outlives the
         # environment it was started in.
         json.dump({"jobs": todo, "timeout_s": timeout_s, "faults": os.environ.get(faults.VAR, "")}, f)
-    proc, stderr_lines = _launcher()
+    proc, stderr_lines = _launcher(env)
     stderr_lines.clear()
     finished = False
     try:
@@ -175,7 +195,7 @@ def measure_jobs(jobs: list[dict], env: dict, timeout_s: float = 1800, force: bo
             msg = json.loads(line[len(results.DONE_PREFIX):])
             job = next(j for j in todo if j["out"] == msg["out"])
             recs[job["out"]] = _collect(job["params"], job, msg["verdict"], "".join(stderr_lines))
-            print(describe(recs[job["out"]]), flush=True)
+            _finished(env, recs[job["out"]])
     except BrokenPipeError:
         pass  # the launcher died; what it did not report becomes an error record below
     finally:
@@ -188,26 +208,30 @@ def measure_jobs(jobs: list[dict], env: dict, timeout_s: float = 1800, force: bo
         if job["out"] not in recs and not (stopped and job.get("stop_if_oom")):
             recs[job["out"]] = _collect(job["params"], job, f"launcher exited with {proc.poll()}",
                                         "".join(stderr_lines))
-            print(describe(recs[job["out"]]), flush=True)
+            _finished(env, recs[job["out"]])
     return recs
 
 
-_LAUNCHER: tuple | None = None  # (process, its stderr lines): one per process that measures
+_LAUNCHER: tuple | None = None  # (process, its stderr lines, its compile cache): one per process that measures
 
 
-def _launcher() -> tuple:
+def _launcher(env: dict) -> tuple:
     """The measurement launcher (`python -m lib.measure`), started on first use and kept for
     every later batch of jobs, so PyTorch is imported once per run rather than once per chapter.
     It never touches the device: each job still runs in a fresh child forked from it. Started
     again if it died; it exits when its input closes or this process dies."""
     global _LAUNCHER
+    cache = compile_cache.env_vars(env)
+    if _LAUNCHER is not None and _LAUNCHER[2] != cache:
+        _LAUNCHER[0].stdin.close()  # another report's machine or code: its own cache folder
+        _LAUNCHER = None
     if _LAUNCHER is None or _LAUNCHER[0].poll() is not None:
-        proc = subprocess.Popen([sys.executable, "-m", "lib.measure"], cwd=ROOT, env=child_env(), text=True,
+        proc = subprocess.Popen([sys.executable, "-m", "lib.measure"], cwd=ROOT, env=child_env(env), text=True,
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         lines: list[str] = []
         threading.Thread(target=lambda: lines.extend(proc.stderr), daemon=True).start()
-        _LAUNCHER = (proc, lines)
-    return _LAUNCHER
+        _LAUNCHER = (proc, lines, cache)
+    return _LAUNCHER[:2]
 
 
 def _collect(params, job, verdict, stderr) -> dict:
@@ -220,8 +244,8 @@ def _collect(params, job, verdict, stderr) -> dict:
     ranked = [ln for ln in errors if ln.startswith("[rank")]
     message = (ranked or errors or tail or ["no message"])[-1]
     rec = error_record(params, job["stage"], job["batch_size"], f"measurement process failed ({verdict}): {message}",
-                       stderr)
-    results.write_atomic(out, rec)
+                       stderr, job.get("stamp"))
+    results.write_record(out, rec)
     return rec
 
 
@@ -235,7 +259,7 @@ def _torchrun(params: dict, job: dict, n: int, out: Path, timeout_s: float, laun
     when its ranks ran, RuntimeError with the failing line when they did not."""
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         json.dump(job, f)
-    run_env = {**child_env(), **NVLINK_MULTICAST_OFF}
+    run_env = {**child_env(job.get("device_env")), **NVLINK_MULTICAST_OFF}
     run_env.setdefault("OMP_NUM_THREADS", "1")
     try:
         proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", *_launch_args(launch, job, timeout_s),
@@ -252,10 +276,11 @@ def _torchrun(params: dict, job: dict, n: int, out: Path, timeout_s: float, laun
             raise RuntimeError(f"DDP ranks of node {launch['node_rank']} failed ({verdict}): "
                                f"{(lines or ['no message'])[-1]}")
         return None
-    rec = _collect(params, {"stage": "ddp", "batch_size": job["batch_size"], "out": str(out)}, verdict, stderr)
+    rec = _collect(params, {"stage": "ddp", "batch_size": job["batch_size"], "out": str(out), "stamp": job.get("stamp")},
+                   verdict, stderr)
     if rec["status"] == results.Status.ERROR and "out of memory" in stderr.lower():
         rec.update(status=results.Status.OOM, reason=f"out of memory on at least one of {n} rank(s)")
-        results.write_atomic(out, rec)
+        results.write_record(out, rec)
     return rec
 
 
@@ -338,7 +363,7 @@ def run_ddp(params: dict, report_dir, nproc: int | None = None, timeout_s: float
         + (f"-nodes{nnodes}" if nnodes > 1 else "")
     kept = None if force or contributor else reusable(out, fp)
     if kept:
-        print(describe(kept) + "  (kept from an earlier run)", flush=True)
+        _finished(env, kept, kept=True)
         return kept
     # Several nodes of one GPU each are several GPUs: the job's world size decides.
     reason = None if nproc else stage.not_applicable({**env["device"], "count": env["device"].get("count", 1) * nnodes})
@@ -347,12 +372,13 @@ def run_ddp(params: dict, report_dir, nproc: int | None = None, timeout_s: float
         return None
     if reason:
         rec = results.base_record(params, stage, batch)
-        rec.update(status=results.Status.NOT_APPLICABLE, reason=reason, fingerprint=fp)
-        results.write_atomic(out, rec)
-        print(describe(rec), flush=True)
+        rec.update(status=results.Status.NOT_APPLICABLE, reason=reason, fingerprint=fp, provenance=provenance.run_stamp(env))
+        results.write_record(out, rec)
+        _finished(env, rec)
         return rec
     n = nproc or env["device"]["count"]
     job = {"params": params, "batch_size": batch, "base_stage": base_key, "fingerprint": fp, **launch,
+           "stamp": provenance.run_stamp(env), "device_env": env, "cold_compile": compile_cache.ledger(env).get(fp),
            "single_gpu_tokens_per_s": (best.get("processes") or {}).get("median", best["tokens_per_s"]) if best else None}
     if out.exists():
         out.unlink()
@@ -370,5 +396,5 @@ def run_ddp(params: dict, report_dir, nproc: int | None = None, timeout_s: float
         print(f"   ddp node {launch['node_rank']} of {nnodes}: contributed {n} rank(s) to the job; node 0 writes "
               "its record", flush=True)
         return None
-    print(describe(rec), flush=True)
+    _finished(env, rec)
     return rec

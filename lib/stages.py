@@ -221,6 +221,7 @@ def levers_of(stage) -> dict[str, dict]:
 
 STAGES: dict[str, Stage] = {s.key: s for s in _cumulative()}
 ORDER = list(STAGES)
+BEYOND_STAGES = ("batch_sweep", "size_sweep")  # the chapters that are not a stage, in their order (lib/chapters.py)
 
 
 def get(key: str) -> Stage:

@@ -8,11 +8,12 @@ import pytest
 
 LIB = Path(__file__).resolve().parent.parent / "lib"
 LAYERS = {
-    "core": {"paths", "config", "claim_params", "stages", "record", "results", "data", "kernel_categories"},
+    "core": {"paths", "config", "claim_params", "stages", "record", "results", "data", "kernel_categories",
+             "provenance", "noise"},
     "measuring": {"model", "step", "measure", "plain_loop", "ddp", "fp8", "gemm_sweep", "kernel_profile", "energy",
-                  "environment", "faults"},
+                  "environment", "faults", "clocks", "compile_cache"},
     "running": {"runner", "evidence", "recipe", "jobs", "chapters", "pipeline", "notebook_runner", "report_folder", "cli",
-                "optimal", "size_sweep"},
+                "optimal", "size_sweep", "run_log"},
     "reporting": {"report", "frontier_view", "report_tables", "report_text", "report_charts", "evidence_view", "fidelity_view",
                   "profile_view", "sweep_view", "summary_box", "recommendation", "claims", "rules", "compare", "export", "size_view"},
 }
