@@ -142,7 +142,11 @@ def report(args) -> int:
           + (f" (not measured: {', '.join(n['key'] for n in params['not_run'])}; DEPTH=full adds them)"
              if params["not_run"] else ""))
     log = run_log.RunLog(report_dir, params, env, earlier, report_folder.command(), run_log.estimates(params, history, env["device"]))
-    failures, timings = measure_chapters(report_dir, params, args.force, log, launch=launch, only=only)
+    try:
+        failures, timings = measure_chapters(report_dir, params, args.force, log, launch=launch, only=only)
+    except run_log.TimeBudgetSpent as spent:
+        print(f"stopped: {spent}", flush=True)
+        return 3
     every = chapters.order(params["stages"], params["chapters"])
     complete = not only or len(only) == len(every)
     if args.measure_only:

@@ -18,6 +18,14 @@ from pathlib import Path
 from . import provenance, results, stages
 
 
+BUDGET_VAR = "MEASURE_FOR"  # seconds this run may measure; then it stops between configurations, resumable
+
+
+class TimeBudgetSpent(BaseException):
+    """MEASURE_FOR ran out: the run stops after the configuration that used it up (a BaseException, so no
+    chapter's own error handling records it as a failure)."""
+
+
 def _clock(seconds: float) -> str:
     seconds = max(0, int(round(seconds)))
     h, rest = divmod(seconds, 3600)
@@ -67,6 +75,8 @@ class RunLog:
         self.t0 = time.perf_counter()
         self.estimate, self.source = estimate
         self.chapter_key, self.chapter_t0, self.left_after = None, self.t0, 0.0
+        budget = os.environ.get(BUDGET_VAR)
+        self.budget_s = float(budget) if budget else None
         stamp = provenance.run_stamp(env)
         self.run = {"profile": params["name"], "started": dt.datetime.now().isoformat(timespec="seconds"),
                     "state": "running", "pid": os.getpid(), "completed": False, "measure_only": True,
@@ -114,6 +124,12 @@ class RunLog:
         here = f"~{_clock(own - spent)} left in the chapter" if spent < own else "chapter over its estimate"
         return f"  [{_clock(self.elapsed())} elapsed; {here}, ~{_clock(max(own - spent, 0) + self.left_after)} in the run]"
 
+    def check_budget(self) -> None:
+        """Raise TimeBudgetSpent once MEASURE_FOR is spent (called after each record's line is printed)."""
+        if self.budget_s is not None and self.elapsed() > self.budget_s:
+            self.stop(f"its time budget ({BUDGET_VAR}={self.budget_s:g} s) was spent; the same command resumes it")
+            raise TimeBudgetSpent(self.run["interrupted"])
+
     def chapter_done(self, key: str, seconds: float, failure: str | None = None) -> None:
         self.run["timings_s"][key] = seconds
         if failure:
@@ -127,6 +143,9 @@ class RunLog:
                         completed=completed, measure_only=measure_only, **extra)
         self.run.pop("pid", None)
         self.write()
+
+    def stop(self, why: str) -> None:
+        self._interrupted(why)
 
     def _interrupted(self, why: str) -> None:
         if self.run["state"] != "running":

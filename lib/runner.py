@@ -66,6 +66,8 @@ def _finished(env: dict, rec: dict, kept: bool = False) -> None:
         compile_cache.remember(env, rec)
     notes = [observer.record(rec, kept) for observer in OBSERVERS]
     print(describe(rec) + ("  (kept from an earlier run)" if kept else "") + "".join(n for n in notes if n), flush=True)
+    for observer in OBSERVERS:
+        observer.check_budget()
 
 
 def describe(rec: dict) -> str:
