@@ -3,10 +3,11 @@ code switch and the appendix, the title and the failures, as HTML or Markdown.""
 from __future__ import annotations
 
 import html
+from collections import Counter
 
 import pandas as pd
 
-from . import stages
+from . import noise, provenance, stages
 from .config import preset_of
 from .report import CV_LIMIT, GiB, Report, code_commits, gib, manifest, pct, short, times, tok
 
@@ -131,6 +132,7 @@ def title_md(rep: Report) -> str:
         sub += f"\n\nLast measuring command: `{rep.run['command']}`" + (
             f" (and {len(rep.run.get('earlier_runs', []))} earlier runs, listed in run.json)"
             if rep.run.get("earlier_runs") else "")
+    sub += "\n\n" + provenance_md(rep)
     m = rep.params["model"]
     return (f"# {preset_of(rep.params)} ({m['n_layer']} layers, d={m['n_embd']}) training step: what each optimisation "
             f"lever buys\n\n{sub}\n\n"
@@ -138,6 +140,34 @@ def title_md(rep: Report) -> str:
             "stages added to an earlier one) and is timed on the "
             "same model, seed and data at every batch size. Every number below was measured by this tool "
             "on the device named above.")
+
+
+def provenance_md(rep: Report) -> str:
+    """Page 1's account of where and how the records were measured: machines, commits, runs, what was
+    superseded and what this depth left out."""
+    recs = rep.records + rep.decisions + [x for v in rep.evidence.values() for x in (v if isinstance(v, list) else [v] if v else [])]
+    recs = list({id(r): r for r in recs}.values())
+    machines, commits = Counter(provenance.machine_of(r) for r in recs), Counter(provenance.commit_of(r) for r in recs)
+    runs = [*((rep.run or {}).get("earlier_runs") or []), rep.run] if rep.run else []
+    stopped = sum(1 for r in runs if r.get("state") == "interrupted")
+    text = (f"**Where and how:** {len(recs)} records from {len(machines)} machine{'s' if len(machines) > 1 else ''} ("
+            + "; ".join(f"{m}: {n}" for m, n in machines.most_common()) + ") by code "
+            + "; ".join(f"{c}: {n}" for c, n in commits.most_common()) + f", in {len(runs)} runs of the measuring command"
+            + (f" ({stopped} stopped by their time budget or cut off, then resumed)" if stopped else "") + ".")
+    if len(machines) > 1:
+        spread = noise.machine_spread(rep.decisions)
+        text += (f" **Several machines:** the spread between them, measured on {spread['shared']} configurations timed on "
+                 f"more than one, is {pct(spread['spread'], 1)}; every comparison is judged against at least that."
+                 if spread["spread"] is not None else " **Several machines:** no configuration was timed on more than one, so "
+                 "the offset between them is unknown and a verdict that joins their records is not judged.")
+    superseded = sorted((rep.dir / "superseded").rglob("*.json")) if (rep.dir / "superseded").is_dir() else []
+    if superseded:
+        text += f" {len(superseded)} superseded records are kept in superseded/ (re-measured, never deleted)."
+    left = rep.params.get("not_run") or []
+    if left:
+        text += (" **Not measured at this depth:** " + ", ".join(n["key"] for n in left)
+                 + f"; `make report GPU={rep.params['name']} DEPTH=full` adds them.")
+    return text
 
 
 def failures_md(rep: Report, failures: list[str]) -> str:

@@ -6,6 +6,7 @@ import json
 import math
 import os
 import tempfile
+import time
 from pathlib import Path
 
 import numpy as np
@@ -78,6 +79,21 @@ def write_record(path, record: dict) -> None:
     """A result record, atomically, once it says where and how it was measured (provenance.check)."""
     provenance.check(record)
     write_atomic(path, record)
+
+
+def supersede(out: Path) -> Path:
+    """Move a record that is about to be measured again to <report>/superseded/ (its path under results/,
+    stamped with the time): no record is ever deleted, and the report counts what was superseded."""
+    parts = out.parts
+    if "results" in parts:
+        i = len(parts) - 1 - parts[::-1].index("results")
+        dest = Path(*parts[:i]) / "superseded" / Path(*parts[i + 1:])
+    else:
+        dest = out.parent / "superseded" / out.name
+    dest = dest.with_name(f"{dest.stem}.{time.strftime('%Y%m%dT%H%M%S')}{dest.suffix}")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    out.rename(dest)
+    return dest
 
 
 def _jsonable(v):

@@ -55,13 +55,11 @@ def child_env(device_env: dict | None = None) -> dict:
     return env
 
 
-# Who hears of each record as the run goes (lib/run_log.RunLog: progress lines and run.json); set by the pipeline.
-OBSERVERS: list = []
+OBSERVERS: list = []  # who hears of each record as the run goes (run_log.RunLog); set by the pipeline
 
 
 def _finished(env: dict, rec: dict, kept: bool = False) -> None:
-    """Every record of the run, measured or kept, as it comes: its line (with the observers' progress),
-    the cache ledger, run.json (an observer)."""
+    """Every record of the run, measured or kept: its line with the progress, the cache ledger, run.json."""
     if not kept:
         compile_cache.remember(env, rec)
     notes = [observer.record(rec, kept) for observer in OBSERVERS]
@@ -163,7 +161,7 @@ def measure_jobs(jobs: list[dict], env: dict, timeout_s: float = 1800, force: bo
             _finished(env, kept, kept=True)
             continue
         if out.exists():
-            out.unlink()  # never let an older result stand in for this run's
+            results.supersede(out)  # never let an older result stand in for this run's, nor lose it
         stage = stages.get(job["stage"])
         reason = job.get("not_applicable") or stage.not_applicable(env["device"])
         if reason:
@@ -360,7 +358,7 @@ def run_ddp(params: dict, report_dir, nproc: int | None = None, timeout_s: float
         if old == results.record_path(out.parent, "ddp", batch) and not out.exists():
             old.rename(out)  # named before the count was: its fingerprint below still decides whether it is kept
         else:
-            old.unlink()
+            results.supersede(old)
     fp = results.fingerprint(params, env, stage, batch) + f"-{base_key}-n{nproc or env['device'].get('count', 1)}" \
         + (f"-nodes{nnodes}" if nnodes > 1 else "")
     kept = None if force or contributor else reusable(out, fp)
@@ -383,7 +381,7 @@ def run_ddp(params: dict, report_dir, nproc: int | None = None, timeout_s: float
            "stamp": provenance.run_stamp(env), "device_env": env, "cold_compile": compile_cache.ledger(env).get(fp),
            "single_gpu_tokens_per_s": (best.get("processes") or {}).get("median", best["tokens_per_s"]) if best else None}
     if out.exists():
-        out.unlink()
+        results.supersede(out)
     # The same DDP job on one rank first, so the scaling efficiency compares like with like (same
     # wrapper, same host, same minute) rather than against a row measured in another process or run.
     # It stays on this host alone; only node 0, which writes the record, needs it.

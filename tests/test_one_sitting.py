@@ -1,0 +1,335 @@
+"""What lets a report be measured in one sitting and trusted afterwards: the compile cache's key and
+ledger, the provenance stamp every record must carry, the run's own account (run.json, the progress
+line, a resumable interruption), the depth the default leaves out, the noise between machines and
+the repeat rule. The end-to-end checks read the session's CPU pipeline run (conftest `pipeline_ok`)."""
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+from conftest import ROOT, describe_proc, read_json, run_cli
+
+from lib import chapters, compile_cache, config, noise, provenance, results, run_log
+
+GPU_ENV = {"torch": "2.5.1", "cuda": "12.4", "numpy": "1.26.4", "packages": {"triton": "3.1.0"},
+           "device": {"name": "NVIDIA H100 80GB HBM3", "backend": "cuda", "capability": [9, 0]}}
+
+
+def _env(**changes) -> dict:
+    env = json.loads(json.dumps(GPU_ENV))
+    for k, v in changes.items():
+        if k == "device_name":
+            env["device"]["name"] = v
+        else:
+            env[k] = v
+    return env
+
+
+def _lever_code(tmp_path: Path) -> Path:
+    code = tmp_path / "code"
+    code.mkdir()
+    for name in compile_cache.LEVER_CODE:
+        shutil.copy(ROOT / "lib" / name, code / name)
+    return code
+
+
+def _all_records(run) -> list[tuple[Path, dict]]:
+    return [(p, read_json(p)) for p in sorted(run.results_dir.rglob("*.json"))]
+
+
+# ---------------------------------------------------------------- 1-3: the compile cache
+
+def test_compile_cache_folder_follows_torch_device_and_lever_code_only(tmp_path, monkeypatch):
+    """A cached graph is reused only by the same torch, GPU model and lever code: each of them gives
+    another folder, while an unrelated package (numpy) keeps the same one."""
+    base = compile_cache.folder(_env(), root=tmp_path)
+    assert base.parent == tmp_path and base.name.startswith("nvidia-h100-80gb-hbm3-")
+    assert compile_cache.folder(_env(torch="2.6.0"), root=tmp_path) != base
+    assert compile_cache.folder(_env(device_name="NVIDIA H200"), root=tmp_path) != base
+    assert compile_cache.folder(_env(numpy="2.1.0"), root=tmp_path) == base
+
+    code = _lever_code(tmp_path)
+    before = compile_cache.key(_env(), code_dir=code)
+    assert before == compile_cache.key(_env(), code_dir=ROOT / "lib")  # the copy is the same code
+    monkeypatch.setattr(compile_cache.key, "__defaults__", (code,))  # folder() keys on this copy now
+    folder_before = compile_cache.folder(_env(), root=tmp_path)
+    step = code / "step.py"
+    step.write_text(step.read_text() + "\n# a change to the training step\n")
+    after = compile_cache.key(_env(), code_dir=code)
+    assert after["code"] != before["code"]
+    assert compile_cache.folder(_env(), root=tmp_path) != folder_before
+    assert compile_cache.key(_env(numpy="2.1.0"), code_dir=code) == after
+
+
+def test_compile_cache_outcome_states():
+    """torch's cache counters say whether a process compiled cold, warm, partly or not at all; a warm
+    one carries the cold compile the ledger remembers."""
+    cold_entry = {"first_step_s": 41.5, "finished_at": "2025-01-01T00:00:00"}
+    cold = compile_cache.outcome({"inductor": {"fxgraph_cache_hit": 0, "fxgraph_cache_miss": 3}}, cold_entry)
+    assert cold["state"] == "cold" and cold["fx_misses"] == 3 and cold["fx_hits"] == 0
+    assert "cold" not in cold  # a cold process is its own cold compile
+    warm = compile_cache.outcome({"inductor": {"fxgraph_cache_hit": 3}}, cold_entry)
+    assert warm["state"] == "warm" and warm["fx_hits"] == 3 and warm["cold"] == cold_entry
+    partial = compile_cache.outcome({"inductor": {"fxgraph_cache_hit": 2, "fxgraph_cache_miss": 1}})
+    assert partial["state"] == "partial"
+    assert compile_cache.outcome({})["state"] == "not compiled"
+    assert compile_cache.outcome({"inductor": {"fxgraph_cache_hit": 0, "fxgraph_cache_miss": 0}})["state"] == "not compiled"
+
+
+def test_compile_cache_ledger_remembers_cold_compiles_only(tmp_path, monkeypatch):
+    """remember() keeps a cold process's first step under its fingerprint in the COMPILE_CACHE folder's
+    ledger; a warm process (whose first step is no compile) is not remembered."""
+    monkeypatch.setenv(compile_cache.VAR, str(tmp_path))
+    env = {"device": {"name": "x", "backend": "cpu"}, "torch": "t"}
+    assert compile_cache.ledger(env) == {}
+    stamp = {"commit": "abc", "host_id": "host-a"}
+    compile_cache.remember(env, {"compile_cache": {"state": "cold"}, "first_step_s": 12.5, "fingerprint": "fp-cold",
+                                 "finished_at": "2025-01-01T00:00:00", "provenance": stamp})
+    compile_cache.remember(env, {"compile_cache": {"state": "warm"}, "first_step_s": 0.2, "fingerprint": "fp-warm",
+                                 "provenance": stamp})
+    book = compile_cache.ledger(env)
+    assert set(book) == {"fp-cold"}
+    assert book["fp-cold"]["first_step_s"] == 12.5 and book["fp-cold"]["host_id"] == "host-a"
+    assert (compile_cache.folder(env) / compile_cache.LEDGER).is_file()
+    assert compile_cache.folder(env).parent == tmp_path
+    # what a later warm process of that configuration then reports
+    warm = compile_cache.outcome({"inductor": {"fxgraph_cache_hit": 1}}, compile_cache.ledger(env).get("fp-cold"))
+    assert warm["cold"]["first_step_s"] == 12.5
+
+
+# ---------------------------------------------------------------- 4-5: provenance
+
+def test_write_record_refuses_unstamped_and_clockless_records(tmp_path):
+    """results.write_record writes nothing without a provenance stamp, nor a timed ok record without
+    the clocks of its timed steps; a stamped record is written."""
+    stamp = provenance.run_stamp({"device": {"name": "x", "backend": "cpu"}, "torch": "t"})
+    rec = {"stage": "fp32", "batch_size": 2, "status": "ok", "tokens_per_s": 1.0}
+    path = tmp_path / "fp32__b2.json"
+    with pytest.raises(provenance.UnstampedRecord):
+        results.write_record(path, {**rec, "clocks": {}})
+    with pytest.raises(provenance.UnstampedRecord):
+        results.write_record(path, {**rec, "provenance": stamp})  # timed (kind absent), no clocks
+    assert not path.exists()
+    results.write_record(path, {**rec, "provenance": stamp, "clocks": {"span": "the timed steps"}})
+    assert read_json(path)["provenance"] == json.loads(json.dumps(stamp))
+    # a record that timed nothing needs no clocks
+    results.write_record(tmp_path / "na.json", {"stage": "ddp", "batch_size": 2, "status": "not_applicable",
+                                                "provenance": stamp})
+
+
+def test_every_record_of_the_run_is_stamped(pipeline_ok):
+    """Every record the pipeline wrote says where it was measured, and every timed ok record carries its
+    clocks and how its compile went; run.json is the completed run's account."""
+    recs = _all_records(pipeline_ok)
+    assert recs
+    timed = 0
+    for path, rec in recs:
+        stamp = rec.get("provenance")
+        assert isinstance(stamp, dict), path
+        assert {"commit", "host_id", "gpu_uuid"} <= set(stamp), path
+        assert stamp.get("tree_hash"), path
+        if rec.get("status") == "ok" and rec.get("kind") in (None, "plain"):
+            timed += 1
+            assert "clocks" in rec, path
+            assert "compile_cache" in rec, path
+    assert timed > 0
+    run = read_json(pipeline_ok.report_dir / "run.json")
+    assert run["state"] == "completed"
+    assert run["host_id"] and run["host_id"] == provenance.host_id()
+    assert "commit" in run["code"]
+    if (ROOT / ".git").exists():
+        assert run["code"]["commit"]
+    assert run["configurations"]["measured"] > 0
+
+
+# ---------------------------------------------------------------- 6-7: the run's own account
+
+def test_progress_line_shows_elapsed_and_what_is_left(pipeline_ok):
+    """Each chapter heading and each record line tells the elapsed time and what is left in the run."""
+    out = pipeline_ok.proc.stdout
+    clock = r"\d+(?:h\d{2}m|m\d{2}s)"
+    chapter_lines = re.findall(rf"^\[measure (\d+)/(\d+)\] .+; {clock} elapsed, ~{clock} left in the run\)$", out, re.M)
+    n = len(chapters.order(pipeline_ok.params["stages"], pipeline_ok.params["chapters"]))
+    assert "[measure 1/" in out
+    assert [int(i) for i, _ in chapter_lines] == list(range(1, n + 1)), out[-3000:]
+    assert {int(total) for _, total in chapter_lines} == {n}
+    record_lines = re.findall(rf"\[{clock} elapsed; (?:~{clock} left in the chapter|chapter over its estimate), "
+                              rf"~{clock} in the run\]$", out, re.M)
+    assert len(record_lines) >= read_json(pipeline_ok.report_dir / "run.json")["configurations"]["measured"]
+
+
+@pytest.mark.rerun
+def test_an_interrupted_run_says_so_and_resumes(tmp_path):
+    """MEASURE_FOR stops a run between configurations with exit code 3 and run.json saying it was
+    interrupted; the same command without it resumes and completes, keeping the interrupted run."""
+    args = dict(REPORTS=tmp_path, MEASURE_ONLY=1, STAGES="fp32 tf32 bf16", BATCHES="2")
+    first = run_cli("report", MEASURE_FOR=3, **args)
+    assert first.returncode == 3, describe_proc(first)
+    run = read_json(tmp_path / "cpu" / "run.json")
+    assert run["state"] == "interrupted", run
+    assert "interrupted after" in run["interrupted"] and "MEASURE_FOR" in run["interrupted"]
+    second = run_cli("report", **args)
+    assert second.returncode == 0, describe_proc(second)
+    assert "resuming" in second.stdout
+    run = read_json(tmp_path / "cpu" / "run.json")
+    assert run["state"] == "completed"
+    assert run["earlier_runs"][0]["state"] == "interrupted"
+
+
+def test_settle_marks_an_abandoned_run_interrupted():
+    """A run.json entry left 'running' by a process that is gone is settled as interrupted after the
+    configurations it recorded; a finished one is left as it is."""
+    run = run_log.settle({"state": "running", "configurations": {"measured": 4}})
+    assert run["state"] == "interrupted"
+    assert "after 4 configurations" in run["interrupted"]
+    done = {"state": "completed", "configurations": {"measured": 4}}
+    assert run_log.settle(dict(done)) == done
+
+
+# ---------------------------------------------------------------- 8: depth
+
+def test_default_depth_leaves_out_what_full_depth_adds():
+    """The default report leaves FP8 layers, autotuning and the size sweep to DEPTH=full and names the
+    command that adds each; DEPTH=full measures them; an unknown depth is refused."""
+    params = config.load("cpu")
+    assert params["depth"] == "default"
+    assert "autotune" not in params["stages"] and "fp8" not in params["stages"]
+    assert "size_sweep" not in params["chapters"]
+    left = {n["key"]: n for n in params["not_run"]}
+    assert set(left) == {"autotune", "fp8", "size_sweep"}
+    for key, item in left.items():
+        assert f"CHAPTERS={key}" in item["command"], item
+        if item["kind"] == "stage":  # a stage joins the run only at full depth
+            assert "DEPTH=full" in item["command"], item
+    assert "size_sweep" not in [c.key for c in chapters.order(params["stages"], params["chapters"])]
+
+    full = config.load("cpu", depth="full")
+    assert full["depth"] == "full"
+    assert "autotune" in full["stages"] and "fp8" in full["stages"] and "size_sweep" in full["chapters"]
+    assert full["not_run"] == []
+    assert "size_sweep" in [c.key for c in chapters.order(full["stages"], full["chapters"])]
+    with pytest.raises(config.UsageError):
+        config.check_depth("deep")
+
+
+def test_default_run_measured_no_full_depth_records(pipeline_ok):
+    """The default run wrote no size-sweep and no autotuning records."""
+    size = pipeline_ok.results_dir / "size"
+    assert not (size.is_dir() and list(size.rglob("*.json")))
+    assert not list(pipeline_ok.results_dir.rglob("autotune__b*.json"))
+    assert read_json(pipeline_ok.report_dir / "run.json")["depth"] == "default"
+
+
+# ---------------------------------------------------------------- 9: noise across machines
+
+def _rec(stage, tps, host, variant=None, batch=4):
+    return {"stage": stage, "batch_size": batch, "status": "ok", "variant": variant, "tokens_per_s": tps,
+            "provenance": {"host_id": host, "gpu_uuid": "GPU-1"}}
+
+
+def test_one_machine_decides_on_its_own_noise_floor():
+    """Records of one machine are judged against the report's noise floor alone."""
+    records = [_rec("fused", 100.0, "host-a"), _rec("fused", 100.5, "host-a", "repeat"), _rec("vocab", 120.0, "host-a")]
+    groups = {("fused", 4): [100.0, 100.5], ("vocab", 4): [120.0]}
+    assert noise.machine_spread(records) == {"machines": 1, "shared": 0, "spread": 0.0}
+    assert noise.decision_floor(records, groups) == noise.noise_floor(groups)
+    assert noise.noise_floor(groups) == pytest.approx(0.5 / 100.25)
+
+
+def test_two_machines_widen_the_floor_to_their_spread():
+    """Where two machines timed the same configuration, their offset (3 % here) widens a within-machine
+    floor of 0.5 %; where they share no configuration, nothing can be judged (None)."""
+    within = {("fused", 4): [100.0, 100.5]}
+    records = [_rec("fused", 100.0, "host-a"), _rec("fused", 100.5, "host-a", "repeat"),
+               _rec("vocab", 100.0, "host-a"), _rec("vocab", 103.0, "host-b")]
+    spread = noise.machine_spread(records)
+    assert spread["machines"] == 2 and spread["shared"] == 1
+    assert spread["spread"] == pytest.approx(3 / 101.5) and spread["spread"] == pytest.approx(0.03, abs=1e-3)
+    floor = noise.decision_floor(records, within)
+    assert floor >= spread["spread"] > noise.noise_floor(within)
+    assert noise.across_machines(records) == spread["spread"]
+
+    apart = [_rec("fused", 100.0, "host-a"), _rec("vocab", 103.0, "host-b")]
+    assert noise.machine_spread(apart)["spread"] is None
+    assert noise.decision_floor(apart, within) is None
+
+
+def test_within_noise_honours_the_spread_between_machines():
+    """A 0.9 % difference is noise when machines differ by 3 %, but not against the processes' own
+    ranges alone."""
+    assert noise.within_noise([100, 100.2], [101, 101.1], floor=0.01, across=0.03) is True
+    assert noise.within_noise([100, 100.2], [101, 101.1], floor=0.01, across=0.0) is False
+    assert noise.within_noise([100, 100.2], [101, 101.1], floor=0.01, across=None) is None
+
+
+# ---------------------------------------------------------------- 10: the repeat rule
+
+def test_third_process_only_where_the_first_two_disagree(pipeline_ok):
+    """evidence.repeats: a configuration gets a third process (__r2) exactly where its first two
+    (the matrix's or sweep's record and __r1) differ by more than evidence.repeat_tolerance."""
+    res, tolerance = pipeline_ok.results_dir, pipeline_ok.params["evidence"]["repeat_tolerance"]
+    repeats = sorted((res / "repeats").glob("*__r*.json"))
+    assert repeats, "the run repeated nothing"
+    configs = {}
+    for path in repeats:
+        m = re.fullmatch(r"(.+)__b(\d+)__r(\d+)\.json", path.name)
+        assert m, path
+        assert int(m.group(3)) < pipeline_ok.params["evidence"]["repeats"], path
+        configs.setdefault((m.group(1), int(m.group(2))), {})[int(m.group(3))] = read_json(path)
+    for (stage, batch), runs in configs.items():
+        assert 1 in runs, (stage, batch)
+        first = [p for p in (res / f"{stage}__b{batch}.json", res / "sweep" / f"{stage}__b{batch}.json") if p.exists()]
+        assert len(first) == 1, (stage, batch, first)
+        r0 = read_json(first[0])
+        apart = noise.spread([r0["tokens_per_s"], runs[1]["tokens_per_s"]])["spread"]
+        if 2 in runs:
+            assert apart > tolerance, (stage, batch, apart)
+        else:
+            assert apart <= tolerance, (stage, batch, apart)
+
+
+def test_repeat_rule_runs_a_third_process_only_beyond_the_tolerance(tmp_path, monkeypatch, cpu_params):
+    """evidence.repeats, with the launcher replaced: every configuration gets a second process; only the
+    one whose first two processes differ by more than repeat_tolerance (5 % against 0.5 %, tolerance
+    1 %) gets a third; without a tolerance every configuration gets one."""
+    from lib import evidence
+
+    env = {"device": {"name": "x", "backend": "cpu"}, "torch": "t", "packages": {}}
+    timed = [_rec("fp32", 100.0, "host-a", batch=2), _rec("fp32", 100.5, "host-a", "repeat", batch=2),
+             _rec("tf32", 100.0, "host-a", batch=2), _rec("tf32", 105.0, "host-a", "repeat", batch=2)]
+    launched = []
+    monkeypatch.setattr(evidence.runner, "environment", lambda report_dir: env)
+    monkeypatch.setattr(evidence, "repeat_configs", lambda params, report_dir: [("fp32", 2), ("tf32", 2)])
+    monkeypatch.setattr(evidence.results, "decision_records", lambda results_dir: timed)
+    monkeypatch.setattr(evidence.runner, "measure_jobs",
+                        lambda jobs, env, force=False: launched.extend((j["stage"], j["repeat"]) for j in jobs) or {})
+    cpu_params["evidence"].update(repeats=3, repeat_tolerance=0.01)
+    evidence.repeats(cpu_params, tmp_path)
+    assert sorted(launched) == [("fp32", 1), ("tf32", 1), ("tf32", 2)]
+
+    launched.clear()
+    cpu_params["evidence"].pop("repeat_tolerance")
+    evidence.repeats(cpu_params, tmp_path)
+    assert sorted(launched) == [("fp32", 1), ("fp32", 2), ("tf32", 1), ("tf32", 2)]
+
+
+def test_a_record_measured_again_is_superseded_never_deleted(tmp_path, monkeypatch):
+    """FORCE (or the recipe's all-in-one-call rule) re-measures a configuration: the earlier record moves to
+    <report>/superseded/ with its content intact, and the new record takes its place."""
+    from lib import runner
+
+    monkeypatch.setenv("COMPILE_CACHE", str(tmp_path / "cache"))
+    params = config.load("cpu")
+    out = tmp_path / "cpu" / "results" / "recipe" / "compile__b2.json"
+    out.parent.mkdir(parents=True)
+    out.write_text(json.dumps({"stage": "compile", "old": True}))
+    env = {"device": {"name": "x86_64", "backend": "cpu", "count": 1}, "torch": "t"}
+    job = {"params": params, "stage": "compile", "batch_size": 2, "out": str(out), "fingerprint": "fp",
+           "not_applicable": "skipped by the test"}
+    runner.measure_jobs([job], env, force=True)
+    moved = list((tmp_path / "cpu" / "superseded" / "recipe").glob("compile__b2.*.json"))
+    assert len(moved) == 1 and json.loads(moved[0].read_text()) == {"stage": "compile", "old": True}
+    assert json.loads(out.read_text())["status"] == "not_applicable"
