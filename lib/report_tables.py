@@ -154,7 +154,13 @@ def provenance_md(rep: Report) -> str:
             + "; ".join(f"{m}: {n}" for m, n in machines.most_common()) + ") by code "
             + "; ".join(f"{c}: {n}" for c, n in commits.most_common()) + f", in {len(runs)} runs of the measuring command"
             + (f" ({stopped} stopped by their time budget or cut off, then resumed)" if stopped else "") + ".")
-    if len(machines) > 1:
+    deciding = Counter(provenance.machine_of(r) for r in rep.decisions)
+    if len(machines) > 1 and len(deciding) == 1:
+        text += (f" **Several machines:** every record a decision rests on (matrix, batch sweep, repeats, parity) comes "
+                 f"from {next(iter(deciding))}; the other records (" + ", ".join(m for m in machines if m not in deciding)
+                 + ") time evidence only, and no configuration was timed on both machines, so their offset is unknown: "
+                 "a ratio that joins the two machines is not backed by a measured spread.")
+    elif len(machines) > 1:
         spread = noise.machine_spread(rep.decisions)
         text += (f" **Several machines:** the spread between them, measured on {spread['shared']} configurations timed on "
                  f"more than one, is {pct(spread['spread'], 1)}; every comparison is judged against at least that."

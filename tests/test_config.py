@@ -69,7 +69,7 @@ def test_load_cpu_overlays_the_profile_on_default():
     assert p["model"] == {**model, **{k: preset[k] for k in config.SHAPE}} and p["model_preset"] == "tiny"
     assert p["run"] == {**default["run"], **cpu["run"]}        # the keys cpu.yaml leaves out come from default
     assert p["run"]["seed"] == default["run"]["seed"]
-    assert p["stages"] == default["stages"]
+    assert p["stages"] == [k for k in default["stages"] if k not in default["full_depth"]["stages"]]  # default depth
 
 
 def test_load_with_batch_sizes_replaces_the_profile_batches():
