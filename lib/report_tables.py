@@ -154,7 +154,8 @@ def provenance_md(rep: Report) -> str:
             + "; ".join(f"{m}: {n}" for m, n in machines.most_common()) + ") by code "
             + "; ".join(f"{c}: {n}" for c, n in commits.most_common()) + f", in {len(runs)} runs of the measuring command"
             + (f" ({stopped} stopped by their time budget or cut off, then resumed)" if stopped else "") + ".")
-    deciding = Counter(provenance.machine_of(r) for r in rep.decisions)
+    # the machines that timed what a decision compares (a 'not applicable' row times nothing)
+    deciding = Counter(provenance.machine_of(r) for r in rep.decisions if r.get("status") == "ok" and r.get("tokens_per_s"))
     if len(machines) > 1 and len(deciding) == 1:
         text += (f" **Several machines:** every record a decision rests on (matrix, batch sweep, repeats, parity) comes "
                  f"from {next(iter(deciding))}; the other records (" + ", ".join(m for m in machines if m not in deciding)

@@ -333,3 +333,21 @@ def test_a_record_measured_again_is_superseded_never_deleted(tmp_path, monkeypat
     moved = list((tmp_path / "cpu" / "superseded" / "recipe").glob("compile__b2.*.json"))
     assert len(moved) == 1 and json.loads(moved[0].read_text()) == {"stage": "compile", "old": True}
     assert json.loads(out.read_text())["status"] == "not_applicable"
+
+
+def test_page_one_names_the_machine_decisions_rest_on_when_evidence_came_from_another(tmp_path):
+    """Timed decision records from one machine, a 'not applicable' row and the recipe from another: page 1 says the
+    decisions rest on the first and that the offset is unknown (it must not claim a 0 % spread)."""
+    from types import SimpleNamespace
+
+    from lib import report_tables
+
+    def rec(host, status="ok", variant=None):
+        return {"stage": "vocab", "batch_size": 4, "status": status, "variant": variant, "tokens_per_s": 100.0,
+                "provenance": {"host_id": host, "gpu_uuid": None, "commit": "c" * 40, "modified": False}}
+    decisions = [rec("host-a"), rec("host-a", variant="repeat"), rec("host-b", status="not_applicable")]
+    rep = SimpleNamespace(records=decisions, decisions=decisions, evidence={"recipe": [rec("host-b", variant="recipe")]},
+                          run=None, dir=tmp_path, params={"name": "cpu", "not_run": []})
+    text = report_tables.provenance_md(rep)
+    assert "from 2 machines" in text and "every record a decision rests on" in text and "host-a" in text
+    assert "0.0 %" not in text
