@@ -164,8 +164,8 @@ def report(args) -> int:
     if timings.get("pdf_error"):
         failures.append(timings["pdf_error"])
     log.run["failures"] = failures
-    log.finish(completed=complete, measure_only=False, notebooks_s=draw_s,
-               export_s={k: timings[k] for k in ("html_s", "pdf_s") if k in timings})
+    log.run["timings_s"].update({k: v for k, v in timings.items() if k != "total_s"})  # the export's too
+    log.finish(completed=complete, measure_only=False, notebooks_s=draw_s)
     recommendation.write(report_view.load(report_dir))
     print(f"done in {timings['total_s']:.0f} s (measurement {t_measure:.0f} s, notebooks {sum(draw_s.values()):.0f} s, "
           f"HTML {timings['html_s']:.1f} s, PDF {timings['pdf_s']:.1f} s): "

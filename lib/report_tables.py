@@ -148,6 +148,8 @@ def provenance_md(rep: Report) -> str:
     recs = rep.records + rep.decisions + [x for v in rep.evidence.values() for x in (v if isinstance(v, list) else [v] if v else [])]
     recs = list({id(r): r for r in recs}.values())
     machines, commits = Counter(provenance.machine_of(r) for r in recs), Counter(provenance.commit_of(r) for r in recs)
+    if not any(r.get("provenance") for r in recs):
+        return "**Where and how:** these records predate stamping: their machine and commit are not recorded."
     runs = [*((rep.run or {}).get("earlier_runs") or []), rep.run] if rep.run else []
     stopped = sum(1 for r in runs if r.get("state") == "interrupted")
     text = (f"**Where and how:** {len(recs)} records from {len(machines)} machine{'s' if len(machines) > 1 else ''} ("

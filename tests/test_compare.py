@@ -20,7 +20,7 @@ def _fake_report(root: Path, name: str, torch: str, speed: float, schema=results
     record per stage at each batch size, each stage `speed` times faster than the one before, the
     whole GPU `gain` times faster, and a larger batch faster by the square root of its size (so a
     ratio taken across two batch sizes shows)."""
-    params = config.load("cpu", list(batches))
+    params = config.load("cpu", list(batches), depth="full")  # every stage: the FP8 claims read the fp8 records
     params["name"], params["backend"], params["peak_tflops"] = name, "cuda", PEAKS
     params["stages"] = [s for s in params["stages"] if s != "ddp"]  # single-GPU stages only
     recs = []

@@ -193,8 +193,9 @@ def test_settle_marks_an_abandoned_run_interrupted():
 
 def test_default_depth_leaves_out_what_full_depth_adds():
     """The default report leaves FP8 layers, autotuning and the size sweep to DEPTH=full and names the
-    command that adds each; DEPTH=full measures them; an unknown depth is refused."""
-    params = config.load("cpu")
+    command that adds each; DEPTH=full measures them; an unknown depth is refused. (The H100 profile: the
+    CPU default keeps its size sweep, which costs seconds there.)"""
+    params = config.load("h100")
     assert params["depth"] == "default"
     assert "autotune" not in params["stages"] and "fp8" not in params["stages"]
     assert "size_sweep" not in params["chapters"]
@@ -206,7 +207,7 @@ def test_default_depth_leaves_out_what_full_depth_adds():
             assert "DEPTH=full" in item["command"], item
     assert "size_sweep" not in [c.key for c in chapters.order(params["stages"], params["chapters"])]
 
-    full = config.load("cpu", depth="full")
+    full = config.load("h100", depth="full")
     assert full["depth"] == "full"
     assert "autotune" in full["stages"] and "fp8" in full["stages"] and "size_sweep" in full["chapters"]
     assert full["not_run"] == []
@@ -216,10 +217,11 @@ def test_default_depth_leaves_out_what_full_depth_adds():
 
 
 def test_default_run_measured_no_full_depth_records(pipeline_ok):
-    """The default run wrote no size-sweep and no autotuning records."""
-    size = pipeline_ok.results_dir / "size"
-    assert not (size.is_dir() and list(size.rglob("*.json")))
+    """The default run wrote no records of the stages left to DEPTH=full, and ran the size sweep only because the
+    cpu profile leaves it out of its depth."""
     assert not list(pipeline_ok.results_dir.rglob("autotune__b*.json"))
+    assert not list(pipeline_ok.results_dir.rglob("fp8__b*.json"))
+    assert pipeline_ok.params["full_depth"]["chapters"] == [] and "size_sweep" in pipeline_ok.params["chapters"]
     assert read_json(pipeline_ok.report_dir / "run.json")["depth"] == "default"
 
 

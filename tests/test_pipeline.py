@@ -151,7 +151,7 @@ def test_sdpa_stages_record_their_backend_and_naive_stages_do_not(pipeline_ok):
 def test_executed_notebooks_one_per_stage_plus_summary(pipeline_ok):
     names = sorted(p.name for p in (pipeline_ok.report_dir / "notebooks").glob("*.ipynb"))
     sources = [next((ROOT / "notebooks").glob(f"*_{s}.ipynb")).name for s in pipeline_ok.params["stages"]]
-    assert names == sorted(sources + ["15_batch_sweep.ipynb", "summary.ipynb"])  # the size sweep: DEPTH=full
+    assert names == sorted(sources + ["15_batch_sweep.ipynb", "17_size_sweep.ipynb", "summary.ipynb"])
 
 
 def test_executed_notebooks_have_no_errors_and_every_cell_ran(pipeline_ok):

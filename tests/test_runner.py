@@ -146,10 +146,11 @@ def test_one_launcher_serves_every_batch_and_a_dead_one_is_replaced(tmp_path):
 
     params = tiny_params(batch_sizes=(2,))
     assert runner.run_stage("fp32", params, tmp_path)[0]["status"] == "ok"
-    first = runner._launcher()[0]
+    env = runner.environment(tmp_path)
+    first = runner._launcher(env)[0]
     assert runner.run_stage("tf32", params, tmp_path)[0]["status"] == "ok"
-    assert runner._launcher()[0] is first
+    assert runner._launcher(env)[0] is first
     first.send_signal(signal.SIGKILL)
     first.wait()
     assert runner.run_stage("bf16", params, tmp_path)[0]["status"] == "ok"
-    assert runner._launcher()[0] is not first
+    assert runner._launcher(env)[0] is not first
