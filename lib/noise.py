@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import stages
 from .provenance import machine_of
+from .record import TIMING_VARIANTS, Status
 
 def spread(values: list[float]) -> dict:
     """Process-to-process spread of one configuration: median, range, and the range relative
@@ -35,13 +37,13 @@ def within_noise(a: list[float], b: list[float], floor: float | None, across: fl
     return bool(abs(ratio - 1) <= max(bands))
 
 
-def machine_spread(records: list[dict], variants=(None, "batch sweep", "repeat")) -> dict:
+def machine_spread(records: list[dict]) -> dict:
     """{machines: how many machines timed the records, shared: configurations timed on more than one,
     spread: the widest relative range of those configurations' per-machine medians (None where the
     records come from several machines but no configuration was timed on two: the offset is unknown)}."""
     by: dict = {}
     for r in records:
-        if r.get("status") == "ok" and r.get("variant") in variants and r.get("tokens_per_s") and r.get("stage") != "ddp":
+        if r.get("status") == Status.OK and r.get("variant") in TIMING_VARIANTS and not stages.is_multi_gpu(r.get("stage")):
             by.setdefault((r["stage"], r["batch_size"]), {}).setdefault(machine_of(r), []).append(r["tokens_per_s"])
     machines = {m for d in by.values() for m in d}
     shared = [[float(np.median(v)) for v in d.values()] for d in by.values() if len(d) > 1]

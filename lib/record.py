@@ -19,6 +19,7 @@ class Status:
 
 STATUSES = (Status.OK, Status.OOM, Status.DIVERGED, Status.ERROR, Status.NOT_APPLICABLE)
 TIMED = (Status.OK, Status.DIVERGED)  # records with step times
+TIMING_VARIANTS = (None, "batch sweep", "repeat")  # records that time a (stage, batch) the matrix's way
 REUSABLE = (Status.OK, Status.OOM, Status.DIVERGED, Status.NOT_APPLICABLE)  # a resumed run keeps these
 
 

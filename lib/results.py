@@ -13,7 +13,7 @@ import numpy as np
 
 from . import kernel_categories, provenance, stages
 from .noise import across_machines, decision_floor, noise_floor, spread, within_noise  # noqa: F401 (re-exported)
-from .record import REUSABLE, SCHEMA_VERSION, STATUSES, TIMED, Record, Status  # noqa: F401 (re-exported)
+from .record import REUSABLE, SCHEMA_VERSION, STATUSES, TIMED, TIMING_VARIANTS, Record, Status  # noqa: F401 (re-exported)
 
 DONE_PREFIX = "@@done "  # the measurement launcher's one line per finished configuration, on its stdout
 BATCH_DONE = "@@batch-done"  # ... and its line when every job of a batch has been handled
@@ -343,7 +343,6 @@ def parity_checks(records: list[dict], tolerance: float) -> dict:
     return out
 
 
-TIMING_VARIANTS = (None, "batch sweep", "repeat")  # records that time a (stage, batch) the matrix's way
 
 
 def throughputs(records: list[dict]) -> dict:

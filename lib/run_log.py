@@ -145,9 +145,7 @@ class RunLog:
         self.write()
 
     def stop(self, why: str) -> None:
-        self._interrupted(why)
-
-    def _interrupted(self, why: str) -> None:
+        """Close the run as interrupted, with why (a time budget, a signal, an early exit)."""
         if self.run["state"] != "running":
             return
         n = self.run["configurations"]["measured"]
@@ -157,12 +155,12 @@ class RunLog:
         self.write()
 
     def _on_signal(self, signum, frame) -> None:
-        self._interrupted(f"stopped by {signal.Signals(signum).name}")
+        self.stop(f"stopped by {signal.Signals(signum).name}")
         signal.signal(signum, signal.SIG_DFL)
         os.kill(os.getpid(), signum)
 
     def _at_exit(self) -> None:
-        self._interrupted("the program ended before the run did")
+        self.stop("the program ended before the run did")
 
 
 def load(report_dir: Path) -> dict | None:
