@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import results, stages
+from . import provenance, results, stages
 from .kernel_categories import CATEGORIES
 from .evidence_view import OK, none, table
 from .report import Report, gib, recommended, short
@@ -129,6 +129,9 @@ def ablation_rows(rep: Report) -> tuple[dict | None, list[dict]]:
     full = rep.rec(key, batch) or next((r for r in rep.evidence["sweep"] if r["stage"] == key and r["batch_size"] == batch), None)
     tps = results.throughputs(rep.decisions)
     runs, floor = tps.get((key, batch)) or ([full["tokens_per_s"]] if _ok(full) else []), results.noise_floor(tps)
+    # the same configuration's processes and the row without a lever on one machine, or the spread between machines
+    timed_on = {provenance.machine_of(r) for r in rep.decisions if (r["stage"], r["batch_size"]) == (key, batch)
+                and r.get("status") == "ok" and r.get("variant") in results.TIMING_VARIANTS}
     if runs:
         full = {**full, "processes": results.spread(runs)}
     rows = []
@@ -136,7 +139,10 @@ def ablation_rows(rep: Report) -> tuple[dict | None, list[dict]]:
         ran = bool(runs) and _ok(r)
         rows.append({"lever": r.get("lever") or r.get("variant", "").removeprefix("without "), "record": r,
                      "worth": full["processes"]["median"] / r["tokens_per_s"] - 1 if ran else None,
-                     "within_noise": results.within_noise(runs, [r["tokens_per_s"]], floor) if ran else None})
+                     "within_noise": results.within_noise(runs, [r["tokens_per_s"]], floor,
+                                                          # another machine: their offset was not measured
+                                                          0.0 if {provenance.machine_of(r)} == timed_on else None)
+                     if ran else None})
     # A lever of the configuration whose run is missing (a measurement stopped early) is a row that says so.
     done = {row["lever"] for row in rows}
     rows += [{"lever": name, "record": {"status": "not_measured", "reason": "not measured: no record of this run"},
@@ -171,7 +177,9 @@ def ablation_html(rep: Report) -> str:
         r = row["record"]
         shown.append({"removed": row["lever"],
                       "tok/s": f"{r['tokens_per_s']:,.0f}" if _ok(r) else r["status"].upper().replace("_", " "),
-                      "the lever's worth": (f"{row['worth'] * 100:+.1f} %" + (" (within noise)" if row["within_noise"] else ""))
+                      "the lever's worth": (f"{row['worth'] * 100:+.1f} %" + (
+                          " (within noise)" if row["within_noise"] else " (not judged: another machine, offset not measured)"
+                          if row["within_noise"] is None else ""))
                       if row["worth"] is not None else
                       ("does not fit at this batch without it" if r["status"] == "oom" else short(r.get("reason"))),
                       "allocator GiB": gib(r.get("mem_allocator_bytes"))})

@@ -3,6 +3,7 @@ code switch and the appendix, the title and the failures, as HTML or Markdown.""
 from __future__ import annotations
 
 import html
+import json
 from collections import Counter
 
 import pandas as pd
@@ -145,8 +146,8 @@ def title_md(rep: Report) -> str:
 def provenance_md(rep: Report) -> str:
     """Page 1's account of where and how the records were measured: machines, commits, runs, what was
     superseded and what this depth left out."""
-    recs = rep.records + rep.decisions + [x for v in rep.evidence.values() for x in (v if isinstance(v, list) else [v] if v else [])]
-    recs = list({id(r): r for r in recs}.values())
+    files = sorted((rep.dir / "results").rglob("*.json"))
+    recs = [{**json.loads(p.read_text()), "_folder": p.parent.name} for p in files]
     machines, commits = Counter(provenance.machine_of(r) for r in recs), Counter(provenance.commit_of(r) for r in recs)
     if not any(r.get("provenance") for r in recs):
         return "**Where and how:** these records predate stamping: their machine and commit are not recorded."
@@ -156,19 +157,16 @@ def provenance_md(rep: Report) -> str:
             + "; ".join(f"{m}: {n}" for m, n in machines.most_common()) + ") by code "
             + "; ".join(f"{c}: {n}" for c, n in commits.most_common()) + f", in {len(runs)} runs of the measuring command"
             + (f" ({stopped} stopped by their time budget or cut off, then resumed)" if stopped else "") + ".")
-    # the machines that timed what a decision compares (a 'not applicable' row times nothing)
-    deciding = Counter(provenance.machine_of(r) for r in rep.decisions if r.get("status") == "ok" and r.get("tokens_per_s"))
-    if len(machines) > 1 and len(deciding) == 1:
-        text += (f" **Several machines:** every record a decision rests on (matrix, batch sweep, repeats, parity) comes "
-                 f"from {next(iter(deciding))}; the other records (" + ", ".join(m for m in machines if m not in deciding)
-                 + ") time evidence only, and no configuration was timed on both machines, so their offset is unknown: "
-                 "a ratio that joins the two machines is not backed by a measured spread.")
-    elif len(machines) > 1:
+    if len(machines) > 1:
+        kinds = {m: sorted({r["_folder"].replace("results", "matrix") for r in recs if provenance.machine_of(r) == m
+                            and r.get("status") == "ok"}) for m in machines}
+        text += " **Several machines:** " + "; ".join(f"{m} timed {', '.join(k) or 'nothing'}" for m, k in kinds.items()) + "."
         spread = noise.machine_spread(rep.decisions)
-        text += (f" **Several machines:** the spread between them, measured on {spread['shared']} configurations timed on "
-                 f"more than one, is {pct(spread['spread'], 1)}; every comparison is judged against at least that."
-                 if spread["spread"] is not None else " **Several machines:** no configuration was timed on more than one, so "
-                 "the offset between them is unknown and a verdict that joins their records is not judged.")
+        text += (f" The spread between them, measured on {spread['shared']} configurations timed on more than one, is "
+                 f"{pct(spread['spread'], 1)}; every comparison is judged against at least that."
+                 if spread["machines"] > 1 and spread["spread"] is not None else
+                 " No configuration was timed on more than one, so their offset is unknown: a ratio that joins records of "
+                 "two machines (here the leave-one-out and the recipe against the matrix) is not judged against noise.")
     superseded = sorted((rep.dir / "superseded").rglob("*.json")) if (rep.dir / "superseded").is_dir() else []
     if superseded:
         text += f" {len(superseded)} superseded records are kept in superseded/ (re-measured, never deleted)."

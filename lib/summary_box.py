@@ -24,10 +24,11 @@ def _turn_on(rep: Report) -> str | None:
     """The levers of the leave-one-out (around the recommendation when it was measured) that pay
     beyond noise, largest first, or without which the batch does not fit; its batch and processes named."""
     full, rows = frontier_view.ablation_rows(rep)
-    paying = sorted((r for r in rows if r["worth"] is not None and r["worth"] > 0 and not r.get("within_noise")),
-                    key=lambda r: -r["worth"])
+    gains = sorted((r for r in rows if r["worth"] is not None and r["worth"] > 0), key=lambda r: -r["worth"])
+    paying = [r for r in gains if r.get("within_noise") is False]
+    unjudged = [r for r in gains if r.get("within_noise") is None]  # timed on another machine: offset not measured
     fits = [r["lever"] for r in rows if r["record"].get("status") == results.Status.OOM]
-    if not paying and not fits:
+    if not paying and not fits and not unjudged:
         return None
     batch, n = full["batch_size"], full.get("processes", {}).get("n", 1)
 
@@ -39,8 +40,12 @@ def _turn_on(rep: Report) -> str | None:
         return (f"{r['lever']} ({r['worth'] * 100:+.1f} %"
                 + (f"; neutral in the stage matrix, {effect['median']:.2f}×" if neutral else "") + ")")
     text = "**Turn on:** " + ", ".join(worth(r) for r in paying)
+    if unjudged:
+        text += (("; " if paying else "") + "not judged against noise, because the rows without them were timed on another "
+                 "machine than the row with every lever and the offset between the machines was not measured: "
+                 + ", ".join(worth(r) for r in unjudged))
     if fits:
-        text += ("; and, without which B=" if paying else "without which B=") + f"{batch} does not fit: " + ", ".join(fits)
+        text += ("; and, without which B=" if paying or unjudged else "without which B=") + f"{batch} does not fit: " + ", ".join(fits)
     apart = frontier_view.ablation_calls_apart(full, rows)
     return text + (f" (each worth: {stages.get(full['stage']).title} at B={batch} against it without that lever, "
                    f"leave-one-out; {'one process' if n == 1 else f'the median of {n} processes'} with all levers"

@@ -337,9 +337,10 @@ def test_a_record_measured_again_is_superseded_never_deleted(tmp_path, monkeypat
     assert json.loads(out.read_text())["status"] == "not_applicable"
 
 
-def test_page_one_names_the_machine_decisions_rest_on_when_evidence_came_from_another(tmp_path):
-    """Timed decision records from one machine, a 'not applicable' row and the recipe from another: page 1 says the
-    decisions rest on the first and that the offset is unknown (it must not claim a 0 % spread)."""
+def test_page_one_says_which_machine_timed_what_and_that_their_offset_is_unknown(tmp_path):
+    """Decision records from one machine, a 'not applicable' row and the recipe from another, no configuration timed
+    on both: page 1 counts the record files per machine, says which folders each timed, and that ratios joining them
+    are not judged (it must not claim a 0 % spread)."""
     from types import SimpleNamespace
 
     from lib import report_tables
@@ -347,9 +348,49 @@ def test_page_one_names_the_machine_decisions_rest_on_when_evidence_came_from_an
     def rec(host, status="ok", variant=None):
         return {"stage": "vocab", "batch_size": 4, "status": status, "variant": variant, "tokens_per_s": 100.0,
                 "provenance": {"host_id": host, "gpu_uuid": None, "commit": "c" * 40, "modified": False}}
-    decisions = [rec("host-a"), rec("host-a", variant="repeat"), rec("host-b", status="not_applicable")]
-    rep = SimpleNamespace(records=decisions, decisions=decisions, evidence={"recipe": [rec("host-b", variant="recipe")]},
-                          run=None, dir=tmp_path, params={"name": "cpu", "not_run": []})
+    files = {"vocab__b4.json": rec("host-a"), "repeats/vocab__b4__r1.json": rec("host-a", variant="repeat"),
+             "ddp__b4.json": rec("host-b", status="not_applicable"), "recipe/r0.json": rec("host-b", variant="recipe")}
+    for name, body in files.items():
+        results.write_atomic(tmp_path / "results" / name, body)
+    decisions = [files["vocab__b4.json"], files["repeats/vocab__b4__r1.json"], files["ddp__b4.json"]]
+    rep = SimpleNamespace(records=decisions, decisions=decisions, evidence={}, run=None, dir=tmp_path,
+                          params={"name": "cpu", "not_run": []})
     text = report_tables.provenance_md(rep)
-    assert "from 2 machines" in text and "every record a decision rests on" in text and "host-a" in text
-    assert "0.0 %" not in text
+    assert "4 records from 2 machines" in text and "host-a: 2" in text
+    assert "host-a timed matrix, repeats" in text and "host-b timed recipe" in text
+    assert "offset is unknown" in text and "0.0 %" not in text
+
+
+def test_a_leave_one_out_row_from_another_machine_is_not_judged_against_noise():
+    """The worth of a lever is the recommendation's median over the row without it: where that row was timed on
+    another machine than the recommendation, with no measured offset, it is not called within noise or beyond it."""
+    from types import SimpleNamespace
+
+    from lib import frontier_view
+
+    def rec(tps, host, variant=None):
+        return {"stage": "fused", "batch_size": 4, "status": "ok", "variant": variant, "tokens_per_s": tps,
+                "provenance": {"host_id": host, "gpu_uuid": None}}
+    decisions = [rec(100.0, "host-a"), rec(100.5, "host-a", "repeat")]
+    for host, expected in (("host-a", True), ("host-b", None)):
+        ablation = [{**rec(100.1, host, "without TF32"), "lever": "TF32"}]
+        rep = SimpleNamespace(evidence={"ablation": ablation, "sweep": []}, decisions=decisions,
+                              rec=lambda key, batch: decisions[0])
+        _, rows = frontier_view.ablation_rows(rep)
+        assert rows[0]["within_noise"] is expected, host
+
+
+def test_turn_on_lists_levers_timed_on_another_machine_as_not_judged(monkeypatch):
+    """Page 1's 'Turn on' keeps a lever whose leave-one-out row was timed on another machine out of the levers that
+    pay beyond noise, and names it as not judged."""
+    from types import SimpleNamespace
+
+    from lib import frontier_view, summary_box
+
+    rows = [{"lever": "fused AdamW", "worth": 0.002, "within_noise": None, "record": {"status": "ok"}},
+            {"lever": "TF32", "worth": 0.05, "within_noise": False, "record": {"status": "ok"}}]
+    monkeypatch.setattr(frontier_view, "ablation_rows", lambda rep: ({"stage": "fused", "batch_size": 4}, rows))
+    monkeypatch.setattr(frontier_view, "ablation_calls_apart", lambda full, rows: None)
+    monkeypatch.setattr(summary_box, "_stage_of", lambda rep, lever: None)
+    text = summary_box._turn_on(SimpleNamespace())
+    assert text.index("TF32") < text.index("not judged against noise") < text.index("fused AdamW")
