@@ -19,6 +19,13 @@ def noise(rep: Report) -> tuple[dict, float | None]:
     return tps, results.decision_floor(rep.decisions, tps)
 
 
+def repeats_rule(ev: dict) -> str:
+    """The repeats rule as the params state it, before any number: when a third process (and more) runs."""
+    tol, n = ev.get("repeat_tolerance"), ev["repeats"]
+    return "" if n <= 2 else f" and more, {n} in all" if tol is None else (
+        f", and further ones (up to {n}) only where the processes so far differ by more than {tol * 100:g} % of their median")
+
+
 def within_noise(rep: Report, a: tuple[str, int], b: tuple[str, int]) -> bool | None:
     tps, floor = noise(rep)
     if a not in tps or b not in tps:

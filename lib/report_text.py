@@ -76,7 +76,7 @@ def _fidelity_method(rep: Report) -> str:
   the device as in nanoGPT's loop; it also times each step after `torch.cuda.synchronize()`, as
   build-nanogpt does.
 * **Repeats and noise**: the recommended configuration, its runner-up and both sides of the timing claims
-  the runs knew of run in a second fresh process{_third_process(ev)} (the table below lists exactly which);
+  the runs knew of run in a second fresh process{fidelity_view.repeats_rule(ev)} (the table below lists exactly which);
   {_noise_sentence(rep)}
 """
 
@@ -93,16 +93,6 @@ def _by_stage(rep: Report, fact: str) -> str:
     name = (lambda v: f"{v} peak") if fact == "peak" else (lambda v: stages.get(v).title)
     verb = " for " if fact == "reference" else ": "
     return "; ".join(f"{name(v)}{verb}{', '.join(titles)}" for v, titles in groups.items()) or "none"
-
-
-def _third_process(ev: dict) -> str:
-    """The repeats rule as the params state it, before any number: when a third process (and more) runs."""
-    if ev["repeats"] <= 2:
-        return ""
-    if ev.get("repeat_tolerance") is None:
-        return f" and more, {ev['repeats']} in all"
-    return (f", and further ones (up to {ev['repeats']}) only where the processes so far differ by more than "
-            f"{ev['repeat_tolerance'] * 100:g} % of their median")
 
 
 def _noise_sentence(rep: Report) -> str:

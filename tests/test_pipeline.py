@@ -99,7 +99,13 @@ def test_the_recommendation_rests_on_repeats_a_plain_loop_cross_check_and_a_pari
     best = results.best_config(results.decision_records(ev), p)
     key = (best["stage"], best["batch_size"])
     repeats = [read_json(f) for f in (ev / "repeats").glob("*.json")]
-    assert sum((r["stage"], r["batch_size"]) == key for r in repeats) == p["evidence"]["repeats"] - 1
+    # the repeats rule: a second process always, a third only where the first two differ beyond the tolerance
+    mine = sorted((r for r in repeats if (r["stage"], r["batch_size"]) == key), key=lambda r: r["repeat"])
+    first = [r for r in results.decision_records(ev) if (r["stage"], r["batch_size"]) == key
+             and r.get("variant") in (None, "batch sweep") and r["status"] == "ok"]
+    two = [first[0]["tokens_per_s"], mine[0]["tokens_per_s"]]
+    wanted = 1 + (results.spread(two)["spread"] > p["evidence"]["repeat_tolerance"]) * (p["evidence"]["repeats"] - 2)
+    assert len(mine) == wanted
     assert best["processes"]["n"] == p["evidence"]["repeats"]
     plain = {(r["stage"], r["batch_size"]): r for r in map(read_json, (ev / "crosscheck").glob("*.json"))}
     b = p["evidence"]["crosscheck_batch"]
