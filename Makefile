@@ -26,7 +26,7 @@ endif
 PIP_QUIET := 2> >(grep -v "is ignored: it is neither a file nor a directory" >&2)
 # what measuring and rendering import; the test tools are checked by `make test` alone, so a GPU host
 # that only measures needs no linter
-HOST_IMPORTS := numpy tiktoken pandas matplotlib yaml papermill nbformat nbconvert ipykernel
+HOST_IMPORTS := numpy tiktoken pandas scipy matplotlib yaml papermill nbformat nbconvert ipykernel
 TEST_IMPORTS := pytest ruff
 LEVER_IMPORTS := torchao cut_cross_entropy
 

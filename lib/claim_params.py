@@ -11,7 +11,8 @@ from .config import FAMILIES, PARAMS_DIR, ConfigError, check_family, profile_fam
 CLAIMS = PARAMS_DIR / "claims.yaml"
 RULES = PARAMS_DIR / "rules.yaml"
 # What params/claims.yaml may judge by (the header of that file says what each one measures).
-METRICS = ("speedup", "time_change", "memory_change", "kernels", "alignment", "loss_gate", "none")
+METRICS = ("speedup", "time_change", "memory_change", "kernels", "misalignment", "alignment", "loss_gate", "attention",
+           "none")
 
 
 def load_claims(path=CLAIMS) -> dict:
@@ -35,6 +36,15 @@ def load_claims(path=CLAIMS) -> dict:
             raise ConfigError(f"{where}: a claim this tool cannot check must say why (reason:)")
         if c["metric"] == "loss_gate" and stages.get(c["stage"]).reference != c["versus"]:
             raise ConfigError(f"{where}: the loss gate of {c['stage']} is against {stages.get(c['stage']).reference}")
+        for key in c.get("forms", []):
+            if not stages.fp8_switches(stages.get(key)):
+                raise ConfigError(f"{where}: form {key!r} is no FP8 stage")
+        if c.get("leave_one_out") and c["leave_one_out"] not in stages.LEVERS:
+            raise ConfigError(f"{where}: leave_one_out {c['leave_one_out']!r} is none of {', '.join(stages.LEVERS)}")
+        if c["metric"] == "attention" and c.get("figure") not in ("step", "kernels"):
+            raise ConfigError(f"{where}: an attention claim's figure is step or kernels")
+        if c["metric"] == "misalignment" and not c.get("cublas"):
+            raise ConfigError(f"{where}: a misalignment claim names the cuBLAS it speaks about (cublas:)")
     return data
 
 
@@ -60,8 +70,13 @@ def family_profiles(families) -> list[str]:
 
 
 def timed_claim_pairs(profile: str, path=CLAIMS) -> list[tuple[str, str]]:
-    """(stage, versus) of every claim judged by step time that speaks about `profile`'s family: the
-    configurations the report runs in several processes so the verdict can say "within noise"."""
-    family = profile_family(profile)
-    return [(c["stage"], c["versus"]) for c in load_claims(path)["claims"]
-            if c["metric"] in ("speedup", "time_change") and family in c["families"]]
+    """(stage, versus) of every claim judged by step time that speaks about `profile`'s family (each
+    form of an FP8 claim against the stage it is added to): the configurations the report runs in
+    several processes so the verdict can tell a figure from noise."""
+    from .results import previous_stage
+
+    family, out = profile_family(profile), []
+    for c in load_claims(path)["claims"]:
+        if c["metric"] in ("speedup", "time_change") and family in c["families"]:
+            out += [(k, previous_stage(k)) for k in c["forms"]] if "forms" in c else [(c["stage"], c["versus"])]
+    return list(dict.fromkeys(out))

@@ -28,7 +28,7 @@ SCHEMA = {
                  "gemm_batch": int, "sweep_batch_sizes": list, "repeats": int, "crosscheck_batch": int,
                  "parity_steps": int, "held_out_batches": int, "global_batch_tokens": int,
                  "recipe_warmup_steps": int, "recipe_timed_steps": int, "baseline": dict, "size_sweep": dict,
-                 "repeat_tolerance": float},
+                 "repeat_tolerance": float, **dict.fromkeys(("parity_passes", "parity_margin", "parity_confidence", "parity_power"), float), "parity_seeds": int},
     "full_depth": {"stages": list, "chapters": list},  # measured only with DEPTH=full or when named
     "cost_model_s": dict,  # the progress line's estimate of a chapter no earlier run timed
     "skip": dict,  # stage -> why this profile does not measure it (the report shows the reason)
@@ -243,11 +243,9 @@ DEPTHS = ("default", "full")
 
 
 def check_depth(depth: str | None) -> str:
-    if depth in (None, ""):
-        return "default"
-    if depth not in DEPTHS:
+    if depth not in (None, "", *DEPTHS):
         raise UsageError(f"unknown DEPTH={depth!r} (depths: {', '.join(DEPTHS)})")
-    return depth
+    return depth or "default"
 
 
 def not_run(params: dict) -> list[dict]:
@@ -356,9 +354,11 @@ def validate(p: dict) -> None:
         if not ev[key] or any(not _is(v, int) or v <= 0 for v in ev[key]):
             raise ConfigError(f"{where}: evidence.{key} must be a non-empty list of positive integers, got {ev[key]!r}")
     for key in ("seq_tokens", "gemm_batch", "seq_timed_steps", "repeats", "crosscheck_batch", "parity_steps",
-                "held_out_batches"):
+                "held_out_batches", "parity_passes", "parity_margin"):
         if ev[key] <= 0:
-            raise ConfigError(f"{where}: evidence.{key} must be a positive integer, got {ev[key]}")
+            raise ConfigError(f"{where}: evidence.{key} must be positive, got {ev[key]}")
+    if ev["parity_seeds"] < 2 or not (0 < ev["parity_confidence"] < 1 and 0 < ev["parity_power"] < 1):
+        raise ConfigError(f"{where}: evidence.parity_seeds must be at least 2, parity_confidence and parity_power in (0, 1)")
     if ev["seq_timed_steps"] < MIN_TIMED_STEPS:
         raise ConfigError(f"{where}: evidence.seq_timed_steps {ev['seq_timed_steps']} is too few for p10/p90 "
                           f"statistics (at least {MIN_TIMED_STEPS})")

@@ -212,13 +212,17 @@ def split(tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return tokens[:cut], tokens[cut:]
 
 
-def device_batches(params: dict, batch_size: int, steps: int, dev: str, held_out: bool = False, skip: int = 0):
+def device_batches(params: dict, batch_size: int, steps: int, dev: str, held_out: bool = False, skip: int = 0,
+                   start: int = 0):
     """`steps` batches of the training part (or the held-out part) stacked into two int64
     tensors (steps, B, T) already on the device, so no copy happens inside a timed step.
-    `skip` drops that many leading tokens first (each DDP rank reads its own slice)."""
+    `skip` drops that many leading tokens first (each DDP rank reads its own slice); `start`
+    begins the reading there and wraps round to the part's beginning (a parity seed's data order)."""
     import torch
 
     part = split(load_tokens(params["model"]["vocab_size"]))[1 if held_out else 0][skip:]
+    if start:
+        part = np.concatenate([part[start % part.size:], part[:start % part.size]])
     xs, ys = zip(*batches(part, batch_size, params["run"]["seq_len"], steps))
     return torch.from_numpy(np.stack(xs)).to(dev), torch.from_numpy(np.stack(ys)).to(dev)
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 import copy
 from pathlib import Path
 
-from . import claim_params, results, runner, stages
+from . import claim_params, data, results, runner, stages
 from . import recipe, size_sweep
 from .jobs import PLAIN_LOOP_SWITCHES, folder, make_job, plain_loop_can
 from .paths import resolve
@@ -93,7 +93,16 @@ def vocab_under_compile(params: dict, report_dir, force: bool = False) -> dict |
     batch = min(r["batch_size"] for r in done)
     job = make_job(params, env, "compile", batch, folder(report_dir, "variants") / f"compile-unpadded__b{batch}.json",
                variant="unpadded vocab", stage_overrides={"padded_vocab": False}, profile=False)
-    return runner.measure_jobs([job], env, force=force)[job["out"]]
+    # The control for why compiled padding is worth less than eager: Inductor pads a misaligned matmul
+    # itself (its shape_padding), so the unpadded run is timed once more with that switched off.
+    flags = stages.get("compile").backend_flags + ((SHAPE_PADDING, False),)
+    control = make_job(params, env, "compile", batch, folder(report_dir, "variants") / f"compile-unpadded-no-shape-padding__b{batch}.json",
+                       variant=NO_SHAPE_PADDING, stage_overrides={"padded_vocab": False, "backend_flags": flags}, profile=False)
+    return runner.measure_jobs([job, control], env, force=force)[job["out"]]
+
+
+SHAPE_PADDING = "torch._inductor.config.shape_padding"
+NO_SHAPE_PADDING = "unpadded vocab, Inductor shape padding off"
 
 
 def batch_sweep(params: dict, report_dir, force: bool = False) -> list[dict]:
@@ -192,11 +201,13 @@ def crosscheck_batch(params: dict) -> int:
 
 
 def parity_jobs(params: dict, report_dir) -> list[dict]:
-    """The recommended configuration and its reference stage (twice) at the same batch for
-    evidence.parity_steps steps, then their loss on held-out text. Where the reference ran out
-    of memory at that batch in the matrix, it accumulates gradients over micro-batches that fit
-    (the same update)."""
-    env, ev = runner.environment(report_dir), params["evidence"]
+    """The parity test of the recommended configuration (lib/parity.py): at each of evidence.parity_seeds
+    seeds, the recommended stage once and its reference stage twice at the same batch, from the same
+    weights on the same data order, then their loss on held-out text. Each run is as long as
+    evidence.parity_steps allows within evidence.parity_passes passes over the training text (more
+    would measure how fast the model overfits this corpus). Where the reference ran out of memory at
+    that batch in the matrix, it accumulates gradients over micro-batches that fit (the same update)."""
+    env = runner.environment(report_dir)
     recs = results.decision_records(resolve(report_dir) / "results")
     best = results.best_config(recs, params)
     if best is None or stages.get(best["stage"]).reference == best["stage"]:
@@ -207,15 +218,26 @@ def parity_jobs(params: dict, report_dir) -> list[dict]:
             and r.get("variant") in results.TIMING_VARIANTS]  # timed at that batch in one go, not a parity run
     largest = max(fits) if fits else batch
     micro = next(k for k in range(1, batch + 1) if batch % k == 0 and batch // k <= largest)
-    # The reference runs twice: how far two runs of the same configuration drift apart (GPU kernels
-    # with atomics are not bitwise repeatable) is the loss noise the lever is judged against.
-    plan = ((key, 1, 0), (ref, micro, 0), (ref, micro, 1))
-    jobs = [make_job(params, env, s, batch, folder(report_dir, "parity") / (f"{s}__b{batch}" + (f"__r{k}" if k else "") + ".json"),
-                 kind="parity", variant="parity", steps=ev["parity_steps"], held_out_batches=ev["held_out_batches"],
-                 micro_steps=m, replicate=k, eval_batch=ev["crosscheck_batch"])
-            for s, m, k in plan]
-    for j in jobs:
-        j["fingerprint"] += f"-parity{ev['parity_steps']}x{j['micro_steps']}-lr-schedule-r{j['replicate']}"
+    return parity_plan(params, env, report_dir, key, batch, micro)
+
+
+def parity_plan(params: dict, env: dict, report_dir, key: str, batch: int, micro: int) -> list[dict]:
+    """The parity test's runs of stage `key` at `batch`, its reference accumulating `micro` micro-batches."""
+    ev, ref = params["evidence"], stages.get(key).reference
+    train_tokens = len(data.split(data.load_tokens(params["model"]["vocab_size"]))[0])
+    per_step = batch * params["run"]["seq_len"]
+    steps = max(1, min(ev["parity_steps"], int(ev["parity_passes"] * train_tokens // per_step)))
+    jobs = []
+    for seed in range(ev["parity_seeds"]):
+        start = seed * train_tokens // ev["parity_seeds"]  # each seed reads the text from its own place
+        for s, m, k in ((key, 1, 0), (ref, micro, 0), (ref, micro, 1)):
+            name = f"{s}__b{batch}" + (f"__s{seed}" if seed else "") + (f"__r{k}" if k else "")
+            j = make_job(params, env, s, batch, folder(report_dir, "parity") / f"{name}.json", kind="parity",
+                         variant="parity", steps=steps, held_out_batches=ev["held_out_batches"], micro_steps=m,
+                         replicate=k, eval_batch=ev["crosscheck_batch"], seed_offset=seed, data_start=start,
+                         passes=steps * per_step / train_tokens)
+            j["fingerprint"] += f"-parity{steps}x{m}-lr-schedule-s{seed}-r{k}"
+            jobs.append(j)
     return jobs
 
 

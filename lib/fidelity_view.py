@@ -1,14 +1,14 @@
 """*How far the numbers can be trusted*, as the report reads it: the harness against the plain
 loop (lib/plain_loop.py), the process-to-process spread of the repeated configurations and the
-noise floor it gives, and the long parity run behind the recommendation."""
+noise floor it gives (the parity test: lib/parity_view.py)."""
 from __future__ import annotations
 
 import html
 
 import numpy as np
 
-from . import data, report, results, stages
-from .report import Report, recommended
+from . import results, stages
+from .report import Report
 
 CROSSCHECK_LIMIT = 0.03  # harness vs plain loop beyond this is flagged in the executive summary
 
@@ -122,6 +122,14 @@ def repeats_html(rep: Report) -> str:
               f"{floor * 100:.2f} %. A ratio closer to 1 than that is reported as within noise.</p>")
 
 
+# How results.best_config chooses among the batch sizes of the recommended stage (the method states it).
+BATCH_TIE_RULE = ("the fastest batch size of the recommended stage by its median tokens/s, unless another batch size "
+                  "of that stage, timed in at least two processes, lies within the noise of the two figures compared "
+                  "(the larger of their own process-to-process ranges, widened to the spread between machines where "
+                  "they were timed on different ones): that is a tie, and a tie goes to the batch size that needs the "
+                  "least memory.")
+
+
 def noise_sentence(rep: Report) -> str:
     _, floor = noise(rep)
     if floor is None:
@@ -129,76 +137,6 @@ def noise_sentence(rep: Report) -> str:
     return (f"the largest process-to-process range of tokens/s among the repeated configurations is "
             f"{floor * 100:.2f} % of its median; speed-ups closer to 1 than the ranges of the two "
             "configurations compared (this floor where one ran once) are reported as *within noise*.")
-
-
-def parity(rep: Report) -> dict | None:
-    """The long parity run of the recommended stage, if it was run (results.parity_checks)."""
-    best = recommended(rep)
-    checks = results.parity_checks(rep.decisions, rep.params["run"]["loss_tolerance"])
-    key = best["stage"] if best is not None and best["stage"] in checks else next(iter(checks), None)
-    return {**checks[key], "stage": key} if key else None
-
-
-def parity_md(rep: Report) -> str:
-    p = parity(rep)
-    if p is None:
-        best = recommended(rep)
-        if best is not None and stages.get(best["stage"]).reference == best["stage"]:
-            return (f"No long parity run: the recommended configuration is {best['stage_title']}, the reference "
-                    "its levers are judged against.")
-        return "No long parity run for this report."
-    tol = rep.params["run"]["loss_tolerance"]
-    ref = stages.get(p["reference"]).title
-    lever = stages.get(p["stage"]).title
-    acc = (f", the reference accumulating {p['micro_steps']} micro-batches of B={p['batch_size'] // p['micro_steps']}"
-           if p["micro_steps"] > 1 else "")
-    verdict = "held" if p["ok"] else '<span class="bad"><b>failed: not adopted</b></span>'
-    refs = ", ".join(f"{v:.3f}" for v in p["reference_held_out_loss"])
-    text = (f"**{p['steps']}-step parity run**: {lever} against {ref} at B={p['batch_size']}{acc}. ")
-    if p["noise_gap"] is not None:
-        text += (f"{ref} ran twice; its two runs drifted up to {p['noise_gap']:.3f} nats apart (5-step average), "
-                 f"the loss noise of a {p['steps']}-step run. ")
-    text += (f"{lever}'s loss left the envelope of {ref}'s runs by at most {p['outside']:.3f} nats "
-             f"(largest gap to its first run {p['gap']:.3f}); held-out loss {p['held_out_loss']:.3f} against "
-             f"{refs} ({p['held_out_delta']:+.3f} nats from their mean). Tolerance {tol:g} nats beyond the envelope: "
-             f"{verdict}.")
-    corpus = report.manifest().get("tokens")
-    if corpus:
-        passes = p["steps"] * p["batch_size"] * rep.params["run"]["seq_len"] / (corpus * (1 - data.HELD_OUT))
-        if passes > 1:
-            text += (f" The run passes over the training text about {passes:.0f} times, so the held-out loss also "
-                     "measures how fast each run overfits this small corpus.")
-    return text
-
-
-def rejected(rep: Report) -> dict:
-    """stage -> its parity check, for the stages whose long run left the band (never recommended)."""
-    checks = results.parity_checks(rep.decisions, rep.params["run"]["loss_tolerance"])
-    return {k: c for k, c in checks.items() if not c["ok"]}
-
-
-def failed_checks(rep: Report, key: str) -> dict[str, float]:
-    """Of a rejected stage's long parity run, the checks that failed and by how many nats:
-    'training' (its loss against the reference's envelope), 'held-out' (against their range)."""
-    c, tol = rejected(rep)[key], rep.params["run"]["loss_tolerance"]
-    return {name: v for name, v in (("training", c["outside"]), ("held-out", c["held_outside"])) if v > tol}
-
-
-def rejected_reason(rep: Report, key: str) -> str:
-    """Why a stage the speed alone would pick is not recommended: which of its long parity run's two
-    checks failed (the training loss against the reference's envelope, or the held-out loss against
-    the reference's), by how much, against the tolerance."""
-    c, tol = rejected(rep)[key], rep.params["run"]["loss_tolerance"]
-    ref, held_refs = stages.get(c["reference"]).title, ", ".join(f"{v:.3f}" for v in c["reference_held_out_loss"])
-    checks = failed_checks(rep, key)
-    failed = ([f"its training loss left the envelope of {ref}'s runs by {checks['training']:.3f} nats (5-step average)"]
-              if "training" in checks else []) + (
-        [f"its held-out loss, {c['held_out_loss']:.3f}, lies {checks['held-out']:.3f} nats outside the range of "
-         f"{ref}'s ({held_refs})"] if "held-out" in checks else [])
-    runs = (f"the worst of its {c['runs']} {c['steps']}-step parity runs at B={c['batch_size']}" if c["runs"] > 1
-            else f"its one {c['steps']}-step parity run at B={c['batch_size']}")
-    return (f"{runs} failed the {tol:g}-nat tolerance: " + " and ".join(failed)
-            + ", so it is not recommended however fast it runs.")
 
 
 def noise_note(rep: Report, key: str) -> str:

@@ -191,16 +191,19 @@ def parity_run(job: dict) -> dict:
     `held_out_batches` batches of text it never trained on. `micro_steps` > 1 accumulates
     gradients over that many micro-batches (the same batch and the same update, in less memory)
     where the reference stage does not fit the batch at once."""
-    params, batch, steps = job["params"], job["batch_size"], job["steps"]
+    params, batch, steps, seed_offset = job["params"], job["batch_size"], job["steps"], job.get("seed_offset", 0)
     stage = stages.get(job["stage"])
     dev = step.device_type(params["backend"])
     rec = results.base_record(params, stage, batch)
-    rec.update(kind="parity", fingerprint=job.get("fingerprint"), variant=job.get("variant"),
-               steps=steps, micro_steps=job.get("micro_steps", 1), replicate=job.get("replicate", 0))
+    rec.update(kind="parity", fingerprint=job.get("fingerprint"), variant=job.get("variant"), steps=steps,
+               micro_steps=job.get("micro_steps", 1), replicate=job.get("replicate", 0), seed_offset=seed_offset,
+               seed=params["run"]["seed"] + seed_offset, data_start=job.get("data_start", 0), passes=job.get("passes"))
     t0 = time.perf_counter()
     try:
-        train = step.build(params, stage, dev, micro_steps=job.get("micro_steps", 1))
-        xs, ys = data.device_batches(params, batch, steps, dev)
+        # A seed is the initial weights and the data order: the lever and its reference share both.
+        seeded = {**params, "run": {**params["run"], "seed": rec["seed"]}}
+        train = step.build(seeded, stage, dev, micro_steps=job.get("micro_steps", 1))
+        xs, ys = data.device_batches(params, batch, steps, dev, start=rec["data_start"])
         losses = []
         for i in range(steps):
             for group in train.opt.param_groups:  # set before each step, as nanoGPT's loop does

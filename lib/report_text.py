@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from . import data, fidelity_view, frontier_view, results, stages
+from . import data, fidelity_view, frontier_view, parity_view, results, stages
 from .report import ADOPT_ABOVE, CV_LIMIT, Report, gib, recommended, short, span, speedups, widest
 
 def method_md(rep: Report) -> str:
@@ -39,7 +39,9 @@ def method_md(rep: Report) -> str:
 * **Loss gate**: every step after warm-up is compared with the stage's reference at the same batch
   size (same seed, same batches): a stage passes when the {results.LOSS_GATE_WINDOW}-step moving average
   of the loss difference never leaves ±{r['loss_tolerance']:g} nats; a gap beyond it by less than the drift of the
-  same statistic between two processes of one configuration ({rep.loss_noise:.3f} nats here) is *within noise*.
+  same statistic between two processes of one configuration ({rep.loss_noise:.3f} nats here) is *within noise*, so
+  the gate catches only a departure larger than {r['loss_tolerance'] + rep.loss_noise:.3f} nats (the parity test judges finer); a
+  gap that one step's loss makes (without it, within half the gate) is reported as a *single-step spike*, not as a departure.
   References: {_by_stage(rep, "reference")}.
   "Final loss" is the mean
   of the last {r['final_loss_window']} steps. The loss is computed as nanoGPT computes it, over every column
@@ -62,14 +64,12 @@ def _fidelity_method(rep: Report) -> str:
                 "training-step core, the canonical loss path (its loss copied the logits to fp32 and sliced off "
                 "the padding), the plain-loop cross-check, the repeats and the parity run existed; its figures "
                 "carry none of them.\n")
-    return f"""* **Parity run**: the recommended configuration and its reference stage train
-  {ev['parity_steps']} steps at the batch size recommended when it ran (the run names it) with nanoGPT's learning-rate
-  shape (linear warm-up over the first quarter, cosine decay to a tenth), the reference accumulating
-  gradients over micro-batches where it does not fit at once. They are judged by the same gate, then by their
-  loss on the held-out last {int(data.HELD_OUT * 100)} % of the corpus, which no run trains on. The reference
-  runs twice (GPU kernels with atomics are not bitwise repeatable, so two runs drift apart: the loss noise);
-  the lever passes when its loss never leaves the envelope of the reference's runs by more than the
-  tolerance, and its held-out loss lies no further than the tolerance outside their range.
+    return f"""* **Parity test**, the rule fixed before any number: {parity_view.rule(ev)}. Each run trains at the batch
+  size recommended when it ran (the run names it) for at most {ev['parity_steps']} steps and at most {ev['parity_passes']:g}
+  passes over the training text (more would measure how fast the model overfits this corpus), with nanoGPT's
+  learning-rate shape (linear warm-up over the first quarter, cosine decay to a tenth), the reference
+  accumulating gradients over micro-batches where it does not fit at once; its held-out loss is read on the
+  last {int(data.HELD_OUT * 100)} % of the corpus, which no run trains on.
 * **Cross-check**: a plain training loop in nanoGPT's form (`lib/plain_loop.py`: its own model, only the
   data shared) runs beside the harness at the flash and vocab stages and at the configuration recommended
   when it ran (table below). Its figure is the wall time of its timed steps over their number, the host running ahead of
@@ -78,6 +78,7 @@ def _fidelity_method(rep: Report) -> str:
 * **Repeats and noise**: the recommended configuration, its runner-up and both sides of the timing claims
   the runs knew of run in a second fresh process{fidelity_view.repeats_rule(ev)} (the table below lists exactly which);
   {_noise_sentence(rep)}
+* **Batch size**, the tie rule fixed before any number: {fidelity_view.BATCH_TIE_RULE}
 """
 
 
@@ -165,7 +166,7 @@ def findings(rep: Report) -> list[str]:
     if rec is not None:
         out.append(recommended_line(rep, rec))
     for line in (frontier_view.recipe_finding(rep), fidelity_view.crosscheck_finding(rep),
-                 fidelity_view.parity_md(rep) if rec else None):
+                 parity_view.recommended_md(rep) if rec else None):
         if line:
             out.append(line)
     one_gpu = clean[~clean["stage"].map(stages.is_multi_gpu)]  # several GPUs' aggregate: its own line below
@@ -182,7 +183,7 @@ def findings(rep: Report) -> list[str]:
         line += (f", {best['tokens_per_s'] / b0['tokens_per_s']:.2f}× the best FP32 baseline "
                  f"({b0['tokens_per_s']:,.0f} tokens/s at B={b0['batch_size']}).")
     out.append(line)
-    out += [f"{stages.get(k).title}: {fidelity_view.rejected_reason(rep, k)}" for k in fidelity_view.rejected(rep)]
+    out += [f"{stages.get(k).title}: {parity_view.rejected_reason(rep, k)}" for k in parity_view.rejected(rep)]
     for key in order[1:]:
         st = stages.get(key)
         effect = results.lever_effect(rep.df, key)
@@ -262,24 +263,22 @@ def _memory_change(rep: Report, key: str) -> str | None:
     return f"{layer} {change * 100:+.1f} % at B={b} ({gib(prev[b])} → {gib(cur[b])} GiB)"
 
 
+GATE_LABELS = {"beyond": "**beyond** tolerance of", "spike": "a single-step spike against",
+               "within noise": "beyond the tolerance but within noise of", "within": "within tolerance of"}
+
+
 def _loss_gate_text(rep: Report, key: str) -> str | None:
-    """The loss gate's verdict on one stage, naming the batch sizes it could judge."""
+    """The loss gate's verdict on one stage, naming the batch sizes it could judge (a spike: its step)."""
     rows = rep.df[(rep.df["stage"] == key) & rep.df["loss_gap"].notna()]
-    if rows.empty:
-        return None
-    tol, ref = rep.params["run"]["loss_tolerance"], stages.get(stages.get(key).reference).title
-    noise = rep.loss_noise
-    parts = []
-    for verdict in ("beyond", "within noise", "within"):
+    tol, ref, parts = rep.params["run"]["loss_tolerance"], stages.get(stages.get(key).reference).title, []
+    for verdict, label in GATE_LABELS.items():
         hit = rows[rows["loss_verdict"] == verdict]
-        if hit.empty:
-            continue
-        at = ", ".join(f"B={b} {g:.3f}" for b, g in zip(hit["batch_size"], hit["loss_gap"]))
-        label = {"beyond": "**beyond** tolerance of", "within noise": "beyond the tolerance but within noise of",
-                 "within": "within tolerance of"}[verdict]
-        parts.append(f"loss {label} {ref} (largest 5-step-average gap after warm-up: {at}; tolerance {tol:g} nats"
-                     + (f", run-to-run noise {noise:.3f}" if verdict != "within" else "") + ")")
-    return "; ".join(parts)
+        at = ", ".join(f"B={b} {g:.3f}" + (f" at step {int(k)}" if verdict == "spike" else "")
+                       for b, g, k in zip(hit["batch_size"], hit["loss_gap"], hit.get("loss_spike_step", hit["loss_gap"])))
+        if at:
+            parts.append(f"loss {label} {ref} (largest 5-step-average gap after warm-up: {at}; tolerance {tol:g} nats"
+                         + (f", run-to-run noise {rep.loss_noise:.3f}" if verdict != "within" else "") + ")")
+    return "; ".join(parts) or None
 
 
 def recommendations(rep: Report) -> list[str]:
@@ -299,9 +298,9 @@ def recommendations(rep: Report) -> list[str]:
         med = effect["median"]
         if (rep.df[rep.df["stage"] == key]["status"] == "diverged").any():
             out.append(f"**{st.title}**: do not adopt as is: its loss diverged (NaN).")
-        elif key in fidelity_view.rejected(rep):
+        elif key in parity_view.rejected(rep):
             out.append(f"**{st.title}**: do not adopt as is (median {med:.2f}× over "
-                       f"{stages.get(effect['previous']).title}): {fidelity_view.rejected_reason(rep, key)}")
+                       f"{stages.get(effect['previous']).title}): {parity_view.rejected_reason(rep, key)}")
         elif (rep.df[rep.df["stage"] == key]["loss_verdict"] == "beyond").any():
             out.append(f"**{st.title}**: do not adopt as is: the loss moved {delta.max():.3f} nats from "
                        f"{stages.get(st.reference).title} (5-step average).")
@@ -395,6 +394,6 @@ def stage_summary(rep: Report, key: str) -> str:
         parts.append(f"SDPA backend that ran: **{', '.join(sdpa)}** (read from the dispatched operators).")
     for r in rows[rows["status"] != "ok"].itertuples():
         parts.append(f"B={r.batch_size}: **{r.status.replace('_', ' ')}** — {short(r.reason)}")
-    if key in fidelity_view.rejected(rep):  # the chapter says what the summary says: a long run outranks 30 steps
-        parts.append(f"**Not recommended**: {fidelity_view.rejected_reason(rep, key)}")
+    if key in parity_view.rejected(rep):  # the chapter says what the summary says: a long run outranks 30 steps
+        parts.append(f"**Not recommended**: {parity_view.rejected_reason(rep, key)}")
     return " ".join(parts)

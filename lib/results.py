@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import kernel_categories, provenance, stages
+from . import kernel_categories, parity, provenance, stages
 from .noise import across_machines, decision_floor, noise_floor, spread, within_noise  # noqa: F401 (re-exported)
 from .record import REUSABLE, SCHEMA_VERSION, STATUSES, TIMED, TIMING_VARIANTS, Record, Status  # noqa: F401 (re-exported)
 
@@ -150,6 +150,21 @@ def loss_gap(losses, ref_losses, skip: int, window: int = LOSS_GATE_WINDOW) -> f
     return float(np.max(np.abs(np.convolve(diff, np.ones(w) / w, mode="valid"))))
 
 
+def spike_step(losses, ref_losses, skip: int, limit: float, window: int = LOSS_GATE_WINDOW) -> int | None:
+    """The step whose loss alone puts the gate's figure beyond `limit`: with that one step's difference
+    set to the median difference the gap is within half of it (the rest of the curve agrees). None when
+    no single step does: a departure over several steps."""
+    n = min(len(losses), len(ref_losses))
+    diff = np.asarray(losses[skip:n], dtype=float) - np.asarray(ref_losses[skip:n], dtype=float)
+    if diff.size < 2 or not np.all(np.isfinite(diff)):
+        return None
+    worst = int(np.argmax(np.abs(diff - np.median(diff))))
+    calm = diff.copy()
+    calm[worst] = np.median(diff)
+    w = min(window, diff.size)
+    return skip + worst if float(np.max(np.abs(np.convolve(calm, np.ones(w) / w, mode="valid")))) <= limit / 2 else None
+
+
 def load_records(results_dir) -> list[dict]:
     out = []
     for path in sorted(Path(results_dir).glob("*.json")):
@@ -245,10 +260,13 @@ def table(records: list[dict], stage_order: list[str], tolerance: float | None =
         (w * e if not (pd.isna(w) or pd.isna(e)) else np.nan) if stages.is_multi_gpu(s) else v
         for s, v, w, e in zip(df["stage"], df["speedup_vs_previous"], df["world_size"], df["scaling_efficiency"])]
     if tolerance is not None:
-        df["loss_within_tolerance"] = pd.Series(
-            [None if pd.isna(g) else bool(g <= tolerance + noise) for g in df["loss_gap"]], dtype=object)
-        df["loss_verdict"] = [None if pd.isna(g) else "within" if g <= tolerance else
-                              "within noise" if g <= tolerance + noise else "beyond" for g in df["loss_gap"]]
+        df["loss_spike_step"] = [
+            spike_step(curves[(s, b)], curves[(ref, b)], int(w or 0), tolerance + noise) if g > tolerance + noise else None
+            for s, b, ref, w, g in zip(df["stage"], df["batch_size"], df["loss_ref"], df["warmup_steps"], df["loss_gap"])]
+        verdicts = [None if pd.isna(g) else "within" if g <= tolerance else "within noise" if g <= tolerance + noise
+                    else "spike" if k is not None else "beyond" for g, k in zip(df["loss_gap"], df["loss_spike_step"])]
+        df["loss_verdict"] = verdicts
+        df["loss_within_tolerance"] = pd.Series([None if v is None else v != "beyond" for v in verdicts], dtype=object)
     return df.drop(columns="stage_idx")
 
 
@@ -296,55 +314,6 @@ def verified_stages(df, reference_stages=("fp32",)) -> dict:
     return out
 
 
-def envelope_gap(losses, ref_runs: list, skip: int = 0, window: int = LOSS_GATE_WINDOW) -> float:
-    """How far the moving average of `losses` leaves the envelope of the reference's runs (the
-    lowest and highest of their moving averages at each step): 0 inside it. With one reference
-    run this is loss_gap. Infinite when a loss is not finite."""
-    n = min([len(losses)] + [len(r) for r in ref_runs])
-    curves = [np.asarray(c[skip:n], dtype=float) for c in [losses, *ref_runs]]
-    if not all(np.all(np.isfinite(c)) for c in curves):
-        return float("inf")
-    w = min(window, n - skip)
-    mine, *refs = [np.convolve(c, np.ones(w) / w, mode="valid") for c in curves]
-    lo, hi = np.min(refs, axis=0), np.max(refs, axis=0)
-    return float(max(0.0, np.max(lo - mine), np.max(mine - hi)))
-
-
-def parity_checks(records: list[dict], tolerance: float) -> dict:
-    """stage -> the long parity run's verdict against its reference stage at the same batch. The
-    reference runs twice (GPU kernels with atomics are not bitwise repeatable, so two runs drift
-    apart): the lever passes when its loss never leaves the envelope of the reference's runs by
-    more than the tolerance (5-step average, every step), nor its held-out loss their range."""
-    runs = {(r["stage"], r["batch_size"], r.get("replicate", 0)): r for r in records
-            if r.get("kind") == "parity" and r.get("status") == Status.OK}
-    out = {}
-    for (key, batch, k), rec in runs.items():
-        ref_key = stages.get(key).reference
-        refs = [r for (s, b, _), r in sorted(runs.items(), key=lambda kv: kv[0][2]) if s == ref_key and b == batch]
-        if k or not refs or ref_key == key:
-            continue
-        held_refs = [r["held_out_loss"] for r in refs]
-
-        def beyond(run):  # how far one run of the lever left the reference's envelope: (loss, held-out)
-            held = run["held_out_loss"]
-            return envelope_gap(run["losses"], [r["losses"] for r in refs]), max(0.0, min(held_refs) - held, held - max(held_refs))
-        # Every run of the lever is judged; the worst one speaks for it.
-        own = [r for (s, b, _), r in sorted(runs.items(), key=lambda kv: kv[0][2]) if s == key and b == batch]
-        rec = max(own, key=lambda r: max(beyond(r)))
-        outside, held_outside = beyond(rec)
-        out[key] = {"runs": len(own), "beyond_per_run": [round(max(beyond(r)), 4) for r in own], "batch_size": batch, "reference": ref_key, "steps": rec["steps"], "reference_runs": len(refs),
-                    "gap": loss_gap(rec["losses"], refs[0]["losses"], 0), "outside": outside,
-                    "held_out_loss": rec["held_out_loss"], "reference_held_out_loss": held_refs,
-                    "held_out_delta": rec["held_out_loss"] - float(np.mean(held_refs)), "held_outside": held_outside,
-                    "micro_steps": refs[0].get("micro_steps", 1),
-                    "noise_gap": loss_gap(refs[1]["losses"], refs[0]["losses"], 0) if len(refs) > 1 else None,
-                    "noise_held_out": abs(held_refs[1] - held_refs[0]) if len(refs) > 1 else None,
-                    "ok": bool(outside <= tolerance and held_outside <= tolerance)}
-    return out
-
-
-
-
 def throughputs(records: list[dict]) -> dict:
     """(stage, batch) -> tokens/s of every process that timed it (matrix, sweep, repeats)."""
     out: dict = {}
@@ -369,8 +338,8 @@ def ranked_configs(records: list[dict], params: dict, eligible=None) -> list[dic
     df = table([r for r in records if r.get("stage") in order and r.get("variant") is None], order,
                params["run"]["loss_tolerance"], loss_noise(records))
     verified = verified_stages(df, (order[0],))
-    for key, check in parity_checks(records, params["run"]["loss_tolerance"]).items():
-        verified[key] = verified.get(key) and check["ok"]  # a long run that left the band: never adopted
+    for key, check in parity.checks(records, params["evidence"]).items():
+        verified[key] = verified.get(key) and check["ok"]  # only a parity test that holds lets a tested stage be adopted
     tps = throughputs(records)
     good = [r for r in single if verified.get(r["stage"])]
     return sorted(good, key=lambda r: -float(np.median(tps[(r["stage"], r["batch_size"])])))

@@ -30,10 +30,10 @@ def _kernel(rep, spec: dict) -> str:
             + (f", a {tile[1]}×{tile[2]} tile by its name" if tile else ""))
 
 
-def _basis(rep, claim: dict) -> str:
-    """A timing claim's basis: the two stages and their tokens/s at every batch size both timed."""
+def _basis(rep, pair: tuple[str, str]) -> str:
+    """A timing verdict's basis: the two stages it rests on and their tokens/s at every batch size both timed."""
     ok = rep.df[rep.df["status"] == "ok"].set_index(["stage", "batch_size"])["tokens_per_s"]
-    a, b = claim["stage"], claim["versus"]
+    a, b = pair
     both = sorted(n for (s, n) in ok.index if s == a and (b, n) in ok.index)
     return (f"{stages.get(a).title} against {stages.get(b).title}, tokens/s "
             + "; ".join(f"B={n}: {ok[(a, n)]:,.0f} vs {ok[(b, n)]:,.0f}" for n in both))
@@ -46,15 +46,13 @@ def rows(name: str, rep) -> list[dict]:
         return [{"gpu": name, "architecture": "", "rule": "", "comment": "", "measured": "no architecture of the rule table covers "
                  "this GPU's chip family", "verdict": claims.NOT_APPLICABLE}]
     verdicts = claims.for_report(rep).set_index("id")
-    by_id = {c["id"]: c for c in claims.load()["claims"]}
     out = []
     for rule in arch["rules"]:
         row = {"gpu": name, "architecture": arch["name"], "rule": f"{rule['switch']} = {rule['value']}",
                "comment": rule.get("comment", "")}
         if "claim" in rule:
-            claim, v = by_id[rule["claim"]], verdicts.loc[rule["claim"]]
-            timed = claim["metric"] in ("speedup", "time_change") and v.verdict != claims.NOT_MEASURED
-            row.update(measured="; ".join(filter(None, [_basis(rep, claim) if timed else "", v.measured])),
+            v = verdicts.loc[rule["claim"]]
+            row.update(measured="; ".join(filter(None, [_basis(rep, v.pair) if v.pair else "", v.measured])),
                        verdict=v.verdict)
         else:
             kernel = _kernel(rep, rule["kernels"]) if "kernels" in rule else ""

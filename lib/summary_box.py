@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import html
 
-from . import fidelity_view, frontier_view, results, size_view, stages
+from . import fidelity_view, frontier_view, parity_view, results, size_view, stages
 from .report import ADOPT_ABOVE, Report, mfu_bf16, recommended, span
 
 MAX_LINES = 5
@@ -64,10 +64,8 @@ def _skip(rep: Report) -> str | None:
     out, pays = [], size_view.pays_from(rep)
     for key in stages.single_gpu(rep.stage_order)[1:]:
         st, effect = stages.get(key), results.lever_effect(rep.df, key)
-        if key in fidelity_view.rejected(rep):
-            checks, steps = fidelity_view.failed_checks(rep, key), fidelity_view.rejected(rep)[key]["steps"]
-            out.append(f"{st.title} (its {steps}-step parity run's {' and '.join(checks)} loss fell outside the reference's "
-                       f"by {max(checks.values()):.3f} nats, tolerance {rep.params['run']['loss_tolerance']:g})")
+        if key in parity_view.rejected(rep):
+            out.append(f"{st.title} ({parity_view.short_reason(rep, key)})")
         elif (rep.df[rep.df["stage"] == key]["loss_verdict"] == "beyond").any():
             out.append(f"{st.title} (loss beyond tolerance)")
         elif not effect["values"].empty and effect["median"] < 1 and not fidelity_view.noise_note(rep, key):

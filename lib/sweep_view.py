@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import html
 
-from . import fidelity_view, kernel_categories, stages
+from . import kernel_categories, parity_view, stages
 from .evidence_view import OK, none, table
 from .profile_view import top_kernels_html
 from .recommendation import applied_switches
@@ -46,8 +46,8 @@ def sweep_html(rep: Report) -> str:
                                                     "is the largest measured batch size that fits" if oom else
                      (f"measured up to B={last}; larger batch sizes were not measured (the run ended first)"
                       if last < max(rep.params["evidence"]["sweep_batch_sizes"]) else f"every batch size up to B={last} fits")))
-    notes += [f"{stages.get(k).title} is not recommended: {fidelity_view.rejected_reason(rep, k)}"
-              for k in sweeps if k in fidelity_view.rejected(rep)]
+    notes += [f"{stages.get(k).title} is not recommended: {parity_view.rejected_reason(rep, k)}"
+              for k in sweeps if k in parity_view.rejected(rep)]
     return table(rows) + '<p class="note">' + html.escape("; ".join(notes)) + ".</p>"
 
 
@@ -87,9 +87,9 @@ def recommended_md(rep: Report) -> str:
         return "No configuration completed with its loss verified, so there is no recommendation."
     st = stages.get(best["stage"])
     ref = rep.rec(st.reference, best["batch_size"])
-    parity = fidelity_view.parity(rep)
+    parity = parity_view.recommended_check(rep)
     if parity and parity["stage"] == best["stage"]:
-        delta = fidelity_view.parity_md(rep)
+        delta = parity_view.recommended_md(rep)
     elif ref and ref["status"] in OK and best.get("final_loss") is not None:
         delta = f"{best['final_loss'] - ref['final_loss']:+.3f} nats against {stages.get(st.reference).title} at the same batch"
     else:

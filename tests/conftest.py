@@ -162,3 +162,16 @@ def tmp_params_dir(tmp_path, monkeypatch) -> Path:
 
 def read_json(path: Path):
     return json.loads(Path(path).read_text())
+
+
+def write_parity_test(report_dir: Path, params: dict, lever: str, lever_held: float, ref_held: float, batch: int = 2,
+                      seeds: int = 3) -> None:
+    """A parity test as evidence.parity_plan leaves it: per seed the lever once and its reference twice."""
+    from lib import stages
+
+    for seed in range(seeds):
+        for stage, replicate, held in ((lever, 0, lever_held), (stages.get(lever).reference, 0, ref_held),
+                                       (stages.get(lever).reference, 1, ref_held)):
+            rec = {**make_record(params, stage, batch, [1.0] * 5, [4.0] * 30), "kind": "parity", "variant": "parity",
+                   "steps": 30, "held_out_loss": held, "micro_steps": 1, "seed_offset": seed, "replicate": replicate}
+            results.write_atomic(report_dir / "results" / "parity" / f"{stage}__b{batch}__s{seed}__r{replicate}.json", rec)

@@ -9,13 +9,13 @@ import pytest
 LIB = Path(__file__).resolve().parent.parent / "lib"
 LAYERS = {
     "core": {"paths", "config", "claim_params", "stages", "record", "results", "data", "kernel_categories",
-             "provenance", "noise"},
+             "provenance", "noise", "parity"},
     "measuring": {"model", "step", "measure", "plain_loop", "ddp", "fp8", "gemm_sweep", "kernel_profile", "energy",
                   "environment", "faults", "clocks", "compile_cache"},
     "running": {"runner", "evidence", "recipe", "jobs", "chapters", "pipeline", "notebook_runner", "report_folder", "cli",
                 "optimal", "size_sweep", "run_log"},
     "reporting": {"report", "frontier_view", "report_tables", "report_text", "report_charts", "evidence_view", "fidelity_view",
-                  "profile_view", "sweep_view", "summary_box", "recommendation", "claims", "rules", "compare", "export", "size_view"},
+                  "profile_view", "sweep_view", "summary_box", "recommendation", "parity_view", "claims", "claim_figures", "rules", "compare", "export", "size_view"},
 }
 # What each layer may import from lib/ (any import, at the top or inside a function).
 ALLOWED = {"core": {"core"}, "measuring": {"core", "measuring"}, "reporting": {"core", "reporting"},

@@ -237,15 +237,17 @@ GEMM = "nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NNT"  # a Hopper cuBLAS kerne
 
 
 def _hopper_pair(tmp_path: Path, fp8_over_compile: float) -> dict:
-    """Synthetic reports named h100 and h200 (Hopper profiles), their FP8 stage `fp8_over_compile`
-    times torch.compile's step time at every batch, and a kernel profile of torch.compile at B=4."""
+    """Synthetic reports named h100 and h200 (Hopper profiles), each FP8 form `fp8_over_compile` times
+    the step time of the stage it is added to at every batch, and a kernel profile of torch.compile at B=4."""
     for name in ("h100", "h200"):
         d = _fake_report(tmp_path, name, "2.11.0", 1.5)
         params = read_json(d / "params.json")
         for b in (2, 4):
+            for form in ("fp8", "fp8_torchao", "fp8_head"):
+                base = read_json(results.record_path(d / "results", results.previous_stage(form), b))
+                rec = make_record(params, form, b, [v * fp8_over_compile for v in base["step_ms"]], base["losses"])
+                results.write_atomic(results.record_path(d / "results", form, b), rec)
             comp = read_json(results.record_path(d / "results", "compile", b))
-            fp8 = make_record(params, "fp8", b, [v * fp8_over_compile for v in comp["step_ms"]], comp["losses"])
-            results.write_atomic(results.record_path(d / "results", "fp8", b), fp8)
         comp["kernel_profile"] = {"source": "CUDA kernels (torch.profiler)", "steps": 1, "kernels": [
             {"name": "flash_fwd_kernel", "ms": 9.0, "calls": 12}, {"name": GEMM, "ms": 5.0, "calls": 48}]}
         results.write_atomic(results.record_path(d / "results", "compile", 4), comp)
@@ -262,7 +264,7 @@ def test_the_rule_table_judges_each_hopper_rule_and_flips_with_the_fp8_records(t
     assert fp8["verdict"].tolist() == [verdict] * 2
     for m in fp8["measured"]:  # the figure with its basis: the stages and every batch size
         assert m.startswith("FP8") and "against torch.compile, tokens/s B=2: " in m
-        assert m.endswith(f"{1 / fp8_over_compile:.2f}× at B=2, 4")
+        assert f"FP8 linear layers: {1 / fp8_over_compile:.2f}× at B=2, 4 (the fastest form" in m
     tile = by_rule["tile_size = 256"]
     assert tile["verdict"].tolist() == ["not measured"] * 2
     assert all("cuBLAS picks its own tiles" in m and f"{GEMM}, a 256×128 tile by its name" in m for m in tile["measured"])

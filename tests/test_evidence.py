@@ -167,3 +167,29 @@ def test_bad_stage_lists_are_refused(tmp_path, stages_text, message):
     proc = run_cli("report", REPORTS=tmp_path, STAGES=stages_text, timeout=120)
     assert proc.returncode == 2 and message in proc.stderr, describe_proc(proc)
     assert not (tmp_path / "cpu").exists()
+
+
+def test_compiled_padding_has_a_control_with_inductors_own_shape_padding_off(tmp_path, monkeypatch):
+    """Why padding is worth less compiled than eager: the unpadded compiled run again with Inductor's
+    shape padding off, a distinct record and fingerprint, its flag applied by the step core."""
+    import dataclasses
+
+    import torch._inductor.config as inductor
+
+    from lib import runner, stages, step
+
+    params = tiny_params(["fp32", "compile"], batch_sizes=(2,))
+    d = write_report_dir(tmp_path / "cpu", params, [make_record(params, "compile", 2, [1.0] * 5, [5.0] * 6)])
+    seen = []
+    monkeypatch.setattr(runner, "measure_jobs", lambda jobs, env, force=False: seen.extend(jobs) or {j["out"]: None for j in jobs})
+    evidence.vocab_under_compile(params, d)
+    plain, control = seen
+    assert control["stage_overrides"]["backend_flags"][-1] == (evidence.SHAPE_PADDING, False)
+    assert control["fingerprint"] != plain["fingerprint"] and control["out"] != plain["out"]
+    before = inductor.shape_padding
+    try:  # the step core sets the flag before it builds (compile itself left out: seconds on a CPU)
+        lever = dataclasses.replace(stages.get("compile"), **control["stage_overrides"], compile=False)
+        step.build(params, lever, "cpu")
+        assert inductor.shape_padding is False
+    finally:
+        inductor.shape_padding = before

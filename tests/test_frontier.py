@@ -334,7 +334,7 @@ def test_a_lever_without_a_speed_gain_is_judged_on_its_measured_side_effects(tmp
 def test_a_faster_lever_whose_parity_run_left_the_band_is_not_adopted_anywhere(tmp_path):
     """The fastest stage lost its 200-step parity run: the recommendation falls to the next stage,
     and neither the per-lever advice nor the executive summary invites adopting it."""
-    from conftest import write_report_dir
+    from conftest import write_parity_test, write_report_dir
     from lib import report, report_text
 
     p = tiny_params(batch_sizes=(2,))
@@ -342,17 +342,13 @@ def test_a_faster_lever_whose_parity_run_left_the_band_is_not_adopted_anywhere(t
     ms = {"fp32": 400.0, "vocab": 200.0, "compile": 100.0, "bf16_residual": 90.0}
     recs = [make_record(p, k, 2, times_ms=[v] * 5, losses=[5.0] * 6) for k, v in ms.items()]
     write_report_dir(tmp_path / "rep", p, recs)
-    parity = tmp_path / "rep" / "results" / "parity"
-    parity.mkdir()
-    for k, held in (("vocab", 4.0), ("bf16_residual", 4.5)):
-        rec = {**make_record(p, k, 2, [1.0] * 5, [4.0] * 30), "kind": "parity", "variant": "parity", "steps": 30,
-               "held_out_loss": held, "micro_steps": 1}
-        results.write_atomic(parity / f"{k}__b2.json", rec)
+    write_parity_test(tmp_path / "rep", p, "bf16_residual", lever_held=4.5, ref_held=4.0)
     rep = report.load(tmp_path / "rep")
     assert report.recommended(rep)["stage"] == "compile"
     advice = next(x for x in report_text.recommendations(rep) if x.startswith("**BF16 residual stream**"))
     assert advice.startswith("**BF16 residual stream**: do not adopt as is (median 1.11× over torch.compile)")
-    failed = "its one 30-step parity run at B=2 failed the 0.1-nat tolerance: its held-out loss, 4.500, lies 0.500 nats outside"
-    assert failed in advice and "training loss left" not in advice  # the held-out check failed, the training loss held
+    failed = ("its parity test against Vocab padded to 50304 at B=2 found a difference: its held-out loss moved +0.5000 nats "
+              "(+0.5000 to +0.5000), beyond ±0.02")
+    assert failed in advice
     assert any(f"BF16 residual stream: {failed}" in x for x in report_text.findings(rep))
     assert f"**Not recommended**: {failed}" in report_text.stage_summary(rep, "bf16_residual")

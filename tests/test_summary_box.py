@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from conftest import make_record, tiny_params, write_report_dir
+from conftest import make_record, tiny_params, write_parity_test, write_report_dir
 from lib import config, report, report_tables, results, summary_box, sweep_view
 
 LOSSES = [6.0, 5.9, 5.8, 5.7, 5.6, 5.5]
@@ -129,12 +129,9 @@ def test_a_rejected_lever_in_skip_names_the_parity_check_it_failed(tmp_path):
     p["stages"] = ["fp32", "vocab", "compile", "bf16_residual"]
     ms = {"fp32": 400.0, "vocab": 200.0, "compile": 100.0, "bf16_residual": 90.0}
     write_report_dir(tmp_path / "rep", p, [make_record(p, k, 2, [v] * 5, [5.0] * 6) for k, v in ms.items()])
-    for k, held in (("vocab", 4.0), ("bf16_residual", 4.5)):  # the training loss matches; the held-out one does not
-        rec = {**make_record(p, k, 2, [1.0] * 5, [4.0] * 30), "kind": "parity", "variant": "parity", "steps": 30,
-               "held_out_loss": held, "micro_steps": 1}
-        results.write_atomic(tmp_path / "rep" / "results" / "parity" / f"{k}__b2.json", rec)
+    write_parity_test(tmp_path / "rep", p, "bf16_residual", lever_held=4.5, ref_held=4.0)
     skip = next(x for x in summary_box.lines(report.load(tmp_path / "rep")) if x.startswith("**Skip here:**"))
-    assert "BF16 residual stream (its 30-step parity run's held-out loss fell outside the reference's by 0.500" in skip
+    assert "BF16 residual stream (parity test differs: held-out loss +0.5000 nats (+0.5000 to +0.5000), margin ±0.02)" in skip
 
 
 def test_a_leave_one_out_whose_rows_were_timed_on_another_day_says_so():

@@ -1,0 +1,121 @@
+"""The parity test as the report states it (lib/parity.py decides): the rule before any number, the
+test behind the recommendation with its intervals, why a stage that failed or could not be decided is not
+recommended, and every parity run the folder ever made, superseded ones included."""
+from __future__ import annotations
+
+import html
+
+from . import parity, results, stages
+from .report import Report, recommended
+
+WORDS = {parity.HOLDS: "holds", parity.DIFFERS: "differs: not adopted", parity.UNDECIDED: "undecided: not adopted"}
+
+
+def checks(rep: Report) -> dict:
+    return parity.checks(rep.decisions, rep.params["evidence"])
+
+
+def rule(ev: dict) -> str:
+    """The decision rule as the params state it."""
+    return (f"at each of {ev['parity_seeds']} seeds the lever and its reference stage train from the same initial "
+            f"weights on the same data order, the reference twice (the two reference runs measure the noise of the "
+            f"test itself: kernels with atomics are not bitwise repeatable). The lever **holds** when the "
+            f"{ev['parity_confidence'] * 100:g} % interval (Student's t over the seeds) of its mean paired difference "
+            f"in held-out loss and in final training loss lies within ±{ev['parity_margin']:g} nats "
+            f"({ev['parity_margin'] * 100:.0f} % in perplexity) and the test detects a difference that small with "
+            f"{ev['parity_power'] * 100:g} % power; it **differs** when an interval lies wholly beyond the margin; "
+            "otherwise it is **undecided**. Only a lever that holds is adopted")
+
+
+def _interval(i: dict) -> str:
+    return f"{i['mean']:+.4f} nats ({i['lo']:+.4f} to {i['hi']:+.4f})" if i["n"] > 1 else f"{i['mean']:+.4f} nats (one seed: no interval)"
+
+
+def why_undecided(c: dict) -> str:
+    if len(c["seeds"]) < 2:
+        return f"only {len(c['seeds'])} paired seed ran (an interval needs two; the rule asks for {c['wanted']})"
+    if c["detectable"] is None:
+        return "the reference ran once per seed, so the test's own noise is unknown"
+    if c["detectable"] > c["margin"]:
+        more = parity.seeds_needed(c)
+        return (f"the test detects {c['detectable']:.4f} nats at best, more than the margin"
+                + (f"; about {more} seeds would resolve ±{c['margin']:g}" if more else ""))
+    return "an interval reaches beyond the margin"
+
+
+def summary(c: dict) -> str:
+    """One check in a sentence: the intervals, the test's noise and what it can detect, the verdict."""
+    ref, lever = stages.get(c["reference"]).title, stages.get(c["stage"]).title
+    acc = (f", the reference accumulating {c['micro_steps']} micro-batches of B={c['batch_size'] // c['micro_steps']}"
+           if c["micro_steps"] > 1 else "")
+    passes = f", {c['passes']:.2g} passes over the training text" if c.get("passes") else ""
+    noise = ("not measured (one reference run per seed)" if c["noise_sd"] is None else
+             f"{c['noise_sd']:.4f} nats per pair; the smallest difference it detects: {c['detectable']:.4f} nats"
+             if c["detectable"] is not None else f"{c['noise_sd']:.4f} nats per pair")
+    verdict = WORDS[c["verdict"]] + (f" ({why_undecided(c)})" if c["verdict"] == parity.UNDECIDED else "")
+    css = "ok" if c["ok"] else "bad"
+    return (f"**Parity test**: {lever} against {ref} at B={c['batch_size']}, {len(c['seeds'])} paired seeds of "
+            f"{c['steps']} steps{passes}{acc}. Mean paired difference (lever minus reference, "
+            f"{c['confidence'] * 100:g} % interval): held-out loss {_interval(c['intervals']['held_out'])}, final "
+            f"training loss {_interval(c['intervals']['final'])}. The test's own noise: {noise}. Margin "
+            f"±{c['margin']:g} nats: <span class=\"{css}\"><b>{html.escape(verdict)}</b></span>.")
+
+
+def recommended_check(rep: Report) -> dict | None:
+    """The parity test of the recommended stage, else the first one the folder has."""
+    all_, best = checks(rep), recommended(rep)
+    key = best["stage"] if best is not None and best["stage"] in all_ else next(iter(all_), None)
+    return all_[key] if key else None
+
+
+def recommended_md(rep: Report) -> str:
+    c = recommended_check(rep)
+    if c is None:
+        best = recommended(rep)
+        if best is not None and stages.get(best["stage"]).reference == best["stage"]:
+            return (f"No parity test: the recommended configuration is {best['stage_title']}, the reference "
+                    "its levers are judged against.")
+        return "No parity test for this report."
+    return summary(c)
+
+
+def rejected(rep: Report) -> dict:
+    """stage -> its parity test, for the stages whose test did not hold (never recommended)."""
+    return {k: c for k, c in checks(rep).items() if not c["ok"]}
+
+
+def rejected_reason(rep: Report, key: str) -> str:
+    c = rejected(rep)[key]
+    held = c["intervals"]["held_out"]
+    why = (why_undecided(c) if c["verdict"] == parity.UNDECIDED
+           else f"its held-out loss moved {_interval(held)}, beyond ±{c['margin']:g}")
+    found = "found a difference" if c["verdict"] == parity.DIFFERS else "could not decide"
+    return (f"its parity test against {stages.get(c['reference']).title} at B={c['batch_size']} {found}: "
+            f"{why}; so it is not recommended however fast it runs.")
+
+
+def short_reason(rep: Report, key: str) -> str:
+    """The summary box's few words: verdict, the held-out interval, the margin."""
+    c = rejected(rep)[key]
+    return (f"parity test {c['verdict']}: held-out loss {_interval(c['intervals']['held_out'])}, "
+            f"margin ±{c['margin']:g}")
+
+
+def history_md(rep: Report) -> str:
+    """Every parity run the folder ever made, superseded ones included (none is removed when the
+    recommendation moves): stage, batch, seed, run, steps, losses, and whether the current test uses it."""
+    rows = [(r, "current") for r in rep.decisions if r.get("kind") == "parity"]
+    old = rep.dir / "superseded" / "parity"
+    if old.is_dir():
+        rows += [(r, "superseded") for r in results.load_records(old)]
+    if not rows:
+        return ""
+    out = ["| stage | B | seed | run | steps | final loss | held-out loss | status |", "|---|---|---|---|---|---|---|---|"]
+    for r, where in sorted(rows, key=lambda x: (x[1], x[0]["stage"], x[0]["batch_size"], parity.seed_of(x[0]),
+                                                 x[0].get("replicate", 0))):
+        ok = r.get("status") == results.Status.OK
+        out.append(f"| {stages.get(r['stage']).title} | {r['batch_size']} | {parity.seed_of(r)} | {r.get('replicate', 0) + 1} "
+                   f"| {r.get('steps')} | {r['final_loss']:.4f} | {r['held_out_loss']:.4f} | {where} |" if ok else
+                   f"| {stages.get(r['stage']).title} | {r['batch_size']} | {parity.seed_of(r)} | {r.get('replicate', 0) + 1} "
+                   f"| {r.get('steps')} | — | — | {where}: {r['status']} |")
+    return "\n".join(out)

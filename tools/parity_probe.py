@@ -1,0 +1,40 @@
+"""The parity test of one stage at one batch size, run alone through the report's own harness (each run a
+fresh process, stamped records), without the matrix that would normally pick the stage: to see what the
+test measures on a GPU (its noise, its interval, what it can detect) before a report relies on it.
+
+    python tools/parity_probe.py PROFILE STAGE BATCH MICRO FOLDER
+    e.g. python tools/parity_probe.py h100 fp8_head 128 4 runs/parity-probe
+
+MICRO: the micro-batches the reference (an eager stage) accumulates where the batch does not fit at once.
+Prints the test (lib/parity.py) as JSON; the records stay in FOLDER/results/parity/.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+def main(argv: list[str]) -> int:
+    from lib import config, evidence, parity, results, runner
+
+    if len(argv) != 5:
+        sys.exit(__doc__)
+    profile, stage, batch, micro, folder = argv[0], argv[1], int(argv[2]), int(argv[3]), Path(argv[4])
+    params = config.load(profile, batch_sizes=[batch])
+    folder.mkdir(parents=True, exist_ok=True)
+    if not (folder / "params.json").exists():
+        results.write_atomic(folder / "params.json", params)
+    env = runner.environment(folder)
+    recs = runner.measure_jobs(evidence.parity_plan(params, env, folder, stage, batch, micro), env)
+    failed = [f"{r['stage']} seed {r.get('seed_offset')}: {r['status']} {r.get('reason')}" for r in recs.values()
+              if r["status"] != results.Status.OK]
+    check = parity.checks(list(recs.values()), params["evidence"]).get(stage)
+    print(json.dumps({"failed": failed, "check": check}, indent=1, default=str))
+    return 1 if failed or check is None else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
