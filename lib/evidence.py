@@ -229,14 +229,16 @@ def parity_plan(params: dict, env: dict, report_dir, key: str, batch: int, micro
     steps = max(1, min(ev["parity_steps"], int(ev["parity_passes"] * train_tokens // per_step)))
     jobs = []
     for seed in range(ev["parity_seeds"]):
-        start = seed * train_tokens // ev["parity_seeds"]  # each seed reads the text from its own place
+        # Each seed reads the text from its own place, fixed by the seed alone (golden-ratio steps), so
+        # adding seeds later leaves the earlier ones' runs valid.
+        start = int((seed * 0.6180339887498949) % 1.0 * train_tokens)
         for s, m, k in ((key, 1, 0), (ref, micro, 0), (ref, micro, 1)):
             name = f"{s}__b{batch}" + (f"__s{seed}" if seed else "") + (f"__r{k}" if k else "")
             j = make_job(params, env, s, batch, folder(report_dir, "parity") / f"{name}.json", kind="parity",
                          variant="parity", steps=steps, held_out_batches=ev["held_out_batches"], micro_steps=m,
                          replicate=k, eval_batch=ev["crosscheck_batch"], seed_offset=seed, data_start=start,
                          passes=steps * per_step / train_tokens)
-            j["fingerprint"] += f"-parity{steps}x{m}-lr-schedule-s{seed}-r{k}"
+            j["fingerprint"] += f"-parity{steps}x{m}-lr-schedule-s{seed}-at{start}-r{k}"
             jobs.append(j)
     return jobs
 

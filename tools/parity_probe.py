@@ -2,8 +2,8 @@
 fresh process, stamped records), without the matrix that would normally pick the stage: to see what the
 test measures on a GPU (its noise, its interval, what it can detect) before a report relies on it.
 
-    python tools/parity_probe.py PROFILE STAGE BATCH MICRO FOLDER
-    e.g. python tools/parity_probe.py h100 fp8_head 128 4 runs/parity-probe
+    python tools/parity_probe.py PROFILE STAGE BATCH MICRO FOLDER [SEEDS]
+    e.g. python tools/parity_probe.py h100 fp8_head 128 2 runs/parity-probe 5
 
 MICRO: the micro-batches the reference (an eager stage) accumulates where the batch does not fit at once.
 Prints the test (lib/parity.py) as JSON; the records stay in FOLDER/results/parity/.
@@ -20,10 +20,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 def main(argv: list[str]) -> int:
     from lib import config, evidence, parity, results, runner
 
-    if len(argv) != 5:
+    if len(argv) not in (5, 6):
         sys.exit(__doc__)
     profile, stage, batch, micro, folder = argv[0], argv[1], int(argv[2]), int(argv[3]), Path(argv[4])
     params = config.load(profile, batch_sizes=[batch])
+    if len(argv) == 6:  # more seeds than the profile's rule asks for: to see how the interval narrows
+        params["evidence"]["parity_seeds"] = int(argv[5])
     folder.mkdir(parents=True, exist_ok=True)
     if not (folder / "params.json").exists():
         results.write_atomic(folder / "params.json", params)
