@@ -202,7 +202,7 @@ def crosscheck_batch(params: dict) -> int:
 
 def parity_jobs(params: dict, report_dir) -> list[dict]:
     """The parity test of the recommended configuration (lib/parity.py): at each of evidence.parity_seeds
-    seeds, the recommended stage once and its reference stage twice at the same batch, from the same
+    seeds, the recommended stage and its reference stage twice each at the same batch, from the same
     weights on the same data order, then their loss on held-out text. Each run is as long as
     evidence.parity_steps allows within evidence.parity_passes passes over the training text (more
     would measure how fast the model overfits this corpus). Where the reference ran out of memory at
@@ -232,7 +232,7 @@ def parity_plan(params: dict, env: dict, report_dir, key: str, batch: int, micro
         # Each seed reads the text from its own place, fixed by the seed alone (golden-ratio steps), so
         # adding seeds later leaves the earlier ones' runs valid.
         start = int((seed * 0.6180339887498949) % 1.0 * train_tokens)
-        for s, m, k in ((key, 1, 0), (ref, micro, 0), (ref, micro, 1)):
+        for s, m, k in ((key, 1, 0), (key, 1, 1), (ref, micro, 0), (ref, micro, 1)):
             name = f"{s}__b{batch}" + (f"__s{seed}" if seed else "") + (f"__r{k}" if k else "")
             j = make_job(params, env, s, batch, folder(report_dir, "parity") / f"{name}.json", kind="parity",
                          variant="parity", steps=steps, held_out_batches=ev["held_out_batches"], micro_steps=m,

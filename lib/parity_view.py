@@ -8,7 +8,7 @@ import html
 from . import parity, results, stages
 from .report import Report, recommended
 
-WORDS = {parity.HOLDS: "holds", parity.DIFFERS: "differs: not adopted", parity.UNDECIDED: "undecided: not adopted"}
+WORDS = {parity.HOLDS: "holds", parity.WORSE: "worse: not adopted", parity.UNDECIDED: "undecided: not adopted"}
 
 
 def checks(rep: Report) -> dict:
@@ -18,12 +18,12 @@ def checks(rep: Report) -> dict:
 def rule(ev: dict) -> str:
     """The decision rule as the params state it."""
     return (f"at each of {ev['parity_seeds']} seeds the lever and its reference stage train from the same initial "
-            f"weights on the same data order, the reference twice (the two reference runs measure the noise of the "
-            f"test itself: kernels with atomics are not bitwise repeatable). The lever **holds** when the "
-            f"{ev['parity_confidence'] * 100:g} % interval (Student's t over the seeds) of its mean paired difference "
-            f"in held-out loss and in final training loss lies within ±{ev['parity_margin']:g} nats "
-            f"({ev['parity_margin'] * 100:.0f} % in perplexity) and the test detects a difference that small with "
-            f"{ev['parity_power'] * 100:g} % power; it **differs** when an interval lies wholly beyond the margin; "
+            "weights on the same data order, each twice (the repeat pairs measure the noise of the test itself: a "
+            "compiled or FP8 step is not bitwise repeatable). The lever **holds** when the one-sided "
+            f"{ev['parity_confidence'] * 100:g} % upper bound (Student's t over the seeds, never on less spread than "
+            "that noise) of its mean paired difference in held-out loss and in final training loss lies at or below "
+            f"+{ev['parity_margin']:g} nats ({ev['parity_margin'] * 100:.0f} % in perplexity): it may not make training "
+            "worse, and a lower loss does not fail it. It is **worse** when a lower bound lies above the margin; "
             "otherwise it is **undecided**. Only a lever that holds is adopted")
 
 
@@ -33,14 +33,10 @@ def _interval(i: dict) -> str:
 
 def why_undecided(c: dict) -> str:
     if len(c["seeds"]) < 2:
-        return f"only {len(c['seeds'])} paired seed ran (an interval needs two; the rule asks for {c['wanted']})"
-    if c["detectable"] is None:
-        return "the reference ran once per seed, so the test's own noise is unknown"
-    if c["detectable"] > c["margin"]:
-        more = parity.seeds_needed(c)
-        return (f"the test detects {c['detectable']:.4f} nats at best, more than the margin"
-                + (f"; about {more} seeds would resolve ±{c['margin']:g}" if more else ""))
-    return "an interval reaches beyond the margin"
+        return f"only {len(c['seeds'])} paired seed ran (a bound needs two; the rule asks for {c['wanted']})"
+    more = parity.seeds_needed(c)
+    return ("an upper bound reaches past the margin" + (f"; about {more} seeds would settle it if the mean and spread "
+                                                        "held" if more else ""))
 
 
 def summary(c: dict) -> str:
@@ -49,16 +45,16 @@ def summary(c: dict) -> str:
     acc = (f", the reference accumulating {c['micro_steps']} micro-batches of B={c['batch_size'] // c['micro_steps']}"
            if c["micro_steps"] > 1 else "")
     passes = f", {c['passes']:.2g} passes over the training text" if c.get("passes") else ""
-    noise = ("not measured (one reference run per seed)" if c["noise_sd"] is None else
-             f"{c['noise_sd']:.4f} nats per pair; the smallest difference it detects: {c['detectable']:.4f} nats"
-             if c["detectable"] is not None else f"{c['noise_sd']:.4f} nats per pair")
+    noise = ("not measured (no stage ran twice at every seed)" if c["noise_sd"] is None else
+             f"{c['noise_sd']:.4f} nats per paired difference")
+    detect = f"; the smallest difference it detects: {c['detectable']:.4f} nats" if c["detectable"] is not None else ""
     verdict = WORDS[c["verdict"]] + (f" ({why_undecided(c)})" if c["verdict"] == parity.UNDECIDED else "")
     css = "ok" if c["ok"] else "bad"
     return (f"**Parity test**: {lever} against {ref} at B={c['batch_size']}, {len(c['seeds'])} paired seeds of "
-            f"{c['steps']} steps{passes}{acc}. Mean paired difference (lever minus reference, "
-            f"{c['confidence'] * 100:g} % interval): held-out loss {_interval(c['intervals']['held_out'])}, final "
-            f"training loss {_interval(c['intervals']['final'])}. The test's own noise: {noise}. Margin "
-            f"±{c['margin']:g} nats: <span class=\"{css}\"><b>{html.escape(verdict)}</b></span>.")
+            f"{c['steps']} steps{passes}{acc}. Mean paired difference (lever minus reference, one-sided "
+            f"{c['confidence'] * 100:g} % bounds): held-out loss {_interval(c['intervals']['held_out'])}, final "
+            f"training loss {_interval(c['intervals']['final'])}. The test's own noise: {noise}{detect}. Margin "
+            f"+{c['margin']:g} nats: <span class=\"{css}\"><b>{html.escape(verdict)}</b></span>.")
 
 
 def recommended_check(rep: Report) -> dict | None:
@@ -86,10 +82,10 @@ def rejected(rep: Report) -> dict:
 
 def rejected_reason(rep: Report, key: str) -> str:
     c = rejected(rep)[key]
-    held = c["intervals"]["held_out"]
+    m = max(c["intervals"], key=lambda k: c["intervals"][k]["lo"])  # the loss that made it worse
     why = (why_undecided(c) if c["verdict"] == parity.UNDECIDED
-           else f"its held-out loss moved {_interval(held)}, beyond ±{c['margin']:g}")
-    found = "found a difference" if c["verdict"] == parity.DIFFERS else "could not decide"
+           else f"its {parity.METRICS[m]} rose {_interval(c['intervals'][m])}, beyond +{c['margin']:g}")
+    found = "found it worse" if c["verdict"] == parity.WORSE else "could not decide"
     return (f"its parity test against {stages.get(c['reference']).title} at B={c['batch_size']} {found}: "
             f"{why}; so it is not recommended however fast it runs.")
 
@@ -98,7 +94,7 @@ def short_reason(rep: Report, key: str) -> str:
     """The summary box's few words: verdict, the held-out interval, the margin."""
     c = rejected(rep)[key]
     return (f"parity test {c['verdict']}: held-out loss {_interval(c['intervals']['held_out'])}, "
-            f"margin ±{c['margin']:g}")
+            f"margin +{c['margin']:g}")
 
 
 def history_md(rep: Report) -> str:

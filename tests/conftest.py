@@ -166,11 +166,11 @@ def read_json(path: Path):
 
 def write_parity_test(report_dir: Path, params: dict, lever: str, lever_held: float, ref_held: float, batch: int = 2,
                       seeds: int = 3) -> None:
-    """A parity test as evidence.parity_plan leaves it: per seed the lever once and its reference twice."""
+    """A parity test as evidence.parity_plan leaves it: per seed the lever and its reference twice each."""
     from lib import stages
 
     for seed in range(seeds):
-        for stage, replicate, held in ((lever, 0, lever_held), (stages.get(lever).reference, 0, ref_held),
+        for stage, replicate, held in ((lever, 0, lever_held), (lever, 1, lever_held), (stages.get(lever).reference, 0, ref_held),
                                        (stages.get(lever).reference, 1, ref_held)):
             rec = {**make_record(params, stage, batch, [1.0] * 5, [4.0] * 30), "kind": "parity", "variant": "parity",
                    "steps": 30, "held_out_loss": held, "micro_steps": 1, "seed_offset": seed, "replicate": replicate}
