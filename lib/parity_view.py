@@ -27,8 +27,13 @@ def rule(ev: dict) -> str:
             "otherwise it is **undecided**. Only a lever that holds is adopted")
 
 
+def _nats(x: float) -> str:
+    return f"{round(x, 4) + 0.0:+.4f}"  # + 0.0: never "-0.0000"
+
+
 def _interval(i: dict) -> str:
-    return f"{i['mean']:+.4f} nats ({i['lo']:+.4f} to {i['hi']:+.4f})" if i["n"] > 1 else f"{i['mean']:+.4f} nats (one seed: no interval)"
+    return (f"{_nats(i['mean'])} nats ({_nats(i['lo'])} to {_nats(i['hi'])})" if i["n"] > 1
+            else f"{_nats(i['mean'])} nats (one seed: no interval)")
 
 
 def why_undecided(c: dict) -> str:
