@@ -194,6 +194,9 @@ def measure_chapters(report_dir: Path, params: dict, force: bool, log, launch: d
                 runner.run_ddp(params, report_dir, force=force, launch=launch)
             else:
                 evidence.measure_chapter(chapter.key, params, report_dir, force=force)
+        except run_log.TimeBudgetSpent:
+            log.chapter_cut(chapter.key, time.perf_counter() - t0)
+            raise
         except Exception as e:  # recorded; the other chapters still measure
             failure = f"{chapter.key}: {type(e).__name__}: {e}"
             failures.append(failure)

@@ -171,12 +171,18 @@ def test_an_interrupted_run_says_so_and_resumes(tmp_path):
     run = read_json(tmp_path / "cpu" / "run.json")
     assert run["state"] == "interrupted", run
     assert "interrupted after" in run["interrupted"] and "MEASURE_FOR" in run["interrupted"]
+    (cut, seconds), = run["cut_timings_s"].items()  # the chapter it stopped in keeps the time it had spent
+    assert cut in ("fp32", "tf32", "bf16") and seconds > 0 and cut not in run["timings_s"]
     second = run_cli("report", **args)
     assert second.returncode == 0, describe_proc(second)
     assert "resuming" in second.stdout
     run = read_json(tmp_path / "cpu" / "run.json")
     assert run["state"] == "completed"
     assert run["earlier_runs"][0]["state"] == "interrupted"
+    from lib import run_log
+
+    total = run_log.chapter_seconds(run)  # the cut chapter's two parts add up
+    assert set(total) >= {"fp32", "tf32", "bf16"} and total[cut] > seconds
 
 
 def test_settle_marks_an_abandoned_run_interrupted():
