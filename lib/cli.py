@@ -7,7 +7,7 @@ import argparse
 import os
 import sys
 
-from . import config, data, pipeline
+from . import cli_args, config, data, pipeline
 
 
 def main(argv=None) -> int:
@@ -68,7 +68,7 @@ def main(argv=None) -> int:
             print(f"error: {e}")
             return 2
     try:
-        config.parse_price(env.get("PRICE_PER_GPU_HOUR"))  # used when drawing: refused before anything runs
+        cli_args.parse_price(env.get("PRICE_PER_GPU_HOUR"))  # used when drawing: refused before anything runs
         return {"report": pipeline.report, "pdf": pipeline.pdf, "render": pipeline.render,
                 "compare": pipeline.compare}[args.cmd](args)
     except (config.ConfigError, data.DataError) as e:  # UsageError is a ConfigError

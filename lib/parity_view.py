@@ -22,9 +22,9 @@ def rule(ev: dict) -> str:
             "compiled or FP8 step is not bitwise repeatable). The lever **holds** when the one-sided "
             f"{ev['parity_confidence'] * 100:g} % upper bound (Student's t over the seeds, never on less spread than "
             "that noise) of its mean paired difference in held-out loss and in final training loss lies at or below "
-            f"+{ev['parity_margin']:g} nats ({ev['parity_margin'] * 100:.0f} % in perplexity): it may not make training "
-            "worse, and a lower loss does not fail it. It is **worse** when a lower bound lies above the margin; "
-            "otherwise it is **undecided**. Only a lever that holds is adopted")
+            f"+{ev['parity_margin']:g} nats ({ev['parity_margin'] * 100:.0f} % in perplexity): it is not worse than its "
+            "reference by more than the margin (non-inferiority; a lower loss does not fail it). It is **worse** when a "
+            "lower bound lies above the margin; otherwise it is **undecided**. Only a lever that holds is adopted")
 
 
 def _nats(x: float) -> str:
@@ -47,17 +47,21 @@ def why_undecided(c: dict) -> str:
 def summary(c: dict) -> str:
     """One check in a sentence: the intervals, the test's noise and what it can detect, the verdict."""
     ref, lever = stages.get(c["reference"]).title, stages.get(c["stage"]).title
-    acc = (f", the reference accumulating {c['micro_steps']} micro-batches of B={c['batch_size'] // c['micro_steps']}"
+    acc = (f", the reference accumulating {c['micro_steps']} micro-batches of B={c['batch_size'] // c['micro_steps']} "
+           "(the largest batch the matrix timed it at)"
            if c["micro_steps"] > 1 else "")
     passes = f", {c['passes']:.2g} passes over the training text" if c.get("passes") else ""
     noise = ("not measured (no stage ran twice at every seed)" if c["noise_sd"] is None else
+             "none: every repeat was bitwise identical" if c["noise_sd"] == 0 else
              f"{c['noise_sd']:.4f} nats per paired difference")
-    detect = f"; the smallest difference it detects: {c['detectable']:.4f} nats" if c["detectable"] is not None else ""
+    detect = (f"; with the spread measured, a true difference of {c['detectable']:.4f} nats would show as one "
+              f"{c['power'] * 100:g} % of the time" if c["detectable"] is not None else "")
     verdict = WORDS[c["verdict"]] + (f" ({why_undecided(c)})" if c["verdict"] == parity.UNDECIDED else "")
     css = "ok" if c["ok"] else "bad"
     return (f"**Parity test**: {lever} against {ref} at B={c['batch_size']}, {len(c['seeds'])} paired seeds of "
-            f"{c['steps']} steps{passes}{acc}. Mean paired difference (lever minus reference, one-sided "
-            f"{c['confidence'] * 100:g} % bounds): held-out loss {_interval(c['intervals']['held_out'])}, final "
+            f"{c['steps']} steps{passes}{acc}. Mean paired difference (lever minus reference; the "
+            f"{(2 * c['confidence'] - 1) * 100:g} % interval, each end a one-sided {c['confidence'] * 100:g} % "
+            "bound): held-out loss {_interval(c['intervals']['held_out'])}, final "
             f"training loss {_interval(c['intervals']['final'])}. The test's own noise: {noise}{detect}. Margin "
             f"+{c['margin']:g} nats: <span class=\"{css}\"><b>{html.escape(verdict)}</b></span>.")
 

@@ -11,7 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-from . import chapters, config, data, export, notebook_runner, recommendation, report_folder, results, run_log, stages
+from . import chapters, cli_args, config, data, export, notebook_runner, recommendation, report_folder, results, run_log, stages
 from . import report as report_view
 from .config import UsageError
 from .paths import ROOT
@@ -77,16 +77,16 @@ def check_inputs(gpu: str | None, batches: str | None, stage_list: str | None, r
                  chapter_list: str | None = None, price: str | None = None, model: str | None = None,
                  depth: str | None = None):
     """The inputs of a report that can be checked without the device: profile, model preset, batch sizes,
-    stages, reports folder, the DDP stage's nodes (config.check_launch), the chapters to measure.
+    stages, reports folder, the DDP stage's nodes (cli_args.check_launch), the chapters to measure.
     Returns (batch sizes or None, stage keys or None)."""
-    parsed = (config.parse_batches(batches) if batches else None, config.parse_stages(stage_list) if stage_list else None)
+    parsed = (cli_args.parse_batches(batches) if batches else None, cli_args.parse_stages(stage_list) if stage_list else None)
     if chapter_list:
         chapters.parse(chapter_list)
-    config.parse_price(price)
+    cli_args.parse_price(price)
     config.check_depth(depth)
     if model:
         config.check_model(model)
-    config.check_launch(nnodes, node_rank, rdzv)
+    cli_args.check_launch(nnodes, node_rank, rdzv)
     if gpu is not None:
         config.check_profile(gpu)
     report_folder.check_writable(report_folder.reports_root(reports))
@@ -102,7 +102,7 @@ def report(args) -> int:
     model, depth = getattr(args, "model", None), getattr(args, "depth", None)
     batches, stage_keys = check_inputs(args.gpu, args.batches, args.stages, args.reports, model=model, depth=depth)
     only = chapters.parse(args.chapters) if getattr(args, "chapters", None) else None
-    launch = config.check_launch(getattr(args, "nnodes", None), getattr(args, "node_rank", None),
+    launch = cli_args.check_launch(getattr(args, "nnodes", None), getattr(args, "node_rank", None),
                                  getattr(args, "rdzv", None))
     env = detect_environment()
     profile, override = choose_profile(args.gpu, env["device"], args.override)
@@ -178,7 +178,7 @@ def measure_chapters(report_dir: Path, params: dict, force: bool, log, launch: d
     """Every chapter's measurements, in chapter order, in this process (one measurement launcher
     for the whole run); with `only` (CHAPTERS=), just those chapters, in the order given, so a host
     with little time measures what matters first. `log` (run_log.RunLog) rewrites run.json after
-    every configuration and prints the progress. `launch` (config.check_launch) makes the DDP stage
+    every configuration and prints the progress. `launch` (cli_args.check_launch) makes the DDP stage
     one node of several. Returns (failures, seconds per chapter)."""
     from . import evidence, runner  # imported here: rendering never needs the launcher
 

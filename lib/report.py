@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from . import config, data, kernel_categories, results, stages
+from . import cli_args, config, data, kernel_categories, results, stages
 from .paths import resolve
 
 GiB = 2**30
@@ -97,7 +97,7 @@ def mfu_bf16_of(params: dict, mfu, precision) -> float | None:
 
 def price_per_gpu_hour(rep: "Report") -> float | None:
     """PRICE_PER_GPU_HOUR= at render time, else the profile's price_per_gpu_hour, else None."""
-    return config.parse_price(os.environ.get("PRICE_PER_GPU_HOUR")) or rep.params.get("price_per_gpu_hour")
+    return cli_args.parse_price(os.environ.get("PRICE_PER_GPU_HOUR")) or rep.params.get("price_per_gpu_hour")
 
 
 def code_commits(rep: "Report") -> tuple[list[str], int]:

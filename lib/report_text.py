@@ -41,7 +41,7 @@ def method_md(rep: Report) -> str:
   of the loss difference never leaves ±{r['loss_tolerance']:g} nats; a gap beyond it by less than the drift of the
   same statistic between two processes of one configuration ({rep.loss_noise:.3f} nats here) is *within noise*, so
   the gate catches only a departure larger than {r['loss_tolerance'] + rep.loss_noise:.3f} nats (the parity test judges finer); a
-  gap that one step's loss makes (without it, within half the gate) is reported as a *single-step spike*, not as a departure.
+  gap that one step's loss makes (the rest of the curve within half the gate) is reported as a *single-step spike* at that step; it fails the gate all the same.
   References: {_by_stage(rep, "reference")}.
   "Final loss" is the mean
   of the last {r['final_loss_window']} steps. The loss is computed as nanoGPT computes it, over every column
@@ -68,8 +68,8 @@ def _fidelity_method(rep: Report) -> str:
   size recommended when it ran (the run names it) for at most {ev['parity_steps']} steps and at most {ev['parity_passes']:g}
   passes over the training text (more would measure how fast the model overfits this corpus), with nanoGPT's
   learning-rate shape (linear warm-up over the first quarter, cosine decay to a tenth), the reference
-  accumulating gradients over micro-batches where it does not fit at once; its held-out loss is read on the
-  last {int(data.HELD_OUT * 100)} % of the corpus, which no run trains on.
+  accumulating gradients over micro-batches where the matrix did not time it at that batch; its held-out loss
+  is read on {ev['held_out_batches']} batches from the last {int(data.HELD_OUT * 100)} % of the corpus, which no run trains on.
 * **Cross-check**: a plain training loop in nanoGPT's form (`lib/plain_loop.py`: its own model, only the
   data shared) runs beside the harness at the flash and vocab stages and at the configuration recommended
   when it ran (table below). Its figure is the wall time of its timed steps over their number, the host running ahead of
@@ -263,7 +263,7 @@ def _memory_change(rep: Report, key: str) -> str | None:
     return f"{layer} {change * 100:+.1f} % at B={b} ({gib(prev[b])} → {gib(cur[b])} GiB)"
 
 
-GATE_LABELS = {"beyond": "**beyond** tolerance of", "spike": "a single-step spike against",
+GATE_LABELS = {"beyond": "**beyond** tolerance of", "spike": "**beyond** tolerance, by a single-step spike, of",
                "within noise": "beyond the tolerance but within noise of", "within": "within tolerance of"}
 
 
@@ -301,7 +301,7 @@ def recommendations(rep: Report) -> list[str]:
         elif key in parity_view.rejected(rep):
             out.append(f"**{st.title}**: do not adopt as is (median {med:.2f}× over "
                        f"{stages.get(effect['previous']).title}): {parity_view.rejected_reason(rep, key)}")
-        elif (rep.df[rep.df["stage"] == key]["loss_verdict"] == "beyond").any():
+        elif (rep.df[rep.df["stage"] == key]["loss_verdict"].isin(["beyond", "spike"])).any():
             out.append(f"**{st.title}**: do not adopt as is: the loss moved {delta.max():.3f} nats from "
                        f"{stages.get(st.reference).title} (5-step average).")
         elif effect["values"].empty:

@@ -323,7 +323,7 @@ def run_ddp(params: dict, report_dir, nproc: int | None = None, timeout_s: float
     it is the host's GPU count. The record is named by its GPU count (NNODES x nproc), so a folder
     keeps one per count: the points of the report's scaling curve.
 
-    `launch` (config.check_launch; None: this host alone) may make this one node of several:
+    `launch` (cli_args.check_launch; None: this host alone) may make this one node of several:
     every node runs `make report` with the same inputs, its own NODE_RANK and the same RDZV, and
     torchrun's c10d rendezvous joins their ranks into one job of NNODES x nproc ranks (every rank
     runs node 0's configuration, lib/ddp.py). Node 0 alone measures the one-rank reference first

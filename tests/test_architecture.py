@@ -9,7 +9,7 @@ import pytest
 LIB = Path(__file__).resolve().parent.parent / "lib"
 LAYERS = {
     "core": {"paths", "config", "claim_params", "stages", "record", "results", "data", "kernel_categories",
-             "provenance", "noise", "parity"},
+             "provenance", "noise", "parity", "cli_args"},
     "measuring": {"model", "step", "measure", "plain_loop", "ddp", "fp8", "gemm_sweep", "kernel_profile", "energy",
                   "environment", "faults", "clocks", "compile_cache"},
     "running": {"runner", "evidence", "recipe", "jobs", "chapters", "pipeline", "notebook_runner", "report_folder", "cli",

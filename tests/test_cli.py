@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from conftest import CLI_ENV_VARS, ROOT, describe_proc, run_cli
 
-from lib import chapters, cli, config, paths, pipeline, report_folder, stages
+from lib import chapters, cli, cli_args, config, paths, pipeline, report_folder, stages
 
 
 @pytest.fixture
@@ -213,8 +213,8 @@ def test_node_inputs_become_the_ddp_launch(tmp_path, capsys):
     path = tmp_path / "inputs"
     path.write_text(f"REPORTS={tmp_path / 'reports'}\nNNODES=2\nNODE_RANK=1\nRDZV=127.0.0.1:29500\n")
     assert cli.main(["check", str(path)]) == 0 and capsys.readouterr().out == ""
-    assert config.check_launch("2", "1", "127.0.0.1:29500") == {"nnodes": 2, "node_rank": 1, "rdzv": "127.0.0.1:29500"}
-    assert config.check_launch() == config.check_launch("", "", "") == {"nnodes": 1, "node_rank": 0, "rdzv": None}
+    assert cli_args.check_launch("2", "1", "127.0.0.1:29500") == {"nnodes": 2, "node_rank": 1, "rdzv": "127.0.0.1:29500"}
+    assert cli_args.check_launch() == cli_args.check_launch("", "", "") == {"nnodes": 1, "node_rank": 0, "rdzv": None}
     # the existing callers of check_inputs keep working; the new values are keyword arguments
     assert pipeline.check_inputs(None, "2", None, str(tmp_path / "reports")) == ([2], None)
     with pytest.raises(config.UsageError, match="NNODES=3 needs RDZV"):

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from lib import config
+from lib import cli_args, config
 
 # ---------------------------------------------------------------- parse_batches
 
@@ -13,19 +13,19 @@ from lib import config
     ("16", [16]), ("16 32 64", [16, 32, 64]), ("16,32", [16, 32]), (" 16, 32\t64 ", [16, 32, 64]),
 ])
 def test_parse_batches_accepts_spaces_and_commas(text, expected):
-    assert config.parse_batches(text) == expected
+    assert cli_args.parse_batches(text) == expected
 
 
 @pytest.mark.parametrize("text", ["16 x", "0", "-4", "1.5", "0x10", "1e3", "+4"])
 def test_parse_batches_refuses_anything_but_positive_integers(text):
     with pytest.raises(config.ConfigError, match="not a positive integer"):
-        config.parse_batches(text)
+        cli_args.parse_batches(text)
 
 
 @pytest.mark.parametrize("text", ["", "  ", ", ,"])
 def test_parse_batches_refuses_empty_text(text):
     with pytest.raises(config.ConfigError, match="empty"):
-        config.parse_batches(text)
+        cli_args.parse_batches(text)
 
 
 # ---------------------------------------------------------------- check_name

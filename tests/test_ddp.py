@@ -9,7 +9,7 @@ import math
 import pytest
 from conftest import make_record, tiny_params, write_report_dir
 
-from lib import config, report, report_charts, report_text, results, runner, stages
+from lib import cli_args, config, report, report_charts, report_text, results, runner, stages
 from lib.evidence_view import ddp_curve_html
 
 
@@ -75,7 +75,7 @@ def test_two_nodes_meet_at_the_rendezvous_and_only_node_zero_writes_the_record(v
     outcome = {}
 
     def node(rank):
-        launch = config.check_launch("2", str(rank), rdzv)
+        launch = cli_args.check_launch("2", str(rank), rdzv)
         try:
             outcome[rank] = runner.run_ddp(params, node_dirs[rank], nproc=1, timeout_s=300, force=True, launch=launch)
         except Exception as e:  # the assertion below shows it

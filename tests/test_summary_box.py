@@ -7,7 +7,7 @@ import json
 import pytest
 
 from conftest import make_record, tiny_params, write_parity_test, write_report_dir
-from lib import config, report, report_tables, results, summary_box, sweep_view
+from lib import cli_args, config, report, report_tables, results, summary_box, sweep_view
 
 LOSSES = [6.0, 5.9, 5.8, 5.7, 5.6, 5.5]
 
@@ -85,8 +85,8 @@ def test_energy_and_cost_of_the_recommendation(tmp_path, monkeypatch):
 @pytest.mark.parametrize("text", ["abc", "0", "-2", "inf", "nan"])
 def test_a_bad_price_is_refused_in_one_line(text):
     with pytest.raises(config.UsageError, match="PRICE_PER_GPU_HOUR .* is not a positive number"):
-        config.parse_price(text)
-    assert config.parse_price("2.49") == 2.49 and config.parse_price("") is None
+        cli_args.parse_price(text)
+    assert cli_args.parse_price("2.49") == 2.49 and cli_args.parse_price("") is None
 
 
 def test_a_multi_gpu_row_gets_no_speed_up_over_one_gpus_fp32(tmp_path):
