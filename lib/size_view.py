@@ -312,6 +312,7 @@ def plot_size(rep: Report):
     a2.set_ylabel("GEMM share of busy time (%)")
     a2.set_title("Where the step goes (without FP8)", fontsize=9)
     a1.set_xticks(range(len(names)), names, fontsize=7)
-    a1.legend(frameon=False, fontsize=7)
+    if a1.get_legend_handles_labels()[0]:  # nothing to name where no FP8 form ran (a CPU)
+        a1.legend(frameon=False, fontsize=7)
     fig.tight_layout()
     return save(fig, rep, "size_sweep")
