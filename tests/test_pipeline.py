@@ -205,6 +205,10 @@ def test_report_html_embeds_its_charts(report_html):
     assert all(s.startswith("data:image/") for s in srcs), srcs
 
 
+def test_no_python_warning_reaches_the_report(report_html):
+    assert "Warning:" not in report_html and "/lib/" not in report_html
+
+
 def test_report_html_has_the_wall_time_filled_in(report_html):
     assert export.WALL_TIME_TOKEN not in report_html
     assert re.search(r"Wall time</strong>: \d+ s for this whole run: measuring every configuration, then the "
