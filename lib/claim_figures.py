@@ -65,7 +65,7 @@ def why_unmeasured(df: pd.DataFrame, claim: dict) -> str:
         return NO_LAYER.get(claim.get("layer"), f"the {claim.get('layer')} memory layer was not recorded")
     other = df[df["stage"].isin([claim["stage"], claim["versus"]]) & (df["status"] != "ok")]
     return (f"no batch size where both {claim['stage']} and {claim['versus']} have a timing"
-            + "".join(f"; {r.stage} at B={r.batch_size}: {r.status}" for r in other.itertuples()))
+            + "".join(f"; {r.stage} at B={r.batch_size}: {str(r.status).replace('_', ' ')}" for r in other.itertuples()))
 
 
 def _left_out(facts: dict | None, key: str) -> str | None:

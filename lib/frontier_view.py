@@ -190,6 +190,11 @@ def ablation_html(rep: Report) -> str:
                            + "</p>")
 
 
+def micro_steps_text(row: dict) -> str:
+    """'B=8' for one step an update, 'B=64 × 8 micro-steps' where gradients accumulate."""
+    return f"B={row['batch']}" + (f" × {row['micro_steps']} micro-steps" if row["micro_steps"] != 1 else "")
+
+
 def recipe_finding(rep: Report) -> str | None:
     """The executive summary's line on the recipe: the recommendation against the canonical
     trainer at the same global batch, and how far the aim is."""
@@ -199,10 +204,11 @@ def recipe_finding(rep: Report) -> str | None:
         return None
     b = rep.params["evidence"]["baseline"]
     line = (f"Trained as GPT-2 is, one update per {rep.params['evidence']['global_batch_tokens']:,} tokens: "
-            f"{stages.get(best['stage']).title} at B={best['batch']} × {best['micro_steps']} micro-steps gives "
+            f"{stages.get(best['stage']).title} at {micro_steps_text(best)} gives "
             f"{best['median']:,.0f} tokens/s, {best['median'] / plain['median']:.3f}× the canonical trainer's "
             f"{stages.get(b['stage']).title} at B={b['batch_size']} in a plain loop ({plain['median']:,.0f} tokens/s; "
-            f"medians of {best['n']} and {plain['n']} processes in the same run)")
+            + (f"medians of {best['n']} processes each" if best["n"] == plain["n"] else
+               f"medians of {best['n']} and {plain['n']} processes") + " in the same run)")
     if harness:
         line += f"; this harness at the trainer's configuration: {harness['median'] / plain['median']:.3f}× the plain loop"
     target = TARGET_TOKENS_PER_S.get(rep.params["name"])

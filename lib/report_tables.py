@@ -155,7 +155,7 @@ def provenance_md(rep: Report) -> str:
     stopped = sum(1 for r in runs if r.get("state") == "interrupted")
     text = (f"**Where and how:** {len(recs)} records from {len(machines)} machine{'s' if len(machines) > 1 else ''} ("
             + "; ".join(f"{m}: {n}" for m, n in machines.most_common()) + ") by code "
-            + "; ".join(f"{c}: {n}" for c, n in commits.most_common()) + f", in {len(runs)} runs of the measuring command"
+            + "; ".join(f"{c}: {n}" for c, n in commits.most_common()) + f", in {len(runs)} run{'s' if len(runs) != 1 else ''} of the measuring command"
             + (f" ({stopped} stopped by their time budget or cut off, then resumed)" if stopped else "") + ".")
     if len(machines) > 1:
         kinds = {m: sorted({r["_folder"].replace("results", "matrix") for r in recs if provenance.machine_of(r) == m

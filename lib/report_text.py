@@ -321,7 +321,8 @@ def recommendations(rep: Report) -> list[str]:
                        "before adopting.")
     best = recommended(rep)
     if best is not None:
-        out.insert(0, recommended_line(rep, best) + f" Allocator peak {gib(best.get('mem_allocator_bytes'))} GiB.")
+        peak = best.get("mem_allocator_bytes")
+        out.insert(0, recommended_line(rep, best) + (f" Allocator peak {gib(peak)} GiB." if peak else ""))
     return out
 
 
@@ -333,7 +334,7 @@ def _other_effects(rep: Report, key: str) -> str:
     failed = rep.df[(rep.df["stage"] == key) & (rep.df["status"] == "error")]["batch_size"].tolist()
     return "; ".join([_memory_change(rep, key) or "no memory comparison"]
                      + ([f"first step {first[key][b]:.0f} s against {first[prev][b]:.0f} s at B={b}"]
-                        if b is not None and first[key][b] > 2 * first[prev][b] else [])
+                        if b is not None and first[key][b] > 2 * first[prev][b] and first[key][b] >= 1 else [])
                      + (["failed at B=" + ", ".join(map(str, failed))] if failed else []))
 
 

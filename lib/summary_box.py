@@ -91,7 +91,7 @@ def _buys(rep: Report, best: dict) -> str | None:
     mine, plain = rows.get("recommended"), rows.get("baseline")
     if mine and plain:
         b = rep.params["evidence"]["baseline"]
-        return (f"**What it buys:** at B={mine['batch']} × {mine['micro_steps']} micro-steps, "
+        return (f"**What it buys:** at {frontier_view.micro_steps_text(mine)}, "
                 f"{mine['median'] / plain['median']:.3f}× the canonical trainer "
                 f"({stages.get(b['stage']).title} at B={b['batch_size']} in a plain nanoGPT-form loop) at GPT-2's "
                 f"{rep.params['evidence']['global_batch_tokens']:,}-token batch, measured in the same run "

@@ -352,3 +352,10 @@ def test_a_faster_lever_whose_parity_run_left_the_band_is_not_adopted_anywhere(t
     assert failed in advice
     assert any(f"BF16 residual stream: {failed}" in x for x in report_text.findings(rep))
     assert f"**Not recommended**: {failed}" in report_text.stage_summary(rep, "bf16_residual")
+
+
+def test_one_step_an_update_reads_without_micro_steps():
+    from lib import frontier_view
+
+    assert frontier_view.micro_steps_text({"batch": 8, "micro_steps": 1}) == "B=8"
+    assert frontier_view.micro_steps_text({"batch": 64, "micro_steps": 8}) == "B=64 × 8 micro-steps"
