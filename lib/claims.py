@@ -190,7 +190,7 @@ def _loss_gate_verdict(claim: dict, row: dict, df: pd.DataFrame, applies: bool, 
         row.update(measured=claim_figures.why_unmeasured(df, claim), verdict=NOT_MEASURED if applies else NOT_APPLICABLE)
         return row
     worst = gated.loc[gated["loss_gap"].idxmax()]
-    failed = list(gated[gated["loss_verdict"].isin(["beyond", "spike"])]["batch_size"])
+    failed = list(gated[gated["loss_verdict"].isin(results.GATE_FAILS)]["batch_size"])
     row["measured"] = (f"largest gap {worst.loss_gap:.4f} nats (B={worst.batch_size}); the gate "
                        + (f"failed at B={', '.join(map(str, failed))}" if failed else
                           f"held at B={', '.join(map(str, gated['batch_size']))}"))

@@ -222,7 +222,7 @@ def device_batches(params: dict, batch_size: int, steps: int, dev: str, held_out
 
     part = split(load_tokens(params["model"]["vocab_size"]))[1 if held_out else 0][skip:]
     if start:
-        part = np.concatenate([part[start % part.size:], part[:start % part.size]])
+        part = np.roll(part, -start)
     xs, ys = zip(*batches(part, batch_size, params["run"]["seq_len"], steps))
     return torch.from_numpy(np.stack(xs)).to(dev), torch.from_numpy(np.stack(ys)).to(dev)
 

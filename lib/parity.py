@@ -7,9 +7,8 @@ Design (the method section states it before any number):
     reference, first runs) in two losses: the held-out loss (text the runs never train on) and the
     final training loss;
   * both stages run a second time at each seed: those repeat pairs measure the noise of one paired
-    difference (a compiled or FP8 step is not bitwise repeatable: on an H100 its 21-step loss moved
-    by up to 0.01 nats between processes, where the eager reference's moved by 0.0001), which the
-    interval never undercuts;
+    difference (a compiled or FP8 step need not be bitwise repeatable, where an eager one may be: see
+    reports/probes/parity-h100-2026-11-25), which the interval never undercuts;
   * rule (non-inferiority, the lever may not be worse): with a one-sided `confidence` bound (Student's t
     over the seeds) on each mean difference,
       holds      every upper bound lies at or below +margin;
@@ -80,6 +79,12 @@ def seed_of(rec: dict) -> int:
     return int(rec.get("seed_offset") or 0)
 
 
+def _mean_square_repeat(runs_by_seed: dict, seeds: list[int], metric: str) -> float | None:
+    """The mean square of (second run - first run) of one stage over the seeds where it ran twice."""
+    pairs = [_metric(r[1], metric) - _metric(r[0], metric) for r in (runs_by_seed[s] for s in seeds) if len(r) > 1]
+    return float(np.mean(np.square(pairs))) if pairs else None
+
+
 def runs(records: list[dict]) -> dict:
     """(stage, batch) -> seed -> [its parity runs in replicate order] (completed runs only)."""
     out: dict = {}
@@ -104,11 +109,7 @@ def checks(records: list[dict], evidence: dict) -> dict:
         paired = sorted(s for s in seeds if s in refs)
         # The noise of one paired difference, from the repeat pairs of both stages (their expectation is 0):
         # sqrt((E[lever pair^2] + E[reference pair^2]) / 2), the larger of the two metrics'.
-        def pair_rms(runs_by_seed, m):
-            pairs = [_metric(runs_by_seed[s][1], m) - _metric(runs_by_seed[s][0], m) for s in paired if len(runs_by_seed[s]) > 1]
-            return float(np.mean(np.square(pairs))) if pairs else None
-
-        repeats = {m: (pair_rms(seeds, m), pair_rms(refs, m)) for m in METRICS}
+        repeats = {m: (_mean_square_repeat(seeds, paired, m), _mean_square_repeat(refs, paired, m)) for m in METRICS}
         measured = all(v is not None for pair in repeats.values() for v in pair)
         noise_sd = max(math.sqrt((a + b) / 2) for a, b in repeats.values()) if measured else None
         diffs = {m: [_metric(seeds[s][0], m) - _metric(refs[s][0], m) for s in paired] for m in METRICS}

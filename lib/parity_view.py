@@ -119,8 +119,7 @@ def history_md(rep: Report) -> str:
     for r, where in sorted(rows, key=lambda x: (x[1], x[0]["stage"], x[0]["batch_size"], parity.seed_of(x[0]),
                                                  x[0].get("replicate", 0))):
         ok = r.get("status") == results.Status.OK
+        losses = f"{r['final_loss']:.4f} | {r['held_out_loss']:.4f} | {where}" if ok else f"— | — | {where}: {r['status']}"
         out.append(f"| {stages.get(r['stage']).title} | {r['batch_size']} | {parity.seed_of(r)} | {r.get('replicate', 0) + 1} "
-                   f"| {r.get('steps')} | {r['final_loss']:.4f} | {r['held_out_loss']:.4f} | {where} |" if ok else
-                   f"| {stages.get(r['stage']).title} | {r['batch_size']} | {parity.seed_of(r)} | {r.get('replicate', 0) + 1} "
-                   f"| {r.get('steps')} | — | — | {where}: {r['status']} |")
+                   f"| {r.get('steps')} | {losses} |")
     return "\n".join(out)

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from . import cli_args, config, data, kernel_categories, results, stages
+from . import cli_args, config, data, kernel_categories, parity, results, stages
 from .paths import resolve
 
 GiB = 2**30
@@ -65,7 +65,7 @@ def load(report_dir) -> Report:
     params = json.loads((d / "params.json").read_text())
     try:  # the parity rule, added after some folders were measured, judges them with today's values
         today = config.load(params["name"])["evidence"]
-        params["evidence"] = {**{k: today[k] for k in results.parity.RULE_KEYS}, **params["evidence"]}
+        params["evidence"] = {**{k: today[k] for k in parity.RULE_KEYS}, **params["evidence"]}
     except config.ConfigError:
         pass
     env = json.loads((d / "environment.json").read_text())

@@ -301,7 +301,7 @@ def recommendations(rep: Report) -> list[str]:
         elif key in parity_view.rejected(rep):
             out.append(f"**{st.title}**: do not adopt as is (median {med:.2f}× over "
                        f"{stages.get(effect['previous']).title}): {parity_view.rejected_reason(rep, key)}")
-        elif (rep.df[rep.df["stage"] == key]["loss_verdict"].isin(["beyond", "spike"])).any():
+        elif (rep.df[rep.df["stage"] == key]["loss_verdict"].isin(results.GATE_FAILS)).any():
             out.append(f"**{st.title}**: do not adopt as is: the loss moved {delta.max():.3f} nats from "
                        f"{stages.get(st.reference).title} (5-step average).")
         elif effect["values"].empty:

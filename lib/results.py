@@ -132,6 +132,9 @@ def fill_loss(rec: dict, window: int) -> None:
 
 
 LOSS_GATE_WINDOW = 5  # steps in the moving average the loss gate judges
+# The loss verdicts that fail the gate: a spike too (bf16 and FP8 faults show as one bad step); it is only
+# named as what it is.
+GATE_FAILS = ("beyond", "spike")
 
 
 def loss_gap(losses, ref_losses, skip: int, window: int = LOSS_GATE_WINDOW) -> float:
@@ -266,9 +269,7 @@ def table(records: list[dict], stage_order: list[str], tolerance: float | None =
         verdicts = [None if pd.isna(g) else "within" if g <= tolerance else "within noise" if g <= tolerance + noise
                     else "spike" if k is not None else "beyond" for g, k in zip(df["loss_gap"], df["loss_spike_step"])]
         df["loss_verdict"] = verdicts
-        # A spike fails the gate too (bf16 and FP8 faults show as one bad step); it is only named as what it is.
-        df["loss_within_tolerance"] = pd.Series([None if v is None else v not in ("beyond", "spike") for v in verdicts],
-                                                dtype=object)
+        df["loss_within_tolerance"] = pd.Series([None if v is None else v not in GATE_FAILS for v in verdicts], dtype=object)
     return df.drop(columns="stage_idx")
 
 

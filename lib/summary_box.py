@@ -66,7 +66,7 @@ def _skip(rep: Report) -> str | None:
         st, effect = stages.get(key), results.lever_effect(rep.df, key)
         if key in parity_view.rejected(rep):
             out.append(f"{st.title} ({parity_view.short_reason(rep, key)})")
-        elif (rep.df[rep.df["stage"] == key]["loss_verdict"].isin(["beyond", "spike"])).any():
+        elif (rep.df[rep.df["stage"] == key]["loss_verdict"].isin(results.GATE_FAILS)).any():
             out.append(f"{st.title} (loss beyond tolerance)")
         elif not effect["values"].empty and effect["median"] < 1 and not fidelity_view.noise_note(rep, key):
             larger = f"; the size sweep: {pays[st.title]}" if st.title in pays else ""
