@@ -54,14 +54,14 @@ def summary(c: dict) -> str:
     noise = ("not measured (no stage ran twice at every seed)" if c["noise_sd"] is None else
              "none: every repeat was bitwise identical" if c["noise_sd"] == 0 else
              f"{c['noise_sd']:.4f} nats per paired difference")
-    detect = (f"; with the spread measured, a true difference of {c['detectable']:.4f} nats would show as one "
+    detect = (f"; with the spread measured, a true difference of {c['detectable']:.4f} nats would be detected "
               f"{c['power'] * 100:g} % of the time" if c["detectable"] is not None else "")
     verdict = WORDS[c["verdict"]] + (f" ({why_undecided(c)})" if c["verdict"] == parity.UNDECIDED else "")
     css = "ok" if c["ok"] else "bad"
     return (f"**Parity test**: {lever} against {ref} at B={c['batch_size']}, {len(c['seeds'])} paired seeds of "
             f"{c['steps']} steps{passes}{acc}. Mean paired difference (lever minus reference; the "
             f"{(2 * c['confidence'] - 1) * 100:g} % interval, each end a one-sided {c['confidence'] * 100:g} % "
-            "bound): held-out loss {_interval(c['intervals']['held_out'])}, final "
+            f"bound): held-out loss {_interval(c['intervals']['held_out'])}, final "
             f"training loss {_interval(c['intervals']['final'])}. The test's own noise: {noise}{detect}. Margin "
             f"+{c['margin']:g} nats: <span class=\"{css}\"><b>{html.escape(verdict)}</b></span>.")
 
