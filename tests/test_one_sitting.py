@@ -324,6 +324,24 @@ def test_repeat_rule_runs_a_third_process_only_beyond_the_tolerance(tmp_path, mo
     assert sorted(launched) == [("fp32", 1), ("fp32", 2), ("tf32", 1), ("tf32", 2)]
 
 
+def test_a_configuration_the_repeats_lift_into_the_top_two_is_repeated_too(tmp_path, monkeypatch, cpu_params):
+    """The repeats move the medians the top two were read from (CI saw it on a CPU: the leader's second
+    process was slower, a third configuration became the recommendation, and it had run once). The
+    ranking is read again after each round, and whatever it names anew is repeated; nothing twice."""
+    from lib import evidence
+
+    env = {"device": {"name": "x", "backend": "cpu"}, "torch": "t", "packages": {}}
+    rankings, launched = [[("fp32", 2), ("tf32", 2)], [("tf32", 2), ("bf16", 2)]], []  # before, after the repeats
+    monkeypatch.setattr(evidence.runner, "environment", lambda report_dir: env)
+    monkeypatch.setattr(evidence, "repeat_configs", lambda params, report_dir: rankings.pop(0) if len(rankings) > 1 else rankings[0])
+    monkeypatch.setattr(evidence.results, "decision_records", lambda results_dir: [])
+    monkeypatch.setattr(evidence.runner, "measure_jobs",
+                        lambda jobs, env, force=False: launched.extend((j["stage"], j["repeat"]) for j in jobs) or {})
+    cpu_params["evidence"].update(repeats=2)
+    evidence.repeats(cpu_params, tmp_path)
+    assert sorted(launched) == [("bf16", 1), ("fp32", 1), ("tf32", 1)]
+
+
 def test_a_record_measured_again_is_superseded_never_deleted(tmp_path, monkeypatch):
     """FORCE (or the recipe's all-in-one-call rule) re-measures a configuration: the earlier record moves to
     <report>/superseded/ with its content intact, and the new record takes its place."""
