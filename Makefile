@@ -62,7 +62,7 @@ endif
 endif
 
 setup: $(SETUP_STAMP)  ## create the environment and fetch the data (every target does this first)
-	@$(PY) -m lib.data
+	@$(PY) -m lib.core.data
 
 .venv/.stamp: requirements.txt
 	@echo "setup: creating .venv (first use only)"; start=$$SECONDS; \

@@ -1,13 +1,14 @@
 """The command line of `make report`, `make render`, `make pdf` and `make compare`: arguments,
 defaults from the environment (the Makefile never pastes user text into a shell line), and one
-line on stderr with exit code 2 for every bad input (lib/pipeline.py does the work)."""
+line on stderr with exit code 2 for every bad input (lib/run/pipeline.py does the work)."""
 from __future__ import annotations
 
 import argparse
 import os
 import sys
 
-from . import cli_args, config, data, pipeline
+from lib.core import cli_args, config, data
+from lib.run import pipeline
 
 
 def main(argv=None) -> int:

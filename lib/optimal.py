@@ -12,9 +12,9 @@ import json
 import warnings
 from pathlib import Path
 
-from . import config
-from .paths import ROOT
-from .recommendation import FILE
+from lib.core import config
+from lib.core.paths import ROOT
+from lib.report.recommendation import FILE
 
 SKEW_KEYS = ("torch", "cuda", "cudnn", "cublas", "driver")
 
@@ -28,7 +28,9 @@ class VersionSkew(UserWarning):
 
 
 def _this_machine() -> dict:
-    from .environment import capture  # imported here: torch and the device only when asked
+    from lib.measure.environment import (
+        capture,  # imported here: torch and the device only when asked
+    )
 
     env = capture()
     return {**env["device"], **{k: env.get(k) for k in SKEW_KEYS}}

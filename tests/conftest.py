@@ -19,10 +19,11 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from lib import config, results, stages  # noqa: E402
+from lib.core import config, stages  # noqa: E402
+from lib.results import stats, store  # noqa: E402
 
 PIPELINE_TIMEOUT_S = 600
-# The variables the CLI (and lib/faults.py) read; a developer's shell must not leak them into a test run.
+# The variables the CLI (and lib/measure/faults.py) read; a developer's shell must not leak them into a test run.
 CLI_ENV_VARS = ("GPU", "BATCHES", "STAGES", "CHAPTERS", "PRICE_PER_GPU_HOUR", "OVERRIDE", "REPORTS", "FORCE", "MEASURE_ONLY", "GPT2_LEVERS_FAULT",
                 "NNODES", "NODE_RANK", "RDZV")
 
@@ -105,7 +106,7 @@ def pdf_page_count(path: Path) -> int:
 
 @pytest.fixture(autouse=True)
 def no_injected_faults(monkeypatch):
-    """In-process tests run without the fault injection of lib/faults.py unless they ask for it."""
+    """In-process tests run without the fault injection of lib/measure/faults.py unless they ask for it."""
     monkeypatch.delenv("GPT2_LEVERS_FAULT", raising=False)
 
 
@@ -125,14 +126,14 @@ def tiny_params(stage_keys=None, batch_sizes=(2,), warmup=1, timed=5) -> dict:
 
 def make_record(params: dict, stage_key: str, batch: int, times_ms=None, losses=None,
                 status: str = "ok", reason: str | None = None, mem_bytes: int | None = None) -> dict:
-    """A result record the way measure.run builds one, from chosen timings and losses."""
-    rec = results.base_record(params, stages.get(stage_key), batch)
+    """A result record the way worker.run builds one, from chosen timings and losses."""
+    rec = store.base_record(params, stages.get(stage_key), batch)
     if status in ("ok", "diverged"):
         rec["losses"] = list(losses)
         rec["mem_device_bytes"] = mem_bytes
-        results.fill_timing(rec, list(times_ms), batch * params["run"]["seq_len"])
-        results.fill_mfu(rec, 1_000_000, params.get("peak_tflops"), stages.get(stage_key).peak)
-        results.fill_loss(rec, params["run"]["final_loss_window"])
+        stats.fill_timing(rec, list(times_ms), batch * params["run"]["seq_len"])
+        stats.fill_mfu(rec, 1_000_000, params.get("peak_tflops"), stages.get(stage_key).peak)
+        stats.fill_loss(rec, params["run"]["final_loss_window"])
     else:
         rec.update(status=status, reason=reason)
     return rec
@@ -141,17 +142,17 @@ def make_record(params: dict, stage_key: str, batch: int, times_ms=None, losses=
 def write_report_dir(report_dir: Path, params: dict, records: list[dict]) -> Path:
     """A report folder as the notebooks leave it, without measuring anything."""
     report_dir.mkdir(parents=True, exist_ok=True)
-    results.write_atomic(report_dir / "params.json", params)
-    results.write_atomic(report_dir / "environment.json",
+    store.write_atomic(report_dir / "params.json", params)
+    store.write_atomic(report_dir / "environment.json",
                          {"device": {"backend": params["backend"], "name": "x"}, "torch": "x"})
     for rec in records:
-        results.write_atomic(results.record_path(report_dir / "results", rec["stage"], rec["batch_size"]), rec)
+        store.write_atomic(store.record_path(report_dir / "results", rec["stage"], rec["batch_size"]), rec)
     return report_dir
 
 
 @pytest.fixture
 def tmp_params_dir(tmp_path, monkeypatch) -> Path:
-    """A writable copy of params/ that lib.config reads instead of the real one. config.ROOT
+    """A writable copy of params/ that lib.core.config reads instead of the real one. config.ROOT
     moves with it because config names files relative to ROOT in its messages."""
     root = tmp_path / "root"
     shutil.copytree(ROOT / "params", root / "params")
@@ -167,11 +168,11 @@ def read_json(path: Path):
 def write_parity_test(report_dir: Path, params: dict, lever: str, lever_held: float, ref_held: float, batch: int = 2,
                       seeds: int = 3) -> None:
     """A parity test as evidence.parity_plan leaves it: per seed the lever and its reference twice each."""
-    from lib import stages
+    from lib.core import stages
 
     for seed in range(seeds):
         for stage, replicate, held in ((lever, 0, lever_held), (lever, 1, lever_held), (stages.get(lever).reference, 0, ref_held),
                                        (stages.get(lever).reference, 1, ref_held)):
             rec = {**make_record(params, stage, batch, [1.0] * 5, [4.0] * 30), "kind": "parity", "variant": "parity",
                    "steps": 30, "held_out_loss": held, "micro_steps": 1, "seed_offset": seed, "replicate": replicate}
-            results.write_atomic(report_dir / "results" / "parity" / f"{stage}__b{batch}__s{seed}__r{replicate}.json", rec)
+            store.write_atomic(report_dir / "results" / "parity" / f"{stage}__b{batch}__s{seed}__r{replicate}.json", rec)

@@ -1,4 +1,4 @@
-"""The verdicts that read more than one pair of stages (lib/claim_figures.py, lib/claims.py): a figure
+"""The verdicts that read more than one pair of stages (lib/report/claim_figures.py, lib/report/claims.py): a figure
 within noise of no change, the padding eager and compiled, the write-up's cuBLAS hypothesis, the FP8
 forms and sizes, FlashAttention-3 by the kernel that ran, TF32 alone and on top of BF16. Each flips
 with synthetic records."""
@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import pytest
 import yaml
-
 from conftest import make_record, tiny_params, write_report_dir
-from lib import claim_figures, claim_params, claims, config, kernel_categories, report, results
 from test_claims import _claim, _df, _sdpa, _sweep
+
+from lib.core import config, kernel_categories
+from lib.report import claim_figures, claim_params, claims, loader
+from lib.results import store
 
 
 def _verdict(cid, df, facts=None, noise=None, profile="h100", **kw):
@@ -189,7 +191,7 @@ def test_a_broken_claim_is_a_config_error(tmp_params_dir, cid, change, message):
 
 def test_a_report_folder_gives_the_verdicts_their_facts(tmp_path):
     """The compile stage at the unpadded vocabulary (results/variants) and the flash stage's kernel
-    profile, read from a report folder as report.load leaves them."""
+    profile, read from a report folder as loader.load leaves them."""
     params = tiny_params(["flash", "vocab", "fused", "compile"])
     params.update(name="h100", backend="cuda")
     recs = [make_record(params, s, 2, [ms] * 5, [3.0] * 6) for s, ms in (("flash", 140.0), ("vocab", 100.0),
@@ -197,8 +199,8 @@ def test_a_report_folder_gives_the_verdicts_their_facts(tmp_path):
     recs[0].update(sdpa_backend="cuDNN", kernel_profile={"source": "CUDA kernels (torch.profiler)", "steps": 1,
                                                          "kernels": [{"name": CUDNN_SM90, "ms": 5.0, "calls": 12}]})
     d = write_report_dir(tmp_path / "h100", params, recs)
-    results.write_atomic(d / "results" / "variants" / "compile-unpadded__b2.json", _unpadded(54.0))
-    rep = report.load(d)
+    store.write_atomic(d / "results" / "variants" / "compile-unpadded__b2.json", _unpadded(54.0))
+    rep = loader.load(d)
     facts = claim_figures.facts(rep)
     assert facts["variants"][0]["variant"] == "unpadded vocab" and facts["profiles"][0]["stage"] == "flash"
     t = claims.for_report(rep).set_index("id")

@@ -3,9 +3,11 @@ from __future__ import annotations
 
 import pytest
 import yaml
-
 from conftest import make_record, tiny_params, write_report_dir
-from lib import claim_params, claims, config, evidence_view, report, results
+
+from lib.core import config, record
+from lib.report import claim_params, claims, evidence_view, loader
+from lib.results import decide, store
 
 WORDS = ("confirmed", "confirmed (within noise)", "exceeded", "fell short", "contradicted", "not applicable",
          "not measured")
@@ -22,7 +24,7 @@ def _df(times: dict, batch: int = 2, **columns):
         for field, by_stage in columns.items():
             rec[field] = by_stage.get(stage)
         recs.append(rec)
-    return results.table(recs, params["stages"])
+    return decide.table(recs, params["stages"])
 
 
 def _claim(cid):
@@ -181,7 +183,7 @@ def _sweep(aligned_ms, other_ms, real_ms=30.0) -> dict:
     points = [{"n": n, "dtype": "bf16", "total_ms": ms, "tflops": 1.0,
                "multiple_of": next(a for a in (128, 64, 32, 16, 8, 1) if n % a == 0)} for n, ms in widths]
     slow = "void cutlass::Kernel2<cutlass_75_gemm_align1>(cutlass_75_gemm_align1::Params)"
-    return {"schema_version": results.SCHEMA_VERSION, "kind": "gemm", "status": "ok", "m": 64, "k": 64,
+    return {"schema_version": record.SCHEMA_VERSION, "kind": "gemm", "status": "ok", "m": 64, "k": 64,
             "dtypes": ["bf16"], "points": sorted(points, key=lambda p: p["n"]),
             "kernels": {"bf16": {"50257": {"fwd": [slow], "bwd": [slow]},
                                  "50304": {"fwd": ["nvjet_fast"], "bwd": ["nvjet_fast"]}}}}
@@ -215,15 +217,15 @@ def test_the_vocab_chapter_reads_the_sweep_without_50257(tmp_path):
     params["model"].update(vocab_size=50257, padded_vocab_size=50304)
     recs = [make_record(params, s, 2, [10.0] * 5, [3.0] * 6) for s in ("fp32", "vocab")]
     report_dir = write_report_dir(tmp_path / "r", params, recs)
-    results.write_atomic(report_dir / "results" / "gemm" / "lm_head.json", _sweep((1.0, 1.0, 1.0), (1.0, 1.1, 1.3)))
-    text = evidence_view.gemm_md(report.load(report_dir))
+    store.write_atomic(report_dir / "results" / "gemm" / "lm_head.json", _sweep((1.0, 1.0, 1.0), (1.0, 1.1, 1.3)))
+    text = evidence_view.gemm_md(loader.load(report_dir))
     assert "the 3 other multiples of 8 1.10 ms" in text  # with 50257's 30 ms it would be 1.20
     assert "every multiple of 8 runs about as fast" in text
     assert "n=50257, not a multiple of 8, takes 30.00 ms" in text
     assert "running other kernels (forward: `cutlass_75_gemm_align1` against `nvjet_fast`)" in text
     faster = _sweep((1.0, 1.0, 1.0), (1.2, 1.25, 1.3))
-    results.write_atomic(report_dir / "results" / "gemm" / "lm_head.json", faster)
-    assert "the multiples of 128 run faster than every other multiple of 8" in evidence_view.gemm_md(report.load(report_dir))
+    store.write_atomic(report_dir / "results" / "gemm" / "lm_head.json", faster)
+    assert "the multiples of 128 run faster than every other multiple of 8" in evidence_view.gemm_md(loader.load(report_dir))
 
 
 def test_the_kernel_claim_says_not_measured_and_why():
@@ -293,7 +295,7 @@ def _gated(tf32_offset: float, tf32=True):
     recs = [make_record(params, "fp32", 2, [100.0] * 5, [3.0] * 6)]
     recs += [make_record(params, "tf32", 2, [40.0] * 5, [3.0 + tf32_offset] * 6) if tf32 else
              make_record(params, "tf32", 2, status="oom", reason="out of memory")]
-    return results.table(recs, params["stages"], tolerance=0.05)
+    return decide.table(recs, params["stages"], tolerance=0.05)
 
 
 @pytest.mark.parametrize("offset, expected, words", [(0.01, "confirmed", "the gate held at B=2"),

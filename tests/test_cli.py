@@ -7,7 +7,9 @@ from __future__ import annotations
 import pytest
 from conftest import CLI_ENV_VARS, ROOT, describe_proc, run_cli
 
-from lib import chapters, cli, cli_args, config, paths, pipeline, report_folder, stages
+from lib import cli
+from lib.core import chapters, cli_args, config, paths, stages
+from lib.run import pipeline, report_folder
 
 
 @pytest.fixture

@@ -6,15 +6,16 @@ import json
 from pathlib import Path
 
 import pytest
-
 from conftest import describe_proc, make_record, read_json, run_cli, write_report_dir
-from lib import claim_params, compare, config, report, results, rules, stages
 
+from lib.core import config, record, stages
+from lib.report import claim_params, compare, loader, rules
+from lib.results import decide, stats, store
 
 PEAKS = {"fp32": 10.0, "tf32": 40.0, "bf16": 80.0, "fp8": 160.0}  # a synthetic datasheet, TFLOP/s
 
 
-def _fake_report(root: Path, name: str, torch: str, speed: float, schema=results.SCHEMA_VERSION, batches=(2, 4),
+def _fake_report(root: Path, name: str, torch: str, speed: float, schema=record.SCHEMA_VERSION, batches=(2, 4),
                  gain: float = 1.0):
     """A synthetic report folder: the cpu workload's params, a CUDA-like environment, and one
     record per stage at each batch size, each stage `speed` times faster than the one before, the
@@ -64,7 +65,7 @@ def test_the_stage_table_puts_each_gpu_against_its_own_fp32(tmp_path):
     effects = compare.lever_effects(reps)
     # Each lever against the stage it is added to: the fake speeds grow per registry position.
     order = reps["gpub"].stage_order
-    expected = [2.0 ** (order.index(k) - order.index(results.previous_stage(k))) for k in order[1:]]
+    expected = [2.0 ** (order.index(k) - order.index(decide.previous_stage(k))) for k in order[1:]]
     assert effects["gpub"].dropna().tolist() == pytest.approx(expected)
 
 
@@ -75,16 +76,16 @@ def _add_ddp(d: Path, worlds: tuple[int, ...] = ()):
     params["stages"].append("ddp")
     (d / "params.json").write_text(json.dumps(params))
     if not worlds:
-        rec = results.base_record(params, stages.get("ddp"), 4)
+        rec = store.base_record(params, stages.get("ddp"), 4)
         rec.update(status="not_applicable", reason="one GPU")
-        results.write_atomic(results.record_path(d / "results", "ddp", 4), rec)
-    last = read_json(results.record_path(d / "results", params["stages"][-2], 4))
+        store.write_atomic(store.record_path(d / "results", "ddp", 4), rec)
+    last = read_json(store.record_path(d / "results", params["stages"][-2], 4))
     for world in worlds:
-        rec = results.base_record(params, stages.get("ddp"), 4)
-        results.fill_timing(rec, [last["median_ms"] / 0.9] * 5, 4 * 64 * world)
+        rec = store.base_record(params, stages.get("ddp"), 4)
+        stats.fill_timing(rec, [last["median_ms"] / 0.9] * 5, 4 * 64 * world)
         rec.update(world_size=world, base_stage=last["stage"], per_gpu_tokens_per_s=rec["tokens_per_s"] / world,
                    losses=[3.0] * 5, mem_allocator_bytes=2e9)
-        results.write_atomic(results.record_path(d / "results", "ddp", 4, gpus=world), rec)
+        store.write_atomic(store.record_path(d / "results", "ddp", 4, gpus=world), rec)
 
 
 def test_ddp_is_shown_per_gpu_count_against_the_same_gpus_best_single_gpu_configuration(tmp_path):
@@ -92,7 +93,7 @@ def test_ddp_is_shown_per_gpu_count_against_the_same_gpus_best_single_gpu_config
     b = _fake_report(tmp_path, "gpub", "2.11.0", 2.0)
     _add_ddp(b, (2, 4))
     reps = compare.load_all(["gpua", "gpub"], tmp_path)
-    single = report.best_single_gpu(reps["gpub"])
+    single = loader.best_single_gpu(reps["gpub"])
     t = compare.ddp_table(reps).set_index("gpus")
     # one row per GPU count, each against one GPU's best configuration: no median over counts, no FP32
     assert t.index.tolist() == [2, 4]
@@ -110,9 +111,9 @@ def test_ddp_is_shown_per_gpu_count_against_the_same_gpus_best_single_gpu_config
     fp32 = compare.stage_table(reps).iloc[-1]["gpub × own FP32"]
     params = read_json(b / "params.json")
     for batch in (2, 4):
-        rec = read_json(results.record_path(b / "results", "fp32", batch))
+        rec = read_json(store.record_path(b / "results", "fp32", batch))
         rec.update(make_record(params, "fp32", batch, [v * 2 for v in rec["step_ms"]], rec["losses"]))
-        results.write_atomic(results.record_path(b / "results", "fp32", batch), rec)
+        store.write_atomic(store.record_path(b / "results", "fp32", batch), rec)
     reps = compare.load_all(["gpua", "gpub"], tmp_path)
     assert compare.stage_table(reps).iloc[-1]["gpub × own FP32"] == pytest.approx(2 * fp32)
     assert compare.ddp_table(reps).set_index("gpus")["gpub speedup"].tolist() == pytest.approx([1.8, 3.6])
@@ -186,10 +187,10 @@ def test_mfu_is_against_the_bf16_peak_for_every_stage_and_against_the_stages_own
 def _add_repeat(d: Path, spread: float):
     """A second process of the FP32 B=4 configuration, `spread` slower: the report's noise floor."""
     params = read_json(d / "params.json")
-    rec = read_json(results.record_path(d / "results", "fp32", 4))
+    rec = read_json(store.record_path(d / "results", "fp32", 4))
     rep = make_record(params, "fp32", 4, [v * (1 + spread) for v in rec["step_ms"]], rec["losses"])
     rep.update(variant="repeat", repeat=1)
-    results.write_atomic(d / "results" / "repeats" / "fp32__b4__r1.json", rep)
+    store.write_atomic(d / "results" / "repeats" / "fp32__b4__r1.json", rep)
 
 
 @pytest.mark.parametrize("spread, torch_b, hardware", [(0.02, "2.11.0", True), (0.3, "2.11.0", False),
@@ -220,12 +221,12 @@ def test_the_difference_is_called_the_hardwares_only_beyond_both_reports_noise_a
 def test_the_recommended_row_quotes_the_median_over_processes_as_its_own_report_does(tmp_path):
     a = _fake_report(tmp_path, "ga", "2.11.0", 1.2)
     _fake_report(tmp_path, "gb", "2.11.0", 1.2, gain=1.5)
-    best = report.recommended(report.load(a))
-    params, first = read_json(a / "params.json"), read_json(results.record_path(a / "results", best["stage"], best["batch_size"]))
+    best = loader.recommended(loader.load(a))
+    params, first = read_json(a / "params.json"), read_json(store.record_path(a / "results", best["stage"], best["batch_size"]))
     slower = make_record(params, best["stage"], best["batch_size"], [v * 1.1 for v in first["step_ms"]], first["losses"])
     slower.update(variant="repeat", repeat=1)
-    results.write_atomic(a / "results" / "repeats" / f"{best['stage']}__b{best['batch_size']}__r1.json", slower)
-    median = report.recommended(report.load(a))["processes"]["median"]
+    store.write_atomic(a / "results" / "repeats" / f"{best['stage']}__b{best['batch_size']}__r1.json", slower)
+    median = loader.recommended(loader.load(a))["processes"]["median"]
     assert median < first["tokens_per_s"]  # the repeat moved it: the row must follow
     row = compare.stage_table(compare.load_all(["ga", "gb"], tmp_path)).set_index("stage").loc[compare.RECOMMENDED]
     assert row["ga tok/s"] == pytest.approx(median)
@@ -244,13 +245,13 @@ def _hopper_pair(tmp_path: Path, fp8_over_compile: float) -> dict:
         params = read_json(d / "params.json")
         for b in (2, 4):
             for form in ("fp8", "fp8_torchao", "fp8_head"):
-                base = read_json(results.record_path(d / "results", results.previous_stage(form), b))
+                base = read_json(store.record_path(d / "results", decide.previous_stage(form), b))
                 rec = make_record(params, form, b, [v * fp8_over_compile for v in base["step_ms"]], base["losses"])
-                results.write_atomic(results.record_path(d / "results", form, b), rec)
-            comp = read_json(results.record_path(d / "results", "compile", b))
+                store.write_atomic(store.record_path(d / "results", form, b), rec)
+            comp = read_json(store.record_path(d / "results", "compile", b))
         comp["kernel_profile"] = {"source": "CUDA kernels (torch.profiler)", "steps": 1, "kernels": [
             {"name": "flash_fwd_kernel", "ms": 9.0, "calls": 12}, {"name": GEMM, "ms": 5.0, "calls": 48}]}
-        results.write_atomic(results.record_path(d / "results", "compile", 4), comp)
+        store.write_atomic(store.record_path(d / "results", "compile", 4), comp)
     return compare.load_all(["h100", "h200"], tmp_path)
 
 

@@ -1,10 +1,10 @@
-"""lib/config.py: parameters as data, validated, every bad input a one-line ConfigError."""
+"""lib/core/config.py: parameters as data, validated, every bad input a one-line ConfigError."""
 from __future__ import annotations
 
 import pytest
 import yaml
 
-from lib import cli_args, config
+from lib.core import cli_args, config
 
 # ---------------------------------------------------------------- parse_batches
 

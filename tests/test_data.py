@@ -1,4 +1,4 @@
-"""lib/data.py: the tokenizer, the token ids and the hash checks of the prepared files."""
+"""lib/core/data.py: the tokenizer, the token ids and the hash checks of the prepared files."""
 from __future__ import annotations
 
 import shutil
@@ -6,14 +6,14 @@ import shutil
 import numpy as np
 import pytest
 
-from lib import data
+from lib.core import data
 
 PREPARED = ("gpt2.tiktoken", "corpus.txt", "tokens.npy", "manifest.json")
 
 
 @pytest.fixture
 def data_copy(tmp_path, monkeypatch):
-    """A copy of the prepared data that lib.data reads instead of data/."""
+    """A copy of the prepared data that lib.core.data reads instead of data/."""
     dest = tmp_path / "data"
     dest.mkdir()
     for name in PREPARED:

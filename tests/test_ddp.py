@@ -9,8 +9,11 @@ import math
 import pytest
 from conftest import make_record, tiny_params, write_report_dir
 
-from lib import cli_args, config, report, report_charts, report_text, results, runner, stages
-from lib.evidence_view import ddp_curve_html
+from lib.core import cli_args, config, stages
+from lib.report import charts, loader, prose
+from lib.report.evidence_view import ddp_curve_html
+from lib.results import store
+from lib.run import ddp_launch, evidence, runner
 
 
 @pytest.fixture(scope="module")
@@ -24,7 +27,7 @@ def vocab_report(tmp_path_factory):
 @pytest.fixture(scope="module")
 def ddp_run(vocab_report):
     report_dir, params, single = vocab_report
-    return single, runner.run_ddp(params, report_dir, nproc=2), params
+    return single, ddp_launch.run_ddp(params, report_dir, nproc=2), params
 
 
 def test_ddp_on_two_gloo_processes_gives_a_valid_row(ddp_run):
@@ -47,7 +50,7 @@ def test_ddp_on_two_gloo_processes_gives_a_valid_row(ddp_run):
 
 def test_on_one_device_the_multi_gpu_stage_is_not_applicable(tmp_path):
     params = config.load("cpu", [2])
-    rec = runner.run_stage("ddp", params, tmp_path / "rep")[0]
+    rec = evidence.measure_chapter("ddp", params, tmp_path / "rep")[0]
     assert rec["status"] == "not_applicable"
     assert "two or more GPUs" in rec["reason"]
 
@@ -77,7 +80,7 @@ def test_two_nodes_meet_at_the_rendezvous_and_only_node_zero_writes_the_record(v
     def node(rank):
         launch = cli_args.check_launch("2", str(rank), rdzv)
         try:
-            outcome[rank] = runner.run_ddp(params, node_dirs[rank], nproc=1, timeout_s=300, force=True, launch=launch)
+            outcome[rank] = ddp_launch.run_ddp(params, node_dirs[rank], nproc=1, timeout_s=300, force=True, launch=launch)
         except Exception as e:  # the assertion below shows it
             outcome[rank] = e
 
@@ -112,13 +115,13 @@ def _single_gpu_report(tmp_path, ddp_records=()):
     single = make_record(params, "vocab", 4, times_ms=[25.6] * 5, losses=[5.0] * steps)
     report_dir = write_report_dir(tmp_path / "rep", params, [single])
     for name, rec in ddp_records:
-        results.write_atomic(report_dir / "results" / name, rec)
+        store.write_atomic(report_dir / "results" / name, rec)
     return report_dir, params
 
 
 def _ddp_record(params, gpus: int, tokens_per_s: float, allreduce_share: float, one_rank_efficiency=None) -> dict:
-    """A DDP record as lib/ddp.py writes one (vocab replicated at B=4 per GPU), with chosen figures."""
-    rec = results.base_record(params, stages.get("ddp"), 4)
+    """A DDP record as lib/measure/ddp.py writes one (vocab replicated at B=4 per GPU), with chosen figures."""
+    rec = store.base_record(params, stages.get("ddp"), 4)
     rec.update(fingerprint=f"synthetic-n{gpus}", world_size=gpus, nnodes=1, per_gpu_batch=4, base_stage="vocab",
                tokens_per_s=tokens_per_s, per_gpu_tokens_per_s=tokens_per_s / gpus, median_ms=4 * 64 * gpus / tokens_per_s * 1e3,
                allreduce_share=allreduce_share, backend_dist="nccl", single_gpu_tokens_per_s=SINGLE_TPS,
@@ -134,10 +137,10 @@ def test_the_scaling_curve_has_one_point_per_gpu_count_against_the_best_single_g
     params = tiny_params(["vocab", "ddp"], batch_sizes=(4,))
     report_dir, _ = _single_gpu_report(tmp_path, [
         ("ddp__b4.json", _ddp_record(params, 2, 19_000.0, 0.02, one_rank_efficiency=0.97)),
-        (results.record_path(".", "ddp", 4, gpus=4).name, _ddp_record(params, 4, 36_000.0, 0.05)),
-        (results.record_path(".", "ddp", 4, gpus=8).name, _ddp_record(params, 8, 64_000.0, 0.12))])
-    rep = report.load(report_dir)
-    curve = report.scaling_curve(rep)
+        (store.record_path(".", "ddp", 4, gpus=4).name, _ddp_record(params, 4, 36_000.0, 0.05)),
+        (store.record_path(".", "ddp", 4, gpus=8).name, _ddp_record(params, 8, 64_000.0, 0.12))])
+    rep = loader.load(report_dir)
+    curve = loader.scaling_curve(rep)
     assert [p["gpus"] for p in curve] == [1, 2, 4, 8]
     assert [p["tokens_per_s"] for p in curve] == pytest.approx([10_000, 19_000, 36_000, 64_000])
     assert [p["speedup"] for p in curve] == pytest.approx([1.0, 1.9, 3.6, 6.4])
@@ -150,27 +153,27 @@ def test_the_scaling_curve_has_one_point_per_gpu_count_against_the_best_single_g
     table = ddp_curve_html(rep)
     assert all(f in table for f in ("95.0 %", "90.0 %", "80.0 %", "12.0 %", "6.40×", "10,000 tokens/s"))
     assert "the recommended configuration" in table
-    assert report_charts.plot_ddp_scaling(rep) is not None and (report_dir / "figures" / "ddp_scaling.png").exists()
+    assert charts.plot_ddp_scaling(rep) is not None and (report_dir / "figures" / "ddp_scaling.png").exists()
     # the summary quotes the most GPUs measured
-    assert "The most GPUs measured, 8 GPUs" in report_text.stage_summary(rep, "ddp")
+    assert "The most GPUs measured, 8 GPUs" in prose.stage_summary(rep, "ddp")
 
 
 def test_one_multi_gpu_count_still_draws_a_curve_and_none_says_so(tmp_path):
     params = tiny_params(["vocab", "ddp"], batch_sizes=(4,))
-    one, _ = _single_gpu_report(tmp_path / "one", [(results.record_path(".", "ddp", 4, gpus=2).name,
+    one, _ = _single_gpu_report(tmp_path / "one", [(store.record_path(".", "ddp", 4, gpus=2).name,
                                                     _ddp_record(params, 2, 15_000.0, 0.1))])
-    rep = report.load(one)
-    assert [(p["gpus"], p["efficiency"]) for p in report.scaling_curve(rep)] == [(1, 1.0), (2, pytest.approx(0.75))]
-    assert report_charts.plot_ddp_scaling(rep) is not None and (one / "figures" / "ddp_scaling.png").exists()
+    rep = loader.load(one)
+    assert [(p["gpus"], p["efficiency"]) for p in loader.scaling_curve(rep)] == [(1, 1.0), (2, pytest.approx(0.75))]
+    assert charts.plot_ddp_scaling(rep) is not None and (one / "figures" / "ddp_scaling.png").exists()
 
-    not_applicable = results.base_record(params, stages.get("ddp"), 4)
+    not_applicable = store.base_record(params, stages.get("ddp"), 4)
     not_applicable.update(status="not_applicable", reason="one GPU on this host: data parallelism needs two or more GPUs")
-    none, _ = _single_gpu_report(tmp_path / "none", [(results.record_path(".", "ddp", 4, gpus=1).name, not_applicable)])
-    rep = report.load(none)
-    assert report.scaling_curve(rep) == []
-    assert report_charts.plot_ddp_scaling(rep) is None and not (none / "figures" / "ddp_scaling.png").exists()
+    none, _ = _single_gpu_report(tmp_path / "none", [(store.record_path(".", "ddp", 4, gpus=1).name, not_applicable)])
+    rep = loader.load(none)
+    assert loader.scaling_curve(rep) == []
+    assert charts.plot_ddp_scaling(rep) is None and not (none / "figures" / "ddp_scaling.png").exists()
     assert "no scaling curve" in ddp_curve_html(rep)
-    assert "not applicable" in report_text.stage_summary(rep, "ddp")
+    assert "not applicable" in prose.stage_summary(rep, "ddp")
 
 
 def test_a_run_with_another_gpu_count_keeps_the_records_of_the_others(tmp_path):
@@ -178,18 +181,18 @@ def test_a_run_with_another_gpu_count_keeps_the_records_of_the_others(tmp_path):
     records of 2 GPUs (old-style name) and 4 GPUs stay, an old-style record whose count is unknown
     gives way, and the report shows the measured rows, not the one-GPU host's 'not applicable'."""
     params = tiny_params(["vocab", "ddp"], batch_sizes=(4,))
-    unknown = results.base_record(params, stages.get("ddp"), 2)
+    unknown = store.base_record(params, stages.get("ddp"), 2)
     unknown.update(status="error", reason="an old failure, named before the GPU count was")
     report_dir, _ = _single_gpu_report(tmp_path, [
         ("ddp__b4.json", _ddp_record(params, 2, 19_000.0, 0.02)),
-        (results.record_path(".", "ddp", 4, gpus=4).name, _ddp_record(params, 4, 36_000.0, 0.05)),
+        (store.record_path(".", "ddp", 4, gpus=4).name, _ddp_record(params, 4, 36_000.0, 0.05)),
         ("ddp__b2.json", unknown)])
-    rec = runner.run_ddp(params, report_dir)
+    rec = ddp_launch.run_ddp(params, report_dir)
     assert rec["status"] == "not_applicable"
     names = sorted(p.name for p in (report_dir / "results").glob("ddp__*.json"))
     assert names == ["ddp__b4.json", "ddp__b4__g1.json", "ddp__b4__g4.json"]
-    rep = report.load(report_dir)
-    assert [p["gpus"] for p in report.scaling_curve(rep)] == [1, 2, 4]
+    rep = loader.load(report_dir)
+    assert [p["gpus"] for p in loader.scaling_curve(rep)] == [1, 2, 4]
     assert sorted(r["status"] for r in rep.records if r["stage"] == "ddp") == ["ok", "ok"]
     # A record of this GPU count under its old-style name, as an earlier run left it, is resumed
     # under the new name (its fingerprint still decides), not measured again beside it.
@@ -197,8 +200,8 @@ def test_a_run_with_another_gpu_count_keeps_the_records_of_the_others(tmp_path):
     (res / "ddp__b4.json").unlink()
     (res / "ddp__b4__g1.json").unlink()
     earlier = {**rec, "marker": "written by an earlier run"}
-    results.write_atomic(res / "ddp__b4.json", earlier)
-    assert runner.run_ddp(params, report_dir) == earlier
+    store.write_atomic(res / "ddp__b4.json", earlier)
+    assert ddp_launch.run_ddp(params, report_dir) == earlier
     assert sorted(p.name for p in res.glob("ddp__*.json")) == ["ddp__b4__g1.json", "ddp__b4__g4.json"]
 
 
@@ -208,18 +211,18 @@ def test_two_and_three_gloo_processes_land_in_one_report_and_draw_the_curve(ddp_
     here, so it is the recommended configuration)."""
     report_dir, params, single = vocab_report
     _, two, _ = ddp_run
-    three = runner.run_ddp(params, report_dir, nproc=3)
+    three = ddp_launch.run_ddp(params, report_dir, nproc=3)
     assert three["status"] == "ok", three.get("reason")
     assert three["world_size"] == 3 and two["world_size"] == 2
-    assert results.record_path(report_dir / "results", "ddp", two["batch_size"], gpus=2).exists()
-    assert results.record_path(report_dir / "results", "ddp", three["batch_size"], gpus=3).exists()
-    results.write_atomic(report_dir / "params.json", {**params, "stages": ["vocab", "ddp"]})
-    rep = report.load(report_dir)
-    curve = report.scaling_curve(rep)
+    assert store.record_path(report_dir / "results", "ddp", two["batch_size"], gpus=2).exists()
+    assert store.record_path(report_dir / "results", "ddp", three["batch_size"], gpus=3).exists()
+    store.write_atomic(report_dir / "params.json", {**params, "stages": ["vocab", "ddp"]})
+    rep = loader.load(report_dir)
+    curve = loader.scaling_curve(rep)
     assert [p["gpus"] for p in curve] == [1, 2, 3]
     assert curve[0]["tokens_per_s"] == pytest.approx(single["tokens_per_s"])
     for point, rec in zip(curve[1:], (two, three)):
         assert point["tokens_per_s"] == pytest.approx(rec["tokens_per_s"])
         assert point["efficiency"] == pytest.approx(rec["tokens_per_s"] / (rec["world_size"] * single["tokens_per_s"]))
         assert point["allreduce_share"] == pytest.approx(rec["allreduce_share"])
-    assert report_charts.plot_ddp_scaling(rep) is not None
+    assert charts.plot_ddp_scaling(rep) is not None

@@ -1,4 +1,4 @@
-"""lib/energy.py against fake NVML modules: the counter, the sampling fallback, the device memory
+"""lib/measure/energy.py against fake NVML modules: the counter, the sampling fallback, the device memory
 sampler, and every way of being unavailable without raising."""
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import types
 
 import pytest
 
-from lib import energy
-from lib.energy import EnergyMeter
+from lib.measure import energy
+from lib.measure.energy import EnergyMeter
 
 
 class FakeNVMLError(Exception):

@@ -5,9 +5,12 @@ from __future__ import annotations
 import re
 
 import pytest
-
 from conftest import describe_proc, make_record, read_json, run_cli, tiny_params, write_report_dir
-from lib import claims, evidence, evidence_view, faults, report, results
+
+from lib.measure import faults
+from lib.report import claims, evidence_view, loader
+from lib.results import decide
+from lib.run import evidence
 
 
 def _matrix(params, fused_loss=3.0, fused_ms=50.0):
@@ -21,15 +24,15 @@ def _matrix(params, fused_loss=3.0, fused_ms=50.0):
 
 def test_best_config_is_the_fastest_verified_and_flips_when_the_loss_breaks():
     params = tiny_params(["fp32", "vocab", "fused"], batch_sizes=(2, 4))
-    best = results.best_config(_matrix(params), params)
+    best = decide.best_config(_matrix(params), params)
     assert best["stage"] == "fused"
-    broken = results.best_config(_matrix(params, fused_loss=3.0 + 2 * params["run"]["loss_tolerance"]), params)
+    broken = decide.best_config(_matrix(params, fused_loss=3.0 + 2 * params["run"]["loss_tolerance"]), params)
     assert broken["stage"] == "vocab"  # fused is faster but moved the loss: never recommended
 
 
 def test_best_config_eligibility_limits_candidates_not_verification():
     params = tiny_params(["fp32", "vocab", "fused"], batch_sizes=(2, 4))
-    best = results.best_config(_matrix(params), params, eligible=lambda r: r["mem_device_bytes"] < 3e9)
+    best = decide.best_config(_matrix(params), params, eligible=lambda r: r["mem_device_bytes"] < 3e9)
     assert (best["stage"], best["batch_size"]) == ("fused", 2)
 
 
@@ -37,7 +40,7 @@ def test_a_sweep_point_is_recommended_when_faster():
     params = tiny_params(["fp32", "vocab", "fused"], batch_sizes=(2, 4))
     point = make_record(params, "fused", 8, [50.0 * 7] * 6, [2.9] * 6)
     point["variant"] = "batch sweep"
-    best = results.best_config(_matrix(params) + [point], params)
+    best = decide.best_config(_matrix(params) + [point], params)
     assert (best["stage"], best["batch_size"]) == ("fused", 8)
 
 
@@ -52,7 +55,7 @@ def test_batch_sweep_stops_at_the_first_out_of_memory(tmp_path, monkeypatch):
     params = tiny_params(["fp32", "vocab"], batch_sizes=(2,))
     params["evidence"]["sweep_batch_sizes"] = [2, 4, 8, 16]
     monkeypatch.setenv(faults.VAR, "fp32@8:oom,vocab@8:oom")  # whichever of the two is fastest here
-    from lib import runner
+    from lib.run import runner
     for key in ("fp32", "vocab"):
         runner.run_stage(key, params, tmp_path)
     swept = evidence.batch_sweep(params, tmp_path)
@@ -73,7 +76,7 @@ def _gemm(kern_real, kern_pad, ms_real, ms_pad):
 
 def test_lm_head_kernel_claim_flips_with_the_data():
     claim = next(c for c in claims.load()["claims"] if c["metric"] == "kernels")
-    df = results.table([], ["fp32"])
+    df = decide.table([], ["fp32"])
     slow = claims.verdict(claim, df, "h100", "cuda", _gemm("cutlass_align1", "nvjet_tst", 29.9, 5.4))
     assert slow["verdict"] == "confirmed" and "5.54× the time" in slow["measured"]
     same = claims.verdict(claim, df, "h100", "cuda", _gemm("nvjet_tst", "nvjet_tst", 5.5, 5.4))
@@ -91,7 +94,7 @@ def test_memory_layers_say_unchanged_or_where_it_moved(tmp_path):
     b = make_record(params, "tf32", 2, [5.0] * 6, [3.0] * 6)
     for rec, dev in ((a, 10.5), (b, 10.9)):
         rec.update(mem_tensors_bytes=8 * 2**30, mem_allocator_bytes=9 * 2**30, mem_device_bytes=dev * 2**30)
-    rep = report.load(write_report_dir(tmp_path / "r", params, [a, b]))
+    rep = loader.load(write_report_dir(tmp_path / "r", params, [a, b]))
     text = evidence_view.memory_layers_md(rep, "tf32", "fp32")
     assert "tensors peak: unchanged" in text and "allocator peak: unchanged" in text
     assert "device in use after the steps: larger" in text
@@ -99,7 +102,7 @@ def test_memory_layers_say_unchanged_or_where_it_moved(tmp_path):
     assert "outside the allocator" in table and "+0.40" in table  # the library workspace, not the tensors
     assert "device peak during the warm-up steps" not in table + text  # not sampled in these records
     a["mem_device_sampled_peak_bytes"], b["mem_device_sampled_peak_bytes"] = 12 * 2**30, 11 * 2**30
-    rep = report.load(write_report_dir(tmp_path / "s", params, [a, b]))
+    rep = loader.load(write_report_dir(tmp_path / "s", params, [a, b]))
     assert "device peak during the warm-up steps: smaller (-8.3 %" in evidence_view.memory_layers_md(rep, "tf32", "fp32")
     assert "device peak during the warm-up steps" in evidence_view.memory_layers_html(rep, "tf32", "fp32")
 
@@ -176,7 +179,9 @@ def test_compiled_padding_has_a_control_with_inductors_own_shape_padding_off(tmp
 
     import torch._inductor.config as inductor
 
-    from lib import runner, stages, step
+    from lib.core import stages
+    from lib.run import runner
+    from lib.train import step
 
     params = tiny_params(["fp32", "compile"], batch_sizes=(2,))
     d = write_report_dir(tmp_path / "cpu", params, [make_record(params, "compile", 2, [1.0] * 5, [5.0] * 6)])

@@ -11,7 +11,10 @@ import pytest
 import torch
 from conftest import make_record, tiny_params
 
-from lib import ddp, measure, plain_loop, results, stages, step
+from lib.core import stages
+from lib.measure import ddp, worker
+from lib.results import decide, noise, stats, store
+from lib.train import plain_loop, step
 
 LIB = Path(__file__).resolve().parent.parent / "lib"
 # The calls that apply a stage's switches or make up a training step. Only the step core may make
@@ -34,7 +37,7 @@ def _calls(path: Path) -> set[str]:
 def test_only_the_step_core_applies_a_switch(name):
     found = sorted(p.name for p in LIB.glob("*.py") if name in _calls(p)
                    and p.name not in ("step.py", "plain_loop.py") and not (name == "torch.autocast" and p.name == "fp8.py"))
-    assert found == [], f"{name}() called outside lib/step.py: {found}"
+    assert found == [], f"{name}() called outside lib/train/step.py: {found}"
 
 
 def test_the_scan_sees_the_switches_in_the_step_core():
@@ -62,7 +65,7 @@ class _Spy:
 def test_a_matrix_measurement_builds_its_step_from_the_core(monkeypatch):
     spy = _Spy(monkeypatch)
     params = tiny_params(["fp32", "fused"])
-    rec = measure.run({"params": params, "stage": "fused", "batch_size": 2, "profile": False, "energy": False})
+    rec = worker.run({"params": params, "stage": "fused", "batch_size": 2, "profile": False, "energy": False})
     assert rec["status"] == "ok"
     assert [s.key for s, _ in spy.calls] == ["fused"] and spy.calls[0][0].fused_adamw
 
@@ -77,7 +80,7 @@ def test_a_ddp_rank_builds_the_same_step_with_every_switch_of_its_base_stage(mon
     rec = ddp.run({"params": params, "batch_size": 2, "base_stage": "fused"})
     assert rec["status"] == "ok" and rec["base_stage"] == "fused"
     # the same initial weights as every single-GPU stage, so the report can verify it
-    single = measure.run({"params": params, "stage": "fused", "batch_size": 2, "profile": False, "energy": False})
+    single = worker.run({"params": params, "stage": "fused", "batch_size": 2, "profile": False, "energy": False})
     assert rec["init_checksum"] == single["init_checksum"]
     (stage, wrap), _ = spy.calls
     assert stage == stages.get("fused") and wrap is torch.nn.parallel.DistributedDataParallel
@@ -87,7 +90,7 @@ def test_accumulating_micro_batches_gives_the_same_training_as_the_whole_batch()
     """The parity run's reference may accumulate gradients where the batch does not fit at once."""
     params = tiny_params(["fp32"], batch_sizes=(4,))
     job = {"params": params, "stage": "fp32", "batch_size": 4, "steps": 6, "held_out_batches": 2}
-    whole, split = measure.parity_run(job), measure.parity_run({**job, "micro_steps": 2})
+    whole, split = worker.parity_run(job), worker.parity_run({**job, "micro_steps": 2})
     assert whole["status"] == split["status"] == "ok" and split["micro_steps"] == 2
     assert split["losses"] == pytest.approx(whole["losses"], abs=1e-4)
     assert split["held_out_loss"] == pytest.approx(whole["held_out_loss"], abs=1e-4)
@@ -114,7 +117,7 @@ def _gate(excursion: float):
     stage = [v + (excursion if 8 <= i <= 12 else 0.0) for i, v in enumerate(ref)]
     times = [10.0] * 18
     recs = [make_record(params, "fp32", 2, times, ref), make_record(params, "tf32", 2, times, stage)]
-    df = results.table(recs, ["fp32", "tf32"], params["run"]["loss_tolerance"])
+    df = decide.table(recs, ["fp32", "tf32"], params["run"]["loss_tolerance"])
     return df[df["stage"] == "tf32"].iloc[0]
 
 
@@ -137,19 +140,19 @@ def test_a_small_excursion_inside_the_band_passes():
 
 
 def test_the_loss_gate_ignores_the_warm_up_steps():
-    assert results.loss_gap([9.0, 5.0, 5.0, 5.0], [1.0, 5.0, 5.0, 5.0], skip=1) == 0.0
-    assert results.loss_gap([1.0, float("nan")], [1.0, 1.0], skip=0) == float("inf")
+    assert stats.loss_gap([9.0, 5.0, 5.0, 5.0], [1.0, 5.0, 5.0, 5.0], skip=1) == 0.0
+    assert stats.loss_gap([1.0, float("nan")], [1.0, 1.0], skip=0) == float("inf")
 
 
 # ---------------------------------------------------------------- noise
 
 def test_within_noise_flips_when_the_spread_grows():
     a, b = [103.0, 103.0, 103.0], [100.0, 100.0, 100.0]
-    assert results.within_noise(a, b, floor=None) is False  # their own ranges are 0: a real 3 %
-    assert results.within_noise([103.0, 99.0, 107.0], b, floor=None) is True  # a's range is 7.8 %
-    assert results.within_noise([103.0], b, floor=0.01) is False
-    assert results.within_noise([103.0], b, floor=0.05) is True  # a ran once: the report's floor
-    assert results.within_noise([103.0], [100.0], floor=None) is None  # no noise measured
+    assert noise.within_noise(a, b, floor=None) is False  # their own ranges are 0: a real 3 %
+    assert noise.within_noise([103.0, 99.0, 107.0], b, floor=None) is True  # a's range is 7.8 %
+    assert noise.within_noise([103.0], b, floor=0.01) is False
+    assert noise.within_noise([103.0], b, floor=0.05) is True  # a ran once: the report's floor
+    assert noise.within_noise([103.0], [100.0], floor=None) is None  # no noise measured
 
 
 def _repeats(params, stage, batch, tps_values, mem):
@@ -173,7 +176,7 @@ def test_between_batch_sizes_within_noise_the_recommendation_takes_the_smaller_m
     recs = (_repeats(params, "fp32", 2, [base * (1 - spread / 2), base, base * (1 + spread / 2)], 1 << 20)
             + _repeats(params, "fp32", 4, [base * 1.03 * (1 - spread / 2), base * 1.03, base * 1.03 * (1 + spread / 2)],
                        2 << 20))
-    best = results.best_config(recs, params)
+    best = decide.best_config(recs, params)
     assert best["batch_size"] == expected
     assert best["processes"]["n"] == 3
     assert (best["chosen_over"] is not None) == (expected == 2)
@@ -185,18 +188,18 @@ def test_a_smaller_batch_timed_once_never_displaces_the_fastest_repeated_one():
     params = tiny_params(["fp32"], batch_sizes=(2, 4))
     recs = (_repeats(params, "fp32", 2, [990.0], 1 << 20)
             + _repeats(params, "fp32", 4, [950.0, 1000.0, 1050.0], 2 << 20))
-    best = results.best_config(recs, params)
+    best = decide.best_config(recs, params)
     assert (best["batch_size"], best["processes"]["n"], best["chosen_over"]) == (4, 3, None)
     recs += _repeats(params, "fp32", 2, [990.0, 985.0, 995.0], 1 << 20)[1:]  # now B=2 ran three times too
-    assert results.best_config(recs, params)["batch_size"] == 2
+    assert decide.best_config(recs, params)["batch_size"] == 2
 
 
 def test_a_claim_just_outside_its_range_is_within_noise_only_when_the_spread_covers_it():
-    from lib import claims
+    from lib.report import claims
 
     params = tiny_params(["fp32", "tf32"])
     recs = [make_record(params, "fp32", 2, [10.0] * 5, [5.0] * 6), make_record(params, "tf32", 2, [4.5] * 5, [5.0] * 6)]
-    df = results.table(recs, ["fp32", "tf32"], params["run"]["loss_tolerance"])
+    df = decide.table(recs, ["fp32", "tf32"], params["run"]["loss_tolerance"])
     claim = {"id": "x", "claim": "TF32 about 2.0x", "metric": "speedup", "stage": "tf32", "versus": "fp32",
              "expect": {"min": 1.8, "max": 2.2}, "families": ["cpu"]}  # measured 2.22x
     assert claims.verdict(claim, df, "cpu", "cuda", noise=0.005)["verdict"] == claims.EXCEEDED
@@ -205,7 +208,7 @@ def test_a_claim_just_outside_its_range_is_within_noise_only_when_the_spread_cov
 
 
 def test_the_parity_learning_rate_warms_up_then_decays_to_a_tenth():
-    lrs = [measure.parity_lr(i, 200, 6e-4) for i in range(200)]
+    lrs = [worker.parity_lr(i, 200, 6e-4) for i in range(200)]
     assert lrs[0] == pytest.approx(6e-4 / 50) and lrs[49] == pytest.approx(6e-4)
     assert lrs[-1] == pytest.approx(6e-5) and all(a >= b for a, b in zip(lrs[49:], lrs[50:]))
 
@@ -220,19 +223,19 @@ def test_a_loss_gap_just_beyond_the_tolerance_is_within_noise_when_repeats_drift
     again = {**make_record(params, "fp32", 2, [10.0] * 18, [v + (0.05 if 8 <= i <= 12 else 0.0) for i, v in enumerate(ref)]),
              "variant": "repeat", "repeat": 1}
     tol = params["run"]["loss_tolerance"]  # 0.1: the lever's 0.12 is beyond it
-    assert results.loss_noise(recs) == 0.0 and results.loss_noise(recs + [again]) == pytest.approx(0.05)
-    quiet = results.table(recs, ["fp32", "tf32"], tol, results.loss_noise(recs))
-    noisy = results.table(recs, ["fp32", "tf32"], tol, results.loss_noise(recs + [again]))
+    assert stats.loss_noise(recs) == 0.0 and stats.loss_noise(recs + [again]) == pytest.approx(0.05)
+    quiet = decide.table(recs, ["fp32", "tf32"], tol, stats.loss_noise(recs))
+    noisy = decide.table(recs, ["fp32", "tf32"], tol, stats.loss_noise(recs + [again]))
     assert quiet.iloc[-1]["loss_verdict"] == "beyond" and noisy.iloc[-1]["loss_verdict"] == "within noise"
-    assert results.best_config(recs, params)["stage"] == "fp32"
-    assert results.best_config(recs + [again], params)["stage"] == "tf32"
+    assert decide.best_config(recs, params)["stage"] == "fp32"
+    assert decide.best_config(recs + [again], params)["stage"] == "tf32"
 
 
 def test_a_resumed_parity_plan_keeps_the_references_micro_batches(tmp_path):
     """The reference's own parity run at the large batch must not count as 'it fits in one go'."""
     from conftest import write_report_dir
 
-    from lib import evidence
+    from lib.run import evidence
 
     params = tiny_params(["fp32", "tf32"], batch_sizes=(2, 4))
     losses = [5.0 - 0.01 * i for i in range(6)]
@@ -243,7 +246,7 @@ def test_a_resumed_parity_plan_keeps_the_references_micro_batches(tmp_path):
     assert plan == {"tf32": 1, "fp32": 2}
     done = {**make_record(params, "fp32", 4, [1.0] * 5, losses), "kind": "parity", "variant": "parity", "steps": 6,
             "held_out_loss": 4.0, "micro_steps": 2}
-    results.write_atomic(report_dir / "results" / "parity" / "fp32__b4.json", done)
+    store.write_atomic(report_dir / "results" / "parity" / "fp32__b4.json", done)
     assert {j["stage"]: j["micro_steps"] for j in evidence.parity_jobs(params, report_dir)} == plan
 
 

@@ -7,10 +7,14 @@ import dataclasses
 import pytest
 import torch
 import torch.nn.functional as F
-
 from conftest import make_record, tiny_params
-from lib import frontier_view, measure, recipe, results, stages
-from lib.model import GPT, GPTConfig, fused_linear_cross_entropy
+
+from lib.core import stages
+from lib.measure import worker
+from lib.report import batch_sweep_view, frontier_view, loader, prose
+from lib.results import decide
+from lib.run import recipe
+from lib.train.model import GPT, GPTConfig, fused_linear_cross_entropy
 
 HOPPER = {"backend": "cuda", "capability": [9, 0], "count": 1}
 AMPERE = {"backend": "cuda", "capability": [8, 0], "count": 1}
@@ -37,7 +41,7 @@ def test_a_missing_package_is_a_reason_not_a_crash():
 
 
 def test_frontier_levers_are_added_to_compile():
-    assert [results.previous_stage(k) for k in ("fp8", "fp8_torchao", "fused_ce", "autotune")] == \
+    assert [decide.previous_stage(k) for k in ("fp8", "fp8_torchao", "fused_ce", "autotune")] == \
         ["compile", "compile", "compile", "compile"]
     assert stages.get("autotune").loss == "cross_entropy"
     assert stages.get("autotune").compile_mode == "max-autotune-no-cudagraphs"
@@ -54,8 +58,8 @@ def test_torchao_float8_trains_like_the_vocab_stage():
     pytest.importorskip("torchao")
     params = tiny_params(warmup=1, timed=5)
     job = {"params": params, "batch_size": 2, "profile": False, "energy": False}
-    vocab = measure.run({**job, "stage": "vocab"})
-    fp8 = measure.run({**job, "stage": "fp8_torchao", "stage_overrides": {"compile": False}})
+    vocab = worker.run({**job, "stage": "vocab"})
+    fp8 = worker.run({**job, "stage": "fp8_torchao", "stage_overrides": {"compile": False}})
     assert fp8["status"] == "ok", fp8.get("reason")
     assert abs(fp8["final_loss"] - vocab["final_loss"]) < params["run"]["loss_tolerance"]
     assert fp8["init_checksum"] == vocab["init_checksum"]
@@ -63,10 +67,10 @@ def test_torchao_float8_trains_like_the_vocab_stage():
 
 def test_a_forced_sdpa_backend_the_device_lacks_is_not_applicable():
     params = tiny_params(warmup=1, timed=5)
-    rec = measure.run({"params": params, "stage": "flash", "batch_size": 2, "stage_overrides": {"sdpa_backend": "cudnn"},
+    rec = worker.run({"params": params, "stage": "flash", "batch_size": 2, "stage_overrides": {"sdpa_backend": "cudnn"},
                        "profile": False, "energy": False})
     assert rec["status"] == "not_applicable" and "no cudnn SDPA kernel" in rec["reason"]
-    forced_math = measure.run({"params": params, "stage": "flash", "batch_size": 2, "profile": False, "energy": False,
+    forced_math = worker.run({"params": params, "stage": "flash", "batch_size": 2, "profile": False, "energy": False,
                                "stage_overrides": {"sdpa_backend": "math"}})
     assert forced_math["status"] == "ok" and "math" in forced_math["sdpa_backend"]
 
@@ -129,8 +133,8 @@ def test_the_bf16_residual_stream_reaches_every_block_in_bf16():
             model(torch.randint(0, 1000, (2, 64)), torch.randint(0, 1000, (2, 64)))
     assert seen == {None: torch.float32, "bfloat16": torch.bfloat16}
     job = {"params": params, "batch_size": 2, "profile": False, "energy": False}
-    vocab = measure.run({**job, "stage": "vocab"})
-    resid = measure.run({**job, "stage": "bf16_residual", "stage_overrides": {"compile": False}})
+    vocab = worker.run({**job, "stage": "vocab"})
+    resid = worker.run({**job, "stage": "bf16_residual", "stage_overrides": {"compile": False}})
     assert resid["status"] == "ok" and resid["init_checksum"] == vocab["init_checksum"]
     assert resid["final_loss"] != vocab["final_loss"]
     assert abs(resid["final_loss"] - vocab["final_loss"]) < params["run"]["loss_tolerance"]
@@ -139,7 +143,7 @@ def test_the_bf16_residual_stream_reaches_every_block_in_bf16():
 def test_the_loss_only_forward_keeps_the_loss_and_its_gradients():
     """return_logits=False drops the logits output and nothing else: the same loss and the same
     gradients, in the harness's model and in the plain loop's, and the harness's step passes it."""
-    from lib import plain_loop, step
+    from lib.train import plain_loop, step
 
     torch.manual_seed(0)
     model = GPT(GPTConfig(n_layer=2, n_head=2, n_embd=64, block_size=64, vocab_size=1024, real_vocab_size=1000,
@@ -170,7 +174,7 @@ def test_fp8_on_the_lm_head_alone_keeps_its_weight_tied():
     """torchao converts the lm_head and nothing else, in the harness and in the plain loop alike;
     the converted lm_head still shares its weight with the token embedding (GPT-2's tying)."""
     pytest.importorskip("torchao")
-    from lib import plain_loop, step
+    from lib.train import plain_loop, step
 
     params = tiny_params(warmup=1, timed=5)
     ts = step.build(params, dataclasses.replace(stages.get("fp8_head"), compile=False), "cpu")
@@ -179,8 +183,8 @@ def test_fp8_on_the_lm_head_alone_keeps_its_weight_tied():
     assert {type(m).__name__ for m in ts.model.transformer.h.modules()} >= {"Linear"}
     assert "Float8Linear" not in {type(m).__name__ for m in ts.model.transformer.h.modules()}
     job = {"params": params, "batch_size": 2, "profile": False, "energy": False}
-    vocab = measure.run({**job, "stage": "vocab"})
-    head = measure.run({**job, "stage": "fp8_head", "stage_overrides": {"compile": False}})
+    vocab = worker.run({**job, "stage": "vocab"})
+    head = worker.run({**job, "stage": "fp8_head", "stage_overrides": {"compile": False}})
     assert head["status"] == "ok" and abs(head["final_loss"] - vocab["final_loss"]) < params["run"]["loss_tolerance"]
     switches = {"tf32": True, "autocast": "bfloat16", "attention": "sdpa", "padded_vocab": True, "fused_adamw": True,
                 "compile": False, "residual_dtype": "bfloat16", "fp8_lm_head": "tensorwise"}
@@ -291,7 +295,6 @@ def test_a_library_lever_is_judged_against_the_stage_it_is_added_to(tmp_path):
     """fused_ce follows fp8 and fp8_torchao in the registry but is added to compile: its speed-up,
     memory change and recommended switches all read against compile, never against FP8."""
     from conftest import write_report_dir
-    from lib import report, report_text, sweep_view
 
     p = tiny_params(batch_sizes=(2,))
     keys = ["fp32", "vocab", "compile", "fp8", "fused_ce"]
@@ -301,11 +304,11 @@ def test_a_library_lever_is_judged_against_the_stage_it_is_added_to(tmp_path):
     recs = [make_record(p, k, 2, times_ms=[ms[k]] * 5, losses=[5.0] * 6, mem_bytes=gib[k] * 2**30) for k in keys]
     for r in recs:
         r["mem_allocator_bytes"] = r["mem_device_bytes"]
-    rep = report.load(write_report_dir(tmp_path / "rep", p, recs))
+    rep = loader.load(write_report_dir(tmp_path / "rep", p, recs))
     assert rep.df.set_index("stage").loc["fused_ce", "speedup_vs_previous"] == pytest.approx(100 / 80)
-    assert report_text._memory_change(rep, "fused_ce") == "process peak memory -20.0 % at B=2 (10.00 → 8.00 GiB)"
-    assert results.lineage("fused_ce") == ["fp32", "tf32", "bf16", "flash", "vocab", "fused", "compile", "fused_ce"]
-    md = sweep_view.recommended_md(rep)
+    assert prose._memory_change(rep, "fused_ce") == "process peak memory -20.0 % at B=2 (10.00 → 8.00 GiB)"
+    assert decide.lineage("fused_ce") == ["fp32", "tf32", "bf16", "flash", "vocab", "fused", "compile", "fused_ce"]
+    md = batch_sweep_view.recommended_md(rep)
     assert md.startswith("**Fused linear cross-entropy") and "fp8.convert_linears" not in md
 
 
@@ -313,7 +316,6 @@ def test_a_lever_without_a_speed_gain_is_judged_on_its_measured_side_effects(tmp
     """Neutral or slower levers name what else they changed (memory, a much longer first step)
     instead of inviting adoption 'for its other effects'."""
     from conftest import write_report_dir
-    from lib import report, report_text
 
     p = tiny_params(batch_sizes=(2,))
     keys = ["fp32", "vocab", "compile", "fp8", "fused_ce"]
@@ -324,7 +326,7 @@ def test_a_lever_without_a_speed_gain_is_judged_on_its_measured_side_effects(tmp
         r = make_record(p, k, 2, times_ms=[ms[k]] * 5, losses=[5.0] * 6, mem_bytes={"fused_ce": 5, "fp8": 12}.get(k, 10) * 2**30)
         r["first_step_s"] = 50.0 if k == "fp8" else 10.0
         recs.append(r)
-    lines = report_text.recommendations(report.load(write_report_dir(tmp_path / "rep", p, recs)))
+    lines = prose.recommendations(loader.load(write_report_dir(tmp_path / "rep", p, recs)))
     fp8 = next(x for x in lines if x.startswith("**FP8 linear layers**"))
     assert "weigh its other effects: process peak memory +20.0 %" in fp8 and "first step 50 s against 10 s at B=2" in fp8
     ce = next(x for x in lines if x.startswith("**Fused linear cross-entropy"))
@@ -335,7 +337,6 @@ def test_a_faster_lever_whose_parity_run_left_the_band_is_not_adopted_anywhere(t
     """The fastest stage lost its 200-step parity run: the recommendation falls to the next stage,
     and neither the per-lever advice nor the executive summary invites adopting it."""
     from conftest import write_parity_test, write_report_dir
-    from lib import report, report_text
 
     p = tiny_params(batch_sizes=(2,))
     p["stages"] = ["fp32", "vocab", "compile", "bf16_residual"]
@@ -343,19 +344,19 @@ def test_a_faster_lever_whose_parity_run_left_the_band_is_not_adopted_anywhere(t
     recs = [make_record(p, k, 2, times_ms=[v] * 5, losses=[5.0] * 6) for k, v in ms.items()]
     write_report_dir(tmp_path / "rep", p, recs)
     write_parity_test(tmp_path / "rep", p, "bf16_residual", lever_held=4.5, ref_held=4.0)
-    rep = report.load(tmp_path / "rep")
-    assert report.recommended(rep)["stage"] == "compile"
-    advice = next(x for x in report_text.recommendations(rep) if x.startswith("**BF16 residual stream**"))
+    rep = loader.load(tmp_path / "rep")
+    assert loader.recommended(rep)["stage"] == "compile"
+    advice = next(x for x in prose.recommendations(rep) if x.startswith("**BF16 residual stream**"))
     assert advice.startswith("**BF16 residual stream**: do not adopt as is (median 1.11× over torch.compile)")
     failed = ("its parity test against Vocab padded to 50304 at B=2 found it worse: its held-out loss rose +0.5000 nats "
               "(+0.5000 to +0.5000), beyond +0.02")
     assert failed in advice
-    assert any(f"BF16 residual stream: {failed}" in x for x in report_text.findings(rep))
-    assert f"**Not recommended**: {failed}" in report_text.stage_summary(rep, "bf16_residual")
+    assert any(f"BF16 residual stream: {failed}" in x for x in prose.findings(rep))
+    assert f"**Not recommended**: {failed}" in prose.stage_summary(rep, "bf16_residual")
 
 
 def test_one_step_an_update_reads_without_micro_steps():
-    from lib import frontier_view
+    from lib.report import frontier_view
 
     assert frontier_view.micro_steps_text({"batch": 8, "micro_steps": 1}) == "B=8"
     assert frontier_view.micro_steps_text({"batch": 64, "micro_steps": 8}) == "B=64 × 8 micro-steps"

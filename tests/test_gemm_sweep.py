@@ -1,4 +1,4 @@
-"""lib/gemm_sweep.py: the widths it sweeps, the record it returns, and its command line."""
+"""lib/measure/gemm_sweep.py: the widths it sweeps, the record it returns, and its command line."""
 from __future__ import annotations
 
 import json
@@ -6,10 +6,9 @@ import subprocess
 import sys
 
 import pytest
-
-from lib import gemm_sweep
-
 from conftest import ROOT, cli_env, describe_proc
+
+from lib.measure import gemm_sweep
 
 M, K = 128, 64
 NS = gemm_sweep.widths(1000, 1024)
@@ -107,7 +106,7 @@ def test_command_line_writes_a_readable_json(tmp_path):
     ns = list(range(1024 - 136, 1024 + 129, 8)) + [1001]  # 35 widths around 1024
     spec.write_text(json.dumps({"m": M, "k": K, "ns": ns, "dev": "cpu", "kernel_ns": [1001, 1024],
                                 "reps": 3, "warmup": 1}))
-    proc = subprocess.run([sys.executable, "-m", "lib.gemm_sweep", str(spec), str(out)], cwd=ROOT,
+    proc = subprocess.run([sys.executable, "-m", "lib.measure.gemm_sweep", str(spec), str(out)], cwd=ROOT,
                           env=cli_env(), capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, describe_proc(proc)
     res = json.loads(out.read_text())
@@ -116,6 +115,6 @@ def test_command_line_writes_a_readable_json(tmp_path):
 
 
 def test_command_line_without_arguments_is_a_usage_error():
-    proc = subprocess.run([sys.executable, "-m", "lib.gemm_sweep"], cwd=ROOT, env=cli_env(),
+    proc = subprocess.run([sys.executable, "-m", "lib.measure.gemm_sweep"], cwd=ROOT, env=cli_env(),
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "usage" in proc.stderr

@@ -1,4 +1,4 @@
-"""lib/kernel_profile.py: kernel names land in the right category, and a profiled CPU step adds up."""
+"""lib/measure/kernel_profile.py: kernel names land in the right category, and a profiled CPU step adds up."""
 from __future__ import annotations
 
 import json
@@ -6,9 +6,10 @@ import json
 import pytest
 import torch
 
-from lib import kernel_categories, kernel_profile
-from lib.kernel_categories import CATEGORIES, categorise
-from lib.model import GPT, GPTConfig
+from lib.core import kernel_categories
+from lib.core.kernel_categories import CATEGORIES, categorise
+from lib.measure import kernel_profile
+from lib.train.model import GPT, GPTConfig
 
 # Names as torch.profiler reports them on an H100 (cuBLAS, cuBLASLt's nvjet, cuDNN, flash, ATen); most
 # were read off a GPT-2 step profiled with PyTorch 2.11+cu130 (long argument lists shortened to '...').

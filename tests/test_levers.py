@@ -5,10 +5,12 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-
 from conftest import tiny_params
-from lib import fp8, measure, stages
-from lib.model import GPT, GPTConfig
+
+from lib.core import stages
+from lib.measure import worker
+from lib.train import fp8
+from lib.train.model import GPT, GPTConfig
 
 
 def _rel(a, b) -> float:
@@ -80,7 +82,7 @@ def test_registry_is_cumulative_and_references_are_set():
 
 
 def _run(stage, params, **job):
-    return measure.run({"params": params, "stage": stage, "batch_size": params["run"]["batch_sizes"][0], **job})
+    return worker.run({"params": params, "stage": stage, "batch_size": params["run"]["batch_sizes"][0], **job})
 
 
 def test_fused_adamw_is_the_same_update():

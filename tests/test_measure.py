@@ -1,4 +1,4 @@
-"""lib/measure.py in this process, on the CPU, with a tiny job: a result, an OOM and a NaN loss
+"""lib/measure/worker.py in this process, on the CPU, with a tiny job: a result, an OOM and a NaN loss
 are all records, never crashes."""
 from __future__ import annotations
 
@@ -8,7 +8,10 @@ import pytest
 import torch
 from conftest import tiny_params
 
-from lib import measure, model, results, step
+from lib.core import record
+from lib.measure import worker
+from lib.results import decide
+from lib.train import model, step
 
 WARMUP, TIMED, BATCH = 1, 5, 2
 
@@ -27,12 +30,12 @@ def restore_matmul_precision():
 
 @pytest.fixture(scope="module")
 def fp32_record():
-    return measure.run(job("fp32"))
+    return worker.run(job("fp32"))
 
 
 def test_run_returns_an_ok_record_of_the_configuration(fp32_record):
     rec = fp32_record
-    assert rec["schema_version"] == results.SCHEMA_VERSION
+    assert rec["schema_version"] == record.SCHEMA_VERSION
     assert (rec["status"], rec["reason"]) == ("ok", None)
     assert (rec["profile"], rec["stage"], rec["batch_size"]) == ("cpu", "fp32", BATCH)
     assert (rec["warmup_steps"], rec["timed_steps"]) == (WARMUP, TIMED)
@@ -69,17 +72,17 @@ def test_run_samples_no_device_memory_on_cpu(fp32_record):
     assert fp32_record["mem_device_sampled_peak_bytes"] is None
     assert fp32_record["mem_device_sampled_note"] == "not sampled: CPU has no NVML device memory (NVML reads NVIDIA GPUs only)"
     old = {k: v for k, v in fp32_record.items() if not k.startswith("mem_device_sampled")}  # a record from before
-    df = results.table([fp32_record, {**old, "stage": "tf32"}], ["fp32", "tf32"])
+    df = decide.table([fp32_record, {**old, "stage": "tf32"}], ["fp32", "tf32"])
     assert df["mem_device_sampled_peak_bytes"].isna().all()
 
 
 class FakeSampler:
-    """measure.run's memory sampler, recording how many forward passes had run at start() and stop()."""
+    """worker.run's memory sampler, recording how many forward passes had run at start() and stop()."""
 
     def __init__(self, forwards: list):
         self.forwards, self.seen = forwards, {}
 
-    def __call__(self, dev, index=0, span=""):  # measure.run builds "a sampler": this one
+    def __call__(self, dev, index=0, span=""):  # worker.run builds "a sampler": this one
         self.dev = dev
         return self
 
@@ -93,7 +96,7 @@ class FakeSampler:
 
 @pytest.fixture
 def fake_sampler(monkeypatch):
-    """The fake sampler in measure.run; forward passes counted, and an OOM at pass `oom_at` if set."""
+    """The fake sampler in worker.run; forward passes counted, and an OOM at pass `oom_at` if set."""
     forward, forwards = model.GPT.forward, []
     sampler = FakeSampler(forwards)
     sampler.oom_at = None
@@ -105,31 +108,31 @@ def fake_sampler(monkeypatch):
         return forward(self, idx, targets)
 
     monkeypatch.setattr(model.GPT, "forward", counting_forward)
-    monkeypatch.setattr(measure.energy, "MemorySampler", sampler)
+    monkeypatch.setattr(worker.energy, "MemorySampler", sampler)
     return sampler
 
 
 def test_the_memory_sampler_spans_the_warm_up_steps_only_never_the_timed_ones(fake_sampler):
-    rec = measure.run({**job("fp32"), "profile": False})
+    rec = worker.run({**job("fp32"), "profile": False})
     assert fake_sampler.seen == {"start": 0, "stop": WARMUP}
     assert (rec["mem_device_sampled_peak_bytes"], rec["mem_device_sampled_note"]) == (123, "cpu")
 
 
 def test_an_oom_during_the_warm_up_keeps_the_peak_sampled_up_to_it(fake_sampler):
     fake_sampler.oom_at = 2  # the second of three warm-up passes
-    rec = measure.run(job("fp32", tiny_params(warmup=3, timed=TIMED, batch_sizes=(BATCH,))))
+    rec = worker.run(job("fp32", tiny_params(warmup=3, timed=TIMED, batch_sizes=(BATCH,))))
     assert rec["status"] == "oom"
     assert fake_sampler.seen == {"start": 0, "stop": 2}
     assert rec["mem_device_sampled_peak_bytes"] == 123
 
 
 def test_run_is_deterministic_in_its_losses(fp32_record):
-    again = measure.run(job("fp32"))
+    again = worker.run(job("fp32"))
     assert again["losses"] == pytest.approx(fp32_record["losses"], abs=1e-5)
 
 
 def test_run_of_an_sdpa_stage_names_the_backend_that_ran():
-    rec = measure.run(job("flash"))
+    rec = worker.run(job("flash"))
     assert rec["status"] == "ok"
     assert isinstance(rec["sdpa_backend"], str) and rec["sdpa_backend"] and rec["sdpa_backend"] != "unknown"
 
@@ -138,8 +141,8 @@ def test_out_of_memory_is_an_oom_record_not_a_crash(monkeypatch):
     def oom(*args, **kwargs):
         raise torch.OutOfMemoryError("CUDA out of memory. test")
 
-    monkeypatch.setattr(measure.step, "build", oom)
-    rec = measure.run(job("fp32"))
+    monkeypatch.setattr(worker.step, "build", oom)
+    rec = worker.run(job("fp32"))
     assert rec["status"] == "oom"
     assert "out of memory" in rec["reason"] and "test" in rec["reason"]
     assert "median_ms" not in rec and "losses" not in rec
@@ -152,17 +155,17 @@ def test_an_out_of_memory_message_from_another_exception_is_an_oom(monkeypatch):
     def oom(*args, **kwargs):
         raise RuntimeError("HIP out of memory. Tried to allocate 2 GiB")
 
-    monkeypatch.setattr(measure.step, "build", oom)
-    assert measure.run(job("fp32"))["status"] == "oom"
+    monkeypatch.setattr(worker.step, "build", oom)
+    assert worker.run(job("fp32"))["status"] == "oom"
 
 
 def test_any_other_exception_propagates(monkeypatch):
     def broken(*args, **kwargs):
         raise ValueError("not an OOM")
 
-    monkeypatch.setattr(measure.step, "build", broken)
+    monkeypatch.setattr(worker.step, "build", broken)
     with pytest.raises(ValueError, match="not an OOM"):
-        measure.run(job("fp32"))
+        worker.run(job("fp32"))
 
 
 def test_nan_loss_is_a_diverged_record(monkeypatch):
@@ -173,7 +176,7 @@ def test_nan_loss_is_a_diverged_record(monkeypatch):
         return logits, loss * float("nan")
 
     monkeypatch.setattr(model.GPT, "forward", nan_forward)
-    rec = measure.run(job("fp32"))
+    rec = worker.run(job("fp32"))
     assert rec["status"] == "diverged"
     assert "NaN" in rec["reason"]
     assert len(rec["step_ms"]) == TIMED  # still timed: a diverged row keeps its timing
@@ -189,7 +192,7 @@ def test_loss_that_becomes_nan_during_training_is_diverged(monkeypatch):
         return logits, (loss * float("nan") if len(calls) > WARMUP + 2 else loss)
 
     monkeypatch.setattr(model.GPT, "forward", late_nan)
-    rec = measure.run(job("fp32"))
+    rec = worker.run(job("fp32"))
     assert rec["status"] == "diverged"
     assert math.isfinite(rec["losses"][0]) and math.isnan(rec["losses"][-1])
 
@@ -200,6 +203,6 @@ def test_device_type_maps_rocm_to_torch_cuda(backend, expected):
 
 
 def test_is_oom():
-    assert measure.is_oom(torch.OutOfMemoryError("x"))
-    assert measure.is_oom(RuntimeError("CUDA Out Of Memory"))
-    assert not measure.is_oom(RuntimeError("shape mismatch"))
+    assert worker.is_oom(torch.OutOfMemoryError("x"))
+    assert worker.is_oom(RuntimeError("CUDA Out Of Memory"))
+    assert not worker.is_oom(RuntimeError("shape mismatch"))

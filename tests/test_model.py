@@ -1,11 +1,11 @@
-"""lib/model.py: the two levers that change the model (attention kind, padded vocabulary) must
+"""lib/train/model.py: the two levers that change the model (attention kind, padded vocabulary) must
 leave the function it computes unchanged."""
 from __future__ import annotations
 
 import pytest
 import torch
 
-from lib.model import GPT, GPTConfig, flops_per_token
+from lib.train.model import GPT, GPTConfig, flops_per_token
 
 SEED = 1337
 TINY = dict(n_layer=2, n_head=2, n_embd=32, block_size=16)

@@ -12,7 +12,11 @@ from pathlib import Path
 import pytest
 from conftest import ROOT, describe_proc, read_json, run_cli
 
-from lib import chapters, compile_cache, config, noise, provenance, results, run_log
+from lib.core import chapters, config, provenance
+from lib.measure import compile_cache
+from lib.report import tables
+from lib.results import noise, store
+from lib.run import run_log
 
 GPU_ENV = {"torch": "2.5.1", "cuda": "12.4", "numpy": "1.26.4", "packages": {"triton": "3.1.0"},
            "device": {"name": "NVIDIA H100 80GB HBM3", "backend": "cuda", "capability": [9, 0]}}
@@ -103,20 +107,20 @@ def test_compile_cache_ledger_remembers_cold_compiles_only(tmp_path, monkeypatch
 # ---------------------------------------------------------------- 4-5: provenance
 
 def test_write_record_refuses_unstamped_and_clockless_records(tmp_path):
-    """results.write_record writes nothing without a provenance stamp, nor a timed ok record without
+    """store.write_record writes nothing without a provenance stamp, nor a timed ok record without
     the clocks of its timed steps; a stamped record is written."""
     stamp = provenance.run_stamp({"device": {"name": "x", "backend": "cpu"}, "torch": "t"})
     rec = {"stage": "fp32", "batch_size": 2, "status": "ok", "tokens_per_s": 1.0}
     path = tmp_path / "fp32__b2.json"
     with pytest.raises(provenance.UnstampedRecord):
-        results.write_record(path, {**rec, "clocks": {}})
+        store.write_record(path, {**rec, "clocks": {}})
     with pytest.raises(provenance.UnstampedRecord):
-        results.write_record(path, {**rec, "provenance": stamp})  # timed (kind absent), no clocks
+        store.write_record(path, {**rec, "provenance": stamp})  # timed (kind absent), no clocks
     assert not path.exists()
-    results.write_record(path, {**rec, "provenance": stamp, "clocks": {"span": "the timed steps"}})
+    store.write_record(path, {**rec, "provenance": stamp, "clocks": {"span": "the timed steps"}})
     assert read_json(path)["provenance"] == json.loads(json.dumps(stamp))
     # a record that timed nothing needs no clocks
-    results.write_record(tmp_path / "na.json", {"stage": "ddp", "batch_size": 2, "status": "not_applicable",
+    store.write_record(tmp_path / "na.json", {"stage": "ddp", "batch_size": 2, "status": "not_applicable",
                                                 "provenance": stamp})
 
 
@@ -179,7 +183,7 @@ def test_an_interrupted_run_says_so_and_resumes(tmp_path):
     run = read_json(tmp_path / "cpu" / "run.json")
     assert run["state"] == "completed"
     assert run["earlier_runs"][0]["state"] == "interrupted"
-    from lib import run_log
+    from lib.run import run_log
 
     total = run_log.chapter_seconds(run)  # the cut chapter's two parts add up
     assert set(total) >= {"fp32", "tf32", "bf16", cut} and total[cut] > seconds
@@ -303,7 +307,7 @@ def test_repeat_rule_runs_a_third_process_only_beyond_the_tolerance(tmp_path, mo
     """evidence.repeats, with the launcher replaced: every configuration gets a second process; only the
     one whose first two processes differ by more than repeat_tolerance (5 % against 0.5 %, tolerance
     1 %) gets a third; without a tolerance every configuration gets one."""
-    from lib import evidence
+    from lib.run import evidence
 
     env = {"device": {"name": "x", "backend": "cpu"}, "torch": "t", "packages": {}}
     timed = [_rec("fp32", 100.0, "host-a", batch=2), _rec("fp32", 100.5, "host-a", "repeat", batch=2),
@@ -311,7 +315,7 @@ def test_repeat_rule_runs_a_third_process_only_beyond_the_tolerance(tmp_path, mo
     launched = []
     monkeypatch.setattr(evidence.runner, "environment", lambda report_dir: env)
     monkeypatch.setattr(evidence, "repeat_configs", lambda params, report_dir: [("fp32", 2), ("tf32", 2)])
-    monkeypatch.setattr(evidence.results, "decision_records", lambda results_dir: timed)
+    monkeypatch.setattr(evidence.store, "decision_records", lambda results_dir: timed)
     monkeypatch.setattr(evidence.runner, "measure_jobs",
                         lambda jobs, env, force=False: launched.extend((j["stage"], j["repeat"]) for j in jobs) or {})
     cpu_params["evidence"].update(repeats=3, repeat_tolerance=0.01)
@@ -328,13 +332,13 @@ def test_a_configuration_the_repeats_lift_into_the_top_two_is_repeated_too(tmp_p
     """The repeats move the medians the top two were read from (CI saw it on a CPU: the leader's second
     process was slower, a third configuration became the recommendation, and it had run once). The
     ranking is read again after each round, and whatever it names anew is repeated; nothing twice."""
-    from lib import evidence
+    from lib.run import evidence
 
     env = {"device": {"name": "x", "backend": "cpu"}, "torch": "t", "packages": {}}
     rankings, launched = [[("fp32", 2), ("tf32", 2)], [("tf32", 2), ("bf16", 2)]], []  # before, after the repeats
     monkeypatch.setattr(evidence.runner, "environment", lambda report_dir: env)
     monkeypatch.setattr(evidence, "repeat_configs", lambda params, report_dir: rankings.pop(0) if len(rankings) > 1 else rankings[0])
-    monkeypatch.setattr(evidence.results, "decision_records", lambda results_dir: [])
+    monkeypatch.setattr(evidence.store, "decision_records", lambda results_dir: [])
     monkeypatch.setattr(evidence.runner, "measure_jobs",
                         lambda jobs, env, force=False: launched.extend((j["stage"], j["repeat"]) for j in jobs) or {})
     cpu_params["evidence"].update(repeats=2)
@@ -345,7 +349,7 @@ def test_a_configuration_the_repeats_lift_into_the_top_two_is_repeated_too(tmp_p
 def test_a_record_measured_again_is_superseded_never_deleted(tmp_path, monkeypatch):
     """FORCE (or the recipe's all-in-one-call rule) re-measures a configuration: the earlier record moves to
     <report>/superseded/ with its content intact, and the new record takes its place."""
-    from lib import runner
+    from lib.run import runner
 
     monkeypatch.setenv("COMPILE_CACHE", str(tmp_path / "cache"))
     params = config.load("cpu")
@@ -367,7 +371,6 @@ def test_page_one_says_which_machine_timed_what_and_that_their_offset_is_unknown
     are not judged (it must not claim a 0 % spread)."""
     from types import SimpleNamespace
 
-    from lib import report_tables
 
     def rec(host, status="ok", variant=None):
         return {"stage": "vocab", "batch_size": 4, "status": status, "variant": variant, "tokens_per_s": 100.0,
@@ -375,11 +378,11 @@ def test_page_one_says_which_machine_timed_what_and_that_their_offset_is_unknown
     files = {"vocab__b4.json": rec("host-a"), "repeats/vocab__b4__r1.json": rec("host-a", variant="repeat"),
              "ddp__b4.json": rec("host-b", status="not_applicable"), "recipe/r0.json": rec("host-b", variant="recipe")}
     for name, body in files.items():
-        results.write_atomic(tmp_path / "results" / name, body)
+        store.write_atomic(tmp_path / "results" / name, body)
     decisions = [files["vocab__b4.json"], files["repeats/vocab__b4__r1.json"], files["ddp__b4.json"]]
     rep = SimpleNamespace(records=decisions, decisions=decisions, evidence={}, run=None, dir=tmp_path,
                           params={"name": "cpu", "not_run": []})
-    text = report_tables.provenance_md(rep)
+    text = tables.provenance_md(rep)
     assert "4 records from 2 machines" in text and "host-a: 2" in text
     assert "host-a timed matrix, repeats" in text and "host-b timed recipe" in text
     assert "offset is unknown" in text and "0.0 %" not in text
@@ -390,7 +393,7 @@ def test_a_leave_one_out_row_from_another_machine_is_not_judged_against_noise():
     another machine than the recommendation, with no measured offset, it is not called within noise or beyond it."""
     from types import SimpleNamespace
 
-    from lib import frontier_view
+    from lib.report import frontier_view
 
     def rec(tps, host, variant=None):
         return {"stage": "fused", "batch_size": 4, "status": "ok", "variant": variant, "tokens_per_s": tps,
@@ -409,7 +412,7 @@ def test_turn_on_lists_levers_timed_on_another_machine_as_not_judged(monkeypatch
     pay beyond noise, and names it as not judged."""
     from types import SimpleNamespace
 
-    from lib import frontier_view, summary_box
+    from lib.report import frontier_view, summary_box
 
     rows = [{"lever": "fused AdamW", "worth": 0.002, "within_noise": None, "record": {"status": "ok"}},
             {"lever": "TF32", "worth": 0.05, "within_noise": False, "record": {"status": "ok"}}]

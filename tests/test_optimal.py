@@ -5,9 +5,12 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from conftest import make_record, tiny_params, write_report_dir
-from lib import optimal, recommendation, report, results, stages
+
+from lib import optimal
+from lib.core import stages
+from lib.report import loader, recommendation
+from lib.results import store
 
 H100 = {"name": "NVIDIA H100 80GB HBM3", "backend": "cuda", "torch": "2.11.0+cu130", "cuda": "13.0"}
 
@@ -24,10 +27,10 @@ def _measured_report(root, name="h100", torch="2.11.0+cu130"):
 
 
 def test_recommended_json_holds_the_switches_the_code_and_what_it_measured(tmp_path):
-    rep = report.load(_measured_report(tmp_path))
+    rep = loader.load(_measured_report(tmp_path))
     rec = recommendation.write(rep)
     assert json.loads((rep.dir / recommendation.FILE).read_text()) == json.loads(json.dumps(rec))
-    best = report.recommended(rep)
+    best = loader.recommended(rep)
     assert rec["stage"] == best["stage"] == "tf32" and rec["switches"] == {"tf32": True}
     assert rec["code"] == recommendation.applied_switches("tf32") == [stages.get("tf32").switch]
     assert rec["measured"]["tokens_per_s"] == best["processes"]["median"]
@@ -36,23 +39,23 @@ def test_recommended_json_holds_the_switches_the_code_and_what_it_measured(tmp_p
 
 def test_no_recommendation_leaves_no_stale_file(tmp_path):
     d = _measured_report(tmp_path)
-    rep = report.load(d)
+    rep = loader.load(d)
     recommendation.write(rep)
     params = json.loads((d / "params.json").read_text())
     for key in ("fp32", "tf32"):  # every configuration out of memory now: nothing to recommend
-        results.write_atomic(results.record_path(d / "results", key, 2),
+        store.write_atomic(store.record_path(d / "results", key, 2),
                              make_record(params, key, 2, status="oom", reason="out of memory"))
-    assert recommendation.write(report.load(d)) is None and not (d / recommendation.FILE).exists()
+    assert recommendation.write(loader.load(d)) is None and not (d / recommendation.FILE).exists()
 
 
 def test_optimal_config_matches_the_device_to_its_profiles_report(tmp_path):
-    recommendation.write(report.load(_measured_report(tmp_path)))
+    recommendation.write(loader.load(_measured_report(tmp_path)))
     cfg = optimal.optimal_config(H100, reports=tmp_path)
     assert cfg["profile"] == "h100" and cfg["stage"] == "tf32"
 
 
 def test_optimal_config_warns_when_the_software_differs(tmp_path):
-    recommendation.write(report.load(_measured_report(tmp_path, torch="2.9.1+cu128")))
+    recommendation.write(loader.load(_measured_report(tmp_path, torch="2.9.1+cu128")))
     with pytest.warns(optimal.VersionSkew, match="torch 2.9.1\\+cu128 there, 2.11.0\\+cu130 here"):
         optimal.optimal_config(H100, reports=tmp_path)
 
@@ -67,7 +70,7 @@ def test_optimal_config_never_guesses_without_a_report(tmp_path):
 
 
 def test_optimal_config_reads_the_report_of_the_model_asked_for(tmp_path):
-    recommendation.write(report.load(_measured_report(tmp_path)))  # reports/h100: the profile's own preset
+    recommendation.write(loader.load(_measured_report(tmp_path)))  # reports/h100: the profile's own preset
     assert optimal.optimal_config(H100, reports=tmp_path, model="gpt2")["profile"] == "h100"
     with pytest.raises(optimal.NoReport, match="model gpt2-xl.*h100-gpt2-xl.*make report GPU=h100 MODEL=gpt2-xl"):
         optimal.optimal_config(H100, reports=tmp_path, model="gpt2-xl")
@@ -75,7 +78,7 @@ def test_optimal_config_reads_the_report_of_the_model_asked_for(tmp_path):
 
 def test_the_cpu_pipeline_writes_the_recommendation_optimal_config_returns(pipeline_ok):
     cfg = optimal.optimal_config({"name": "x86_64", "backend": "cpu"}, reports=pipeline_ok.reports)
-    best = report.recommended(report.load(pipeline_ok.report_dir))
+    best = loader.recommended(loader.load(pipeline_ok.report_dir))
     assert cfg["stage"] == best["stage"] and cfg["measured"]["tokens_per_s"] == pytest.approx(best["processes"]["median"])
     assert cfg["switches"] == {k: v for k, v in stages.get(best["stage"]).identity().items() if k not in ("key", "peak")}
 
@@ -85,5 +88,5 @@ def test_a_report_whose_params_name_no_global_batch_still_gets_its_recommendatio
     params = json.loads((d / "params.json").read_text())
     del params["evidence"]["global_batch_tokens"]  # as an older report's params.json (measurement method 1)
     (d / "params.json").write_text(json.dumps(params))
-    rec = recommendation.write(report.load(d))
+    rec = recommendation.write(loader.load(d))
     assert rec["stage"] == "tf32" and rec["global_batch"]["accumulation_steps"] is None

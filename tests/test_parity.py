@@ -1,4 +1,4 @@
-"""The parity test (lib/parity.py): paired seeds, the test's own noise from the repeat pairs of both stages,
+"""The parity test (lib/results/parity.py): paired seeds, the test's own noise from the repeat pairs of both stages,
 one-sided bounds on the mean paired difference, and one rule that adopts, rejects or leaves undecided."""
 from __future__ import annotations
 
@@ -6,7 +6,10 @@ import pandas as pd
 import pytest
 from conftest import make_record, tiny_params, write_report_dir
 
-from lib import evidence, measure, parity, parity_view, report, results
+from lib.measure import worker
+from lib.report import loader, parity_view, prose
+from lib.results import decide, parity, store
+from lib.run import evidence
 
 EV = {"parity_seeds": 3, "parity_margin": 0.02, "parity_confidence": 0.95, "parity_power": 0.8}
 
@@ -86,10 +89,10 @@ def test_only_a_stage_whose_parity_test_holds_is_recommended():
     params = tiny_params(["fp32", "tf32"])
     losses = [5.0 - 0.01 * i for i in range(6)]
     matrix = [make_record(params, "fp32", 8, [10.0] * 5, losses), make_record(params, "tf32", 8, [5.0] * 5, losses)]
-    assert results.best_config(matrix, params)["stage"] == "tf32"  # no parity test yet: the 30-step gate alone
+    assert decide.best_config(matrix, params)["stage"] == "tf32"  # no parity test yet: the 30-step gate alone
     for deltas, stage in (((0.001, 0.002, 0.0), "tf32"), ((0.0, 0.04, 0.02), "fp32"), ((0.1, 0.1, 0.1), "fp32"),
                           ((-0.1, -0.1, -0.1), "tf32")):
-        assert results.best_config(matrix + _test(params, deltas), params)["stage"] == stage
+        assert decide.best_config(matrix + _test(params, deltas), params)["stage"] == stage
 
 
 def test_the_plan_pairs_each_seed_and_stays_within_the_passes(tmp_path):
@@ -111,8 +114,8 @@ def test_the_plan_pairs_each_seed_and_stays_within_the_passes(tmp_path):
 def test_a_seed_sets_the_weights_and_the_data_order_and_a_pair_shares_both():
     params = tiny_params(["fp32"], batch_sizes=(2,))
     job = {"params": params, "stage": "fp32", "batch_size": 2, "steps": 4, "held_out_batches": 2}
-    a, again = measure.parity_run({**job, "seed_offset": 1, "data_start": 500}), measure.parity_run({**job, "seed_offset": 1, "data_start": 500})
-    other = measure.parity_run({**job, "seed_offset": 2, "data_start": 900})
+    a, again = worker.parity_run({**job, "seed_offset": 1, "data_start": 500}), worker.parity_run({**job, "seed_offset": 1, "data_start": 500})
+    other = worker.parity_run({**job, "seed_offset": 2, "data_start": 900})
     assert a["losses"] == again["losses"] and a["seed"] == params["run"]["seed"] + 1
     assert a["losses"] != other["losses"]
 
@@ -123,10 +126,10 @@ def test_the_report_lists_every_parity_run_superseded_ones_too(tmp_path):
     recs = [make_record(params, "fp32", 8, [10.0] * 5, losses), make_record(params, "tf32", 8, [5.0] * 5, losses)]
     d = write_report_dir(tmp_path / "cpu", params, recs)
     for i, r in enumerate(_test(params, (0.001, 0.002, 0.0))):
-        results.write_atomic(d / "results" / "parity" / f"run{i}.json", r)
+        store.write_atomic(d / "results" / "parity" / f"run{i}.json", r)
     old = {**_run(params, "tf32", 0, 0, 4.5, 4.5), "steps": 200}
-    results.write_atomic(d / "superseded" / "parity" / "tf32__b8.20261124T000000.json", old)
-    rep = report.load(d)
+    store.write_atomic(d / "superseded" / "parity" / "tf32__b8.20261124T000000.json", old)
+    rep = loader.load(d)
     table = parity_view.history_md(rep)
     assert table.count("| current |") == 12 and table.count("| superseded |") == 1 and "| 200 |" in table
     text = parity_view.recommended_md(rep)
@@ -139,7 +142,7 @@ def test_the_loss_gate_names_a_single_step_spike_as_a_spike_and_fails_it_like_a_
     params = tiny_params(["fp32", "tf32"])
     ref = [5.0 - 0.05 * i for i in range(20)]
     lever = [v + (bump[i - 8] if 8 <= i < 8 + len(bump) else 0.0) for i, v in enumerate(ref)]
-    df = results.table([make_record(params, "fp32", 2, [1.0] * 5, ref), make_record(params, "tf32", 2, [1.0] * 5, lever)],
+    df = decide.table([make_record(params, "fp32", 2, [1.0] * 5, ref), make_record(params, "tf32", 2, [1.0] * 5, lever)],
                        ["fp32", "tf32"], params["run"]["loss_tolerance"])
     row = df.iloc[-1]
     assert row["loss_verdict"] == verdict and row["loss_within_tolerance"] is (verdict == "within")  # a spike fails too
@@ -147,12 +150,11 @@ def test_the_loss_gate_names_a_single_step_spike_as_a_spike_and_fails_it_like_a_
 
 
 def test_the_method_states_the_parity_rule_and_the_batch_tie_rule_before_any_number(tmp_path):
-    from lib import report_text
 
     params = tiny_params(["fp32", "tf32"])
     losses = [5.0 - 0.01 * i for i in range(6)]
     d = write_report_dir(tmp_path / "cpu", params, [make_record(params, "fp32", 2, [10.0] * 5, losses),
                                                     make_record(params, "tf32", 2, [5.0] * 5, losses)])
-    text = report_text.method_md(report.load(d))
+    text = prose.method_md(loader.load(d))
     assert "at or below +0.02 nats" in text and "3 seeds" in text and "a tie goes to the batch size that needs the least memory" in text
     assert "single-step spike" in text

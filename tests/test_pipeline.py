@@ -10,7 +10,9 @@ import shutil
 import pytest
 from conftest import ROOT, describe_proc, pdf_page_count, read_json, run_cli
 
-from lib import export, results, stages
+from lib.core import record, stages
+from lib.report import export
+from lib.results import decide, noise, store
 
 SECTION_HEADINGS = ["Executive summary", "Verdicts on the prevailing claims", "Hardware and software environment",
                     "Method", "Experimental matrix", "Analysis per lever", "Recommendations", "Appendix"]
@@ -52,7 +54,7 @@ def test_pipeline_exits_zero(pipeline):
 def test_pipeline_measures_every_stage_of_params(pipeline_ok):
     assert pipeline_ok.params["stages"] == SINGLE_DEVICE + ["ddp"]
     names = {p.name for p in pipeline_ok.results_dir.glob("*.json") if not p.name.startswith("ddp__")}
-    expected = {results.record_path(".", s, b).name for s, b in expected_records(pipeline_ok.params)}
+    expected = {store.record_path(".", s, b).name for s, b in expected_records(pipeline_ok.params)}
     assert names == expected
 
 
@@ -67,7 +69,7 @@ def test_result_records_match_their_file_names(pipeline_ok):
 
 def test_result_records_have_schema_and_ok_status(pipeline_ok):
     for rec in all_records(pipeline_ok):
-        assert rec["schema_version"] == results.SCHEMA_VERSION
+        assert rec["schema_version"] == record.SCHEMA_VERSION
         if rec["stage"] in NOT_ON_CPU:  # each says why, in the row the report shows
             assert rec["status"] == "not_applicable" and NOT_ON_CPU[rec["stage"]] in rec["reason"]
         else:
@@ -96,15 +98,15 @@ def test_evidence_is_measured_and_shown(pipeline_ok, report_html):
 
 def test_the_recommendation_rests_on_repeats_a_plain_loop_cross_check_and_a_parity_run(pipeline_ok, report_html):
     ev, p = pipeline_ok.results_dir, pipeline_ok.params
-    best = results.best_config(results.decision_records(ev), p)
+    best = decide.best_config(store.decision_records(ev), p)
     key = (best["stage"], best["batch_size"])
     repeats = [read_json(f) for f in (ev / "repeats").glob("*.json")]
     # the repeats rule: a second process always, a third only where the first two differ beyond the tolerance
     mine = sorted((r for r in repeats if (r["stage"], r["batch_size"]) == key), key=lambda r: r["repeat"])
-    first = [r for r in results.decision_records(ev) if (r["stage"], r["batch_size"]) == key
+    first = [r for r in store.decision_records(ev) if (r["stage"], r["batch_size"]) == key
              and r.get("variant") in (None, "batch sweep") and r["status"] == "ok"]
     two = [first[0]["tokens_per_s"], mine[0]["tokens_per_s"]]
-    wanted = 1 + (results.spread(two)["spread"] > p["evidence"]["repeat_tolerance"]) * (p["evidence"]["repeats"] - 2)
+    wanted = 1 + (noise.spread(two)["spread"] > p["evidence"]["repeat_tolerance"]) * (p["evidence"]["repeats"] - 2)
     assert len(mine) == wanted
     assert best["processes"]["n"] == 1 + len(mine)  # the first process and its repeats, however many the rule asked
     plain = {(r["stage"], r["batch_size"]): r for r in map(read_json, (ev / "crosscheck").glob("*.json"))}

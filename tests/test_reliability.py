@@ -1,7 +1,7 @@
 """Reliability: resume after a killed run, failure isolation with injected faults, no lost
 reports, the per-profile lock, and bad inputs that must leave earlier reports untouched.
 
-Faults are injected with GPT2_LEVERS_FAULT (lib/faults.py). Runs use one batch size
+Faults are injected with GPT2_LEVERS_FAULT (lib/measure/faults.py). Runs use one batch size
 (BATCHES=2) to keep the suite short; the full pipeline is covered in test_pipeline.py."""
 from __future__ import annotations
 
@@ -15,9 +15,10 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import ROOT, cli_env, describe_proc, run_cli
-from lib import config, data, report_folder
+
+from lib.core import config, data
+from lib.run import report_folder
 
 FAST = {"BATCHES": "2", "FORCE": "0", "GPT2_LEVERS_FAULT": ""}
 
@@ -32,7 +33,7 @@ def _our_processes() -> list[str]:
     out = subprocess.run(["ps", "-eo", "pid,ppid,args"], capture_output=True, text=True).stdout
     rows = [ln.split(None, 2) for ln in out.splitlines()[1:]]
     return [" ".join(r) for r in rows if len(r) == 3 and r[1] != str(os.getpid())
-            and ("lib.measure" in r[2] or ("ipykernel" in r[2] and "gpt2-levers" in r[2]))]
+            and ("lib.measure.worker" in r[2] or ("ipykernel" in r[2] and "gpt2-levers" in r[2]))]
 
 
 def _earlier_report(reports: Path) -> Path:
@@ -118,7 +119,7 @@ def test_the_summary_shows_each_failure_plainly(faulty_run):
 
 
 def test_a_raising_measurement_is_an_error_row_not_a_crash(tmp_path, monkeypatch):
-    from lib import runner
+    from lib.run import runner
 
     monkeypatch.setenv("GPT2_LEVERS_FAULT", "fp32:raise")
     params = config.load("cpu", [2])

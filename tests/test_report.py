@@ -1,4 +1,4 @@
-"""lib/report.py: findings and recommendations follow the data. Each test builds a small report
+"""lib/report/loader.py: findings and recommendations follow the data. Each test builds a small report
 folder from synthetic records (no measurement), then flips the data and checks the text flips."""
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ from html import escape
 import pytest
 from conftest import make_record, tiny_params, write_report_dir
 
-from lib import kernel_categories, report, report_charts, report_tables, report_text
+from lib.core import kernel_categories
+from lib.report import batch_sweep_view, charts, loader, prose, tables
 
 BATCHES = (2, 4)
 LOSSES = [6.0, 5.0, 4.0, 3.5, 3.0, 3.0]
@@ -32,17 +33,17 @@ def build(tmp_path, tf32_ms=BASE_MS, tf32_loss_shift=0.0, extra=(), stage_keys=(
     for rec in extra(params) if callable(extra) else extra:
         recs[rec["stage"], rec["batch_size"]] = rec
     write_report_dir(tmp_path / "cpu", params, list(recs.values()))
-    return report.load(tmp_path / "cpu")
+    return loader.load(tmp_path / "cpu")
 
 
 def recommendation_for(rep, title):
-    lines = [r for r in report_text.recommendations(rep) if r.startswith(f"**{title}**")]
-    assert len(lines) == 1, report_text.recommendations(rep)
+    lines = [r for r in prose.recommendations(rep) if r.startswith(f"**{title}**")]
+    assert len(lines) == 1, prose.recommendations(rep)
     return lines[0]
 
 
 def findings_text(rep):
-    return "\n".join(report_text.findings(rep))
+    return "\n".join(prose.findings(rep))
 
 
 # ---------------------------------------------------------------- recommendations
@@ -87,11 +88,11 @@ def test_lever_without_any_timing_gets_no_recommendation(tmp_path):
 
 
 def test_recommended_configuration_is_the_fastest_within_tolerance(tmp_path):
-    fast = report_text.recommendations(build(tmp_path / "a", tf32_ms=BASE_MS / 2))[0]
+    fast = prose.recommendations(build(tmp_path / "a", tf32_ms=BASE_MS / 2))[0]
     assert fast.startswith("**Recommended configuration: TF32") and "B=4" in fast
-    slow = report_text.recommendations(build(tmp_path / "b", tf32_ms=BASE_MS * 2))[0]
+    slow = prose.recommendations(build(tmp_path / "b", tf32_ms=BASE_MS * 2))[0]
     assert slow.startswith("**Recommended configuration: FP32 baseline")
-    off = report_text.recommendations(build(tmp_path / "c", tf32_ms=BASE_MS / 2, tf32_loss_shift=1.0))[0]
+    off = prose.recommendations(build(tmp_path / "c", tf32_ms=BASE_MS / 2, tf32_loss_shift=1.0))[0]
     assert off.startswith("**Recommended configuration: FP32 baseline")
 
 
@@ -99,12 +100,12 @@ def test_recommended_configuration_is_the_fastest_within_tolerance(tmp_path):
 
 
 def test_findings_name_the_recommended_configuration(tmp_path):
-    assert report_text.findings(build(tmp_path / "a", tf32_ms=BASE_MS / 2))[0].startswith(
+    assert prose.findings(build(tmp_path / "a", tf32_ms=BASE_MS / 2))[0].startswith(
         "**Recommended configuration: TF32 at B=")
-    assert report_text.findings(build(tmp_path / "b", tf32_ms=BASE_MS * 2))[0].startswith(
+    assert prose.findings(build(tmp_path / "b", tf32_ms=BASE_MS * 2))[0].startswith(
         "**Recommended configuration: FP32 baseline at B=")
     # A faster stage whose loss moved beyond tolerance is never the recommendation.
-    assert report_text.findings(build(tmp_path / "c", tf32_ms=BASE_MS / 2, tf32_loss_shift=1.0))[0].startswith(
+    assert prose.findings(build(tmp_path / "c", tf32_ms=BASE_MS / 2, tf32_loss_shift=1.0))[0].startswith(
         "**Recommended configuration: FP32 baseline at B=")
 
 
@@ -123,7 +124,7 @@ def test_oom_row_appears_in_rows_without_a_timing(tmp_path):
         return [make_record(params, "tf32", 4, status="oom", reason="out of memory: test")]
 
     rep = build(tmp_path, tf32_ms=BASE_MS / 2, extra=oom)
-    rows = [f for f in report_text.findings(rep) if f.startswith("**Rows without a timing**")]
+    rows = [f for f in prose.findings(rep) if f.startswith("**Rows without a timing**")]
     assert len(rows) == 1
     assert "tf32 b=4: oom" in rows[0].lower()
     assert "B=2" not in rows[0] and "FP32" not in rows[0]
@@ -138,7 +139,7 @@ def test_diverged_lever_is_not_adopted_even_when_faster(tmp_path):
     rep = build(tmp_path, tf32_ms=BASE_MS / 2, extra=diverged)
     assert rep.rec("tf32", 4)["status"] == "diverged"
     assert "do not adopt" in recommendation_for(rep, "TF32")
-    assert not report_text.findings(rep)[0].startswith("**Recommended configuration: TF32 at B=4")
+    assert not prose.findings(rep)[0].startswith("**Recommended configuration: TF32 at B=4")
 
 
 def test_no_rows_without_a_timing_when_everything_ran(tmp_path):
@@ -154,7 +155,7 @@ def test_findings_when_nothing_completed(tmp_path):
         return [make_record(params, "fp32", b, status="oom", reason="oom") for b in BATCHES]
 
     rep = build(tmp_path, tf32_status="oom", extra=all_oom)
-    assert report_text.findings(rep) == ["No configuration completed; see the matrix for each row's status."]
+    assert prose.findings(rep) == ["No configuration completed; see the matrix for each row's status."]
 
 
 def test_ddp_is_judged_against_one_gpu_at_its_own_setting(tmp_path):
@@ -198,7 +199,7 @@ def test_a_measured_ddp_row_gets_a_recommendation_not_not_measured(tmp_path):
 
 def test_the_ddp_loss_chart_plots_rank_0_next_to_the_configuration_it_replicates(tmp_path, agg_backend):
     rep = build(tmp_path, tf32_ms=BASE_MS / 2, stage_keys=("fp32", "tf32", "ddp"), extra=lambda p: [_ddp_row(p)])
-    fig = report_charts.plot_losses(rep, "ddp")
+    fig = charts.plot_losses(rep, "ddp")
     lines = {ln.get_label(): list(ln.get_ydata()) for ax in fig.axes for ln in ax.get_lines() if ln.get_label()[0] != "_"}
     assert set(lines) == {"rank 0 of 2 GPUs, B=4 each", "TF32 on one GPU, B=4"}
     assert lines["rank 0 of 2 GPUs, B=4 each"] == pytest.approx([v - 0.1 for v in LOSSES])
@@ -215,7 +216,7 @@ def test_ddp_rows_take_part_in_the_initial_weight_check(tmp_path):
         return out
 
     rep = build(tmp_path, stage_keys=("fp32", "tf32", "ddp"), extra=rows)
-    assert "identical for every stage" in report_text.method_md(rep)
+    assert "identical for every stage" in prose.method_md(rep)
 
 
 # ---------------------------------------------------------------- what the chapters show
@@ -236,28 +237,28 @@ def test_matrix_shows_status_and_loss_flags(tmp_path):
     def oom(params):
         return [make_record(params, "tf32", 4, status="oom", reason="out of memory: test")]
 
-    html = report_tables.matrix_html(build(tmp_path, tf32_loss_shift=1.0, extra=oom))
+    html = tables.matrix_html(build(tmp_path, tf32_loss_shift=1.0, extra=oom))
     assert "OOM" in html and "out of memory: test" in html
     assert "beyond tol" in html
     assert "matrix" in html
-    assert "beyond tol" not in report_tables.matrix_html(build(tmp_path / "clean"))
+    assert "beyond tol" not in tables.matrix_html(build(tmp_path / "clean"))
 
 
 def test_stage_summary_of_a_stage_without_timings_gives_the_reasons(tmp_path):
-    text = report_text.stage_summary(build(tmp_path, tf32_status="oom"), "tf32")
+    text = prose.stage_summary(build(tmp_path, tf32_status="oom"), "tf32")
     assert text.startswith("TF32 has no timing")
     assert "B=2: oom (because)" in text and "B=4: oom (because)" in text
 
 
 def test_appendix_shows_every_stage_switch(tmp_path):
     rep = build(tmp_path, stage_keys=("fp32", "tf32"))
-    text = report_tables.appendix_md(rep)
+    text = tables.appendix_md(rep)
     assert 'set_float32_matmul_precision("highest")' in text and 'set_float32_matmul_precision("high")' in text
 
 
 def test_appendix_names_a_base_only_where_it_is_not_the_stage_above(tmp_path):
     rep = build(tmp_path, stage_keys=("fp32", "compile", "fp8_torchao", "bf16_residual", "loss_only"))
-    text = report_tables.appendix_md(rep)
+    text = tables.appendix_md(rep)
     assert "**BF16 residual stream** — " in text and "(added to torch.compile, not to the stage above)" in text
     # Only the BF16 residual stream, which follows torchao's FP8 but is added to torch.compile; FP8 (torchao)
     # sits right below torch.compile and the loss-only forward right below the BF16 residual stream.
@@ -269,9 +270,9 @@ def test_failures_md_lists_notebook_failures_and_error_rows(tmp_path):
         return [make_record(params, "tf32", 2, status="error", reason="segfault")]
 
     rep = build(tmp_path, extra=err)
-    text = report_tables.failures_md(rep, ["01_fp32.ipynb: cell 3: boom"])
+    text = tables.failures_md(rep, ["01_fp32.ipynb: cell 3: boom"])
     assert "01_fp32.ipynb: cell 3: boom" in text and "TF32 B=2: **error**: segfault" in text
-    assert report_tables.failures_md(build(tmp_path / "clean"), []) == ""
+    assert tables.failures_md(build(tmp_path / "clean"), []) == ""
 
 
 @pytest.fixture
@@ -289,10 +290,10 @@ def test_charts_are_drawn_with_an_oom_row(tmp_path, agg_backend):
         return [make_record(params, "tf32", 4, status="oom", reason="out of memory")]
 
     rep = build(tmp_path, extra=oom)
-    report_charts.plot_throughput(rep)
-    report_charts.plot_memory(rep)
-    report_charts.plot_spread(rep)
-    report_charts.plot_losses(rep, "tf32")
+    charts.plot_throughput(rep)
+    charts.plot_memory(rep)
+    charts.plot_spread(rep)
+    charts.plot_losses(rep, "tf32")
     names = {p.name for p in (rep.dir / "figures").glob("*.png")}
     assert names == {"throughput.png", "memory.png", "step_spread.png", "loss_tf32.png"}
 
@@ -301,13 +302,13 @@ def test_a_lever_whose_previous_stage_was_not_measured_is_not_credited_anywhere(
     """STAGES="fp32 vocab": the vocab stage adds one lever to flash attention, which this report did
     not measure. The summary, the recommendations and the comparison all say so, none credits
     vocab with the four levers between FP32 and it."""
-    from lib import compare
+    from lib.report import compare
 
     params = tiny_params(stage_keys=("fp32", "vocab"), batch_sizes=BATCHES)
     recs = [make_record(params, key, b, [BASE_MS * (1 if key == "fp32" else 0.5)] * 5, LOSSES)
             for key in ("fp32", "vocab") for b in BATCHES]
     write_report_dir(tmp_path / "cpu", params, recs)
-    rep = report.load(tmp_path / "cpu")
+    rep = loader.load(tmp_path / "cpu")
     text = findings_text(rep)
     assert "**Vocab padded to 50304**: not judged" in text and "Flash attention (SDPA)" in text
     assert "the previous stage" not in text and "2.00× the speed" not in text
@@ -319,14 +320,13 @@ def test_a_lever_whose_previous_stage_was_not_measured_is_not_credited_anywhere(
 def test_the_recommended_code_compiles_the_model_after_converting_it(tmp_path):
     """torchao converts the lm_head before torch.compile wraps the model (step.build's order), so the
     listing a reader copies does the same, whatever order the stages added the levers in."""
-    from lib import sweep_view
 
     def faster(params):  # the FP8 lm_head the fastest, its loss the fp32 baseline's
         return [make_record(params, k, b, [BASE_MS / (8 + i)] * 5, LOSSES, mem_bytes=2**30)
                 for i, k in enumerate(("vocab", "compile", "loss_only", "fp8_head")) for b in BATCHES]
 
     rep = build(tmp_path, stage_keys=("fp32", "tf32", "vocab", "compile", "loss_only", "fp8_head"), extra=faster)
-    text = sweep_view.recommended_md(rep)
+    text = batch_sweep_view.recommended_md(rep)
     assert text.startswith("**FP8 lm_head (torchao) at B=")
     assert text.index("convert_to_float8_training") < text.index("torch.compile(model)")
 
@@ -343,26 +343,26 @@ def test_an_oom_configuration_is_labelled_oom_in_every_chart(tmp_path, agg_backe
         return [make_record(params, "tf32", 4, status="oom", reason="out of memory")]
 
     rep = build(tmp_path / "oom", extra=oom)
-    assert "B=4: OOM" in _texts(report_charts.plot_throughput(rep))
-    assert "B=4: OOM" in _texts(report_charts.plot_spread(rep))
-    memory = report_charts.plot_memory(rep)
+    assert "B=4: OOM" in _texts(charts.plot_throughput(rep))
+    assert "B=4: OOM" in _texts(charts.plot_spread(rep))
+    memory = charts.plot_memory(rep)
     panel = next(ax for ax in memory.axes if ax.get_title() == "B=4")
     assert [t.get_text() for t in panel.texts] == ["OOM"]
-    chapter = report_charts.plot_losses(rep, "tf32")
+    chapter = charts.plot_losses(rep, "tf32")
     panel = next(ax for ax in chapter.axes if ax.get_title() == "B=4")
     assert [t.get_text() for t in panel.texts] == ["TF32: OOM at B=4"]
-    assert any("OOM: TF32" in t for t in _texts(report_charts.plot_losses(rep)))
+    assert any("OOM: TF32" in t for t in _texts(charts.plot_losses(rep)))
     # the same data without the OOM: no such label anywhere
     clean = build(tmp_path / "clean")
-    for fig in (report_charts.plot_throughput(clean), report_charts.plot_memory(clean), report_charts.plot_spread(clean),
-                report_charts.plot_losses(clean, "tf32"), report_charts.plot_losses(clean)):
+    for fig in (charts.plot_throughput(clean), charts.plot_memory(clean), charts.plot_spread(clean),
+                charts.plot_losses(clean, "tf32"), charts.plot_losses(clean)):
         assert not any("OOM" in t for t in _texts(fig))
 
 
 def test_the_all_stages_loss_chart_draws_each_stage_minus_its_reference(tmp_path, agg_backend):
     rep = build(tmp_path, tf32_loss_shift=0.02, stage_keys=("fp32", "tf32", "vocab"),
                 extra=lambda p: [make_record(p, "vocab", b, [BASE_MS] * 5, [x - 0.01 for x in LOSSES]) for b in BATCHES])
-    fig = report_charts.plot_losses(rep)
+    fig = charts.plot_losses(rep)
     for ax in fig.axes:
         lines = {ln.get_label(): ln for ln in ax.get_lines() if not ln.get_label().startswith("_")}
         assert set(lines) == {"TF32 − FP32 baseline", "Vocab padded to 50304 − FP32 baseline"}  # not FP32 itself
@@ -392,7 +392,7 @@ KERNELS = [{"name": "nvjet_sm90_tst_192x192_64x4_2x1_v_bz_coopB_TNN", "op": "ate
 
 
 def test_a_stored_kernel_category_is_reclassified_by_todays_rules_when_the_report_loads(tmp_path, agg_backend):
-    from lib import profile_view
+    from lib.report import profile_view
 
     rep = build(tmp_path, extra=lambda p: [_profiled_record(p, k, 4, KERNELS) for k in ("fp32", "tf32")])
     p = rep.rec("tf32", 4)["kernel_profile"]
@@ -412,7 +412,7 @@ def test_a_stored_kernel_category_is_reclassified_by_todays_rules_when_the_repor
 
 
 def test_kernel_names_are_shown_whole_or_cut_at_token_boundaries_with_their_op(tmp_path):
-    from lib import profile_view
+    from lib.report import profile_view
 
     rep = build(tmp_path, extra=lambda p: [_profiled_record(p, "tf32", 4, KERNELS)])
     html = profile_view.top_kernels_html(rep.rec("tf32", 4))
@@ -436,14 +436,14 @@ def test_a_chapter_whose_stage_has_no_curve_draws_its_loss_panel_without_a_legen
     params = tiny_params(["fp32", "tf32"])
     recs = [make_record(params, "fp32", 2, [10.0] * 6, [3.0] * 6),
             make_record(params, "tf32", 2, status="not_applicable", reason="skipped on this device")]
-    rep = report.load(write_report_dir(tmp_path / "r", params, recs))
-    fig = report_charts.plot_losses(rep, "tf32")
+    rep = loader.load(write_report_dir(tmp_path / "r", params, recs))
+    fig = charts.plot_losses(rep, "tf32")
     assert not fig.legends and (rep.dir / "figures" / "loss_tf32.png").exists()
     assert [t.get_text() for ax in fig.axes for t in ax.texts] == ["TF32: n/a at B=2"]
 
 
 def test_a_table_row_without_some_cells_shows_them_blank_never_nan():
-    from lib import evidence_view
+    from lib.report import evidence_view
 
     html = evidence_view.table([{"Stage": "a", "GEMM": "50 %"}, {"Stage": "b"}])
     assert "NaN" not in html and "nan" not in html and "50 %" in html

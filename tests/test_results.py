@@ -1,4 +1,4 @@
-"""lib/results.py: statistics of a record, atomic writes and the comparison table."""
+"""lib/results/: statistics of a record, atomic writes and the comparison table."""
 from __future__ import annotations
 
 import json
@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 from conftest import make_record
 
-from lib import results, stages
+from lib.core import record, stages
+from lib.results import decide, stats, store
 
 ORDER = ["fp32", "tf32", "bf16"]
 
@@ -17,7 +18,7 @@ ORDER = ["fp32", "tf32", "bf16"]
 def test_fill_timing_statistics_of_a_known_list():
     rec = {}
     times = [10.0, 1.0, 9.0, 2.0, 8.0, 3.0, 7.0, 4.0, 6.0, 5.0]  # 1..10, shuffled
-    results.fill_timing(rec, times, tokens_per_step=128)
+    stats.fill_timing(rec, times, tokens_per_step=128)
     assert rec["step_ms"] == times
     assert rec["median_ms"] == pytest.approx(5.5)
     assert rec["p10_ms"] == pytest.approx(1.9)   # linear interpolation, as numpy.percentile
@@ -30,20 +31,20 @@ def test_fill_timing_statistics_of_a_known_list():
 
 def test_fill_timing_of_one_step_has_zero_cv():
     rec = {}
-    results.fill_timing(rec, [4.0], 10)
+    stats.fill_timing(rec, [4.0], 10)
     assert rec["cv"] == 0.0 and rec["median_ms"] == rec["p10_ms"] == rec["p90_ms"] == 4.0
 
 
 def test_fill_timing_values_are_plain_floats():
     rec = {}
-    results.fill_timing(rec, np.array([1.0, 2.0, 3.0], dtype=np.float32), 8)
+    stats.fill_timing(rec, np.array([1.0, 2.0, 3.0], dtype=np.float32), 8)
     json.dumps(rec)  # no numpy scalars left
     assert all(type(v) is float for v in rec["step_ms"])
 
 
 def test_fill_loss_is_the_mean_of_the_last_window():
     rec = {"status": "ok", "reason": None, "losses": [9.0, 8.0, 3.0, 2.0, 1.0]}
-    results.fill_loss(rec, 3)
+    stats.fill_loss(rec, 3)
     assert rec["final_loss"] == pytest.approx(2.0)
     assert rec["status"] == "ok" and rec["reason"] is None
 
@@ -51,49 +52,49 @@ def test_fill_loss_is_the_mean_of_the_last_window():
 @pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])
 def test_fill_loss_marks_a_non_finite_loss_as_diverged(bad):
     rec = {"status": "ok", "reason": None, "losses": [3.0, bad, 2.0, 2.0]}
-    results.fill_loss(rec, 2)
+    stats.fill_loss(rec, 2)
     assert rec["status"] == "diverged"
     assert "NaN" in rec["reason"]
 
 
 def test_fill_loss_without_losses_changes_nothing():
     rec = {"status": "oom", "losses": []}
-    results.fill_loss(rec, 3)
+    stats.fill_loss(rec, 3)
     assert rec == {"status": "oom", "losses": []}
 
 
 def test_fill_mfu_with_and_without_a_peak():
     rec = {"tokens_per_s": 1e6}
-    results.fill_mfu(rec, 2_000_000, {"bf16": 4.0}, "bf16")
+    stats.fill_mfu(rec, 2_000_000, {"bf16": 4.0}, "bf16")
     assert rec["achieved_tflops"] == pytest.approx(2.0) and rec["mfu"] == pytest.approx(0.5)
-    results.fill_mfu(rec, 2_000_000, None, "bf16")
+    stats.fill_mfu(rec, 2_000_000, None, "bf16")
     assert rec["peak_tflops"] is None and rec["mfu"] is None
 
 
 def test_write_atomic_leaves_only_the_parsable_file(tmp_path):
     path = tmp_path / "sub" / "fp32__b2.json"
     rec = {"a": 1, "n": np.int64(3), "x": np.float32(0.5)}
-    results.write_atomic(path, rec)
-    results.write_atomic(path, {**rec, "a": 2})  # replacing an existing record
+    store.write_atomic(path, rec)
+    store.write_atomic(path, {**rec, "a": 2})  # replacing an existing record
     assert [p.name for p in path.parent.iterdir()] == [path.name]
     assert json.loads(path.read_text()) == {"a": 2, "n": 3, "x": 0.5}
 
 
 def test_write_atomic_that_fails_keeps_the_old_record(tmp_path):
     path = tmp_path / "r.json"
-    results.write_atomic(path, {"a": 1})
+    store.write_atomic(path, {"a": 1})
     with pytest.raises(TypeError):
-        results.write_atomic(path, {"a": object()})
+        store.write_atomic(path, {"a": object()})
     assert json.loads(path.read_text()) == {"a": 1}
 
 
 def test_record_path_names_stage_and_batch(tmp_path):
-    assert results.record_path(tmp_path, "vocab", 16) == tmp_path / "vocab__b16.json"
+    assert store.record_path(tmp_path, "vocab", 16) == tmp_path / "vocab__b16.json"
 
 
 def test_base_record_describes_the_configuration(cpu_params):
-    rec = results.base_record(cpu_params, stages.get("bf16"), 4)
-    assert rec["schema_version"] == results.SCHEMA_VERSION
+    rec = store.base_record(cpu_params, stages.get("bf16"), 4)
+    assert rec["schema_version"] == record.SCHEMA_VERSION
     assert (rec["profile"], rec["stage"], rec["batch_size"], rec["status"]) == ("cpu", "bf16", 4, "ok")
     assert rec["peak_precision"] == "bf16"
     assert rec["timed_steps"] == cpu_params["run"]["timed_steps"]
@@ -101,17 +102,17 @@ def test_base_record_describes_the_configuration(cpu_params):
 
 def test_load_records_reads_every_record(tmp_path, cpu_params):
     for b in (2, 4):
-        results.write_atomic(tmp_path / f"fp32__b{b}.json", results.base_record(cpu_params, stages.get("fp32"), b))
-    assert [r["batch_size"] for r in results.load_records(tmp_path)] == [2, 4]
+        store.write_atomic(tmp_path / f"fp32__b{b}.json", store.base_record(cpu_params, stages.get("fp32"), b))
+    assert [r["batch_size"] for r in store.load_records(tmp_path)] == [2, 4]
 
 
-@pytest.mark.parametrize("version", [0, results.SCHEMA_VERSION + 1, None])
+@pytest.mark.parametrize("version", [0, record.SCHEMA_VERSION + 1, None])
 def test_load_records_refuses_another_schema_version(tmp_path, cpu_params, version):
-    rec = results.base_record(cpu_params, stages.get("fp32"), 2)
+    rec = store.base_record(cpu_params, stages.get("fp32"), 2)
     rec["schema_version"] = version
-    results.write_atomic(tmp_path / "fp32__b2.json", rec)
+    store.write_atomic(tmp_path / "fp32__b2.json", rec)
     with pytest.raises(ValueError, match="schema version"):
-        results.load_records(tmp_path)
+        store.load_records(tmp_path)
 
 
 # ---------------------------------------------------------------- table()
@@ -144,13 +145,13 @@ def row(df, stage, batch):
 
 
 def test_table_has_one_row_per_record_in_stage_then_batch_order(records):
-    df = results.table(records, ORDER)
+    df = decide.table(records, ORDER)
     assert list(zip(df["stage"], df["batch_size"])) == [
         ("fp32", 2), ("fp32", 4), ("tf32", 2), ("tf32", 4), ("bf16", 2), ("bf16", 4)]
 
 
 def test_table_speedup_vs_baseline_per_batch(records):
-    df = results.table(records, ORDER)
+    df = decide.table(records, ORDER)
     assert row(df, "fp32", 2)["speedup_vs_baseline"] == pytest.approx(1.0)
     assert row(df, "tf32", 2)["speedup_vs_baseline"] == pytest.approx(10.0 / 5.0)
     assert row(df, "tf32", 4)["speedup_vs_baseline"] == pytest.approx(40.0 / 10.0)
@@ -158,24 +159,24 @@ def test_table_speedup_vs_baseline_per_batch(records):
 
 
 def test_table_speedup_vs_previous_stage_per_batch(records):
-    df = results.table(records, ORDER)
+    df = decide.table(records, ORDER)
     assert math.isnan(row(df, "fp32", 2)["speedup_vs_previous"])
     assert row(df, "tf32", 4)["speedup_vs_previous"] == pytest.approx(40.0 / 10.0)
     assert row(df, "bf16", 2)["speedup_vs_previous"] == pytest.approx(5.0 / 2.0)
 
 
 def test_table_loss_delta_and_tolerance_per_batch(records):
-    df = results.table(records, ORDER, tolerance=0.1)
+    df = decide.table(records, ORDER, tolerance=0.1)
     assert math.isnan(row(df, "fp32", 2)["loss_delta"])  # the reference is not compared with itself
     assert row(df, "tf32", 2)["loss_delta"] == pytest.approx(0.05)
     assert row(df, "bf16", 2)["loss_delta"] == pytest.approx(0.5)
     assert row(df, "tf32", 2)["loss_within_tolerance"] is True
     assert row(df, "bf16", 2)["loss_within_tolerance"] is False
-    assert "loss_within_tolerance" not in results.table(records, ORDER).columns
+    assert "loss_within_tolerance" not in decide.table(records, ORDER).columns
 
 
 def test_table_oom_row_has_no_speedups_and_keeps_its_reason(records):
-    df = results.table(records, ORDER, tolerance=0.1)
+    df = decide.table(records, ORDER, tolerance=0.1)
     oom = row(df, "bf16", 4)
     assert oom["status"] == "oom" and oom["reason"] == "out of memory: test"
     assert math.isnan(oom["speedup_vs_baseline"]) and math.isnan(oom["speedup_vs_previous"])
@@ -189,7 +190,7 @@ def test_a_lever_is_judged_only_against_the_stage_right_before_it(cpu_params):
     recs = [make_record(p, "fp32", 2, steps(10.0), LOSSES),
             make_record(p, "tf32", 2, status="oom", reason="out of memory"),
             make_record(p, "bf16", 2, steps(4.0), LOSSES)]
-    df = results.table(recs, ORDER)
+    df = decide.table(recs, ORDER)
     assert np.isnan(row(df, "bf16", 2)["speedup_vs_previous"]) and row(df, "bf16", 2)["previous_stage"] == "tf32"
     assert row(df, "bf16", 2)["speedup_vs_baseline"] == pytest.approx(10.0 / 4.0)
 
@@ -198,14 +199,14 @@ def test_table_without_a_baseline_at_a_batch_has_nan_comparisons(cpu_params):
     p = cpu_params
     recs = [make_record(p, "fp32", 2, status="oom", reason="out of memory"),
             make_record(p, "tf32", 2, steps(5.0), LOSSES)]
-    df = results.table(recs, ORDER, tolerance=0.1)
+    df = decide.table(recs, ORDER, tolerance=0.1)
     tf32 = row(df, "tf32", 2)
     assert math.isnan(tf32["speedup_vs_baseline"]) and math.isnan(tf32["loss_delta"])
 
 
 def test_write_atomic_that_fails_leaves_no_temporary_file(tmp_path):
     with pytest.raises(TypeError):
-        results.write_atomic(tmp_path / "r.json", {"a": object()})
+        store.write_atomic(tmp_path / "r.json", {"a": object()})
     assert list(tmp_path.iterdir()) == []
 
 
@@ -215,7 +216,7 @@ ENV = {"device": {"backend": "cpu", "name": "x"}, "torch": "2.0", "python": "3.1
 
 
 def fp(params, env=ENV, stage="fp32", batch=2):
-    return results.fingerprint(params, env, stages.get(stage), batch)
+    return store.fingerprint(params, env, stages.get(stage), batch)
 
 
 def test_fingerprint_is_stable(cpu_params):
@@ -248,11 +249,11 @@ def test_fingerprint_covers_a_stages_switches_not_its_prose(cpu_params):
     import dataclasses
 
     stage = stages.get("vocab")
-    base = results.fingerprint(cpu_params, ENV, stage, 2)
+    base = store.fingerprint(cpu_params, ENV, stage, 2)
     reworded = dataclasses.replace(stage, title="Another title", lever="other words", switch="# other code")
-    assert results.fingerprint(cpu_params, ENV, reworded, 2) == base
+    assert store.fingerprint(cpu_params, ENV, reworded, 2) == base
     for switch, value in (("padded_vocab", False), ("attention", "naive"), ("compile", True), ("devices", "all")):
-        assert results.fingerprint(cpu_params, ENV, dataclasses.replace(stage, **{switch: value}), 2) != base, switch
+        assert store.fingerprint(cpu_params, ENV, dataclasses.replace(stage, **{switch: value}), 2) != base, switch
 
 
 def test_a_stage_identity_holds_only_the_switches_it_sets():

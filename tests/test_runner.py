@@ -1,4 +1,4 @@
-"""lib/runner.py: each configuration in its own process; a process that fails still leaves a
+"""lib/run/runner.py: each configuration in its own process; a process that fails still leaves a
 result (an error record), and run_stage itself never raises for it."""
 from __future__ import annotations
 
@@ -7,7 +7,9 @@ import json
 import pytest
 from conftest import read_json, tiny_params
 
-from lib import paths, results, runner
+from lib.core import paths
+from lib.results import store
+from lib.run import runner
 
 
 @pytest.fixture(scope="module")
@@ -34,9 +36,9 @@ def test_crash_in_the_child_is_an_error_record(crashed_stage):
 
 def test_crash_in_the_child_writes_the_error_record_to_results(crashed_stage):
     recs, report_dir, _ = crashed_stage
-    path = results.record_path(report_dir / "results", "fp32", 2)
+    path = store.record_path(report_dir / "results", "fp32", 2)
     assert read_json(path) == json.loads(json.dumps(recs[0]))
-    assert results.load_records(report_dir / "results")[0]["status"] == "error"
+    assert store.load_records(report_dir / "results")[0]["status"] == "error"
 
 
 def test_run_stage_captures_the_environment_and_leaves_params_to_the_run(crashed_stage):
@@ -91,7 +93,7 @@ class Launched(Exception):
 @pytest.fixture
 def report_without_processes(tmp_path, monkeypatch):
     """A report folder with a known environment, where launching a measurement raises Launched."""
-    results.write_atomic(tmp_path / "environment.json", CPU_ENV)
+    store.write_atomic(tmp_path / "environment.json", CPU_ENV)
 
     def launch(*args, **kwargs):
         raise Launched()
@@ -101,12 +103,12 @@ def report_without_processes(tmp_path, monkeypatch):
 
 
 def earlier_result(report_dir, params, status="ok"):
-    from lib import stages
+    from lib.core import stages
 
-    rec = results.base_record(params, stages.get("fp32"), 2)
+    rec = store.base_record(params, stages.get("fp32"), 2)
     rec.update(status=status, reason=None if status == "ok" else "x", median_ms=1.0, tokens_per_s=1.0, cv=0.0,
-               final_loss=1.0, fingerprint=results.fingerprint(params, CPU_ENV, stages.get("fp32"), 2))
-    results.write_atomic(results.record_path(report_dir / "results", "fp32", 2), rec)
+               final_loss=1.0, fingerprint=store.fingerprint(params, CPU_ENV, stages.get("fp32"), 2))
+    store.write_atomic(store.record_path(report_dir / "results", "fp32", 2), rec)
     return rec
 
 
@@ -136,7 +138,7 @@ def test_a_result_of_another_workload_is_measured_again_and_never_stands_in(repo
     params["run"]["seed"] += 1
     with pytest.raises(Launched):
         runner.run_stage("fp32", params, report_without_processes)
-    assert not results.record_path(report_without_processes / "results", "fp32", 2).exists()
+    assert not store.record_path(report_without_processes / "results", "fp32", 2).exists()
 
 
 def test_one_launcher_serves_every_batch_and_a_dead_one_is_replaced(tmp_path):

@@ -5,9 +5,12 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from conftest import make_record, run_cli, write_report_dir
-from lib import config, pipeline, report, results, size_sweep, size_view, stages
+
+from lib.core import config, stages
+from lib.report import loader, size_sweep_view
+from lib.results import store
+from lib.run import pipeline, size_sweep
 
 ENV = {"device": {"name": "NVIDIA H100 80GB HBM3", "backend": "cuda", "memory_bytes": 80 * 10**9}, "torch": "2.11"}
 
@@ -25,7 +28,7 @@ def test_model_picks_the_preset_and_is_recorded():
     p = config.load("h100", model="gpt2-xl")
     assert (p["model"]["n_layer"], p["model"]["n_embd"], p["model_preset"]) == (48, 1600, "gpt2-xl")
     assert p["model"]["vocab_size"] == 50257 and p["run"]["batch_sizes"] == config.presets()["gpt2-xl"]["batch_sizes"]
-    assert results.base_record(p, stages.get("compile"), 4)["model"] == "gpt2-xl"
+    assert store.base_record(p, stages.get("compile"), 4)["model"] == "gpt2-xl"
     assert config.load("h100")["model_preset"] == "gpt2" and config.load("cpu")["model_preset"] == "tiny"
 
 
@@ -44,10 +47,10 @@ def test_make_report_refuses_an_unknown_model_before_measuring(tmp_path):
 
 def test_the_fingerprint_changes_with_the_preset_and_not_with_its_name_alone():
     small, xl = config.load("h100"), config.load("h100", model="gpt2-xl")
-    fp = {n: results.fingerprint(p, ENV, stages.get("compile"), 8) for n, p in (("small", small), ("xl", xl))}
+    fp = {n: store.fingerprint(p, ENV, stages.get("compile"), 8) for n, p in (("small", small), ("xl", xl))}
     assert fp["small"] != fp["xl"]
     renamed = {**small, "model_preset": "gpt2-renamed"}
-    assert results.fingerprint(renamed, ENV, stages.get("compile"), 8) == fp["small"]
+    assert store.fingerprint(renamed, ENV, stages.get("compile"), 8) == fp["small"]
 
 
 def test_a_profile_may_override_a_presets_batch_sizes(tmp_params_dir):
@@ -109,8 +112,8 @@ def test_a_recommendation_whose_fp8_form_is_not_listed_is_measured_too():
 
 
 def test_the_parameter_count_matches_the_model():
-    from lib.model import GPT
-    from lib.step import model_config
+    from lib.train.model import GPT
+    from lib.train.step import model_config
 
     p = size_sweep.preset_params(config.load("cpu"), "gpt2-medium")
     built = GPT(model_config(p, stages.get("vocab")))
@@ -146,32 +149,32 @@ def _sweep(tmp_path, ratios: dict[str, float], floor_runs=(100.0, 101.0)):
     for rec, tps in zip(recs, floor_runs):
         rec["tokens_per_s"] = tps
     d = write_report_dir(tmp_path / "cpu", p, recs[:1])
-    results.write_atomic(d / "results" / "repeats" / "fused__b2__r1.json", {**recs[1], "variant": "repeat"})
+    store.write_atomic(d / "results" / "repeats" / "fused__b2__r1.json", {**recs[1], "variant": "repeat"})
     for i, (preset, ratio) in enumerate(ratios.items()):
         for variant, tps in ((size_sweep.WITHOUT_FP8, 1000.0), ("FP8 lm_head (torchao)", 1000.0 * ratio)):
             rec = {**make_record(p, "fused", 8, times_ms=[10.0] * 5, losses=[5.0] * 6), "model": preset,
                    "variant": variant, "tokens_per_s": tps}
-            results.write_atomic(d / "results" / "size" / f"{preset}__{variant[:3]}.json", rec)
-    return report.load(d)
+            store.write_atomic(d / "results" / "size" / f"{preset}__{variant[:3]}.json", rec)
+    return loader.load(d)
 
 
 def test_the_crossover_is_the_smallest_size_from_which_fp8_wins_beyond_noise(tmp_path):
     rep = _sweep(tmp_path, {"gpt2": 0.95, "gpt2-medium": 1.05, "gpt2-large": 1.10, "gpt2-xl": 1.2})
-    assert size_view.bands(rep)[0]["gpt2"] == pytest.approx(0.01, abs=1e-3)  # nothing repeated: the report's floor
-    text = size_view.crossover_md(rep)
+    assert size_sweep_view.bands(rep)[0]["gpt2"] == pytest.approx(0.01, abs=1e-3)  # nothing repeated: the report's floor
+    text = size_sweep_view.crossover_md(rep)
     assert "pays from **gpt2-medium** on: the crossover on this device" in text
 
 
 def test_the_crossover_statement_flips_when_the_data_flips(tmp_path):
     rep = _sweep(tmp_path, {"gpt2": 1.05, "gpt2-medium": 0.95, "gpt2-large": 0.9, "gpt2-xl": 0.8})
-    text = size_view.crossover_md(rep)
+    text = size_sweep_view.crossover_md(rep)
     assert "crossover on this device" not in text
     assert "pays at gpt2 but not at every larger size" in text
 
 
 def test_no_win_anywhere_says_there_is_no_crossover_up_to_the_largest_size(tmp_path):
     rep = _sweep(tmp_path, {"gpt2": 0.5, "gpt2-medium": 0.7, "gpt2-large": 1.005, "gpt2-xl": 1.0})
-    text = size_view.crossover_md(rep)
+    text = size_sweep_view.crossover_md(rep)
     assert "does not pay at any size measured" in text and "no crossover up to gpt2-xl" in text
     assert "slower beyond the noise at gpt2, gpt2-medium" in text and "within the noise at gpt2-large, gpt2-xl" in text
 
@@ -179,30 +182,30 @@ def test_no_win_anywhere_says_there_is_no_crossover_up_to_the_largest_size(tmp_p
 def _again(rep, name: str, tokens_per_s: float):
     """A second process of the size-sweep point in results/size/<name>.json, at `tokens_per_s`."""
     rec = {**json.loads((rep.dir / "results" / "size" / f"{name}.json").read_text()), "tokens_per_s": tokens_per_s}
-    results.write_atomic(rep.dir / "results" / "size" / f"{name}__r1.json", rec)
+    store.write_atomic(rep.dir / "results" / "size" / f"{name}__r1.json", rec)
 
 
 def test_each_size_is_judged_by_the_spread_of_its_own_repeated_points(tmp_path):
     rep = _sweep(tmp_path, {"gpt2": 1.05, "gpt2-medium": 1.05, "gpt2-large": 1.05})
     _again(rep, "gpt2__wit", 1100.0)          # gpt2's short steps: 9.5 % apart
     _again(rep, "gpt2-medium__wit", 1005.0)   # medium's: 0.5 %, under the report's 1 % floor
-    rep = report.load(rep.dir)
-    band, floor = size_view.bands(rep)
+    rep = loader.load(rep.dir)
+    band, floor = size_sweep_view.bands(rep)
     assert band["gpt2"] == pytest.approx(0.1 / 1.05, rel=1e-3) and band["gpt2-medium"] == pytest.approx(floor)
     assert band["gpt2-large"] == band["gpt2"]  # not repeated: the sweep's widest range
-    text = size_view.crossover_md(rep)
+    text = size_sweep_view.crossover_md(rep)
     assert "pays at gpt2-medium but not at every larger size" in text  # 1.05x: inside ±9.5 %, beyond ±1 %
 
 
 def test_without_repeats_at_a_size_the_sweeps_widest_spread_judges_it(tmp_path):
     rep = _sweep(tmp_path, {"gpt2": 1.05, "gpt2-medium": 1.05})
     _again(rep, "gpt2__wit", 1100.0)
-    rep = report.load(rep.dir)
-    assert "does not pay at any size measured" in size_view.crossover_md(rep)  # both inside ±9.5 %
+    rep = loader.load(rep.dir)
+    assert "does not pay at any size measured" in size_sweep_view.crossover_md(rep)  # both inside ±9.5 %
 
 
 def test_the_cpu_pipeline_measures_the_size_sweep_with_gpt2_medium(pipeline_ok):
-    recs = results.load_records(pipeline_ok.results_dir / "size")
+    recs = store.load_records(pipeline_ok.results_dir / "size")
     ran = {r["model"] for r in recs if r["status"] == "ok"}
     assert ran == {"tiny", "gpt2-medium"}
     medium = next(r for r in recs if r["model"] == "gpt2-medium" and r["status"] == "ok")
@@ -220,25 +223,25 @@ def test_the_title_names_the_preset(tmp_path):
 
 def test_a_report_without_a_size_sweep_names_the_command_that_measures_it(tmp_path):
     rep = _sweep(tmp_path, {})
-    assert "make report GPU=cpu CHAPTERS=size_sweep" in size_view.size_html(rep)
+    assert "make report GPU=cpu CHAPTERS=size_sweep" in size_sweep_view.size_html(rep)
 
 
 def test_a_win_only_at_the_largest_size_places_the_crossover_between_the_last_two(tmp_path):
     rep = _sweep(tmp_path, {"gpt2": 0.9, "gpt2-medium": 1.2})
     _again(rep, "gpt2-medium__wit", 1002.0)
     _again(rep, "gpt2-medium__FP8", 1190.0)
-    text = size_view.crossover_md(report.load(rep.dir))
+    text = size_sweep_view.crossover_md(loader.load(rep.dir))
     assert "pays at **gpt2-medium**, the largest size measured and the only one at which it pays: the crossover " \
            "on this device, at this batch" in text
     assert "its slowest process is +18.8 % against the fastest without FP8 (1,190 against 1,002 tokens/s)" in text
 
 
 def test_pays_from_words_the_crossover_for_the_summary(tmp_path):
-    assert size_view.pays_from(_sweep(tmp_path / "a", {"gpt2": 0.9, "gpt2-medium": 1.2})) == \
+    assert size_sweep_view.pays_from(_sweep(tmp_path / "a", {"gpt2": 0.9, "gpt2-medium": 1.2})) == \
         {"FP8 lm_head (torchao)": "1.20× of the recommendation without FP8 at gpt2-medium, B=8"}
-    assert size_view.pays_from(_sweep(tmp_path / "b", {"gpt2": 0.9, "gpt2-medium": 1.2, "gpt2-xl": 1.3})) == \
+    assert size_sweep_view.pays_from(_sweep(tmp_path / "b", {"gpt2": 0.9, "gpt2-medium": 1.2, "gpt2-xl": 1.3})) == \
         {"FP8 lm_head (torchao)": "1.20× of the recommendation without FP8 at gpt2-medium, B=8 and every larger size"}
-    assert size_view.pays_from(_sweep(tmp_path / "c", {"gpt2": 0.9, "gpt2-medium": 0.95})) == {}
+    assert size_sweep_view.pays_from(_sweep(tmp_path / "c", {"gpt2": 0.9, "gpt2-medium": 0.95})) == {}
 
 
 def test_where_no_fp8_form_ran_the_crossover_says_why_and_the_note_counts_only_processes(tmp_path):
@@ -246,10 +249,10 @@ def test_where_no_fp8_form_ran_the_crossover_says_why_and_the_note_counts_only_p
     for path in (rep.dir / "results" / "size").glob("*FP8*.json"):
         rec = json.loads(path.read_text())
         rec.update(status="not_applicable", reason="FP8 needs compute capability 8.9", wall_s=None)
-        results.write_atomic(path, rec)
-    rep = report.load(rep.dir)
-    assert size_view.crossover_md(rep) == "No FP8 form ran at any size on this device (not applicable: FP8 needs " \
+        store.write_atomic(path, rec)
+    rep = loader.load(rep.dir)
+    assert size_sweep_view.crossover_md(rep) == "No FP8 form ran at any size on this device (not applicable: FP8 needs " \
                                           "compute capability 8.9)."
-    assert "processes took" not in size_view.size_html(rep)  # no record here timed a process
+    assert "processes took" not in size_sweep_view.size_html(rep)  # no record here timed a process
     empty = _sweep(tmp_path / "none", {})
-    assert "was not measured for this report" in size_view.crossover_md(empty)
+    assert "was not measured for this report" in size_sweep_view.crossover_md(empty)

@@ -5,9 +5,11 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from conftest import make_record, tiny_params, write_parity_test, write_report_dir
-from lib import cli_args, config, report, report_tables, results, summary_box, sweep_view
+
+from lib.core import cli_args, config
+from lib.report import batch_sweep_view, loader, summary_box, tables
+from lib.results import decide, store
 
 LOSSES = [6.0, 5.9, 5.8, 5.7, 5.6, 5.5]
 
@@ -20,8 +22,8 @@ def _report(tmp_path, tf32_ms: float, bf16_ms: float = 50.0, run: dict | None = 
             make_record(params, "bf16", 2, [bf16_ms] * 6, LOSSES)]
     d = write_report_dir(tmp_path / "r", params, recs)
     if run:
-        results.write_atomic(d / "run.json", run)
-    return report.load(d)
+        store.write_atomic(d / "run.json", run)
+    return loader.load(d)
 
 
 def test_the_box_has_at_most_five_lines_and_names_the_recommendation(tmp_path):
@@ -50,7 +52,7 @@ def test_mfu_is_restated_against_the_bf16_peak_for_every_stage(tmp_path):
     fp32 = rep.df[rep.df["stage"] == "fp32"].iloc[0]
     assert fp32["peak_precision"] == "fp32"
     assert fp32["mfu_bf16"] == pytest.approx(fp32["mfu"] * 10.0 / 100.0)
-    html = report_tables.matrix_html(rep)
+    html = tables.matrix_html(rep)
     assert f"{fp32['mfu_bf16'] * 100:.1f} %" in html and f"{fp32['mfu'] * 100:.1f} % of fp32" in html
     bf16 = rep.df[rep.df["stage"] == "bf16"].iloc[0]
     assert bf16["mfu_bf16"] == pytest.approx(bf16["mfu"])  # its own precision: nothing to restate
@@ -59,27 +61,27 @@ def test_mfu_is_restated_against_the_bf16_peak_for_every_stage(tmp_path):
 def test_the_title_names_the_code_and_the_command_from_run_json(tmp_path):
     run = {"code": {"commit": "0123456789abcdef0123", "modified": False, "source": "git"},
            "command": "make report GPU=cpu BATCHES=2", "earlier_runs": [{"started": "2026-11-01T10:00:00"}]}
-    title = report_tables.title_md(_report(tmp_path, tf32_ms=80.0, run=run))
+    title = tables.title_md(_report(tmp_path, tf32_ms=80.0, run=run))
     assert "`make report GPU=cpu BATCHES=2`" in title and "1 earlier runs" in title
     assert "code 0123456789ab (1 of its runs recorded none)" in title  # the earlier run has no commit
     run["earlier_runs"] = [{"code": {"commit": "fedcba9876543210"}}]
-    both = report_tables.title_md(_report(tmp_path / "c", tf32_ms=80.0, run=run))
+    both = tables.title_md(_report(tmp_path / "c", tf32_ms=80.0, run=run))
     assert "code fedcba987654, 0123456789ab" in both and "recorded none" not in both
-    assert "code" not in report_tables.title_md(_report(tmp_path / "b", tf32_ms=80.0))  # no run.json: nothing to say
+    assert "code" not in tables.title_md(_report(tmp_path / "b", tf32_ms=80.0))  # no run.json: nothing to say
 
 
 def test_energy_and_cost_of_the_recommendation(tmp_path, monkeypatch):
     rep = _report(tmp_path, tf32_ms=80.0)
-    best = report.recommended(rep)
+    best = loader.recommended(rep)
     best["energy"] = {"joules_per_token": 0.002, "method": "NVML total-energy counter", "avg_power_w": 700.0}
     monkeypatch.delenv("PRICE_PER_GPU_HOUR", raising=False)
-    text = sweep_view.energy_and_cost(rep, best)
+    text = batch_sweep_view.energy_and_cost(rep, best)
     assert "2.00 mJ per token" in text and "Cost: no price given" in text
     monkeypatch.setenv("PRICE_PER_GPU_HOUR", "3.6")
     per_million = 3.6 * 1e6 / best["processes"]["median"] / 3600
-    assert f"Cost: {per_million:.3f} per million tokens at 3.6 per GPU-hour" in sweep_view.energy_and_cost(rep, best)
+    assert f"Cost: {per_million:.3f} per million tokens at 3.6 per GPU-hour" in batch_sweep_view.energy_and_cost(rep, best)
     best["energy"] = {"reason": "NVML is not available"}
-    assert "Energy: not measured (NVML is not available)" in sweep_view.energy_and_cost(rep, best)
+    assert "Energy: not measured (NVML is not available)" in batch_sweep_view.energy_and_cost(rep, best)
 
 
 @pytest.mark.parametrize("text", ["abc", "0", "-2", "inf", "nan"])
@@ -94,7 +96,7 @@ def test_a_multi_gpu_row_gets_no_speed_up_over_one_gpus_fp32(tmp_path):
     fp32 = make_record(params, "fp32", 2, [100.0] * 6, LOSSES)
     ddp = make_record(params, "ddp", 2, [100.0] * 6, LOSSES)
     ddp.update(world_size=2, tokens_per_s=2 * fp32["tokens_per_s"])
-    df = results.table([fp32, ddp], ["fp32", "ddp"])
+    df = decide.table([fp32, ddp], ["fp32", "ddp"])
     assert df[df["stage"] == "ddp"]["speedup_vs_baseline"].isna().all()
     assert json.loads(json.dumps(df[df["stage"] == "fp32"]["speedup_vs_baseline"].tolist())) == [1.0]
 
@@ -102,7 +104,7 @@ def test_a_multi_gpu_row_gets_no_speed_up_over_one_gpus_fp32(tmp_path):
 def test_each_recommendation_table_has_one_home_among_the_notebooks():
     """The recipe and the leave-one-out tables are drawn in one notebook each (the batch-size
     chapter), and the recommended configuration's full block in the summary only."""
-    from lib.paths import NOTEBOOKS
+    from lib.core.paths import NOTEBOOKS
 
     def calls(name):
         found = []
@@ -114,14 +116,14 @@ def test_each_recommendation_table_has_one_home_among_the_notebooks():
 
     assert calls("frontier_view.recipe_html") == ["15_batch_sweep.ipynb"]
     assert calls("frontier_view.ablation_html") == ["15_batch_sweep.ipynb"]
-    assert calls("sweep_view.recommended_md") == ["summary.ipynb"]
+    assert calls("batch_sweep_view.recommended_md") == ["summary.ipynb"]
 
 
 def test_a_report_of_a_several_gpu_host_says_so_in_its_title(tmp_path):
     rep = _report(tmp_path, tf32_ms=80.0)
-    assert "a host of" not in report_tables.title_md(rep)
+    assert "a host of" not in tables.title_md(rep)
     rep.env["device"]["count"] = 2
-    assert "device **a host of 2 × x**" in report_tables.title_md(rep)
+    assert "device **a host of 2 × x**" in tables.title_md(rep)
 
 
 def test_a_rejected_lever_in_skip_names_the_parity_check_it_failed(tmp_path):
@@ -130,12 +132,12 @@ def test_a_rejected_lever_in_skip_names_the_parity_check_it_failed(tmp_path):
     ms = {"fp32": 400.0, "vocab": 200.0, "compile": 100.0, "bf16_residual": 90.0}
     write_report_dir(tmp_path / "rep", p, [make_record(p, k, 2, [v] * 5, [5.0] * 6) for k, v in ms.items()])
     write_parity_test(tmp_path / "rep", p, "bf16_residual", lever_held=4.5, ref_held=4.0)
-    skip = next(x for x in summary_box.lines(report.load(tmp_path / "rep")) if x.startswith("**Skip here:**"))
+    skip = next(x for x in summary_box.lines(loader.load(tmp_path / "rep")) if x.startswith("**Skip here:**"))
     assert "BF16 residual stream (parity test worse: held-out loss +0.5000 nats (+0.5000 to +0.5000), margin +0.02)" in skip
 
 
 def test_a_leave_one_out_whose_rows_were_timed_on_another_day_says_so():
-    from lib import frontier_view
+    from lib.report import frontier_view
 
     full = {"finished_at": "2026-11-22T14:00:00"}
     rows = [{"record": {"finished_at": "2026-11-23T10:00:00"}}, {"record": {"status": "oom"}}]

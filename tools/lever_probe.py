@@ -54,8 +54,8 @@ def run_one(name: str, warmup: int = 5, timed: int = 15) -> dict:
     import torch
     import torch.nn.functional as F
 
-    from lib import config, data
-    from lib.model import GPT, GPTConfig
+    from lib.core import config, data
+    from lib.train.model import GPT, GPTConfig
 
     batch, o = CANDIDATES[name]
     if o.get("coord"):

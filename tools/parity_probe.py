@@ -6,7 +6,7 @@ test measures on a GPU (its noise, its interval, what it can detect) before a re
     e.g. python tools/parity_probe.py h100 fp8_head 128 2 runs/parity-probe 5
 
 MICRO: the micro-batches the reference (an eager stage) accumulates where the batch does not fit at once.
-Prints the test (lib/parity.py) as JSON; the records stay in FOLDER/results/parity/.
+Prints the test (lib/results/parity.py) as JSON; the records stay in FOLDER/results/parity/.
 """
 from __future__ import annotations
 
@@ -14,11 +14,16 @@ import json
 import sys
 from pathlib import Path
 
+from lib.core import record
+from lib.results import store
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
 def main(argv: list[str]) -> int:
-    from lib import config, evidence, parity, results, runner
+    from lib.core import config
+    from lib.results import parity
+    from lib.run import evidence, runner
 
     if len(argv) not in (5, 6):
         sys.exit(__doc__)
@@ -28,11 +33,11 @@ def main(argv: list[str]) -> int:
         params["evidence"]["parity_seeds"] = int(argv[5])
     folder.mkdir(parents=True, exist_ok=True)
     if not (folder / "params.json").exists():
-        results.write_atomic(folder / "params.json", params)
+        store.write_atomic(folder / "params.json", params)
     env = runner.environment(folder)
     recs = runner.measure_jobs(evidence.parity_plan(params, env, folder, stage, batch, micro), env)
     failed = [f"{r['stage']} seed {r.get('seed_offset')}: {r['status']} {r.get('reason')}" for r in recs.values()
-              if r["status"] != results.Status.OK]
+              if r["status"] != record.Status.OK]
     check = parity.checks(list(recs.values()), params["evidence"]).get(stage)
     print(json.dumps({"failed": failed, "check": check}, indent=1, default=str))
     return 1 if failed or check is None else 0

@@ -1,0 +1,126 @@
+"""The multi-GPU stage: DistributedDataParallel across every GPU of the host, one process per
+GPU, launched by torchrun (`python -m torch.distributed.run --standalone --nproc_per_node=N
+-m lib.measure.ddp job.json result.json`; ddp_launch.run_ddp does this).
+
+Weak scaling: each rank keeps the single-GPU per-GPU batch, so the global batch grows with N.
+Measured: the step time with gradient all-reduce (the normal DDP step) and, on the same ranks,
+the step time under `no_sync()` (no all-reduce), so the all-reduce's share of the step is
+1 - t(no_sync) / t(sync). Rank 0 writes one result record.
+
+Several nodes (job["nnodes"] > 1, torchrun's c10d rendezvous; ddp_launch._launch_args): the
+rendezvous numbers ranks in its own order (by host and process id; torchrun ignores
+--node_rank there), so the ranks renumber themselves as the user's NODE_RANK says (node 0's
+local rank 0 is rank 0, reading the corpus slice a single GPU reads) and all run node 0's job,
+whose configuration came from the results of the report node 0 writes. Rank 0 writes the record
+on node 0; the ranks of the other nodes write nothing."""
+from __future__ import annotations
+
+import gc
+import json
+import os
+import sys
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from lib.core import data, stages
+from lib.measure import clocks, compile_cache
+from lib.measure.worker import memory
+from lib.results import stats, store
+from lib.train import step
+
+
+def _follow_node_zero(job: dict, world: int, local: int) -> tuple[dict, int]:
+    """(node 0's job, this process's rank numbered node by node as NODE_RANK says)."""
+    everyone: list = [None] * world
+    dist.all_gather_object(everyone, (job["node_rank"], local, job))
+    slots = sorted((node, lr) for node, lr, _ in everyone)
+    twice = sorted({node for node, lr in slots if slots.count((node, lr)) > 1})
+    if twice:
+        raise RuntimeError(f"two nodes were started with NODE_RANK={twice[0]}: give each node its own")
+    if (0, 0) not in slots:
+        raise RuntimeError("no node was started with NODE_RANK=0 (the node that writes the record)")
+    return next(j for node, lr, j in everyone if (node, lr) == (0, 0)), slots.index((job["node_rank"], local))
+
+
+def run(job: dict) -> dict | None:
+    rank, world, local = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), int(os.environ["LOCAL_RANK"])
+    dev = step.device_type(job["params"]["backend"])
+    if dev == "cuda":
+        torch.cuda.set_device(local)
+    dist.init_process_group("nccl" if dev == "cuda" else "gloo")
+    if job.get("nnodes", 1) > 1:
+        job, rank = _follow_node_zero(job, world, local)
+    params, batch = job["params"], job["batch_size"]
+    stage = stages.get(job["base_stage"])
+    r = params["run"]
+    # DDP wraps the compiled model (nanoGPT's order). The cost: gradients reach DDP only when the
+    # compiled backward ends, so the all-reduce does not overlap the backward.
+    train = step.build(params, stage, dev, wrap=torch.nn.parallel.DistributedDataParallel)
+    model = train.model
+    checksum = model.init_checksum()  # before any step: the same weights as every single-GPU stage
+    n_steps = r["warmup_steps"] + 2 * r["timed_steps"]
+    # Each rank reads its own slice of the corpus, as a data-parallel job would.
+    xs, ys = data.device_batches(params, batch, n_steps, dev, skip=rank * batch * r["seq_len"])
+    losses = []
+
+    def one(i: int, sync: bool = True):
+        losses.append(train(xs[i], ys[i], sync=sync))
+
+    for i in range(r["warmup_steps"]):
+        one(i)
+    timed = range(r["warmup_steps"], r["warmup_steps"] + r["timed_steps"])
+    clock = clocks.ClockSampler(dev, local)
+    clock.start()
+    synced = step.time_steps(one, timed, dev)
+    local = step.time_steps(lambda i: one(i + r["timed_steps"], sync=False), timed, dev)
+    sampled = {**clock.stop(), "span": "rank 0's timed steps (its own GPU)"}
+    # The slowest rank sets the pace: gather every rank's median and keep the largest.
+    # NCCL only moves device tensors (gloo takes CPU ones), so gather on the model's device.
+    where = model.lm_head.weight.device
+    med = torch.tensor([float(np.median(synced)), float(np.median(local))], dtype=torch.float64, device=where)
+    gathered = [torch.zeros_like(med) for _ in range(world)]
+    dist.all_gather(gathered, med)
+    gathered = [g.cpu() for g in gathered]
+    # Drop the DDP wrapper (its reducer holds the process group) before the group goes: torch 2.13
+    # with gloo otherwise sometimes aborts at exit ("terminate called without an active exception")
+    # on a rank that leaves first, which two nodes made visible. The allocator keeps its blocks.
+    one = train = model = None  # noqa: F841 (the references go; `one` and the lambda close over them)
+    gc.collect()
+    dist.destroy_process_group()
+    if rank != 0:
+        return None
+    rec = store.base_record(params, stages.get("ddp"), batch)
+    rec.update(fingerprint=job.get("fingerprint"), init_checksum=checksum, provenance=job.get("stamp"), clocks=sampled)
+    from torch._dynamo.utils import (
+        counters,  # rank 0's compile: from the cache, or cold
+    )
+
+    rec["compile_cache"] = compile_cache.outcome(counters, job.get("cold_compile"))
+    stats.fill_timing(rec, synced, batch * r["seq_len"] * world)
+    slowest_sync = max(float(g[0]) for g in gathered)
+    slowest_local = max(float(g[1]) for g in gathered)
+    rec.update(world_size=world, nnodes=job.get("nnodes", 1), per_gpu_batch=batch, median_ms=slowest_sync,
+               tokens_per_s=batch * r["seq_len"] * world / (slowest_sync / 1e3),
+               no_sync_median_ms=slowest_local, allreduce_share=max(0.0, 1 - slowest_local / slowest_sync),
+               losses=[float(v) for v in torch.stack(losses[: r["warmup_steps"] + r["timed_steps"]]).float().cpu()],
+               base_stage=stage.key, backend_dist="nccl" if dev == "cuda" else "gloo")
+    rec["per_gpu_tokens_per_s"] = rec["tokens_per_s"] / world
+    rec.update(memory(dev))
+    stats.fill_loss(rec, r["final_loss_window"])
+    # Efficiency against one rank of this same job where runner measured it (like with like),
+    # else against the single-GPU row of the configuration (measured in another process).
+    single, one_rank = job.get("single_gpu_tokens_per_s"), job.get("one_rank_tokens_per_s")
+    ref = one_rank or single
+    rec.update(single_gpu_tokens_per_s=single, one_rank_tokens_per_s=one_rank,
+               scaling_efficiency=rec["per_gpu_tokens_per_s"] / ref if ref else None,
+               efficiency_reference="one rank of this DDP job" if one_rank else "the single-GPU row" if single else None)
+    return rec
+
+
+if __name__ == "__main__":
+    job_path, out_path = sys.argv[1:3]
+    rec = run(json.loads(open(job_path).read()))
+    if rec is not None:
+        store.write_record(out_path, rec)

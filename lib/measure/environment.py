@@ -1,0 +1,109 @@
+"""What machine and software a report was measured on.
+
+Run as `python -m lib.measure.environment` it prints one JSON record: the detected device (CUDA, ROCm,
+Apple MPS or CPU) and the software stack. The CLI always calls it in a child process so that
+the parent never holds a GPU context while configurations are measured."""
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import platform
+import sys
+
+from lib.core.provenance import host_id
+
+
+def _cublas_version() -> str | None:
+    """cuBLASLt's own version, read from the library PyTorch actually loaded."""
+    try:
+        with open("/proc/self/maps") as f:
+            paths = {line.split()[-1] for line in f if "libcublasLt" in line}
+        for path in paths:
+            v = ctypes.CDLL(path).cublasLtGetVersion()
+            return f"{v // 10000}.{v // 100 % 100}.{v % 100}"
+    except Exception:
+        pass
+    return None
+
+
+def _nvml(index: int) -> dict:
+    try:
+        import pynvml as nv
+        nv.nvmlInit()
+        h = nv.nvmlDeviceGetHandleByIndex(index)
+        out = {"driver": nv.nvmlSystemGetDriverVersion()}
+        for key, fn in [("sm_clock_max_mhz", lambda: nv.nvmlDeviceGetMaxClockInfo(h, nv.NVML_CLOCK_SM)),
+                        ("mem_clock_max_mhz", lambda: nv.nvmlDeviceGetMaxClockInfo(h, nv.NVML_CLOCK_MEM)),
+                        ("power_limit_w", lambda: nv.nvmlDeviceGetEnforcedPowerLimit(h) / 1000),
+                        ("pcie_link_gen", lambda: nv.nvmlDeviceGetCurrPcieLinkGeneration(h)),
+                        ("persistence_mode", lambda: nv.nvmlDeviceGetPersistenceMode(h))]:
+            try:
+                out[key] = fn()
+            except Exception:
+                out[key] = None
+        for key in ("driver",):
+            if isinstance(out[key], bytes):
+                out[key] = out[key].decode()
+        return out
+    except Exception as e:  # NVML absent (CPU, MPS, some containers): say so, do not fail
+        return {"nvml": f"unavailable ({type(e).__name__})"}
+
+
+def detect() -> dict:
+    import torch
+
+    if torch.cuda.is_available():
+        props = torch.cuda.get_device_properties(0)
+        backend = "rocm" if torch.version.hip else "cuda"
+        uuid = str(getattr(props, "uuid", "") or "") or None
+        return {"backend": backend, "name": props.name, "count": torch.cuda.device_count(),
+                "capability": [props.major, props.minor], "sm_count": props.multi_processor_count,
+                "memory_bytes": props.total_memory,
+                "uuid": uuid if uuid is None or uuid.startswith(("GPU-", "MIG-")) else f"GPU-{uuid}"}
+    if getattr(torch.backends, "mps", None) and torch.backends.mps.is_available():
+        return {"backend": "mps", "name": "mps", "count": 1}
+    return {"backend": "cpu", "name": platform.processor() or platform.machine(), "count": 1,
+            "cores": os.cpu_count()}
+
+
+# The packages the compiled and library levers run on (distribution names), versions or None.
+LEVER_PACKAGES = ("triton", "torchao", "cut-cross-entropy")
+
+
+def packages() -> dict:
+    from importlib import metadata
+
+    out = {}
+    for name in LEVER_PACKAGES:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+def capture() -> dict:
+    """Device plus software stack; hostname-free so reports can be shared."""
+    import numpy
+    import torch
+
+    env = {"device": detect(), "host_id": host_id(), "python": platform.python_version(), "torch": torch.__version__,
+           "numpy": numpy.__version__, "os": f"{platform.system()} {platform.release()}",
+           "cpu": platform.processor() or platform.machine(), "cpu_cores": os.cpu_count(), "packages": packages()}
+    dev = env["device"]
+    if dev["backend"] in ("cuda", "rocm"):
+        env["cuda"] = torch.version.cuda
+        env["hip"] = torch.version.hip
+        env["cudnn"] = torch.backends.cudnn.version()
+        a = torch.randn(64, 64, device="cuda")
+        (a @ a).sum().item()  # loads cuBLAS so its version can be read
+        env["cublas"] = _cublas_version()
+        env.update(_nvml(0))
+    else:
+        env["threads"] = torch.get_num_threads()
+    return env
+
+
+if __name__ == "__main__":
+    json.dump(capture(), sys.stdout)

@@ -1,0 +1,336 @@
+"""*How* one (stage, batch size) configuration is timed. Each configuration runs in a fresh
+process (forked by `python -m lib.measure.worker`, which runner.py launches and feeds batches of jobs) so memory
+peaks, allocator state, cuBLAS workspaces and compile caches never leak between configurations.
+
+Method: build the model from the seed, move every batch to the device up front, run
+`warmup_steps` untimed training steps, then `timed_steps` timed ones (CUDA events on GPUs,
+perf_counter after a synchronize elsewhere). Every step's loss is kept for the parity check."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import resource
+import signal
+import sys
+import time
+
+import torch
+
+from lib.core import data, record, stages
+from lib.measure import clocks, compile_cache, energy, faults, gemm_sweep, kernel_profile, protocol
+from lib.results import stats, store
+from lib.train import plain_loop, step
+from lib.train.model import flops_per_token
+
+SDPA_OPS = {  # profiler op name -> which SDPA backend ran
+    "aten::_scaled_dot_product_flash_attention": "flash",
+    "aten::_scaled_dot_product_flash_attention_for_cpu": "flash (CPU kernel)",
+    "aten::_scaled_dot_product_efficient_attention": "memory-efficient",
+    "aten::_scaled_dot_product_cudnn_attention": "cuDNN",
+    "aten::_scaled_dot_product_attention_math": "math (unfused)",
+    "aten::_scaled_dot_product_fused_attention_overrideable": "fused (backend-specific)",
+}
+
+
+
+def sdpa_backend(model, x, y, ctx) -> str | None:
+    """Which SDPA kernel family ran, read off the dispatched op names of one forward."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof, torch.no_grad(), ctx:
+        model(x, y)
+    names = {e.key for e in prof.key_averages()}
+    found = [label for op, label in SDPA_OPS.items() if op in names]
+    return ", ".join(found) or "unknown"
+
+
+def memory(dev: str) -> dict:
+    if dev == "cuda":
+        free, total = torch.cuda.mem_get_info()
+        return {"mem_tensors_bytes": torch.cuda.max_memory_allocated(),
+                "mem_allocator_bytes": torch.cuda.max_memory_reserved(),
+                "mem_device_bytes": total - free,
+                "mem_device_note": "device memory in use (total - free), as nvidia-smi counts it"}
+    if dev == "mps":
+        return {"mem_tensors_bytes": torch.mps.current_allocated_memory(),
+                "mem_allocator_bytes": torch.mps.driver_allocated_memory(),
+                "mem_device_bytes": None, "mem_device_note": "MPS exposes no device-level peak"}
+    peak_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
+    return {"mem_tensors_bytes": None, "mem_allocator_bytes": None, "mem_device_bytes": peak_rss,
+            "mem_device_note": "CPU: peak resident set size of the process"}
+
+
+NOT_SAMPLED = {energy.PEAK_KEY: None, energy.NOTE_KEY: "not sampled: the configuration failed before its first step"}
+
+
+def is_oom(exc: BaseException) -> bool:
+    return isinstance(exc, torch.OutOfMemoryError) or "out of memory" in str(exc).lower()
+
+
+def no_sdpa_kernel(exc: BaseException) -> bool:
+    """SDPA's refusal when the only backend allowed cannot run (the message names no kernel)."""
+    return isinstance(exc, RuntimeError) and any(m in str(exc) for m in ("No viable backend", "No available kernel"))
+
+
+def run(job: dict) -> dict:
+    params, batch = job["params"], job["batch_size"]
+    stage = stages.get(job["stage"])
+    if job.get("stage_overrides"):  # an evidence variant, e.g. the compile stage at vocab 50257
+        stage = dataclasses.replace(stage, **job["stage_overrides"])
+    r = params["run"]
+    dev = step.device_type(params["backend"])
+    rec = store.base_record(params, stage, batch)
+    rec.update(fingerprint=job.get("fingerprint"), variant=job.get("variant"), repeat=job.get("repeat", 0),
+               stage_overrides=job.get("stage_overrides"))  # the switches it changed, beside the stage it names
+    fault = faults.get(stage.key, batch)
+    n_steps = r["warmup_steps"] + r["timed_steps"]
+    micro = job.get("micro_steps", 1)  # gradient accumulation: each step takes micro x batch sequences
+    if micro > 1:
+        rec["micro_steps"] = micro
+    t_start = time.perf_counter()
+    sampler = clock = None
+    try:
+        train = step.build(params, stage, dev, micro_steps=micro)
+        rec["init_checksum"] = train.model.init_checksum()
+        faults.inject(fault, "build")
+        xs, ys = data.device_batches(params, batch * micro, n_steps, dev)
+        losses = []
+
+        def one(i: int):
+            losses.append(train(xs[i], ys[i]))
+
+        # The device memory peak during the warm-up steps (a host thread reading NVML, nothing on the
+        # device): the same work as the timed steps, library workspaces made in the first, and no
+        # thread beside the timed steps to compete with the one that launches their kernels.
+        sampler = energy.MemorySampler(dev, torch.cuda.current_device() if dev == "cuda" else 0,
+                                       span="the warm-up steps (the first included; untimed, so the sampler "
+                                            "cannot touch the timings)")
+        sampler.start()
+        # The first step pays for compilation (and cuBLAS/allocator warm-up): reported, never timed.
+        t0 = time.perf_counter()
+        one(0)
+        step.synchronize(dev)
+        rec["first_step_s"] = time.perf_counter() - t0
+        for i in range(1, r["warmup_steps"]):
+            one(i)
+        if fault == "nan":  # poison a weight between steps, never inside the timed one
+            with torch.no_grad():
+                train.model.transformer.ln_f.weight.fill_(float("nan"))
+        step.synchronize(dev)
+        rec.update(sampler.stop())
+        meter = energy.EnergyMeter(dev, torch.cuda.current_device() if dev == "cuda" else 0) \
+            if job.get("energy", True) else None
+        clock = clocks.ClockSampler(dev, torch.cuda.current_device() if dev == "cuda" else 0)
+        if meter:
+            meter.start()
+        clock.start()
+        times_ms = step.time_steps(one, range(r["warmup_steps"], n_steps), dev)  # ends synchronised
+        rec["clocks"] = {**clock.stop(), "span": "the timed steps"}
+        clock = None
+        if meter:
+            used = meter.stop()
+            rec["energy"] = used if used else {"unavailable": meter.reason}
+        rec.update(memory(dev))
+        rec["losses"] = [float(v) for v in torch.stack(losses).float().cpu()]
+        if stage.attention == "sdpa":
+            # eager (no recompile), on one micro-batch: the eager logits of a whole accumulated batch would not fit
+            rec["sdpa_backend"] = sdpa_backend(train.model, xs[0][:batch], ys[0][:batch], train.autocast)
+        if job.get("profile", True):
+            rec["kernel_profile"] = kernel_profile.profile_steps(lambda: train(xs[0], ys[0]), dev)
+        n_params = train.model.num_params()
+    except Exception as exc:  # OOM is a result; anything else is recorded as an error
+        # stops the thread whatever follows; an OOM keeps the peak up to it
+        rec.update(sampler.stop() if sampler else NOT_SAMPLED)
+        if clock is not None:
+            rec["clocks"] = {**clock.stop(), "span": "the timed steps, up to the failure"}
+        if stage.sdpa_backend and no_sdpa_kernel(exc):  # a forced backend this device does not have
+            rec.update(status=record.Status.NOT_APPLICABLE, wall_s=time.perf_counter() - t_start,
+                       reason=f"no {stage.sdpa_backend} SDPA kernel for this device and shape: "
+                              f"{str(exc).splitlines()[0][:200]}")
+            return rec
+        if not is_oom(exc):
+            raise
+        rec.update(status=record.Status.OOM, reason=f"out of memory: {str(exc).splitlines()[0][:300]}")
+        rec.update(memory(dev))
+        rec["wall_s"] = time.perf_counter() - t_start
+        return rec
+    stats.fill_timing(rec, times_ms, batch * micro * r["seq_len"])
+    fpt = flops_per_token(train.model.config, n_params, r["seq_len"])
+    stats.fill_mfu(rec, fpt, params.get("peak_tflops"), stage.peak)
+    stats.fill_loss(rec, r["final_loss_window"])
+    if rec.get("energy", {}).get("energy_j"):
+        rec["energy"]["joules_per_token"] = rec["energy"]["energy_j"] / (r["timed_steps"] * rec["tokens_per_step"])
+    rec["n_params"] = n_params
+    rec["wall_s"] = time.perf_counter() - t_start
+    rec["finished_at"] = time.strftime("%Y-%m-%dT%H:%M:%S")
+    return rec
+
+
+def gemm_record(job: dict) -> dict:
+    """The lm_head GEMM sweep (lib/measure/gemm_sweep.py) as a result record."""
+    t0 = time.perf_counter()
+    rec = {"schema_version": record.SCHEMA_VERSION, "kind": "gemm", "status": record.Status.OK, "reason": None,
+           "stage": job["stage"], "batch_size": job["batch_size"], "fingerprint": job.get("fingerprint"),
+           "variant": job.get("variant")}
+    rec.update(gemm_sweep.run(**job["spec"]))
+    rec["wall_s"] = time.perf_counter() - t0
+    return rec
+
+
+def parity_lr(step_index: int, steps: int, max_lr: float) -> float:
+    """The parity run's learning rate, shaped as nanoGPT's get_lr: linear warm-up over the first
+    quarter, then cosine decay to a tenth of the maximum at the last step."""
+    warmup, min_lr = max(1, steps // 4), max_lr / 10
+    if step_index < warmup:
+        return max_lr * (step_index + 1) / warmup
+    progress = (step_index - warmup) / max(1, steps - 1 - warmup)
+    return min_lr + 0.5 * (1 + math.cos(math.pi * progress)) * (max_lr - min_lr)
+
+
+def parity_run(job: dict) -> dict:
+    """A long loss run of one configuration (no timing): `steps` training steps with nanoGPT's
+    learning-rate schedule (parity_lr), every loss kept, then the mean loss over
+    `held_out_batches` batches of text it never trained on. `micro_steps` > 1 accumulates
+    gradients over that many micro-batches (the same batch and the same update, in less memory)
+    where the reference stage does not fit the batch at once."""
+    params, batch, steps, seed_offset = job["params"], job["batch_size"], job["steps"], job.get("seed_offset", 0)
+    stage = stages.get(job["stage"])
+    dev = step.device_type(params["backend"])
+    rec = store.base_record(params, stage, batch)
+    rec.update(kind="parity", fingerprint=job.get("fingerprint"), variant=job.get("variant"), steps=steps,
+               micro_steps=job.get("micro_steps", 1), replicate=job.get("replicate", 0), seed_offset=seed_offset,
+               seed=params["run"]["seed"] + seed_offset, data_start=job.get("data_start", 0), passes=job.get("passes"))
+    t0 = time.perf_counter()
+    try:
+        # A seed is the initial weights and the data order: the lever and its reference share both.
+        seeded = {**params, "run": {**params["run"], "seed": rec["seed"]}}
+        train = step.build(seeded, stage, dev, micro_steps=job.get("micro_steps", 1))
+        xs, ys = data.device_batches(params, batch, steps, dev, start=rec["data_start"])
+        losses = []
+        for i in range(steps):
+            for group in train.opt.param_groups:  # set before each step, as nanoGPT's loop does
+                group["lr"] = parity_lr(i, steps, params["run"]["learning_rate"])
+            losses.append(train(xs[i], ys[i]))
+        rec["losses"] = [float(v) for v in torch.stack(losses).float().cpu()]
+        del xs, ys
+        n_eval, eval_batch = job["held_out_batches"], min(batch, job.get("eval_batch", batch))
+        vx, vy = data.device_batches(params, eval_batch, n_eval, dev, held_out=True)
+        train.model.eval()
+        with torch.no_grad(), train.autocast:
+            held = [train.model(vx[i], vy[i])[1].float() for i in range(n_eval)]
+        rec["held_out_loss"] = float(torch.stack(held).mean().cpu())
+        rec["held_out_tokens"] = n_eval * eval_batch * params["run"]["seq_len"]
+    except Exception as exc:
+        if not is_oom(exc):
+            raise
+        rec.update(status=record.Status.OOM, reason=f"out of memory: {str(exc).splitlines()[0][:300]}")
+    stats.fill_loss(rec, params["run"]["final_loss_window"])
+    rec["wall_s"] = time.perf_counter() - t0
+    return rec
+
+
+def _measure(job: dict) -> dict:
+    kind = job.get("kind")
+    if kind is None:
+        return run(job)  # samples the clocks over its own timed steps
+    # The other kinds sample them over the whole process: the plain loop stays the canonical trainer,
+    # with nothing added beside its steps.
+    dev = step.device_type(job["params"]["backend"])
+    sampler = clocks.ClockSampler(dev, 0)
+    sampler.start()
+    if kind == "gemm":
+        rec = gemm_record(job)
+    elif kind == "parity":
+        rec = parity_run(job)
+    else:
+        rec = plain_loop.run(job)
+        rec.update(schema_version=record.SCHEMA_VERSION, fingerprint=job.get("fingerprint"),
+                   variant=job.get("variant"), repeat=job.get("repeat", 0))
+    step.synchronize(dev)
+    rec["clocks"] = {**sampler.stop(), "span": "the whole measuring process (warm-up included)"}
+    return rec
+
+
+def _child(job: dict, out_path: str) -> int:
+    try:
+        rec = _measure(job)
+        from torch._dynamo.utils import (
+            counters,  # what this process compiled, and from where
+        )
+
+        rec.update(provenance=job.get("stamp"), compile_cache=compile_cache.outcome(counters, job.get("cold_compile")))
+        store.write_record(out_path, rec)
+        return 0
+    except BaseException:
+        import traceback
+        traceback.print_exc()
+        return 1
+
+
+def die_with_parent() -> None:
+    """Linux: be killed when the parent dies, so a killed `make report` leaves no measurement
+    running on the device (the chain is CLI -> kernel -> launcher -> child)."""
+    try:
+        import ctypes
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def serve(jobs: list[dict], timeout_s: float) -> None:
+    """Measure each job in its own forked child. This launcher has imported PyTorch (the slow
+    part of starting a process) but never touched a device, so every child starts with a
+    pristine device, allocator and cuBLAS state, exactly as a new interpreter would."""
+    for job in jobs:
+        pid = os.fork()
+        if pid == 0:
+            die_with_parent()
+            os.dup2(2, 1)  # anything the measured code prints must not reach the launcher's channel
+            code = 1
+            try:
+                code = _child(job, job["out"])
+            finally:
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(code)
+        deadline = time.monotonic() + timeout_s
+        while True:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                break
+            if time.monotonic() > deadline:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+                status = None
+                break
+            time.sleep(0.05)
+        if status is None:
+            verdict = f"timed out after {timeout_s:.0f} s"
+        elif os.WIFSIGNALED(status):
+            verdict = f"killed by signal {os.WTERMSIG(status)}"
+        else:
+            verdict = f"exit {os.WEXITSTATUS(status)}"
+        print(protocol.DONE_PREFIX + json.dumps({"out": job["out"], "verdict": verdict}), flush=True)
+        if job.get("stop_if_oom") and _status(job["out"]) == record.Status.OOM:
+            break  # a batch-size sweep ends at the memory limit: larger batches cannot fit either
+
+
+def _status(path: str) -> str | None:
+    try:
+        return json.loads(open(path).read()).get("status")
+    except (OSError, ValueError):
+        return None
+
+
+if __name__ == "__main__":
+    die_with_parent()
+    # The optimizer's first construction imports torch._dynamo (about 2 s on a small CPU); doing
+    # it once here, before any fork and without touching a device, spares every child that cost.
+    import torch._dynamo  # noqa: F401
+    for line in sys.stdin:  # one batch of jobs per line: the path of its spec file (runner.measure_jobs)
+        spec = json.loads(open(line.strip()).read())
+        os.environ[faults.VAR] = spec.get("faults", "")
+        serve(spec["jobs"], spec.get("timeout_s", 1800))
+        print(protocol.BATCH_DONE, flush=True)

@@ -1,0 +1,95 @@
+"""A chapter as the report shows it: its text, notebooks/chapters/<key>.md, with the views it names
+drawn where it names them (a line `<!-- view: name arguments -->`). One template notebook,
+notebooks/chapter.ipynb, shows every chapter this way, so a view added here can appear in any chapter
+by one line of its text. A view is a function of the report, the chapter's key and the marker's
+arguments; it returns what to show, in order: ("md", text), ("html", text) or a matplotlib figure."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from lib.core import chapters
+from lib.report import batch_sweep_view, charts, evidence_view, frontier_view, profile_view, prose, size_sweep_view, tables
+from lib.report.loader import Report, compile_time_text, recommended
+
+MARKER = re.compile(r"^<!-- view: (?P<name>\w+)(?P<args>(?: \w+)*) -->$", re.M)
+
+
+def _measured(rep: Report, key: str) -> list:
+    return [("md", "#### Measured\n\n" + prose.stage_summary(rep, key)), ("html", tables.matrix_html(rep, key))]
+
+
+def _compile_time(rep: Report, key: str) -> list:
+    first = [r for r in rep.records if r["stage"] == key and r.get("first_step_s")]
+    return [("md", "First step, compilation included: " + "; ".join(compile_time_text(r) for r in first) + ".")] if first else []
+
+
+def _recommended(rep: Report, key: str) -> list:
+    # The whole block (switches, memory, energy, loss) lives in the summary's Recommendations; here, its sentence.
+    best = recommended(rep)
+    return [("md", prose.recommended_line(rep, best) if best else batch_sweep_view.recommended_md(rep)),
+            ("html", batch_sweep_view.recommended_profile_html(rep))]
+
+
+VIEWS = {
+    "measured": _measured,
+    "losses": lambda rep, key: [charts.plot_losses(rep, key)],
+    "top_kernels": lambda rep, key: [("html", profile_view.top_kernels_html(profile_view.stage_profile(rep, key)))],
+    "switch": lambda rep, key: [("md", tables.switch_md(key))],
+    "memory_layers": lambda rep, key, against: [("md", evidence_view.memory_layers_md(rep, key, against)),
+                                                ("html", evidence_view.memory_layers_html(rep, key, against))],
+    "seq_sweep": lambda rep, key: [("html", evidence_view.seq_sweep_html(rep)), evidence_view.plot_seq_sweep(rep)],
+    "sdpa_backends": lambda rep, key: [("html", frontier_view.sdpa_html(rep))],
+    "gemm": lambda rep, key: [("md", evidence_view.gemm_md(rep)), evidence_view.plot_gemm(rep)],
+    "gemm_kernels": lambda rep, key: [("html", evidence_view.gemm_kernels_html(rep))],
+    "compile_time": _compile_time,
+    "compile_vocab": lambda rep, key: [("html", evidence_view.compile_vocab_html(rep))],
+    "versus": lambda rep, key, *against: [("html", frontier_view.versus_html(rep, key, against))],
+    "ce_filter": lambda rep, key: [("html", frontier_view.ce_filter_html(rep))],
+    "batch_sweep": lambda rep, key: [("html", batch_sweep_view.sweep_html(rep)), batch_sweep_view.plot_sweep(rep)],
+    "recommended": _recommended,
+    "recipe": lambda rep, key: [("html", frontier_view.recipe_html(rep))],
+    "ablation": lambda rep, key: [("html", frontier_view.ablation_html(rep))],
+    "ddp_scaling": lambda rep, key: [("html", evidence_view.ddp_curve_html(rep)), charts.plot_ddp_scaling(rep)],
+    "size_sweep": lambda rep, key: [("html", size_sweep_view.size_html(rep)), size_sweep_view.plot_size(rep)],
+    "size_crossover": lambda rep, key: [("md", size_sweep_view.crossover_md(rep))],
+    "size_batch": lambda rep, key: [("md", size_sweep_view.batch_md(rep))],
+}
+
+
+def text_of(key: str) -> str:
+    return Path(chapters.CHAPTERS[key].text).read_text()
+
+
+def plan(text: str) -> list[tuple]:
+    """The chapter's text cut at its view markers: ("md", text) and ("view", name, arguments), in order.
+    A view the registry does not have is an error that names the views it has."""
+    out, at = [], 0
+    for m in MARKER.finditer(text):
+        if m.group("name") not in VIEWS:
+            raise ValueError(f"unknown view {m.group('name')!r} (views: {', '.join(VIEWS)})")
+        out += [("md", text[at:m.start()].strip()), ("view", m.group("name"), tuple(m.group("args").split()))]
+        at = m.end()
+    return [p for p in out + [("md", text[at:].strip())] if p != ("md", "")]
+
+
+def parts(rep: Report, key: str) -> list:
+    """Everything the chapter shows, in order: its prose and its views' output (a view that draws a
+    figure with nothing in it returns None, which is left out)."""
+    out = []
+    for p in plan(text_of(key)):
+        out += [p] if p[0] == "md" else VIEWS[p[1]](rep, key, *p[2])
+    return [p for p in out if p is not None]
+
+
+def show(rep: Report, key: str) -> None:
+    """Display the chapter in a notebook: text as Markdown, tables as HTML, each figure where it belongs."""
+    import matplotlib.pyplot as plt
+    from IPython.display import HTML, Markdown, display
+
+    for p in parts(rep, key):
+        if isinstance(p, tuple):
+            display(Markdown(p[1]) if p[0] == "md" else HTML(p[1]))
+        else:
+            display(p)
+            plt.close(p)

@@ -1,0 +1,82 @@
+"""The write-ups' claims and rule tables as data (params/claims.yaml, params/rules.yaml), validated
+against the stages and chip families they speak about."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from lib.core.config import FAMILIES, PARAMS_DIR, ConfigError, check_family, profile_family, profiles
+
+CLAIMS = PARAMS_DIR / "claims.yaml"
+RULES = PARAMS_DIR / "rules.yaml"
+# What params/claims.yaml may judge by (the header of that file says what each one measures).
+METRICS = ("speedup", "time_change", "memory_change", "kernels", "misalignment", "alignment", "loss_gate", "attention",
+           "none")
+
+
+def load_claims(path=CLAIMS) -> dict:
+    """The write-ups' claims (params/claims.yaml), each with a known metric, its source among the
+    file's `sources` and the chip families it speaks about; a claim this tool cannot check
+    (metric none) says why, and a loss-gate claim is judged against its stage's own loss reference."""
+    from lib.core import stages
+
+    data = yaml.safe_load(Path(path).read_text())
+    for c in data["claims"]:
+        where = f"{path}: claim {c.get('id')!r}"
+        if c.get("metric") not in METRICS:
+            raise ConfigError(f"{where} has unknown metric {c.get('metric')!r}")
+        if c.get("source") not in data.get("sources", {}):
+            raise ConfigError(f"{where} names no source among {', '.join(data.get('sources', {}))}")
+        if not c.get("families"):
+            raise ConfigError(f"{where} names no chip families (families: {', '.join(FAMILIES)})")
+        for family in c["families"]:
+            check_family(family, where)
+        if c["metric"] == "none" and not c.get("reason"):
+            raise ConfigError(f"{where}: a claim this tool cannot check must say why (reason:)")
+        if c["metric"] == "loss_gate" and stages.get(c["stage"]).reference != c["versus"]:
+            raise ConfigError(f"{where}: the loss gate of {c['stage']} is against {stages.get(c['stage']).reference}")
+        for key in c.get("forms", []):
+            if not stages.fp8_switches(stages.get(key)):
+                raise ConfigError(f"{where}: form {key!r} is no FP8 stage")
+        if c.get("leave_one_out") and c["leave_one_out"] not in stages.LEVERS:
+            raise ConfigError(f"{where}: leave_one_out {c['leave_one_out']!r} is none of {', '.join(stages.LEVERS)}")
+        if c["metric"] == "attention" and c.get("figure") not in ("step", "kernels"):
+            raise ConfigError(f"{where}: an attention claim's figure is step or kernels")
+        if c["metric"] == "misalignment" and not c.get("cublas"):
+            raise ConfigError(f"{where}: a misalignment claim names the cuBLAS it speaks about (cublas:)")
+    return data
+
+
+def load_rules(path=RULES) -> dict:
+    """A write-up's rule table (params/rules.yaml): per architecture, the chip families it covers
+    and its rules, each judged by a claim of params/claims.yaml or not measured for a reason."""
+    data, claims = yaml.safe_load(Path(path).read_text()), load_claims()
+    ids = {c["id"] for c in claims["claims"]}
+    if data.get("source") not in claims["sources"]:
+        raise ConfigError(f"{path}: source {data.get('source')!r} is none of claims.yaml's sources")
+    for arch in data["architectures"]:
+        for family in arch["families"]:
+            check_family(family, f"{path}: {arch['name']}")
+        for rule in arch["rules"]:
+            if "claim" in rule and rule["claim"] not in ids:
+                raise ConfigError(f"{path}: {arch['name']} {rule['switch']}: no claim {rule['claim']!r} in claims.yaml")
+    return data
+
+
+def family_profiles(families) -> list[str]:
+    """The profiles of the chip families `families`: what a report on them would be measured with."""
+    return [p for p in profiles() if profile_family(p) in families]
+
+
+def timed_claim_pairs(profile: str, path=CLAIMS) -> list[tuple[str, str]]:
+    """(stage, versus) of every claim judged by step time that speaks about `profile`'s family (each
+    form of an FP8 claim against the stage it is added to): the configurations the report runs in
+    several processes so the verdict can tell a figure from noise."""
+    from lib.results.decide import previous_stage
+
+    family, out = profile_family(profile), []
+    for c in load_claims(path)["claims"]:
+        if c["metric"] in ("speedup", "time_change") and family in c["families"]:
+            out += [(k, previous_stage(k)) for k in c["forms"]] if "forms" in c else [(c["stage"], c["versus"])]
+    return list(dict.fromkeys(out))

@@ -1,0 +1,133 @@
+"""From executed notebooks to the shareable report: one assembled notebook (summary sections
+with the stage chapters inserted where the summary says), a self-contained HTML file (no script,
+stylesheet or font from the internet: nbconvert's body-only template plus our own CSS) and a
+PDF rendered from that HTML by WeasyPrint."""
+from __future__ import annotations
+
+import ctypes.util
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import nbformat
+
+from lib.core.paths import ROOT
+
+CSS = Path(__file__).with_name("report.css")
+HIDDEN_TAGS = {"parameters", "injected-parameters", "report-hide"}
+WALL_TIME_TOKEN = "@@WALL_TIME@@"  # the summary prints this; filled in once the total is known
+
+
+def _tags(cell) -> set:
+    return set(cell.get("metadata", {}).get("tags", []))
+
+
+def assemble(summary_path, chapter_paths, out_path) -> nbformat.NotebookNode:
+    """The report notebook: summary cells, with every chapter's cells inserted at the summary
+    cell tagged `chapters`; parameter cells and cells tagged `report-hide` are left out."""
+    summary = nbformat.read(summary_path, as_version=4)
+    chapters = [nbformat.read(p, as_version=4) for p in chapter_paths]
+    cells = []
+    for cell in summary.cells:
+        if _tags(cell) & HIDDEN_TAGS:
+            continue
+        cells.append(cell)
+        if "chapters" in _tags(cell):
+            for nb in chapters:
+                cells.extend(c for c in nb.cells if not _tags(c) & HIDDEN_TAGS)
+    report = nbformat.v4.new_notebook(cells=cells, metadata=summary.metadata)
+    nbformat.write(report, out_path)
+    return report
+
+
+def to_html(notebook, title: str) -> str:
+    from nbconvert import HTMLExporter
+    from pygments.formatters import HtmlFormatter
+
+    exporter = HTMLExporter(template_name="basic", exclude_input=True, exclude_input_prompt=True,
+                            exclude_output_prompt=True)
+    exporter.log.setLevel("ERROR")  # charts carry their titles inside the image; no alt-text nagging
+    body, _ = exporter.from_notebook_node(notebook)
+    css = CSS.read_text() + HtmlFormatter(style="default").get_style_defs(".highlight")
+    return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">\n'
+            f'<meta name="viewport" content="width=device-width, initial-scale=1">\n'
+            f"<title>{title}</title>\n<style>\n{css}\n</style></head>\n"
+            f'<body><main class="report">\n{body}\n</main></body></html>\n')
+
+
+def _pdf_env() -> dict:
+    """The PDF child's environment. A host without Pango (common on GPU images) can use the
+    private library folder `make wheelhouse` builds (tools/pdf_sysroot.sh); only this child
+    process ever loads those libraries."""
+    env = dict(os.environ)
+    sysroot = next((p for p in (ROOT / ".deps" / "sysroot", ROOT / "wheelhouse" / "sysroot") if p.is_dir()), None)
+    if sysroot and (env.get("GPT2_LEVERS_PDF_SYSROOT") == "1" or not ctypes.util.find_library("pango-1.0")):
+        libs = [str(sysroot / d) for d in ("usr/lib/x86_64-linux-gnu", "lib/x86_64-linux-gnu")]
+        env["LD_LIBRARY_PATH"] = os.pathsep.join(libs + [env.get("LD_LIBRARY_PATH", "")]).rstrip(os.pathsep)
+        env["FONTCONFIG_FILE"] = str(sysroot / "fonts.conf")
+    return env
+
+
+def to_pdf(html_text: str, pdf_path, base_dir) -> None:
+    """Render in a child process (see _pdf_env); raises RuntimeError with the renderer's
+    last words if it fails."""
+    with tempfile.NamedTemporaryFile("w", suffix=".html", delete=False, encoding="utf-8") as f:
+        f.write(html_text)
+    try:
+        proc = subprocess.run([sys.executable, "-m", "lib.report.export", f.name, str(pdf_path), str(base_dir)],
+                              cwd=ROOT, env=_pdf_env(), capture_output=True, text=True)
+    finally:
+        os.unlink(f.name)
+    if proc.returncode:
+        lines = [ln for ln in proc.stderr.strip().splitlines() if ln.strip()]
+        raise RuntimeError(lines[-1] if lines else f"renderer exited with {proc.returncode}")
+
+
+def _render(html_path: str, pdf_path: str, base_dir: str) -> None:
+    import logging
+
+    # Set before the import: WeasyPrint logs progress while loading its own stylesheets.
+    for name in ("weasyprint", "weasyprint.progress", "fontTools"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+    from weasyprint import HTML
+
+    tmp = Path(pdf_path).with_suffix(".pdf.tmp")
+    HTML(filename=html_path, base_url=base_dir).write_pdf(str(tmp))
+    os.replace(tmp, pdf_path)
+
+
+def export(report_dir, chapter_paths, summary_path, title: str, t_start: float,
+           wall_note: str | None = None) -> dict:
+    """Assemble, write report.html and report.pdf; the wall time of the whole run up to the PDF
+    replaces WALL_TIME_TOKEN. Returns the timings of this step."""
+    report_dir = Path(report_dir)
+    nb = assemble(summary_path, chapter_paths, report_dir / "report.ipynb")
+    t0 = time.perf_counter()
+    html_text = to_html(nb, title)
+    t_html = time.perf_counter() - t0
+    # The PDF is rendered once, from the final HTML: the wall time it quotes stops before it (run.json
+    # keeps the PDF's own time). Rendering twice to quote its own time cost a CPU run a third of its export.
+    total = time.perf_counter() - t_start
+    html_text = html_text.replace(WALL_TIME_TOKEN, (
+        f"{wall_note}, in {total:.0f} s (notebooks and HTML; the PDF's own time is in run.json)" if wall_note else
+        f"{total:.0f} s for this whole run: measuring every configuration, then the notebooks and HTML "
+        "(the PDF's own time is in run.json)"))
+    t0 = time.perf_counter()
+    pdf_error = None
+    try:
+        to_pdf(html_text, report_dir / "report.pdf", report_dir)
+    except RuntimeError as e:  # e.g. no Pango on this host: keep the HTML, say so
+        pdf_error = f"PDF not rendered here ({type(e).__name__}: {str(e).splitlines()[0][:200]}); " \
+                    "render it elsewhere with `make pdf GPU=<name>`"
+        html_text = html_text.replace("(the PDF's own time is in run.json)", "(no PDF rendered on this host)")
+    t_pdf = time.perf_counter() - t0
+    timing = {"html_s": t_html, "pdf_s": t_pdf, "total_s": time.perf_counter() - t_start, "pdf_error": pdf_error}
+    (report_dir / "report.html").write_text(html_text, encoding="utf-8")
+    return timing
+
+
+if __name__ == "__main__":
+    _render(*sys.argv[1:4])

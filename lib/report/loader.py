@@ -1,0 +1,234 @@
+"""*How the report reads*, its core: a report folder loaded once (params, environment, records,
+the decision records and the evidence), the recommended configuration, and the number formats
+every view uses. Tables, prose and charts live in report_tables, report_text and report_charts."""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from lib.core import cli_args, config, data, kernel_categories, record, stages
+from lib.core.paths import resolve
+from lib.results import decide, parity, stats, store
+
+GiB = 2**30
+CV_LIMIT = 0.02  # step-time spread above this on a GPU is called out
+ADOPT_ABOVE = 1.02  # a lever's median speed-up from which the advice says adopt (below: neutral, or slower under 0.98)
+# The memory layers of a GPU record as every view names them (lib/measure/worker.py takes them after the timed
+# steps): two peaks, and the device's memory in use at that moment. DEVICE_PEAK, sampled during the
+# warm-up steps, exists only in records measured since it was added: the tables show it where present.
+LAYERS = (("mem_tensors_bytes", "tensors peak (max_memory_allocated)"),
+          ("mem_allocator_bytes", "allocator peak (max_memory_reserved)"),
+          ("mem_device_bytes", "device in use after the steps (total − free)"))
+CPU_LAYERS = (("mem_device_bytes", "process peak RSS"),)
+DEVICE_PEAK = ("mem_device_sampled_peak_bytes", "device peak during the warm-up steps (NVML, sampled every 5 ms)")
+@dataclass
+class Report:
+    dir: Path
+    params: dict
+    env: dict
+    records: list            # the stage matrix at the report's batch sizes (and the multi-GPU rows)
+    df: pd.DataFrame         # decide.table of them
+    decisions: list          # store.decision_records: matrix, sweep, repeats, parity runs
+    evidence: dict           # store.load_evidence: every kind of evidence record
+    loss_noise: float = 0.0  # stats.loss_noise: run-to-run drift of the loss gate's statistic
+    run: dict | None = None  # run.json: the runs that measured the folder, the code's commit, the command
+
+    @property
+    def stage_order(self) -> list[str]:
+        return self.params["stages"]
+
+    @property
+    def stage_titles(self) -> list[str]:
+        return [stages.get(k).title for k in self.stage_order]
+
+    @property
+    def on_gpu(self) -> bool:
+        return self.params["backend"] in ("cuda", "rocm")
+
+    def rec(self, stage: str, batch: int) -> dict | None:
+        return next((r for r in self.records if r["stage"] == stage and r["batch_size"] == batch), None)
+
+    @property
+    def layers(self) -> tuple:
+        return LAYERS if self.on_gpu else CPU_LAYERS
+
+    def ok(self) -> pd.DataFrame:
+        return self.df[self.df["status"].isin(["ok", "diverged"])]
+
+
+def load(report_dir) -> Report:
+    d = resolve(report_dir)
+    params = json.loads((d / "params.json").read_text())
+    try:  # the parity rule, added after some folders were measured, judges them with today's values
+        today = config.load(params["name"])["evidence"]
+        params["evidence"] = {**{k: today[k] for k in parity.RULE_KEYS}, **params["evidence"]}
+    except config.ConfigError:
+        pass
+    env = json.loads((d / "environment.json").read_text())
+    records = [kernel_categories.current(r) for r in store.load_records(d / "results")]
+    order = params["stages"]
+    # DDP runs at whatever batch the best single-GPU configuration had (the sweep's, maybe).
+    records = [r for r in records if r["stage"] in order
+               and (r["batch_size"] in params["run"]["batch_sizes"] or stages.is_multi_gpu(r["stage"]))]
+    # A one-GPU host's 'not applicable' DDP row has nothing to say once a host with more GPUs,
+    # resumed into the same folder, has measured the stage.
+    measured = {r["stage"] for r in records if stages.is_multi_gpu(r["stage"]) and r["status"] in record.TIMED}
+    records = [r for r in records if not (r["stage"] in measured and r["status"] == record.Status.NOT_APPLICABLE)]
+    decisions = [kernel_categories.current(r) for r in store.decision_records(d / "results")]
+    noise = stats.loss_noise(decisions)
+    df = decide.table(records, order, params["run"]["loss_tolerance"], noise)
+    df["mfu_bf16"] = [mfu_bf16_of(params, m, p) for m, p in zip(df["mfu"], df["peak_precision"])]
+    run = json.loads((d / "run.json").read_text()) if (d / "run.json").exists() else None
+    return Report(d, params, env, records, df, decisions, store.load_evidence(d / "results"), noise, run)
+
+
+def mfu_bf16_of(params: dict, mfu, precision) -> float | None:
+    """An MFU quoted against the stage's own precision's peak, restated against the bf16 dense
+    peak, so every stage reads on one scale (an FP32 stage's MFU against the fp32 peak looks high)."""
+    peaks = params.get("peak_tflops") or {}
+    if mfu is None or pd.isna(mfu) or not peaks.get("bf16") or not peaks.get(precision):
+        return None
+    return float(mfu) * peaks[precision] / peaks["bf16"]
+
+
+def price_per_gpu_hour(rep: "Report") -> float | None:
+    """PRICE_PER_GPU_HOUR= at render time, else the profile's price_per_gpu_hour, else None."""
+    return cli_args.parse_price(os.environ.get("PRICE_PER_GPU_HOUR")) or rep.params.get("price_per_gpu_hour")
+
+
+def code_commits(rep: "Report") -> tuple[list[str], int]:
+    """The measuring code's commits over every run that measured the folder (distinct, oldest
+    first) and how many of those runs recorded none (measured before commits were recorded)."""
+    run = rep.run or {}
+    commits = [(r.get("code") or {}).get("commit") for r in [*run.get("earlier_runs", []), run] if r]
+    return list(dict.fromkeys(c for c in commits if c)), sum(not c for c in commits)
+
+
+def compile_time_text(rec: dict) -> str:
+    """A configuration's first step as the compile chapter states it: the cold compile where this
+    process compiled cold or the cache's ledger remembers the process that did; a warm start says so."""
+    cache, first = rec.get("compile_cache") or {}, rec.get("first_step_s")
+    head = f"B={rec['batch_size']}: "
+    if cache.get("state") in (None, "cold", "not compiled"):
+        return head + f"{first:.1f} s" + (" (cold compile)" if cache.get("state") == "cold" else "")
+    cold = cache.get("cold")
+    if cold:
+        return head + (f"{cold['first_step_s']:.1f} s cold (measured {str(cold.get('finished_at'))[:10]}); this process "
+                       f"started from the compile cache and took {first:.1f} s")
+    return head + f"{first:.1f} s from the compile cache; no cold compile of it on record"
+
+
+def mfu_bf16(rep: "Report", mfu, precision) -> float | None:
+    return mfu_bf16_of(rep.params, mfu, precision)
+
+
+def no_value(rec: dict | None) -> str:
+    """What a chart or table writes in place of a configuration without a value: OOM, error, n/a
+    (not applicable) or not measured."""
+    if rec is None:
+        return "not measured"
+    return {"oom": "OOM", "not_applicable": "n/a", "error": "error"}.get(rec["status"], rec["status"])
+
+
+def gib(v) -> str:
+    return "n/a" if v is None or pd.isna(v) else f"{v / GiB:.2f}"
+
+
+def times(v) -> str:
+    return "" if v is None or pd.isna(v) else f"{v:.2f}×"
+
+
+def pct(v, digits=1) -> str:
+    return "n/a" if v is None or pd.isna(v) else f"{v * 100:.{digits}f} %"
+
+
+def tok(v) -> str:
+    return "" if v is None or pd.isna(v) else f"{v:,.0f}"
+
+
+def span(values, fmt="{:.2f}×") -> str:
+    values = list(values)
+    if not values:
+        return "n/a"
+    lo, hi = fmt.format(min(values)), fmt.format(max(values))
+    return lo if lo == hi else f"{lo}–{hi}"
+
+
+def speedups(rep: Report, stage: str, col: str) -> pd.Series:
+    rows = rep.ok()[rep.ok()["stage"] == stage]
+    return rows.set_index("batch_size")[col].dropna()
+
+
+def short(reason) -> str:
+    """The first two sentences of a failure message (CUDA's OOM text runs on for lines)."""
+    text = str(reason or "")
+    parts = text.split(". ")
+    return ". ".join(parts[:2]).rstrip(".") + "."
+
+
+def manifest() -> dict:
+    try:
+        return json.loads((data.DATA_DIR / "manifest.json").read_text())
+    except FileNotFoundError:
+        return {}
+
+
+def recommended(rep: Report) -> dict | None:
+    """The recommended configuration (decide.best_config) over the matrix, the batch sweep,
+    the repeats and the parity runs."""
+    return decide.best_config(rep.decisions, rep.params)
+
+
+def widest(rows: pd.DataFrame) -> pd.Series:
+    """Of a multi-GPU stage's rows, the one with the most GPUs: the figure a summary quotes (the
+    stage's chapter draws every GPU count, scaling_curve)."""
+    return rows.loc[rows["world_size"].astype(float).idxmax()]
+
+
+def best_single_gpu(rep: Report) -> dict | None:
+    """What a DDP point is judged against: the recommended configuration on one GPU (the median
+    over its processes) or, in a report where no stage's loss could be verified, the fastest
+    single-GPU configuration measured (`recommended` False). None when nothing ran on one GPU."""
+    best = recommended(rep)
+    if best is not None:
+        return {"stage": best["stage"], "batch_size": best["batch_size"], "tokens_per_s": best["processes"]["median"],
+                "recommended": True}
+    medians = {key: float(np.median(v)) for key, v in decide.throughputs(rep.decisions).items()}
+    if not medians:
+        return None
+    (stage, batch), tps = max(medians.items(), key=lambda kv: kv[1])
+    return {"stage": stage, "batch_size": batch, "tokens_per_s": tps, "recommended": False}
+
+
+def scaling_curve(rep: Report) -> list[dict]:
+    """The data-parallel scaling curve, one row per GPU count, fewest first: the best single-GPU
+    configuration itself as the 1-GPU point, then every timed multi-GPU record of the folder (one
+    per GPU count, whichever hosts measured them). Each gets its speed-up over that configuration
+    and efficiency = tokens/s / (GPUs x its tokens/s); 100 % is perfect weak scaling, each GPU
+    keeping its own batch. A point that replicates another configuration (the DDP stage skips one
+    that leaves too little memory for DDP's buffers) says so in `same_config`. Empty without a
+    timed multi-GPU record or a single-GPU configuration to judge it against."""
+    single = best_single_gpu(rep)
+    # the runner keeps one record per GPU count; of two left in a folder by hand, the later file wins
+    multi = {int(r["world_size"]): r for r in rep.records
+             if stages.is_multi_gpu(r["stage"]) and r["status"] == record.Status.OK and (r.get("world_size") or 0) > 1}
+    if single is None or not multi:
+        return []
+    ref = single["tokens_per_s"]
+    rows = [{"gpus": 1, "nnodes": 1, "per_gpu_batch": single["batch_size"], "stage": single["stage"],
+             "tokens_per_s": ref, "per_gpu_tokens_per_s": ref, "speedup": 1.0, "efficiency": 1.0,
+             "allreduce_share": None, "one_rank_efficiency": None, "same_config": True}]
+    for gpus, r in sorted(multi.items()):
+        one_rank = r.get("efficiency_reference") == "one rank of this DDP job"
+        rows.append({"gpus": gpus, "nnodes": r.get("nnodes") or 1, "per_gpu_batch": r["batch_size"],
+                     "stage": r.get("base_stage"), "tokens_per_s": r["tokens_per_s"],
+                     "per_gpu_tokens_per_s": r["tokens_per_s"] / gpus, "speedup": r["tokens_per_s"] / ref,
+                     "efficiency": r["tokens_per_s"] / (gpus * ref), "allreduce_share": r.get("allreduce_share"),
+                     "one_rank_efficiency": r.get("scaling_efficiency") if one_rank else None,
+                     "same_config": (r.get("base_stage"), r["batch_size"]) == (single["stage"], single["batch_size"])})
+    return rows

@@ -1,0 +1,169 @@
+"""*How a kernel profile reads*: where each stage's profiled step spends its busy kernel time, by
+category (the chart and the table of the summary), and a configuration's largest kernels with the
+op that launched them (the chapters). Every profile is read by today's rules
+(kernel_categories.current, applied when the report loads)."""
+from __future__ import annotations
+
+import html
+import re
+
+import numpy as np
+import pandas as pd
+
+from lib.core import kernel_categories, stages
+from lib.report.charts import legend_below, save, stage_rows, style
+from lib.report.evidence_view import OK, none, table
+from lib.report.loader import Report, no_value, pct
+
+COLORS = dict(zip(kernel_categories.CATEGORIES, ("C0", "C3", "C1", "C2", "C4", "C7")))
+
+
+def _profiled(rep: Report):
+    """(batch, {stage: its record at that batch or None}) over every single-GPU stage, at the batch
+    size at which most stages have a kernel profile (ties: the larger); (None, {}) without one."""
+    recs = [r for r in rep.records if r.get("kernel_profile") and r["status"] in OK and not stages.is_multi_gpu(r["stage"])]
+    if not recs:
+        return None, {}
+    counts = pd.Series([r["batch_size"] for r in recs]).value_counts()
+    batch = max(b for b, c in counts.items() if c == counts.max())
+    return batch, {k: rep.rec(k, batch) for k in rep.stage_order if not stages.is_multi_gpu(k)}
+
+
+def _unit(profile: dict) -> str:
+    """What a profile sums: device kernels, or (on a CPU) operators' self time."""
+    return "kernel" if "CUDA" in profile["source"] else "operator self"
+
+
+def _has_profile(r: dict | None) -> bool:
+    return bool(r and r["status"] in OK and r.get("kernel_profile"))
+
+
+def plot_profile(rep: Report):
+    """Per stage, its profiled step's busy kernel time by category (ms), and each category's
+    share of that busy time; a stage without a profile at the chart's batch says why."""
+    batch, by = _profiled(rep)
+    if not by:
+        return None
+    plt = style()
+    fig, (ms_ax, share_ax) = plt.subplots(1, 2, figsize=(9, 0.9 + 0.26 * len(by)), sharey=True,
+                                          gridspec_kw={"width_ratios": (1, 1.4)})
+    y = stage_rows(share_ax, list(by))
+    left_ms, left_share = np.zeros(len(by)), np.zeros(len(by))
+    for cat in kernel_categories.CATEGORIES:
+        ms = np.array([r["kernel_profile"]["categories"][cat] if _has_profile(r) else 0.0 for r in by.values()])
+        share = np.array([kernel_categories.shares(r["kernel_profile"])[cat] * 100 if _has_profile(r) else 0.0
+                          for r in by.values()])
+        ms_ax.barh(y, ms, 0.7, left=left_ms, color=COLORS[cat], label=cat)
+        share_ax.barh(y, share, 0.7, left=left_share, color=COLORS[cat])
+        for i, v in enumerate(share):
+            if v >= 7:
+                share_ax.text(left_share[i] + v / 2, y[i], f"{v:.0f}", ha="center", va="center", fontsize=6, color="white")
+        left_ms += ms
+        left_share += share
+    for i, r in enumerate(by.values()):
+        if _has_profile(r):
+            ms_ax.text(left_ms[i], y[i], f" {left_ms[i]:.0f}", va="center", fontsize=6)
+        else:
+            for ax in (ms_ax, share_ax):
+                ax.text(0.01, y[i], no_value(r) if r is None or r["status"] not in OK else "no profile",
+                        transform=ax.get_yaxis_transform(), va="center", fontsize=7, color="firebrick")
+    unit = _unit(next(r for r in by.values() if _has_profile(r))["kernel_profile"])
+    ms_ax.set_xlabel(f"busy {unit} time per step (ms)")
+    share_ax.set_xlabel(f"share of busy {unit} time (%; labels where ≥ 7 %)")
+    share_ax.set_xlim(0, 100)
+    fig.suptitle(f"Where one training step's {unit} time goes, B={batch}", fontsize=10)
+    legend_below(fig, *ms_ax.get_legend_handles_labels(), len(kernel_categories.CATEGORIES))
+    return save(fig, rep, "kernel_profile")
+
+
+def profile_table_html(rep: Report) -> str:
+    """Each category's share of busy kernel time per stage (whole percentages summing to 100), at
+    the batch size of the chart, and how much of that time today's rules classified."""
+    batch, by = _profiled(rep)
+    if not by:
+        return none("No kernel profile was recorded for these results.")
+    rows = []
+    for key, r in by.items():
+        row = {"Stage": stages.get(key).title, f"busy ms/step<br><small>B={batch}</small>": "",
+               "step ms<br><small>timed</small>": f"{r['median_ms']:.1f}" if r and r["status"] in OK else no_value(r)}
+        if _has_profile(r):
+            p = r["kernel_profile"]
+            row[f"busy ms/step<br><small>B={batch}</small>"] = f"{p['busy_ms']:.1f}"
+            row.update({c: f"{v} %" for c, v in kernel_categories.percents(kernel_categories.shares(p)).items()})
+            row["classified by today's rules"] = pct(1 - p["recorded_rules_ms"] / p["busy_ms"], 0) if p["busy_ms"] else ""
+        rows.append(row)
+    unit = _unit(next(r for r in by.values() if _has_profile(r))["kernel_profile"])
+    what = ("the GPU's summed kernel time" if unit == "kernel" else "the operators' summed self CPU time")
+    return table(rows) + (f'<p class="note">Shares of busy {unit} time ({what} in the profiled step, not the '
+                          "step's wall time), each row summing to 100 %. A kernel counts in the category of the aten "
+                          "op that launched it where that op names one, else by its own name "
+                          "(lib/core/kernel_categories.py). A record taken before every kernel was stored names only its "
+                          "largest kernels: the rest of its time keeps the categories it was recorded with "
+                          "(last column).</p>")
+
+
+def top_kernels_html(rec: dict | None, limit: int = 8) -> str:
+    """The record's largest kernels: name (shortened at token boundaries, the full name in its
+    title) with the op that launched it, category, time and share of busy kernel time."""
+    if not rec or not rec.get("kernel_profile"):
+        return none("No kernel profile for this configuration.")
+    p = rec["kernel_profile"]
+    head = "kernel ← the op that launched it" if _unit(p) == "kernel" else "operator ← the optimizer step it ran in"
+    rows = [{head: f'<code title="{html.escape(k["name"])}">{_wrappable(kernel_label(k["name"]))}</code>'
+             + (f'<br><small>← <code>{html.escape(k["op"])}</code></small>' if k.get("op") else ""),
+             "category": k["category"], "ms/step": f"{k['ms']:.2f}",
+             f"share of busy<br>{_unit(p)} time": f"{k['share'] * 100:.1f} %", "calls/step": f"{k['calls']:g}"}
+            for k in p["kernels"][:limit]]
+    return table(rows, "matrix kernels") + (
+        f'<p class="note">{p["source"]}, one step of {rec["stage_title"]} at B={rec["batch_size"]}; '
+        f"the GPU busy {p['busy_ms']:.1f} ms in that profiled step (the timed steps' median: "
+        f"{rec.get('median_ms', float('nan')):.1f} ms). Template arguments "
+        "and parameter lists shown as … are in each name's tooltip.</p>")
+
+
+ANON = "\x00"  # C++'s "(anonymous namespace)" is part of a name, not a parameter list
+
+
+def _elide(name: str, keep: int) -> str:
+    """`name` with its top-level parameter lists shown as (…), and the brackets nested deeper than
+    `keep` as <…> / (…)."""
+    out, shown = [], []  # shown: for each open bracket, whether its content is
+    for ch in name:
+        if ch in "<(":
+            if all(shown):
+                out.append(ch if (ch == "<" or shown) and len(shown) < keep else ch + "…")
+            shown.append((ch == "<" or bool(shown)) and len(shown) < keep)
+        elif ch in ">)" and shown:
+            shown.pop()
+            if all(shown):
+                out.append(ch)
+        elif all(shown):
+            out.append(ch)
+    return "".join(out)
+
+
+def kernel_label(name: str, width: int = 140) -> str:
+    """A kernel name a table can show: whole when short, else its parameter lists, then its
+    template arguments from the innermost out, shown as (…) and <…> until it fits (or only the
+    outermost names are left): never cut inside a token."""
+    if len(name) <= width:
+        return name
+    base = name.removeprefix("void ").replace("(anonymous namespace)", ANON)
+    for keep in range(base.count("<") + base.count("("), -1, -1):
+        label = _elide(base, keep)
+        if len(label) <= width:
+            break
+    return label.replace(ANON, "(anonymous namespace)")
+
+
+def _wrappable(text: str) -> str:
+    """Escaped, with line-break opportunities after the separators of a kernel name's tokens."""
+    return re.sub(r"(::|_|,)", r"\1<wbr>", html.escape(text))
+
+
+def stage_profile(rep: Report, stage: str) -> dict | None:
+    """The stage's profiled record at the largest batch size that has one."""
+    recs = [r for r in rep.records if r["stage"] == stage and r.get("kernel_profile") and r["status"] in OK]
+    return max(recs, key=lambda r: r["batch_size"]) if recs else None
+
+

@@ -1,0 +1,319 @@
+"""*How the size sweep reads*: per model preset, the configuration without FP8 against each FP8
+form (lib/run/size_sweep.py measured them), where the step time goes, and the crossover: the
+smallest size from which an FP8 form is faster beyond the report's measured noise, at that size
+and every larger one. Every sentence is computed from the records."""
+from __future__ import annotations
+
+import html
+
+import numpy as np
+
+from lib.core import config, stages
+from lib.report.charts import save, style
+from lib.report.evidence_view import OK, none, table
+from lib.report.fidelity_view import noise
+from lib.report.loader import Report, gib, recommended
+from lib.results.noise import noise_floor
+
+WITHOUT_FP8 = stages.WITHOUT_FP8  # the variant of each preset's reference point
+
+
+def _size(rec: dict) -> tuple:
+    shape = config.presets().get(rec.get("model"), {})
+    return (shape.get("n_layer", 0) * shape.get("n_embd", 0) ** 2, rec.get("model") or "")
+
+
+def points(rep: Report) -> dict[str, dict[str, list[dict]]]:
+    """{preset: {variant: its records, one per process}}, presets smallest first, without FP8 first."""
+    out: dict[str, dict[str, list[dict]]] = {}
+    for r in sorted(rep.evidence["size"], key=lambda r: (_size(r), r.get("variant") != WITHOUT_FP8)):
+        out.setdefault(r.get("model") or "?", {}).setdefault(r.get("variant") or "?", []).append(r)
+    return out
+
+
+def _ran(recs: list[dict]) -> list[float]:
+    return [r["tokens_per_s"] for r in recs if r["status"] in OK]
+
+
+def label(preset: str, recs: dict) -> str:
+    """gpt2-xl (1.56B, d=1600): the preset with the parameter count its processes counted."""
+    n = next((r.get("n_params") for rs in recs.values() for r in rs if r.get("n_params")), None)
+    shape = config.presets().get(preset, {})
+    size = "" if n is None else (f"{n / 1e9:.2f}B" if n >= 1e9 else f"{n / 1e6:.0f}M" if n >= 1e7 else f"{n / 1e6:.2f}M")
+    width = f"d={shape['n_embd']}" if shape else ""
+    return f"{preset} ({', '.join(x for x in (size, width) if x)})"
+
+
+def _spread(recs: dict[str, list[dict]]) -> float | None:
+    return noise_floor({v: _ran(rs) for v, rs in recs.items()})
+
+
+def bands(rep: Report) -> tuple[dict[str, float | None], float | None]:
+    """({preset: the band its ratios must leave to count}, the report's noise floor). Noise depends on
+    the step's length (short steps at a small batch spread wider between processes), so a preset
+    whose points ran in several processes is judged by their widest range, any other by the widest
+    range of the sweep; never by less than the report's floor. None where nothing was repeated."""
+    _, floor = noise(rep)
+    pts = points(rep)
+    sweep = noise_floor({(p, v): _ran(rs) for p, vs in pts.items() for v, rs in vs.items()})
+    out = {}
+    for preset, recs in pts.items():
+        own = _spread(recs)
+        known = [x for x in (floor, own if own is not None else sweep) if x is not None]
+        out[preset] = max(known) if known else None
+    return out, floor
+
+
+def _source(rep: Report, preset: str, band: float | None, floor: float | None) -> str:
+    """Where a size's band comes from, when not from its own repeated points."""
+    if _spread(points(rep)[preset]) is not None and band != floor:
+        return ""
+    return " (the report's noise floor)" if band == floor else " (the sweep's widest: no point of it was repeated)"
+
+
+def speedups(rep: Report) -> dict[str, list[tuple[str, float | None, str | None]]]:
+    """{FP8 form: [(preset, its median tokens/s over the same preset's without-FP8 median, or None,
+    and why not when None)]}, presets smallest first."""
+    out: dict[str, list] = {}
+    for preset, recs in points(rep).items():
+        base = _ran(recs.get(WITHOUT_FP8, []))
+        for variant, rs in recs.items():
+            if variant == WITHOUT_FP8:
+                continue
+            if _ran(rs) and base:
+                out.setdefault(variant, []).append((preset, float(np.median(_ran(rs)) / np.median(base)), None))
+            else:
+                why = rs[0] if not _ran(rs) else (recs.get(WITHOUT_FP8) or [None])[0]
+                text = (f"{why['status'].replace('_', ' ')}" + (f": {why['reason']}" if why.get("reason") else "")
+                        if why else "its without-FP8 point was not measured")
+                out.setdefault(variant, []).append((preset, None, text))
+    return out
+
+
+def crossover(series: list[tuple[str, float | None, str | None]], band: dict[str, float | None]) -> dict:
+    """Where an FP8 form starts to pay: {"from": the smallest preset from which it is faster beyond
+    its size's band (`band`: preset -> relative noise) at that size and every larger measured one, or
+    None; "wins", "ties", "losses": the presets of each kind; "unmeasured"; "ratios"}. Without a
+    measured band a ratio above 1 counts as a win, and the statement says the noise was not measured."""
+    measured = [(p, s) for p, s, _ in series if s is not None]
+    kind = {p: ("win" if s > 1 + (band.get(p) or 0.0) else "loss" if s < 1 - (band.get(p) or 0.0) else "tie")
+            for p, s in measured}
+    start = None
+    for i, (p, _) in enumerate(measured):
+        if all(kind[q] == "win" for q, _ in measured[i:]):
+            start = p
+            break
+    return {"from": start, "wins": [p for p, _ in measured if kind[p] == "win"],
+            "ties": [p for p, _ in measured if kind[p] == "tie"], "losses": [p for p, _ in measured if kind[p] == "loss"],
+            "unmeasured": [p for p, s, _ in series if s is None], "ratios": dict(measured)}
+
+
+def crossover_md(rep: Report) -> str:
+    """One sentence per FP8 form: from which size it pays on this device, with the ratios it rests on."""
+    series, (band, floor) = speedups(rep), bands(rep)
+    if not points(rep):
+        return "Nothing to compare: the size sweep was not measured for this report (above)."
+    if not any(s is not None for pts in series.values() for _, s, _ in pts):
+        why = next((w for pts in series.values() for _, _, w in pts if w), "")
+        return "No FP8 form ran at any size on this device" + (f" ({html.escape(why)})." if why else ".")
+    if all(b is None for b in band.values()):
+        lines = ["An FP8 form *pays* at a size when its tokens/s exceed the same size's without-FP8 point; this "
+                 "report measured no process-to-process noise, so a small difference may be noise."]
+    else:
+        each = ", ".join(f"{p} {b * 100:.1f} %" + _source(rep, p, b, floor) for p, b in band.items() if b is not None)
+        lines = [f"An FP8 form *pays* at a size when its median tokens/s exceed the same size's without-FP8 median by "
+                 f"more than that size's measured noise, a process-to-process range (fastest minus slowest process, "
+                 f"over the median): {each}. A size whose points ran in two or more processes is judged by the widest "
+                 "range among them, any other by the widest range of the sweep, and none by less than the report's "
+                 "noise floor" + (f" ({floor * 100:.1f} %)." if floor is not None else ".")]
+    for form, pts in series.items():
+        c = crossover(pts, band)
+        ratio = ", ".join(f"{p} {s:.2f}×" for p, s in c["ratios"].items())
+        if not c["ratios"]:
+            why = next((w for _, _, w in pts if w), "")
+            lines.append(f"* **{html.escape(form)}**: not measured at any size ({html.escape(why)}).")
+            continue
+        sizes = list(c["ratios"])
+        if c["from"] == sizes[0]:
+            verdict = f"pays at every size measured, from {c['from']} on"
+        elif c["from"] == sizes[-1]:
+            verdict = (f"pays at **{c['from']}**, the largest size measured and the only one at which it pays: the "
+                       "crossover on this device, at this batch")
+        elif c["from"]:
+            verdict = f"pays from **{c['from']}** on: the crossover on this device, at this batch"
+        elif c["wins"]:
+            verdict = f"pays at {', '.join(c['wins'])} but not at every larger size, so no crossover can be stated"
+        else:
+            largest = list(c["ratios"])[-1]
+            kinds = [f"slower beyond the noise at {', '.join(c['losses'])}"] if c["losses"] else []
+            kinds += [f"within the noise at {', '.join(c['ties'])}"] if c["ties"] else []
+            verdict = (f"does not pay at any size measured ({'; '.join(kinds)}): no crossover up to {largest} "
+                       "on this device at this batch")
+        gaps = f"; not measured at {', '.join(c['unmeasured'])}" if c["unmeasured"] else ""
+        lines.append(f"* **{html.escape(form)}** {verdict} (tokens/s over without FP8: {ratio}{gaps})."
+                     + _apart(rep, form, c["wins"]) + _memory(rep, form))
+    return "\n".join(lines)
+
+
+def _apart(rep: Report, form: str, wins: list[str]) -> str:
+    """For each win timed in several processes on both sides: by how much its slowest process beat
+    the fastest without FP8 (a win that survives the harshest pairing of its processes)."""
+    out = []
+    for preset in wins:
+        recs = points(rep)[preset]
+        mine, base = _ran(recs.get(form, [])), _ran(recs.get(WITHOUT_FP8, []))
+        if len(mine) > 1 and len(base) > 1:
+            gap = min(mine) / max(base) - 1
+            out.append(f" At {preset} its slowest process is {gap * 100:+.1f} % against the fastest without FP8"
+                       f" ({min(mine):,.0f} against {max(base):,.0f} tokens/s).")
+    return "".join(out)
+
+
+def _memory(rep: Report, form: str) -> str:
+    """The form's allocator peak over the without-FP8 point's, size by size."""
+    ratios = []
+    for preset, recs in points(rep).items():
+        mem = [max((r.get("mem_allocator_bytes") or 0) for r in recs.get(v, []) if r["status"] in OK) if _ran(recs.get(v, []))
+               else 0 for v in (form, WITHOUT_FP8)]
+        if all(mem):
+            ratios.append(f"{preset} {mem[0] / mem[1]:.2f}×")
+    return f" Allocator peak against without FP8: {', '.join(ratios)}." if ratios else ""
+
+
+def batch_md(rep: Report) -> str:
+    """What the one batch size means for the report's own model: where its recommendation runs, and each
+    FP8 form's stage in the matrix at its batch sizes beside the sweep's point (a lever's worth depends
+    on the batch as well as the size). A sweep point slower than its stage at a larger batch is flagged."""
+    pts, best, own = points(rep), recommended(rep), config.preset_of(rep.params)
+    if not pts:
+        return "Nothing to set beside the stage matrix: the size sweep was not measured for this report."
+    if own not in pts or best is None:
+        return ""
+    recs = pts[own]
+    b = next(iter(recs.values()))[0]["batch_size"]
+    here = _ran(recs.get(WITHOUT_FP8, []))
+    lines = [f"Every size runs at B={b}, one batch for all of them; this report's own model, {own}, is recommended at "
+             f"B={best['batch_size']} ({best['processes']['median']:,.0f} tokens/s, median of its processes)"
+             + (f", against {np.median(here):,.0f} tokens/s here without FP8" if here else "")
+             + f": at B={b} it runs far below its operating point, and a ratio here is not the lever's worth at the "
+               "recommended batch."]
+    titles = {s.title: s for s in stages.STAGES.values()}
+    for form, rs in recs.items():
+        stage = titles.get(form)
+        if form == WITHOUT_FP8 or stage is None or not _ran(rs):
+            continue
+        matrix = {r["batch_size"]: r for r in rep.records if r["stage"] == stage.key and r["status"] in OK}
+        base = {r["batch_size"]: r for r in rep.records if r["stage"] == stage.base and r["status"] in OK}
+        both = sorted(set(matrix) & set(base))
+        if not both:
+            continue
+        ratios = ", ".join(f"{matrix[x]['tokens_per_s'] / base[x]['tokens_per_s']:.2f}× at B={x}" for x in both)
+        line = (f"* **{html.escape(form)}**: the stage matrix measures {html.escape(stage.title)} over "
+                f"{html.escape(stages.get(stage.base).title)} at {ratios}.")
+        ms = float(np.median([r["median_ms"] for r in rs if r["status"] in OK]))
+        slower = [x for x in sorted(matrix) if x > b and matrix[x]["median_ms"] < ms]
+        if slower:
+            x = slower[0]
+            line += (f" Its B={b} step here ({ms:.1f} ms; added to the recommendation without FP8) is longer than the "
+                     f"stage's at B={x} ({matrix[x]['median_ms']:.1f} ms; added to {stages.get(stage.base).title}), with "
+                     f"{b}/{x} of the tokens: not the GEMMs' work, then, but something the sweep does not show "
+                     f"(it profiles only the points without FP8), so its {own} ratio says little about FP8's GEMMs.")
+        lines.append(line)
+    return "\n".join(lines)
+
+
+def pays_from(rep: Report) -> dict[str, str]:
+    """{FP8 form: where the size sweep finds it paying, in words with its basis ("1.03× of the
+    recommendation without FP8 at gpt2-xl, B=8", and "and every larger size" when there are some)},
+    for the forms that have a crossover."""
+    band, out = bands(rep)[0], {}
+    for form, pts in speedups(rep).items():
+        c = crossover(pts, band)
+        if c["from"]:
+            b = next(iter(points(rep)[c["from"]].values()))[0]["batch_size"]
+            more = "" if c["from"] == list(c["ratios"])[-1] else " and every larger size"
+            out[form] = f"{c['ratios'][c['from']]:.2f}× of the recommendation without FP8 at {c['from']}, B={b}{more}"
+    return out
+
+
+def gemm_share(rec: dict | None) -> float | None:
+    prof = (rec or {}).get("kernel_profile") or {}
+    busy = prof.get("busy_ms")
+    return prof["categories"].get("GEMM", 0.0) / busy if busy and prof.get("categories") else None
+
+
+def size_html(rep: Report) -> str:
+    pts = points(rep)
+    if not pts:
+        return none("The size sweep was not measured for this report: \"make report GPU="
+                    f"{rep.params['name']} CHAPTERS=size_sweep\" measures it (after the batch-size sweep has chosen "
+                    "the recommendation it varies).")
+    best = recommended(rep)
+    rows, reasons = [], []  # why a point did not run: numbered notes under the table
+    for preset, recs in pts.items():
+        for i, (variant, rs) in enumerate(recs.items()):
+            r, tps = rs[0], _ran(rs)
+            is_rec = bool(best) and r["stage"] == best["stage"] and not r.get("stage_overrides")
+            shares = [x for x in map(gemm_share, rs) if x is not None]
+            if not tps and r.get("reason") and r["reason"] not in reasons:
+                reasons.append(r["reason"])
+            mark = f" ({reasons.index(r['reason']) + 1})" if not tps and r.get("reason") else ""
+            ms = [x["median_ms"] for x in rs if x["status"] in OK]
+            mfu = [x["mfu"] for x in rs if x["status"] in OK and x.get("mfu") is not None]
+            mem = [x.get("mem_allocator_bytes") for x in rs if x["status"] in OK and x.get("mem_allocator_bytes")]
+            spread = f"{len(tps)}: {min(tps):,.0f}–{max(tps):,.0f}" if len(tps) > 1 else (str(len(tps)) if tps else "")
+            rows.append({"Model": label(preset, recs) if i == 0 else "", "Configuration": html.escape(variant) + (" (recommended)" if is_rec else ""),
+                         "ms/step": f"{np.median(ms):.1f}" if tps else r["status"].upper().replace("_", " ") + mark,
+                         "tok/s": f"{np.median(tps):,.0f}" if tps else "", "processes: range": spread,
+                         "MFU (bf16 peak)": f"{np.median(mfu) * 100:.1f} %" if mfu else "",
+                         "allocator GiB": gib(max(mem)) if mem else "",
+                         "GEMM share of GPU busy time": f"{np.median(shares) * 100:.0f} %" if shares else ""})
+    b = next(iter(next(iter(pts.values())).values()))[0]
+    walls = [r["wall_s"] for recs in pts.values() for rs in recs.values() for r in rs if r.get("wall_s")]
+    note = (f"<p class='note'>Every point at B={b['batch_size']} × T={b['seq_len']}, {b['warmup_steps']} untimed and "
+            f"{b['timed_steps']} timed steps; with several processes a point shows their median (of tokens/s, step "
+            "time, MFU and GEMM share) and their largest allocator peak. Parameters as the model counts them (the "
+            "position embeddings left out, as nanoGPT counts). The GEMM "
+            "share is of one profiled step of the without-FP8 configuration. MFU counts 6N + 12·L·d·T FLOPs per token "
+            "against the bf16 peak." + (f" The {len(walls)} processes took {_duration(sum(walls))} in all (each one's "
+                                        "wall time, compilation included)." if walls else "") + "</p>")
+    why = "".join(f"<p class='note'>({i}) {html.escape(t)}</p>" for i, t in enumerate(reasons, 1))
+    return table(rows) + note + why
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds / 60:.0f} minutes" if seconds >= 90 else f"{seconds:.0f} s"
+
+
+def plot_size(rep: Report):
+    series = {k: [(p, s) for p, s, _ in v if s is not None] for k, v in speedups(rep).items()}
+    series = {k: v for k, v in series.items() if v}
+    shares = [(label(p, recs), gemm_share((recs.get(WITHOUT_FP8) or [None])[0])) for p, recs in points(rep).items()]
+    shares = [(p, s) for p, s in shares if s is not None]
+    if not series and not shares:
+        return None
+    plt = style()
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(9, 3))
+    names = list(points(rep))
+    band = bands(rep)[0]
+    known = [(names.index(p), b) for p, b in band.items() if b is not None]
+    if not series:
+        a1.text(0.5, 0.5, "no FP8 form ran on this device", ha="center", va="center", transform=a1.transAxes)
+    elif known:  # each size's band, as the crossover is judged: 1 ± its process-to-process range
+        a1.errorbar([x for x, _ in known], [1.0] * len(known), yerr=[b for _, b in known], fmt="none",
+                    ecolor="grey", elinewidth=6, alpha=0.3, label="noise band of each size (the text says which are borrowed)")
+    a1.axhline(1.0, color="grey", lw=0.7)
+    for i, (form, pts) in enumerate(series.items()):
+        a1.plot([names.index(p) for p, _ in pts], [s for _, s in pts], "o-", color=f"C{i}", label=form)
+    a1.set_ylabel("tokens/s over without FP8")
+    a1.set_title("FP8 speed-up against model size", fontsize=9)
+    if shares:
+        a2.bar(range(len(shares)), [s * 100 for _, s in shares], color="C0")
+        a2.set_xticks(range(len(shares)), [p.split(" (")[0] for p, _ in shares], fontsize=7)
+    a2.set_ylabel("GEMM share of busy time (%)")
+    a2.set_title("Where the step goes (without FP8)", fontsize=9)
+    a1.set_xticks(range(len(names)), names, fontsize=7)
+    if a1.get_legend_handles_labels()[0]:  # nothing to name where no FP8 form ran (a CPU)
+        a1.legend(frameon=False, fontsize=7)
+    fig.tight_layout()
+    return save(fig, rep, "size_sweep")

@@ -1,0 +1,138 @@
+"""The executive summary's first box, what a team lead acts on in a minute (at most five lines:
+turn on, skip, the recommendation, what it buys, what was not measured), and the report's terms,
+defined once before the findings use them. Every line is read from the report's own records."""
+from __future__ import annotations
+
+import html
+
+from lib.core import record, stages
+from lib.report import fidelity_view, frontier_view, parity_view, size_sweep_view
+from lib.report.loader import ADOPT_ABOVE, Report, mfu_bf16, recommended, span
+from lib.results import decide, stats
+
+MAX_LINES = 5
+
+GLOSSARY = (
+    "**Terms.** *B*: sequences per micro-batch, each of T tokens. *MFU* (model FLOPs utilisation): the model's "
+    "training FLOPs per second (6N + 12·L·d·T per token) over the GPU's datasheet dense peak; quoted against the "
+    "bf16 peak for every stage, and against the stage's own precision beside it. *CV*: coefficient of variation "
+    "of the timed steps (standard deviation ÷ mean). *Allocator*: PyTorch's caching allocator, which reserves "
+    "device memory beyond the live tensors. *SDPA*: PyTorch's fused attention, "
+    "`torch.nn.functional.scaled_dot_product_attention`. *nats*: the unit of the cross-entropy loss "
+    "(natural logarithm). *Within noise*: closer than the spread measured between fresh processes.")
+
+
+def _turn_on(rep: Report) -> str | None:
+    """The levers of the leave-one-out (around the recommendation when it was measured) that pay
+    beyond noise, largest first, or without which the batch does not fit; its batch and processes named."""
+    full, rows = frontier_view.ablation_rows(rep)
+    gains = sorted((r for r in rows if r["worth"] is not None and r["worth"] > 0), key=lambda r: -r["worth"])
+    paying = [r for r in gains if r.get("within_noise") is False]
+    unjudged = [r for r in gains if r.get("within_noise") is None]  # timed on another machine: offset not measured
+    fits = [r["lever"] for r in rows if r["record"].get("status") == record.Status.OOM]
+    if not paying and not fits and not unjudged:
+        return None
+    batch, n = full["batch_size"], full.get("processes", {}).get("n", 1)
+
+    def worth(r):  # where the stage that adds the lever was neutral in the matrix, say so beside its worth here
+        key = _stage_of(rep, r["lever"].split(" (and ")[0])
+        effect = decide.lever_effect(rep.df, key) if key else None
+        neutral = effect is not None and not effect["values"].empty and (
+            fidelity_view.noise_note(rep, key) or effect["median"] < ADOPT_ABOVE)
+        return (f"{r['lever']} ({r['worth'] * 100:+.1f} %"
+                + (f"; neutral in the stage matrix, {effect['median']:.2f}×" if neutral else "") + ")")
+    text = "**Turn on:** " + ", ".join(worth(r) for r in paying)
+    if unjudged:
+        text += (("; " if paying else "") + "not judged against noise, because the rows without them were timed on another "
+                 "machine than the row with every lever and the offset between the machines was not measured: "
+                 + ", ".join(worth(r) for r in unjudged))
+    if fits:
+        text += ("; and, without which B=" if paying or unjudged else "without which B=") + f"{batch} does not fit: " + ", ".join(fits)
+    apart = frontier_view.ablation_calls_apart(full, rows)
+    return text + (f" (each worth: {stages.get(full['stage']).title} at B={batch} against it without that lever, "
+                   f"leave-one-out; {'one process' if n == 1 else f'the median of {n} processes'} with all levers"
+                   + (f", timed {apart}" if apart else "") + ").")
+
+
+def _stage_of(rep: Report, lever: str) -> str | None:
+    """The report's stage that adds `lever` (the first whose switches differ from the stage it is added to)."""
+    off = stages.LEVERS.get(lever, {})
+    return next((k for k in rep.stage_order[1:] if decide.previous_stage(k)
+                 and any(getattr(stages.get(k), f) != getattr(stages.get(decide.previous_stage(k)), f) for f in off)), None)
+
+
+def _skip(rep: Report) -> str | None:
+    """Levers measured slower beyond noise, or whose loss did not hold."""
+    out, pays = [], size_sweep_view.pays_from(rep)
+    for key in stages.single_gpu(rep.stage_order)[1:]:
+        st, effect = stages.get(key), decide.lever_effect(rep.df, key)
+        if key in parity_view.rejected(rep):
+            out.append(f"{st.title} ({parity_view.short_reason(rep, key)})")
+        elif (rep.df[rep.df["stage"] == key]["loss_verdict"].isin(stats.GATE_FAILS)).any():
+            out.append(f"{st.title} (loss beyond tolerance)")
+        elif not effect["values"].empty and effect["median"] < 1 and not fidelity_view.noise_note(rep, key):
+            larger = f"; the size sweep: {pays[st.title]}" if st.title in pays else ""
+            out.append(f"{st.title} ({span(effect['values'].values)} of {stages.get(effect['previous']).title}{larger})")
+    return "**Skip here:** " + "; ".join(out) + "." if out else None
+
+
+def _recommended(rep: Report, best: dict) -> str:
+    p = best["processes"]
+    mfu = mfu_bf16(rep, best.get("mfu"), best.get("peak_precision"))
+    return (f"**Recommended:** {best['stage_title']} at B={best['batch_size']}: {p['median']:,.0f} tokens/s"
+            + (f" (median of {p['n']} processes)" if p["n"] > 1 else "")
+            + (f", MFU {mfu * p['median'] / best['tokens_per_s'] * 100:.1f} % of the bf16 peak" if mfu else "")
+            + (f", allocator peak {best['mem_allocator_bytes'] / 2**30:.1f} GiB" if best.get("mem_allocator_bytes") else "")
+            + ".")
+
+
+def _buys(rep: Report, best: dict) -> str | None:
+    """Against the canonical trainer at GPT-2's batch where the recipe was measured, else against
+    the FP32 baseline at the recommendation's batch size (the basis named either way)."""
+    rows = {r["role"]: r for r in frontier_view.recipe_rows(rep)}
+    mine, plain = rows.get("recommended"), rows.get("baseline")
+    if mine and plain:
+        b = rep.params["evidence"]["baseline"]
+        return (f"**What it buys:** at {frontier_view.micro_steps_text(mine)}, "
+                f"{mine['median'] / plain['median']:.3f}× the canonical trainer "
+                f"({stages.get(b['stage']).title} at B={b['batch_size']} in a plain nanoGPT-form loop) at GPT-2's "
+                f"{rep.params['evidence']['global_batch_tokens']:,}-token batch, measured in the same run "
+                f"({mine['median']:,.0f} against {plain['median']:,.0f} tokens/s).")
+    base = rep.rec(rep.stage_order[0], best["batch_size"])
+    if base and base.get("status") == record.Status.OK:
+        return (f"**What it buys:** {best['processes']['median'] / base['tokens_per_s']:.2f}× "
+                f"{stages.get(rep.stage_order[0]).title} at the same B={best['batch_size']}.")
+    return None
+
+
+def _not_measured(rep: Report) -> str | None:
+    """Stages of the report with no record at all, each with the reason run.json gives (a run
+    stopped in that chapter), else that no run reached it."""
+    runs = [rep.run or {}, *((rep.run or {}).get("earlier_runs") or [])]
+    failures = [f for r in runs for f in r.get("failures") or []]
+
+    def why(key):
+        said = [f.split(": ", 1)[1] for f in failures if f.startswith(f"{key}: ")]
+        return said[0] if said else "no run reached it"
+
+    missing = [f"{stages.get(k).title} ({why(k)})" for k in rep.stage_order if not (rep.df["stage"] == k).any()]
+    return ("**Not measured in this report:** " + "; ".join(missing) + ".") if missing else None
+
+
+def lines(rep: Report) -> list[str]:
+    best = recommended(rep)
+    if best is None:
+        return ["**No recommendation:** no configuration completed with its loss verified; the findings below say "
+                "what ran."]
+    out = [_turn_on(rep), _skip(rep), _recommended(rep, best), _buys(rep, best), _not_measured(rep)]
+    return [line for line in out if line][:MAX_LINES]
+
+
+def box_html(rep: Report) -> str:
+    """The box, markdown bold turned into HTML (the box is raw HTML so the PDF keeps it together)."""
+    def md(text: str) -> str:
+        parts = html.escape(text).split("**")
+        return "".join(f"<strong>{p}</strong>" if i % 2 else p for i, p in enumerate(parts))
+
+    items = "".join(f"<li>{md(line)}</li>" for line in lines(rep))
+    return f'<div class="summary-box"><ul>{items}</ul></div>'

@@ -1,0 +1,137 @@
+"""The parity test: does a lever make training worse, by more than a margin stated in advance?
+
+Design (the method section states it before any number):
+  * paired: each seed trains the lever and its reference stage from the same initial weights on the
+    same data order, so everything but the lever cancels in their difference;
+  * `evidence.parity_seeds` seeds; the decision rests on the mean paired difference (lever minus
+    reference, first runs) in two losses: the held-out loss (text the runs never train on) and the
+    final training loss;
+  * both stages run a second time at each seed: those repeat pairs measure the noise of one paired
+    difference (a compiled or FP8 step need not be bitwise repeatable, where an eager one may be: see
+    reports/probes/parity-h100-2026-11-25), which the interval never undercuts;
+  * rule (non-inferiority, the lever may not be worse): with a one-sided `confidence` bound (Student's t
+    over the seeds) on each mean difference,
+      holds      every upper bound lies at or below +margin;
+      worse      a lower bound lies above +margin;
+      undecided  otherwise;
+    only "holds" lets a stage be adopted. A lever that lowers the loss is not failed for it.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from lib.core import stages
+from lib.core.record import Status
+
+HOLDS, WORSE, UNDECIDED = "holds", "worse", "undecided"
+# The params of the test (params/default.yaml, evidence): a folder measured before they existed is
+# judged with today's values (loader.load), as a new report would be.
+RULE_KEYS = ("parity_seeds", "parity_passes", "parity_margin", "parity_confidence", "parity_power")
+METRICS = {"held_out": "held-out loss", "final": "final training loss"}
+
+
+def interval(diffs: list[float], confidence: float, noise_sd: float = 0.0) -> dict:
+    """Mean of the paired differences and its one-sided `confidence` bounds over the seeds (lo: the
+    lower bound, hi: the upper; together a two-sided interval at 2 x confidence - 1). The spread used is
+    the larger of the differences' own standard deviation and `noise_sd` (a few seeds can agree by luck
+    more closely than the measured noise of one paired difference allows)."""
+    d = np.asarray(diffs, dtype=float)
+    mean = float(d.mean())
+    if d.size < 2:
+        return {"n": int(d.size), "mean": mean, "lo": -math.inf, "hi": math.inf, "sd": None}
+    sd = max(float(d.std(ddof=1)), noise_sd)
+    half = _t(confidence, d.size - 1) * sd / math.sqrt(d.size)
+    return {"n": int(d.size), "mean": mean, "lo": mean - half, "hi": mean + half, "sd": sd}
+
+
+def detectable(sd: float | None, n: int, confidence: float, power: float) -> float | None:
+    """The smallest true mean difference the test tells from none with probability `power` (one-sided
+    at `confidence`), given the spread of one paired difference and n seeds; None below two seeds."""
+    if sd is None or n < 2:
+        return None
+    return float((_t(confidence, n - 1) + _t(power, n - 1)) * sd / math.sqrt(n))
+
+
+def verdict(intervals: dict, margin: float) -> str:
+    """The rule of the module docstring, on the bounds of every metric."""
+    if any(i["lo"] > margin for i in intervals.values()):
+        return WORSE
+    if all(i["hi"] <= margin for i in intervals.values()):
+        return HOLDS
+    return UNDECIDED
+
+
+def _t(q: float, df: int) -> float:
+    """Student's t quantile. scipy.special is imported here, not at the top: every measuring process and
+    every chapter notebook imports this module (through results); scipy.stats would cost most of a second."""
+    from scipy.special import stdtrit
+
+    return float(stdtrit(df, q))
+
+
+def _metric(rec: dict, name: str) -> float:
+    return rec["held_out_loss"] if name == "held_out" else rec["final_loss"]
+
+
+def seed_of(rec: dict) -> int:
+    return int(rec.get("seed_offset") or 0)
+
+
+def _mean_square_repeat(runs_by_seed: dict, seeds: list[int], metric: str) -> float | None:
+    """The mean square of (second run - first run) of one stage over the seeds where it ran twice."""
+    pairs = [_metric(r[1], metric) - _metric(r[0], metric) for r in (runs_by_seed[s] for s in seeds) if len(r) > 1]
+    return float(np.mean(np.square(pairs))) if pairs else None
+
+
+def runs(records: list[dict]) -> dict:
+    """(stage, batch) -> seed -> [its parity runs in replicate order] (completed runs only)."""
+    out: dict = {}
+    for r in sorted((r for r in records if r.get("kind") == "parity" and r.get("status") == Status.OK),
+                    key=lambda r: r.get("replicate", 0)):
+        out.setdefault((r["stage"], r["batch_size"]), {}).setdefault(seed_of(r), []).append(r)
+    return out
+
+
+def checks(records: list[dict], evidence: dict) -> dict:
+    """stage -> its parity test against its reference stage at the batch it ran: the paired
+    differences per seed, the noise pairs, the interval of each metric, the detectable difference
+    and the verdict (evidence: parity_margin, parity_confidence, parity_power)."""
+    margin, conf, power = evidence["parity_margin"], evidence["parity_confidence"], evidence["parity_power"]
+    by = runs(records)
+    out = {}
+    for (key, batch), seeds in by.items():
+        ref_key = stages.get(key).reference if key in stages.STAGES else key
+        refs = by.get((ref_key, batch), {})
+        if ref_key == key or not refs:
+            continue
+        paired = sorted(s for s in seeds if s in refs)
+        # The noise of one paired difference, from the repeat pairs of both stages (their expectation is 0):
+        # sqrt((E[lever pair^2] + E[reference pair^2]) / 2), the larger of the two metrics'.
+        repeats = {m: (_mean_square_repeat(seeds, paired, m), _mean_square_repeat(refs, paired, m)) for m in METRICS}
+        measured = all(v is not None for pair in repeats.values() for v in pair)
+        noise_sd = max(math.sqrt((a + b) / 2) for a, b in repeats.values()) if measured else None
+        diffs = {m: [_metric(seeds[s][0], m) - _metric(refs[s][0], m) for s in paired] for m in METRICS}
+        intervals = {m: interval(v, conf, noise_sd or 0.0) for m, v in diffs.items()}
+        spread = max((i["sd"] for i in intervals.values() if i["sd"] is not None), default=None)
+        out[key] = {"stage": key, "reference": ref_key, "batch_size": batch, "seeds": paired,
+                    "steps": seeds[paired[0]][0]["steps"] if paired else None,
+                    "micro_steps": refs[paired[0]][0].get("micro_steps", 1) if paired else 1,
+                    "passes": seeds[paired[0]][0].get("passes") if paired else None,
+                    "diffs": diffs, "noise_sd": noise_sd, "intervals": intervals,
+                    "detectable": detectable(spread, len(paired), conf, power), "margin": margin, "confidence": conf,
+                    "power": power, "wanted": evidence["parity_seeds"],
+                    "verdict": verdict(intervals, margin) if paired else UNDECIDED}
+        out[key]["ok"] = out[key]["verdict"] == HOLDS
+    return out
+
+
+def seeds_needed(check: dict) -> int | None:
+    """How many seeds would bring the upper bound within the margin if the mean and spread stayed as
+    measured (what an undecided test would need); None where that takes more than 100 or never comes."""
+    i = max(check["intervals"].values(), key=lambda i: i["hi"])
+    if i["sd"] is None or i["mean"] >= check["margin"]:
+        return None
+    return next((n for n in range(2, 101) if i["mean"] + _t(check["confidence"], n - 1) * i["sd"] / math.sqrt(n)
+                 <= check["margin"]), None)

@@ -1,0 +1,126 @@
+"""Result records on disk: where a record goes, its fingerprint (what it depends on), writing it
+atomically once stamped, moving a superseded one aside, and reading a report's records back."""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from lib.core import kernel_categories, provenance
+from lib.core.record import SCHEMA_VERSION, Status
+
+ENV_KEYS = ("torch", "cuda", "hip", "cudnn", "cublas", "driver", "python")
+
+
+def setup_key(params: dict, env: dict) -> dict:
+    """What a measurement depends on: the workload and the machine (not the report's prose
+    settings such as the loss tolerance)."""
+    run = {k: v for k, v in params["run"].items() if k not in ("batch_sizes", "loss_tolerance")}
+    return {"method": params.get("method", 1), "model": params["model"], "run": run, "backend": params["backend"],
+            "device": env["device"].get("name"), **{k: env.get(k) for k in ENV_KEYS}}
+
+
+def short_hash(obj) -> str:
+    import hashlib
+
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def fingerprint(params: dict, env: dict, stage, batch: int) -> str:
+    """What a measurement depends on: the workload, the machine, the stage's switches (not its
+    prose: fixing a title re-measures nothing) and the batch size."""
+    return short_hash({"setup": setup_key(params, env), "stage": stage.identity(), "batch_size": batch})
+
+
+def base_record(params: dict, stage, batch: int) -> dict:
+    return {"schema_version": SCHEMA_VERSION, "profile": params["name"], "model": params.get("model_preset"), "stage": stage.key,
+            "stage_title": stage.title, "batch_size": batch, "seq_len": params["run"]["seq_len"],
+            "status": Status.OK, "reason": None, "warmup_steps": params["run"]["warmup_steps"],
+            "timed_steps": params["run"]["timed_steps"], "peak_precision": stage.peak}
+
+
+def record_path(out_dir, stage: str, batch: int, gpus: int | None = None) -> Path:
+    """<stage>__b<batch>.json; a multi-GPU record adds its GPU count (__g<N>): hosts of 2, 4, 8 GPUs share a folder."""
+    return Path(out_dir) / (f"{stage}__b{batch}" + (f"__g{gpus}" if gpus else "") + ".json")
+
+
+def write_atomic(path, record: dict) -> None:
+    """Write to a temporary file in the same folder, then rename: a reader (or a run killed
+    half-way) never sees a half-written record."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(record, f, indent=1, default=_jsonable)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_record(path, record: dict) -> None:
+    """A result record, atomically, once it says where and how it was measured (provenance.check)."""
+    provenance.check(record)
+    write_atomic(path, record)
+
+
+def supersede(out: Path) -> Path:
+    """Move a record that is about to be measured again to <report>/superseded/ (its path under results/,
+    stamped with the time): no record is ever deleted, and the report counts what was superseded."""
+    parts = out.parts
+    if "results" in parts:
+        i = len(parts) - 1 - parts[::-1].index("results")
+        dest = Path(*parts[:i]) / "superseded" / Path(*parts[i + 1:])
+    else:
+        dest = out.parent / "superseded" / out.name
+    dest = dest.with_name(f"{dest.stem}.{time.strftime('%Y%m%dT%H%M%S')}{dest.suffix}")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    out.rename(dest)
+    return dest
+
+
+def _jsonable(v):
+    if isinstance(v, (np.integer,)):
+        return int(v)
+    if isinstance(v, (np.floating,)):
+        return float(v)
+    raise TypeError(f"not JSON serialisable: {type(v)}")
+
+
+def load_records(results_dir) -> list[dict]:
+    out = []
+    for path in sorted(Path(results_dir).glob("*.json")):
+        rec = json.loads(path.read_text())
+        if rec.get("schema_version") != SCHEMA_VERSION:
+            raise ValueError(f"{path}: schema version {rec.get('schema_version')}, this code reads {SCHEMA_VERSION}")
+        out.append(rec)
+    return out
+
+
+EVIDENCE_KINDS = ("seq", "gemm", "variants", "sweep", "repeats", "crosscheck", "parity", "sdpa", "recipe", "ablation", "size")  # folders of results/
+
+
+def load_evidence(results_dir) -> dict:
+    """Every evidence record of a report's results folder by kind, its kernel profiles read by
+    today's rules; {"gemm": record or None, every other kind: [...]}; missing kinds are empty."""
+    out = {}
+    for kind in EVIDENCE_KINDS:
+        recs = [kernel_categories.current(r) for r in load_records(Path(results_dir) / kind)]
+        out[kind] = (recs[0] if recs else None) if kind == "gemm" else recs
+    return out
+
+
+def decision_records(results_dir) -> list[dict]:
+    """What the recommendation rests on: the matrix, the batch sweep, the repeats and the
+    parity runs of one report's results folder."""
+    base = Path(results_dir)
+    return [r for d in (base, base / "sweep", base / "repeats", base / "parity") if d.is_dir()
+            for r in load_records(d)]

@@ -1,0 +1,171 @@
+"""*What launches* the DDP stage: lib.measure.ddp under torchrun on this node's GPUs (or several
+nodes'), replicating the fastest single-GPU configuration that leaves room, with the same job measured
+on one rank beside it for the scaling efficiency."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from lib.core import provenance, record, stages
+from lib.core.paths import ROOT, resolve
+from lib.measure import compile_cache
+from lib.results import decide, store
+from lib.run import runner
+
+DDP_MEMORY_SHARE = 0.85  # the DDP stage replicates only configurations that left this much headroom
+
+
+# Keep NVLink multicast off (shared hosts: a program using it can take GPUs out of service).
+NVLINK_MULTICAST_OFF = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
+
+
+def _torchrun(params: dict, job: dict, n: int, out: Path, timeout_s: float, launch: dict | None = None) -> dict | None:
+    """lib.measure.ddp under torchrun with `n` processes on this node; the record it wrote, or an
+    error/OOM record. On a node other than 0 of a multi-node `launch` there is no record: None
+    when its ranks ran, RuntimeError with the failing line when they did not."""
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+        json.dump(job, f)
+    run_env = {**runner.child_env(job.get("device_env")), **NVLINK_MULTICAST_OFF}
+    run_env.setdefault("OMP_NUM_THREADS", "1")
+    try:
+        proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", *_launch_args(launch, job, timeout_s),
+                               f"--nproc_per_node={n}", "-m", "lib.measure.ddp", f.name, str(out)],
+                              cwd=ROOT, env=run_env, capture_output=True, text=True, timeout=timeout_s)
+        verdict, stderr = f"exit {proc.returncode}", proc.stderr
+    except subprocess.TimeoutExpired as e:
+        verdict, stderr = f"timed out after {timeout_s:.0f} s", str(e.stderr or "")
+    finally:
+        os.unlink(f.name)
+    if (launch or {}).get("node_rank"):
+        if verdict != "exit 0":
+            lines = [ln.strip() for ln in stderr.splitlines() if re.search(r"\w(Error|Exception): \S", ln)]
+            raise RuntimeError(f"DDP ranks of node {launch['node_rank']} failed ({verdict}): "
+                               f"{(lines or ['no message'])[-1]}")
+        return None
+    rec = runner._collect(params, {"stage": "ddp", "batch_size": job["batch_size"], "out": str(out), "stamp": job.get("stamp")},
+                   verdict, stderr)
+    if rec["status"] == record.Status.ERROR and "out of memory" in stderr.lower():
+        rec.update(status=record.Status.OOM, reason=f"out of memory on at least one of {n} rank(s)")
+        store.write_record(out, rec)
+    return rec
+
+
+RDZV_WAIT_S = 900  # how long a node waits at the rendezvous for the others (node 0 first times one rank alone)
+
+
+def _launch_args(launch: dict | None, job: dict, timeout_s: float) -> list[str]:
+    """torchrun's arguments for where the ranks run: this host alone (`--standalone`), or this node
+    of several meeting at RDZV through the c10d rendezvous. The rendezvous id comes from the
+    workload (profile, model, run), so every node of one report computes the same id."""
+    if not launch or launch["nnodes"] == 1:
+        return ["--standalone"]
+    params = job["params"]
+    rdzv_id = "gpt2-levers-" + store.short_hash({"profile": params["name"], "model": params["model"],
+                                                    "run": params["run"], "nnodes": launch["nnodes"]})
+    wait = int(min(RDZV_WAIT_S, timeout_s / 2))
+    return [f"--nnodes={launch['nnodes']}", f"--node_rank={launch['node_rank']}", "--rdzv_backend=c10d",
+            f"--rdzv_endpoint={launch['rdzv']}", f"--rdzv_id={rdzv_id}",
+            f"--rdzv_conf=join_timeout={wait},read_timeout={wait}"]
+
+
+def _ddp_gpus(path: Path) -> int | None:
+    """The GPU count of a DDP record: from its name (__g<N>), or, for a record named before the
+    count was (ddp__b<B>.json, as committed reports hold), its world size; None when unknown
+    (an error or 'not applicable' record of that kind)."""
+    named = re.search(r"__g(\d+)\.json$", path.name)
+    if named:
+        return int(named.group(1))
+    try:
+        return json.loads(path.read_text()).get("world_size")
+    except (OSError, ValueError):
+        return None
+
+
+def run_ddp(params: dict, report_dir, nproc: int | None = None, timeout_s: float = 1800,
+            force: bool = False, launch: dict | None = None) -> dict | None:
+    """The multi-GPU stage: torchrun with one process per GPU, at the best single-GPU
+    configuration measured so far (decide.best_config: fastest, loss verified), its per-GPU
+    batch fixed. `nproc` forces a process count (the CPU test runs 2 gloo processes); otherwise
+    it is the host's GPU count. The record is named by its GPU count (NNODES x nproc), so a folder
+    keeps one per count: the points of the report's scaling curve.
+
+    `launch` (cli_args.check_launch; None: this host alone) may make this one node of several:
+    every node runs `make report` with the same inputs, its own NODE_RANK and the same RDZV, and
+    torchrun's c10d rendezvous joins their ranks into one job of NNODES x nproc ranks (every rank
+    runs node 0's configuration, lib/measure/ddp.py). Node 0 alone measures the one-rank reference first
+    and writes the record; any other node only contributes ranks: it writes no record and returns
+    None (RuntimeError if its ranks failed). The other nodes wait up to RDZV_WAIT_S at the
+    rendezvous, so a node 0 that keeps its record from an earlier run (no FORCE) leaves them
+    waiting that long before they fail."""
+    launch = launch or {"nnodes": 1, "node_rank": 0, "rdzv": None}
+    nnodes, contributor = launch["nnodes"], launch["node_rank"] > 0
+    report_dir = resolve(report_dir)
+    env = runner.environment(report_dir)
+    stage = stages.get("ddp")
+    decided = store.decision_records(report_dir / "results")
+    # DDP adds gradient buckets and NCCL buffers: leave out configurations that already filled
+    # the device, so the replicated one fits.
+    total = env["device"].get("memory_bytes")
+    roomy = lambda r: not total or (r.get("mem_device_bytes") or 0) < DDP_MEMORY_SHARE * total  # noqa: E731
+    best = decide.best_config(decided, params, eligible=roomy)
+    if best is None:  # nothing verified (a report without the baseline): the fastest that ran
+        ran = [r for r in decided if r.get("variant") is None and r.get("status") == record.Status.OK and not stages.is_multi_gpu(r.get("stage")) and roomy(r)]
+        best = max(ran, key=lambda r: r["tokens_per_s"]) if ran else None
+    base_key = best["stage"] if best else "vocab"
+    batch = best["batch_size"] if best else params["run"]["batch_sizes"][0]
+    # One record per GPU count, so hosts with 2, 4 and 8 GPUs resumed into one folder each add
+    # their point to the scaling curve; what this run supersedes is this count's record at another
+    # batch and an old-style record whose count is unknown.
+    gpus = (nproc or env["device"].get("count", 1)) * nnodes
+    out = store.record_path(report_dir / "results", "ddp", batch, gpus=gpus)
+    for old in (report_dir / "results").glob("ddp__b*.json"):
+        if old == out or _ddp_gpus(old) not in (gpus, None):
+            continue
+        if old == store.record_path(out.parent, "ddp", batch) and not out.exists():
+            old.rename(out)  # named before the count was: its fingerprint below still decides whether it is kept
+        else:
+            store.supersede(old)
+    fp = store.fingerprint(params, env, stage, batch) + f"-{base_key}-n{nproc or env['device'].get('count', 1)}" \
+        + (f"-nodes{nnodes}" if nnodes > 1 else "")
+    kept = None if force or contributor else runner.reusable(out, fp)
+    if kept:
+        runner._finished(env, kept, kept=True)
+        return kept
+    # Several nodes of one GPU each are several GPUs: the job's world size decides.
+    reason = None if nproc else stage.not_applicable({**env["device"], "count": env["device"].get("count", 1) * nnodes})
+    if reason and contributor:
+        print(f"   ddp node {launch['node_rank']}: not applicable ({reason}); node 0 records it", flush=True)
+        return None
+    if reason:
+        rec = store.base_record(params, stage, batch)
+        rec.update(status=record.Status.NOT_APPLICABLE, reason=reason, fingerprint=fp, provenance=provenance.run_stamp(env))
+        store.write_record(out, rec)
+        runner._finished(env, rec)
+        return rec
+    n = nproc or env["device"]["count"]
+    job = {"params": params, "batch_size": batch, "base_stage": base_key, "fingerprint": fp, **launch,
+           "stamp": provenance.run_stamp(env), "device_env": env, "cold_compile": compile_cache.ledger(env).get(fp),
+           "single_gpu_tokens_per_s": (best.get("processes") or {}).get("median", best["tokens_per_s"]) if best else None}
+    if out.exists():
+        store.supersede(out)
+    # The same DDP job on one rank first, so the scaling efficiency compares like with like (same
+    # wrapper, same host, same minute) rather than against a row measured in another process or run.
+    # It stays on this host alone; only node 0, which writes the record, needs it.
+    if not contributor:
+        with tempfile.TemporaryDirectory() as tmp:
+            one = _torchrun(params, {**job, "nnodes": 1, "node_rank": 0, "rdzv": None}, 1, Path(tmp) / "one_rank.json",
+                            timeout_s)
+        if one["status"] == record.Status.OK:
+            job["one_rank_tokens_per_s"] = one["tokens_per_s"]
+    rec = _torchrun(params, job, n, out, timeout_s, launch)
+    if rec is None:
+        print(f"   ddp node {launch['node_rank']} of {nnodes}: contributed {n} rank(s) to the job; node 0 writes "
+              "its record", flush=True)
+        return None
+    runner._finished(env, rec)
+    return rec

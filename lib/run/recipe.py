@@ -1,0 +1,94 @@
+"""What the recommended configuration is worth, measured as it would be trained (batch-sweep
+chapter, after the recommendation is known):
+
+- recipe_jobs:   the recommended configuration at GPT-2's global batch (evidence.global_batch_tokens,
+                 524,288 tokens): its micro-batch and the gradient-accumulation steps that reach
+                 that batch, the optimizer step amortised over them; beside it, in the same call, the
+                 plain loop (lib/train/plain_loop.py) at the canonical trainer's configuration
+                 (evidence.baseline: torch.compile + fused AdamW at B=64) with the same global batch,
+                 each in evidence.repeats fresh processes, interleaved.
+- ablation_jobs: leave-one-out from the recommended configuration: each of its levers switched
+                 off in turn at the same micro-batch, so a lever's worth does not depend on the
+                 order of the cumulative stages.
+
+Results live in results/recipe/ and results/ablation/."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from lib.core import paths, stages
+from lib.core.paths import resolve
+from lib.core.stages import levers_of
+from lib.results import decide, store
+from lib.run import runner
+from lib.run.jobs import PLAIN_LOOP_SWITCHES, folder, make_job
+
+
+def micro_steps(params: dict, batch: int) -> int | None:
+    """Gradient-accumulation steps that make `batch` sequences per micro-step reach the global
+    batch, or None when the global batch is not a multiple of the micro-batch's tokens."""
+    tokens, per_micro = params["evidence"]["global_batch_tokens"], batch * params["run"]["seq_len"]
+    return tokens // per_micro if tokens % per_micro == 0 else None
+
+
+def _recipe_params(params: dict) -> dict:
+    """Fewer steps than the matrix: each one is a whole global batch."""
+    ev = params["evidence"]
+    return {**params, "run": {**params["run"], "warmup_steps": ev["recipe_warmup_steps"],
+                              "timed_steps": ev["recipe_timed_steps"]}}
+
+
+def recipe_jobs(params: dict, report_dir, best: dict) -> list[dict]:
+    env, n = runner.environment(report_dir), params["evidence"]["repeats"]
+    p = _recipe_params(params)
+    base = params["evidence"]["baseline"]
+    plain_stage, plain_batch = stages.get(base["stage"]), base["batch_size"]
+    # The recommendation, the canonical trainer's configuration in this harness, and the same in
+    # the plain loop: the last two show that the gap to the first is the levers', not the harness's.
+    same = (best["stage"], best["batch_size"]) == (base["stage"], plain_batch)
+    plans = [("recommended", best["stage"], best["batch_size"], {}),
+             *([] if same else [("baseline-harness", base["stage"], plain_batch, {})]),
+             ("baseline", base["stage"], plain_batch,
+              {"kind": "plain", "switches": {s: getattr(plain_stage, s) for s in PLAIN_LOOP_SWITCHES}})]
+    source = store.short_hash(paths.PLAIN_LOOP.read_text())
+    jobs = []
+    for k in range(n):  # interleaved, so a slow minute of the device hits both sides alike
+        for role, key, batch, extra in plans:
+            micro = micro_steps(params, batch)
+            if micro is None:
+                continue
+            job = make_job(p, env, key, batch, folder(report_dir, "recipe") / f"{role}__{key}__b{batch}__r{k}.json",
+                       variant=f"recipe: {role}", micro_steps=micro, repeat=k, profile=False, energy=False, **extra)
+            job["fingerprint"] += f"-accum{micro}-r{k}" + (f"-{source}" if extra else "")
+            jobs.append(job)
+    return jobs
+
+
+def ablation_jobs(params: dict, report_dir, best: dict) -> list[dict]:
+    env, stage, batch = runner.environment(report_dir), stages.get(best["stage"]), best["batch_size"]
+    jobs = []
+    for name, off in levers_of(stage).items():
+        slug = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
+        jobs.append(make_job(params, env, stage.key, batch, folder(report_dir, "ablation") / f"without-{slug}__b{batch}.json",
+                         variant=f"without {name}", lever=name, stage_overrides=off, profile=False, energy=False))
+    return jobs
+
+
+def recipe_config(params: dict, report_dir) -> dict | None:
+    """What the recipe trains: the fastest verified configuration whose micro-batch divides the
+    global batch (the recommendation itself where it does; B=96 of T=1024 does not divide 524,288)."""
+    ranked = decide.ranked_configs(store.decision_records(resolve(report_dir) / "results"), params)
+    return next((r for r in ranked if micro_steps(params, r["batch_size"])), None)
+
+
+def measure(params: dict, report_dir, best: dict, force: bool = False) -> None:
+    """The recipe, then the ablation, after the rest of the recommendation's evidence. The recipe's
+    sides are compared as measured in one run, on one machine: where any of them must be measured
+    (a side added, or one whose configuration changed), all of them are measured again."""
+    env = runner.environment(resolve(report_dir))
+    pick = recipe_config(params, report_dir)
+    jobs = recipe_jobs(params, report_dir, pick) if pick else []
+    partly_kept = any(runner.reusable(Path(j["out"]), j["fingerprint"]) is None for j in jobs)
+    runner.measure_jobs(jobs, env, force=force or partly_kept)
+    runner.measure_jobs(ablation_jobs(params, report_dir, best), env, force=force)

@@ -1,0 +1,188 @@
+"""The run as it goes: run.json rewritten atomically after every configuration (so a run cut off by a
+time limit or a kill leaves a truthful account), and the progress line a person can plan by (elapsed
+time and what is left, per chapter and for the run). Only this program writes run.json.
+
+A run that is killed outright cannot write its end: its run.json then says "running", and the next
+program to open the folder (a resumed run, a render) settles it as interrupted after the
+configurations it recorded."""
+from __future__ import annotations
+
+import atexit
+import datetime as dt
+import json
+import os
+import signal
+import time
+from pathlib import Path
+
+from lib.core import provenance, stages
+from lib.results import store
+
+BUDGET_VAR = "MEASURE_FOR"  # seconds this run may measure; then it stops between configurations, resumable
+
+
+class TimeBudgetSpent(BaseException):
+    """MEASURE_FOR ran out: the run stops after the configuration that used it up (a BaseException, so no
+    chapter's own error handling records it as a failure)."""
+
+
+def _clock(seconds: float) -> str:
+    seconds = max(0, int(round(seconds)))
+    h, rest = divmod(seconds, 3600)
+    return f"{h}h{rest // 60:02d}m" if h else f"{rest // 60}m{rest % 60:02d}s"
+
+
+def settle(run: dict) -> dict:
+    """A run.json entry left 'running' by a process that no longer exists: interrupted."""
+    if run.get("state") == "running":
+        n = (run.get("configurations") or {}).get("measured", 0)
+        run.update(state="interrupted", interrupted=f"interrupted after {n} configurations: the process ended "
+                                                    "without closing its run (killed, or the machine went away)")
+    return run
+
+
+def estimates(params: dict, history: list[dict], device: dict | None = None) -> tuple[dict, dict]:
+    """({chapter: seconds}, {chapter: source}) for the progress line: the latest earlier run that timed a
+    chapter, else the cost model of params (cost_model_s): per configuration, eager or compiled (a stage
+    the profile skips or the device cannot run costs nothing)."""
+    from lib.core import chapters  # the registry (running layer) is only needed here
+
+    model = params.get("cost_model_s") or {}
+    out, source = {}, {}
+    for chapter in chapters.order(params["stages"], params.get("chapters")):
+        timed = [r["timings_s"][chapter.key] for r in history if (r.get("timings_s") or {}).get(chapter.key)]
+        if timed:
+            out[chapter.key], source[chapter.key] = timed[-1], "the previous run"
+            continue
+        stage = stages.STAGES.get(chapter.key)
+        if stage and ((params.get("skip") or {}).get(stage.key) or (device and stage.not_applicable(device))):
+            out[chapter.key] = 0
+        elif stage:
+            per = model.get("compiled_config" if stage.compile else "eager_config", 0)
+            out[chapter.key] = per * len(params["run"]["batch_sizes"]) + model.get("evidence", {}).get(chapter.key, 0)
+        else:
+            out[chapter.key] = model.get(chapter.key, 0)
+        source[chapter.key] = "the cost model"
+    return out, source
+
+
+class RunLog:
+    """One run's entry of run.json, kept true as the run goes."""
+
+    def __init__(self, report_dir: Path, params: dict, env: dict, earlier: list[dict], command: str,
+                 estimate: tuple[dict, dict] = ({}, {})):
+        self.path = Path(report_dir) / "run.json"
+        self.t0 = time.perf_counter()
+        self.estimate, self.source = estimate
+        self.chapter_key, self.chapter_t0, self.left_after = None, self.t0, 0.0
+        budget = os.environ.get(BUDGET_VAR)
+        self.budget_s = float(budget) if budget else None
+        stamp = provenance.run_stamp(env)
+        self.run = {"profile": params["name"], "started": dt.datetime.now().isoformat(timespec="seconds"),
+                    "state": "running", "pid": os.getpid(), "completed": False, "measure_only": True,
+                    "code": provenance.code_version(), "host_id": stamp["host_id"], "gpu_uuid": stamp["gpu_uuid"],
+                    "device": stamp["device"], "command": command, "depth": params.get("depth"),
+                    "configurations": {"measured": 0, "kept": 0, "by_status": {}, "compile": {}},
+                    "timings_s": {}, "failures": [], "earlier_runs": earlier}
+        self.write()
+        atexit.register(self._at_exit)
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            signal.signal(sig, self._on_signal)
+
+    def write(self) -> None:
+        self.run["timings_s"]["total_s"] = time.perf_counter() - self.t0
+        store.write_atomic(self.path, self.run)
+
+    # ---------------------------------------------------------------- progress
+
+    def chapter(self, index: int, order: list) -> str:
+        """The chapter's heading line: what it is expected to take and what is left for the run."""
+        chapter = order[index - 1]
+        self.chapter_key, self.chapter_t0 = chapter.key, time.perf_counter()
+        self.left_after = sum(self.estimate.get(c.key, 0) for c in order[index:])
+        own = self.estimate.get(chapter.key)
+        guess = f"~{_clock(own)} by {self.source[chapter.key]}" if own is not None and chapter.key in self.source else "no estimate"
+        return (f"[measure {index}/{len(order)}] {chapter.title} ({guess}; {_clock(self.elapsed())} elapsed, "
+                f"~{_clock((own or 0) + self.left_after)} left in the run)")
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.t0
+
+    def record(self, rec: dict, kept: bool) -> str:
+        """Count a record, rewrite run.json, and return the progress to print beside the record's line."""
+        counts = self.run["configurations"]
+        counts["kept" if kept else "measured"] += 1
+        counts["by_status"][rec.get("status")] = counts["by_status"].get(rec.get("status"), 0) + 1
+        if not kept and rec.get("compile_cache"):
+            state = rec["compile_cache"]["state"]
+            counts["compile"][state] = counts["compile"].get(state, 0) + 1
+        self.write()
+        if kept or self.chapter_key is None:
+            return ""
+        own = self.estimate.get(self.chapter_key) or 0
+        spent = time.perf_counter() - self.chapter_t0
+        here = f"~{_clock(own - spent)} left in the chapter" if spent < own else "chapter over its estimate"
+        return f"  [{_clock(self.elapsed())} elapsed; {here}, ~{_clock(max(own - spent, 0) + self.left_after)} in the run]"
+
+    def check_budget(self) -> None:
+        """Raise TimeBudgetSpent once MEASURE_FOR is spent (called after each record's line is printed)."""
+        if self.budget_s is not None and self.elapsed() > self.budget_s:
+            self.stop(f"its time budget ({BUDGET_VAR}={self.budget_s:g} s) was spent; the same command resumes it")
+            raise TimeBudgetSpent(self.run["interrupted"])
+
+    def chapter_done(self, key: str, seconds: float, failure: str | None = None) -> None:
+        self.run["timings_s"][key] = seconds
+        if failure:
+            self.run["failures"].append(failure)
+        self.write()
+
+    def chapter_cut(self, key: str, seconds: float) -> None:
+        """The chapter the time budget stopped: its seconds so far (the resumed run times the rest), so the
+        time a chapter cost adds up over resumed runs (chapter_seconds)."""
+        self.run.setdefault("cut_timings_s", {})[key] = seconds
+        self.write()
+
+    # ---------------------------------------------------------------- the end
+
+    def finish(self, completed: bool, measure_only: bool, **extra) -> None:
+        self.run.update(state="completed", ended=dt.datetime.now().isoformat(timespec="seconds"),
+                        completed=completed, measure_only=measure_only, **extra)
+        self.run.pop("pid", None)
+        self.write()
+
+    def stop(self, why: str) -> None:
+        """Close the run as interrupted, with why (a time budget, a signal, an early exit)."""
+        if self.run["state"] != "running":
+            return
+        n = self.run["configurations"]["measured"]
+        self.run.update(state="interrupted", interrupted=f"interrupted after {n} configurations: {why}",
+                        ended=dt.datetime.now().isoformat(timespec="seconds"))
+        self.run.pop("pid", None)
+        self.write()
+
+    def _on_signal(self, signum, frame) -> None:
+        self.stop(f"stopped by {signal.Signals(signum).name}")
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+
+    def _at_exit(self) -> None:
+        self.stop("the program ended before the run did")
+
+
+def chapter_seconds(run: dict) -> dict:
+    """Seconds each chapter took to measure over every run of the folder (earlier runs and resumed ones
+    included, a chapter cut by a time budget with its part), in the order first measured."""
+    out: dict = {}
+    for r in [*run.get("earlier_runs", []), run]:
+        for part in ("timings_s", "cut_timings_s"):
+            for key, s in (r.get(part) or {}).items():
+                if key not in ("html_s", "pdf_s", "total_s", "pdf_error") and isinstance(s, (int, float)):
+                    out[key] = out.get(key, 0.0) + s
+    return out
+
+
+def load(report_dir: Path) -> dict | None:
+    try:
+        return json.loads((Path(report_dir) / "run.json").read_text())
+    except (OSError, ValueError):
+        return None
