@@ -109,11 +109,11 @@ test: setup  ## the linter, then the test suite (the whole pipeline on the CPU d
 	  echo "error: the test tools ($(TEST_IMPORTS)) are missing: pip install them (or the wheelhouse's)" >&2; exit 1; }
 	@$(PY) -m ruff check lib tests && $(PY) -m pytest -q tests
 
-lab: setup  ## JupyterLab on notebooks/
+lab: setup  ## JupyterLab: the chapter template, the summary, and every report's executed notebooks
 	@$(PY) -c "import jupyterlab" 2>/dev/null || { \
 	  if [ "$(ENV_MODE)" = existing ]; then $(PYTHON) -m pip install --quiet --target .deps jupyterlab $(PIP_QUIET); \
 	  else .venv/bin/python -m pip install --quiet jupyterlab $(PIP_QUIET); fi; }
-	$(PY) -m jupyterlab --ServerApp.root_dir=notebooks $$([ "$$(id -u)" = 0 ] && echo --allow-root)
+	$(PY) -m jupyterlab --ServerApp.root_dir=. $$([ "$$(id -u)" = 0 ] && echo --allow-root)
 
 # Wheels for an offline host with its own PyTorch: every package of requirements-host.txt and
 # its dependencies, and the lever packages of requirements-levers.txt (no dependencies), for WHEEL_PYTHON on manylinux x86-64. HOST_FREEZE=<file of 'name' or

@@ -88,9 +88,10 @@ def test_no_module_over_400_lines():
     assert not long, long
 
 
-def test_notebook_cell_ids_are_unique_across_chapters():
-    """The report notebook joins every chapter's cells: an id shared by two chapters (a notebook
-    copied from another) makes nbformat rewrite it with a warning on every run."""
+def test_notebook_cell_ids_are_unique_across_the_templates():
+    """The report notebook joins the summary's cells and every chapter's (export.assemble prefixes a
+    chapter's ids with its name): an id the summary shares with the chapter template makes nbformat
+    rewrite it with a warning on every run."""
     import json
 
     seen = {}
@@ -99,3 +100,20 @@ def test_notebook_cell_ids_are_unique_across_chapters():
             assert cell.get("id"), f"{nb.name}: a cell without an id"
             assert cell["id"] not in seen, f"cell id {cell['id']} in both {seen[cell['id']]} and {nb.name}"
             seen[cell["id"]] = nb.name
+
+
+def test_the_readme_layout_names_every_module_in_its_package():
+    """README's layout is where a newcomer learns the packages: each module is listed under its own."""
+    import re
+
+    text = (LIB.parent / "README.md").read_text()
+    block = text[text.index("lib/        the code"):text.index("```", text.index("lib/        the code"))]
+    listed, package = {}, None
+    for line in block.splitlines()[1:]:
+        m = re.match(r"  (\w+)/\s", line)
+        package = m.group(1) if m else package if line.startswith("      ") else None
+        if package:
+            listed.setdefault(package, set()).update(re.findall(r"[a-z_][a-z0-9_]*", line))
+    for package in MAY_IMPORT:
+        modules = {p.stem for p in (LIB / package).glob("*.py")} - {"__init__"}
+        assert modules <= listed.get(package, set()), f"{package}/: README does not list {sorted(modules - listed.get(package, set()))}"

@@ -137,17 +137,35 @@ def test_archive_previous_ignores_a_missing_or_empty_folder(tmp_path):
     assert (tmp_path / "cpu").is_dir() and not (tmp_path / "archive").exists()
 
 
-def test_every_stage_has_its_own_notebook_in_the_chapter_registry():
-    names = [chapters.CHAPTERS[k].notebook for k in stages.ORDER]
-    assert all(p.parent == ROOT / "notebooks" and p.is_file() for p in names)
-    assert len(set(names)) == len(names)
+def test_every_chapter_has_its_own_text_and_every_view_it_names_exists():
+    from lib.report import chapter_page
+
+    texts = [chapters.CHAPTERS[k].text for k in chapters.CHAPTERS]
+    assert all(p.parent == ROOT / "notebooks" / "chapters" and p.is_file() for p in texts)
+    assert len(set(texts)) == len(texts) and set(chapters.CHAPTERS) == set(stages.ORDER) | set(stages.BEYOND_STAGES)
+    for key in chapters.CHAPTERS:
+        plan = chapter_page.plan(chapter_page.text_of(key))
+        assert plan[0][0] == "md" and plan[0][1].startswith("### "), key  # the chapter opens with its heading
+        assert all(all(a in stages.STAGES for a in p[2]) for p in plan if p[0] == "view"), key  # arguments are stages
 
 
-def test_a_missing_notebook_fails_when_the_registry_is_imported(monkeypatch, tmp_path):
+def test_a_view_the_registry_lacks_is_an_error_that_lists_the_views():
+    from lib.report import chapter_page
+
+    with pytest.raises(ValueError, match=r"unknown view 'nonesuch' \(views: measured, losses"):
+        chapter_page.plan("### T\n\n<!-- view: nonesuch -->\n")
+    assert chapter_page.plan("### T\n\n<!-- view: versus compile fp8 -->\ntail") == [
+        ("md", "### T"), ("view", "versus", ("compile", "fp8")), ("md", "tail")]
+
+
+def test_a_missing_chapter_text_fails_when_the_registry_is_imported(monkeypatch, tmp_path):
     import importlib
 
+    (tmp_path / "chapters").mkdir()
+    for name in ("chapter.ipynb", "summary.ipynb", "compare.ipynb"):
+        (tmp_path / name).write_text("{}")
     monkeypatch.setattr(paths, "NOTEBOOKS", tmp_path)
-    with pytest.raises(ImportError, match="01_fp32.ipynb"):
+    with pytest.raises(ImportError, match="chapters/fp32.md"):
         importlib.reload(chapters)
     monkeypatch.undo()
     importlib.reload(chapters)

@@ -156,7 +156,7 @@ def test_a_report_of_a_stage_subset_keeps_that_subset_everywhere(tmp_path):
     rep = tmp_path / "cpu"
     assert read_json(rep / "params.json")["stages"] == ["fp32", "vocab"]
     assert sorted(p.name for p in (rep / "notebooks").glob("*.ipynb")) == \
-        ["01_fp32.ipynb", "05_vocab.ipynb", "15_batch_sweep.ipynb", "17_size_sweep.ipynb", "summary.ipynb"]
+        ["batch_sweep.ipynb", "fp32.ipynb", "size_sweep.ipynb", "summary.ipynb", "vocab.ipynb"]
     assert {p.name.split("__")[0] for p in (rep / "results").glob("*.json")} == {"fp32", "vocab"}
     html = (rep / "report.html").read_text()
     assert "<strong>TF32</strong>" not in html and "<strong>Vocab padded to 50304</strong>" in html

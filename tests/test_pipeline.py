@@ -160,10 +160,19 @@ def test_sdpa_stages_record_their_backend_and_naive_stages_do_not(pipeline_ok):
         {"flash", "vocab", "fused"}
 
 
-def test_executed_notebooks_one_per_stage_plus_summary(pipeline_ok):
+def test_executed_notebooks_one_per_chapter_plus_summary_each_its_chapter_drawn_from_the_template(pipeline_ok):
     names = sorted(p.name for p in (pipeline_ok.report_dir / "notebooks").glob("*.ipynb"))
-    sources = [next((ROOT / "notebooks").glob(f"*_{s}.ipynb")).name for s in pipeline_ok.params["stages"]]
-    assert names == sorted(sources + ["15_batch_sweep.ipynb", "17_size_sweep.ipynb", "summary.ipynb"])
+    assert names == sorted([f"{s}.ipynb" for s in pipeline_ok.params["stages"]] + ["batch_sweep.ipynb", "size_sweep.ipynb",
+                                                                                  "summary.ipynb"])
+    for s in pipeline_ok.params["stages"]:
+        nb = read_json(pipeline_ok.report_dir / "notebooks" / f"{s}.ipynb")
+        assert nb["metadata"]["papermill"]["parameters"]["chapter"] == s
+        shown = "".join("".join(o.get("data", {}).get("text/markdown", "")) for c in nb["cells"] for o in c.get("outputs", []))
+        heading = (ROOT / "notebooks" / "chapters" / f"{s}.md").read_text().splitlines()[0]
+        assert shown.startswith(heading + "\n"), s  # its own text, heading first
+        assert "#### Measured" in shown and "#### The switch" in shown, s
+    ids = [c["id"] for c in read_json(pipeline_ok.report_dir / "report.ipynb")["cells"]]
+    assert len(ids) == len(set(ids))  # the chapters share one template: export.assemble tells their cells apart
 
 
 def test_executed_notebooks_have_no_errors_and_every_cell_ran(pipeline_ok):

@@ -1,6 +1,8 @@
-"""The chapter registry: every chapter a report can have, with its notebook and title. A stage's
-chapter comes from its stage entry (stages.Stage.notebook); the chapters that are not a stage are
-listed here. A missing or shared notebook fails at import, never in the middle of a GPU run."""
+"""The chapter registry: every chapter a report can have, with its title and its text. A stage's
+chapter is its stage entry's (title and key); the chapters that are not a stage are listed here.
+Every chapter is drawn by one template notebook (TEMPLATE) from its text, notebooks/chapters/<key>.md,
+which says where its views go (lib/report/chapter_page.py). A missing text fails at import, never in
+the middle of a GPU run."""
 from __future__ import annotations
 
 import re
@@ -16,28 +18,31 @@ from lib.core.paths import NOTEBOOKS
 class Chapter:
     key: str        # a stage key, or one of NOT_STAGES
     title: str
-    notebook: Path
+    text: Path      # its prose and where its views go
+
+    @property
+    def notebook(self) -> str:
+        """The executed chapter's file name in a report's notebooks/ folder."""
+        return f"{self.key}.ipynb"
 
 
-# Chapters that are not a stage: (notebook, title). The batch sweep comes after the single-GPU
+# Chapters that are not a stage, with their titles. The batch sweep comes after the single-GPU
 # stages and before the multi-GPU ones, which replicate the configuration it recommends; the size
 # sweep after it, since it varies the model around that configuration.
-NOT_STAGES = {"batch_sweep": ("15_batch_sweep.ipynb", "Batch-size sweep and recommended configuration"),
-              "size_sweep": ("17_size_sweep.ipynb", "Model size: what FP8 buys from GPT-2 small to XL")}
+NOT_STAGES = {"batch_sweep": "Batch-size sweep and recommended configuration",
+              "size_sweep": "Model size: what FP8 buys from GPT-2 small to XL"}
+TEMPLATE, TEXTS = NOTEBOOKS / "chapter.ipynb", NOTEBOOKS / "chapters"
 SUMMARY, COMPARE = NOTEBOOKS / "summary.ipynb", NOTEBOOKS / "compare.ipynb"
 assert tuple(NOT_STAGES) == stages.BEYOND_STAGES, "stages.BEYOND_STAGES names these chapters, in this order"
 
 
 def _registry() -> dict[str, Chapter]:
-    out = {s.key: Chapter(s.key, s.title, NOTEBOOKS / s.notebook) for s in stages.STAGES.values()}
-    out.update({k: Chapter(k, title, NOTEBOOKS / nb) for k, (nb, title) in NOT_STAGES.items()})
-    missing = sorted(c.notebook.name for c in out.values() if not c.notebook.is_file())
-    missing += [p.name for p in (SUMMARY, COMPARE) if not p.is_file()]
+    out = {s.key: Chapter(s.key, s.title, TEXTS / f"{s.key}.md") for s in stages.STAGES.values()}
+    out.update({k: Chapter(k, title, TEXTS / f"{k}.md") for k, title in NOT_STAGES.items()})
+    missing = sorted(f"chapters/{c.text.name}" for c in out.values() if not c.text.is_file())
+    missing += [p.name for p in (TEMPLATE, SUMMARY, COMPARE) if not p.is_file()]
     if missing:
-        raise ImportError(f"chapter notebooks missing from {NOTEBOOKS}: {', '.join(missing)}")
-    names = [c.notebook.name for c in out.values()]
-    if len(set(names)) != len(names):
-        raise ImportError(f"two chapters share a notebook: {sorted(n for n in names if names.count(n) > 1)}")
+        raise ImportError(f"chapter notebooks or texts missing from {NOTEBOOKS}: {', '.join(missing)}")
     return out
 
 

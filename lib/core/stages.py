@@ -22,7 +22,6 @@ class Stage:
     title: str
     lever: str              # one line: what this stage adds to the previous one
     switch: str = ""        # the code this stage adds, shown in the chapter and the appendix
-    notebook: str = ""      # its chapter, in notebooks/ (lib/core/chapters.py checks that it exists)
     # --- switches: step.build applies them
     tf32: bool = False      # torch.set_float32_matmul_precision("high")
     autocast: str | None = None  # autocast dtype name, or None for fp32 math
@@ -90,35 +89,29 @@ def fp8_switches(stage) -> dict:
 
 
 def _cumulative() -> list[Stage]:
-    fp32 = Stage("fp32", "FP32 baseline", "fp32 storage and math, naive attention, vocab 50257", notebook="01_fp32.ipynb",
-                 switch='torch.set_float32_matmul_precision("highest")  # TF32 off: IEEE fp32 GEMMs')
-    tf32 = replace(fp32, key="tf32", title="TF32", notebook="02_tf32.ipynb", lever="fp32 GEMMs run on TF32 tensor cores",
+    fp32 = Stage("fp32", "FP32 baseline", "fp32 storage and math, naive attention, vocab 50257", switch='torch.set_float32_matmul_precision("highest")  # TF32 off: IEEE fp32 GEMMs')
+    tf32 = replace(fp32, key="tf32", title="TF32", lever="fp32 GEMMs run on TF32 tensor cores",
                    tf32=True, peak="tf32", backends=("cuda", "rocm", "cpu"), min_capability=(8, 0),
                    needs="TF32 tensor cores (NVIDIA compute capability 8.0 or newer; Apple GPUs have no equivalent)",
                    switch='torch.set_float32_matmul_precision("high")  # allow TF32 in fp32 GEMMs')
-    bf16 = replace(tf32, key="bf16", title="BF16 autocast", notebook="03_bf16.ipynb", lever="forward/backward math in bfloat16",
+    bf16 = replace(tf32, key="bf16", title="BF16 autocast", lever="forward/backward math in bfloat16",
                    autocast="bfloat16", peak="bf16", backends=ALL_BACKENDS, min_capability=None, needs="",
                    switch="with torch.autocast(device_type, dtype=torch.bfloat16):\n"
                           "    logits, loss = model(x, y)")
-    flash = replace(bf16, key="flash", title="Flash attention (SDPA)", notebook="04_flash.ipynb",
-                    lever="fused scaled_dot_product_attention replaces the T x T softmax",
+    flash = replace(bf16, key="flash", title="Flash attention (SDPA)", lever="fused scaled_dot_product_attention replaces the T x T softmax",
                     attention="sdpa",
                     switch="y = F.scaled_dot_product_attention(q, k, v, is_causal=True)")
-    vocab = replace(flash, key="vocab", title="Vocab padded to 50304", notebook="05_vocab.ipynb",
-                    lever="lm_head/embedding rows padded from 50257 to 50304, as nanoGPT does",
+    vocab = replace(flash, key="vocab", title="Vocab padded to 50304", lever="lm_head/embedding rows padded from 50257 to 50304, as nanoGPT does",
                     padded_vocab=True,
                     switch="GPTConfig(vocab_size=50304)  # 47 rows that are never targets")
     # The levers after the classic five are judged against the vocab stage: BF16 autocast with
     # flash attention and the padded vocabulary, the configuration they are added to.
-    fused = replace(vocab, key="fused", title="Fused AdamW", reference="vocab", notebook="06_fused.ipynb",
-                    lever="AdamW updates every parameter in one fused kernel per step",
+    fused = replace(vocab, key="fused", title="Fused AdamW", reference="vocab", lever="AdamW updates every parameter in one fused kernel per step",
                     fused_adamw=True,
                     switch="torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.95), fused=True)")
-    compiled = replace(fused, key="compile", title="torch.compile", notebook="07_compile.ipynb",
-                       lever="inductor fuses the elementwise, normalisation and loss kernels",
+    compiled = replace(fused, key="compile", title="torch.compile", lever="inductor fuses the elementwise, normalisation and loss kernels",
                        compile=True, switch="model = torch.compile(model)")
-    fp8 = replace(compiled, key="fp8", title="FP8 linear layers", notebook="08_fp8.ipynb",
-                  lever="the blocks' Linear layers run FP8 GEMMs with per-tensor dynamic scales",
+    fp8 = replace(compiled, key="fp8", title="FP8 linear layers", lever="the blocks' Linear layers run FP8 GEMMs with per-tensor dynamic scales",
                   fp8=True,  # MFU stays quoted against the bf16 peak: the bar the recommendation must clear
                   backends=("cuda",), min_capability=(8, 9),
                   needs="FP8 tensor-core GEMMs: an NVIDIA GPU of compute capability 8.9 or newer (Ada, Hopper, "
@@ -126,13 +119,12 @@ def _cumulative() -> list[Stage]:
                   switch="fp8.convert_linears(model.transformer.h)  # lib/train/fp8.py: e4m3 forward, e5m2 gradients")
     # The field's own kernels, each added to torch.compile (the canonical trainer's fastest form)
     # rather than to the stage before it, so no lever is judged on top of one that lost.
-    fp8_torchao = replace(fp8, key="fp8_torchao", title="FP8 linear layers (torchao)", notebook="09_fp8_torchao.ipynb",
-                          base="compile", fp8=False, float8="tensorwise", package="torchao",
+    fp8_torchao = replace(fp8, key="fp8_torchao", title="FP8 linear layers (torchao)", base="compile", fp8=False, float8="tensorwise", package="torchao",
                           lever="torchao's float8 training on the blocks' Linear layers, compiled with the rest of the step",
                           switch="convert_to_float8_training(model.transformer.h,\n"
                                  '    config=Float8LinearConfig.from_recipe_name("tensorwise"))  # torchao.float8')
     fused_ce = replace(compiled, key="fused_ce", title="Fused linear cross-entropy (cut-cross-entropy)",
-                       notebook="10_fused_ce.ipynb", base="compile", loss="cut_cross_entropy",
+                       base="compile", loss="cut_cross_entropy",
                        package="cut_cross_entropy", backends=("cuda",), min_capability=(8, 0),
                        needs="cut-cross-entropy's Triton kernels (an NVIDIA GPU with bf16 tensor cores)",
                        lever="lm_head and cross-entropy in one pass that never writes the B x T x V logits",
@@ -141,36 +133,31 @@ def _cumulative() -> list[Stage]:
     # Without CUDA graphs: mode="max-autotune" replays the step as CUDA graphs, whose outputs the next
     # replay overwrites, so a loop that keeps each step's loss tensor (this one, or any that logs
     # asynchronously) fails unless it clones the loss every step (seen on the H100, torch 2.11).
-    autotune = replace(compiled, key="autotune", title="torch.compile max-autotune", notebook="11_autotune.ipynb",
-                       base="compile", compile_mode="max-autotune-no-cudagraphs", backends=("cuda", "rocm"),
+    autotune = replace(compiled, key="autotune", title="torch.compile max-autotune", base="compile", compile_mode="max-autotune-no-cudagraphs", backends=("cuda", "rocm"),
                        needs="a GPU (inductor's GEMM autotuning)",
                        lever="inductor benchmarks cuBLAS against its own Triton GEMM kernels for every shape",
                        switch='model = torch.compile(model, mode="max-autotune-no-cudagraphs")')
     # Two levers that pay where the profile says the time goes at d=768: the fp32 residual stream
     # (LayerNorms and adds are memory-bound) and the lm_head, the one GEMM wide enough for FP8's casts
     # to cost less than they save. Cumulative: FP8 on the lm_head is added to the loss-only forward below.
-    bf16_residual = replace(compiled, key="bf16_residual", title="BF16 residual stream", notebook="12_bf16_residual.ipynb",
-                            base="compile", residual_dtype="bfloat16",
+    bf16_residual = replace(compiled, key="bf16_residual", title="BF16 residual stream", base="compile", residual_dtype="bfloat16",
                             lever="the residual stream between blocks kept in bf16, as llm.c keeps its activations, not fp32",
                             switch="x = (wte(idx) + wpe(pos)).to(torch.bfloat16)  # the residual stream in bf16")
     # A compiled model that returns its logits keeps a B x T x V output beside what the loss's backward
     # saves: what stopped B=128 on the H100 (allocator memory at B=64 fell from 43.7 to 31.4 GiB without it). llm.c's train_gpt2.py passes
     # return_logits=False in its training loop for this reason. Added to the bf16 residual stream.
-    loss_only = replace(bf16_residual, key="loss_only", title="Loss-only forward", notebook="13_loss_only.ipynb",
-                        base="bf16_residual", return_logits=False,
+    loss_only = replace(bf16_residual, key="loss_only", title="Loss-only forward", base="bf16_residual", return_logits=False,
                         lever="the training forward returns the loss alone, so the compiled graph has no B x T x V "
                               "logits output to keep",
                         switch="_, loss = model(x, y, return_logits=False)  # that call, as llm.c's train_gpt2.py writes it")
-    fp8_head = replace(loss_only, key="fp8_head", title="FP8 lm_head (torchao)", notebook="14_fp8_head.ipynb",
-                       base="loss_only", fp8_lm_head="tensorwise", package="torchao",
+    fp8_head = replace(loss_only, key="fp8_head", title="FP8 lm_head (torchao)", base="loss_only", fp8_lm_head="tensorwise", package="torchao",
                        backends=fp8.backends, min_capability=fp8.min_capability, needs=fp8.needs,
                        lever="the lm_head's GEMMs (768 x 50304, the model's widest) in FP8 with torchao; the blocks stay bf16",
                        switch="convert_to_float8_training(model, config=Float8LinearConfig.from_recipe_name(\"tensorwise\"),\n"
                               '    module_filter_fn=lambda module, fqn: fqn == "lm_head")  # torchao.float8')
     # DDP runs whichever single-GPU configuration measured fastest (ddp_launch.run_ddp); its own
     # switches here only describe it.
-    ddp = replace(vocab, key="ddp", reference="vocab", title="DDP across the host's GPUs", notebook="16_ddp.ipynb",
-                  lever="data parallel over every GPU with torchrun, the per-GPU batch fixed",
+    ddp = replace(vocab, key="ddp", reference="vocab", title="DDP across the host's GPUs", lever="data parallel over every GPU with torchrun, the per-GPU batch fixed",
                   devices="all", backends=("cuda", "rocm"), min_devices=2,
                   needs="two or more GPUs (data parallelism)",
                   switch="model = DistributedDataParallel(model)  # torchrun --nproc_per_node=<GPUs>")

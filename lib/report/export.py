@@ -36,8 +36,9 @@ def assemble(summary_path, chapter_paths, out_path) -> nbformat.NotebookNode:
             continue
         cells.append(cell)
         if "chapters" in _tags(cell):
-            for nb in chapters:
-                cells.extend(c for c in nb.cells if not _tags(c) & HIDDEN_TAGS)
+            for path, nb in zip(chapter_paths, chapters):
+                # every chapter is drawn from one template: its cells are told apart by the chapter's name
+                cells.extend(nbformat.from_dict({**c, "id": f"{Path(path).stem}-{c.id}"}) for c in nb.cells if not _tags(c) & HIDDEN_TAGS)
     report = nbformat.v4.new_notebook(cells=cells, metadata=summary.metadata)
     nbformat.write(report, out_path)
     return report

@@ -59,9 +59,9 @@ def run_notebook(src: Path, dest: Path, parameters: dict) -> str | None:
                             kernel_manager_class=_kernel_manager())
         return None
     except pm.PapermillExecutionError as e:
-        return f"{src.name}: cell {e.exec_count}: {e.ename}: {e.evalue}"
+        return f"{dest.name}: cell {e.exec_count}: {e.ename}: {e.evalue}"
     except Exception as e:  # a dead kernel, a missing notebook: recorded, the rest still runs
-        return f"{src.name}: {type(e).__name__}: {e}"
+        return f"{dest.name}: {type(e).__name__}: {e}"
 
 
 def draw(report_dir: Path, params: dict, failed_before: list[str] = ()) -> tuple[list[str], list[Path], dict]:
@@ -72,11 +72,17 @@ def draw(report_dir: Path, params: dict, failed_before: list[str] = ()) -> tuple
     nb_params = {"gpu": params["name"], "model": params.get("model_preset"), "report_dir": str(report_dir), "measure": False}
     failures, done, timings = [], [], {}
     order = chapters.order(params["stages"], params.get("chapters"))
+    # A notebook drawn before, of a chapter this report no longer has (or named the old way), would
+    # show stale figures to whoever opens the folder: the drawing is redone in full, so it goes.
+    drawn = {c.notebook for c in order} | {"summary.ipynb"}
+    for old in (report_dir / "notebooks").glob("*.ipynb"):
+        if old.name not in drawn:
+            old.unlink()
     for i, chapter in enumerate(order, 1):
         t0 = time.perf_counter()
         print(f"[{i}/{len(order)}] {chapter.title}", flush=True)
-        dest = report_dir / "notebooks" / chapter.notebook.name
-        err = run_notebook(chapter.notebook, dest, nb_params)
+        dest = report_dir / "notebooks" / chapter.notebook
+        err = run_notebook(chapters.TEMPLATE, dest, {**nb_params, "chapter": chapter.key})
         if err:
             failures.append(err)
             print(f"    FAILED: {err}", flush=True)
