@@ -30,9 +30,9 @@ HOST_IMPORTS := numpy tiktoken pandas scipy matplotlib yaml papermill nbformat n
 TEST_IMPORTS := pytest ruff
 LEVER_IMPORTS := torchao cut_cross_entropy
 
-.PHONY: help setup report test lab wheelhouse pdf render compare clean
+.PHONY: help setup report test test-fast lab wheelhouse pdf render compare clean
 help:  ## this list
-	@grep -E '^[a-z]+:.*## ' $(firstword $(MAKEFILE_LIST)) | sed -E 's/^([a-z]+):.*## /  make \1\t/' | expand -t 16
+	@grep -E '^[a-z-]+:.*## ' $(firstword $(MAKEFILE_LIST)) | sed -E 's/^([a-z-]+):.*## /  make \1\t/' | expand -t 16
 	@echo "options of make report: GPU=h100 MODEL=gpt2-xl BATCHES=\"16 32\" STAGES=\"fp32 vocab ddp\" CHAPTERS=\"batch_sweep autotune\" DEPTH=full PRICE_PER_GPU_HOUR=2.49 MEASURE_ONLY=1 FORCE=1 OVERRIDE=1 REPORTS=dir NNODES=2 NODE_RANK=0 RDZV=host:port"
 
 # A bad input of `make report` (profile, batch sizes, stages, reports folder) stops make itself,
@@ -108,6 +108,9 @@ test: setup  ## the linter, then the test suite (the whole pipeline on the CPU d
 	@$(PY) -c "import $(shell echo $(TEST_IMPORTS) | tr ' ' ',')" 2>/dev/null || { \
 	  echo "error: the test tools ($(TEST_IMPORTS)) are missing: pip install them (or the wheelhouse's)" >&2; exit 1; }
 	@$(PY) -m ruff check lib tests && $(PY) -m pytest -q tests
+
+test-fast: setup  ## the pure-Python tests only (no pipeline, no measuring process): the inner loop
+	@$(PY) -m ruff check lib tests && $(PY) -m pytest -q -m "not slow" tests
 
 lab: setup  ## JupyterLab: the chapter template, the summary, and every report's executed notebooks
 	@$(PY) -c "import jupyterlab" 2>/dev/null || { \

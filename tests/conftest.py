@@ -30,6 +30,26 @@ CLI_ENV_VARS = ("GPU", "BATCHES", "STAGES", "CHAPTERS", "PRICE_PER_GPU_HOUR", "O
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "rerun: a second full report run (about 60 s); deselect with -m 'not rerun'")
+    config.addinivalue_line("markers", "slow: runs the pipeline or a measuring process; `make test-fast` leaves these out")
+
+
+# What makes a test slow: the session's pipeline run, or a process it starts (the CLI, the launcher, a chapter).
+SLOW_FIXTURES = {"pipeline", "pipeline_ok"}
+SLOW_CALLS = re.compile(r"\b(run_cli|subprocess\.run|runner\.\w+\(|ddp_launch\.\w+\(|measure_chapter|worker\.run)")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Mark `slow` each test that runs the pipeline or starts a measuring process, itself or through one
+    of its fixtures, so the pure-Python tests make a fast inner loop (`make test-fast`)."""
+    import inspect
+
+    for item in items:
+        info = getattr(item, "_fixtureinfo", None)
+        funcs = [getattr(item, "function", None)] + [d.func for defs in (info.name2fixturedefs.values() if info else [])
+                                                      for d in defs if Path(inspect.getfile(d.func)).parent == ROOT / "tests"]
+        source = "".join(inspect.getsource(f) for f in funcs if f is not None)
+        if SLOW_FIXTURES & set(item.fixturenames) or SLOW_CALLS.search(source):
+            item.add_marker(pytest.mark.slow)
 
 
 # ---------------------------------------------------------------- subprocess helpers

@@ -36,6 +36,7 @@ def _lever_code(tmp_path: Path) -> Path:
     code = tmp_path / "code"
     code.mkdir()
     for name in compile_cache.LEVER_CODE:
+        (code / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(ROOT / "lib" / name, code / name)
     return code
 
@@ -60,7 +61,7 @@ def test_compile_cache_folder_follows_torch_device_and_lever_code_only(tmp_path,
     assert before == compile_cache.key(_env(), code_dir=ROOT / "lib")  # the copy is the same code
     monkeypatch.setattr(compile_cache.key, "__defaults__", (code,))  # folder() keys on this copy now
     folder_before = compile_cache.folder(_env(), root=tmp_path)
-    step = code / "step.py"
+    step = code / "train" / "step.py"
     step.write_text(step.read_text() + "\n# a change to the training step\n")
     after = compile_cache.key(_env(), code_dir=code)
     assert after["code"] != before["code"]
