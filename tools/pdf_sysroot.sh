@@ -2,7 +2,7 @@
 # Build a private folder of the shared libraries and fonts WeasyPrint needs (Pango, HarfBuzz,
 # fontconfig, GLib, DejaVu fonts), for GPU hosts whose image lacks them and that cannot install
 # system packages. Debian bookworm builds: they run on glibc 2.36 or newer (Debian 12+, Ubuntu
-# 23.04+). Nothing is installed system-wide: lib/export.py points only the PDF-rendering child
+# 23.04+). Nothing is installed system-wide: lib/report/export.py points only the PDF-rendering child
 # process at this folder.
 #   usage: tools/pdf_sysroot.sh DEST        (needs apt-get and a Debian/Ubuntu package source)
 set -euo pipefail
