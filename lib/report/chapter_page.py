@@ -6,7 +6,6 @@ arguments; it returns what to show, in order: ("md", text), ("html", text) or a 
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 from lib.core import chapters
 from lib.report import batch_sweep_view, charts, evidence_view, frontier_view, profile_view, prose, size_sweep_view, tables
@@ -58,7 +57,7 @@ VIEWS = {
 
 
 def text_of(key: str) -> str:
-    return Path(chapters.CHAPTERS[key].text).read_text()
+    return chapters.CHAPTERS[key].text.read_text()
 
 
 def plan(text: str) -> list[tuple]:

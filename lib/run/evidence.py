@@ -21,12 +21,12 @@ from __future__ import annotations
 
 import copy
 
-from lib.core import data, paths, record, stages
+from lib.core import data, record, stages
 from lib.core.paths import resolve
 from lib.report import claim_params
 from lib.results import decide, noise, store
 from lib.run import ddp_launch, recipe, runner, size_sweep
-from lib.run.jobs import PLAIN_LOOP_SWITCHES, folder, make_job, plain_loop_can
+from lib.run.jobs import PLAIN_LOOP_SWITCHES, folder, make_job, plain_loop_source, plain_loop_can
 
 
 def seq_jobs(params: dict, report_dir) -> list[dict]:
@@ -191,7 +191,7 @@ def crosscheck_jobs(params: dict, report_dir, configs: list[tuple[str, int]]) ->
     """The plain loop (lib/train/plain_loop.py) at each (stage, batch) of `configs`, in fresh processes.
     Stages the plain loop cannot express (plain_loop_can) are left out."""
     env = runner.environment(report_dir)
-    source = store.short_hash(paths.PLAIN_LOOP.read_text())
+    source = plain_loop_source()
     jobs = []
     for key, batch in dict.fromkeys(configs):
         stage = stages.get(key)

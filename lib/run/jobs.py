@@ -7,7 +7,7 @@ import dataclasses
 from pathlib import Path
 
 from lib.core import stages
-from lib.core.paths import resolve
+from lib.core.paths import PLAIN_LOOP, resolve
 from lib.results import store
 
 
@@ -32,3 +32,9 @@ def plain_loop_can(stage) -> bool:
     torchao's conversion of the lm_head as its README writes it (FP8 in the blocks, fused losses,
     compile modes and forced SDPA backends are not among them)."""
     return set(stage.identity()) <= {"key", "peak", *PLAIN_LOOP_SWITCHES}
+
+
+def plain_loop_source() -> str:
+    """The plain loop's source, hashed: part of every plain-loop job's fingerprint, so a change to the
+    loop re-measures what it measured."""
+    return store.short_hash(PLAIN_LOOP.read_text())

@@ -17,12 +17,12 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from lib.core import paths, stages
+from lib.core import stages
 from lib.core.paths import resolve
 from lib.core.stages import levers_of
 from lib.results import decide, store
 from lib.run import runner
-from lib.run.jobs import PLAIN_LOOP_SWITCHES, folder, make_job
+from lib.run.jobs import PLAIN_LOOP_SWITCHES, folder, make_job, plain_loop_source
 
 
 def micro_steps(params: dict, batch: int) -> int | None:
@@ -51,7 +51,7 @@ def recipe_jobs(params: dict, report_dir, best: dict) -> list[dict]:
              *([] if same else [("baseline-harness", base["stage"], plain_batch, {})]),
              ("baseline", base["stage"], plain_batch,
               {"kind": "plain", "switches": {s: getattr(plain_stage, s) for s in PLAIN_LOOP_SWITCHES}})]
-    source = store.short_hash(paths.PLAIN_LOOP.read_text())
+    source = plain_loop_source()
     jobs = []
     for k in range(n):  # interleaved, so a slow minute of the device hits both sides alike
         for role, key, batch, extra in plans:
