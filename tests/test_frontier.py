@@ -250,17 +250,45 @@ def test_the_recipe_sides_are_measured_in_one_run(tmp_path, monkeypatch):
     monkeypatch.setattr(recipe.runner, "environment", lambda report_dir: {"device": {"backend": "cpu"}})
     jobs = recipe.recipe_jobs(p, tmp_path, best)
     calls = []
-    monkeypatch.setattr(recipe.runner, "measure_jobs",
-                        lambda js, env, force=False: calls.append(({j["variant"] for j in js}, force)))
+
+    def measure_jobs(js, env, force=False):
+        calls.append(({j["variant"] for j in js}, force))
+        return {j["out"]: {"variant": j["variant"], "tokens_per_s": 1000.0} for j in js}
+
+    monkeypatch.setattr(recipe.runner, "measure_jobs", measure_jobs)
     kept = {j["out"] for j in jobs if j["variant"] != "recipe: baseline"}  # the plain loop's side changed
     monkeypatch.setattr(recipe.runner, "reusable", lambda out, fp: {"ok": 1} if str(out) in kept else None)
     recipe.measure(p, tmp_path, best)
     assert calls[0] == ({"recipe: recommended", "recipe: baseline-harness", "recipe: baseline"}, True)
-    assert calls[1][1] is False  # the ablation's processes are compared one by one, never forced
+    assert calls[1][1] is True  # the second round of processes too
+    assert calls[2][1] is False  # the ablation's processes are compared one by one, never forced
     calls.clear()
     kept = {j["out"] for j in jobs}
     recipe.measure(p, tmp_path, best)
     assert calls[0][1] is False
+
+
+def test_the_recipe_runs_a_third_round_only_where_two_processes_disagree(tmp_path, monkeypatch):
+    """Two processes a side always; a third round only when a side's two differ by more than
+    evidence.repeat_tolerance (the repeats' rule), so agreeing sides cost two processes, not three."""
+    p = tiny_params(batch_sizes=(2, 4))
+    p["evidence"].update(repeats=3, repeat_tolerance=0.01)
+    best = {"stage": "vocab", "batch_size": 2}
+    monkeypatch.setattr(recipe, "recipe_config", lambda params, report_dir: best)
+    monkeypatch.setattr(recipe.runner, "environment", lambda report_dir: {"device": {"backend": "cpu"}})
+    monkeypatch.setattr(recipe.runner, "reusable", lambda out, fp: None)
+    for second, rounds in ((1005.0, [0, 1]), (1020.0, [0, 1, 2])):  # 0.5 % apart, then 2 %
+        seen = []
+
+        def measure_jobs(js, env, force=False, second=second):
+            recipe_js = [j for j in js if j.get("variant", "").startswith("recipe")]
+            seen.extend(sorted({j["repeat"] for j in recipe_js}))
+            return {j["out"]: {"variant": j["variant"], "tokens_per_s": second if j["repeat"] else 1000.0}
+                    for j in recipe_js}
+
+        monkeypatch.setattr(recipe.runner, "measure_jobs", measure_jobs)
+        recipe.measure(p, tmp_path, best)
+        assert seen == rounds
 
 
 def test_ablation_worth_is_the_ratio_of_throughputs(tmp_path):

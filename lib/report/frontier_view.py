@@ -10,6 +10,7 @@ import numpy as np
 from lib.core import provenance, record, stages
 from lib.core.kernel_categories import CATEGORIES
 from lib.report.evidence_view import OK, none, table
+from lib.report.fidelity_view import repeats_rule
 from lib.report.loader import Report, gib, recommended, short
 from lib.results import decide, noise
 
@@ -103,7 +104,8 @@ def recipe_html(rep: Report) -> str:
     target = TARGET_TOKENS_PER_S.get(rep.params["name"])
     note = ("Every step is one optimizer update over the global batch of "
             f"{rep.params['evidence']['global_batch_tokens']:,} tokens (gradients accumulated over the micro-steps, "
-            "the optimizer step amortised as in training); the processes of these rows alternate in one run.")
+            "the optimizer step amortised as in training); the processes of these rows alternate in one run: two a side"
+            f"{repeats_rule(rep.params['evidence'])}.")
     best = next((r for r in rows if r["role"] == "recommended"), None)
     rec = recommended(rep)
     if best and rec and (rec["stage"], rec["batch_size"]) != (best["stage"], best["batch"]):

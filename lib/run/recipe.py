@@ -6,7 +6,9 @@ chapter, after the recommendation is known):
                  that batch, the optimizer step amortised over them; beside it, in the same call, the
                  plain loop (lib/train/plain_loop.py) at the canonical trainer's configuration
                  (evidence.baseline: torch.compile + fused AdamW at B=64) with the same global batch,
-                 each in evidence.repeats fresh processes, interleaved.
+                 interleaved: every side in two fresh processes, and in up to evidence.repeats only where
+                 a side's processes so far differ by more than evidence.repeat_tolerance (the repeats'
+                 rule, fixed before any number).
 - ablation_jobs: leave-one-out from the recommended configuration: each of its levers switched
                  off in turn at the same micro-batch, so a lever's worth does not depend on the
                  order of the cumulative stages.
@@ -20,7 +22,7 @@ from pathlib import Path
 from lib.core import stages
 from lib.core.paths import resolve
 from lib.core.stages import levers_of
-from lib.results import decide, store
+from lib.results import decide, noise, store
 from lib.run import runner
 from lib.run.jobs import PLAIN_LOOP_SWITCHES, folder, make_job, plain_loop_source
 
@@ -86,9 +88,25 @@ def measure(params: dict, report_dir, best: dict, force: bool = False) -> None:
     """The recipe, then the ablation, after the rest of the recommendation's evidence. The recipe's
     sides are compared as measured in one run, on one machine: where any of them must be measured
     (a side added, or one whose configuration changed), all of them are measured again."""
-    env = runner.environment(resolve(report_dir))
+    env, ev = runner.environment(resolve(report_dir)), params["evidence"]
     pick = recipe_config(params, report_dir)
     jobs = recipe_jobs(params, report_dir, pick) if pick else []
-    partly_kept = any(runner.reusable(Path(j["out"]), j["fingerprint"]) is None for j in jobs)
-    runner.measure_jobs(jobs, env, force=force or partly_kept)
+    partly_kept = any(runner.reusable(Path(j["out"]), j["fingerprint"]) is None for j in jobs if j["repeat"] < 2)
+    done: dict = {}
+    for k in range(ev["repeats"]):
+        if k >= 2 and not sides_disagree(done, ev.get("repeat_tolerance")):
+            break
+        done |= runner.measure_jobs([j for j in jobs if j["repeat"] == k], env, force=force or partly_kept)
     runner.measure_jobs(ablation_jobs(params, report_dir, best), env, force=force)
+
+
+def sides_disagree(recs: dict, tolerance: float | None) -> bool:
+    """Whether any side of the recipe (its role) differs between its processes by more than
+    `tolerance` in tokens/s (no tolerance: always, every round runs)."""
+    if tolerance is None:
+        return True
+    sides: dict[str, list[float]] = {}
+    for r in recs.values():
+        if r.get("tokens_per_s"):
+            sides.setdefault(r["variant"], []).append(r["tokens_per_s"])
+    return any(noise.spread(v)["spread"] > tolerance for v in sides.values())
