@@ -66,10 +66,28 @@ def test_the_noise_comes_from_the_lever_repeats_too_not_only_the_reference():
 
 def test_one_seed_or_no_repeats_cannot_decide_on_a_measured_noise():
     params = tiny_params(["fp32", "tf32"])
-    one_seed = parity.checks(_test(params, (0.0,)), EV)["tf32"]
+    one_seed = parity.checks(_test(params, (0.0,)), {**EV, "parity_seeds": 1})["tf32"]
     assert one_seed["verdict"] == parity.UNDECIDED and "paired seed" in parity_view.why_undecided(one_seed)
     no_repeats = [r for r in _test(params, (0.0, 0.0, 0.0)) if r["replicate"] == 0]
     assert parity.checks(no_repeats, EV)["tf32"]["noise_sd"] is None
+
+
+def test_a_test_cut_off_part_way_decides_nothing_until_every_seed_has_run():
+    """Seen on an H100: a run stopped by its time budget after 3 of 5 seeds, and the resumed run read the
+    part-test as a rejection and recommended another stage. Part of a test neither rejects nor adopts."""
+    params = tiny_params(["fp32", "tf32"])
+    losses = [5.0 - 0.01 * i for i in range(6)]
+    matrix = [make_record(params, "fp32", 8, [10.0] * 5, losses), make_record(params, "tf32", 8, [5.0] * 5, losses)]
+    worse = _test(params, (0.1, 0.1, 0.1))
+    part = [r for r in worse if r["seed_offset"] < 2]
+    check = parity.checks(part, EV)["tf32"]
+    assert check["verdict"] == parity.INCOMPLETE and not check["ok"] and check["seeds_run"] == 2
+    assert "2 of the 3 seeds" in parity_view.summary(check)
+    assert decide.best_config(matrix + part, params)["stage"] == "tf32"  # kept its place while the test runs
+    assert decide.best_config(matrix + worse, params)["stage"] == "fp32"  # the whole test rejects it
+    # A run that failed counts as run: the test ends, and decides on the seeds that paired.
+    failed = [{**r, "status": "oom"} if r["seed_offset"] == 2 and r["stage"] == "tf32" else r for r in worse]
+    assert parity.checks(failed, EV)["tf32"]["verdict"] == parity.WORSE
 
 
 def test_the_bound_uses_students_t_and_never_less_spread_than_the_measured_noise():

@@ -9,7 +9,8 @@ from lib.core import record, stages
 from lib.report.loader import Report, recommended
 from lib.results import parity, store
 
-WORDS = {parity.HOLDS: "holds", parity.WORSE: "worse: not adopted", parity.UNDECIDED: "undecided: not adopted"}
+WORDS = {parity.HOLDS: "holds", parity.WORSE: "worse: not adopted", parity.UNDECIDED: "undecided: not adopted",
+         parity.INCOMPLETE: "incomplete: decides nothing yet"}
 
 
 def checks(rep: Report) -> dict:
@@ -38,6 +39,9 @@ def _interval(i: dict) -> str:
 
 
 def why_undecided(c: dict) -> str:
+    if c["verdict"] == parity.INCOMPLETE:
+        return (f"{c['seeds_run']} of the {c['wanted']} seeds the rule asks for have run both stages twice; "
+                "the run stopped before the rest")
     if len(c["seeds"]) < 2:
         return f"only {len(c['seeds'])} paired seed ran (a bound needs two; the rule asks for {c['wanted']})"
     more = parity.seeds_needed(c)
@@ -57,7 +61,8 @@ def summary(c: dict) -> str:
              f"{c['noise_sd']:.4f} nats per paired difference")
     detect = (f"; with the spread measured, a true difference of {c['detectable']:.4f} nats would be detected "
               f"{c['power'] * 100:g} % of the time" if c["detectable"] is not None else "")
-    verdict = WORDS[c["verdict"]] + (f" ({why_undecided(c)})" if c["verdict"] == parity.UNDECIDED else "")
+    verdict = WORDS[c["verdict"]] + (f" ({why_undecided(c)})" if c["verdict"] in (parity.UNDECIDED, parity.INCOMPLETE)
+                                     else "")
     css = "ok" if c["ok"] else "bad"
     return (f"**Parity test**: {lever} against {ref} at B={c['batch_size']}, {len(c['seeds'])} paired seeds of "
             f"{c['steps']} steps{passes}{acc}. Mean paired difference (lever minus reference; the "
@@ -87,7 +92,7 @@ def recommended_md(rep: Report) -> str:
 
 def rejected(rep: Report) -> dict:
     """stage -> its parity test, for the stages whose test did not hold (never recommended)."""
-    return {k: c for k, c in checks(rep).items() if not c["ok"]}
+    return {k: c for k, c in checks(rep).items() if not c["ok"] and c["verdict"] != parity.INCOMPLETE}
 
 
 def rejected_reason(rep: Report, key: str) -> str:

@@ -140,7 +140,8 @@ def ranked_configs(records: list[dict], params: dict, eligible=None) -> list[dic
                params["run"]["loss_tolerance"], loss_noise(records))
     verified = verified_stages(df, (order[0],))
     for key, check in parity.checks(records, params["evidence"]).items():
-        verified[key] = verified.get(key) and check["ok"]  # only a parity test that holds lets a tested stage be adopted
+        if check["verdict"] != parity.INCOMPLETE:  # a test cut off part-way decides nothing yet
+            verified[key] = verified.get(key) and check["ok"]  # only a parity test that holds lets a tested stage be adopted
     tps = throughputs(records)
     good = [r for r in single if verified.get(r["stage"])]
     return sorted(good, key=lambda r: -float(np.median(tps[(r["stage"], r["batch_size"])])))

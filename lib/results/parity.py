@@ -14,7 +14,10 @@ Design (the method section states it before any number):
       holds      every upper bound lies at or below +margin;
       worse      a lower bound lies above +margin;
       undecided  otherwise;
-    only "holds" lets a stage be adopted. A lever that lowers the loss is not failed for it.
+    only "holds" lets a stage be adopted. A lever that lowers the loss is not failed for it;
+  * a test decides only once it is complete: every one of the `parity_seeds` seeds has run both stages
+    twice (a run that failed counts as run). Until then it is "incomplete" and decides nothing either
+    way, so a run cut off in the middle of a test never rejects (or adopts) a lever on part of its seeds.
 """
 from __future__ import annotations
 
@@ -25,7 +28,7 @@ import numpy as np
 from lib.core import stages
 from lib.core.record import Status
 
-HOLDS, WORSE, UNDECIDED = "holds", "worse", "undecided"
+HOLDS, WORSE, UNDECIDED, INCOMPLETE = "holds", "worse", "undecided", "incomplete"
 # The params of the test (params/default.yaml, evidence): a folder measured before they existed is
 # judged with today's values (loader.load), as a new report would be.
 RULE_KEYS = ("parity_seeds", "parity_passes", "parity_margin", "parity_confidence", "parity_power")
@@ -85,13 +88,19 @@ def _mean_square_repeat(runs_by_seed: dict, seeds: list[int], metric: str) -> fl
     return float(np.mean(np.square(pairs))) if pairs else None
 
 
-def runs(records: list[dict]) -> dict:
-    """(stage, batch) -> seed -> [its parity runs in replicate order] (completed runs only)."""
+def runs(records: list[dict], ok_only: bool = True) -> dict:
+    """(stage, batch) -> seed -> [its parity runs in replicate order] (completed runs only, unless not ok_only)."""
     out: dict = {}
-    for r in sorted((r for r in records if r.get("kind") == "parity" and r.get("status") == Status.OK),
+    for r in sorted((r for r in records if r.get("kind") == "parity" and (r.get("status") == Status.OK or not ok_only)),
                     key=lambda r: r.get("replicate", 0)):
         out.setdefault((r["stage"], r["batch_size"]), {}).setdefault(seed_of(r), []).append(r)
     return out
+
+
+def seeds_run(attempted: dict, key: tuple, ref_key: tuple) -> list[int]:
+    """The seeds at which both stages have run twice (failed runs included): the test's progress."""
+    lever, ref = attempted.get(key, {}), attempted.get(ref_key, {})
+    return sorted(s for s in lever if len(lever[s]) > 1 and len(ref.get(s, [])) > 1)
 
 
 def checks(records: list[dict], evidence: dict) -> dict:
@@ -99,7 +108,7 @@ def checks(records: list[dict], evidence: dict) -> dict:
     differences per seed, the noise pairs, the interval of each metric, the detectable difference
     and the verdict (evidence: parity_margin, parity_confidence, parity_power)."""
     margin, conf, power = evidence["parity_margin"], evidence["parity_confidence"], evidence["parity_power"]
-    by = runs(records)
+    by, attempted = runs(records), runs(records, ok_only=False)
     out = {}
     for (key, batch), seeds in by.items():
         ref_key = stages.get(key).reference if key in stages.STAGES else key
@@ -122,7 +131,10 @@ def checks(records: list[dict], evidence: dict) -> dict:
                     "diffs": diffs, "noise_sd": noise_sd, "intervals": intervals,
                     "detectable": detectable(spread, len(paired), conf, power), "margin": margin, "confidence": conf,
                     "power": power, "wanted": evidence["parity_seeds"],
+                    "seeds_run": len(seeds_run(attempted, (key, batch), (ref_key, batch))),
                     "verdict": verdict(intervals, margin) if paired else UNDECIDED}
+        if out[key]["seeds_run"] < out[key]["wanted"]:
+            out[key]["verdict"] = INCOMPLETE
         out[key]["ok"] = out[key]["verdict"] == HOLDS
     return out
 
