@@ -6,6 +6,7 @@
 It matches the device to a profile as `make report` does, reads the recommendation that profile's
 report measured, warns when this machine's software differs from the software it was measured with,
 and raises NoReport, naming the command that measures it, where no report exists for the device."""
+
 from __future__ import annotations
 
 import json
@@ -43,21 +44,32 @@ def optimal_config(device: dict | None = None, reports: str | Path | None = None
     device = device or _this_machine()
     profile = config.match_profile(device["name"], device["backend"])
     if profile is None:
-        raise NoReport(f"no profile matches the {device['backend']} device {device['name']!r}: add "
-                       "params/<name>.yaml with a `match` entry, then measure it first: make report GPU=<name>")
+        raise NoReport(
+            f"no profile matches the {device['backend']} device {device['name']!r}: add "
+            "params/<name>.yaml with a `match` entry, then measure it first: make report GPU=<name>"
+        )
     name = config.report_name(profile, config.check_model(model)) if model else profile
     path = (Path(reports) if reports else ROOT / "reports") / name / FILE
     if not path.is_file():
         again = f"GPU={profile}" + (f" MODEL={model}" if name != profile else "")
-        raise NoReport(f"no measured recommendation for {device['name']} (profile {profile}"
-                       + (f", model {model}" if model else "") + f"): {path} does not exist; measure it first: "
-                       f"make report {again}")
+        raise NoReport(
+            f"no measured recommendation for {device['name']} (profile {profile}"
+            + (f", model {model}" if model else "")
+            + f"): {path} does not exist; measure it first: "
+            f"make report {again}"
+        )
     rec = json.loads(path.read_text())
     measured = rec.get("software") or {}
-    skew = [f"{k} {measured[k]} there, {device[k]} here" for k in SKEW_KEYS
-            if device.get(k) is not None and measured.get(k) is not None and str(device[k]) != str(measured[k])]
+    skew = [
+        f"{k} {measured[k]} there, {device[k]} here"
+        for k in SKEW_KEYS
+        if device.get(k) is not None and measured.get(k) is not None and str(device[k]) != str(measured[k])
+    ]
     if skew:
-        warnings.warn(f"the recommendation for {profile} was measured with other software ({'; '.join(skew)}): "
-                      f"its numbers may not hold here; re-measure with make report GPU={profile}", VersionSkew,
-                      stacklevel=2)
+        warnings.warn(
+            f"the recommendation for {profile} was measured with other software ({'; '.join(skew)}): "
+            f"its numbers may not hold here; re-measure with make report GPU={profile}",
+            VersionSkew,
+            stacklevel=2,
+        )
     return rec

@@ -2,6 +2,7 @@
 
 The expensive part, the whole CPU pipeline (`python -m lib.cli report`, about 90-115 s on two
 cores), runs once per session in `pipeline` and every end-to-end test reads its output."""
+
 from __future__ import annotations
 
 import json
@@ -24,13 +25,28 @@ from lib.results import stats, store  # noqa: E402
 
 PIPELINE_TIMEOUT_S = 600
 # The variables the CLI (and lib/measure/faults.py) read; a developer's shell must not leak them into a test run.
-CLI_ENV_VARS = ("GPU", "BATCHES", "STAGES", "CHAPTERS", "PRICE_PER_GPU_HOUR", "OVERRIDE", "REPORTS", "FORCE", "MEASURE_ONLY", "GPT2_LEVERS_FAULT",
-                "NNODES", "NODE_RANK", "RDZV")
+CLI_ENV_VARS = (
+    "GPU",
+    "BATCHES",
+    "STAGES",
+    "CHAPTERS",
+    "PRICE_PER_GPU_HOUR",
+    "OVERRIDE",
+    "REPORTS",
+    "FORCE",
+    "MEASURE_ONLY",
+    "GPT2_LEVERS_FAULT",
+    "NNODES",
+    "NODE_RANK",
+    "RDZV",
+)
 
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "rerun: a second full report run (about 60 s); deselect with -m 'not rerun'")
-    config.addinivalue_line("markers", "slow: runs the pipeline or a measuring process; `make test-fast` leaves these out")
+    config.addinivalue_line(
+        "markers", "slow: runs the pipeline or a measuring process; `make test-fast` leaves these out"
+    )
 
 
 # What makes a test slow: the session's pipeline run, or a process it starts (the CLI, the launcher, a chapter).
@@ -45,14 +61,19 @@ def pytest_collection_modifyitems(config, items):
 
     for item in items:
         info = getattr(item, "_fixtureinfo", None)
-        funcs = [getattr(item, "function", None)] + [d.func for defs in (info.name2fixturedefs.values() if info else [])
-                                                      for d in defs if Path(inspect.getfile(d.func)).parent == ROOT / "tests"]
+        funcs = [getattr(item, "function", None)] + [
+            d.func
+            for defs in (info.name2fixturedefs.values() if info else [])
+            for d in defs
+            if Path(inspect.getfile(d.func)).parent == ROOT / "tests"
+        ]
         source = "".join(inspect.getsource(f) for f in funcs if f is not None)
         if SLOW_FIXTURES & set(item.fixturenames) or SLOW_CALLS.search(source):
             item.add_marker(pytest.mark.slow)
 
 
 # ---------------------------------------------------------------- subprocess helpers
+
 
 def cli_env(**overrides) -> dict:
     """A clean environment for `python -m lib.cli`: the CLI variables removed, then `overrides`."""
@@ -63,8 +84,14 @@ def cli_env(**overrides) -> dict:
 
 
 def run_cli(*args, timeout=PIPELINE_TIMEOUT_S, **env_overrides) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "lib.cli", *args], cwd=ROOT, env=cli_env(**env_overrides),
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "lib.cli", *args],
+        cwd=ROOT,
+        env=cli_env(**env_overrides),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def describe_proc(proc: subprocess.CompletedProcess) -> str:
@@ -74,12 +101,13 @@ def describe_proc(proc: subprocess.CompletedProcess) -> str:
 
 # ---------------------------------------------------------------- the CPU pipeline, once
 
+
 @dataclass
 class PipelineRun:
     proc: subprocess.CompletedProcess
-    reports: Path       # the REPORTS folder
-    report_dir: Path    # <reports>/cpu
-    params: dict        # config.load("cpu"): what the run should have measured
+    reports: Path  # the REPORTS folder
+    report_dir: Path  # <reports>/cpu
+    params: dict  # config.load("cpu"): what the run should have measured
 
     @property
     def results_dir(self) -> Path:
@@ -102,6 +130,7 @@ def pipeline_ok(pipeline) -> PipelineRun:
 
 # ---------------------------------------------------------------- PDF pages without a PDF library
 
+
 def pdf_page_count(path: Path) -> int:
     """Pages of a PDF: pypdf when installed, otherwise the page objects (/Type /Page, not /Pages)
     counted in the raw file and in every Flate stream (WeasyPrint puts objects in object streams)."""
@@ -115,7 +144,7 @@ def pdf_page_count(path: Path) -> int:
     chunks = [raw]
     for m in re.finditer(rb"stream\r?\n", raw):
         try:
-            chunks.append(zlib.decompressobj().decompress(raw[m.end():]))
+            chunks.append(zlib.decompressobj().decompress(raw[m.end() :]))
         except zlib.error:
             pass  # not a Flate stream
     page = re.compile(rb"/Type\s*/Page(?![A-Za-z])")
@@ -123,6 +152,7 @@ def pdf_page_count(path: Path) -> int:
 
 
 # ---------------------------------------------------------------- params and records
+
 
 @pytest.fixture(autouse=True)
 def no_injected_faults(monkeypatch):
@@ -144,8 +174,16 @@ def tiny_params(stage_keys=None, batch_sizes=(2,), warmup=1, timed=5) -> dict:
     return p
 
 
-def make_record(params: dict, stage_key: str, batch: int, times_ms=None, losses=None,
-                status: str = "ok", reason: str | None = None, mem_bytes: int | None = None) -> dict:
+def make_record(
+    params: dict,
+    stage_key: str,
+    batch: int,
+    times_ms=None,
+    losses=None,
+    status: str = "ok",
+    reason: str | None = None,
+    mem_bytes: int | None = None,
+) -> dict:
     """A result record the way worker.run builds one, from chosen timings and losses."""
     rec = store.base_record(params, stages.get(stage_key), batch)
     if status in ("ok", "diverged"):
@@ -163,8 +201,9 @@ def write_report_dir(report_dir: Path, params: dict, records: list[dict]) -> Pat
     """A report folder as the notebooks leave it, without measuring anything."""
     report_dir.mkdir(parents=True, exist_ok=True)
     store.write_atomic(report_dir / "params.json", params)
-    store.write_atomic(report_dir / "environment.json",
-                         {"device": {"backend": params["backend"], "name": "x"}, "torch": "x"})
+    store.write_atomic(
+        report_dir / "environment.json", {"device": {"backend": params["backend"], "name": "x"}, "torch": "x"}
+    )
     for rec in records:
         store.write_atomic(store.record_path(report_dir / "results", rec["stage"], rec["batch_size"]), rec)
     return report_dir
@@ -185,14 +224,29 @@ def read_json(path: Path):
     return json.loads(Path(path).read_text())
 
 
-def write_parity_test(report_dir: Path, params: dict, lever: str, lever_held: float, ref_held: float, batch: int = 2,
-                      seeds: int = 3) -> None:
+def write_parity_test(
+    report_dir: Path, params: dict, lever: str, lever_held: float, ref_held: float, batch: int = 2, seeds: int = 3
+) -> None:
     """A parity test as evidence.parity_plan leaves it: per seed the lever and its reference twice each."""
     from lib.core import stages
 
     for seed in range(seeds):
-        for stage, replicate, held in ((lever, 0, lever_held), (lever, 1, lever_held), (stages.get(lever).reference, 0, ref_held),
-                                       (stages.get(lever).reference, 1, ref_held)):
-            rec = {**make_record(params, stage, batch, [1.0] * 5, [4.0] * 30), "kind": "parity", "variant": "parity",
-                   "steps": 30, "held_out_loss": held, "micro_steps": 1, "seed_offset": seed, "replicate": replicate}
-            store.write_atomic(report_dir / "results" / "parity" / f"{stage}__b{batch}__s{seed}__r{replicate}.json", rec)
+        for stage, replicate, held in (
+            (lever, 0, lever_held),
+            (lever, 1, lever_held),
+            (stages.get(lever).reference, 0, ref_held),
+            (stages.get(lever).reference, 1, ref_held),
+        ):
+            rec = {
+                **make_record(params, stage, batch, [1.0] * 5, [4.0] * 30),
+                "kind": "parity",
+                "variant": "parity",
+                "steps": 30,
+                "held_out_loss": held,
+                "micro_steps": 1,
+                "seed_offset": seed,
+                "replicate": replicate,
+            }
+            store.write_atomic(
+                report_dir / "results" / "parity" / f"{stage}__b{batch}__s{seed}__r{replicate}.json", rec
+            )

@@ -1,4 +1,5 @@
 """The shape of lib/: layers that import only what they may, no import cycle, small modules."""
+
 from __future__ import annotations
 
 import ast
@@ -10,9 +11,14 @@ LIB = Path(__file__).resolve().parent.parent / "lib"
 # The packages of lib/, lowest first, and which packages each may import (itself included): imports run
 # only downward, and the report side never reaches the measuring side. The modules directly in lib/
 # (cli, optimal) are entry points above every package.
-MAY_IMPORT = {"core": {"core"}, "results": {"core", "results"}, "train": {"core", "results", "train"},
-              "measure": {"core", "results", "train", "measure"}, "report": {"core", "results", "report"},
-              "run": {"core", "results", "train", "measure", "report", "run"}}
+MAY_IMPORT = {
+    "core": {"core"},
+    "results": {"core", "results"},
+    "train": {"core", "results", "train"},
+    "measure": {"core", "results", "train", "measure"},
+    "report": {"core", "results", "report"},
+    "run": {"core", "results", "train", "measure", "report", "run"},
+}
 ENTRY_POINTS = {"cli", "optimal"}
 MAX_LINES = 400
 
@@ -30,10 +36,19 @@ def _imports() -> dict[str, set[str]]:
             continue
         deps = set()
         for node in ast.walk(ast.parse(path.read_text())):
-            assert not (isinstance(node, ast.ImportFrom) and node.level), f"{path}: a relative import; lib/ imports by full name"
-            names = ([node.module] + [f"{node.module}.{a.name}" for a in node.names]) if isinstance(node, ast.ImportFrom) and node.module \
-                else [a.name for a in node.names] if isinstance(node, ast.Import) else []
-            deps |= {n.removeprefix("lib.") for n in names if n.startswith("lib.") and n.removeprefix("lib.") in modules}
+            assert not (isinstance(node, ast.ImportFrom) and node.level), (
+                f"{path}: a relative import; lib/ imports by full name"
+            )
+            names = (
+                ([node.module] + [f"{node.module}.{a.name}" for a in node.names])
+                if isinstance(node, ast.ImportFrom) and node.module
+                else [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else []
+            )
+            deps |= {
+                n.removeprefix("lib.") for n in names if n.startswith("lib.") and n.removeprefix("lib.") in modules
+            }
         out[_module(path)] = deps
     return out
 
@@ -45,7 +60,9 @@ def _package(module: str) -> str:
 def test_every_module_sits_in_a_layer_package_or_is_an_entry_point():
     stray = sorted(m for m in _imports() if _package(m) not in MAY_IMPORT and m not in ENTRY_POINTS)
     assert not stray, f"modules outside the layer packages: {stray}"
-    assert all((LIB / p / "__init__.py").read_text().startswith('"""') for p in MAY_IMPORT), "each package says what it holds"
+    assert all((LIB / p / "__init__.py").read_text().startswith('"""') for p in MAY_IMPORT), (
+        "each package says what it holds"
+    )
 
 
 @pytest.mark.parametrize("module", sorted(m for m in _imports() if m not in ENTRY_POINTS))
@@ -72,7 +89,7 @@ def test_no_import_cycle_between_modules():
         state[m] = "open"
         path.append(m)
         for d in sorted(graph[m]):
-            assert state.get(d) != "open", " -> ".join(path[path.index(d):] + [d])
+            assert state.get(d) != "open", " -> ".join(path[path.index(d) :] + [d])
             if d not in state:
                 visit(d)
         path.pop()
@@ -107,7 +124,7 @@ def test_the_readme_layout_names_every_module_in_its_package():
     import re
 
     text = (LIB.parent / "README.md").read_text()
-    block = text[text.index("lib/        the code"):text.index("```", text.index("lib/        the code"))]
+    block = text[text.index("lib/        the code") : text.index("```", text.index("lib/        the code"))]
     listed, package = {}, None
     for line in block.splitlines()[1:]:
         m = re.match(r"  (\w+)/\s", line)
@@ -116,4 +133,6 @@ def test_the_readme_layout_names_every_module_in_its_package():
             listed.setdefault(package, set()).update(re.findall(r"[a-z_][a-z0-9_]*", line))
     for package in MAY_IMPORT:
         modules = {p.stem for p in (LIB / package).glob("*.py")} - {"__init__"}
-        assert modules <= listed.get(package, set()), f"{package}/: README does not list {sorted(modules - listed.get(package, set()))}"
+        assert modules <= listed.get(package, set()), (
+            f"{package}/: README does not list {sorted(modules - listed.get(package, set()))}"
+        )

@@ -1,4 +1,5 @@
 """Claims verdicts: computed from synthetic records alone, and they flip when the data flips."""
+
 from __future__ import annotations
 
 import pytest
@@ -9,8 +10,15 @@ from lib.core import config, record
 from lib.report import claim_params, claims, evidence_view, loader
 from lib.results import decide, store
 
-WORDS = ("confirmed", "confirmed (within noise)", "exceeded", "fell short", "contradicted", "not applicable",
-         "not measured")
+WORDS = (
+    "confirmed",
+    "confirmed (within noise)",
+    "exceeded",
+    "fell short",
+    "contradicted",
+    "not applicable",
+    "not measured",
+)
 
 
 def _df(times: dict, batch: int = 2, **columns):
@@ -19,8 +27,11 @@ def _df(times: dict, batch: int = 2, **columns):
     params = tiny_params(list(times) or ["fp32"])
     recs = []
     for stage, ms in times.items():
-        rec = (make_record(params, stage, batch, [ms] * 5, [3.0] * 6) if ms is not None
-               else make_record(params, stage, batch, status="oom", reason="out of memory"))
+        rec = (
+            make_record(params, stage, batch, [ms] * 5, [3.0] * 6)
+            if ms is not None
+            else make_record(params, stage, batch, status="oom", reason="out of memory")
+        )
         for field, by_stage in columns.items():
             rec[field] = by_stage.get(stage)
         recs.append(rec)
@@ -47,29 +58,39 @@ def test_the_verdict_words_and_their_colours():
     assert set(claims.CSS) == set(WORDS)
     assert {claims.CSS[w] for w in ("confirmed", "confirmed (within noise)", "exceeded")} == {"ok"}
     assert [claims.CSS[w] for w in ("fell short", "contradicted", "not applicable", "not measured")] == [
-        "warn", "bad", "note", "warn"]
+        "warn",
+        "bad",
+        "note",
+        "warn",
+    ]
 
 
-@pytest.mark.parametrize("tf32_ms, noise, expected", [
-    (400.0, None, "confirmed"),                  # 2.50x, inside 2.34-2.86x
-    (300.0, None, "exceeded"),                   # 3.33x: a bigger speed-up than claimed
-    (600.0, None, "fell short"),                 # 1.67x: faster, by less than claimed
-    (1100.0, None, "contradicted"),              # 0.91x: a slow-down
-    (435.0, 0.02, "confirmed (within noise)"),   # 2.30x: 1.8 % under the range, inside a 2 % noise
-    (435.0, 0.01, "fell short"),                 # ... but not inside a 1 % noise
-])
+@pytest.mark.parametrize(
+    "tf32_ms, noise, expected",
+    [
+        (400.0, None, "confirmed"),  # 2.50x, inside 2.34-2.86x
+        (300.0, None, "exceeded"),  # 3.33x: a bigger speed-up than claimed
+        (600.0, None, "fell short"),  # 1.67x: faster, by less than claimed
+        (1100.0, None, "contradicted"),  # 0.91x: a slow-down
+        (435.0, 0.02, "confirmed (within noise)"),  # 2.30x: 1.8 % under the range, inside a 2 % noise
+        (435.0, 0.01, "fell short"),  # ... but not inside a 1 % noise
+    ],
+)
 def test_a_speedup_claim_gets_each_word_as_the_data_moves(tf32_ms, noise, expected):
     v = _verdict("tf32-speedup", _df({"fp32": 1000.0, "tf32": tf32_ms}), noise=noise)
     assert v["verdict"] == expected
     assert v["measured"].startswith(f"{1000.0 / tf32_ms:.2f}×")
 
 
-@pytest.mark.parametrize("bf16_ms, expected", [
-    (850.0, "confirmed"),      # -15 %
-    (600.0, "exceeded"),       # -40 %: a bigger cut
-    (950.0, "fell short"),     # -5 %
-    (1100.0, "contradicted"),  # +10 %: slower
-])
+@pytest.mark.parametrize(
+    "bf16_ms, expected",
+    [
+        (850.0, "confirmed"),  # -15 %
+        (600.0, "exceeded"),  # -40 %: a bigger cut
+        (950.0, "fell short"),  # -5 %
+        (1100.0, "contradicted"),  # +10 %: slower
+    ],
+)
 def test_a_claimed_cut_gets_each_word_as_the_data_moves(bf16_ms, expected):
     assert _verdict("bf16-time", _df({"tf32": 1000.0, "bf16": bf16_ms}))["verdict"] == expected
 
@@ -77,11 +98,14 @@ def test_a_claimed_cut_gets_each_word_as_the_data_moves(bf16_ms, expected):
 SAMPLED = "mem_device_sampled_peak_bytes"
 
 
-@pytest.mark.parametrize("fp32_bytes, expected", [
-    (10.5e9, "confirmed"),      # +5 % over TF32: the workspaces
-    (10.05e9, "fell short"),    # +0.5 %
-    (9.8e9, "contradicted"),    # less than TF32
-])
+@pytest.mark.parametrize(
+    "fp32_bytes, expected",
+    [
+        (10.5e9, "confirmed"),  # +5 % over TF32: the workspaces
+        (10.05e9, "fell short"),  # +0.5 %
+        (9.8e9, "contradicted"),  # less than TF32
+    ],
+)
 def test_the_fp32_device_memory_claim_is_judged_from_the_sampled_device_memory(fp32_bytes, expected):
     df = _df({"fp32": 1000.0, "tf32": 400.0}, **{SAMPLED: {"fp32": fp32_bytes, "tf32": 10e9}})
     v = _verdict("fp32-device-memory", df)
@@ -95,11 +119,14 @@ def test_the_fp32_device_memory_claim_is_not_measured_without_sampled_device_mem
     assert "device memory was not sampled during the step" in v["measured"]
 
 
-@pytest.mark.parametrize("profile, backend, status, expected", [
-    ("a100", "cuda", "ok", "not applicable"),      # the vocab claim is about Hopper
-    ("cpu", "cpu", "ok", "not applicable"),
-    ("h100", "cuda", "oom", "not measured"),       # no timing for the stage
-])
+@pytest.mark.parametrize(
+    "profile, backend, status, expected",
+    [
+        ("a100", "cuda", "ok", "not applicable"),  # the vocab claim is about Hopper
+        ("cpu", "cpu", "ok", "not applicable"),
+        ("h100", "cuda", "oom", "not measured"),  # no timing for the stage
+    ],
+)
 def test_not_applicable_and_not_measured(profile, backend, status, expected):
     df = _df({"flash": 140.0, "vocab": 100.0 if status == "ok" else None})
     v = claims.verdict(_claim("vocab-h100"), df, profile, backend)
@@ -116,16 +143,21 @@ def test_not_measured_always_says_why():
         assert v["verdict"] == "not measured" and v["measured"], cid
 
 
-@pytest.mark.parametrize("speedup, prose, table", [
-    (1.58, "exceeded", "confirmed"),   # the write-up's table was right, its "30-40 %" too low
-    (1.35, "confirmed", "fell short"),
-])
+@pytest.mark.parametrize(
+    "speedup, prose, table",
+    [
+        (1.58, "exceeded", "confirmed"),  # the write-up's table was right, its "30-40 %" too low
+        (1.35, "confirmed", "fell short"),
+    ],
+)
 def test_the_write_ups_prose_and_its_own_table_are_judged_apart(speedup, prose, table):
     df = _df({"flash": 100.0 * speedup, "vocab": 100.0})
     assert (_verdict("vocab-h100", df)["verdict"], _verdict("vocab-h100-table", df)["verdict"]) == (prose, table)
 
 
-@pytest.mark.parametrize("bf16_ms, prose, table", [(850.0, "confirmed", "fell short"), (780.0, "exceeded", "confirmed")])
+@pytest.mark.parametrize(
+    "bf16_ms, prose, table", [(850.0, "confirmed", "fell short"), (780.0, "exceeded", "confirmed")]
+)
 def test_the_bf16_prose_and_table_claims_are_judged_apart(bf16_ms, prose, table):
     df = _df({"tf32": 1000.0, "bf16": bf16_ms})
     assert (_verdict("bf16-time", df)["verdict"], _verdict("bf16-time-table", df)["verdict"]) == (prose, table)
@@ -142,11 +174,17 @@ def test_the_table_claims_quote_the_write_ups_own_figures():
     assert bf16["expect"]["min"] <= 103 / 133 - 1 <= bf16["expect"]["max"]
 
 
-@pytest.mark.parametrize("profile, expected", [
-    ("h100", "exceeded"), ("h100-pcie", "exceeded"), ("h200", "exceeded"),  # GH100, all of them
-    ("a100", "not applicable"), ("b200", "not applicable"),
-    ("gpua", "not applicable"),  # a name that is no profile has no family
-])
+@pytest.mark.parametrize(
+    "profile, expected",
+    [
+        ("h100", "exceeded"),
+        ("h100-pcie", "exceeded"),
+        ("h200", "exceeded"),  # GH100, all of them
+        ("a100", "not applicable"),
+        ("b200", "not applicable"),
+        ("gpua", "not applicable"),  # a name that is no profile has no family
+    ],
+)
 def test_a_claim_about_the_h100_speaks_about_every_hopper_gpu(profile, expected):
     assert _verdict("vocab-h100", _df({"flash": 160.0, "vocab": 100.0}), profile)["verdict"] == expected
 
@@ -160,7 +198,9 @@ def test_an_unknown_family_is_a_one_line_config_error(tmp_params_dir):
     path = tmp_params_dir / "h200.yaml"
     path.write_text(path.read_text().replace("family: hopper", "family: hoper"))
     for call in (lambda: config.load("h200"), lambda: config.profile_family("h200")):
-        with pytest.raises(config.ConfigError, match=r"params/h200\.yaml: family 'hoper' is not a known chip family") as e:
+        with pytest.raises(
+            config.ConfigError, match=r"params/h200\.yaml: family 'hoper' is not a known chip family"
+        ) as e:
             call()
         assert "\n" not in str(e.value)
     data = yaml.safe_load((tmp_params_dir / "claims.yaml").read_text())
@@ -173,33 +213,54 @@ def test_an_unknown_family_is_a_one_line_config_error(tmp_params_dir):
 # ---------------------------------------------------------------- the lm_head GEMM sweep
 
 ALIGNED = (50176, 50304, 50432)  # the multiples of 128 of a sweep around 50304
-OTHERS = (50184, 50192, 50200)   # other multiples of 8
+OTHERS = (50184, 50192, 50200)  # other multiples of 8
 
 
 def _sweep(aligned_ms, other_ms, real_ms=30.0) -> dict:
     """A bf16 lm_head sweep record: multiples of 128, other multiples of 8 and the real 50257,
     at the given forward + backward times; different kernels at 50257 and 50304."""
     widths = list(zip(ALIGNED, aligned_ms)) + list(zip(OTHERS, other_ms)) + [(50257, real_ms)]
-    points = [{"n": n, "dtype": "bf16", "total_ms": ms, "tflops": 1.0,
-               "multiple_of": next(a for a in (128, 64, 32, 16, 8, 1) if n % a == 0)} for n, ms in widths]
+    points = [
+        {
+            "n": n,
+            "dtype": "bf16",
+            "total_ms": ms,
+            "tflops": 1.0,
+            "multiple_of": next(a for a in (128, 64, 32, 16, 8, 1) if n % a == 0),
+        }
+        for n, ms in widths
+    ]
     slow = "void cutlass::Kernel2<cutlass_75_gemm_align1>(cutlass_75_gemm_align1::Params)"
-    return {"schema_version": record.SCHEMA_VERSION, "kind": "gemm", "status": "ok", "m": 64, "k": 64,
-            "dtypes": ["bf16"], "points": sorted(points, key=lambda p: p["n"]),
-            "kernels": {"bf16": {"50257": {"fwd": [slow], "bwd": [slow]},
-                                 "50304": {"fwd": ["nvjet_fast"], "bwd": ["nvjet_fast"]}}}}
+    return {
+        "schema_version": record.SCHEMA_VERSION,
+        "kind": "gemm",
+        "status": "ok",
+        "m": 64,
+        "k": 64,
+        "dtypes": ["bf16"],
+        "points": sorted(points, key=lambda p: p["n"]),
+        "kernels": {
+            "bf16": {"50257": {"fwd": [slow], "bwd": [slow]}, "50304": {"fwd": ["nvjet_fast"], "bwd": ["nvjet_fast"]}}
+        },
+    }
 
 
-@pytest.mark.parametrize("others, expected, no_change", [
-    ((1.2, 1.25, 1.3), "confirmed", False),      # the multiples of 128 clearly faster
-    ((1.04, 1.05, 1.06), "fell short", False),   # faster than every other multiple of 8, by less than claimed
-    ((1.0, 1.03, 1.05), "contradicted", True),   # 1.03x, but 1.0 ms is inside the others' 1.0-1.05 ms: the scatter
-    ((0.9, 0.92, 0.95), "contradicted", False),  # slower than every other multiple of 8
-])
+@pytest.mark.parametrize(
+    "others, expected, no_change",
+    [
+        ((1.2, 1.25, 1.3), "confirmed", False),  # the multiples of 128 clearly faster
+        ((1.04, 1.05, 1.06), "fell short", False),  # faster than every other multiple of 8, by less than claimed
+        ((1.0, 1.03, 1.05), "contradicted", True),  # 1.03x, but 1.0 ms is inside the others' 1.0-1.05 ms: the scatter
+        ((0.9, 0.92, 0.95), "contradicted", False),  # slower than every other multiple of 8
+    ],
+)
 def test_the_multiples_of_128_claim_flips_with_the_sweep(others, expected, no_change):
     v = _verdict("hopper-multiples-of-128", _df({}), gemm=_sweep((1.0, 1.0, 1.0), others))
     assert v["verdict"] == expected
     assert ("no measurable change: within the width-to-width scatter" in v["measured"]) is no_change
-    assert _verdict("hopper-multiples-of-128", _df({}), "a100", _sweep((1.0,) * 3, others))["verdict"] == "not applicable"
+    assert (
+        _verdict("hopper-multiples-of-128", _df({}), "a100", _sweep((1.0,) * 3, others))["verdict"] == "not applicable"
+    )
 
 
 def test_50257_is_not_among_the_other_multiples_of_8():
@@ -225,7 +286,9 @@ def test_the_vocab_chapter_reads_the_sweep_without_50257(tmp_path):
     assert "running other kernels (forward: `cutlass_75_gemm_align1` against `nvjet_fast`)" in text
     faster = _sweep((1.0, 1.0, 1.0), (1.2, 1.25, 1.3))
     store.write_atomic(report_dir / "results" / "gemm" / "lm_head.json", faster)
-    assert "the multiples of 128 run faster than every other multiple of 8" in evidence_view.gemm_md(loader.load(report_dir))
+    assert "the multiples of 128 run faster than every other multiple of 8" in evidence_view.gemm_md(
+        loader.load(report_dir)
+    )
 
 
 def test_the_kernel_claim_says_not_measured_and_why():
@@ -238,14 +301,17 @@ def test_the_kernel_claim_says_not_measured_and_why():
 
 # ---------------------------------------------------------------- the claims of seeds 001 and 002
 
+
 def test_every_claim_names_its_source_and_an_unmeasurable_one_says_why(tmp_params_dir):
     data = claims.load()
     assert {c["source"] for c in data["claims"]} == {"000", "001", "002"} == set(data["sources"])
     assert all(c["reason"] for c in data["claims"] if c["metric"] == "none")
     path = tmp_params_dir / "claims.yaml"
-    for cid, change, message in [("fp8-2x-gemm", {"reason": None}, "must say why"),
-                                 ("tf32-quality", {"versus": "bf16"}, "the loss gate of tf32 is against fp32"),
-                                 ("fp8-hopper", {"source": "009"}, "names no source")]:
+    for cid, change, message in [
+        ("fp8-2x-gemm", {"reason": None}, "must say why"),
+        ("tf32-quality", {"versus": "bf16"}, "the loss gate of tf32 is against fp32"),
+        ("fp8-hopper", {"source": "009"}, "names no source"),
+    ]:
         broken = yaml.safe_load(path.read_text())
         next(c for c in broken["claims"] if c["id"] == cid).update(change)
         (tmp_params_dir / "broken.yaml").write_text(yaml.safe_dump(broken))
@@ -253,13 +319,16 @@ def test_every_claim_names_its_source_and_an_unmeasurable_one_says_why(tmp_param
             claim_params.load_claims(tmp_params_dir / "broken.yaml")
 
 
-@pytest.mark.parametrize("fp8_ms, noise, hopper, twice", [
-    (90.0, None, "confirmed", "fell short"),          # 1.11x: faster, far from 2x
-    (50.0, None, "confirmed", "confirmed"),           # 2.00x: the datasheet's ratio
-    (110.0, 0.02, "contradicted", "contradicted"),    # 0.91x: slower beyond a 2 % noise
-    (101.0, 0.02, "contradicted", "contradicted"),    # 0.99x: no measurable change, within the 2 % noise of 1
-    (97.0, 0.02, "confirmed", "fell short"),          # 1.03x: faster beyond it
-])
+@pytest.mark.parametrize(
+    "fp8_ms, noise, hopper, twice",
+    [
+        (90.0, None, "confirmed", "fell short"),  # 1.11x: faster, far from 2x
+        (50.0, None, "confirmed", "confirmed"),  # 2.00x: the datasheet's ratio
+        (110.0, 0.02, "contradicted", "contradicted"),  # 0.91x: slower beyond a 2 % noise
+        (101.0, 0.02, "contradicted", "contradicted"),  # 0.99x: no measurable change, within the 2 % noise of 1
+        (97.0, 0.02, "confirmed", "fell short"),  # 1.03x: faster beyond it
+    ],
+)
 def test_the_fp8_claims_flip_with_the_fastest_fp8_form(fp8_ms, noise, hopper, twice):
     """Every form measured: the hand-written layers and torchao's against torch.compile, torchao's lm_head
     against the loss-only forward; the fastest decides (here the hand-written one, the others slower)."""
@@ -282,7 +351,9 @@ def test_the_fp8_claim_rests_on_the_form_that_pays_and_names_the_ones_not_measur
     assert v["verdict"] == "confirmed" and v["pair"] == ("fp8_head", "loss_only")
     assert v["measured"].startswith("FP8 lm_head (torchao): 1.25× at B=2")
     assert "FP8 linear layers: 0.91× at B=2" in v["measured"]
-    assert "FP8 linear layers (torchao): not measured, no batch size where both fp8_torchao and compile" in v["measured"]
+    assert (
+        "FP8 linear layers (torchao): not measured, no batch size where both fp8_torchao and compile" in v["measured"]
+    )
     assert _verdict("fp8-hopper", _df({"compile": 100.0, "fp8": 110.0}), noise=0.01)["verdict"] == "contradicted"
     none = _verdict("fp8-hopper", _df({"compile": 100.0, "fp8": None}))
     assert none["verdict"] == "not measured" and "FP8 linear layers: not measured" in none["measured"]
@@ -293,13 +364,18 @@ def _gated(tf32_offset: float, tf32=True):
     """fp32 and tf32 records with a tolerance of 0.05 nats: tf32's loss curve `tf32_offset` above fp32's."""
     params = tiny_params(["fp32", "tf32"])
     recs = [make_record(params, "fp32", 2, [100.0] * 5, [3.0] * 6)]
-    recs += [make_record(params, "tf32", 2, [40.0] * 5, [3.0 + tf32_offset] * 6) if tf32 else
-             make_record(params, "tf32", 2, status="oom", reason="out of memory")]
+    recs += [
+        make_record(params, "tf32", 2, [40.0] * 5, [3.0 + tf32_offset] * 6)
+        if tf32
+        else make_record(params, "tf32", 2, status="oom", reason="out of memory")
+    ]
     return decide.table(recs, params["stages"], tolerance=0.05)
 
 
-@pytest.mark.parametrize("offset, expected, words", [(0.01, "confirmed", "the gate held at B=2"),
-                                                      (0.2, "contradicted", "the gate failed at B=2")])
+@pytest.mark.parametrize(
+    "offset, expected, words",
+    [(0.01, "confirmed", "the gate held at B=2"), (0.2, "contradicted", "the gate failed at B=2")],
+)
 def test_the_tf32_quality_claim_flips_with_the_loss_gate(offset, expected, words):
     v = claims.verdict(_claim("tf32-quality"), _gated(offset), "h100", "cuda", tolerance=0.05)
     assert v["verdict"] == expected and words in v["measured"] and f"{offset:.4f} nats" in v["measured"]
@@ -313,11 +389,14 @@ def test_the_tf32_quality_claim_without_a_gate_says_why():
     assert v["verdict"] == "not measured" and v["measured"] == "no loss gate of tf32 against fp32 was computed"
 
 
-@pytest.mark.parametrize("profile, tf32_ms, expected", [
-    ("a100", 350.0, "confirmed"),       # 2.86x: within "up to 3x"
-    ("a100", 600.0, "fell short"),      # 1.67x
-    ("h100", 350.0, "not applicable"),  # a claim about the A100
-])
+@pytest.mark.parametrize(
+    "profile, tf32_ms, expected",
+    [
+        ("a100", 350.0, "confirmed"),  # 2.86x: within "up to 3x"
+        ("a100", 600.0, "fell short"),  # 1.67x
+        ("h100", 350.0, "not applicable"),  # a claim about the A100
+    ],
+)
 def test_the_tf32_a100_claim_speaks_about_ampere_and_names_the_command_elsewhere(profile, tf32_ms, expected):
     v = _verdict("tf32-a100", _df({"fp32": 1000.0, "tf32": tf32_ms}), profile)
     assert v["verdict"] == expected
@@ -331,8 +410,11 @@ def _sdpa(**tokens_per_s) -> list[dict]:
     params = tiny_params(["flash"])
     out = []
     for name, tps in tokens_per_s.items():
-        rec = (make_record(params, "flash", 2, [2 * 64 / tps * 1000] * 5, [3.0] * 6) if tps else
-               make_record(params, "flash", 2, status="not_applicable", reason="no kernel"))
+        rec = (
+            make_record(params, "flash", 2, [2 * 64 / tps * 1000] * 5, [3.0] * 6)
+            if tps
+            else make_record(params, "flash", 2, status="not_applicable", reason="no kernel")
+        )
         out.append({**rec, "variant": f"SDPA {name}"})
     return out
 
@@ -344,7 +426,9 @@ def test_the_claims_this_tool_cannot_check_are_not_measured_and_say_why():
 
 
 def test_flash_attention_3_without_a_kernel_profile_is_not_measured_and_says_so():
-    fa3 = claims.verdict(_claim("fa3-hopper"), _df({}), "h200", "cuda", sdpa=_sdpa(flash=2000.0, cudnn=3000.0, efficient=None))
+    fa3 = claims.verdict(
+        _claim("fa3-hopper"), _df({}), "h200", "cuda", sdpa=_sdpa(flash=2000.0, cudnn=3000.0, efficient=None)
+    )
     assert fa3["verdict"] == "not measured" and "no kernel profile of a stage that runs SDPA" in fa3["measured"]
     assert fa3["measured"].endswith("forced at B=2: cudnn 3,000 tok/s, flash 2,000 tok/s, efficient not applicable")
     assert "the report forced no SDPA backend" in _verdict("fa3-hopper", _df({}))["measured"]

@@ -2,6 +2,7 @@
 
 Most cases call lib.cli.main() in-process with the environment the Makefile would export
 (validation runs before anything is measured); one runs the real `python -m lib.cli report`."""
+
 from __future__ import annotations
 
 import pytest
@@ -91,6 +92,7 @@ def test_pdf_without_a_report_is_refused(monkeypatch, tmp_path, capsys):
 
 # ---------------------------------------------------------------- helpers of the report command
 
+
 def test_choose_profile_without_gpu_uses_the_detected_device():
     assert pipeline.choose_profile(None, {"backend": "cpu", "name": "x86_64"}, False) == ("cpu", None)
     assert pipeline.choose_profile(None, {"backend": "cuda", "name": "NVIDIA H100 80GB HBM3"}, False) == ("h100", None)
@@ -155,7 +157,10 @@ def test_a_view_the_registry_lacks_is_an_error_that_lists_the_views():
     with pytest.raises(ValueError, match=r"unknown view 'nonesuch' \(views: measured, losses"):
         chapter_page.plan("### T\n\n<!-- view: nonesuch -->\n")
     assert chapter_page.plan("### T\n\n<!-- view: versus compile fp8 -->\ntail") == [
-        ("md", "### T"), ("view", "versus", ("compile", "fp8")), ("md", "tail")]
+        ("md", "### T"),
+        ("view", "versus", ("compile", "fp8")),
+        ("md", "tail"),
+    ]
 
 
 def test_a_missing_chapter_text_fails_when_the_registry_is_imported(monkeypatch, tmp_path):
@@ -170,14 +175,23 @@ def test_a_missing_chapter_text_fails_when_the_registry_is_imported(monkeypatch,
     monkeypatch.undo()
     importlib.reload(chapters)
 
+
 # ---------------------------------------------------------------- the Makefile
+
 
 def _make(*args, **env):
     import subprocess
 
     from conftest import cli_env
-    return subprocess.run(["make", "--no-print-directory", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=120, env=cli_env(**env))
+
+    return subprocess.run(
+        ["make", "--no-print-directory", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=cli_env(**env),
+    )
 
 
 def test_make_help_lists_every_target_of_the_makefile():
@@ -190,11 +204,16 @@ def test_make_help_lists_every_target_of_the_makefile():
     assert "MEASURE_ONLY=1" in out and "STAGES=" in out
 
 
-@pytest.mark.parametrize("var, value, message", [("GPU", "nosuch", "unknown GPU profile 'nosuch'"),
-                                                  ("BATCHES", "2 x", "batch size 'x' is not a positive integer"),
-                                                  ("STAGES", "fp32 warp9", "unknown stage 'warp9'"),
-                                                  ("CHAPTERS", "batch_sweep warp9", "unknown chapter 'warp9'"),
-                                                  ("NNODES", "0", "NNODES '0' is not a positive integer")])
+@pytest.mark.parametrize(
+    "var, value, message",
+    [
+        ("GPU", "nosuch", "unknown GPU profile 'nosuch'"),
+        ("BATCHES", "2 x", "batch size 'x' is not a positive integer"),
+        ("STAGES", "fp32 warp9", "unknown stage 'warp9'"),
+        ("CHAPTERS", "batch_sweep warp9", "unknown chapter 'warp9'"),
+        ("NNODES", "0", "NNODES '0' is not a positive integer"),
+    ],
+)
 def test_a_bad_input_to_make_report_is_the_last_line_printed(var, value, message):
     if not any((ROOT / stamp).exists() for stamp in (".venv/.stamp", ".deps/.stamp")):
         pytest.skip("make checks inputs early once its environment exists (make test creates it first)")
@@ -206,19 +225,23 @@ def test_a_bad_input_to_make_report_is_the_last_line_printed(var, value, message
 
 # ---------------------------------------------------------------- the DDP stage's nodes
 
-@pytest.mark.parametrize("inputs, message", [
-    ({"NNODES": "0"}, "NNODES '0' is not a positive integer"),
-    ({"NNODES": "two", "RDZV": "127.0.0.1:29500"}, "NNODES 'two' is not a positive integer"),
-    ({"NNODES": "2", "NODE_RANK": "2", "RDZV": "127.0.0.1:29500"}, "NODE_RANK '2' is out of range for NNODES=2"),
-    ({"NNODES": "2", "NODE_RANK": "-1", "RDZV": "127.0.0.1:29500"}, "NODE_RANK '-1' is out of range for NNODES=2"),
-    ({"NODE_RANK": "1"}, "NODE_RANK '1' is out of range for NNODES=1"),
-    ({"NNODES": "2", "RDZV": "127.0.0.1"}, "RDZV '127.0.0.1' is not host:port"),
-    ({"NNODES": "2", "RDZV": "127.0.0.1:29500;id"}, "is not host:port"),
-    ({"NNODES": "2", "RDZV": "127.0.0.1:70000"}, "port 70000 is out of range 1..65535"),
-    ({"NNODES": "2", "RDZV": "127.0.0.1:0"}, "port 0 is out of range 1..65535"),
-    ({"NNODES": "2", "NODE_RANK": "1"}, "NNODES=2 needs RDZV=host:port"),
-    ({"RDZV": "127.0.0.1:29500"}, "is given but NNODES is 1"),
-])
+
+@pytest.mark.parametrize(
+    "inputs, message",
+    [
+        ({"NNODES": "0"}, "NNODES '0' is not a positive integer"),
+        ({"NNODES": "two", "RDZV": "127.0.0.1:29500"}, "NNODES 'two' is not a positive integer"),
+        ({"NNODES": "2", "NODE_RANK": "2", "RDZV": "127.0.0.1:29500"}, "NODE_RANK '2' is out of range for NNODES=2"),
+        ({"NNODES": "2", "NODE_RANK": "-1", "RDZV": "127.0.0.1:29500"}, "NODE_RANK '-1' is out of range for NNODES=2"),
+        ({"NODE_RANK": "1"}, "NODE_RANK '1' is out of range for NNODES=1"),
+        ({"NNODES": "2", "RDZV": "127.0.0.1"}, "RDZV '127.0.0.1' is not host:port"),
+        ({"NNODES": "2", "RDZV": "127.0.0.1:29500;id"}, "is not host:port"),
+        ({"NNODES": "2", "RDZV": "127.0.0.1:70000"}, "port 70000 is out of range 1..65535"),
+        ({"NNODES": "2", "RDZV": "127.0.0.1:0"}, "port 0 is out of range 1..65535"),
+        ({"NNODES": "2", "NODE_RANK": "1"}, "NNODES=2 needs RDZV=host:port"),
+        ({"RDZV": "127.0.0.1:29500"}, "is given but NNODES is 1"),
+    ],
+)
 def test_bad_node_inputs_are_refused_by_the_early_check(tmp_path, capsys, inputs, message):
     """`make report` writes its inputs to a file of NAME=value lines for `python -m lib.cli check`."""
     lines = {"GPU": "", "BATCHES": "", "STAGES": "", "REPORTS": str(tmp_path / "reports"), **inputs}
@@ -233,7 +256,11 @@ def test_node_inputs_become_the_ddp_launch(tmp_path, capsys):
     path = tmp_path / "inputs"
     path.write_text(f"REPORTS={tmp_path / 'reports'}\nNNODES=2\nNODE_RANK=1\nRDZV=127.0.0.1:29500\n")
     assert cli.main(["check", str(path)]) == 0 and capsys.readouterr().out == ""
-    assert cli_args.check_launch("2", "1", "127.0.0.1:29500") == {"nnodes": 2, "node_rank": 1, "rdzv": "127.0.0.1:29500"}
+    assert cli_args.check_launch("2", "1", "127.0.0.1:29500") == {
+        "nnodes": 2,
+        "node_rank": 1,
+        "rdzv": "127.0.0.1:29500",
+    }
     assert cli_args.check_launch() == cli_args.check_launch("", "", "") == {"nnodes": 1, "node_rank": 0, "rdzv": None}
     # the existing callers of check_inputs keep working; the new values are keyword arguments
     assert pipeline.check_inputs(None, "2", None, str(tmp_path / "reports")) == ([2], None)

@@ -1,5 +1,6 @@
 """`make compare`: one report across GPUs from existing report folders, with version skew
 flagged, and a clear refusal when a named report is missing or of another schema."""
+
 from __future__ import annotations
 
 import json
@@ -15,8 +16,9 @@ from lib.results import decide, stats, store
 PEAKS = {"fp32": 10.0, "tf32": 40.0, "bf16": 80.0, "fp8": 160.0}  # a synthetic datasheet, TFLOP/s
 
 
-def _fake_report(root: Path, name: str, torch: str, speed: float, schema=record.SCHEMA_VERSION, batches=(2, 4),
-                 gain: float = 1.0):
+def _fake_report(
+    root: Path, name: str, torch: str, speed: float, schema=record.SCHEMA_VERSION, batches=(2, 4), gain: float = 1.0
+):
     """A synthetic report folder: the cpu workload's params, a CUDA-like environment, and one
     record per stage at each batch size, each stage `speed` times faster than the one before, the
     whole GPU `gain` times faster, and a larger batch faster by the square root of its size (so a
@@ -27,12 +29,19 @@ def _fake_report(root: Path, name: str, torch: str, speed: float, schema=record.
     recs = []
     for i, key in enumerate(params["stages"]):
         for b in batches:
-            rec = make_record(params, key, b, [100.0 / speed ** i / gain * b ** 0.5] * 5, [3.0] * 5)
+            rec = make_record(params, key, b, [100.0 / speed**i / gain * b**0.5] * 5, [3.0] * 5)
             rec.update(mem_tensors_bytes=1e9, mem_allocator_bytes=2e9, mem_device_bytes=3e9, schema_version=schema)
             recs.append(rec)
     d = write_report_dir(root / name, params, recs)
-    env = {"device": {"backend": "cuda", "name": f"GPU {name}"}, "torch": torch, "cuda": "13.0",
-           "cublas": "13.1.0", "cudnn": 91900, "driver": "580", "python": "3.12"}
+    env = {
+        "device": {"backend": "cuda", "name": f"GPU {name}"},
+        "torch": torch,
+        "cuda": "13.0",
+        "cublas": "13.1.0",
+        "cudnn": 91900,
+        "driver": "580",
+        "python": "3.12",
+    }
     (d / "environment.json").write_text(json.dumps(env))
     return d
 
@@ -47,7 +56,7 @@ def test_compare_two_reports_writes_html_and_pdf_and_flags_version_skew(tmp_path
     assert (out / "report.pdf").read_bytes().startswith(b"%PDF")
     assert "Version skew" in html and "PyTorch" in html
     assert "GPU gpua" in html and "GPU gpub" in html
-    assert "<script src=\"http" not in html
+    assert '<script src="http' not in html
 
 
 def test_the_stage_table_puts_each_gpu_against_its_own_fp32(tmp_path):
@@ -56,8 +65,8 @@ def test_the_stage_table_puts_each_gpu_against_its_own_fp32(tmp_path):
     reps = compare.load_all(["gpua", "gpub"], tmp_path)
     t = compare.stage_table(reps)
     last, n = t.iloc[-2], len(reps["gpua"].stage_order) - 1  # n levers after the baseline
-    assert last["gpua × own FP32"] == pytest.approx(1.5 ** n)
-    assert last["gpub × own FP32"] == pytest.approx(2.0 ** n)
+    assert last["gpua × own FP32"] == pytest.approx(1.5**n)
+    assert last["gpub × own FP32"] == pytest.approx(2.0**n)
     rec = t.iloc[-1]  # each report's recommended configuration: here its fastest, last stage
     assert rec["stage"] == compare.RECOMMENDED and rec["gpub stage"] == last["stage"]
     assert rec["gpub tok/s"] == pytest.approx(last["gpub tok/s"])
@@ -83,8 +92,13 @@ def _add_ddp(d: Path, worlds: tuple[int, ...] = ()):
     for world in worlds:
         rec = store.base_record(params, stages.get("ddp"), 4)
         stats.fill_timing(rec, [last["median_ms"] / 0.9] * 5, 4 * 64 * world)
-        rec.update(world_size=world, base_stage=last["stage"], per_gpu_tokens_per_s=rec["tokens_per_s"] / world,
-                   losses=[3.0] * 5, mem_allocator_bytes=2e9)
+        rec.update(
+            world_size=world,
+            base_stage=last["stage"],
+            per_gpu_tokens_per_s=rec["tokens_per_s"] / world,
+            losses=[3.0] * 5,
+            mem_allocator_bytes=2e9,
+        )
         store.write_atomic(store.record_path(d / "results", "ddp", 4, gpus=world), rec)
 
 
@@ -193,10 +207,13 @@ def _add_repeat(d: Path, spread: float):
     store.write_atomic(d / "results" / "repeats" / "fp32__b4__r1.json", rep)
 
 
-@pytest.mark.parametrize("spread, torch_b, hardware", [(0.02, "2.11.0", True), (0.3, "2.11.0", False),
-                                                       (None, "2.11.0", False), (0.02, "2.9.1", False)])
+@pytest.mark.parametrize(
+    "spread, torch_b, hardware",
+    [(0.02, "2.11.0", True), (0.3, "2.11.0", False), (None, "2.11.0", False), (0.02, "2.9.1", False)],
+)
 def test_the_difference_is_called_the_hardwares_only_beyond_both_reports_noise_and_without_skew(
-        tmp_path, spread, torch_b, hardware):
+    tmp_path, spread, torch_b, hardware
+):
     """gpub is 1.1× gpua at every stage: the hardware's when both reports' process-to-process spread
     is 2 %, within noise when it is 30 %, unjudged when nothing ran twice, the software's too with skew."""
     a, b = _fake_report(tmp_path, "gpua", "2.11.0", 1.5), _fake_report(tmp_path, "gpub", torch_b, 1.5, gain=1.1)
@@ -222,8 +239,13 @@ def test_the_recommended_row_quotes_the_median_over_processes_as_its_own_report_
     a = _fake_report(tmp_path, "ga", "2.11.0", 1.2)
     _fake_report(tmp_path, "gb", "2.11.0", 1.2, gain=1.5)
     best = loader.recommended(loader.load(a))
-    params, first = read_json(a / "params.json"), read_json(store.record_path(a / "results", best["stage"], best["batch_size"]))
-    slower = make_record(params, best["stage"], best["batch_size"], [v * 1.1 for v in first["step_ms"]], first["losses"])
+    params, first = (
+        read_json(a / "params.json"),
+        read_json(store.record_path(a / "results", best["stage"], best["batch_size"])),
+    )
+    slower = make_record(
+        params, best["stage"], best["batch_size"], [v * 1.1 for v in first["step_ms"]], first["losses"]
+    )
     slower.update(variant="repeat", repeat=1)
     store.write_atomic(a / "results" / "repeats" / f"{best['stage']}__b{best['batch_size']}__r1.json", slower)
     median = loader.recommended(loader.load(a))["processes"]["median"]
@@ -249,8 +271,11 @@ def _hopper_pair(tmp_path: Path, fp8_over_compile: float) -> dict:
                 rec = make_record(params, form, b, [v * fp8_over_compile for v in base["step_ms"]], base["losses"])
                 store.write_atomic(store.record_path(d / "results", form, b), rec)
             comp = read_json(store.record_path(d / "results", "compile", b))
-        comp["kernel_profile"] = {"source": "CUDA kernels (torch.profiler)", "steps": 1, "kernels": [
-            {"name": "flash_fwd_kernel", "ms": 9.0, "calls": 12}, {"name": GEMM, "ms": 5.0, "calls": 48}]}
+        comp["kernel_profile"] = {
+            "source": "CUDA kernels (torch.profiler)",
+            "steps": 1,
+            "kernels": [{"name": "flash_fwd_kernel", "ms": 9.0, "calls": 12}, {"name": GEMM, "ms": 5.0, "calls": 48}],
+        }
         store.write_atomic(store.record_path(d / "results", "compile", 4), comp)
     return compare.load_all(["h100", "h200"], tmp_path)
 
@@ -268,7 +293,9 @@ def test_the_rule_table_judges_each_hopper_rule_and_flips_with_the_fp8_records(t
         assert f"FP8 linear layers: {1 / fp8_over_compile:.2f}× at B=2, 4 (the fastest form" in m
     tile = by_rule["tile_size = 256"]
     assert tile["verdict"].tolist() == ["not measured"] * 2
-    assert all("cuBLAS picks its own tiles" in m and f"{GEMM}, a 256×128 tile by its name" in m for m in tile["measured"])
+    assert all(
+        "cuBLAS picks its own tiles" in m and f"{GEMM}, a 256×128 tile by its name" in m for m in tile["measured"]
+    )
     fa3 = by_rule["use_flash_attention_3 = True"]
     assert fa3["verdict"].tolist() == ["not measured"] * 2 and all("no FlashAttention-3" in m for m in fa3["measured"])
 

@@ -1,4 +1,5 @@
 """lib/core/config.py: parameters as data, validated, every bad input a one-line ConfigError."""
+
 from __future__ import annotations
 
 import pytest
@@ -9,9 +10,15 @@ from lib.core import cli_args, config
 # ---------------------------------------------------------------- parse_batches
 
 
-@pytest.mark.parametrize("text, expected", [
-    ("16", [16]), ("16 32 64", [16, 32, 64]), ("16,32", [16, 32]), (" 16, 32\t64 ", [16, 32, 64]),
-])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("16", [16]),
+        ("16 32 64", [16, 32, 64]),
+        ("16,32", [16, 32]),
+        (" 16, 32\t64 ", [16, 32, 64]),
+    ],
+)
 def test_parse_batches_accepts_spaces_and_commas(text, expected):
     assert cli_args.parse_batches(text) == expected
 
@@ -67,7 +74,7 @@ def test_load_cpu_overlays_the_profile_on_default():
     model = {**default["model"], **cpu["model"]}  # every model key set by cpu.yaml wins
     preset = config.presets()[model.pop("preset")]  # ... and its preset gives the shape
     assert p["model"] == {**model, **{k: preset[k] for k in config.SHAPE}} and p["model_preset"] == "tiny"
-    assert p["run"] == {**default["run"], **cpu["run"]}        # the keys cpu.yaml leaves out come from default
+    assert p["run"] == {**default["run"], **cpu["run"]}  # the keys cpu.yaml leaves out come from default
     assert p["run"]["seed"] == default["run"]["seed"]
     assert p["stages"] == [k for k in default["stages"] if k not in default["full_depth"]["stages"]]  # default depth
 
@@ -107,7 +114,8 @@ def test_unknown_top_level_key_is_an_error_naming_it(tmp_params_dir):
 
 def test_unknown_nested_key_is_an_error_naming_it(tmp_params_dir):
     (tmp_params_dir / "cpu.yaml").write_text(
-        (tmp_params_dir / "cpu.yaml").read_text().replace("  timed_steps: 10", "  timed_steps: 10\n  timed_stpes: 20"))
+        (tmp_params_dir / "cpu.yaml").read_text().replace("  timed_steps: 10", "  timed_steps: 10\n  timed_stpes: 20")
+    )
     with pytest.raises(config.ConfigError, match=r"run: unknown key 'timed_stpes'"):
         config.load("cpu")
 
@@ -131,11 +139,18 @@ def test_yaml_that_is_not_a_mapping_is_an_error(tmp_params_dir):
         config.load("cpu")
 
 
-@pytest.mark.parametrize("text, key", [
-    ("run:\n  seed: '1'", "seed"), ("run:\n  batch_sizes: 4", "batch_sizes"),
-    ("model:\n  block_size: 2.5", "block_size"), ("model:\n  vocab_size: true", "vocab_size"),
-    ("run:\n  learning_rate: fast", "learning_rate"), ("stages: fp32", "stages"), ("run: 3", "run"),
-])
+@pytest.mark.parametrize(
+    "text, key",
+    [
+        ("run:\n  seed: '1'", "seed"),
+        ("run:\n  batch_sizes: 4", "batch_sizes"),
+        ("model:\n  block_size: 2.5", "block_size"),
+        ("model:\n  vocab_size: true", "vocab_size"),
+        ("run:\n  learning_rate: fast", "learning_rate"),
+        ("stages: fp32", "stages"),
+        ("run: 3", "run"),
+    ],
+)
 def test_value_of_the_wrong_type_is_an_error_naming_the_key(tmp_params_dir, text, key):
     (tmp_params_dir / "mine.yaml").write_text("backend: cpu\n" + text + "\n")
     with pytest.raises(config.ConfigError, match=f"'{key}' must be"):
@@ -214,17 +229,20 @@ def test_missing_run_key_is_an_error(cpu_params):
 # ---------------------------------------------------------------- match_profile
 
 
-@pytest.mark.parametrize("device, backend, expected", [
-    ("NVIDIA H100 80GB HBM3", "cuda", "h100"),
-    ("NVIDIA H100 PCIe", "cuda", "h100-pcie"),
-    ("NVIDIA H200", "cuda", "h200"),
-    ("NVIDIA A100-SXM4-80GB", "cuda", "a100"),
-    ("NVIDIA B200", "cuda", "b200"),
-    ("AMD Instinct MI300X", "rocm", "mi300x"),
-    ("NVIDIA GeForce RTX 4090", "cuda", None),
-    ("Some CPU", "cpu", "cpu"),
-    ("x86_64", "cpu", "cpu"),
-])
+@pytest.mark.parametrize(
+    "device, backend, expected",
+    [
+        ("NVIDIA H100 80GB HBM3", "cuda", "h100"),
+        ("NVIDIA H100 PCIe", "cuda", "h100-pcie"),
+        ("NVIDIA H200", "cuda", "h200"),
+        ("NVIDIA A100-SXM4-80GB", "cuda", "a100"),
+        ("NVIDIA B200", "cuda", "b200"),
+        ("AMD Instinct MI300X", "rocm", "mi300x"),
+        ("NVIDIA GeForce RTX 4090", "cuda", None),
+        ("Some CPU", "cpu", "cpu"),
+        ("x86_64", "cpu", "cpu"),
+    ],
+)
 def test_match_profile(device, backend, expected):
     assert config.match_profile(device, backend) == expected
 

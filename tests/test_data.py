@@ -1,4 +1,5 @@
 """lib/core/data.py: the tokenizer, the token ids and the hash checks of the prepared files."""
+
 from __future__ import annotations
 
 import shutil

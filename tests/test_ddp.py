@@ -2,6 +2,7 @@
 and on a single device the stage is a 'not applicable' row. Records of different GPU counts
 (2 and 3 gloo processes here, hosts of 2, 4 and 8 GPUs on real hardware) share a report folder
 and make the chapter's scaling curve."""
+
 from __future__ import annotations
 
 import math
@@ -80,7 +81,9 @@ def test_two_nodes_meet_at_the_rendezvous_and_only_node_zero_writes_the_record(v
     def node(rank):
         launch = cli_args.check_launch("2", str(rank), rdzv)
         try:
-            outcome[rank] = ddp_launch.run_ddp(params, node_dirs[rank], nproc=1, timeout_s=300, force=True, launch=launch)
+            outcome[rank] = ddp_launch.run_ddp(
+                params, node_dirs[rank], nproc=1, timeout_s=300, force=True, launch=launch
+            )
         except Exception as e:  # the assertion below shows it
             outcome[rank] = e
 
@@ -122,11 +125,22 @@ def _single_gpu_report(tmp_path, ddp_records=()):
 def _ddp_record(params, gpus: int, tokens_per_s: float, allreduce_share: float, one_rank_efficiency=None) -> dict:
     """A DDP record as lib/measure/ddp.py writes one (vocab replicated at B=4 per GPU), with chosen figures."""
     rec = store.base_record(params, stages.get("ddp"), 4)
-    rec.update(fingerprint=f"synthetic-n{gpus}", world_size=gpus, nnodes=1, per_gpu_batch=4, base_stage="vocab",
-               tokens_per_s=tokens_per_s, per_gpu_tokens_per_s=tokens_per_s / gpus, median_ms=4 * 64 * gpus / tokens_per_s * 1e3,
-               allreduce_share=allreduce_share, backend_dist="nccl", single_gpu_tokens_per_s=SINGLE_TPS,
-               one_rank_tokens_per_s=None, scaling_efficiency=one_rank_efficiency,
-               efficiency_reference="one rank of this DDP job" if one_rank_efficiency else None)
+    rec.update(
+        fingerprint=f"synthetic-n{gpus}",
+        world_size=gpus,
+        nnodes=1,
+        per_gpu_batch=4,
+        base_stage="vocab",
+        tokens_per_s=tokens_per_s,
+        per_gpu_tokens_per_s=tokens_per_s / gpus,
+        median_ms=4 * 64 * gpus / tokens_per_s * 1e3,
+        allreduce_share=allreduce_share,
+        backend_dist="nccl",
+        single_gpu_tokens_per_s=SINGLE_TPS,
+        one_rank_tokens_per_s=None,
+        scaling_efficiency=one_rank_efficiency,
+        efficiency_reference="one rank of this DDP job" if one_rank_efficiency else None,
+    )
     return rec
 
 
@@ -135,10 +149,14 @@ def test_the_scaling_curve_has_one_point_per_gpu_count_against_the_best_single_g
     1.9, 3.6 and 6.4, efficiencies 19,000 / (2 x 10,000) = 95 %, 36,000 / 40,000 = 90 %, 64,000 /
     80,000 = 80 %. The 2-GPU record keeps the name committed reports use (ddp__b4.json)."""
     params = tiny_params(["vocab", "ddp"], batch_sizes=(4,))
-    report_dir, _ = _single_gpu_report(tmp_path, [
-        ("ddp__b4.json", _ddp_record(params, 2, 19_000.0, 0.02, one_rank_efficiency=0.97)),
-        (store.record_path(".", "ddp", 4, gpus=4).name, _ddp_record(params, 4, 36_000.0, 0.05)),
-        (store.record_path(".", "ddp", 4, gpus=8).name, _ddp_record(params, 8, 64_000.0, 0.12))])
+    report_dir, _ = _single_gpu_report(
+        tmp_path,
+        [
+            ("ddp__b4.json", _ddp_record(params, 2, 19_000.0, 0.02, one_rank_efficiency=0.97)),
+            (store.record_path(".", "ddp", 4, gpus=4).name, _ddp_record(params, 4, 36_000.0, 0.05)),
+            (store.record_path(".", "ddp", 4, gpus=8).name, _ddp_record(params, 8, 64_000.0, 0.12)),
+        ],
+    )
     rep = loader.load(report_dir)
     curve = loader.scaling_curve(rep)
     assert [p["gpus"] for p in curve] == [1, 2, 4, 8]
@@ -160,14 +178,17 @@ def test_the_scaling_curve_has_one_point_per_gpu_count_against_the_best_single_g
 
 def test_one_multi_gpu_count_still_draws_a_curve_and_none_says_so(tmp_path):
     params = tiny_params(["vocab", "ddp"], batch_sizes=(4,))
-    one, _ = _single_gpu_report(tmp_path / "one", [(store.record_path(".", "ddp", 4, gpus=2).name,
-                                                    _ddp_record(params, 2, 15_000.0, 0.1))])
+    one, _ = _single_gpu_report(
+        tmp_path / "one", [(store.record_path(".", "ddp", 4, gpus=2).name, _ddp_record(params, 2, 15_000.0, 0.1))]
+    )
     rep = loader.load(one)
     assert [(p["gpus"], p["efficiency"]) for p in loader.scaling_curve(rep)] == [(1, 1.0), (2, pytest.approx(0.75))]
     assert charts.plot_ddp_scaling(rep) is not None and (one / "figures" / "ddp_scaling.png").exists()
 
     not_applicable = store.base_record(params, stages.get("ddp"), 4)
-    not_applicable.update(status="not_applicable", reason="one GPU on this host: data parallelism needs two or more GPUs")
+    not_applicable.update(
+        status="not_applicable", reason="one GPU on this host: data parallelism needs two or more GPUs"
+    )
     none, _ = _single_gpu_report(tmp_path / "none", [(store.record_path(".", "ddp", 4, gpus=1).name, not_applicable)])
     rep = loader.load(none)
     assert loader.scaling_curve(rep) == []
@@ -183,10 +204,14 @@ def test_a_run_with_another_gpu_count_keeps_the_records_of_the_others(tmp_path):
     params = tiny_params(["vocab", "ddp"], batch_sizes=(4,))
     unknown = store.base_record(params, stages.get("ddp"), 2)
     unknown.update(status="error", reason="an old failure, named before the GPU count was")
-    report_dir, _ = _single_gpu_report(tmp_path, [
-        ("ddp__b4.json", _ddp_record(params, 2, 19_000.0, 0.02)),
-        (store.record_path(".", "ddp", 4, gpus=4).name, _ddp_record(params, 4, 36_000.0, 0.05)),
-        ("ddp__b2.json", unknown)])
+    report_dir, _ = _single_gpu_report(
+        tmp_path,
+        [
+            ("ddp__b4.json", _ddp_record(params, 2, 19_000.0, 0.02)),
+            (store.record_path(".", "ddp", 4, gpus=4).name, _ddp_record(params, 4, 36_000.0, 0.05)),
+            ("ddp__b2.json", unknown),
+        ],
+    )
     rec = ddp_launch.run_ddp(params, report_dir)
     assert rec["status"] == "not_applicable"
     names = sorted(p.name for p in (report_dir / "results").glob("ddp__*.json"))

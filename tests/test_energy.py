@@ -1,5 +1,6 @@
 """lib/measure/energy.py against fake NVML modules: the counter, the sampling fallback, the device memory
 sampler, and every way of being unavailable without raising."""
+
 from __future__ import annotations
 
 import itertools
@@ -56,8 +57,14 @@ def fake_nvml(counter=True, power=True, init_fails=False) -> types.ModuleType:
 
     nv.calls["memory"] = 0
     nv.memory_used = itertools.repeat(2**30)
-    for f in (nvmlInit, nvmlShutdown, nvmlDeviceGetHandleByIndex, nvmlDeviceGetTotalEnergyConsumption,
-              nvmlDeviceGetPowerUsage, nvmlDeviceGetMemoryInfo):
+    for f in (
+        nvmlInit,
+        nvmlShutdown,
+        nvmlDeviceGetHandleByIndex,
+        nvmlDeviceGetTotalEnergyConsumption,
+        nvmlDeviceGetPowerUsage,
+        nvmlDeviceGetMemoryInfo,
+    ):
         setattr(nv, f.__name__, f)
     return nv
 
@@ -184,6 +191,7 @@ def test_trapezoid_rule():
 
 # ---------------------------------------------------------------- the device memory sampler
 
+
 def sampled_until(sampler, nv, reads: int) -> dict:
     """Start, let the thread read NVML `reads` times in all (start's own reading included), stop."""
     sampler.start()
@@ -230,8 +238,10 @@ def test_memory_sampler_failing_at_start_gives_none_and_no_thread(monkeypatch):
     s = energy.MemorySampler("cuda")
     s.start()
     assert s._thread is None
-    assert s.stop() == {energy.PEAK_KEY: None,
-                        energy.NOTE_KEY: "not sampled: NVML stopped answering (FakeNVMLError: Not Supported)"}
+    assert s.stop() == {
+        energy.PEAK_KEY: None,
+        energy.NOTE_KEY: "not sampled: NVML stopped answering (FakeNVMLError: Not Supported)",
+    }
     assert nv.calls["shutdown"] == 1
 
 
@@ -240,9 +250,13 @@ def test_memory_sampler_never_started_says_so(monkeypatch):
     assert energy.MemorySampler("cuda").stop() == {energy.PEAK_KEY: None, energy.NOTE_KEY: "not sampled: never started"}
 
 
-@pytest.mark.parametrize("dev, note", [
-    ("cpu", "not sampled: CPU has no NVML device memory (NVML reads NVIDIA GPUs only)"),
-    ("mps", "not sampled: MPS has no NVML device memory (NVML reads NVIDIA GPUs only)")])
+@pytest.mark.parametrize(
+    "dev, note",
+    [
+        ("cpu", "not sampled: CPU has no NVML device memory (NVML reads NVIDIA GPUs only)"),
+        ("mps", "not sampled: MPS has no NVML device memory (NVML reads NVIDIA GPUs only)"),
+    ],
+)
 def test_memory_sampler_off_nvidia_is_none_with_a_note(monkeypatch, dev, note):
     nv = fake_nvml()
     monkeypatch.setitem(sys.modules, "pynvml", nv)
@@ -259,7 +273,10 @@ def test_memory_sampler_rocm_missing_pynvml_and_failing_init(monkeypatch):
     assert "ROCm" in energy.MemorySampler("cuda").stop()[energy.NOTE_KEY]
     monkeypatch.setattr(torch.version, "hip", None, raising=False)
     monkeypatch.setitem(sys.modules, "pynvml", None)
-    assert energy.MemorySampler("cuda").stop()[energy.NOTE_KEY] == "not sampled: no NVML on this host (pynvml not installed)"
+    assert (
+        energy.MemorySampler("cuda").stop()[energy.NOTE_KEY]
+        == "not sampled: no NVML on this host (pynvml not installed)"
+    )
     monkeypatch.setitem(sys.modules, "pynvml", fake_nvml(init_fails=True))
     out = energy.MemorySampler("cuda").stop()
     assert out[energy.PEAK_KEY] is None

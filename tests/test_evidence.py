@@ -1,5 +1,6 @@
 """The evidence around the matrix: choosing the recommended configuration, the batch sweep
 to the memory limit, the lm_head kernel claim, the memory-layer reading, measure-only runs."""
+
 from __future__ import annotations
 
 import re
@@ -18,7 +19,7 @@ def _matrix(params, fused_loss=3.0, fused_ms=50.0):
     recs = []
     for key, ms, loss in (("fp32", 400.0, 3.0), ("vocab", 60.0, 3.0), ("fused", fused_ms, fused_loss)):
         for b in (2, 4):
-            recs.append(make_record(params, key, b, [ms * b] * 6, [loss] * 6, mem_bytes=10 ** 9 * b))
+            recs.append(make_record(params, key, b, [ms * b] * 6, [loss] * 6, mem_bytes=10**9 * b))
     return recs
 
 
@@ -56,6 +57,7 @@ def test_batch_sweep_stops_at_the_first_out_of_memory(tmp_path, monkeypatch):
     params["evidence"]["sweep_batch_sizes"] = [2, 4, 8, 16]
     monkeypatch.setenv(faults.VAR, "fp32@8:oom,vocab@8:oom")  # whichever of the two is fastest here
     from lib.run import runner
+
     for key in ("fp32", "vocab"):
         runner.run_stage(key, params, tmp_path)
     swept = evidence.batch_sweep(params, tmp_path)
@@ -68,10 +70,14 @@ def test_batch_sweep_stops_at_the_first_out_of_memory(tmp_path, monkeypatch):
 
 
 def _gemm(kern_real, kern_pad, ms_real, ms_pad):
-    pts = [{"n": n, "dtype": "bf16", "total_ms": ms, "tflops": 1.0, "multiple_of": m}
-           for n, ms, m in ((50257, ms_real, 1), (50304, ms_pad, 128))]
-    return {"points": pts, "kernels": {"bf16": {"50257": {"fwd": [kern_real], "bwd": ["b"]},
-                                                "50304": {"fwd": [kern_pad], "bwd": ["b"]}}}}
+    pts = [
+        {"n": n, "dtype": "bf16", "total_ms": ms, "tflops": 1.0, "multiple_of": m}
+        for n, ms, m in ((50257, ms_real, 1), (50304, ms_pad, 128))
+    ]
+    return {
+        "points": pts,
+        "kernels": {"bf16": {"50257": {"fwd": [kern_real], "bwd": ["b"]}, "50304": {"fwd": [kern_pad], "bwd": ["b"]}}},
+    }
 
 
 def test_lm_head_kernel_claim_flips_with_the_data():
@@ -103,7 +109,9 @@ def test_memory_layers_say_unchanged_or_where_it_moved(tmp_path):
     assert "device peak during the warm-up steps" not in table + text  # not sampled in these records
     a["mem_device_sampled_peak_bytes"], b["mem_device_sampled_peak_bytes"] = 12 * 2**30, 11 * 2**30
     rep = loader.load(write_report_dir(tmp_path / "s", params, [a, b]))
-    assert "device peak during the warm-up steps: smaller (-8.3 %" in evidence_view.memory_layers_md(rep, "tf32", "fp32")
+    assert "device peak during the warm-up steps: smaller (-8.3 %" in evidence_view.memory_layers_md(
+        rep, "tf32", "fp32"
+    )
     assert "device peak during the warm-up steps" in evidence_view.memory_layers_html(rep, "tf32", "fp32")
 
 
@@ -124,7 +132,10 @@ def test_measure_only_then_render(tmp_path):
     assert proc.returncode == 0, describe_proc(proc)
     html = (rep / "report.html").read_text()
     assert "Vocab padded to 50304" in html and "TF32 matmuls" in html and "over 2 runs" in html
-    assert re.search(r"re-rendered from its results on [0-9-]+ by make render, in \d+ s \(notebooks and HTML; the PDF's own time is in run.json\)", html)
+    assert re.search(
+        r"re-rendered from its results on [0-9-]+ by make render, in \d+ s \(notebooks and HTML; the PDF's own time is in run.json\)",
+        html,
+    )
 
 
 def test_chapters_measures_only_those_and_run_json_says_what_and_with_which_code(tmp_path):
@@ -133,15 +144,18 @@ def test_chapters_measures_only_those_and_run_json_says_what_and_with_which_code
     bad = run_cli("report", REPORTS=tmp_path, STAGES="fp32 vocab", BATCHES="2", CHAPTERS="tf32", timeout=120)
     assert bad.returncode == 2 and "CHAPTERS names tf32, not a chapter of this report" in bad.stderr, describe_proc(bad)
     assert not (tmp_path / "cpu" / "results").exists()
-    proc = run_cli("report", REPORTS=tmp_path, STAGES="fp32 vocab", BATCHES="2", CHAPTERS="vocab", MEASURE_ONLY="1",
-                   timeout=400)
+    proc = run_cli(
+        "report", REPORTS=tmp_path, STAGES="fp32 vocab", BATCHES="2", CHAPTERS="vocab", MEASURE_ONLY="1", timeout=400
+    )
     assert proc.returncode == 0, describe_proc(proc)
     rep = tmp_path / "cpu"
     assert {p.name.split("__")[0] for p in (rep / "results").glob("*.json")} == {"vocab"}
     assert read_json(rep / "params.json")["stages"] == ["fp32", "vocab"]
     run = read_json(rep / "run.json")
     assert set(run["timings_s"]) == {"vocab", "total_s"} and run["completed"] is False  # fp32 and the sweep were not
-    assert run["command"] == f"make report BATCHES=2 STAGES='fp32 vocab' CHAPTERS=vocab MEASURE_ONLY=1 REPORTS={tmp_path}"
+    assert (
+        run["command"] == f"make report BATCHES=2 STAGES='fp32 vocab' CHAPTERS=vocab MEASURE_ONLY=1 REPORTS={tmp_path}"
+    )
     assert run["code"]["source"] in ("git", "GPT2_LEVERS_COMMIT", "no .git and GPT2_LEVERS_COMMIT unset")
     if run["code"]["source"] == "git":
         assert len(run["code"]["commit"]) == 40
@@ -155,8 +169,13 @@ def test_a_report_of_a_stage_subset_keeps_that_subset_everywhere(tmp_path):
     assert proc.returncode == 0, describe_proc(proc)
     rep = tmp_path / "cpu"
     assert read_json(rep / "params.json")["stages"] == ["fp32", "vocab"]
-    assert sorted(p.name for p in (rep / "notebooks").glob("*.ipynb")) == \
-        ["batch_sweep.ipynb", "fp32.ipynb", "size_sweep.ipynb", "summary.ipynb", "vocab.ipynb"]
+    assert sorted(p.name for p in (rep / "notebooks").glob("*.ipynb")) == [
+        "batch_sweep.ipynb",
+        "fp32.ipynb",
+        "size_sweep.ipynb",
+        "summary.ipynb",
+        "vocab.ipynb",
+    ]
     assert {p.name.split("__")[0] for p in (rep / "results").glob("*.json")} == {"fp32", "vocab"}
     html = (rep / "report.html").read_text()
     assert "<strong>TF32</strong>" not in html and "<strong>Vocab padded to 50304</strong>" in html
@@ -165,7 +184,9 @@ def test_a_report_of_a_stage_subset_keeps_that_subset_everywhere(tmp_path):
     assert again.stdout.count("kept from an earlier run") >= 4 and "tf32" not in again.stdout
 
 
-@pytest.mark.parametrize("stages_text, message", [("fp32 warp9", "unknown stage 'warp9'"), (" , ", "stage list is empty")])
+@pytest.mark.parametrize(
+    "stages_text, message", [("fp32 warp9", "unknown stage 'warp9'"), (" , ", "stage list is empty")]
+)
 def test_bad_stage_lists_are_refused(tmp_path, stages_text, message):
     proc = run_cli("report", REPORTS=tmp_path, STAGES=stages_text, timeout=120)
     assert proc.returncode == 2 and message in proc.stderr, describe_proc(proc)
@@ -186,7 +207,9 @@ def test_compiled_padding_has_a_control_with_inductors_own_shape_padding_off(tmp
     params = tiny_params(["fp32", "compile"], batch_sizes=(2,))
     d = write_report_dir(tmp_path / "cpu", params, [make_record(params, "compile", 2, [1.0] * 5, [5.0] * 6)])
     seen = []
-    monkeypatch.setattr(runner, "measure_jobs", lambda jobs, env, force=False: seen.extend(jobs) or {j["out"]: None for j in jobs})
+    monkeypatch.setattr(
+        runner, "measure_jobs", lambda jobs, env, force=False: seen.extend(jobs) or {j["out"]: None for j in jobs}
+    )
     evidence.vocab_under_compile(params, d)
     plain, control = seen
     assert control["stage_overrides"]["backend_flags"][-1] == (evidence.SHAPE_PADDING, False)

@@ -1,5 +1,6 @@
 """Measure the lever, not the harness: one step core applies every switch, the plain-loop
 cross-check, the loss gate over every step, the parity run, and noise measured across processes."""
+
 from __future__ import annotations
 
 import ast
@@ -19,8 +20,16 @@ from lib.train import plain_loop, step
 LIB = Path(__file__).resolve().parent.parent / "lib"
 # The calls that apply a stage's switches or make up a training step. Only the step core may make
 # them; the plain loop is the oracle and must not share the code it checks.
-SWITCH_CALLS = ("set_float32_matmul_precision", "torch.autocast", "torch.compile", "AdamW", "clip_grad_norm_", "zero_grad",
-                "DistributedDataParallel", "convert_linears")
+SWITCH_CALLS = (
+    "set_float32_matmul_precision",
+    "torch.autocast",
+    "torch.compile",
+    "AdamW",
+    "clip_grad_norm_",
+    "zero_grad",
+    "DistributedDataParallel",
+    "convert_linears",
+)
 
 
 def _calls(path: Path) -> set[str]:
@@ -35,8 +44,13 @@ def _calls(path: Path) -> set[str]:
 
 @pytest.mark.parametrize("name", SWITCH_CALLS)
 def test_only_the_step_core_applies_a_switch(name):
-    found = sorted(str(p.relative_to(LIB)) for p in LIB.rglob("*.py") if name in _calls(p)
-                   and p.name not in ("step.py", "plain_loop.py") and not (name == "torch.autocast" and p.name == "fp8.py"))
+    found = sorted(
+        str(p.relative_to(LIB))
+        for p in LIB.rglob("*.py")
+        if name in _calls(p)
+        and p.name not in ("step.py", "plain_loop.py")
+        and not (name == "torch.autocast" and p.name == "fp8.py")
+    )
     assert found == [], f"{name}() called outside lib/train/step.py: {found}"
 
 
@@ -73,8 +87,13 @@ def test_a_matrix_measurement_builds_its_step_from_the_core(monkeypatch):
 def test_a_ddp_rank_builds_the_same_step_with_every_switch_of_its_base_stage(monkeypatch):
     """DDP can no longer drop a switch: it asks the core for the base stage's step, wrapped."""
     spy = _Spy(monkeypatch)
-    for k, v in {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
-                 "MASTER_PORT": str(29500 + os.getpid() % 1000)}.items():
+    for k, v in {
+        "RANK": "0",
+        "WORLD_SIZE": "1",
+        "LOCAL_RANK": "0",
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(29500 + os.getpid() % 1000),
+    }.items():
         monkeypatch.setenv(k, v)
     params = tiny_params(["fp32", "fused"])
     rec = ddp.run({"params": params, "batch_size": 2, "base_stage": "fused"})
@@ -99,7 +118,9 @@ def test_accumulating_micro_batches_gives_the_same_training_as_the_whole_batch()
 def test_the_plain_loop_trains_and_times_a_stage_on_the_cpu():
     params = tiny_params(["fp32", "vocab"])
     vocab = stages.get("vocab")
-    switches = {k: getattr(vocab, k) for k in ("tf32", "autocast", "attention", "padded_vocab", "fused_adamw", "compile")}
+    switches = {
+        k: getattr(vocab, k) for k in ("tf32", "autocast", "attention", "padded_vocab", "fused_adamw", "compile")
+    }
     rec = plain_loop.run({"params": params, "stage": "vocab", "batch_size": 2, "switches": switches})
     r = params["run"]
     assert rec["status"] == "ok" and len(rec["synced_step_ms"]) == r["timed_steps"]
@@ -109,6 +130,7 @@ def test_the_plain_loop_trains_and_times_a_stage_on_the_cpu():
 
 
 # ---------------------------------------------------------------- the loss gate
+
 
 def _gate(excursion: float):
     """The reference flat; the stage equal to it except steps 8-12, where it is `excursion` off."""
@@ -146,6 +168,7 @@ def test_the_loss_gate_ignores_the_warm_up_steps():
 
 # ---------------------------------------------------------------- noise
 
+
 def test_within_noise_flips_when_the_spread_grows():
     a, b = [103.0, 103.0, 103.0], [100.0, 100.0, 100.0]
     assert noise.within_noise(a, b, floor=None) is False  # their own ranges are 0: a real 3 %
@@ -173,9 +196,9 @@ def test_between_batch_sizes_within_noise_the_recommendation_takes_the_smaller_m
     with a 10 % spread it is noise, and B=2 (less memory, more headroom) is recommended."""
     params = tiny_params(["fp32"], batch_sizes=(2, 4))
     base = 1000.0
-    recs = (_repeats(params, "fp32", 2, [base * (1 - spread / 2), base, base * (1 + spread / 2)], 1 << 20)
-            + _repeats(params, "fp32", 4, [base * 1.03 * (1 - spread / 2), base * 1.03, base * 1.03 * (1 + spread / 2)],
-                       2 << 20))
+    recs = _repeats(params, "fp32", 2, [base * (1 - spread / 2), base, base * (1 + spread / 2)], 1 << 20) + _repeats(
+        params, "fp32", 4, [base * 1.03 * (1 - spread / 2), base * 1.03, base * 1.03 * (1 + spread / 2)], 2 << 20
+    )
     best = decide.best_config(recs, params)
     assert best["batch_size"] == expected
     assert best["processes"]["n"] == 3
@@ -186,8 +209,7 @@ def test_a_smaller_batch_timed_once_never_displaces_the_fastest_repeated_one():
     """B=2 ran once, 1 % slower than B=4's three processes, inside a 10 % spread: one process says
     too little to call them equal, so the fastest (repeated) configuration stays the recommendation."""
     params = tiny_params(["fp32"], batch_sizes=(2, 4))
-    recs = (_repeats(params, "fp32", 2, [990.0], 1 << 20)
-            + _repeats(params, "fp32", 4, [950.0, 1000.0, 1050.0], 2 << 20))
+    recs = _repeats(params, "fp32", 2, [990.0], 1 << 20) + _repeats(params, "fp32", 4, [950.0, 1000.0, 1050.0], 2 << 20)
     best = decide.best_config(recs, params)
     assert (best["batch_size"], best["processes"]["n"], best["chosen_over"]) == (4, 3, None)
     recs += _repeats(params, "fp32", 2, [990.0, 985.0, 995.0], 1 << 20)[1:]  # now B=2 ran three times too
@@ -200,8 +222,15 @@ def test_a_claim_just_outside_its_range_is_within_noise_only_when_the_spread_cov
     params = tiny_params(["fp32", "tf32"])
     recs = [make_record(params, "fp32", 2, [10.0] * 5, [5.0] * 6), make_record(params, "tf32", 2, [4.5] * 5, [5.0] * 6)]
     df = decide.table(recs, ["fp32", "tf32"], params["run"]["loss_tolerance"])
-    claim = {"id": "x", "claim": "TF32 about 2.0x", "metric": "speedup", "stage": "tf32", "versus": "fp32",
-             "expect": {"min": 1.8, "max": 2.2}, "families": ["cpu"]}  # measured 2.22x
+    claim = {
+        "id": "x",
+        "claim": "TF32 about 2.0x",
+        "metric": "speedup",
+        "stage": "tf32",
+        "versus": "fp32",
+        "expect": {"min": 1.8, "max": 2.2},
+        "families": ["cpu"],
+    }  # measured 2.22x
     assert claims.verdict(claim, df, "cpu", "cuda", noise=0.005)["verdict"] == claims.EXCEEDED
     assert claims.verdict(claim, df, "cpu", "cuda", noise=0.02)["verdict"] == claims.WITHIN_NOISE
     assert claims.verdict(claim, df, "cpu", "cuda")["verdict"] == claims.EXCEEDED
@@ -220,8 +249,11 @@ def test_a_loss_gap_just_beyond_the_tolerance_is_within_noise_when_repeats_drift
     ref = [5.0 - 0.05 * i for i in range(20)]
     lever = [v + (0.12 if 8 <= i <= 12 else 0.0) for i, v in enumerate(ref)]
     recs = [make_record(params, "fp32", 2, [10.0] * 18, ref), make_record(params, "tf32", 2, [9.0] * 18, lever)]
-    again = {**make_record(params, "fp32", 2, [10.0] * 18, [v + (0.05 if 8 <= i <= 12 else 0.0) for i, v in enumerate(ref)]),
-             "variant": "repeat", "repeat": 1}
+    again = {
+        **make_record(params, "fp32", 2, [10.0] * 18, [v + (0.05 if 8 <= i <= 12 else 0.0) for i, v in enumerate(ref)]),
+        "variant": "repeat",
+        "repeat": 1,
+    }
     tol = params["run"]["loss_tolerance"]  # 0.1: the lever's 0.12 is beyond it
     assert stats.loss_noise(recs) == 0.0 and stats.loss_noise(recs + [again]) == pytest.approx(0.05)
     quiet = decide.table(recs, ["fp32", "tf32"], tol, stats.loss_noise(recs))
@@ -239,13 +271,23 @@ def test_a_resumed_parity_plan_keeps_the_references_micro_batches(tmp_path):
 
     params = tiny_params(["fp32", "tf32"], batch_sizes=(2, 4))
     losses = [5.0 - 0.01 * i for i in range(6)]
-    recs = [make_record(params, "fp32", 2, [10.0] * 5, losses), make_record(params, "fp32", 4, status="oom", reason="x"),
-            make_record(params, "tf32", 2, [5.0] * 5, losses), make_record(params, "tf32", 4, [8.0] * 5, losses)]
+    recs = [
+        make_record(params, "fp32", 2, [10.0] * 5, losses),
+        make_record(params, "fp32", 4, status="oom", reason="x"),
+        make_record(params, "tf32", 2, [5.0] * 5, losses),
+        make_record(params, "tf32", 4, [8.0] * 5, losses),
+    ]
     report_dir = write_report_dir(tmp_path / "cpu", params, recs)
     plan = {j["stage"]: j["micro_steps"] for j in evidence.parity_jobs(params, report_dir)}
     assert plan == {"tf32": 1, "fp32": 2}
-    done = {**make_record(params, "fp32", 4, [1.0] * 5, losses), "kind": "parity", "variant": "parity", "steps": 6,
-            "held_out_loss": 4.0, "micro_steps": 2}
+    done = {
+        **make_record(params, "fp32", 4, [1.0] * 5, losses),
+        "kind": "parity",
+        "variant": "parity",
+        "steps": 6,
+        "held_out_loss": 4.0,
+        "micro_steps": 2,
+    }
     store.write_atomic(report_dir / "results" / "parity" / "fp32__b4.json", done)
     assert {j["stage"]: j["micro_steps"] for j in evidence.parity_jobs(params, report_dir)} == plan
 
@@ -259,8 +301,13 @@ def test_a_stage_is_data_the_core_applies_its_backend_flags_and_compile_mode(mon
     params = tiny_params(["fp32"])
     before = torch.backends.cudnn.benchmark
     try:
-        lever = dataclasses.replace(stages.get("fp32"), key="x", compile=True, compile_mode="max-autotune",
-                                    backend_flags=(("torch.backends.cudnn.benchmark", not before),))
+        lever = dataclasses.replace(
+            stages.get("fp32"),
+            key="x",
+            compile=True,
+            compile_mode="max-autotune",
+            backend_flags=(("torch.backends.cudnn.benchmark", not before),),
+        )
         step.build(params, lever, "cpu")
         assert torch.backends.cudnn.benchmark is (not before) and calls == [{"mode": "max-autotune"}]
     finally:

@@ -1,5 +1,6 @@
 """The levers from the field's own kernels (torchao float8, cut-cross-entropy, compile modes,
 forced SDPA backends), the recipe at GPT-2's global batch and the leave-one-out ablation."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -21,13 +22,23 @@ AMPERE = {"backend": "cuda", "capability": [8, 0], "count": 1}
 CPU = {"backend": "cpu", "count": 1}
 
 
-@pytest.mark.parametrize("key, device, reason", [
-    ("fp8_torchao", HOPPER, None), ("fp8_torchao", AMPERE, "compute capability 8.0"),
-    ("fp8_torchao", CPU, "cpu backend"),
-    ("fused_ce", AMPERE, None), ("fused_ce", {"backend": "cuda", "capability": [7, 5], "count": 1}, "7.5"),
-    ("fused_ce", CPU, "cpu backend"), ("autotune", AMPERE, None), ("autotune", CPU, "cpu backend"),
-    ("bf16_residual", CPU, None), ("loss_only", CPU, None), ("fp8_head", HOPPER, None), ("fp8_head", AMPERE, "compute capability 8.0"),
-])
+@pytest.mark.parametrize(
+    "key, device, reason",
+    [
+        ("fp8_torchao", HOPPER, None),
+        ("fp8_torchao", AMPERE, "compute capability 8.0"),
+        ("fp8_torchao", CPU, "cpu backend"),
+        ("fused_ce", AMPERE, None),
+        ("fused_ce", {"backend": "cuda", "capability": [7, 5], "count": 1}, "7.5"),
+        ("fused_ce", CPU, "cpu backend"),
+        ("autotune", AMPERE, None),
+        ("autotune", CPU, "cpu backend"),
+        ("bf16_residual", CPU, None),
+        ("loss_only", CPU, None),
+        ("fp8_head", HOPPER, None),
+        ("fp8_head", AMPERE, "compute capability 8.0"),
+    ],
+)
 def test_frontier_applicability(key, device, reason, monkeypatch):
     monkeypatch.setattr(stages.importlib.util, "find_spec", lambda name: object())  # as if installed
     got = stages.get(key).not_applicable(device)
@@ -36,19 +47,32 @@ def test_frontier_applicability(key, device, reason, monkeypatch):
 
 def test_a_missing_package_is_a_reason_not_a_crash():
     stage = dataclasses.replace(stages.get("fused_ce"), package="no_such_package_of_levers")
-    assert stage.not_applicable(HOPPER) == ("Fused linear cross-entropy (cut-cross-entropy) needs the "
-                                            "no_such_package_of_levers package, which is not installed here")
+    assert stage.not_applicable(HOPPER) == (
+        "Fused linear cross-entropy (cut-cross-entropy) needs the "
+        "no_such_package_of_levers package, which is not installed here"
+    )
 
 
 def test_frontier_levers_are_added_to_compile():
-    assert [decide.previous_stage(k) for k in ("fp8", "fp8_torchao", "fused_ce", "autotune")] == \
-        ["compile", "compile", "compile", "compile"]
+    assert [decide.previous_stage(k) for k in ("fp8", "fp8_torchao", "fused_ce", "autotune")] == [
+        "compile",
+        "compile",
+        "compile",
+        "compile",
+    ]
     assert stages.get("autotune").loss == "cross_entropy"
     assert stages.get("autotune").compile_mode == "max-autotune-no-cudagraphs"
     # A new switch leaves every earlier stage's identity (and so its fingerprint) as it was.
-    assert stages.get("compile").identity() == {"key": "compile", "peak": "bf16", "tf32": True, "autocast": "bfloat16",
-                                                 "attention": "sdpa", "padded_vocab": True, "fused_adamw": True,
-                                                 "compile": True}
+    assert stages.get("compile").identity() == {
+        "key": "compile",
+        "peak": "bf16",
+        "tf32": True,
+        "autocast": "bfloat16",
+        "attention": "sdpa",
+        "padded_vocab": True,
+        "fused_adamw": True,
+        "compile": True,
+    }
 
 
 def test_torchao_float8_trains_like_the_vocab_stage():
@@ -67,16 +91,34 @@ def test_torchao_float8_trains_like_the_vocab_stage():
 
 def test_a_forced_sdpa_backend_the_device_lacks_is_not_applicable():
     params = tiny_params(warmup=1, timed=5)
-    rec = worker.run({"params": params, "stage": "flash", "batch_size": 2, "stage_overrides": {"sdpa_backend": "cudnn"},
-                       "profile": False, "energy": False})
+    rec = worker.run(
+        {
+            "params": params,
+            "stage": "flash",
+            "batch_size": 2,
+            "stage_overrides": {"sdpa_backend": "cudnn"},
+            "profile": False,
+            "energy": False,
+        }
+    )
     assert rec["status"] == "not_applicable" and "no cudnn SDPA kernel" in rec["reason"]
-    forced_math = worker.run({"params": params, "stage": "flash", "batch_size": 2, "profile": False, "energy": False,
-                               "stage_overrides": {"sdpa_backend": "math"}})
+    forced_math = worker.run(
+        {
+            "params": params,
+            "stage": "flash",
+            "batch_size": 2,
+            "profile": False,
+            "energy": False,
+            "stage_overrides": {"sdpa_backend": "math"},
+        }
+    )
     assert forced_math["status"] == "ok" and "math" in forced_math["sdpa_backend"]
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="cut-cross-entropy's kernels are Triton GPU kernels; "
-                                                          "the GPU report run executes this test")
+@pytest.mark.skipif(
+    not torch.cuda.is_available(),
+    reason="cut-cross-entropy's kernels are Triton GPU kernels; the GPU report run executes this test",
+)
 def test_cut_cross_entropy_matches_the_plain_loss_and_gradients():
     """Exact form: loss and both gradients equal to lm_head + cross_entropy under autocast. The
     library's default filter, at an initialisation-like near-uniform softmax, drops part of the
@@ -120,14 +162,25 @@ def test_the_model_with_cut_cross_entropy_gives_the_plain_loss():
 
 # ---------------------------------------------------------------- recipe and ablation
 
+
 def test_the_bf16_residual_stream_reaches_every_block_in_bf16():
     """The switch changes what the blocks read (bf16, not autocast's fp32) and the loss stays within
     tolerance of the vocab stage's; eager (compile off) to keep the test fast."""
     params = tiny_params(warmup=1, timed=5)
     seen = {}
     for dtype in (None, "bfloat16"):
-        model = GPT(GPTConfig(n_layer=2, n_head=2, n_embd=64, block_size=64, vocab_size=1024, real_vocab_size=1000,
-                              attention="sdpa", residual_dtype=dtype))
+        model = GPT(
+            GPTConfig(
+                n_layer=2,
+                n_head=2,
+                n_embd=64,
+                block_size=64,
+                vocab_size=1024,
+                real_vocab_size=1000,
+                attention="sdpa",
+                residual_dtype=dtype,
+            )
+        )
         model.transformer.h[1].register_forward_pre_hook(lambda m, args, d=dtype: seen.__setitem__(d, args[0].dtype))
         with torch.autocast("cpu", dtype=torch.bfloat16):
             model(torch.randint(0, 1000, (2, 64)), torch.randint(0, 1000, (2, 64)))
@@ -146,8 +199,11 @@ def test_the_loss_only_forward_keeps_the_loss_and_its_gradients():
     from lib.train import plain_loop, step
 
     torch.manual_seed(0)
-    model = GPT(GPTConfig(n_layer=2, n_head=2, n_embd=64, block_size=64, vocab_size=1024, real_vocab_size=1000,
-                          attention="sdpa"))
+    model = GPT(
+        GPTConfig(
+            n_layer=2, n_head=2, n_embd=64, block_size=64, vocab_size=1024, real_vocab_size=1000, attention="sdpa"
+        )
+    )
     idx, tgt = torch.randint(0, 1000, (2, 64)), torch.randint(0, 1000, (2, 64))
     outs = []
     for keep in (True, False):
@@ -167,7 +223,9 @@ def test_the_loss_only_forward_keeps_the_loss_and_its_gradients():
     ts(idx, tgt)
     assert seen == [None] and step.build(params, stages.get("vocab"), "cpu").return_logits
     assert {**stages.get("loss_only").identity(), "key": "bf16_residual", "return_logits": True} == {
-        **stages.get("bf16_residual").identity(), "return_logits": True}
+        **stages.get("bf16_residual").identity(),
+        "return_logits": True,
+    }
 
 
 def test_fp8_on_the_lm_head_alone_keeps_its_weight_tied():
@@ -186,8 +244,16 @@ def test_fp8_on_the_lm_head_alone_keeps_its_weight_tied():
     vocab = worker.run({**job, "stage": "vocab"})
     head = worker.run({**job, "stage": "fp8_head", "stage_overrides": {"compile": False}})
     assert head["status"] == "ok" and abs(head["final_loss"] - vocab["final_loss"]) < params["run"]["loss_tolerance"]
-    switches = {"tf32": True, "autocast": "bfloat16", "attention": "sdpa", "padded_vocab": True, "fused_adamw": True,
-                "compile": False, "residual_dtype": "bfloat16", "fp8_lm_head": "tensorwise"}
+    switches = {
+        "tf32": True,
+        "autocast": "bfloat16",
+        "attention": "sdpa",
+        "padded_vocab": True,
+        "fused_adamw": True,
+        "compile": False,
+        "residual_dtype": "bfloat16",
+        "fp8_lm_head": "tensorwise",
+    }
     built = []
     real_forward = plain_loop.PlainGPT.forward
 
@@ -205,19 +271,33 @@ def test_fp8_on_the_lm_head_alone_keeps_its_weight_tied():
 
 def test_levers_of_a_configuration():
     assert list(stages.levers_of(stages.get("fused_ce"))) == [
-        "TF32", "BF16 autocast", "SDPA attention", "padded vocabulary", "fused AdamW", "torch.compile",
-        "fused linear cross-entropy"]
+        "TF32",
+        "BF16 autocast",
+        "SDPA attention",
+        "padded vocabulary",
+        "fused AdamW",
+        "torch.compile",
+        "fused linear cross-entropy",
+    ]
     autotune = stages.levers_of(stages.get("autotune"))
     assert "max-autotune" in autotune and "torch.compile" not in autotune
     assert list(stages.levers_of(stages.get("fp32"))) == []
     head_levers = stages.levers_of(stages.get("fp8_head"))
-    assert list(head_levers)[-4:] == ["torch.compile", "BF16 residual stream", "loss-only forward",
-                                      "FP8 lm_head (torchao)"]
+    assert list(head_levers)[-4:] == [
+        "torch.compile",
+        "BF16 residual stream",
+        "loss-only forward",
+        "FP8 lm_head (torchao)",
+    ]
     # Removing a lever others need removes them too (on the H100 both were errors, not results).
     assert head_levers["BF16 autocast (and BF16 residual stream, which needs it)"] == {
-        "autocast": None, "residual_dtype": None}
+        "autocast": None,
+        "residual_dtype": None,
+    }
     assert head_levers["padded vocabulary (and FP8 lm_head (torchao), which needs it)"] == {
-        "padded_vocab": False, "fp8_lm_head": None}
+        "padded_vocab": False,
+        "fp8_lm_head": None,
+    }
     # Each lever removed in turn leaves exactly the stage it was added to, switch for switch.
     head = stages.get("fp8_head")
     without = dataclasses.replace(head, **stages.LEVERS["FP8 lm_head (torchao)"])
@@ -283,8 +363,10 @@ def test_the_recipe_runs_a_third_round_only_where_two_processes_disagree(tmp_pat
         def measure_jobs(js, env, force=False, second=second):
             recipe_js = [j for j in js if j.get("variant", "").startswith("recipe")]
             seen.extend(sorted({j["repeat"] for j in recipe_js}))
-            return {j["out"]: {"variant": j["variant"], "tokens_per_s": second if j["repeat"] else 1000.0}
-                    for j in recipe_js}
+            return {
+                j["out"]: {"variant": j["variant"], "tokens_per_s": second if j["repeat"] else 1000.0}
+                for j in recipe_js
+            }
 
         monkeypatch.setattr(recipe.runner, "measure_jobs", measure_jobs)
         recipe.measure(p, tmp_path, best)
@@ -298,14 +380,32 @@ def test_ablation_worth_is_the_ratio_of_throughputs(tmp_path):
     # and a lever inside their 2 % spread is "within noise".
     repeats = [{**full, "variant": "repeat", "tokens_per_s": tps} for tps in (1254.4, 1292.8)]
     without = []
-    for lever, ms, status in (("fused AdamW", [125.0] * 5, "ok"), ("SDPA attention", None, "oom"),
-                              ("TF32", [101.0] * 5, "ok")):
-        r = make_record(p, "fused", 2, times_ms=ms, losses=[5.0] * 6 if ms else None, status=status,
-                        reason=None if ms else "out of memory")
+    for lever, ms, status in (
+        ("fused AdamW", [125.0] * 5, "ok"),
+        ("SDPA attention", None, "oom"),
+        ("TF32", [101.0] * 5, "ok"),
+    ):
+        r = make_record(
+            p,
+            "fused",
+            2,
+            times_ms=ms,
+            losses=[5.0] * 6 if ms else None,
+            status=status,
+            reason=None if ms else "out of memory",
+        )
         r.update(variant=f"without {lever}", lever=lever)
         without.append(r)
-    rep = type("Rep", (), {"evidence": {"ablation": without, "sweep": []}, "rec": lambda self, s, b: full,
-                           "decisions": [full, *repeats], "params": p})()
+    rep = type(
+        "Rep",
+        (),
+        {
+            "evidence": {"ablation": without, "sweep": []},
+            "rec": lambda self, s, b: full,
+            "decisions": [full, *repeats],
+            "params": p,
+        },
+    )()
     got_full, rows = frontier_view.ablation_rows(rep)
     assert got_full["processes"]["n"] == 3 and got_full["processes"]["median"] == pytest.approx(1280.0)
     assert rows[0]["worth"] == pytest.approx(0.25) and rows[1]["worth"] is None
@@ -351,12 +451,16 @@ def test_a_lever_without_a_speed_gain_is_judged_on_its_measured_side_effects(tmp
     ms = {"fp32": 400.0, "vocab": 200.0, "compile": 100.0, "fp8": 100.5, "fused_ce": 150.0}
     recs = []
     for k in keys:
-        r = make_record(p, k, 2, times_ms=[ms[k]] * 5, losses=[5.0] * 6, mem_bytes={"fused_ce": 5, "fp8": 12}.get(k, 10) * 2**30)
+        r = make_record(
+            p, k, 2, times_ms=[ms[k]] * 5, losses=[5.0] * 6, mem_bytes={"fused_ce": 5, "fp8": 12}.get(k, 10) * 2**30
+        )
         r["first_step_s"] = 50.0 if k == "fp8" else 10.0
         recs.append(r)
     lines = prose.recommendations(loader.load(write_report_dir(tmp_path / "rep", p, recs)))
     fp8 = next(x for x in lines if x.startswith("**FP8 linear layers**"))
-    assert "weigh its other effects: process peak memory +20.0 %" in fp8 and "first step 50 s against 10 s at B=2" in fp8
+    assert (
+        "weigh its other effects: process peak memory +20.0 %" in fp8 and "first step 50 s against 10 s at B=2" in fp8
+    )
     ce = next(x for x in lines if x.startswith("**Fused linear cross-entropy"))
     assert "slower here (median 0.67×; process peak memory -50.0 % at B=2 (10.00 → 5.00 GiB))" in ce
 
@@ -376,8 +480,10 @@ def test_a_faster_lever_whose_parity_run_left_the_band_is_not_adopted_anywhere(t
     assert loader.recommended(rep)["stage"] == "compile"
     advice = next(x for x in prose.recommendations(rep) if x.startswith("**BF16 residual stream**"))
     assert advice.startswith("**BF16 residual stream**: do not adopt as is (median 1.11× over torch.compile)")
-    failed = ("its parity test against Vocab padded to 50304 at B=2 found it worse: its held-out loss rose +0.5000 nats "
-              "(+0.5000 to +0.5000), beyond +0.02")
+    failed = (
+        "its parity test against Vocab padded to 50304 at B=2 found it worse: its held-out loss rose +0.5000 nats "
+        "(+0.5000 to +0.5000), beyond +0.02"
+    )
     assert failed in advice
     assert any(f"BF16 residual stream: {failed}" in x for x in prose.findings(rep))
     assert f"**Not recommended**: {failed}" in prose.stage_summary(rep, "bf16_residual")

@@ -1,4 +1,5 @@
 """lib/measure/gemm_sweep.py: the widths it sweeps, the record it returns, and its command line."""
+
 from __future__ import annotations
 
 import json
@@ -104,10 +105,17 @@ def test_command_line_writes_a_readable_json(tmp_path):
     spec = tmp_path / "spec.json"
     out = tmp_path / "out" / "sweep.json"
     ns = list(range(1024 - 136, 1024 + 129, 8)) + [1001]  # 35 widths around 1024
-    spec.write_text(json.dumps({"m": M, "k": K, "ns": ns, "dev": "cpu", "kernel_ns": [1001, 1024],
-                                "reps": 3, "warmup": 1}))
-    proc = subprocess.run([sys.executable, "-m", "lib.measure.gemm_sweep", str(spec), str(out)], cwd=ROOT,
-                          env=cli_env(), capture_output=True, text=True, timeout=120)
+    spec.write_text(
+        json.dumps({"m": M, "k": K, "ns": ns, "dev": "cpu", "kernel_ns": [1001, 1024], "reps": 3, "warmup": 1})
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "lib.measure.gemm_sweep", str(spec), str(out)],
+        cwd=ROOT,
+        env=cli_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, describe_proc(proc)
     res = json.loads(out.read_text())
     assert len(res["points"]) == 2 * len(ns) == 70
@@ -115,6 +123,12 @@ def test_command_line_writes_a_readable_json(tmp_path):
 
 
 def test_command_line_without_arguments_is_a_usage_error():
-    proc = subprocess.run([sys.executable, "-m", "lib.measure.gemm_sweep"], cwd=ROOT, env=cli_env(),
-                          capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "lib.measure.gemm_sweep"],
+        cwd=ROOT,
+        env=cli_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 2 and "usage" in proc.stderr

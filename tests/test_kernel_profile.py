@@ -1,4 +1,5 @@
 """lib/measure/kernel_profile.py: kernel names land in the right category, and a profiled CPU step adds up."""
+
 from __future__ import annotations
 
 import json
@@ -103,15 +104,23 @@ def test_categorise_ignores_case_and_only_returns_known_categories():
 
 
 def test_rules_are_data_in_the_documented_order():
-    assert [cat for cat, _ in kernel_categories.RULES] == \
-        ["cross-entropy", "optimizer", "attention", "norm/elementwise", "GEMM", "norm/elementwise"]
+    assert [cat for cat, _ in kernel_categories.RULES] == [
+        "cross-entropy",
+        "optimizer",
+        "attention",
+        "norm/elementwise",
+        "GEMM",
+        "norm/elementwise",
+    ]
 
 
 OPS = {  # (kernel name, the aten op that launched it) -> category: the op decides where it names one
     ("Memset (Device)", "aten::_cudnn_attention_forward"): "attention",
     ("void cublasLt::splitKreduce_kernel<32, 16, int, float>(...)", "aten::mm"): "GEMM",
-    ("void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>>(...)", "aten::nll_loss_backward"):
-        "cross-entropy",
+    (
+        "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>>(...)",
+        "aten::nll_loss_backward",
+    ): "cross-entropy",
     ("void at::native::(anonymous namespace)::multi_tensor_apply_kernel<...>(...)", "aten::_foreach_add_"): "optimizer",
     # an op that names no category leaves the kernel to its own name; no op: the name alone
     ("nvjet_sm90_tst_192x192_64x4_2x1_v_bz_coopB_TNN", "aten::view"): "GEMM",
@@ -193,8 +202,14 @@ def test_summarise_divides_by_steps_and_groups_by_name_and_op():
     s = kernel_profile.summarise(rows, steps=2, source="x")
     assert s["busy_ms"] == pytest.approx(3.25)
     assert s["categories"]["GEMM"] == pytest.approx(2.0) and s["categories"]["norm/elementwise"] == pytest.approx(0.25)
-    assert s["kernels"][0] == {"name": "k1", "op": "aten::mm", "category": "GEMM", "ms": pytest.approx(2.0),
-                               "calls": 1.0, "share": pytest.approx(2 / 3.25)}
+    assert s["kernels"][0] == {
+        "name": "k1",
+        "op": "aten::mm",
+        "category": "GEMM",
+        "ms": pytest.approx(2.0),
+        "calls": 1.0,
+        "share": pytest.approx(2 / 3.25),
+    }
     assert [(k["name"], k["op"]) for k in s["kernels"][1:]] == [("k2", None), ("k1", "aten::copy_")]
     assert s["kernels"][1]["calls"] == 0.5 and s["kernels"][1]["category"] == "other"
 
@@ -204,12 +219,29 @@ STALE = "triton_poi_fused__scaled_mm__to_copy_clamp_7"  # once counted as a GEMM
 
 def test_a_recorded_profile_is_reread_with_the_current_rules():
     """Every stored kernel is classified again; the stored categories are not trusted."""
-    recorded = {"busy_ms": 10.0, "categories": {**{c: 0.0 for c in CATEGORIES}, "GEMM": 10.0},
-                "kernels": [{"name": "nvjet_tst_128x256_64x4_1x2_h_bz_coopA_NTT", "op": "aten::mm", "category": "GEMM",
-                             "ms": 5.0, "calls": 1.0, "share": 0.5},
-                            {"name": STALE, "op": None, "category": "GEMM", "ms": 3.0, "calls": 1.0, "share": 0.3},
-                            {"name": "Memset (Device)", "op": "aten::_cudnn_attention_forward", "category": "GEMM",
-                             "ms": 2.0, "calls": 1.0, "share": 0.2}]}
+    recorded = {
+        "busy_ms": 10.0,
+        "categories": {**{c: 0.0 for c in CATEGORIES}, "GEMM": 10.0},
+        "kernels": [
+            {
+                "name": "nvjet_tst_128x256_64x4_1x2_h_bz_coopA_NTT",
+                "op": "aten::mm",
+                "category": "GEMM",
+                "ms": 5.0,
+                "calls": 1.0,
+                "share": 0.5,
+            },
+            {"name": STALE, "op": None, "category": "GEMM", "ms": 3.0, "calls": 1.0, "share": 0.3},
+            {
+                "name": "Memset (Device)",
+                "op": "aten::_cudnn_attention_forward",
+                "category": "GEMM",
+                "ms": 2.0,
+                "calls": 1.0,
+                "share": 0.2,
+            },
+        ],
+    }
     now = kernel_categories.with_current_rules(recorded)
     assert {c: v for c, v in now["categories"].items() if v} == {"GEMM": 5.0, "norm/elementwise": 3.0, "attention": 2.0}
     assert [k["category"] for k in now["kernels"]] == ["GEMM", "norm/elementwise", "attention"]
@@ -219,9 +251,14 @@ def test_a_recorded_profile_is_reread_with_the_current_rules():
 
 
 def test_an_older_record_with_only_its_top_kernels_is_reread_as_far_as_it_goes():
-    recorded = {"busy_ms": 10.0, "categories": {**{c: 0.0 for c in CATEGORIES}, "GEMM": 8.0, "norm/elementwise": 2.0},
-                "top": [{"name": STALE, "category": "GEMM", "ms": 3.0},
-                        {"name": "nvjet_tst_128x256_64x4_1x2_h_bz_coopA_NTT", "category": "GEMM", "ms": 5.0}]}
+    recorded = {
+        "busy_ms": 10.0,
+        "categories": {**{c: 0.0 for c in CATEGORIES}, "GEMM": 8.0, "norm/elementwise": 2.0},
+        "top": [
+            {"name": STALE, "category": "GEMM", "ms": 3.0},
+            {"name": "nvjet_tst_128x256_64x4_1x2_h_bz_coopA_NTT", "category": "GEMM", "ms": 5.0},
+        ],
+    }
     now = kernel_categories.with_current_rules(recorded)
     assert now["categories"]["GEMM"] == pytest.approx(5.0)
     assert now["categories"]["norm/elementwise"] == pytest.approx(5.0)
@@ -231,8 +268,15 @@ def test_an_older_record_with_only_its_top_kernels_is_reread_as_far_as_it_goes()
     assert now["busy_ms"] == pytest.approx(10.0) and "top" not in now
 
 
-@pytest.mark.parametrize("fractions", [{"a": 1 / 3, "b": 1 / 3, "c": 1 / 3}, {"a": 0.745, "b": 0.125, "c": 0.13},
-                                       {"a": 0.996, "b": 0.002, "c": 0.002}, {"a": 1.0, "b": 0.0}])
+@pytest.mark.parametrize(
+    "fractions",
+    [
+        {"a": 1 / 3, "b": 1 / 3, "c": 1 / 3},
+        {"a": 0.745, "b": 0.125, "c": 0.13},
+        {"a": 0.996, "b": 0.002, "c": 0.002},
+        {"a": 1.0, "b": 0.0},
+    ],
+)
 def test_whole_percentages_of_shares_sum_to_100(fractions):
     out = kernel_categories.percents(fractions)
     assert sum(out.values()) == 100

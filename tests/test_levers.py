@@ -1,5 +1,6 @@
 """The levers after the classic five: FP8 arithmetic, the stage registry's applicability rules,
 and fused AdamW / torch.compile / FP8 measured for real on the CPU."""
+
 from __future__ import annotations
 
 import pytest
@@ -59,13 +60,16 @@ def test_convert_touches_only_the_blocks():
     assert type(model.lm_head) is torch.nn.Linear
 
 
-@pytest.mark.parametrize("device, reason", [
-    ({"backend": "cuda", "capability": [9, 0], "count": 1}, None),
-    ({"backend": "cuda", "capability": [8, 9], "count": 1}, None),
-    ({"backend": "cuda", "capability": [8, 0], "count": 1}, "compute capability 8.0"),
-    ({"backend": "rocm", "count": 1}, "rocm backend"),
-    ({"backend": "cpu", "count": 1}, "cpu backend"),
-])
+@pytest.mark.parametrize(
+    "device, reason",
+    [
+        ({"backend": "cuda", "capability": [9, 0], "count": 1}, None),
+        ({"backend": "cuda", "capability": [8, 9], "count": 1}, None),
+        ({"backend": "cuda", "capability": [8, 0], "count": 1}, "compute capability 8.0"),
+        ({"backend": "rocm", "count": 1}, "rocm backend"),
+        ({"backend": "cpu", "count": 1}, "cpu backend"),
+    ],
+)
 def test_fp8_applicability(device, reason):
     got = stages.get("fp8").not_applicable(device)
     assert (got is None) if reason is None else (reason in got)
@@ -73,11 +77,18 @@ def test_fp8_applicability(device, reason):
 
 def test_registry_is_cumulative_and_references_are_set():
     order = stages.ORDER
-    assert order.index("vocab") < order.index("fused") < order.index("compile") < order.index("fp8") < order.index("ddp")
+    assert (
+        order.index("vocab") < order.index("fused") < order.index("compile") < order.index("fp8") < order.index("ddp")
+    )
     fp8_stage = stages.get("fp8")
     assert fp8_stage.compile and fp8_stage.fused_adamw and fp8_stage.padded_vocab and fp8_stage.attention == "sdpa"
-    assert [stages.get(k).reference for k in ("tf32", "vocab", "fused", "compile", "fp8")] == \
-        ["fp32", "fp32", "vocab", "vocab", "vocab"]
+    assert [stages.get(k).reference for k in ("tf32", "vocab", "fused", "compile", "fp8")] == [
+        "fp32",
+        "fp32",
+        "vocab",
+        "vocab",
+        "vocab",
+    ]
     assert stages.get("ddp").not_applicable({"backend": "cuda", "capability": [8, 0], "count": 2}) is None
 
 

@@ -1,5 +1,6 @@
 """lib/measure/worker.py in this process, on the CPU, with a tiny job: a result, an OOM and a NaN loss
 are all records, never crashes."""
+
 from __future__ import annotations
 
 import math
@@ -70,7 +71,10 @@ def test_run_records_flops_memory_and_no_mfu_on_cpu(fp32_record):
 
 def test_run_samples_no_device_memory_on_cpu(fp32_record):
     assert fp32_record["mem_device_sampled_peak_bytes"] is None
-    assert fp32_record["mem_device_sampled_note"] == "not sampled: CPU has no NVML device memory (NVML reads NVIDIA GPUs only)"
+    assert (
+        fp32_record["mem_device_sampled_note"]
+        == "not sampled: CPU has no NVML device memory (NVML reads NVIDIA GPUs only)"
+    )
     old = {k: v for k, v in fp32_record.items() if not k.startswith("mem_device_sampled")}  # a record from before
     df = decide.table([fp32_record, {**old, "stage": "tf32"}], ["fp32", "tf32"])
     assert df["mem_device_sampled_peak_bytes"].isna().all()

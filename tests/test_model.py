@@ -1,5 +1,6 @@
 """lib/train/model.py: the two levers that change the model (attention kind, padded vocabulary) must
 leave the function it computes unchanged."""
+
 from __future__ import annotations
 
 import pytest
@@ -89,11 +90,14 @@ def test_sequence_longer_than_block_size_is_refused():
         model(torch.zeros(1, TINY["block_size"] + 1, dtype=torch.long))
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    (dict(n_embd=30, n_head=4), "divisible"),
-    (dict(attention="flash"), "attention"),
-    (dict(vocab_size=900, real_vocab_size=1000), "pad"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(n_embd=30, n_head=4), "divisible"),
+        (dict(attention="flash"), "attention"),
+        (dict(vocab_size=900, real_vocab_size=1000), "pad"),
+    ],
+)
 def test_invalid_config_is_refused(kwargs, message):
     with pytest.raises(ValueError, match=message):
         GPTConfig(**kwargs)

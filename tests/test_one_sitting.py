@@ -2,6 +2,7 @@
 ledger, the provenance stamp every record must carry, the run's own account (run.json, the progress
 line, a resumable interruption), the depth the default leaves out, the noise between machines and
 the repeat rule. The end-to-end checks read the session's CPU pipeline run (conftest `pipeline_ok`)."""
+
 from __future__ import annotations
 
 import json
@@ -18,8 +19,13 @@ from lib.report import tables
 from lib.results import noise, store
 from lib.run import run_log
 
-GPU_ENV = {"torch": "2.5.1", "cuda": "12.4", "numpy": "1.26.4", "packages": {"triton": "3.1.0"},
-           "device": {"name": "NVIDIA H100 80GB HBM3", "backend": "cuda", "capability": [9, 0]}}
+GPU_ENV = {
+    "torch": "2.5.1",
+    "cuda": "12.4",
+    "numpy": "1.26.4",
+    "packages": {"triton": "3.1.0"},
+    "device": {"name": "NVIDIA H100 80GB HBM3", "backend": "cuda", "capability": [9, 0]},
+}
 
 
 def _env(**changes) -> dict:
@@ -46,6 +52,7 @@ def _all_records(run) -> list[tuple[Path, dict]]:
 
 
 # ---------------------------------------------------------------- 1-3: the compile cache
+
 
 def test_compile_cache_folder_follows_torch_device_and_lever_code_only(tmp_path, monkeypatch):
     """A cached graph is reused only by the same torch, GPU model and lever code: each of them gives
@@ -81,7 +88,10 @@ def test_compile_cache_outcome_states():
     partial = compile_cache.outcome({"inductor": {"fxgraph_cache_hit": 2, "fxgraph_cache_miss": 1}})
     assert partial["state"] == "partial"
     assert compile_cache.outcome({})["state"] == "not compiled"
-    assert compile_cache.outcome({"inductor": {"fxgraph_cache_hit": 0, "fxgraph_cache_miss": 0}})["state"] == "not compiled"
+    assert (
+        compile_cache.outcome({"inductor": {"fxgraph_cache_hit": 0, "fxgraph_cache_miss": 0}})["state"]
+        == "not compiled"
+    )
 
 
 def test_compile_cache_ledger_remembers_cold_compiles_only(tmp_path, monkeypatch):
@@ -91,10 +101,19 @@ def test_compile_cache_ledger_remembers_cold_compiles_only(tmp_path, monkeypatch
     env = {"device": {"name": "x", "backend": "cpu"}, "torch": "t"}
     assert compile_cache.ledger(env) == {}
     stamp = {"commit": "abc", "host_id": "host-a"}
-    compile_cache.remember(env, {"compile_cache": {"state": "cold"}, "first_step_s": 12.5, "fingerprint": "fp-cold",
-                                 "finished_at": "2025-01-01T00:00:00", "provenance": stamp})
-    compile_cache.remember(env, {"compile_cache": {"state": "warm"}, "first_step_s": 0.2, "fingerprint": "fp-warm",
-                                 "provenance": stamp})
+    compile_cache.remember(
+        env,
+        {
+            "compile_cache": {"state": "cold"},
+            "first_step_s": 12.5,
+            "fingerprint": "fp-cold",
+            "finished_at": "2025-01-01T00:00:00",
+            "provenance": stamp,
+        },
+    )
+    compile_cache.remember(
+        env, {"compile_cache": {"state": "warm"}, "first_step_s": 0.2, "fingerprint": "fp-warm", "provenance": stamp}
+    )
     book = compile_cache.ledger(env)
     assert set(book) == {"fp-cold"}
     assert book["fp-cold"]["first_step_s"] == 12.5 and book["fp-cold"]["host_id"] == "host-a"
@@ -106,6 +125,7 @@ def test_compile_cache_ledger_remembers_cold_compiles_only(tmp_path, monkeypatch
 
 
 # ---------------------------------------------------------------- 4-5: provenance
+
 
 def test_write_record_refuses_unstamped_and_clockless_records(tmp_path):
     """store.write_record writes nothing without a provenance stamp, nor a timed ok record without
@@ -121,8 +141,9 @@ def test_write_record_refuses_unstamped_and_clockless_records(tmp_path):
     store.write_record(path, {**rec, "provenance": stamp, "clocks": {"span": "the timed steps"}})
     assert read_json(path)["provenance"] == json.loads(json.dumps(stamp))
     # a record that timed nothing needs no clocks
-    store.write_record(tmp_path / "na.json", {"stage": "ddp", "batch_size": 2, "status": "not_applicable",
-                                                "provenance": stamp})
+    store.write_record(
+        tmp_path / "na.json", {"stage": "ddp", "batch_size": 2, "status": "not_applicable", "provenance": stamp}
+    )
 
 
 def test_every_record_of_the_run_is_stamped(pipeline_ok):
@@ -152,6 +173,7 @@ def test_every_record_of_the_run_is_stamped(pipeline_ok):
 
 # ---------------------------------------------------------------- 6-7: the run's own account
 
+
 def test_progress_line_shows_elapsed_and_what_is_left(pipeline_ok):
     """Each chapter heading and each record line tells the elapsed time and what is left in the run."""
     out = pipeline_ok.proc.stdout
@@ -161,8 +183,12 @@ def test_progress_line_shows_elapsed_and_what_is_left(pipeline_ok):
     assert "[measure 1/" in out
     assert [int(i) for i, _ in chapter_lines] == list(range(1, n + 1)), out[-3000:]
     assert {int(total) for _, total in chapter_lines} == {n}
-    record_lines = re.findall(rf"\[{clock} elapsed; (?:~{clock} left in the chapter|chapter over its estimate), "
-                              rf"~{clock} in the run\]$", out, re.M)
+    record_lines = re.findall(
+        rf"\[{clock} elapsed; (?:~{clock} left in the chapter|chapter over its estimate), "
+        rf"~{clock} in the run\]$",
+        out,
+        re.M,
+    )
     assert len(record_lines) >= read_json(pipeline_ok.report_dir / "run.json")["configurations"]["measured"]
 
 
@@ -176,7 +202,7 @@ def test_an_interrupted_run_says_so_and_resumes(tmp_path):
     run = read_json(tmp_path / "cpu" / "run.json")
     assert run["state"] == "interrupted", run
     assert "interrupted after" in run["interrupted"] and "MEASURE_FOR" in run["interrupted"]
-    (cut, seconds), = run["cut_timings_s"].items()  # the chapter it stopped in keeps the time it had spent
+    ((cut, seconds),) = run["cut_timings_s"].items()  # the chapter it stopped in keeps the time it had spent
     assert cut in ("fp32", "tf32", "bf16", "batch_sweep", "size_sweep") and seconds > 0 and cut not in run["timings_s"]
     second = run_cli("report", **args)
     assert second.returncode == 0, describe_proc(second)
@@ -201,6 +227,7 @@ def test_settle_marks_an_abandoned_run_interrupted():
 
 
 # ---------------------------------------------------------------- 8: depth
+
 
 def test_default_depth_leaves_out_what_full_depth_adds():
     """The default report leaves FP8 layers, autotuning and the size sweep to DEPTH=full and names the
@@ -238,9 +265,16 @@ def test_default_run_measured_no_full_depth_records(pipeline_ok):
 
 # ---------------------------------------------------------------- 9: noise across machines
 
+
 def _rec(stage, tps, host, variant=None, batch=4):
-    return {"stage": stage, "batch_size": batch, "status": "ok", "variant": variant, "tokens_per_s": tps,
-            "provenance": {"host_id": host, "gpu_uuid": "GPU-1"}}
+    return {
+        "stage": stage,
+        "batch_size": batch,
+        "status": "ok",
+        "variant": variant,
+        "tokens_per_s": tps,
+        "provenance": {"host_id": host, "gpu_uuid": "GPU-1"},
+    }
 
 
 def test_one_machine_decides_on_its_own_noise_floor():
@@ -256,8 +290,12 @@ def test_two_machines_widen_the_floor_to_their_spread():
     """Where two machines timed the same configuration, their offset (3 % here) widens a within-machine
     floor of 0.5 %; where they share no configuration, nothing can be judged (None)."""
     within = {("fused", 4): [100.0, 100.5]}
-    records = [_rec("fused", 100.0, "host-a"), _rec("fused", 100.5, "host-a", "repeat"),
-               _rec("vocab", 100.0, "host-a"), _rec("vocab", 103.0, "host-b")]
+    records = [
+        _rec("fused", 100.0, "host-a"),
+        _rec("fused", 100.5, "host-a", "repeat"),
+        _rec("vocab", 100.0, "host-a"),
+        _rec("vocab", 103.0, "host-b"),
+    ]
     spread = noise.machine_spread(records)
     assert spread["machines"] == 2 and spread["shared"] == 1
     assert spread["spread"] == pytest.approx(3 / 101.5) and spread["spread"] == pytest.approx(0.03, abs=1e-3)
@@ -279,6 +317,7 @@ def test_within_noise_honours_the_spread_between_machines():
 
 
 # ---------------------------------------------------------------- 10: the repeat rule
+
 
 def test_third_process_only_where_the_first_two_disagree(pipeline_ok):
     """evidence.repeats: a configuration gets a third process (__r2) exactly where its first two
@@ -311,14 +350,21 @@ def test_repeat_rule_runs_a_third_process_only_beyond_the_tolerance(tmp_path, mo
     from lib.run import evidence
 
     env = {"device": {"name": "x", "backend": "cpu"}, "torch": "t", "packages": {}}
-    timed = [_rec("fp32", 100.0, "host-a", batch=2), _rec("fp32", 100.5, "host-a", "repeat", batch=2),
-             _rec("tf32", 100.0, "host-a", batch=2), _rec("tf32", 105.0, "host-a", "repeat", batch=2)]
+    timed = [
+        _rec("fp32", 100.0, "host-a", batch=2),
+        _rec("fp32", 100.5, "host-a", "repeat", batch=2),
+        _rec("tf32", 100.0, "host-a", batch=2),
+        _rec("tf32", 105.0, "host-a", "repeat", batch=2),
+    ]
     launched = []
     monkeypatch.setattr(evidence.runner, "environment", lambda report_dir: env)
     monkeypatch.setattr(evidence, "repeat_configs", lambda params, report_dir: [("fp32", 2), ("tf32", 2)])
     monkeypatch.setattr(evidence.store, "decision_records", lambda results_dir: timed)
-    monkeypatch.setattr(evidence.runner, "measure_jobs",
-                        lambda jobs, env, force=False: launched.extend((j["stage"], j["repeat"]) for j in jobs) or {})
+    monkeypatch.setattr(
+        evidence.runner,
+        "measure_jobs",
+        lambda jobs, env, force=False: launched.extend((j["stage"], j["repeat"]) for j in jobs) or {},
+    )
     cpu_params["evidence"].update(repeats=3, repeat_tolerance=0.01)
     evidence.repeats(cpu_params, tmp_path)
     assert sorted(launched) == [("fp32", 1), ("tf32", 1), ("tf32", 2)]
@@ -338,10 +384,15 @@ def test_a_configuration_the_repeats_lift_into_the_top_two_is_repeated_too(tmp_p
     env = {"device": {"name": "x", "backend": "cpu"}, "torch": "t", "packages": {}}
     rankings, launched = [[("fp32", 2), ("tf32", 2)], [("tf32", 2), ("bf16", 2)]], []  # before, after the repeats
     monkeypatch.setattr(evidence.runner, "environment", lambda report_dir: env)
-    monkeypatch.setattr(evidence, "repeat_configs", lambda params, report_dir: rankings.pop(0) if len(rankings) > 1 else rankings[0])
+    monkeypatch.setattr(
+        evidence, "repeat_configs", lambda params, report_dir: rankings.pop(0) if len(rankings) > 1 else rankings[0]
+    )
     monkeypatch.setattr(evidence.store, "decision_records", lambda results_dir: [])
-    monkeypatch.setattr(evidence.runner, "measure_jobs",
-                        lambda jobs, env, force=False: launched.extend((j["stage"], j["repeat"]) for j in jobs) or {})
+    monkeypatch.setattr(
+        evidence.runner,
+        "measure_jobs",
+        lambda jobs, env, force=False: launched.extend((j["stage"], j["repeat"]) for j in jobs) or {},
+    )
     cpu_params["evidence"].update(repeats=2)
     evidence.repeats(cpu_params, tmp_path)
     assert sorted(launched) == [("bf16", 1), ("fp32", 1), ("tf32", 1)]
@@ -358,8 +409,14 @@ def test_a_record_measured_again_is_superseded_never_deleted(tmp_path, monkeypat
     out.parent.mkdir(parents=True)
     out.write_text(json.dumps({"stage": "compile", "old": True}))
     env = {"device": {"name": "x86_64", "backend": "cpu", "count": 1}, "torch": "t"}
-    job = {"params": params, "stage": "compile", "batch_size": 2, "out": str(out), "fingerprint": "fp",
-           "not_applicable": "skipped by the test"}
+    job = {
+        "params": params,
+        "stage": "compile",
+        "batch_size": 2,
+        "out": str(out),
+        "fingerprint": "fp",
+        "not_applicable": "skipped by the test",
+    }
     runner.measure_jobs([job], env, force=True)
     moved = list((tmp_path / "cpu" / "superseded" / "recipe").glob("compile__b2.*.json"))
     assert len(moved) == 1 and json.loads(moved[0].read_text()) == {"stage": "compile", "old": True}
@@ -372,17 +429,33 @@ def test_page_one_says_which_machine_timed_what_and_that_their_offset_is_unknown
     are not judged (it must not claim a 0 % spread)."""
     from types import SimpleNamespace
 
-
     def rec(host, status="ok", variant=None):
-        return {"stage": "vocab", "batch_size": 4, "status": status, "variant": variant, "tokens_per_s": 100.0,
-                "provenance": {"host_id": host, "gpu_uuid": None, "commit": "c" * 40, "modified": False}}
-    files = {"vocab__b4.json": rec("host-a"), "repeats/vocab__b4__r1.json": rec("host-a", variant="repeat"),
-             "ddp__b4.json": rec("host-b", status="not_applicable"), "recipe/r0.json": rec("host-b", variant="recipe")}
+        return {
+            "stage": "vocab",
+            "batch_size": 4,
+            "status": status,
+            "variant": variant,
+            "tokens_per_s": 100.0,
+            "provenance": {"host_id": host, "gpu_uuid": None, "commit": "c" * 40, "modified": False},
+        }
+
+    files = {
+        "vocab__b4.json": rec("host-a"),
+        "repeats/vocab__b4__r1.json": rec("host-a", variant="repeat"),
+        "ddp__b4.json": rec("host-b", status="not_applicable"),
+        "recipe/r0.json": rec("host-b", variant="recipe"),
+    }
     for name, body in files.items():
         store.write_atomic(tmp_path / "results" / name, body)
     decisions = [files["vocab__b4.json"], files["repeats/vocab__b4__r1.json"], files["ddp__b4.json"]]
-    rep = SimpleNamespace(records=decisions, decisions=decisions, evidence={}, run=None, dir=tmp_path,
-                          params={"name": "cpu", "not_run": []})
+    rep = SimpleNamespace(
+        records=decisions,
+        decisions=decisions,
+        evidence={},
+        run=None,
+        dir=tmp_path,
+        params={"name": "cpu", "not_run": []},
+    )
     text = tables.provenance_md(rep)
     assert "4 records from 2 machines" in text and "host-a: 2" in text
     assert "host-a timed matrix, repeats" in text and "host-b timed recipe" in text
@@ -397,13 +470,21 @@ def test_a_leave_one_out_row_from_another_machine_is_not_judged_against_noise():
     from lib.report import frontier_view
 
     def rec(tps, host, variant=None):
-        return {"stage": "fused", "batch_size": 4, "status": "ok", "variant": variant, "tokens_per_s": tps,
-                "provenance": {"host_id": host, "gpu_uuid": None}}
+        return {
+            "stage": "fused",
+            "batch_size": 4,
+            "status": "ok",
+            "variant": variant,
+            "tokens_per_s": tps,
+            "provenance": {"host_id": host, "gpu_uuid": None},
+        }
+
     decisions = [rec(100.0, "host-a"), rec(100.5, "host-a", "repeat")]
     for host, expected in (("host-a", True), ("host-b", None)):
         ablation = [{**rec(100.1, host, "without TF32"), "lever": "TF32"}]
-        rep = SimpleNamespace(evidence={"ablation": ablation, "sweep": []}, decisions=decisions,
-                              rec=lambda key, batch: decisions[0])
+        rep = SimpleNamespace(
+            evidence={"ablation": ablation, "sweep": []}, decisions=decisions, rec=lambda key, batch: decisions[0]
+        )
         _, rows = frontier_view.ablation_rows(rep)
         assert rows[0]["within_noise"] is expected, host
 
@@ -415,8 +496,10 @@ def test_turn_on_lists_levers_timed_on_another_machine_as_not_judged(monkeypatch
 
     from lib.report import frontier_view, summary_box
 
-    rows = [{"lever": "fused AdamW", "worth": 0.002, "within_noise": None, "record": {"status": "ok"}},
-            {"lever": "TF32", "worth": 0.05, "within_noise": False, "record": {"status": "ok"}}]
+    rows = [
+        {"lever": "fused AdamW", "worth": 0.002, "within_noise": None, "record": {"status": "ok"}},
+        {"lever": "TF32", "worth": 0.05, "within_noise": False, "record": {"status": "ok"}},
+    ]
     monkeypatch.setattr(frontier_view, "ablation_rows", lambda rep: ({"stage": "fused", "batch_size": 4}, rows))
     monkeypatch.setattr(frontier_view, "ablation_calls_apart", lambda full, rows: None)
     monkeypatch.setattr(summary_box, "_stage_of", lambda rep, lever: None)

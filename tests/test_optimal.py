@@ -1,5 +1,6 @@
 """recommended.json and optimal_config(): the measured recommendation handed to a training script,
 matched to the device, with a warning on software skew and a clear message where none exists."""
+
 from __future__ import annotations
 
 import json
@@ -18,7 +19,10 @@ H100 = {"name": "NVIDIA H100 80GB HBM3", "backend": "cuda", "torch": "2.11.0+cu1
 def _measured_report(root, name="h100", torch="2.11.0+cu130"):
     params = tiny_params(["fp32", "tf32"])
     params["name"] = name
-    recs = [make_record(params, "fp32", 2, [100.0] * 6, [6.0] * 6), make_record(params, "tf32", 2, [50.0] * 6, [6.0] * 6)]
+    recs = [
+        make_record(params, "fp32", 2, [100.0] * 6, [6.0] * 6),
+        make_record(params, "tf32", 2, [50.0] * 6, [6.0] * 6),
+    ]
     d = write_report_dir(root / name, params, recs)
     env = json.loads((d / "environment.json").read_text())
     env.update(torch=torch, cuda="13.0")
@@ -43,8 +47,9 @@ def test_no_recommendation_leaves_no_stale_file(tmp_path):
     recommendation.write(rep)
     params = json.loads((d / "params.json").read_text())
     for key in ("fp32", "tf32"):  # every configuration out of memory now: nothing to recommend
-        store.write_atomic(store.record_path(d / "results", key, 2),
-                             make_record(params, key, 2, status="oom", reason="out of memory"))
+        store.write_atomic(
+            store.record_path(d / "results", key, 2), make_record(params, key, 2, status="oom", reason="out of memory")
+        )
     assert recommendation.write(loader.load(d)) is None and not (d / recommendation.FILE).exists()
 
 
@@ -79,8 +84,12 @@ def test_optimal_config_reads_the_report_of_the_model_asked_for(tmp_path):
 def test_the_cpu_pipeline_writes_the_recommendation_optimal_config_returns(pipeline_ok):
     cfg = optimal.optimal_config({"name": "x86_64", "backend": "cpu"}, reports=pipeline_ok.reports)
     best = loader.recommended(loader.load(pipeline_ok.report_dir))
-    assert cfg["stage"] == best["stage"] and cfg["measured"]["tokens_per_s"] == pytest.approx(best["processes"]["median"])
-    assert cfg["switches"] == {k: v for k, v in stages.get(best["stage"]).identity().items() if k not in ("key", "peak")}
+    assert cfg["stage"] == best["stage"] and cfg["measured"]["tokens_per_s"] == pytest.approx(
+        best["processes"]["median"]
+    )
+    assert cfg["switches"] == {
+        k: v for k, v in stages.get(best["stage"]).identity().items() if k not in ("key", "peak")
+    }
 
 
 def test_a_report_whose_params_name_no_global_batch_still_gets_its_recommendation(tmp_path):

@@ -1,5 +1,6 @@
 """The parity test (lib/results/parity.py): paired seeds, the test's own noise from the repeat pairs of both stages,
 one-sided bounds on the mean paired difference, and one rule that adopts, rejects or leaves undecided."""
+
 from __future__ import annotations
 
 import pandas as pd
@@ -26,16 +27,22 @@ def _test(params, lever_deltas, noise=0.001, stage="tf32"):
     for seed, delta in enumerate(lever_deltas):
         base = 4.0 + 0.1 * seed  # seeds differ far more than the lever: pairing takes that out
         for s, d in (("fp32", 0.0), (stage, delta)):
-            recs += [_run(params, s, seed, 0, base + d, base + d), _run(params, s, seed, 1, base + d + noise, base + d - noise)]
+            recs += [
+                _run(params, s, seed, 0, base + d, base + d),
+                _run(params, s, seed, 1, base + d + noise, base + d - noise),
+            ]
     return recs
 
 
-@pytest.mark.parametrize("deltas, verdict", [
-    ((0.001, 0.002, 0.0), parity.HOLDS),       # a tight bound below +0.02
-    ((-0.10, -0.08, -0.12), parity.HOLDS),     # a lever that lowers the loss is not failed for it
-    ((0.10, 0.11, 0.09), parity.WORSE),        # wholly beyond the margin
-    ((0.0, 0.04, 0.02), parity.UNDECIDED),     # the upper bound reaches past the margin
-])
+@pytest.mark.parametrize(
+    "deltas, verdict",
+    [
+        ((0.001, 0.002, 0.0), parity.HOLDS),  # a tight bound below +0.02
+        ((-0.10, -0.08, -0.12), parity.HOLDS),  # a lever that lowers the loss is not failed for it
+        ((0.10, 0.11, 0.09), parity.WORSE),  # wholly beyond the margin
+        ((0.0, 0.04, 0.02), parity.UNDECIDED),  # the upper bound reaches past the margin
+    ],
+)
 def test_the_verdict_flips_with_the_paired_differences(deltas, verdict):
     params = tiny_params(["fp32", "tf32"])
     check = parity.checks(_test(params, deltas), EV)["tf32"]
@@ -61,7 +68,7 @@ def test_the_noise_comes_from_the_lever_repeats_too_not_only_the_reference():
         if r["stage"] == "tf32" and r["replicate"] == 1:
             r["held_out_loss"] += 0.04
     check = parity.checks(recs, EV)["tf32"]
-    assert check["noise_sd"] == pytest.approx(0.04 / 2 ** 0.5) and check["verdict"] == parity.UNDECIDED
+    assert check["noise_sd"] == pytest.approx(0.04 / 2**0.5) and check["verdict"] == parity.UNDECIDED
 
 
 def test_one_seed_or_no_repeats_cannot_decide_on_a_measured_noise():
@@ -92,7 +99,7 @@ def test_a_test_cut_off_part_way_decides_nothing_until_every_seed_has_run():
 
 def test_the_bound_uses_students_t_and_never_less_spread_than_the_measured_noise():
     i = parity.interval([0.01, 0.02, 0.03], 0.95)
-    assert i["sd"] == pytest.approx(0.01) and i["hi"] - i["mean"] == pytest.approx(2.919986 * 0.01 / 3 ** 0.5, rel=1e-5)
+    assert i["sd"] == pytest.approx(0.01) and i["hi"] - i["mean"] == pytest.approx(2.919986 * 0.01 / 3**0.5, rel=1e-5)
     assert parity.interval([0.01, 0.01, 0.01], 0.95, noise_sd=0.005)["sd"] == 0.005
     assert parity.detectable(0.005, 3, 0.95, 0.8) > parity.detectable(0.005, 10, 0.95, 0.8)
 
@@ -108,8 +115,12 @@ def test_only_a_stage_whose_parity_test_holds_is_recommended():
     losses = [5.0 - 0.01 * i for i in range(6)]
     matrix = [make_record(params, "fp32", 8, [10.0] * 5, losses), make_record(params, "tf32", 8, [5.0] * 5, losses)]
     assert decide.best_config(matrix, params)["stage"] == "tf32"  # no parity test yet: the 30-step gate alone
-    for deltas, stage in (((0.001, 0.002, 0.0), "tf32"), ((0.0, 0.04, 0.02), "fp32"), ((0.1, 0.1, 0.1), "fp32"),
-                          ((-0.1, -0.1, -0.1), "tf32")):
+    for deltas, stage in (
+        ((0.001, 0.002, 0.0), "tf32"),
+        ((0.0, 0.04, 0.02), "fp32"),
+        ((0.1, 0.1, 0.1), "fp32"),
+        ((-0.1, -0.1, -0.1), "tf32"),
+    ):
         assert decide.best_config(matrix + _test(params, deltas), params)["stage"] == stage
 
 
@@ -123,7 +134,9 @@ def test_the_plan_pairs_each_seed_and_stays_within_the_passes(tmp_path):
     by_seed = {}
     for j in jobs:
         by_seed.setdefault(j["seed_offset"], []).append(j)
-    assert all({j["data_start"] for j in js} == {js[0]["data_start"]} for js in by_seed.values())  # a pair shares its data
+    assert all(
+        {j["data_start"] for j in js} == {js[0]["data_start"]} for js in by_seed.values()
+    )  # a pair shares its data
     assert len({js[0]["data_start"] for js in by_seed.values()}) == len(by_seed)  # each seed its own order
     assert all(1.9 < j["passes"] <= 2.0 for j in jobs)  # the step cap gives way to the passes
     assert len({j["out"] for j in jobs}) == len(jobs) and len({j["fingerprint"] for j in jobs}) == len(jobs)
@@ -132,7 +145,10 @@ def test_the_plan_pairs_each_seed_and_stays_within_the_passes(tmp_path):
 def test_a_seed_sets_the_weights_and_the_data_order_and_a_pair_shares_both():
     params = tiny_params(["fp32"], batch_sizes=(2,))
     job = {"params": params, "stage": "fp32", "batch_size": 2, "steps": 4, "held_out_batches": 2}
-    a, again = worker.parity_run({**job, "seed_offset": 1, "data_start": 500}), worker.parity_run({**job, "seed_offset": 1, "data_start": 500})
+    a, again = (
+        worker.parity_run({**job, "seed_offset": 1, "data_start": 500}),
+        worker.parity_run({**job, "seed_offset": 1, "data_start": 500}),
+    )
     other = worker.parity_run({**job, "seed_offset": 2, "data_start": 900})
     assert a["losses"] == again["losses"] and a["seed"] == params["run"]["seed"] + 1
     assert a["losses"] != other["losses"]
@@ -160,8 +176,11 @@ def test_the_loss_gate_names_a_single_step_spike_as_a_spike_and_fails_it_like_a_
     params = tiny_params(["fp32", "tf32"])
     ref = [5.0 - 0.05 * i for i in range(20)]
     lever = [v + (bump[i - 8] if 8 <= i < 8 + len(bump) else 0.0) for i, v in enumerate(ref)]
-    df = decide.table([make_record(params, "fp32", 2, [1.0] * 5, ref), make_record(params, "tf32", 2, [1.0] * 5, lever)],
-                       ["fp32", "tf32"], params["run"]["loss_tolerance"])
+    df = decide.table(
+        [make_record(params, "fp32", 2, [1.0] * 5, ref), make_record(params, "tf32", 2, [1.0] * 5, lever)],
+        ["fp32", "tf32"],
+        params["run"]["loss_tolerance"],
+    )
     row = df.iloc[-1]
     assert row["loss_verdict"] == verdict and row["loss_within_tolerance"] is (verdict == "within")  # a spike fails too
     assert (row["loss_spike_step"] == 8) if verdict == "spike" else pd.isna(row["loss_spike_step"])
@@ -171,8 +190,15 @@ def test_the_method_states_the_parity_rule_and_the_batch_tie_rule_before_any_num
 
     params = tiny_params(["fp32", "tf32"])
     losses = [5.0 - 0.01 * i for i in range(6)]
-    d = write_report_dir(tmp_path / "cpu", params, [make_record(params, "fp32", 2, [10.0] * 5, losses),
-                                                    make_record(params, "tf32", 2, [5.0] * 5, losses)])
+    d = write_report_dir(
+        tmp_path / "cpu",
+        params,
+        [make_record(params, "fp32", 2, [10.0] * 5, losses), make_record(params, "tf32", 2, [5.0] * 5, losses)],
+    )
     text = prose.method_md(loader.load(d))
-    assert "at or below +0.02 nats" in text and "3 seeds" in text and "a tie goes to the batch size that needs the least memory" in text
+    assert (
+        "at or below +0.02 nats" in text
+        and "3 seeds" in text
+        and "a tie goes to the batch size that needs the least memory" in text
+    )
     assert "single-step spike" in text

@@ -1,5 +1,6 @@
 """The whole CPU pipeline, end to end: `python -m lib.cli report` with REPORTS pointing at a
 temporary folder. It runs once (session fixture `pipeline`); these tests read what it left."""
+
 from __future__ import annotations
 
 import json
@@ -14,17 +15,43 @@ from lib.core import record, stages
 from lib.report import export
 from lib.results import decide, noise, store
 
-SECTION_HEADINGS = ["Executive summary", "Verdicts on the prevailing claims", "Hardware and software environment",
-                    "Method", "Experimental matrix", "Analysis per lever", "Recommendations", "Appendix"]
+SECTION_HEADINGS = [
+    "Executive summary",
+    "Verdicts on the prevailing claims",
+    "Hardware and software environment",
+    "Method",
+    "Experimental matrix",
+    "Analysis per lever",
+    "Recommendations",
+    "Appendix",
+]
 
 
 # The default depth: the hand-written FP8 layers and max-autotune run with DEPTH=full (params' full_depth)
-SINGLE_DEVICE = ["fp32", "tf32", "bf16", "flash", "vocab", "fused", "compile", "fp8_torchao", "fused_ce",
-                 "bf16_residual", "loss_only", "fp8_head"]
-NOT_ON_CPU = {"compile": "not measured by the cpu profile", "fp8": "compute capability 8.9",
-              "fp8_torchao": "cpu backend", "fused_ce": "cpu backend", "autotune": "cpu backend",
-              "bf16_residual": "not measured by the cpu profile", "fp8_head": "cpu backend",
-              "loss_only": "not measured by the cpu profile"}
+SINGLE_DEVICE = [
+    "fp32",
+    "tf32",
+    "bf16",
+    "flash",
+    "vocab",
+    "fused",
+    "compile",
+    "fp8_torchao",
+    "fused_ce",
+    "bf16_residual",
+    "loss_only",
+    "fp8_head",
+]
+NOT_ON_CPU = {
+    "compile": "not measured by the cpu profile",
+    "fp8": "compute capability 8.9",
+    "fp8_torchao": "cpu backend",
+    "fused_ce": "cpu backend",
+    "autotune": "cpu backend",
+    "bf16_residual": "not measured by the cpu profile",
+    "fp8_head": "cpu backend",
+    "loss_only": "not measured by the cpu profile",
+}
 
 
 def expected_records(params):
@@ -90,9 +117,15 @@ def test_evidence_is_measured_and_shown(pipeline_ok, report_html):
     assert len({r["stage"] for r in sweep}) == 1
     figures = {p.stem for p in (pipeline_ok.report_dir / "figures").glob("*.png")}
     assert {"gemm_sweep", "seq_sweep", "kernel_profile", "batch_sweep"} <= figures
-    for text in ("Recommended configuration", "Where the step time goes", "Energy was not measured on this device",
-                 "Naive against SDPA across sequence lengths", "The lm_head GEMM across vocabulary widths",
-                 "Memory, three layers, FP32 against TF32", "not measured by the cpu profile"):
+    for text in (
+        "Recommended configuration",
+        "Where the step time goes",
+        "Energy was not measured on this device",
+        "Naive against SDPA across sequence lengths",
+        "The lm_head GEMM across vocabulary widths",
+        "Memory, three layers, FP32 against TF32",
+        "not measured by the cpu profile",
+    ):
         assert text in report_html, text
 
 
@@ -103,8 +136,11 @@ def test_the_recommendation_rests_on_repeats_a_plain_loop_cross_check_and_a_pari
     repeats = [read_json(f) for f in (ev / "repeats").glob("*.json")]
     # the repeats rule: a second process always, a third only where the first two differ beyond the tolerance
     mine = sorted((r for r in repeats if (r["stage"], r["batch_size"]) == key), key=lambda r: r["repeat"])
-    first = [r for r in store.decision_records(ev) if (r["stage"], r["batch_size"]) == key
-             and r.get("variant") in (None, "batch sweep") and r["status"] == "ok"]
+    first = [
+        r
+        for r in store.decision_records(ev)
+        if (r["stage"], r["batch_size"]) == key and r.get("variant") in (None, "batch sweep") and r["status"] == "ok"
+    ]
     two = [first[0]["tokens_per_s"], mine[0]["tokens_per_s"]]
     wanted = 1 + (noise.spread(two)["spread"] > p["evidence"]["repeat_tolerance"]) * (p["evidence"]["repeats"] - 2)
     assert len(mine) == wanted
@@ -122,8 +158,10 @@ def test_the_recommendation_rests_on_repeats_a_plain_loop_cross_check_and_a_pari
         assert {r["stage"] for r in runs} == {best["stage"], ref} and "Parity test</strong>: " in report_html
         assert len(runs) == 4 * p["evidence"]["parity_seeds"]
         assert {r["seed_offset"] for r in runs} == set(range(p["evidence"]["parity_seeds"]))
-        assert all(len(r["losses"]) == r["steps"] and r["held_out_loss"] > 0 and r["passes"] <= p["evidence"]["parity_passes"]
-                   for r in runs)
+        assert all(
+            len(r["losses"]) == r["steps"] and r["held_out_loss"] > 0 and r["passes"] <= p["evidence"]["parity_passes"]
+            for r in runs
+        )
     for text in ("Harness against a plain training loop", "Process-to-process spread", "Noise floor of this report"):
         assert text in report_html, text
 
@@ -156,18 +194,25 @@ def test_sdpa_stages_record_their_backend_and_naive_stages_do_not(pipeline_ok):
             assert isinstance(rec.get("sdpa_backend"), str) and rec["sdpa_backend"], rec["stage"]
         else:
             assert rec.get("sdpa_backend") is None, rec["stage"]
-    assert {rec["stage"] for rec in all_records(pipeline_ok, measured_only=True) if rec.get("sdpa_backend")} == \
-        {"flash", "vocab", "fused"}
+    assert {rec["stage"] for rec in all_records(pipeline_ok, measured_only=True) if rec.get("sdpa_backend")} == {
+        "flash",
+        "vocab",
+        "fused",
+    }
 
 
 def test_executed_notebooks_one_per_chapter_plus_summary_each_its_chapter_drawn_from_the_template(pipeline_ok):
     names = sorted(p.name for p in (pipeline_ok.report_dir / "notebooks").glob("*.ipynb"))
-    assert names == sorted([f"{s}.ipynb" for s in pipeline_ok.params["stages"]] + ["batch_sweep.ipynb", "size_sweep.ipynb",
-                                                                                  "summary.ipynb"])
+    assert names == sorted(
+        [f"{s}.ipynb" for s in pipeline_ok.params["stages"]]
+        + ["batch_sweep.ipynb", "size_sweep.ipynb", "summary.ipynb"]
+    )
     for s in pipeline_ok.params["stages"]:
         nb = read_json(pipeline_ok.report_dir / "notebooks" / f"{s}.ipynb")
         assert nb["metadata"]["papermill"]["parameters"]["chapter"] == s
-        shown = "".join("".join(o.get("data", {}).get("text/markdown", "")) for c in nb["cells"] for o in c.get("outputs", []))
+        shown = "".join(
+            "".join(o.get("data", {}).get("text/markdown", "")) for c in nb["cells"] for o in c.get("outputs", [])
+        )
         heading = (ROOT / "notebooks" / "chapters" / f"{s}.md").read_text().splitlines()[0]
         assert shown.startswith(heading + "\n"), s  # its own text, heading first
         assert "#### Measured" in shown and "#### The switch" in shown, s
@@ -222,8 +267,11 @@ def test_no_python_warning_reaches_the_report(report_html):
 
 def test_report_html_has_the_wall_time_filled_in(report_html):
     assert export.WALL_TIME_TOKEN not in report_html
-    assert re.search(r"Wall time</strong>: \d+ s for this whole run: measuring every configuration, then the "
-                     r"notebooks and HTML \(the PDF's own time is in run.json\)", report_html)
+    assert re.search(
+        r"Wall time</strong>: \d+ s for this whole run: measuring every configuration, then the "
+        r"notebooks and HTML \(the PDF's own time is in run.json\)",
+        report_html,
+    )
 
 
 def test_report_pdf_is_a_pdf_of_several_pages(pipeline_ok):
@@ -234,8 +282,7 @@ def test_report_pdf_is_a_pdf_of_several_pages(pipeline_ok):
 
 def test_figures_are_png_files(pipeline_ok):
     figures = pipeline_ok.report_dir / "figures"
-    expected = {"throughput", "memory", "step_spread", "loss_all"} | {
-        f"loss_{s}" for s in pipeline_ok.params["stages"]}
+    expected = {"throughput", "memory", "step_spread", "loss_all"} | {f"loss_{s}" for s in pipeline_ok.params["stages"]}
     assert expected <= {p.stem for p in figures.glob("*.png")}
     for p in figures.glob("*.png"):
         assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", p.name
@@ -260,6 +307,7 @@ def test_pipeline_writes_only_its_profile_folder_into_reports(pipeline_ok):
 
 
 # ---------------------------------------------------------------- a second run keeps the first
+
 
 @pytest.fixture(scope="module")
 def second_run(pipeline_ok, tmp_path_factory):
@@ -288,8 +336,9 @@ def test_second_run_moves_the_first_report_to_archive(second_run, pipeline_ok):
     assert len(archived) == 1, describe_proc(proc)
     old = archived[0]
     assert (old / "report.html").read_bytes() == (pipeline_ok.report_dir / "report.html").read_bytes()
-    assert ({p.name for p in (old / "results").glob("*.json")}
-            == {p.name for p in pipeline_ok.results_dir.glob("*.json")})
+    assert {p.name for p in (old / "results").glob("*.json")} == {
+        p.name for p in pipeline_ok.results_dir.glob("*.json")
+    }
     assert "earlier cpu report kept in" in proc.stdout
 
 

@@ -3,6 +3,7 @@ reports, the per-profile lock, and bad inputs that must leave earlier reports un
 
 Faults are injected with GPT2_LEVERS_FAULT (lib/measure/faults.py). Runs use one batch size
 (BATCHES=2) to keep the suite short; the full pipeline is covered in test_pipeline.py."""
+
 from __future__ import annotations
 
 import json
@@ -32,8 +33,13 @@ def _our_processes() -> list[str]:
     this test process itself (in-process tests keep one for the session)."""
     out = subprocess.run(["ps", "-eo", "pid,ppid,args"], capture_output=True, text=True).stdout
     rows = [ln.split(None, 2) for ln in out.splitlines()[1:]]
-    return [" ".join(r) for r in rows if len(r) == 3 and r[1] != str(os.getpid())
-            and ("lib.measure.worker" in r[2] or ("ipykernel" in r[2] and "gpt2-levers" in r[2]))]
+    return [
+        " ".join(r)
+        for r in rows
+        if len(r) == 3
+        and r[1] != str(os.getpid())
+        and ("lib.measure.worker" in r[2] or ("ipykernel" in r[2] and "gpt2-levers" in r[2]))
+    ]
 
 
 def _earlier_report(reports: Path) -> Path:
@@ -46,11 +52,17 @@ def _earlier_report(reports: Path) -> Path:
 
 # ---------------------------------------------------------------- killed run, resume
 
+
 def test_killed_run_leaves_no_half_result_and_the_next_run_resumes(tmp_path):
     reports = tmp_path / "reports"
     env = cli_env(REPORTS=reports, **FAST)
-    proc = subprocess.Popen([sys.executable, "-m", "lib.cli", "report"], cwd=ROOT, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "lib.cli", "report"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     first = reports / "cpu" / "results" / "tf32__b2.json"
     deadline = time.monotonic() + 240
     while not first.exists() and time.monotonic() < deadline and proc.poll() is None:
@@ -63,8 +75,9 @@ def test_killed_run_leaves_no_half_result_and_the_next_run_resumes(tmp_path):
         time.sleep(0.5)
     assert _our_processes() == []
     results_dir = reports / "cpu" / "results"
-    assert not [p for p in results_dir.rglob("*") if p.is_file() and not p.name.endswith(".json")], \
+    assert not [p for p in results_dir.rglob("*") if p.is_file() and not p.name.endswith(".json")], (
         "a temporary file was left"
+    )
     kept = _records(reports / "cpu")
     assert {"fp32__b2", "tf32__b2"} <= set(kept)
     mtimes = {p.name: p.stat().st_mtime_ns for p in results_dir.glob("*.json")}
@@ -78,18 +91,25 @@ def test_killed_run_leaves_no_half_result_and_the_next_run_resumes(tmp_path):
     # DDP replicates the best configuration, whose batch size the batch sweep may have raised.
     names = set(_records(reports / "cpu"))
     assert {n for n in names if not n.startswith("ddp__")} == {
-        f"{s}__b2" for s in config.load("cpu")["stages"] if s != "ddp"}
+        f"{s}__b2" for s in config.load("cpu")["stages"] if s != "ddp"
+    }
     assert len([n for n in names if n.startswith("ddp__")]) == 1
     assert (reports / "cpu" / "report.pdf").exists()
 
 
 # ---------------------------------------------------------------- failure isolation
 
+
 @pytest.fixture(scope="module")
 def faulty_run(tmp_path_factory):
     reports = tmp_path_factory.mktemp("faulty")
-    proc = run_cli("report", REPORTS=reports, BATCHES="2", FORCE="0",
-                   GPT2_LEVERS_FAULT="tf32:kill,bf16:oom,flash:nan,vocab:stage-raise")
+    proc = run_cli(
+        "report",
+        REPORTS=reports,
+        BATCHES="2",
+        FORCE="0",
+        GPT2_LEVERS_FAULT="tf32:kill,bf16:oom,flash:nan,vocab:stage-raise",
+    )
     return proc, reports / "cpu"
 
 
@@ -130,6 +150,7 @@ def test_a_raising_measurement_is_an_error_row_not_a_crash(tmp_path, monkeypatch
 
 # ---------------------------------------------------------------- no lost reports
 
+
 def test_force_keeps_the_earlier_report_in_the_archive(tmp_path):
     reports = tmp_path / "reports"
     earlier = _earlier_report(reports)
@@ -157,6 +178,7 @@ def test_resume_only_for_the_same_workload_and_machine(tmp_path):
 
 # ---------------------------------------------------------------- lock
 
+
 def test_a_second_report_for_the_same_profile_is_refused_while_one_runs(tmp_path):
     reports = tmp_path / "reports"
     reports.mkdir()
@@ -172,6 +194,7 @@ def test_a_second_report_for_the_same_profile_is_refused_while_one_runs(tmp_path
 
 # ---------------------------------------------------------------- bad inputs leave earlier reports alone
 
+
 @pytest.fixture
 def prepared_data_copy(tmp_path):
     dest = tmp_path / "data"
@@ -181,11 +204,14 @@ def prepared_data_copy(tmp_path):
     return dest
 
 
-@pytest.mark.parametrize("damage, expected", [
-    ("corrupt-ranks", "tokenizer ranks"),
-    ("missing-corpus", "is missing"),
-    ("corrupt-corpus", "is corrupt"),
-])
+@pytest.mark.parametrize(
+    "damage, expected",
+    [
+        ("corrupt-ranks", "tokenizer ranks"),
+        ("missing-corpus", "is missing"),
+        ("corrupt-corpus", "is corrupt"),
+    ],
+)
 def test_bad_data_is_one_line_and_earlier_reports_are_untouched(tmp_path, prepared_data_copy, damage, expected):
     if damage == "corrupt-ranks":
         with open(prepared_data_copy / "gpt2.tiktoken", "ab") as f:
@@ -215,8 +241,14 @@ def test_an_unwritable_reports_folder_is_refused(tmp_path):
 def test_make_never_runs_a_gpu_name_as_a_command(tmp_path):
     marker = tmp_path / "pwned"
     env = cli_env(REPORTS=tmp_path / "reports")
-    proc = subprocess.run(["make", "-s", "report", f"GPU=x;touch {marker}", f"BATCHES=$(touch {marker})"],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        ["make", "-s", "report", f"GPU=x;touch {marker}", f"BATCHES=$(touch {marker})"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode != 0
     assert not marker.exists()
     assert "error:" in proc.stderr and "may only use a-z" in proc.stderr

@@ -1,5 +1,6 @@
 """lib/report/loader.py: findings and recommendations follow the data. Each test builds a small report
 folder from synthetic records (no measurement), then flips the data and checks the text flips."""
+
 from __future__ import annotations
 
 import re
@@ -16,8 +17,7 @@ LOSSES = [6.0, 5.0, 4.0, 3.5, 3.0, 3.0]
 BASE_MS = 10.0
 
 
-def build(tmp_path, tf32_ms=BASE_MS, tf32_loss_shift=0.0, extra=(), stage_keys=("fp32", "tf32"),
-          tf32_status="ok"):
+def build(tmp_path, tf32_ms=BASE_MS, tf32_loss_shift=0.0, extra=(), stage_keys=("fp32", "tf32"), tf32_status="ok"):
     """A report of the FP32 baseline and TF32 at every batch size; TF32's step time and loss offset
     are chosen by the test. Records in `extra` replace those of the same (stage, batch)."""
     params = tiny_params(stage_keys=stage_keys, batch_sizes=BATCHES)
@@ -26,8 +26,9 @@ def build(tmp_path, tf32_ms=BASE_MS, tf32_loss_shift=0.0, extra=(), stage_keys=(
         scale = 1 + b / 4
         recs["fp32", b] = make_record(params, "fp32", b, [BASE_MS * scale] * 5, LOSSES, mem_bytes=2**30)
         if tf32_status == "ok":
-            recs["tf32", b] = make_record(params, "tf32", b, [tf32_ms * scale] * 5,
-                                          [x + tf32_loss_shift for x in LOSSES], mem_bytes=2**30)
+            recs["tf32", b] = make_record(
+                params, "tf32", b, [tf32_ms * scale] * 5, [x + tf32_loss_shift for x in LOSSES], mem_bytes=2**30
+            )
         else:
             recs["tf32", b] = make_record(params, "tf32", b, status=tf32_status, reason="because")
     for rec in extra(params) if callable(extra) else extra:
@@ -101,12 +102,15 @@ def test_recommended_configuration_is_the_fastest_within_tolerance(tmp_path):
 
 def test_findings_name_the_recommended_configuration(tmp_path):
     assert prose.findings(build(tmp_path / "a", tf32_ms=BASE_MS / 2))[0].startswith(
-        "**Recommended configuration: TF32 at B=")
+        "**Recommended configuration: TF32 at B="
+    )
     assert prose.findings(build(tmp_path / "b", tf32_ms=BASE_MS * 2))[0].startswith(
-        "**Recommended configuration: FP32 baseline at B=")
+        "**Recommended configuration: FP32 baseline at B="
+    )
     # A faster stage whose loss moved beyond tolerance is never the recommendation.
     assert prose.findings(build(tmp_path / "c", tf32_ms=BASE_MS / 2, tf32_loss_shift=1.0))[0].startswith(
-        "**Recommended configuration: FP32 baseline at B=")
+        "**Recommended configuration: FP32 baseline at B="
+    )
 
 
 def test_findings_give_the_speedup_over_the_previous_stage(tmp_path):
@@ -115,7 +119,9 @@ def test_findings_give_the_speedup_over_the_previous_stage(tmp_path):
 
 
 def test_findings_say_whether_the_loss_is_within_tolerance(tmp_path):
-    assert "loss within tolerance of FP32 baseline (largest 5-step-average gap after warm-up" in findings_text(build(tmp_path / "a"))
+    assert "loss within tolerance of FP32 baseline (largest 5-step-average gap after warm-up" in findings_text(
+        build(tmp_path / "a")
+    )
     assert "loss **beyond** tolerance" in findings_text(build(tmp_path / "b", tf32_loss_shift=1.0))
 
 
@@ -161,11 +167,17 @@ def test_findings_when_nothing_completed(tmp_path):
 def test_ddp_is_judged_against_one_gpu_at_its_own_setting(tmp_path):
     """DDP runs once, at a batch outside the stage matrix: the summary compares it with one GPU
     at that setting, and its aggregate never counts as the fastest single-GPU row."""
+
     def ddp(params):
         rec = make_record(params, "ddp", 8, [BASE_MS] * 5, LOSSES)  # 2 GPUs x B=8 per step
         rec["tokens_per_s"] *= 2
-        rec.update(world_size=2, base_stage="tf32", single_gpu_tokens_per_s=rec["tokens_per_s"] / 1.9,
-                   scaling_efficiency=0.95, allreduce_share=0.03)
+        rec.update(
+            world_size=2,
+            base_stage="tf32",
+            single_gpu_tokens_per_s=rec["tokens_per_s"] / 1.9,
+            scaling_efficiency=0.95,
+            allreduce_share=0.03,
+        )
         return [rec]
 
     text = findings_text(build(tmp_path / "a", tf32_ms=BASE_MS / 2, stage_keys=("fp32", "tf32", "ddp"), extra=ddp))
@@ -186,8 +198,14 @@ def test_ddp_is_judged_against_one_gpu_at_its_own_setting(tmp_path):
 def _ddp_row(params):
     rec = make_record(params, "ddp", 4, [BASE_MS] * 5, [v - 0.1 for v in LOSSES])
     rec["tokens_per_s"] *= 2
-    rec.update(world_size=2, base_stage="tf32", single_gpu_tokens_per_s=rec["tokens_per_s"] / 1.9,
-               scaling_efficiency=0.95, allreduce_share=0.03, init_checksum="same")
+    rec.update(
+        world_size=2,
+        base_stage="tf32",
+        single_gpu_tokens_per_s=rec["tokens_per_s"] / 1.9,
+        scaling_efficiency=0.95,
+        allreduce_share=0.03,
+        init_checksum="same",
+    )
     return rec
 
 
@@ -200,7 +218,9 @@ def test_a_measured_ddp_row_gets_a_recommendation_not_not_measured(tmp_path):
 def test_the_ddp_loss_chart_plots_rank_0_next_to_the_configuration_it_replicates(tmp_path, agg_backend):
     rep = build(tmp_path, tf32_ms=BASE_MS / 2, stage_keys=("fp32", "tf32", "ddp"), extra=lambda p: [_ddp_row(p)])
     fig = charts.plot_losses(rep, "ddp")
-    lines = {ln.get_label(): list(ln.get_ydata()) for ax in fig.axes for ln in ax.get_lines() if ln.get_label()[0] != "_"}
+    lines = {
+        ln.get_label(): list(ln.get_ydata()) for ax in fig.axes for ln in ax.get_lines() if ln.get_label()[0] != "_"
+    }
     assert set(lines) == {"rank 0 of 2 GPUs, B=4 each", "TF32 on one GPU, B=4"}
     assert lines["rank 0 of 2 GPUs, B=4 each"] == pytest.approx([v - 0.1 for v in LOSSES])
 
@@ -224,12 +244,15 @@ def test_ddp_rows_take_part_in_the_initial_weight_check(tmp_path):
 
 def test_load_keeps_only_the_stages_and_batches_of_params(tmp_path):
     def stray(params):
-        return [make_record(params, "fp32", 8, [1.0] * 5, LOSSES),
-                make_record(params, "bf16", 2, [1.0] * 5, LOSSES)]
+        return [make_record(params, "fp32", 8, [1.0] * 5, LOSSES), make_record(params, "bf16", 2, [1.0] * 5, LOSSES)]
 
     rep = build(tmp_path, extra=stray)
     assert sorted({(r["stage"], r["batch_size"]) for r in rep.records}) == [
-        ("fp32", 2), ("fp32", 4), ("tf32", 2), ("tf32", 4)]
+        ("fp32", 2),
+        ("fp32", 4),
+        ("tf32", 2),
+        ("tf32", 4),
+    ]
     assert len(rep.df) == 4
 
 
@@ -305,8 +328,11 @@ def test_a_lever_whose_previous_stage_was_not_measured_is_not_credited_anywhere(
     from lib.report import compare
 
     params = tiny_params(stage_keys=("fp32", "vocab"), batch_sizes=BATCHES)
-    recs = [make_record(params, key, b, [BASE_MS * (1 if key == "fp32" else 0.5)] * 5, LOSSES)
-            for key in ("fp32", "vocab") for b in BATCHES]
+    recs = [
+        make_record(params, key, b, [BASE_MS * (1 if key == "fp32" else 0.5)] * 5, LOSSES)
+        for key in ("fp32", "vocab")
+        for b in BATCHES
+    ]
     write_report_dir(tmp_path / "cpu", params, recs)
     rep = loader.load(tmp_path / "cpu")
     text = findings_text(rep)
@@ -322,8 +348,11 @@ def test_the_recommended_code_compiles_the_model_after_converting_it(tmp_path):
     listing a reader copies does the same, whatever order the stages added the levers in."""
 
     def faster(params):  # the FP8 lm_head the fastest, its loss the fp32 baseline's
-        return [make_record(params, k, b, [BASE_MS / (8 + i)] * 5, LOSSES, mem_bytes=2**30)
-                for i, k in enumerate(("vocab", "compile", "loss_only", "fp8_head")) for b in BATCHES]
+        return [
+            make_record(params, k, b, [BASE_MS / (8 + i)] * 5, LOSSES, mem_bytes=2**30)
+            for i, k in enumerate(("vocab", "compile", "loss_only", "fp8_head"))
+            for b in BATCHES
+        ]
 
     rep = build(tmp_path, stage_keys=("fp32", "tf32", "vocab", "compile", "loss_only", "fp8_head"), extra=faster)
     text = batch_sweep_view.recommended_md(rep)
@@ -354,14 +383,23 @@ def test_an_oom_configuration_is_labelled_oom_in_every_chart(tmp_path, agg_backe
     assert any("OOM: TF32" in t for t in _texts(charts.plot_losses(rep)))
     # the same data without the OOM: no such label anywhere
     clean = build(tmp_path / "clean")
-    for fig in (charts.plot_throughput(clean), charts.plot_memory(clean), charts.plot_spread(clean),
-                charts.plot_losses(clean, "tf32"), charts.plot_losses(clean)):
+    for fig in (
+        charts.plot_throughput(clean),
+        charts.plot_memory(clean),
+        charts.plot_spread(clean),
+        charts.plot_losses(clean, "tf32"),
+        charts.plot_losses(clean),
+    ):
         assert not any("OOM" in t for t in _texts(fig))
 
 
 def test_the_all_stages_loss_chart_draws_each_stage_minus_its_reference(tmp_path, agg_backend):
-    rep = build(tmp_path, tf32_loss_shift=0.02, stage_keys=("fp32", "tf32", "vocab"),
-                extra=lambda p: [make_record(p, "vocab", b, [BASE_MS] * 5, [x - 0.01 for x in LOSSES]) for b in BATCHES])
+    rep = build(
+        tmp_path,
+        tf32_loss_shift=0.02,
+        stage_keys=("fp32", "tf32", "vocab"),
+        extra=lambda p: [make_record(p, "vocab", b, [BASE_MS] * 5, [x - 0.01 for x in LOSSES]) for b in BATCHES],
+    )
     fig = charts.plot_losses(rep)
     for ax in fig.axes:
         lines = {ln.get_label(): ln for ln in ax.get_lines() if not ln.get_label().startswith("_")}
@@ -375,20 +413,28 @@ def test_the_all_stages_loss_chart_draws_each_stage_minus_its_reference(tmp_path
 def _profiled_record(params, stage, batch, kernels):
     rec = make_record(params, stage, batch, [BASE_MS] * 5, LOSSES)
     stored = {"GEMM": sum(k["ms"] for k in kernels)}  # as rules of the past said: everything a GEMM
-    rec["kernel_profile"] = {"source": "CUDA kernels (torch.profiler)", "steps": 1, "busy_ms": stored["GEMM"],
-                             "categories": {c: stored.get(c, 0.0) for c in kernel_categories.CATEGORIES},
-                             "kernels": [{**k, "category": "GEMM", "calls": 1.0, "share": 0.0} for k in kernels]}
+    rec["kernel_profile"] = {
+        "source": "CUDA kernels (torch.profiler)",
+        "steps": 1,
+        "busy_ms": stored["GEMM"],
+        "categories": {c: stored.get(c, 0.0) for c in kernel_categories.CATEGORIES},
+        "kernels": [{**k, "category": "GEMM", "calls": 1.0, "share": 0.0} for k in kernels],
+    }
     return rec
 
 
-LONG = ("void at::native::(anonymous namespace)::multi_tensor_apply_kernel<at::native::(anonymous namespace)::"
-        "TensorListMetadata<4>, at::native::(anonymous namespace)::FusedAdamMathFunctor<float, 4, "
-        "(at::native::ADAM_MODE)1, false>, float*, double, double>(at::native::(anonymous namespace)::"
-        "TensorListMetadata<4>, float*, double)")
-KERNELS = [{"name": "nvjet_sm90_tst_192x192_64x4_2x1_v_bz_coopB_TNN", "op": "aten::mm", "ms": 4.0},
-           {"name": "triton_poi_fused__scaled_mm__to_copy_clamp_7", "op": None, "ms": 3.0},
-           {"name": "Memset (Device)", "op": "aten::_cudnn_attention_forward", "ms": 1.7},
-           {"name": LONG, "op": "aten::_fused_adamw_", "ms": 1.3}]
+LONG = (
+    "void at::native::(anonymous namespace)::multi_tensor_apply_kernel<at::native::(anonymous namespace)::"
+    "TensorListMetadata<4>, at::native::(anonymous namespace)::FusedAdamMathFunctor<float, 4, "
+    "(at::native::ADAM_MODE)1, false>, float*, double, double>(at::native::(anonymous namespace)::"
+    "TensorListMetadata<4>, float*, double)"
+)
+KERNELS = [
+    {"name": "nvjet_sm90_tst_192x192_64x4_2x1_v_bz_coopB_TNN", "op": "aten::mm", "ms": 4.0},
+    {"name": "triton_poi_fused__scaled_mm__to_copy_clamp_7", "op": None, "ms": 3.0},
+    {"name": "Memset (Device)", "op": "aten::_cudnn_attention_forward", "ms": 1.7},
+    {"name": LONG, "op": "aten::_fused_adamw_", "ms": 1.3},
+]
 
 
 def test_a_stored_kernel_category_is_reclassified_by_todays_rules_when_the_report_loads(tmp_path, agg_backend):
@@ -397,7 +443,11 @@ def test_a_stored_kernel_category_is_reclassified_by_todays_rules_when_the_repor
     rep = build(tmp_path, extra=lambda p: [_profiled_record(p, k, 4, KERNELS) for k in ("fp32", "tf32")])
     p = rep.rec("tf32", 4)["kernel_profile"]
     assert {c: round(v, 6) for c, v in p["categories"].items() if v} == {
-        "GEMM": 4.0, "norm/elementwise": 3.0, "attention": 1.7, "optimizer": 1.3}
+        "GEMM": 4.0,
+        "norm/elementwise": 3.0,
+        "attention": 1.7,
+        "optimizer": 1.3,
+    }
     assert [k["category"] for k in p["kernels"]] == ["GEMM", "norm/elementwise", "attention", "optimizer"]
     # shares of busy kernel time, whole percentages summing to 100 in every row of the table
     assert sum(kernel_categories.shares(p).values()) == pytest.approx(1.0)
@@ -434,8 +484,10 @@ def test_a_chapter_whose_stage_has_no_curve_draws_its_loss_panel_without_a_legen
     """A stage 'not applicable' at every batch (compile on the CPU default): the panel says why,
     and the figure has no legend instead of failing to lay out an empty one."""
     params = tiny_params(["fp32", "tf32"])
-    recs = [make_record(params, "fp32", 2, [10.0] * 6, [3.0] * 6),
-            make_record(params, "tf32", 2, status="not_applicable", reason="skipped on this device")]
+    recs = [
+        make_record(params, "fp32", 2, [10.0] * 6, [3.0] * 6),
+        make_record(params, "tf32", 2, status="not_applicable", reason="skipped on this device"),
+    ]
     rep = loader.load(write_report_dir(tmp_path / "r", params, recs))
     fig = charts.plot_losses(rep, "tf32")
     assert not fig.legends and (rep.dir / "figures" / "loss_tf32.png").exists()

@@ -1,4 +1,5 @@
 """lib/results/: statistics of a record, atomic writes and the comparison table."""
+
 from __future__ import annotations
 
 import json
@@ -21,7 +22,7 @@ def test_fill_timing_statistics_of_a_known_list():
     stats.fill_timing(rec, times, tokens_per_step=128)
     assert rec["step_ms"] == times
     assert rec["median_ms"] == pytest.approx(5.5)
-    assert rec["p10_ms"] == pytest.approx(1.9)   # linear interpolation, as numpy.percentile
+    assert rec["p10_ms"] == pytest.approx(1.9)  # linear interpolation, as numpy.percentile
     assert rec["p90_ms"] == pytest.approx(9.1)
     assert rec["mean_ms"] == pytest.approx(5.5)
     assert rec["cv"] == pytest.approx(statistics.stdev(times) / statistics.mean(times))  # sample std
@@ -147,7 +148,13 @@ def row(df, stage, batch):
 def test_table_has_one_row_per_record_in_stage_then_batch_order(records):
     df = decide.table(records, ORDER)
     assert list(zip(df["stage"], df["batch_size"])) == [
-        ("fp32", 2), ("fp32", 4), ("tf32", 2), ("tf32", 4), ("bf16", 2), ("bf16", 4)]
+        ("fp32", 2),
+        ("fp32", 4),
+        ("tf32", 2),
+        ("tf32", 4),
+        ("bf16", 2),
+        ("bf16", 4),
+    ]
 
 
 def test_table_speedup_vs_baseline_per_batch(records):
@@ -187,9 +194,11 @@ def test_a_lever_is_judged_only_against_the_stage_right_before_it(cpu_params):
     """If TF32 ran out of memory at B=2, BF16 has no 'previous stage' there: crediting it against
     FP32 would give it TF32's speed-up too."""
     p = cpu_params
-    recs = [make_record(p, "fp32", 2, steps(10.0), LOSSES),
-            make_record(p, "tf32", 2, status="oom", reason="out of memory"),
-            make_record(p, "bf16", 2, steps(4.0), LOSSES)]
+    recs = [
+        make_record(p, "fp32", 2, steps(10.0), LOSSES),
+        make_record(p, "tf32", 2, status="oom", reason="out of memory"),
+        make_record(p, "bf16", 2, steps(4.0), LOSSES),
+    ]
     df = decide.table(recs, ORDER)
     assert np.isnan(row(df, "bf16", 2)["speedup_vs_previous"]) and row(df, "bf16", 2)["previous_stage"] == "tf32"
     assert row(df, "bf16", 2)["speedup_vs_baseline"] == pytest.approx(10.0 / 4.0)
@@ -197,8 +206,10 @@ def test_a_lever_is_judged_only_against_the_stage_right_before_it(cpu_params):
 
 def test_table_without_a_baseline_at_a_batch_has_nan_comparisons(cpu_params):
     p = cpu_params
-    recs = [make_record(p, "fp32", 2, status="oom", reason="out of memory"),
-            make_record(p, "tf32", 2, steps(5.0), LOSSES)]
+    recs = [
+        make_record(p, "fp32", 2, status="oom", reason="out of memory"),
+        make_record(p, "tf32", 2, steps(5.0), LOSSES),
+    ]
     df = decide.table(recs, ORDER, tolerance=0.1)
     tf32 = row(df, "tf32", 2)
     assert math.isnan(tf32["speedup_vs_baseline"]) and math.isnan(tf32["loss_delta"])
@@ -259,5 +270,11 @@ def test_fingerprint_covers_a_stages_switches_not_its_prose(cpu_params):
 def test_a_stage_identity_holds_only_the_switches_it_sets():
     """A new kind of switch (a field with a default) must not change any existing fingerprint."""
     assert stages.get("fp32").identity() == {"key": "fp32", "peak": "fp32"}
-    assert stages.get("vocab").identity() == {"key": "vocab", "peak": "bf16", "tf32": True, "autocast": "bfloat16",
-                                              "attention": "sdpa", "padded_vocab": True}
+    assert stages.get("vocab").identity() == {
+        "key": "vocab",
+        "peak": "bf16",
+        "tf32": True,
+        "autocast": "bfloat16",
+        "attention": "sdpa",
+        "padded_vocab": True,
+    }

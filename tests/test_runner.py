@@ -1,5 +1,6 @@
 """lib/run/runner.py: each configuration in its own process; a process that fails still leaves a
 result (an error record), and run_stage itself never raises for it."""
+
 from __future__ import annotations
 
 import json
@@ -106,8 +107,15 @@ def earlier_result(report_dir, params, status="ok"):
     from lib.core import stages
 
     rec = store.base_record(params, stages.get("fp32"), 2)
-    rec.update(status=status, reason=None if status == "ok" else "x", median_ms=1.0, tokens_per_s=1.0, cv=0.0,
-               final_loss=1.0, fingerprint=store.fingerprint(params, CPU_ENV, stages.get("fp32"), 2))
+    rec.update(
+        status=status,
+        reason=None if status == "ok" else "x",
+        median_ms=1.0,
+        tokens_per_s=1.0,
+        cv=0.0,
+        final_loss=1.0,
+        fingerprint=store.fingerprint(params, CPU_ENV, stages.get("fp32"), 2),
+    )
     store.write_atomic(store.record_path(report_dir / "results", "fp32", 2), rec)
     return rec
 

@@ -1,5 +1,6 @@
 """Model presets (MODEL=) and the size-sweep chapter: validation, what the fingerprint covers, the
 configurations each size runs, 'does not fit' rows, and the crossover statement on synthetic data."""
+
 from __future__ import annotations
 
 import json
@@ -98,8 +99,12 @@ def test_each_fp8_form_is_added_to_the_recommendation_without_fp8():
     p = config.load("h100")
     by_variant = {c["variant"]: c for c in size_sweep.plan(p, "fp8_head")}
     assert by_variant[size_sweep.WITHOUT_FP8]["stage"] == "loss_only"
-    assert by_variant["FP8 lm_head (torchao)"] == {"stage": "fp8_head", "overrides": None,
-                                                    "variant": "FP8 lm_head (torchao)", "like": "fp8_head"}
+    assert by_variant["FP8 lm_head (torchao)"] == {
+        "stage": "fp8_head",
+        "overrides": None,
+        "variant": "FP8 lm_head (torchao)",
+        "like": "fp8_head",
+    }
     assert by_variant["FP8 linear layers (torchao)"]["overrides"] == {"float8": "tensorwise"}
     # a recommendation without FP8 is itself the reference point
     assert size_sweep.plan(p, "loss_only")[0]["stage"] == "loss_only"
@@ -107,8 +112,12 @@ def test_each_fp8_form_is_added_to_the_recommendation_without_fp8():
 
 def test_a_recommendation_whose_fp8_form_is_not_listed_is_measured_too():
     plan = size_sweep.plan(config.load("h100"), "fp8")
-    assert plan[0]["stage"] == "compile" and plan[-1] == {"stage": "fp8", "overrides": None,
-                                                            "variant": "FP8 linear layers", "like": "fp8"}
+    assert plan[0]["stage"] == "compile" and plan[-1] == {
+        "stage": "fp8",
+        "overrides": None,
+        "variant": "FP8 linear layers",
+        "like": "fp8",
+    }
 
 
 def test_the_parameter_count_matches_the_model():
@@ -152,15 +161,21 @@ def _sweep(tmp_path, ratios: dict[str, float], floor_runs=(100.0, 101.0)):
     store.write_atomic(d / "results" / "repeats" / "fused__b2__r1.json", {**recs[1], "variant": "repeat"})
     for i, (preset, ratio) in enumerate(ratios.items()):
         for variant, tps in ((size_sweep.WITHOUT_FP8, 1000.0), ("FP8 lm_head (torchao)", 1000.0 * ratio)):
-            rec = {**make_record(p, "fused", 8, times_ms=[10.0] * 5, losses=[5.0] * 6), "model": preset,
-                   "variant": variant, "tokens_per_s": tps}
+            rec = {
+                **make_record(p, "fused", 8, times_ms=[10.0] * 5, losses=[5.0] * 6),
+                "model": preset,
+                "variant": variant,
+                "tokens_per_s": tps,
+            }
             store.write_atomic(d / "results" / "size" / f"{preset}__{variant[:3]}.json", rec)
     return loader.load(d)
 
 
 def test_the_crossover_is_the_smallest_size_from_which_fp8_wins_beyond_noise(tmp_path):
     rep = _sweep(tmp_path, {"gpt2": 0.95, "gpt2-medium": 1.05, "gpt2-large": 1.10, "gpt2-xl": 1.2})
-    assert size_sweep_view.bands(rep)[0]["gpt2"] == pytest.approx(0.01, abs=1e-3)  # nothing repeated: the report's floor
+    assert size_sweep_view.bands(rep)[0]["gpt2"] == pytest.approx(
+        0.01, abs=1e-3
+    )  # nothing repeated: the report's floor
     text = size_sweep_view.crossover_md(rep)
     assert "pays from **gpt2-medium** on: the crossover on this device" in text
 
@@ -187,8 +202,8 @@ def _again(rep, name: str, tokens_per_s: float):
 
 def test_each_size_is_judged_by_the_spread_of_its_own_repeated_points(tmp_path):
     rep = _sweep(tmp_path, {"gpt2": 1.05, "gpt2-medium": 1.05, "gpt2-large": 1.05})
-    _again(rep, "gpt2__wit", 1100.0)          # gpt2's short steps: 9.5 % apart
-    _again(rep, "gpt2-medium__wit", 1005.0)   # medium's: 0.5 %, under the report's 1 % floor
+    _again(rep, "gpt2__wit", 1100.0)  # gpt2's short steps: 9.5 % apart
+    _again(rep, "gpt2-medium__wit", 1005.0)  # medium's: 0.5 %, under the report's 1 % floor
     rep = loader.load(rep.dir)
     band, floor = size_sweep_view.bands(rep)
     assert band["gpt2"] == pytest.approx(0.1 / 1.05, rel=1e-3) and band["gpt2-medium"] == pytest.approx(floor)
@@ -218,7 +233,9 @@ def test_the_cpu_pipeline_measures_the_size_sweep_with_gpt2_medium(pipeline_ok):
 
 
 def test_the_title_names_the_preset(tmp_path):
-    assert pipeline._title(config.load("h100", model="gpt2-xl"), tmp_path).startswith("gpt2-xl training optimisation report")
+    assert pipeline._title(config.load("h100", model="gpt2-xl"), tmp_path).startswith(
+        "gpt2-xl training optimisation report"
+    )
 
 
 def test_a_report_without_a_size_sweep_names_the_command_that_measures_it(tmp_path):
@@ -231,16 +248,20 @@ def test_a_win_only_at_the_largest_size_places_the_crossover_between_the_last_tw
     _again(rep, "gpt2-medium__wit", 1002.0)
     _again(rep, "gpt2-medium__FP8", 1190.0)
     text = size_sweep_view.crossover_md(loader.load(rep.dir))
-    assert "pays at **gpt2-medium**, the largest size measured and the only one at which it pays: the crossover " \
-           "on this device, at this batch" in text
+    assert (
+        "pays at **gpt2-medium**, the largest size measured and the only one at which it pays: the crossover "
+        "on this device, at this batch" in text
+    )
     assert "its slowest process is +18.8 % against the fastest without FP8 (1,190 against 1,002 tokens/s)" in text
 
 
 def test_pays_from_words_the_crossover_for_the_summary(tmp_path):
-    assert size_sweep_view.pays_from(_sweep(tmp_path / "a", {"gpt2": 0.9, "gpt2-medium": 1.2})) == \
-        {"FP8 lm_head (torchao)": "1.20× of the recommendation without FP8 at gpt2-medium, B=8"}
-    assert size_sweep_view.pays_from(_sweep(tmp_path / "b", {"gpt2": 0.9, "gpt2-medium": 1.2, "gpt2-xl": 1.3})) == \
-        {"FP8 lm_head (torchao)": "1.20× of the recommendation without FP8 at gpt2-medium, B=8 and every larger size"}
+    assert size_sweep_view.pays_from(_sweep(tmp_path / "a", {"gpt2": 0.9, "gpt2-medium": 1.2})) == {
+        "FP8 lm_head (torchao)": "1.20× of the recommendation without FP8 at gpt2-medium, B=8"
+    }
+    assert size_sweep_view.pays_from(_sweep(tmp_path / "b", {"gpt2": 0.9, "gpt2-medium": 1.2, "gpt2-xl": 1.3})) == {
+        "FP8 lm_head (torchao)": "1.20× of the recommendation without FP8 at gpt2-medium, B=8 and every larger size"
+    }
     assert size_sweep_view.pays_from(_sweep(tmp_path / "c", {"gpt2": 0.9, "gpt2-medium": 0.95})) == {}
 
 
@@ -251,8 +272,10 @@ def test_where_no_fp8_form_ran_the_crossover_says_why_and_the_note_counts_only_p
         rec.update(status="not_applicable", reason="FP8 needs compute capability 8.9", wall_s=None)
         store.write_atomic(path, rec)
     rep = loader.load(rep.dir)
-    assert size_sweep_view.crossover_md(rep) == "No FP8 form ran at any size on this device (not applicable: FP8 needs " \
-                                          "compute capability 8.9)."
+    assert (
+        size_sweep_view.crossover_md(rep) == "No FP8 form ran at any size on this device (not applicable: FP8 needs "
+        "compute capability 8.9)."
+    )
     assert "processes took" not in size_sweep_view.size_html(rep)  # no record here timed a process
     empty = _sweep(tmp_path / "none", {})
     assert "was not measured for this report" in size_sweep_view.crossover_md(empty)

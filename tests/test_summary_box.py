@@ -1,5 +1,6 @@
 """The executive summary's box, the MFU restated against the bf16 peak, the title's provenance,
 the recommendation's energy and cost: each read from the records, and flipping with them."""
+
 from __future__ import annotations
 
 import json
@@ -17,9 +18,11 @@ LOSSES = [6.0, 5.9, 5.8, 5.7, 5.6, 5.5]
 def _report(tmp_path, tf32_ms: float, bf16_ms: float = 50.0, run: dict | None = None):
     params = tiny_params(["fp32", "tf32", "bf16"])
     params["peak_tflops"] = {"fp32": 10.0, "tf32": 50.0, "bf16": 100.0}
-    recs = [make_record(params, "fp32", 2, [100.0] * 6, LOSSES),
-            make_record(params, "tf32", 2, [tf32_ms] * 6, LOSSES),
-            make_record(params, "bf16", 2, [bf16_ms] * 6, LOSSES)]
+    recs = [
+        make_record(params, "fp32", 2, [100.0] * 6, LOSSES),
+        make_record(params, "tf32", 2, [tf32_ms] * 6, LOSSES),
+        make_record(params, "bf16", 2, [bf16_ms] * 6, LOSSES),
+    ]
     d = write_report_dir(tmp_path / "r", params, recs)
     if run:
         store.write_atomic(d / "run.json", run)
@@ -59,8 +62,11 @@ def test_mfu_is_restated_against_the_bf16_peak_for_every_stage(tmp_path):
 
 
 def test_the_title_names_the_code_and_the_command_from_run_json(tmp_path):
-    run = {"code": {"commit": "0123456789abcdef0123", "modified": False, "source": "git"},
-           "command": "make report GPU=cpu BATCHES=2", "earlier_runs": [{"started": "2026-11-01T10:00:00"}]}
+    run = {
+        "code": {"commit": "0123456789abcdef0123", "modified": False, "source": "git"},
+        "command": "make report GPU=cpu BATCHES=2",
+        "earlier_runs": [{"started": "2026-11-01T10:00:00"}],
+    }
     title = tables.title_md(_report(tmp_path, tf32_ms=80.0, run=run))
     assert "`make report GPU=cpu BATCHES=2`" in title and "1 earlier runs" in title
     assert "code 0123456789ab (1 of its runs recorded none)" in title  # the earlier run has no commit
@@ -79,7 +85,9 @@ def test_energy_and_cost_of_the_recommendation(tmp_path, monkeypatch):
     assert "2.00 mJ per token" in text and "Cost: no price given" in text
     monkeypatch.setenv("PRICE_PER_GPU_HOUR", "3.6")
     per_million = 3.6 * 1e6 / best["processes"]["median"] / 3600
-    assert f"Cost: {per_million:.3f} per million tokens at 3.6 per GPU-hour" in batch_sweep_view.energy_and_cost(rep, best)
+    assert f"Cost: {per_million:.3f} per million tokens at 3.6 per GPU-hour" in batch_sweep_view.energy_and_cost(
+        rep, best
+    )
     best["energy"] = {"reason": "NVML is not available"}
     assert "Energy: not measured (NVML is not available)" in batch_sweep_view.energy_and_cost(rep, best)
 
@@ -109,8 +117,11 @@ def test_each_recommendation_table_has_one_home_among_the_notebooks():
     from lib.report import chapter_page
 
     def views(name):
-        return [k for k in chapters.CHAPTERS if any(p[0] == "view" and p[1] == name
-                                                    for p in chapter_page.plan(chapter_page.text_of(k)))]
+        return [
+            k
+            for k in chapters.CHAPTERS
+            if any(p[0] == "view" and p[1] == name for p in chapter_page.plan(chapter_page.text_of(k)))
+        ]
 
     def calls(name):
         cells = json.loads((NOTEBOOKS / "summary.ipynb").read_text())["cells"]
@@ -135,7 +146,10 @@ def test_a_rejected_lever_in_skip_names_the_parity_check_it_failed(tmp_path):
     write_report_dir(tmp_path / "rep", p, [make_record(p, k, 2, [v] * 5, [5.0] * 6) for k, v in ms.items()])
     write_parity_test(tmp_path / "rep", p, "bf16_residual", lever_held=4.5, ref_held=4.0)
     skip = next(x for x in summary_box.lines(loader.load(tmp_path / "rep")) if x.startswith("**Skip here:**"))
-    assert "BF16 residual stream (parity test worse: held-out loss +0.5000 nats (+0.5000 to +0.5000), margin +0.02)" in skip
+    assert (
+        "BF16 residual stream (parity test worse: held-out loss +0.5000 nats (+0.5000 to +0.5000), margin +0.02)"
+        in skip
+    )
 
 
 def test_a_leave_one_out_whose_rows_were_timed_on_another_day_says_so():
@@ -143,7 +157,9 @@ def test_a_leave_one_out_whose_rows_were_timed_on_another_day_says_so():
 
     full = {"finished_at": "2026-11-22T14:00:00"}
     rows = [{"record": {"finished_at": "2026-11-23T10:00:00"}}, {"record": {"status": "oom"}}]
-    assert "in another device call (2026-11-22) than the runs without a lever (2026-11-23)" in \
-        frontier_view.ablation_calls_apart(full, rows)
+    assert (
+        "in another device call (2026-11-22) than the runs without a lever (2026-11-23)"
+        in frontier_view.ablation_calls_apart(full, rows)
+    )
     rows[0]["record"]["finished_at"] = "2026-11-22T15:00:00"
     assert frontier_view.ablation_calls_apart(full, rows) is None

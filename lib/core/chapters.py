@@ -3,6 +3,7 @@ chapter is its stage entry's (title and key); the chapters that are not a stage 
 Every chapter is drawn by one template notebook (TEMPLATE) from its text, notebooks/chapters/<key>.md,
 which says where its views go (lib/report/chapter_page.py). A missing text fails at import, never in
 the middle of a GPU run."""
+
 from __future__ import annotations
 
 import re
@@ -16,9 +17,9 @@ from lib.core.paths import NOTEBOOKS
 
 @dataclass(frozen=True)
 class Chapter:
-    key: str        # a stage key, or one of NOT_STAGES
+    key: str  # a stage key, or one of NOT_STAGES
     title: str
-    text: Path      # its prose and where its views go
+    text: Path  # its prose and where its views go
 
     @property
     def notebook(self) -> str:
@@ -29,8 +30,10 @@ class Chapter:
 # Chapters that are not a stage, with their titles. The batch sweep comes after the single-GPU
 # stages and before the multi-GPU ones, which replicate the configuration it recommends; the size
 # sweep after it, since it varies the model around that configuration.
-NOT_STAGES = {"batch_sweep": "Batch-size sweep and recommended configuration",
-              "size_sweep": "Model size: what FP8 buys from GPT-2 small to XL"}
+NOT_STAGES = {
+    "batch_sweep": "Batch-size sweep and recommended configuration",
+    "size_sweep": "Model size: what FP8 buys from GPT-2 small to XL",
+}
 TEMPLATE, TEXTS = NOTEBOOKS / "chapter.ipynb", NOTEBOOKS / "chapters"
 SUMMARY, COMPARE = NOTEBOOKS / "summary.ipynb", NOTEBOOKS / "compare.ipynb"
 assert tuple(NOT_STAGES) == stages.BEYOND_STAGES, "stages.BEYOND_STAGES names these chapters, in this order"
@@ -75,5 +78,6 @@ def check_part_of(keys: list[str], stage_keys: list[str]) -> None:
     have = [c.key for c in order(stage_keys)]
     absent = [k for k in keys if k not in have]
     if absent:
-        raise UsageError(f"CHAPTERS names {', '.join(absent)}, not a chapter of this report "
-                         f"(its chapters: {', '.join(have)})")
+        raise UsageError(
+            f"CHAPTERS names {', '.join(absent)}, not a chapter of this report (its chapters: {', '.join(have)})"
+        )

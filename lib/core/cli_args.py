@@ -1,6 +1,7 @@
 """What a person types on the command line (make's variables), checked: batch sizes, stage lists, a
 price, the DDP launch. Each bad value is a one-line UsageError or ConfigError, raised before anything runs.
 The params files are lib/core/config.py's."""
+
 from __future__ import annotations
 
 import re
@@ -50,6 +51,7 @@ def check_launch(nnodes=None, node_rank=None, rdzv=None) -> dict:
     {"nnodes", "node_rank", "rdzv"}: where its ranks run, never part of the measured params.
     Empty means the default (one node, rank 0). RDZV (host:port of the rendezvous) is required
     with several nodes and refused with one: a forgotten NNODES must not silently run one node."""
+
     def text(value) -> str:
         return str(value).strip() if value is not None else ""
 
@@ -66,8 +68,9 @@ def check_launch(nnodes=None, node_rank=None, rdzv=None) -> dict:
             raise UsageError(f"RDZV={rdzv!r} is given but NNODES is 1: set NNODES to the node count, or drop RDZV")
         return {"nnodes": 1, "node_rank": 0, "rdzv": None}
     if not rdzv:
-        raise UsageError(f"NNODES={n} needs RDZV=host:port, the rendezvous address every node reaches "
-                         "(e.g. 10.0.0.1:29500)")
+        raise UsageError(
+            f"NNODES={n} needs RDZV=host:port, the rendezvous address every node reaches (e.g. 10.0.0.1:29500)"
+        )
     m = re.fullmatch(r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9][A-Za-z0-9.-]*):([0-9]{1,5})", rdzv)
     if not m:
         raise UsageError(f"RDZV {rdzv!r} is not host:port (e.g. 10.0.0.1:29500)")

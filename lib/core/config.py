@@ -2,6 +2,7 @@
 
 Every bad input becomes a ConfigError whose message is one line naming the offending value;
 the CLI prints it and exits non-zero before anything is measured."""
+
 from __future__ import annotations
 
 import copy
@@ -20,26 +21,61 @@ NAME_RE = re.compile(r"^[a-z0-9_-]+$")
 # never silently falls back to a default.
 SCHEMA = {
     "model": {"preset": str, "block_size": int, "vocab_size": int, "padded_vocab_size": int},
-    "run": {"seq_len": int, "batch_sizes": list, "warmup_steps": int, "timed_steps": int,
-            "seed": int, "learning_rate": float, "weight_decay": float, "grad_clip": float,
-            "loss_tolerance": float, "final_loss_window": int},
+    "run": {
+        "seq_len": int,
+        "batch_sizes": list,
+        "warmup_steps": int,
+        "timed_steps": int,
+        "seed": int,
+        "learning_rate": float,
+        "weight_decay": float,
+        "grad_clip": float,
+        "loss_tolerance": float,
+        "final_loss_window": int,
+    },
     "stages": list,
-    "evidence": {"seq_lens": list, "seq_tokens": int, "seq_warmup_steps": int, "seq_timed_steps": int,
-                 "gemm_batch": int, "sweep_batch_sizes": list, "repeats": int, "crosscheck_batch": int,
-                 "parity_steps": int, "held_out_batches": int, "global_batch_tokens": int,
-                 "recipe_warmup_steps": int, "recipe_timed_steps": int, "baseline": dict, "size_sweep": dict,
-                 "repeat_tolerance": float, **dict.fromkeys(("parity_passes", "parity_margin", "parity_confidence", "parity_power"), float), "parity_seeds": int},
+    "evidence": {
+        "seq_lens": list,
+        "seq_tokens": int,
+        "seq_warmup_steps": int,
+        "seq_timed_steps": int,
+        "gemm_batch": int,
+        "sweep_batch_sizes": list,
+        "repeats": int,
+        "crosscheck_batch": int,
+        "parity_steps": int,
+        "held_out_batches": int,
+        "global_batch_tokens": int,
+        "recipe_warmup_steps": int,
+        "recipe_timed_steps": int,
+        "baseline": dict,
+        "size_sweep": dict,
+        "repeat_tolerance": float,
+        **dict.fromkeys(("parity_passes", "parity_margin", "parity_confidence", "parity_power"), float),
+        "parity_seeds": int,
+    },
     "full_depth": {"stages": list, "chapters": list},  # measured only with DEPTH=full or when named
     "cost_model_s": dict,  # the progress line's estimate of a chapter no earlier run timed
     "skip": dict,  # stage -> why this profile does not measure it (the report shows the reason)
-    "description": str, "match": list, "backend": str, "family": str, "peak_tflops": dict, "peak_source": str,
+    "description": str,
+    "match": list,
+    "backend": str,
+    "family": str,
+    "peak_tflops": dict,
+    "peak_source": str,
     "price_per_gpu_hour": float,  # optional: the report adds the cost per million tokens (else energy only)
     "models": dict,  # optional: preset -> {batch_sizes, sweep_batch_sizes} this device uses instead of the preset's
 }
 SHAPE = ("n_layer", "n_head", "n_embd")  # what a preset fixes (the vocabulary and context are the profile's)
 PRESET_KEYS = {**{k: int for k in SHAPE}, "batch_sizes": list, "sweep_batch_sizes": list}
-SIZE_SWEEP_KEYS = {"presets": list, "batch_size": int, "warmup_steps": int, "timed_steps": int, "fp8_stages": list,
-                   "repeats": int}  # repeats: optional, processes a point (default 1)
+SIZE_SWEEP_KEYS = {
+    "presets": list,
+    "batch_size": int,
+    "warmup_steps": int,
+    "timed_steps": int,
+    "fp8_stages": list,
+    "repeats": int,
+}  # repeats: optional, processes a point (default 1)
 BACKENDS = ("cuda", "rocm", "mps", "cpu")
 # Chip families: a claim about one (params/claims.yaml) speaks about every profile of it (H100 and
 # H200 are both GH100, Hopper). A profile names its family (`family:`; a profile without one is in none).
@@ -125,8 +161,7 @@ def report_name(profile: str, preset: str, params: dict | None = None) -> str:
 
 def check_name(name: str) -> str:
     if not isinstance(name, str) or not NAME_RE.fullmatch(name):
-        raise ConfigError(f"GPU name {name!r} may only use a-z, 0-9, '_' and '-' "
-                          f"(profiles: {', '.join(profiles())})")
+        raise ConfigError(f"GPU name {name!r} may only use a-z, 0-9, '_' and '-' (profiles: {', '.join(profiles())})")
     return name
 
 
@@ -182,15 +217,30 @@ def check_depth(depth: str | None) -> str:
 
 def not_run(params: dict) -> list[dict]:
     """What this report leaves to DEPTH=full (stages and chapters not in it), each with the command that adds it."""
-    full, again = params.get("full_depth") or {}, f"make report GPU={params['name']}" + (
-        f" MODEL={params['model_preset']}" if params.get("model_preset") != params.get("profile_preset") else "")
-    return ([{"key": k, "kind": "stage", "command": f"{again} DEPTH=full CHAPTERS={k}"} for k in full.get("stages", [])
-             if k not in params["stages"]] + [{"key": k, "kind": "chapter", "command": f"{again} CHAPTERS={k}"}
-                                              for k in full.get("chapters", []) if k not in (params.get("chapters") or [])])
+    full, again = (
+        params.get("full_depth") or {},
+        f"make report GPU={params['name']}"
+        + (f" MODEL={params['model_preset']}" if params.get("model_preset") != params.get("profile_preset") else ""),
+    )
+    return [
+        {"key": k, "kind": "stage", "command": f"{again} DEPTH=full CHAPTERS={k}"}
+        for k in full.get("stages", [])
+        if k not in params["stages"]
+    ] + [
+        {"key": k, "kind": "chapter", "command": f"{again} CHAPTERS={k}"}
+        for k in full.get("chapters", [])
+        if k not in (params.get("chapters") or [])
+    ]
 
 
-def load(profile: str, batch_sizes: list[int] | None = None, override: str | None = None,
-         stage_keys: list[str] | None = None, model: str | None = None, depth: str | None = None) -> dict:
+def load(
+    profile: str,
+    batch_sizes: list[int] | None = None,
+    override: str | None = None,
+    stage_keys: list[str] | None = None,
+    model: str | None = None,
+    depth: str | None = None,
+) -> dict:
     """The merged, validated parameters for `profile`, with `name` set to it, at the preset `model`
     (None: the profile's own). Batch sizes come from the preset, then the profile, then the
     profile's entry for the preset. `override`, when the profile runs on a device it does not name,
@@ -203,11 +253,15 @@ def load(profile: str, batch_sizes: list[int] | None = None, override: str | Non
     own_preset = _merge(default, own)["model"]["preset"]
     name = check_model(model) if model else own_preset
     if name not in presets():
-        raise ConfigError(f"{path.relative_to(ROOT)}: model.preset {name!r} is none of params/models.yaml's presets "
-                          f"({', '.join(presets())})")
+        raise ConfigError(
+            f"{path.relative_to(ROOT)}: model.preset {name!r} is none of params/models.yaml's presets "
+            f"({', '.join(presets())})"
+        )
     preset = presets()[name]
-    params = _merge(default, {"run": {"batch_sizes": preset["batch_sizes"]},
-                              "evidence": {"sweep_batch_sizes": preset["sweep_batch_sizes"]}})
+    params = _merge(
+        default,
+        {"run": {"batch_sizes": preset["batch_sizes"]}, "evidence": {"sweep_batch_sizes": preset["sweep_batch_sizes"]}},
+    )
     params = _merge(params, {k: v for k, v in own.items() if k != "models"})
     for other in own.get("models") or {}:
         if other not in presets():
@@ -262,8 +316,10 @@ def validate(p: dict) -> None:
             kind = "a non-negative" if key == "warmup_steps" else "a positive"
             raise ConfigError(f"{where}: run.{key} must be {kind} integer, got {r[key]}")
     if r["timed_steps"] < MIN_TIMED_STEPS:
-        raise ConfigError(f"{where}: run.timed_steps {r['timed_steps']} is too few for p10/p90 "
-                          f"statistics (at least {MIN_TIMED_STEPS})")
+        raise ConfigError(
+            f"{where}: run.timed_steps {r['timed_steps']} is too few for p10/p90 "
+            f"statistics (at least {MIN_TIMED_STEPS})"
+        )
     if r["seq_len"] > m["block_size"]:
         raise ConfigError(f"{where}: run.seq_len {r['seq_len']} exceeds model.block_size {m['block_size']}")
     if p.get("backend") not in BACKENDS:
@@ -285,26 +341,49 @@ def validate(p: dict) -> None:
     for key in ("seq_lens", "sweep_batch_sizes"):
         if not ev[key] or any(not _is(v, int) or v <= 0 for v in ev[key]):
             raise ConfigError(f"{where}: evidence.{key} must be a non-empty list of positive integers, got {ev[key]!r}")
-    for key in ("seq_tokens", "gemm_batch", "seq_timed_steps", "repeats", "crosscheck_batch", "parity_steps",
-                "held_out_batches", "parity_passes", "parity_margin"):
+    for key in (
+        "seq_tokens",
+        "gemm_batch",
+        "seq_timed_steps",
+        "repeats",
+        "crosscheck_batch",
+        "parity_steps",
+        "held_out_batches",
+        "parity_passes",
+        "parity_margin",
+    ):
         if ev[key] <= 0:
             raise ConfigError(f"{where}: evidence.{key} must be positive, got {ev[key]}")
     if ev["parity_seeds"] < 2 or not (0 < ev["parity_confidence"] < 1 and 0 < ev["parity_power"] < 1):
-        raise ConfigError(f"{where}: evidence.parity_seeds must be at least 2, parity_confidence and parity_power in (0, 1)")
+        raise ConfigError(
+            f"{where}: evidence.parity_seeds must be at least 2, parity_confidence and parity_power in (0, 1)"
+        )
     if ev["seq_timed_steps"] < MIN_TIMED_STEPS:
-        raise ConfigError(f"{where}: evidence.seq_timed_steps {ev['seq_timed_steps']} is too few for p10/p90 "
-                          f"statistics (at least {MIN_TIMED_STEPS})")
+        raise ConfigError(
+            f"{where}: evidence.seq_timed_steps {ev['seq_timed_steps']} is too few for p10/p90 "
+            f"statistics (at least {MIN_TIMED_STEPS})"
+        )
     if ev["seq_warmup_steps"] < 0:
         raise ConfigError(f"{where}: evidence.seq_warmup_steps must be a non-negative integer")
     if ev["global_batch_tokens"] <= 0 or ev["recipe_warmup_steps"] < 1 or ev["recipe_timed_steps"] < MIN_TIMED_STEPS:
-        raise ConfigError(f"{where}: evidence.global_batch_tokens must be positive, recipe_warmup_steps at least 1 "
-                          f"and recipe_timed_steps at least {MIN_TIMED_STEPS}")
+        raise ConfigError(
+            f"{where}: evidence.global_batch_tokens must be positive, recipe_warmup_steps at least 1 "
+            f"and recipe_timed_steps at least {MIN_TIMED_STEPS}"
+        )
     size = ev.get("size_sweep") or {}
     _check_keys(size, SIZE_SWEEP_KEYS, f"{where}: evidence.size_sweep")
-    if set(size) | {"repeats"} != set(SIZE_SWEEP_KEYS) or not size["presets"] or size.get("repeats", 1) < 1 or size["batch_size"] <= 0 \
-            or size["warmup_steps"] < 1 or size["timed_steps"] < MIN_TIMED_STEPS:
-        raise ConfigError(f"{where}: evidence.size_sweep needs presets (a non-empty list), a positive batch_size, "
-                          f"warmup_steps at least 1 and timed_steps at least {MIN_TIMED_STEPS}, got {size!r}")
+    if (
+        set(size) | {"repeats"} != set(SIZE_SWEEP_KEYS)
+        or not size["presets"]
+        or size.get("repeats", 1) < 1
+        or size["batch_size"] <= 0
+        or size["warmup_steps"] < 1
+        or size["timed_steps"] < MIN_TIMED_STEPS
+    ):
+        raise ConfigError(
+            f"{where}: evidence.size_sweep needs presets (a non-empty list), a positive batch_size, "
+            f"warmup_steps at least 1 and timed_steps at least {MIN_TIMED_STEPS}, got {size!r}"
+        )
     for name in size["presets"]:
         if name not in presets():
             raise ConfigError(f"{where}: evidence.size_sweep: {name!r} is no preset ({', '.join(presets())})")

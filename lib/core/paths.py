@@ -1,4 +1,5 @@
 """Where things are: the repository root and the folders under it, defined once."""
+
 from __future__ import annotations
 
 from pathlib import Path

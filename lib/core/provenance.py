@@ -2,6 +2,7 @@
 a host identity that is not the hostname, the GPU's UUID and the software. The runner stamps every
 record with its run's stamp; store.write_record refuses a record without one, so no unstamped
 record can reach a report. The machine a record came from is read back here too."""
+
 from __future__ import annotations
 
 import functools
@@ -43,8 +44,12 @@ def code_version() -> dict:
     given = os.environ.get("GPT2_LEVERS_COMMIT")
     if given:
         expected = os.environ.get("GPT2_LEVERS_TREE")
-        return {"commit": given, "modified": None if not expected else here != expected, "tree_hash": here,
-                "source": "GPT2_LEVERS_COMMIT" + (" and GPT2_LEVERS_TREE" if expected else " (tree not checked)")}
+        return {
+            "commit": given,
+            "modified": None if not expected else here != expected,
+            "tree_hash": here,
+            "source": "GPT2_LEVERS_COMMIT" + (" and GPT2_LEVERS_TREE" if expected else " (tree not checked)"),
+        }
 
     def git(*args):
         out = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, timeout=20)
@@ -77,11 +82,17 @@ def run_stamp(env: dict) -> dict:
     """The provenance every record of this run carries (the clocks and power are the record's own)."""
     code = code_version()
     dev = env.get("device") or {}
-    return {"commit": code["commit"], "modified": code["modified"], "tree_hash": code["tree_hash"],
-            "commit_source": code["source"], "host_id": env.get("host_id") or host_id(),
-            "gpu_uuid": dev.get("uuid") if dev.get("backend") in ("cuda", "rocm") else None,
-            "device": dev.get("name"), "software": {k: env.get(k) for k in SOFTWARE_KEYS if env.get(k) is not None}
-            | {"packages": env.get("packages") or {}}}
+    return {
+        "commit": code["commit"],
+        "modified": code["modified"],
+        "tree_hash": code["tree_hash"],
+        "commit_source": code["source"],
+        "host_id": env.get("host_id") or host_id(),
+        "gpu_uuid": dev.get("uuid") if dev.get("backend") in ("cuda", "rocm") else None,
+        "device": dev.get("name"),
+        "software": {k: env.get(k) for k in SOFTWARE_KEYS if env.get(k) is not None}
+        | {"packages": env.get("packages") or {}},
+    }
 
 
 def check(rec: dict) -> None:
@@ -89,11 +100,14 @@ def check(rec: dict) -> None:
     stamp = rec.get("provenance")
     missing = [k for k in REQUIRED if not isinstance(stamp, dict) or k not in stamp]
     if missing:
-        raise UnstampedRecord(f"record {rec.get('stage')} B={rec.get('batch_size')} has no provenance "
-                              f"({', '.join(missing)} missing): the runner stamps every record before it is written")
+        raise UnstampedRecord(
+            f"record {rec.get('stage')} B={rec.get('batch_size')} has no provenance "
+            f"({', '.join(missing)} missing): the runner stamps every record before it is written"
+        )
     if rec.get("status") in ("ok", "diverged") and rec.get("kind") in (None, "plain") and "clocks" not in rec:
-        raise UnstampedRecord(f"timed record {rec.get('stage')} B={rec.get('batch_size')} has no clocks and power "
-                              "of its timed steps")
+        raise UnstampedRecord(
+            f"timed record {rec.get('stage')} B={rec.get('batch_size')} has no clocks and power of its timed steps"
+        )
 
 
 def machine_of(rec: dict) -> str:

@@ -1,6 +1,7 @@
 """The result record, described once: one JSON object per measured configuration (stage x batch,
 or an evidence point), written atomically by the measuring process. Every key is optional but
 those of base_record; a failed configuration keeps its identity, status and reason."""
+
 from __future__ import annotations
 
 from typing import TypedDict
@@ -10,10 +11,11 @@ SCHEMA_VERSION = 1
 
 class Status:
     """A record's status."""
-    OK = "ok"                          # timed, loss finite
-    OOM = "oom"                        # ran out of device memory: a result, not a failure
-    DIVERGED = "diverged"              # timed, but a loss became NaN or infinite
-    ERROR = "error"                    # the measurement failed; a re-run measures it again
+
+    OK = "ok"  # timed, loss finite
+    OOM = "oom"  # ran out of device memory: a result, not a failure
+    DIVERGED = "diverged"  # timed, but a loss became NaN or infinite
+    ERROR = "error"  # the measurement failed; a re-run measures it again
     NOT_APPLICABLE = "not_applicable"  # the device (or the profile) cannot run this stage
 
 
@@ -26,54 +28,54 @@ REUSABLE = (Status.OK, Status.OOM, Status.DIVERGED, Status.NOT_APPLICABLE)  # a 
 class Record(TypedDict, total=False):
     # identity (store.base_record)
     schema_version: int
-    profile: str                  # params/<profile>.yaml
-    stage: str                    # stages.STAGES key
+    profile: str  # params/<profile>.yaml
+    stage: str  # stages.STAGES key
     stage_title: str
     batch_size: int
     seq_len: int
-    status: str                   # a Status
-    reason: str | None            # why, for every status but ok
+    status: str  # a Status
+    reason: str | None  # why, for every status but ok
     warmup_steps: int
     timed_steps: int
-    peak_precision: str           # the datasheet peak MFU is quoted against
-    fingerprint: str              # store.fingerprint (+ a suffix for evidence variants)
-    kind: str                     # absent: a timed step; "gemm", "plain" (plain loop), "parity"
-    variant: str | None           # None: the matrix; "batch sweep", "repeat", "T=<n>", "plain loop", ...
-    repeat: int                   # 0 for the first process of a configuration, then 1, 2, ...
+    peak_precision: str  # the datasheet peak MFU is quoted against
+    fingerprint: str  # store.fingerprint (+ a suffix for evidence variants)
+    kind: str  # absent: a timed step; "gemm", "plain" (plain loop), "parity"
+    variant: str | None  # None: the matrix; "batch sweep", "repeat", "T=<n>", "plain loop", ...
+    repeat: int  # 0 for the first process of a configuration, then 1, 2, ...
     # timing (stats.fill_timing): per-step milliseconds of the timed steps and their statistics
     step_ms: list[float]
     median_ms: float
     p10_ms: float
     p90_ms: float
     mean_ms: float
-    cv: float                     # standard deviation / mean
-    first_step_s: float           # the first step alone, compilation included
+    cv: float  # standard deviation / mean
+    first_step_s: float  # the first step alone, compilation included
     tokens_per_step: int
-    tokens_per_s: float           # tokens_per_step / median
+    tokens_per_s: float  # tokens_per_step / median
     # throughput against the datasheet (stats.fill_mfu)
-    flops_per_token: int          # 6N + 12 L d T
+    flops_per_token: int  # 6N + 12 L d T
     achieved_tflops: float
     peak_tflops: float | None
     mfu: float | None
     n_params: int
     # memory, three layers (worker.memory)
-    mem_tensors_bytes: int | None    # max_memory_allocated
+    mem_tensors_bytes: int | None  # max_memory_allocated
     mem_allocator_bytes: int | None  # max_memory_reserved
-    mem_device_bytes: int | None     # device total - free (on a CPU: peak RSS)
+    mem_device_bytes: int | None  # device total - free (on a CPU: peak RSS)
     mem_device_note: str
     # device memory sampled during the steps (energy.MemorySampler, filled in worker.run; single-GPU
     # timing records only, None where absent): NVML's `used`, every 5 ms from the first warm-up step to
     # the last timed one, the maximum; an observation, not a switch, so no part of the fingerprint
     mem_device_sampled_peak_bytes: int | None
-    mem_device_sampled_note: str     # how it was sampled, or why the peak is None (CPU, MPS, ROCm, no pynvml, NVML error)
+    mem_device_sampled_note: str  # how it was sampled, or why the peak is None (CPU, MPS, ROCm, no pynvml, NVML error)
     # loss (stats.fill_loss)
-    losses: list[float]           # every step, warm-up included
-    final_loss: float             # mean of the last final_loss_window steps
-    init_checksum: str            # model.init_checksum before the first step
+    losses: list[float]  # every step, warm-up included
+    final_loss: float  # mean of the last final_loss_window steps
+    init_checksum: str  # model.init_checksum before the first step
     # evidence of one configuration
-    sdpa_backend: str             # which SDPA kernel family ran
-    kernel_profile: dict          # kernel_profile.profile_steps
-    energy: dict                  # energy.EnergyMeter (joules_per_token, avg_power_w) or {"unavailable": why}
+    sdpa_backend: str  # which SDPA kernel family ran
+    kernel_profile: dict  # kernel_profile.profile_steps
+    energy: dict  # energy.EnergyMeter (joules_per_token, avg_power_w) or {"unavailable": why}
     # the plain loop (kind "plain"): its mean step and its build-nanogpt-style synchronised steps
     ms_per_step: float
     synced_step_ms: list[float]
@@ -99,7 +101,7 @@ class Record(TypedDict, total=False):
     # bookkeeping
     wall_s: float
     finished_at: str
-    stderr_tail: str              # an error record's last lines of the measuring process
+    stderr_tail: str  # an error record's last lines of the measuring process
 
 
 # How a step is built and timed, recorded in every report's params (config.load) and part of every

@@ -5,14 +5,30 @@ step.py (the one training-step core); how a stage is timed in measure.py.
 A stage is data in three parts: its switches (what a measurement depends on, and all that its
 fingerprint covers), where it can run (backends, compute capability, devices), and its prose
 (title, lever, the code switch shown in the report), which can change without re-measuring."""
+
 from __future__ import annotations
 
 import importlib.util
 from dataclasses import dataclass, fields, replace
 
-SWITCHES = ("tf32", "autocast", "attention", "padded_vocab", "fused_adamw", "compile", "compile_mode", "fp8",
-            "backend_flags", "devices", "loss", "float8", "sdpa_backend", "residual_dtype", "fp8_lm_head",
-            "return_logits")
+SWITCHES = (
+    "tf32",
+    "autocast",
+    "attention",
+    "padded_vocab",
+    "fused_adamw",
+    "compile",
+    "compile_mode",
+    "fp8",
+    "backend_flags",
+    "devices",
+    "loss",
+    "float8",
+    "sdpa_backend",
+    "residual_dtype",
+    "fp8_lm_head",
+    "return_logits",
+)
 ALL_BACKENDS = ("cuda", "rocm", "mps", "cpu")
 
 
@@ -20,35 +36,35 @@ ALL_BACKENDS = ("cuda", "rocm", "mps", "cpu")
 class Stage:
     key: str
     title: str
-    lever: str              # one line: what this stage adds to the previous one
-    switch: str = ""        # the code this stage adds, shown in the chapter and the appendix
+    lever: str  # one line: what this stage adds to the previous one
+    switch: str = ""  # the code this stage adds, shown in the chapter and the appendix
     # --- switches: step.build applies them
-    tf32: bool = False      # torch.set_float32_matmul_precision("high")
+    tf32: bool = False  # torch.set_float32_matmul_precision("high")
     autocast: str | None = None  # autocast dtype name, or None for fp32 math
     attention: str = "naive"
     sdpa_backend: str | None = None  # force one SDPA backend (sdpa_kernel); None: PyTorch's choice
     padded_vocab: bool = False
-    fused_adamw: bool = False   # AdamW(fused=True): one kernel per step for all parameters
-    compile: bool = False   # torch.compile(model)
+    fused_adamw: bool = False  # AdamW(fused=True): one kernel per step for all parameters
+    compile: bool = False  # torch.compile(model)
     compile_mode: str | None = None  # torch.compile(model, mode=...); None: inductor's default
-    fp8: bool = False       # the blocks' Linear layers run FP8 GEMMs (lib/train/fp8.py)
+    fp8: bool = False  # the blocks' Linear layers run FP8 GEMMs (lib/train/fp8.py)
     float8: str | None = None  # torchao's float8 training recipe on the blocks' Linear layers
     fp8_lm_head: str | None = None  # torchao's float8 training recipe on the lm_head alone
     residual_dtype: str | None = None  # the residual stream's dtype; None: fp32 (what autocast leaves it)
     loss: str = "cross_entropy"  # or "cut_cross_entropy": lm_head + loss fused, no logits in memory
     return_logits: bool = True  # False: the training forward returns the loss alone, no logits output
     backend_flags: tuple = ()  # (("torch.backends.cudnn.benchmark", True), ...): set before the model is built
-    devices: str = "one"    # "one" GPU, or "all" of the host's, data parallel (ddp_launch.run_ddp)
+    devices: str = "one"  # "one" GPU, or "all" of the host's, data parallel (ddp_launch.run_ddp)
     # --- what the report compares it with
     base: str | None = None  # the stage this lever is added to; None: the one before it in the registry
-    peak: str = "fp32"      # which datasheet peak MFU is quoted against
+    peak: str = "fp32"  # which datasheet peak MFU is quoted against
     reference: str = "fp32"  # the stage whose loss this one must stay within tolerance of
     # --- where it can run
     backends: tuple = ALL_BACKENDS
     min_capability: tuple | None = None  # NVIDIA compute capability it needs (CUDA only)
     min_devices: int = 1
-    needs: str = ""         # what it needs, in words, for the 'not applicable' reason
-    package: str = ""       # a package it imports (installed from the wheelhouse on offline hosts)
+    needs: str = ""  # what it needs, in words, for the 'not applicable' reason
+    package: str = ""  # a package it imports (installed from the wheelhouse on offline hosts)
 
     @property
     def multi_gpu(self) -> bool:
@@ -58,8 +74,11 @@ class Stage:
         """What a measurement of this stage depends on: its key, the switches it sets away from
         their defaults, and the peak its MFU is computed against. Titles and prose are not part
         of it, and a new kind of switch leaves every existing stage's identity as it was."""
-        return {"key": self.key, "peak": self.peak,
-                **{s: getattr(self, s) for s in SWITCHES if getattr(self, s) != DEFAULTS[s]}}
+        return {
+            "key": self.key,
+            "peak": self.peak,
+            **{s: getattr(self, s) for s in SWITCHES if getattr(self, s) != DEFAULTS[s]},
+        }
 
     def not_applicable(self, device: dict) -> str | None:
         """Why this stage cannot run on `device` (a detect() record), or None if it can."""
@@ -68,8 +87,9 @@ class Stage:
         if backend not in self.backends:
             return f"{self.title} needs {self.needs}; this device has the {backend} backend"
         if self.min_capability and backend == "cuda" and capability and capability < tuple(self.min_capability):
-            return (f"{self.title} needs {self.needs}; this device has compute capability "
-                    f"{'.'.join(map(str, capability))}")
+            return (
+                f"{self.title} needs {self.needs}; this device has compute capability {'.'.join(map(str, capability))}"
+            )
         if self.package and importlib.util.find_spec(self.package) is None:
             return f"{self.title} needs the {self.package} package, which is not installed here"
         if device.get("count", 1) < self.min_devices:
@@ -89,79 +109,194 @@ def fp8_switches(stage) -> dict:
 
 
 def _cumulative() -> list[Stage]:
-    fp32 = Stage("fp32", "FP32 baseline", "fp32 storage and math, naive attention, vocab 50257", switch='torch.set_float32_matmul_precision("highest")  # TF32 off: IEEE fp32 GEMMs')
-    tf32 = replace(fp32, key="tf32", title="TF32", lever="fp32 GEMMs run on TF32 tensor cores",
-                   tf32=True, peak="tf32", backends=("cuda", "rocm", "cpu"), min_capability=(8, 0),
-                   needs="TF32 tensor cores (NVIDIA compute capability 8.0 or newer; Apple GPUs have no equivalent)",
-                   switch='torch.set_float32_matmul_precision("high")  # allow TF32 in fp32 GEMMs')
-    bf16 = replace(tf32, key="bf16", title="BF16 autocast", lever="forward/backward math in bfloat16",
-                   autocast="bfloat16", peak="bf16", backends=ALL_BACKENDS, min_capability=None, needs="",
-                   switch="with torch.autocast(device_type, dtype=torch.bfloat16):\n"
-                          "    logits, loss = model(x, y)")
-    flash = replace(bf16, key="flash", title="Flash attention (SDPA)", lever="fused scaled_dot_product_attention replaces the T x T softmax",
-                    attention="sdpa",
-                    switch="y = F.scaled_dot_product_attention(q, k, v, is_causal=True)")
-    vocab = replace(flash, key="vocab", title="Vocab padded to 50304", lever="lm_head/embedding rows padded from 50257 to 50304, as nanoGPT does",
-                    padded_vocab=True,
-                    switch="GPTConfig(vocab_size=50304)  # 47 rows that are never targets")
+    fp32 = Stage(
+        "fp32",
+        "FP32 baseline",
+        "fp32 storage and math, naive attention, vocab 50257",
+        switch='torch.set_float32_matmul_precision("highest")  # TF32 off: IEEE fp32 GEMMs',
+    )
+    tf32 = replace(
+        fp32,
+        key="tf32",
+        title="TF32",
+        lever="fp32 GEMMs run on TF32 tensor cores",
+        tf32=True,
+        peak="tf32",
+        backends=("cuda", "rocm", "cpu"),
+        min_capability=(8, 0),
+        needs="TF32 tensor cores (NVIDIA compute capability 8.0 or newer; Apple GPUs have no equivalent)",
+        switch='torch.set_float32_matmul_precision("high")  # allow TF32 in fp32 GEMMs',
+    )
+    bf16 = replace(
+        tf32,
+        key="bf16",
+        title="BF16 autocast",
+        lever="forward/backward math in bfloat16",
+        autocast="bfloat16",
+        peak="bf16",
+        backends=ALL_BACKENDS,
+        min_capability=None,
+        needs="",
+        switch="with torch.autocast(device_type, dtype=torch.bfloat16):\n    logits, loss = model(x, y)",
+    )
+    flash = replace(
+        bf16,
+        key="flash",
+        title="Flash attention (SDPA)",
+        lever="fused scaled_dot_product_attention replaces the T x T softmax",
+        attention="sdpa",
+        switch="y = F.scaled_dot_product_attention(q, k, v, is_causal=True)",
+    )
+    vocab = replace(
+        flash,
+        key="vocab",
+        title="Vocab padded to 50304",
+        lever="lm_head/embedding rows padded from 50257 to 50304, as nanoGPT does",
+        padded_vocab=True,
+        switch="GPTConfig(vocab_size=50304)  # 47 rows that are never targets",
+    )
     # The levers after the classic five are judged against the vocab stage: BF16 autocast with
     # flash attention and the padded vocabulary, the configuration they are added to.
-    fused = replace(vocab, key="fused", title="Fused AdamW", reference="vocab", lever="AdamW updates every parameter in one fused kernel per step",
-                    fused_adamw=True,
-                    switch="torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.95), fused=True)")
-    compiled = replace(fused, key="compile", title="torch.compile", lever="inductor fuses the elementwise, normalisation and loss kernels",
-                       compile=True, switch="model = torch.compile(model)")
-    fp8 = replace(compiled, key="fp8", title="FP8 linear layers", lever="the blocks' Linear layers run FP8 GEMMs with per-tensor dynamic scales",
-                  fp8=True,  # MFU stays quoted against the bf16 peak: the bar the recommendation must clear
-                  backends=("cuda",), min_capability=(8, 9),
-                  needs="FP8 tensor-core GEMMs: an NVIDIA GPU of compute capability 8.9 or newer (Ada, Hopper, "
-                        "Blackwell)",
-                  switch="fp8.convert_linears(model.transformer.h)  # lib/train/fp8.py: e4m3 forward, e5m2 gradients")
+    fused = replace(
+        vocab,
+        key="fused",
+        title="Fused AdamW",
+        reference="vocab",
+        lever="AdamW updates every parameter in one fused kernel per step",
+        fused_adamw=True,
+        switch="torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.95), fused=True)",
+    )
+    compiled = replace(
+        fused,
+        key="compile",
+        title="torch.compile",
+        lever="inductor fuses the elementwise, normalisation and loss kernels",
+        compile=True,
+        switch="model = torch.compile(model)",
+    )
+    fp8 = replace(
+        compiled,
+        key="fp8",
+        title="FP8 linear layers",
+        lever="the blocks' Linear layers run FP8 GEMMs with per-tensor dynamic scales",
+        fp8=True,  # MFU stays quoted against the bf16 peak: the bar the recommendation must clear
+        backends=("cuda",),
+        min_capability=(8, 9),
+        needs="FP8 tensor-core GEMMs: an NVIDIA GPU of compute capability 8.9 or newer (Ada, Hopper, Blackwell)",
+        switch="fp8.convert_linears(model.transformer.h)  # lib/train/fp8.py: e4m3 forward, e5m2 gradients",
+    )
     # The field's own kernels, each added to torch.compile (the canonical trainer's fastest form)
     # rather than to the stage before it, so no lever is judged on top of one that lost.
-    fp8_torchao = replace(fp8, key="fp8_torchao", title="FP8 linear layers (torchao)", base="compile", fp8=False, float8="tensorwise", package="torchao",
-                          lever="torchao's float8 training on the blocks' Linear layers, compiled with the rest of the step",
-                          switch="convert_to_float8_training(model.transformer.h,\n"
-                                 '    config=Float8LinearConfig.from_recipe_name("tensorwise"))  # torchao.float8')
-    fused_ce = replace(compiled, key="fused_ce", title="Fused linear cross-entropy (cut-cross-entropy)",
-                       base="compile", loss="cut_cross_entropy",
-                       package="cut_cross_entropy", backends=("cuda",), min_capability=(8, 0),
-                       needs="cut-cross-entropy's Triton kernels (an NVIDIA GPU with bf16 tensor cores)",
-                       lever="lm_head and cross-entropy in one pass that never writes the B x T x V logits",
-                       switch="loss = linear_cross_entropy(ln_f(x).bfloat16(), lm_head.weight.bfloat16(), targets,\n"
-                              "                            filter_eps=None)  # cut_cross_entropy: every gradient kept")
+    fp8_torchao = replace(
+        fp8,
+        key="fp8_torchao",
+        title="FP8 linear layers (torchao)",
+        base="compile",
+        fp8=False,
+        float8="tensorwise",
+        package="torchao",
+        lever="torchao's float8 training on the blocks' Linear layers, compiled with the rest of the step",
+        switch="convert_to_float8_training(model.transformer.h,\n"
+        '    config=Float8LinearConfig.from_recipe_name("tensorwise"))  # torchao.float8',
+    )
+    fused_ce = replace(
+        compiled,
+        key="fused_ce",
+        title="Fused linear cross-entropy (cut-cross-entropy)",
+        base="compile",
+        loss="cut_cross_entropy",
+        package="cut_cross_entropy",
+        backends=("cuda",),
+        min_capability=(8, 0),
+        needs="cut-cross-entropy's Triton kernels (an NVIDIA GPU with bf16 tensor cores)",
+        lever="lm_head and cross-entropy in one pass that never writes the B x T x V logits",
+        switch="loss = linear_cross_entropy(ln_f(x).bfloat16(), lm_head.weight.bfloat16(), targets,\n"
+        "                            filter_eps=None)  # cut_cross_entropy: every gradient kept",
+    )
     # Without CUDA graphs: mode="max-autotune" replays the step as CUDA graphs, whose outputs the next
     # replay overwrites, so a loop that keeps each step's loss tensor (this one, or any that logs
     # asynchronously) fails unless it clones the loss every step (seen on the H100, torch 2.11).
-    autotune = replace(compiled, key="autotune", title="torch.compile max-autotune", base="compile", compile_mode="max-autotune-no-cudagraphs", backends=("cuda", "rocm"),
-                       needs="a GPU (inductor's GEMM autotuning)",
-                       lever="inductor benchmarks cuBLAS against its own Triton GEMM kernels for every shape",
-                       switch='model = torch.compile(model, mode="max-autotune-no-cudagraphs")')
+    autotune = replace(
+        compiled,
+        key="autotune",
+        title="torch.compile max-autotune",
+        base="compile",
+        compile_mode="max-autotune-no-cudagraphs",
+        backends=("cuda", "rocm"),
+        needs="a GPU (inductor's GEMM autotuning)",
+        lever="inductor benchmarks cuBLAS against its own Triton GEMM kernels for every shape",
+        switch='model = torch.compile(model, mode="max-autotune-no-cudagraphs")',
+    )
     # Two levers that pay where the profile says the time goes at d=768: the fp32 residual stream
     # (LayerNorms and adds are memory-bound) and the lm_head, the one GEMM wide enough for FP8's casts
     # to cost less than they save. Cumulative: FP8 on the lm_head is added to the loss-only forward below.
-    bf16_residual = replace(compiled, key="bf16_residual", title="BF16 residual stream", base="compile", residual_dtype="bfloat16",
-                            lever="the residual stream between blocks kept in bf16, as llm.c keeps its activations, not fp32",
-                            switch="x = (wte(idx) + wpe(pos)).to(torch.bfloat16)  # the residual stream in bf16")
+    bf16_residual = replace(
+        compiled,
+        key="bf16_residual",
+        title="BF16 residual stream",
+        base="compile",
+        residual_dtype="bfloat16",
+        lever="the residual stream between blocks kept in bf16, as llm.c keeps its activations, not fp32",
+        switch="x = (wte(idx) + wpe(pos)).to(torch.bfloat16)  # the residual stream in bf16",
+    )
     # A compiled model that returns its logits keeps a B x T x V output beside what the loss's backward
     # saves: what stopped B=128 on the H100 (allocator memory at B=64 fell from 43.7 to 31.4 GiB without it). llm.c's train_gpt2.py passes
     # return_logits=False in its training loop for this reason. Added to the bf16 residual stream.
-    loss_only = replace(bf16_residual, key="loss_only", title="Loss-only forward", base="bf16_residual", return_logits=False,
-                        lever="the training forward returns the loss alone, so the compiled graph has no B x T x V "
-                              "logits output to keep",
-                        switch="_, loss = model(x, y, return_logits=False)  # that call, as llm.c's train_gpt2.py writes it")
-    fp8_head = replace(loss_only, key="fp8_head", title="FP8 lm_head (torchao)", base="loss_only", fp8_lm_head="tensorwise", package="torchao",
-                       backends=fp8.backends, min_capability=fp8.min_capability, needs=fp8.needs,
-                       lever="the lm_head's GEMMs (768 x 50304, the model's widest) in FP8 with torchao; the blocks stay bf16",
-                       switch="convert_to_float8_training(model, config=Float8LinearConfig.from_recipe_name(\"tensorwise\"),\n"
-                              '    module_filter_fn=lambda module, fqn: fqn == "lm_head")  # torchao.float8')
+    loss_only = replace(
+        bf16_residual,
+        key="loss_only",
+        title="Loss-only forward",
+        base="bf16_residual",
+        return_logits=False,
+        lever="the training forward returns the loss alone, so the compiled graph has no B x T x V "
+        "logits output to keep",
+        switch="_, loss = model(x, y, return_logits=False)  # that call, as llm.c's train_gpt2.py writes it",
+    )
+    fp8_head = replace(
+        loss_only,
+        key="fp8_head",
+        title="FP8 lm_head (torchao)",
+        base="loss_only",
+        fp8_lm_head="tensorwise",
+        package="torchao",
+        backends=fp8.backends,
+        min_capability=fp8.min_capability,
+        needs=fp8.needs,
+        lever="the lm_head's GEMMs (768 x 50304, the model's widest) in FP8 with torchao; the blocks stay bf16",
+        switch='convert_to_float8_training(model, config=Float8LinearConfig.from_recipe_name("tensorwise"),\n'
+        '    module_filter_fn=lambda module, fqn: fqn == "lm_head")  # torchao.float8',
+    )
     # DDP runs whichever single-GPU configuration measured fastest (ddp_launch.run_ddp); its own
     # switches here only describe it.
-    ddp = replace(vocab, key="ddp", reference="vocab", title="DDP across the host's GPUs", lever="data parallel over every GPU with torchrun, the per-GPU batch fixed",
-                  devices="all", backends=("cuda", "rocm"), min_devices=2,
-                  needs="two or more GPUs (data parallelism)",
-                  switch="model = DistributedDataParallel(model)  # torchrun --nproc_per_node=<GPUs>")
-    return [fp32, tf32, bf16, flash, vocab, fused, compiled, fp8, fp8_torchao, fused_ce, autotune, bf16_residual, loss_only, fp8_head, ddp]
+    ddp = replace(
+        vocab,
+        key="ddp",
+        reference="vocab",
+        title="DDP across the host's GPUs",
+        lever="data parallel over every GPU with torchrun, the per-GPU batch fixed",
+        devices="all",
+        backends=("cuda", "rocm"),
+        min_devices=2,
+        needs="two or more GPUs (data parallelism)",
+        switch="model = DistributedDataParallel(model)  # torchrun --nproc_per_node=<GPUs>",
+    )
+    return [
+        fp32,
+        tf32,
+        bf16,
+        flash,
+        vocab,
+        fused,
+        compiled,
+        fp8,
+        fp8_torchao,
+        fused_ce,
+        autotune,
+        bf16_residual,
+        loss_only,
+        fp8_head,
+        ddp,
+    ]
 
 
 # Each lever of a configuration, as the stage switch that turns it off (name -> overrides). Listed
@@ -208,7 +343,10 @@ def levers_of(stage) -> dict[str, dict]:
 
 STAGES: dict[str, Stage] = {s.key: s for s in _cumulative()}
 ORDER = list(STAGES)
-BEYOND_STAGES = ("batch_sweep", "size_sweep")  # the chapters that are not a stage, in their order (lib/core/chapters.py)
+BEYOND_STAGES = (
+    "batch_sweep",
+    "size_sweep",
+)  # the chapters that are not a stage, in their order (lib/core/chapters.py)
 
 
 def get(key: str) -> Stage:

@@ -11,6 +11,7 @@ in a probe on the H100 and one warm median came out 8 % slower.
 Each measuring process reports how its compile went (`outcome`): cold (every graph compiled), warm
 (every graph from the cache) or partial. The compile chapter keeps the cold time: the ledger in the
 cache folder remembers, per configuration, the first step of the process that compiled it cold."""
+
 from __future__ import annotations
 
 import json
@@ -30,10 +31,16 @@ LEDGER = "cold_compiles.json"
 def key(env: dict, code_dir: Path = LIB) -> dict:
     """What a cached graph depends on, beyond what torch's own keys see."""
     dev = env.get("device") or {}
-    return {"torch": env.get("torch"), "triton": (env.get("packages") or {}).get("triton"), "cuda": env.get("cuda"),
-            "hip": env.get("hip"), "device": dev.get("name"), "capability": dev.get("capability"),
-            "packages": env.get("packages") or {},
-            "code": store.short_hash({f: (code_dir / f).read_text() for f in LEVER_CODE if (code_dir / f).exists()})}
+    return {
+        "torch": env.get("torch"),
+        "triton": (env.get("packages") or {}).get("triton"),
+        "cuda": env.get("cuda"),
+        "hip": env.get("hip"),
+        "device": dev.get("name"),
+        "capability": dev.get("capability"),
+        "packages": env.get("packages") or {},
+        "code": store.short_hash({f: (code_dir / f).read_text() for f in LEVER_CODE if (code_dir / f).exists()}),
+    }
 
 
 def folder(env: dict, root: Path | None = None) -> Path:
@@ -57,8 +64,14 @@ def outcome(counters, cold_compile: dict | None = None) -> dict:
     ind, aot = counters.get("inductor", {}), counters.get("aot_autograd", {})
     hits, misses = ind.get("fxgraph_cache_hit", 0), ind.get("fxgraph_cache_miss", 0)
     state = "not compiled" if not hits + misses else "cold" if not hits else "warm" if not misses else "partial"
-    out = {"state": state, "fx_hits": hits, "fx_misses": misses, "aot_hits": aot.get("autograd_cache_hit", 0),
-           "aot_misses": aot.get("autograd_cache_miss", 0), "aot_bypasses": aot.get("autograd_cache_bypass", 0)}
+    out = {
+        "state": state,
+        "fx_hits": hits,
+        "fx_misses": misses,
+        "aot_hits": aot.get("autograd_cache_hit", 0),
+        "aot_misses": aot.get("autograd_cache_miss", 0),
+        "aot_bypasses": aot.get("autograd_cache_bypass", 0),
+    }
     if state in ("warm", "partial") and cold_compile:
         out["cold"] = cold_compile
     return out
@@ -77,7 +90,10 @@ def remember(env: dict, rec: dict) -> None:
     if cache.get("state") != "cold" or not rec.get("first_step_s") or not rec.get("fingerprint"):
         return
     book = ledger(env)
-    book[rec["fingerprint"]] = {"first_step_s": rec["first_step_s"], "finished_at": rec.get("finished_at"),
-                                "commit": (rec.get("provenance") or {}).get("commit"),
-                                "host_id": (rec.get("provenance") or {}).get("host_id")}
+    book[rec["fingerprint"]] = {
+        "first_step_s": rec["first_step_s"],
+        "finished_at": rec.get("finished_at"),
+        "commit": (rec.get("provenance") or {}).get("commit"),
+        "host_id": (rec.get("provenance") or {}).get("host_id"),
+    }
     store.write_atomic(folder(env) / LEDGER, book)

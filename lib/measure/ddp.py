@@ -13,6 +13,7 @@ rendezvous numbers ranks in its own order (by host and process id; torchrun igno
 local rank 0 is rank 0, reading the corpus slice a single GPU reads) and all run node 0's job,
 whose configuration came from the results of the report node 0 writes. Rank 0 writes the record
 on node 0; the ranks of the other nodes write nothing."""
+
 from __future__ import annotations
 
 import gc
@@ -101,11 +102,18 @@ def run(job: dict) -> dict | None:
     stats.fill_timing(rec, synced, batch * r["seq_len"] * world)
     slowest_sync = max(float(g[0]) for g in gathered)
     slowest_local = max(float(g[1]) for g in gathered)
-    rec.update(world_size=world, nnodes=job.get("nnodes", 1), per_gpu_batch=batch, median_ms=slowest_sync,
-               tokens_per_s=batch * r["seq_len"] * world / (slowest_sync / 1e3),
-               no_sync_median_ms=slowest_local, allreduce_share=max(0.0, 1 - slowest_local / slowest_sync),
-               losses=[float(v) for v in torch.stack(losses[: r["warmup_steps"] + r["timed_steps"]]).float().cpu()],
-               base_stage=stage.key, backend_dist="nccl" if dev == "cuda" else "gloo")
+    rec.update(
+        world_size=world,
+        nnodes=job.get("nnodes", 1),
+        per_gpu_batch=batch,
+        median_ms=slowest_sync,
+        tokens_per_s=batch * r["seq_len"] * world / (slowest_sync / 1e3),
+        no_sync_median_ms=slowest_local,
+        allreduce_share=max(0.0, 1 - slowest_local / slowest_sync),
+        losses=[float(v) for v in torch.stack(losses[: r["warmup_steps"] + r["timed_steps"]]).float().cpu()],
+        base_stage=stage.key,
+        backend_dist="nccl" if dev == "cuda" else "gloo",
+    )
     rec["per_gpu_tokens_per_s"] = rec["tokens_per_s"] / world
     rec.update(memory(dev))
     stats.fill_loss(rec, r["final_loss_window"])
@@ -113,9 +121,12 @@ def run(job: dict) -> dict | None:
     # else against the single-GPU row of the configuration (measured in another process).
     single, one_rank = job.get("single_gpu_tokens_per_s"), job.get("one_rank_tokens_per_s")
     ref = one_rank or single
-    rec.update(single_gpu_tokens_per_s=single, one_rank_tokens_per_s=one_rank,
-               scaling_efficiency=rec["per_gpu_tokens_per_s"] / ref if ref else None,
-               efficiency_reference="one rank of this DDP job" if one_rank else "the single-GPU row" if single else None)
+    rec.update(
+        single_gpu_tokens_per_s=single,
+        one_rank_tokens_per_s=one_rank,
+        scaling_efficiency=rec["per_gpu_tokens_per_s"] / ref if ref else None,
+        efficiency_reference="one rank of this DDP job" if one_rank else "the single-GPU row" if single else None,
+    )
     return rec
 
 

@@ -20,6 +20,7 @@ MemorySampler reads the same NVML device (nvml_handle, shared) for the peak devi
 while the steps run: a host thread polling NVML. A read of torch.cuda.mem_get_info after the steps
 cannot see memory taken and given back during them (outside PyTorch's caching allocator, or
 released by it)."""
+
 from __future__ import annotations
 
 import os
@@ -82,8 +83,7 @@ class EnergyMeter:
             try:
                 self._nvml.nvmlDeviceGetPowerUsage(self._handle)
             except Exception as exc:
-                self._fail(f"NVML reports no power readings for this GPU: {exc} "
-                           f"(energy counter: {counter_exc})")
+                self._fail(f"NVML reports no power readings for this GPU: {exc} (energy counter: {counter_exc})")
                 return
         self.available = True
 
@@ -144,8 +144,12 @@ class EnergyMeter:
                 energy_j = _trapezoid(self._samples)
                 seconds = self._samples[-1][0] - self._samples[0][0]
                 method = f"NVML power samples ({len(self._samples)} samples)"
-            return {"energy_j": energy_j, "seconds": seconds,
-                    "avg_power_w": energy_j / seconds if seconds > 0 else None, "method": method}
+            return {
+                "energy_j": energy_j,
+                "seconds": seconds,
+                "avg_power_w": energy_j / seconds if seconds > 0 else None,
+                "method": method,
+            }
         except Exception as exc:
             self._fail(f"NVML stopped answering: {type(exc).__name__}: {exc}")
             return None
@@ -200,8 +204,9 @@ class MemorySampler:
     peak, or None and a note saying why. NVML is matched to torch's device as the energy meter
     matches it (nvml_handle); build the sampler in the process that measures."""
 
-    def __init__(self, dev: str, index: int = 0, span: str = "the sampled work",
-                 interval_s: float = MEMORY_SAMPLE_INTERVAL_S):
+    def __init__(
+        self, dev: str, index: int = 0, span: str = "the sampled work", interval_s: float = MEMORY_SAMPLE_INTERVAL_S
+    ):
         self.span, self.interval_s = span, interval_s
         self.note: str | None = None  # why there is no peak, once known
         self.matched_by: str | None = None
@@ -281,10 +286,12 @@ class MemorySampler:
             if self._handle is None:
                 return {PEAK_KEY: None, NOTE_KEY: self.note}
             self._read()  # the work has ended (the caller synchronised): its last state counts too
-            return {PEAK_KEY: self._peak,
-                    NOTE_KEY: f"peak of {self._n} readings of NVML's device memory used (nvmlDeviceGetMemoryInfo: "
-                              f"every process on the GPU, as nvidia-smi counts it), one every "
-                              f"{self.interval_s * 1e3:g} ms over {self.span}; NVML device by {self.matched_by}"}
+            return {
+                PEAK_KEY: self._peak,
+                NOTE_KEY: f"peak of {self._n} readings of NVML's device memory used (nvmlDeviceGetMemoryInfo: "
+                f"every process on the GPU, as nvidia-smi counts it), one every "
+                f"{self.interval_s * 1e3:g} ms over {self.span}; NVML device by {self.matched_by}",
+            }
         except Exception as exc:
             self._fail(f"NVML stopped answering ({type(exc).__name__}: {exc})")
             return {PEAK_KEY: None, NOTE_KEY: self.note}
@@ -305,8 +312,10 @@ def nvml_handle(nv, index: int):
     id, else by UUID, else by index (through CUDA_VISIBLE_DEVICES when it lists plain numbers).
     The one place a torch device is matched to NVML's (energy meter and memory sampler)."""
     props = _torch_device_properties(index)
-    for label, key, lookup in (("PCI bus id", _pci_bus_id(props), "nvmlDeviceGetHandleByPciBusId"),
-                               ("UUID", _uuid(props), "nvmlDeviceGetHandleByUUID")):
+    for label, key, lookup in (
+        ("PCI bus id", _pci_bus_id(props), "nvmlDeviceGetHandleByPciBusId"),
+        ("UUID", _uuid(props), "nvmlDeviceGetHandleByUUID"),
+    ):
         if key and hasattr(nv, lookup):
             try:
                 return getattr(nv, lookup)(key), f"{label} {key}"

@@ -3,6 +3,7 @@
 Run as `python -m lib.measure.environment` it prints one JSON record: the detected device (CUDA, ROCm,
 Apple MPS or CPU) and the software stack. The CLI always calls it in a child process so that
 the parent never holds a GPU context while configurations are measured."""
+
 from __future__ import annotations
 
 import ctypes
@@ -30,14 +31,17 @@ def _cublas_version() -> str | None:
 def _nvml(index: int) -> dict:
     try:
         import pynvml as nv
+
         nv.nvmlInit()
         h = nv.nvmlDeviceGetHandleByIndex(index)
         out = {"driver": nv.nvmlSystemGetDriverVersion()}
-        for key, fn in [("sm_clock_max_mhz", lambda: nv.nvmlDeviceGetMaxClockInfo(h, nv.NVML_CLOCK_SM)),
-                        ("mem_clock_max_mhz", lambda: nv.nvmlDeviceGetMaxClockInfo(h, nv.NVML_CLOCK_MEM)),
-                        ("power_limit_w", lambda: nv.nvmlDeviceGetEnforcedPowerLimit(h) / 1000),
-                        ("pcie_link_gen", lambda: nv.nvmlDeviceGetCurrPcieLinkGeneration(h)),
-                        ("persistence_mode", lambda: nv.nvmlDeviceGetPersistenceMode(h))]:
+        for key, fn in [
+            ("sm_clock_max_mhz", lambda: nv.nvmlDeviceGetMaxClockInfo(h, nv.NVML_CLOCK_SM)),
+            ("mem_clock_max_mhz", lambda: nv.nvmlDeviceGetMaxClockInfo(h, nv.NVML_CLOCK_MEM)),
+            ("power_limit_w", lambda: nv.nvmlDeviceGetEnforcedPowerLimit(h) / 1000),
+            ("pcie_link_gen", lambda: nv.nvmlDeviceGetCurrPcieLinkGeneration(h)),
+            ("persistence_mode", lambda: nv.nvmlDeviceGetPersistenceMode(h)),
+        ]:
             try:
                 out[key] = fn()
             except Exception:
@@ -57,14 +61,18 @@ def detect() -> dict:
         props = torch.cuda.get_device_properties(0)
         backend = "rocm" if torch.version.hip else "cuda"
         uuid = str(getattr(props, "uuid", "") or "") or None
-        return {"backend": backend, "name": props.name, "count": torch.cuda.device_count(),
-                "capability": [props.major, props.minor], "sm_count": props.multi_processor_count,
-                "memory_bytes": props.total_memory,
-                "uuid": uuid if uuid is None or uuid.startswith(("GPU-", "MIG-")) else f"GPU-{uuid}"}
+        return {
+            "backend": backend,
+            "name": props.name,
+            "count": torch.cuda.device_count(),
+            "capability": [props.major, props.minor],
+            "sm_count": props.multi_processor_count,
+            "memory_bytes": props.total_memory,
+            "uuid": uuid if uuid is None or uuid.startswith(("GPU-", "MIG-")) else f"GPU-{uuid}",
+        }
     if getattr(torch.backends, "mps", None) and torch.backends.mps.is_available():
         return {"backend": "mps", "name": "mps", "count": 1}
-    return {"backend": "cpu", "name": platform.processor() or platform.machine(), "count": 1,
-            "cores": os.cpu_count()}
+    return {"backend": "cpu", "name": platform.processor() or platform.machine(), "count": 1, "cores": os.cpu_count()}
 
 
 # The packages the compiled and library levers run on (distribution names), versions or None.
@@ -88,9 +96,17 @@ def capture() -> dict:
     import numpy
     import torch
 
-    env = {"device": detect(), "host_id": host_id(), "python": platform.python_version(), "torch": torch.__version__,
-           "numpy": numpy.__version__, "os": f"{platform.system()} {platform.release()}",
-           "cpu": platform.processor() or platform.machine(), "cpu_cores": os.cpu_count(), "packages": packages()}
+    env = {
+        "device": detect(),
+        "host_id": host_id(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "numpy": numpy.__version__,
+        "os": f"{platform.system()} {platform.release()}",
+        "cpu": platform.processor() or platform.machine(),
+        "cpu_cores": os.cpu_count(),
+        "packages": packages(),
+    }
     dev = env["device"]
     if dev["backend"] in ("cuda", "rocm"):
         env["cuda"] = torch.version.cuda

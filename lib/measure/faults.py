@@ -5,6 +5,7 @@ Kinds: `oom` (the measurement raises CUDA's out-of-memory error), `nan` (the los
 half-way), `raise` (the measurement raises), `kill` (the measuring process is SIGKILLed),
 `stage-raise` (the stage notebook raises before measuring). Unset in normal use: then every
 function here is a no-op."""
+
 from __future__ import annotations
 
 import os
@@ -25,6 +26,7 @@ def get(stage: str, batch: int | None = None) -> str | None:
 def inject(kind: str | None, where: str) -> None:
     if kind == "oom":
         import torch
+
         raise torch.OutOfMemoryError(f"CUDA out of memory. Injected at {where} by {VAR}.")
     if kind == "raise":
         raise RuntimeError(f"injected fault at {where} ({VAR})")

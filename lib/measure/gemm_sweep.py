@@ -13,6 +13,7 @@ Off CUDA each width is capped at CPU_POINT_BUDGET_S (see _time_point) so the CPU
 bf16 GEMMs are slow, finishes in seconds; every point says how many repetitions it timed.
 
 Run in its own process: `python -m lib.measure.gemm_sweep spec.json out.json`."""
+
 from __future__ import annotations
 
 import json
@@ -30,14 +31,42 @@ ALIGNMENTS = (128, 64, 32, 16, 8, 1)
 CPU_POINT_BUDGET_S = 0.015  # off CUDA, the most one width may take (see _time_point)
 # Allocation, view and dispatch-wrapper ops: on the CPU they show self time but do no arithmetic,
 # so they are not "the kernel that ran".
-CPU_BOOKKEEPING = frozenset({
-    "aten::empty", "aten::empty_like", "aten::empty_strided", "aten::new_empty", "aten::new_empty_strided",
-    "aten::zeros", "aten::zeros_like", "aten::ones", "aten::ones_like", "aten::zero_", "aten::fill_",
-    "aten::resize_", "aten::resolve_conj", "aten::resolve_neg", "aten::as_strided", "aten::view",
-    "aten::_unsafe_view", "aten::reshape", "aten::expand", "aten::t", "aten::transpose",
-    "aten::permute", "aten::detach", "aten::detach_", "aten::alias", "aten::lift_fresh",
-    "aten::contiguous", "aten::linear", "aten::matmul", "aten::set_", "aten::to", "aten::_to_copy",
-})
+CPU_BOOKKEEPING = frozenset(
+    {
+        "aten::empty",
+        "aten::empty_like",
+        "aten::empty_strided",
+        "aten::new_empty",
+        "aten::new_empty_strided",
+        "aten::zeros",
+        "aten::zeros_like",
+        "aten::ones",
+        "aten::ones_like",
+        "aten::zero_",
+        "aten::fill_",
+        "aten::resize_",
+        "aten::resolve_conj",
+        "aten::resolve_neg",
+        "aten::as_strided",
+        "aten::view",
+        "aten::_unsafe_view",
+        "aten::reshape",
+        "aten::expand",
+        "aten::t",
+        "aten::transpose",
+        "aten::permute",
+        "aten::detach",
+        "aten::detach_",
+        "aten::alias",
+        "aten::lift_fresh",
+        "aten::contiguous",
+        "aten::linear",
+        "aten::matmul",
+        "aten::set_",
+        "aten::to",
+        "aten::_to_copy",
+    }
+)
 
 
 def widths(real_vocab: int, padded_vocab: int) -> list[int]:
@@ -133,9 +162,11 @@ def _is_kernel(e) -> bool:
 
 
 def _event_names_cpu(prof) -> list[str]:
-    return [e.name for e in prof.events()
-            if e.name.startswith("aten::") and e.name not in CPU_BOOKKEEPING
-            and getattr(e, "self_cpu_time_total", 0) > 0]
+    return [
+        e.name
+        for e in prof.events()
+        if e.name.startswith("aten::") and e.name not in CPU_BOOKKEEPING and getattr(e, "self_cpu_time_total", 0) > 0
+    ]
 
 
 def _unique(names) -> list[str]:
@@ -161,8 +192,17 @@ def kernel_names(X, W, dY, dev: str) -> dict:
     return out
 
 
-def run(m: int, k: int, ns: list[int], dev: str, dtypes=None, reps: int = 10, warmup: int = 3,
-        kernel_ns=(), point_budget_s: float | None = None) -> dict:
+def run(
+    m: int,
+    k: int,
+    ns: list[int],
+    dev: str,
+    dtypes=None,
+    reps: int = 10,
+    warmup: int = 3,
+    kernel_ns=(),
+    point_budget_s: float | None = None,
+) -> dict:
     """Time Y = X W^T (fwd) and its two backward GEMMs for X (m, k) and W (n, k) at every n.
     TFLOP/s count 2mkn for the forward and 4mkn for the backward. `point_budget_s` caps the
     seconds one width may take (None: no cap on CUDA, CPU_POINT_BUDGET_S elsewhere)."""
@@ -184,11 +224,20 @@ def run(m: int, k: int, ns: list[int], dev: str, dtypes=None, reps: int = 10, wa
                 fwd_ms, bwd_ms, timed = _time_point(X, W, dY, dev, reps, warmup, point_budget_s)
                 flops_f, flops_b = 2 * m * k * n, 4 * m * k * n
                 total_ms = fwd_ms + bwd_ms
-                points.append({
-                    "n": n, "dtype": name, "fwd_ms": fwd_ms, "bwd_ms": bwd_ms, "total_ms": total_ms,
-                    "fwd_tflops": _tflops(flops_f, fwd_ms), "bwd_tflops": _tflops(flops_b, bwd_ms),
-                    "tflops": _tflops(flops_f + flops_b, total_ms), "multiple_of": multiple_of(n),
-                    "reps": timed})
+                points.append(
+                    {
+                        "n": n,
+                        "dtype": name,
+                        "fwd_ms": fwd_ms,
+                        "bwd_ms": bwd_ms,
+                        "total_ms": total_ms,
+                        "fwd_tflops": _tflops(flops_f, fwd_ms),
+                        "bwd_tflops": _tflops(flops_b, bwd_ms),
+                        "tflops": _tflops(flops_f + flops_b, total_ms),
+                        "multiple_of": multiple_of(n),
+                        "reps": timed,
+                    }
+                )
                 if n in kernel_ns:
                     try:
                         kernels[name][str(n)] = kernel_names(X, W, dY, dev)
@@ -200,8 +249,7 @@ def run(m: int, k: int, ns: list[int], dev: str, dtypes=None, reps: int = 10, wa
             del X
         if dev == "cuda":
             torch.cuda.empty_cache()
-    return {"m": m, "k": k, "dtypes": dtypes, "points": points, "kernels": kernels,
-            "kernel_errors": kernel_errors}
+    return {"m": m, "k": k, "dtypes": dtypes, "points": points, "kernels": kernels, "kernel_errors": kernel_errors}
 
 
 def _tflops(flops: int, ms: float) -> float | None:
@@ -213,10 +261,17 @@ def main(argv: list[str]) -> int:
         print("usage: python -m lib.measure.gemm_sweep spec.json out.json", file=sys.stderr)
         return 2
     spec = json.loads(open(argv[0]).read())
-    res = run(int(spec["m"]), int(spec["k"]), [int(n) for n in spec["ns"]], spec["dev"],
-              dtypes=spec.get("dtypes"), reps=int(spec.get("reps", 10)),
-              warmup=int(spec.get("warmup", 3)), kernel_ns=spec.get("kernel_ns", ()),
-              point_budget_s=spec.get("point_budget_s"))
+    res = run(
+        int(spec["m"]),
+        int(spec["k"]),
+        [int(n) for n in spec["ns"]],
+        spec["dev"],
+        dtypes=spec.get("dtypes"),
+        reps=int(spec.get("reps", 10)),
+        warmup=int(spec.get("warmup", 3)),
+        kernel_ns=spec.get("kernel_ns", ()),
+        point_budget_s=spec.get("point_budget_s"),
+    )
     store.write_atomic(argv[1], res)
     return 0
 

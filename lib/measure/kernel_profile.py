@@ -14,6 +14,7 @@ that op names one, else in that of its own name (`classify`). On the CPU path th
 themselves, and their `op` is the optimizer step they ran inside: the CPU AdamW runs plain
 `aten::mul_`, `aten::lerp_`... one tensor at a time, which by name would be elementwise work; on
 CUDA the optimizer's kernels carry their own names (multi_tensor_apply, fused Adam)."""
+
 from __future__ import annotations
 
 import re
@@ -103,8 +104,7 @@ def _cuda_rows(prof) -> list[tuple[str, str | None, float]]:
     correlation id with the runtime call that launched it, whose CPU parents are the ops."""
     events = prof.events()
     DeviceType = _device_types()
-    launches = {e.id: e for e in events if getattr(e, "device_type", None) == DeviceType.CPU
-                and LAUNCH.match(e.name)}
+    launches = {e.id: e for e in events if getattr(e, "device_type", None) == DeviceType.CPU and LAUNCH.match(e.name)}
     return [(e.name, _launching_op(launches.get(e.id)), _device_us(e)) for e in device_events(prof)]
 
 
@@ -122,11 +122,23 @@ def summarise(rows, steps: int, source: str) -> dict:
 
     busy = per_step(sum(cats.values()))
     ranked = sorted(by_name.items(), key=lambda kv: -kv[1][0])
-    return {"source": source, "steps": steps, "busy_ms": busy,
-            "categories": {c: per_step(v) for c, v in cats.items()},
-            "kernels": [{"name": name, "op": op, "category": classify(name, op), "ms": per_step(us), "calls": n / steps,
-                         "share": per_step(us) / busy if busy > 0 else 0.0}
-                        for (name, op), (us, n) in ranked]}
+    return {
+        "source": source,
+        "steps": steps,
+        "busy_ms": busy,
+        "categories": {c: per_step(v) for c, v in cats.items()},
+        "kernels": [
+            {
+                "name": name,
+                "op": op,
+                "category": classify(name, op),
+                "ms": per_step(us),
+                "calls": n / steps,
+                "share": per_step(us) / busy if busy > 0 else 0.0,
+            }
+            for (name, op), (us, n) in ranked
+        ],
+    }
 
 
 def profile_steps(step, dev: str, steps: int = 1) -> dict:

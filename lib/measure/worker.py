@@ -5,6 +5,7 @@ peaks, allocator state, cuBLAS workspaces and compile caches never leak between 
 Method: build the model from the seed, move every batch to the device up front, run
 `warmup_steps` untimed training steps, then `timed_steps` timed ones (CUDA events on GPUs,
 perf_counter after a synchronize elsewhere). Every step's loss is kept for the parity check."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -34,7 +35,6 @@ SDPA_OPS = {  # profiler op name -> which SDPA backend ran
 }
 
 
-
 def sdpa_backend(model, x, y, ctx) -> str | None:
     """Which SDPA kernel family ran, read off the dispatched op names of one forward."""
     from torch.profiler import ProfilerActivity, profile
@@ -49,17 +49,26 @@ def sdpa_backend(model, x, y, ctx) -> str | None:
 def memory(dev: str) -> dict:
     if dev == "cuda":
         free, total = torch.cuda.mem_get_info()
-        return {"mem_tensors_bytes": torch.cuda.max_memory_allocated(),
-                "mem_allocator_bytes": torch.cuda.max_memory_reserved(),
-                "mem_device_bytes": total - free,
-                "mem_device_note": "device memory in use (total - free), as nvidia-smi counts it"}
+        return {
+            "mem_tensors_bytes": torch.cuda.max_memory_allocated(),
+            "mem_allocator_bytes": torch.cuda.max_memory_reserved(),
+            "mem_device_bytes": total - free,
+            "mem_device_note": "device memory in use (total - free), as nvidia-smi counts it",
+        }
     if dev == "mps":
-        return {"mem_tensors_bytes": torch.mps.current_allocated_memory(),
-                "mem_allocator_bytes": torch.mps.driver_allocated_memory(),
-                "mem_device_bytes": None, "mem_device_note": "MPS exposes no device-level peak"}
+        return {
+            "mem_tensors_bytes": torch.mps.current_allocated_memory(),
+            "mem_allocator_bytes": torch.mps.driver_allocated_memory(),
+            "mem_device_bytes": None,
+            "mem_device_note": "MPS exposes no device-level peak",
+        }
     peak_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
-    return {"mem_tensors_bytes": None, "mem_allocator_bytes": None, "mem_device_bytes": peak_rss,
-            "mem_device_note": "CPU: peak resident set size of the process"}
+    return {
+        "mem_tensors_bytes": None,
+        "mem_allocator_bytes": None,
+        "mem_device_bytes": peak_rss,
+        "mem_device_note": "CPU: peak resident set size of the process",
+    }
 
 
 NOT_SAMPLED = {energy.PEAK_KEY: None, energy.NOTE_KEY: "not sampled: the configuration failed before its first step"}
@@ -82,8 +91,12 @@ def run(job: dict) -> dict:
     r = params["run"]
     dev = step.device_type(params["backend"])
     rec = store.base_record(params, stage, batch)
-    rec.update(fingerprint=job.get("fingerprint"), variant=job.get("variant"), repeat=job.get("repeat", 0),
-               stage_overrides=job.get("stage_overrides"))  # the switches it changed, beside the stage it names
+    rec.update(
+        fingerprint=job.get("fingerprint"),
+        variant=job.get("variant"),
+        repeat=job.get("repeat", 0),
+        stage_overrides=job.get("stage_overrides"),
+    )  # the switches it changed, beside the stage it names
     fault = faults.get(stage.key, batch)
     n_steps = r["warmup_steps"] + r["timed_steps"]
     micro = job.get("micro_steps", 1)  # gradient accumulation: each step takes micro x batch sequences
@@ -104,9 +117,11 @@ def run(job: dict) -> dict:
         # The device memory peak during the warm-up steps (a host thread reading NVML, nothing on the
         # device): the same work as the timed steps, library workspaces made in the first, and no
         # thread beside the timed steps to compete with the one that launches their kernels.
-        sampler = energy.MemorySampler(dev, torch.cuda.current_device() if dev == "cuda" else 0,
-                                       span="the warm-up steps (the first included; untimed, so the sampler "
-                                            "cannot touch the timings)")
+        sampler = energy.MemorySampler(
+            dev,
+            torch.cuda.current_device() if dev == "cuda" else 0,
+            span="the warm-up steps (the first included; untimed, so the sampler cannot touch the timings)",
+        )
         sampler.start()
         # The first step pays for compilation (and cuBLAS/allocator warm-up): reported, never timed.
         t0 = time.perf_counter()
@@ -120,8 +135,11 @@ def run(job: dict) -> dict:
                 train.model.transformer.ln_f.weight.fill_(float("nan"))
         step.synchronize(dev)
         rec.update(sampler.stop())
-        meter = energy.EnergyMeter(dev, torch.cuda.current_device() if dev == "cuda" else 0) \
-            if job.get("energy", True) else None
+        meter = (
+            energy.EnergyMeter(dev, torch.cuda.current_device() if dev == "cuda" else 0)
+            if job.get("energy", True)
+            else None
+        )
         clock = clocks.ClockSampler(dev, torch.cuda.current_device() if dev == "cuda" else 0)
         if meter:
             meter.start()
@@ -146,9 +164,12 @@ def run(job: dict) -> dict:
         if clock is not None:
             rec["clocks"] = {**clock.stop(), "span": "the timed steps, up to the failure"}
         if stage.sdpa_backend and no_sdpa_kernel(exc):  # a forced backend this device does not have
-            rec.update(status=record.Status.NOT_APPLICABLE, wall_s=time.perf_counter() - t_start,
-                       reason=f"no {stage.sdpa_backend} SDPA kernel for this device and shape: "
-                              f"{str(exc).splitlines()[0][:200]}")
+            rec.update(
+                status=record.Status.NOT_APPLICABLE,
+                wall_s=time.perf_counter() - t_start,
+                reason=f"no {stage.sdpa_backend} SDPA kernel for this device and shape: "
+                f"{str(exc).splitlines()[0][:200]}",
+            )
             return rec
         if not is_oom(exc):
             raise
@@ -171,9 +192,16 @@ def run(job: dict) -> dict:
 def gemm_record(job: dict) -> dict:
     """The lm_head GEMM sweep (lib/measure/gemm_sweep.py) as a result record."""
     t0 = time.perf_counter()
-    rec = {"schema_version": record.SCHEMA_VERSION, "kind": "gemm", "status": record.Status.OK, "reason": None,
-           "stage": job["stage"], "batch_size": job["batch_size"], "fingerprint": job.get("fingerprint"),
-           "variant": job.get("variant")}
+    rec = {
+        "schema_version": record.SCHEMA_VERSION,
+        "kind": "gemm",
+        "status": record.Status.OK,
+        "reason": None,
+        "stage": job["stage"],
+        "batch_size": job["batch_size"],
+        "fingerprint": job.get("fingerprint"),
+        "variant": job.get("variant"),
+    }
     rec.update(gemm_sweep.run(**job["spec"]))
     rec["wall_s"] = time.perf_counter() - t0
     return rec
@@ -199,9 +227,18 @@ def parity_run(job: dict) -> dict:
     stage = stages.get(job["stage"])
     dev = step.device_type(params["backend"])
     rec = store.base_record(params, stage, batch)
-    rec.update(kind="parity", fingerprint=job.get("fingerprint"), variant=job.get("variant"), steps=steps,
-               micro_steps=job.get("micro_steps", 1), replicate=job.get("replicate", 0), seed_offset=seed_offset,
-               seed=params["run"]["seed"] + seed_offset, data_start=job.get("data_start", 0), passes=job.get("passes"))
+    rec.update(
+        kind="parity",
+        fingerprint=job.get("fingerprint"),
+        variant=job.get("variant"),
+        steps=steps,
+        micro_steps=job.get("micro_steps", 1),
+        replicate=job.get("replicate", 0),
+        seed_offset=seed_offset,
+        seed=params["run"]["seed"] + seed_offset,
+        data_start=job.get("data_start", 0),
+        passes=job.get("passes"),
+    )
     t0 = time.perf_counter()
     try:
         # A seed is the initial weights and the data order: the lever and its reference share both.
@@ -246,8 +283,12 @@ def _measure(job: dict) -> dict:
         rec = parity_run(job)
     else:
         rec = plain_loop.run(job)
-        rec.update(schema_version=record.SCHEMA_VERSION, fingerprint=job.get("fingerprint"),
-                   variant=job.get("variant"), repeat=job.get("repeat", 0))
+        rec.update(
+            schema_version=record.SCHEMA_VERSION,
+            fingerprint=job.get("fingerprint"),
+            variant=job.get("variant"),
+            repeat=job.get("repeat", 0),
+        )
     step.synchronize(dev)
     rec["clocks"] = {**sampler.stop(), "span": "the whole measuring process (warm-up included)"}
     return rec
@@ -265,6 +306,7 @@ def _child(job: dict, out_path: str) -> int:
         return 0
     except BaseException:
         import traceback
+
         traceback.print_exc()
         return 1
 
@@ -274,6 +316,7 @@ def die_with_parent() -> None:
     running on the device (the chain is CLI -> kernel -> launcher -> child)."""
     try:
         import ctypes
+
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
         pass
@@ -329,6 +372,7 @@ if __name__ == "__main__":
     # The optimizer's first construction imports torch._dynamo (about 2 s on a small CPU); doing
     # it once here, before any fork and without touching a device, spares every child that cost.
     import torch._dynamo  # noqa: F401
+
     for line in sys.stdin:  # one batch of jobs per line: the path of its spec file (runner.measure_jobs)
         spec = json.loads(open(line.strip()).read())
         os.environ[faults.VAR] = spec.get("faults", "")

@@ -1,6 +1,7 @@
 """*How the recommendation reads*: the batch-size sweep of the fastest verified stage, and the
 recommended configuration with its speed over processes, its loss (the parity run), its memory,
 the code switches that produce it and where its step time goes."""
+
 from __future__ import annotations
 
 import html
@@ -34,21 +35,38 @@ def sweep_html(rep: Report) -> str:
     for key, pts in sweeps.items():
         for r in pts:
             ran = r["status"] in OK
-            rows.append({"Stage": r["stage_title"], "B": r["batch_size"],
-                         "ms/step": f"{r['median_ms']:.1f}" if ran else r["status"].upper().replace("_", " "),
-                         "tok/s": f"{r['tokens_per_s']:,.0f}" if ran else "",
-                         "MFU": f"{r['mfu'] * 100:.1f} %" if ran and r.get("mfu") is not None else ("n/a" if ran else ""),
-                         "allocator GiB": gib(r.get("mem_allocator_bytes")),
-                         "device GiB": gib(r.get("mem_device_bytes")),
-                         "source": "sweep" if r.get("variant") == "batch sweep" else "matrix"})
+            rows.append(
+                {
+                    "Stage": r["stage_title"],
+                    "B": r["batch_size"],
+                    "ms/step": f"{r['median_ms']:.1f}" if ran else r["status"].upper().replace("_", " "),
+                    "tok/s": f"{r['tokens_per_s']:,.0f}" if ran else "",
+                    "MFU": f"{r['mfu'] * 100:.1f} %" if ran and r.get("mfu") is not None else ("n/a" if ran else ""),
+                    "allocator GiB": gib(r.get("mem_allocator_bytes")),
+                    "device GiB": gib(r.get("mem_device_bytes")),
+                    "source": "sweep" if r.get("variant") == "batch sweep" else "matrix",
+                }
+            )
         oom = next((r["batch_size"] for r in pts if r["status"] == "oom"), None)
         last = max(r["batch_size"] for r in pts)
-        notes.append(f"{stages.get(key).title}: " + (f"out of memory at B={oom}, so B={max(r['batch_size'] for r in pts if r['status'] in OK)} "
-                                                    "is the largest measured batch size that fits" if oom else
-                     (f"measured up to B={last}; larger batch sizes were not measured (the run ended first)"
-                      if last < max(rep.params["evidence"]["sweep_batch_sizes"]) else f"every batch size up to B={last} fits")))
-    notes += [f"{stages.get(k).title} is not recommended: {parity_view.rejected_reason(rep, k)}"
-              for k in sweeps if k in parity_view.rejected(rep)]
+        notes.append(
+            f"{stages.get(key).title}: "
+            + (
+                f"out of memory at B={oom}, so B={max(r['batch_size'] for r in pts if r['status'] in OK)} "
+                "is the largest measured batch size that fits"
+                if oom
+                else (
+                    f"measured up to B={last}; larger batch sizes were not measured (the run ended first)"
+                    if last < max(rep.params["evidence"]["sweep_batch_sizes"])
+                    else f"every batch size up to B={last} fits"
+                )
+            )
+        )
+    notes += [
+        f"{stages.get(k).title} is not recommended: {parity_view.rejected_reason(rep, k)}"
+        for k in sweeps
+        if k in parity_view.rejected(rep)
+    ]
     return table(rows) + '<p class="note">' + html.escape("; ".join(notes)) + ".</p>"
 
 
@@ -63,12 +81,20 @@ def plot_sweep(rep: Report):
         b = [r["batch_size"] for r in ran]
         a1.plot(b, [r["tokens_per_s"] for r in ran], "o-", color=f"C{i}", label=stages.get(key).title)
         mem = [(r["batch_size"], r.get("mem_allocator_bytes") or r.get("mem_device_bytes")) for r in ran]
-        a2.plot([x for x, v in mem if v], [v / GiB for x, v in mem if v], "s-", color=f"C{i}", label=stages.get(key).title)
+        a2.plot(
+            [x for x, v in mem if v], [v / GiB for x, v in mem if v], "s-", color=f"C{i}", label=stages.get(key).title
+        )
     for key, pts in _sweeps(rep).items():
         for r in pts:
             if r["status"] == "oom":
-                a2.annotate(f"OOM at B={r['batch_size']}", (r["batch_size"], 0), color="firebrick", fontsize=7,
-                            ha="right", va="bottom")
+                a2.annotate(
+                    f"OOM at B={r['batch_size']}",
+                    (r["batch_size"], 0),
+                    color="firebrick",
+                    fontsize=7,
+                    ha="right",
+                    va="bottom",
+                )
     if rep.env["device"].get("memory_bytes"):
         a2.axhline(rep.env["device"]["memory_bytes"] / GiB, color="grey", lw=0.7, ls=":", label="device memory")
     a1.set_ylabel("tokens / s")
@@ -94,21 +120,32 @@ def recommended_md(rep: Report) -> str:
     elif ref and ref["status"] in OK and best.get("final_loss") is not None:
         delta = f"{best['final_loss'] - ref['final_loss']:+.3f} nats against {stages.get(st.reference).title} at the same batch"
     else:
-        delta = (f"no {stages.get(st.reference).title} run at B={best['batch_size']} to compare with; the stage's loss "
-                 "held wherever it could be compared")
+        delta = (
+            f"no {stages.get(st.reference).title} run at B={best['batch_size']} to compare with; the stage's loss "
+            "held wherever it could be compared"
+        )
     peak = (rep.params.get("peak_tflops") or {}).get("bf16")
     p = best["processes"]
     achieved = best["achieved_tflops"] * p["median"] / best["tokens_per_s"] if best.get("achieved_tflops") else None
-    mfu = (f"{achieved / peak * 100:.1f} % of the {peak:g} TFLOP/s bf16 dense peak ({achieved:.0f} TFLOP/s achieved, "
-           "at the median)" if peak and achieved else "n/a (no datasheet peak)")
+    mfu = (
+        f"{achieved / peak * 100:.1f} % of the {peak:g} TFLOP/s bf16 dense peak ({achieved:.0f} TFLOP/s achieved, "
+        "at the median)"
+        if peak and achieved
+        else "n/a (no datasheet peak)"
+    )
     switches = applied_switches(best["stage"])
-    mem = ", ".join(f"{label.split(' (')[0]} {gib(best.get(col))} GiB" for col, label in LAYERS if best.get(col) is not None)
+    mem = ", ".join(
+        f"{label.split(' (')[0]} {gib(best.get(col))} GiB" for col, label in LAYERS if best.get(col) is not None
+    )
     spread = f" (median of {p['n']} processes, range {p['lo']:,.0f}–{p['hi']:,.0f})" if p["n"] > 1 else ""
-    return (f"**{st.title} at B={best['batch_size']}** (T={best['seq_len']}): **{p['median']:,.0f} tokens/s**{spread}, "
-            f"{best['median_ms']:.1f} ms/step in the first process (p10–p90 {best['p10_ms']:.1f}–{best['p90_ms']:.1f}), "
-            f"MFU {mfu}. "
-            f"Memory: {mem}. {energy_and_cost(rep, best)} Loss: {delta.rstrip('.')}.\n\nThe code switches that produce it, in the order they are applied:\n\n```python\n"
-            + "\n".join(switches) + "\n```")
+    return (
+        f"**{st.title} at B={best['batch_size']}** (T={best['seq_len']}): **{p['median']:,.0f} tokens/s**{spread}, "
+        f"{best['median_ms']:.1f} ms/step in the first process (p10–p90 {best['p10_ms']:.1f}–{best['p90_ms']:.1f}), "
+        f"MFU {mfu}. "
+        f"Memory: {mem}. {energy_and_cost(rep, best)} Loss: {delta.rstrip('.')}.\n\nThe code switches that produce it, in the order they are applied:\n\n```python\n"
+        + "\n".join(switches)
+        + "\n```"
+    )
 
 
 def energy_and_cost(rep: Report, best: dict) -> str:
@@ -118,8 +155,10 @@ def energy_and_cost(rep: Report, best: dict) -> str:
     price = price_per_gpu_hour(rep)
     parts = []
     if e.get("joules_per_token"):
-        parts.append(f"Energy: {e['joules_per_token'] * 1e3:.2f} mJ per token ({e['joules_per_token'] * 1e6 / 3600:.2f} Wh "
-                     f"per million tokens; GPU board, {e.get('method', 'NVML')}, average {e.get('avg_power_w', 0):.0f} W).")
+        parts.append(
+            f"Energy: {e['joules_per_token'] * 1e3:.2f} mJ per token ({e['joules_per_token'] * 1e6 / 3600:.2f} Wh "
+            f"per million tokens; GPU board, {e.get('method', 'NVML')}, average {e.get('avg_power_w', 0):.0f} W)."
+        )
     else:
         parts.append(f"Energy: not measured ({e.get('reason') or 'no energy reading in this record'}).")
     if price:

@@ -3,12 +3,22 @@ drawn where it names them (a line `<!-- view: name arguments -->`). One template
 notebooks/chapter.ipynb, shows every chapter this way, so a view added here can appear in any chapter
 by one line of its text. A view is a function of the report, the chapter's key and the marker's
 arguments; it returns what to show, in order: ("md", text), ("html", text) or a matplotlib figure."""
+
 from __future__ import annotations
 
 import re
 
 from lib.core import chapters
-from lib.report import batch_sweep_view, charts, evidence_view, frontier_view, profile_view, prose, size_sweep_view, tables
+from lib.report import (
+    batch_sweep_view,
+    charts,
+    evidence_view,
+    frontier_view,
+    profile_view,
+    prose,
+    size_sweep_view,
+    tables,
+)
 from lib.report.loader import Report, compile_time_text, recommended
 
 MARKER = re.compile(r"^<!-- view: (?P<name>\w+)(?P<args>(?: \w+)*) -->$", re.M)
@@ -20,14 +30,20 @@ def _measured(rep: Report, key: str) -> list:
 
 def _compile_time(rep: Report, key: str) -> list:
     first = [r for r in rep.records if r["stage"] == key and r.get("first_step_s")]
-    return [("md", "First step, compilation included: " + "; ".join(compile_time_text(r) for r in first) + ".")] if first else []
+    return (
+        [("md", "First step, compilation included: " + "; ".join(compile_time_text(r) for r in first) + ".")]
+        if first
+        else []
+    )
 
 
 def _recommended(rep: Report, key: str) -> list:
     # The whole block (switches, memory, energy, loss) lives in the summary's Recommendations; here, its sentence.
     best = recommended(rep)
-    return [("md", prose.recommended_line(rep, best) if best else batch_sweep_view.recommended_md(rep)),
-            ("html", batch_sweep_view.recommended_profile_html(rep))]
+    return [
+        ("md", prose.recommended_line(rep, best) if best else batch_sweep_view.recommended_md(rep)),
+        ("html", batch_sweep_view.recommended_profile_html(rep)),
+    ]
 
 
 VIEWS = {
@@ -35,8 +51,10 @@ VIEWS = {
     "losses": lambda rep, key: [charts.plot_losses(rep, key)],
     "top_kernels": lambda rep, key: [("html", profile_view.top_kernels_html(profile_view.stage_profile(rep, key)))],
     "switch": lambda rep, key: [("md", tables.switch_md(key))],
-    "memory_layers": lambda rep, key, against: [("md", evidence_view.memory_layers_md(rep, key, against)),
-                                                ("html", evidence_view.memory_layers_html(rep, key, against))],
+    "memory_layers": lambda rep, key, against: [
+        ("md", evidence_view.memory_layers_md(rep, key, against)),
+        ("html", evidence_view.memory_layers_html(rep, key, against)),
+    ],
     "seq_sweep": lambda rep, key: [("html", evidence_view.seq_sweep_html(rep)), evidence_view.plot_seq_sweep(rep)],
     "sdpa_backends": lambda rep, key: [("html", frontier_view.sdpa_html(rep))],
     "gemm": lambda rep, key: [("md", evidence_view.gemm_md(rep)), evidence_view.plot_gemm(rep)],
@@ -67,7 +85,7 @@ def plan(text: str) -> list[tuple]:
     for m in MARKER.finditer(text):
         if m.group("name") not in VIEWS:
             raise ValueError(f"unknown view {m.group('name')!r} (views: {', '.join(VIEWS)})")
-        out += [("md", text[at:m.start()].strip()), ("view", m.group("name"), tuple(m.group("args").split()))]
+        out += [("md", text[at : m.start()].strip()), ("view", m.group("name"), tuple(m.group("args").split()))]
         at = m.end()
     return [p for p in out + [("md", text[at:].strip())] if p != ("md", "")]
 

@@ -1,6 +1,7 @@
 """*How the report reads*, its charts: throughput, memory, step-time spread, loss curves and the
 DDP scaling curve, saved under the report's figures/ as they are drawn. Stages are rows (their
 titles never overlap), and a configuration without a value says why in its place."""
+
 from __future__ import annotations
 
 import textwrap
@@ -14,9 +15,19 @@ from lib.report.loader import GiB, Report, no_value, scaling_curve
 
 def style():
     import matplotlib.pyplot as plt
-    plt.rcParams.update({"figure.dpi": 110, "savefig.dpi": 150, "font.size": 9, "axes.spines.top": False,
-                         "axes.spines.right": False, "axes.grid": True, "grid.alpha": 0.3,
-                         "axes.axisbelow": True})
+
+    plt.rcParams.update(
+        {
+            "figure.dpi": 110,
+            "savefig.dpi": 150,
+            "font.size": 9,
+            "axes.spines.top": False,
+            "axes.spines.right": False,
+            "axes.grid": True,
+            "grid.alpha": 0.3,
+            "axes.axisbelow": True,
+        }
+    )
     return plt
 
 
@@ -50,8 +61,9 @@ def stage_rows(ax, keys) -> np.ndarray:
 def _missing(rep: Report, key: str, batch: int, name_batch: bool = True) -> str:
     """What a chart writes in a (stage, batch) slot without a value."""
     rec = rep.rec(key, batch)
-    text = ("not measured at this batch" if rec is None and any(r["stage"] == key for r in rep.records)
-            else no_value(rec))
+    text = (
+        "not measured at this batch" if rec is None and any(r["stage"] == key for r in rep.records) else no_value(rec)
+    )
     return f"B={batch}: {text}" if name_batch else text
 
 
@@ -71,8 +83,15 @@ def _grouped_rows(ax, rep: Report, groups, value):
         ax.barh(y + off, [np.nan if v is None else v for v in vals], h, color=f"C{j}", label=label)
         for i, (key, r) in enumerate(zip(keys, recs)):
             if not (r and r["status"] in TIMED) and (j == 0 or not one_batch):
-                ax.text(0.005, y[i] + (0 if one_batch else off), _missing(rep, key, batch, not one_batch), va="center", fontsize=6.5,
-                        color="firebrick", transform=ax.get_yaxis_transform())
+                ax.text(
+                    0.005,
+                    y[i] + (0 if one_batch else off),
+                    _missing(rep, key, batch, not one_batch),
+                    va="center",
+                    fontsize=6.5,
+                    color="firebrick",
+                    transform=ax.get_yaxis_transform(),
+                )
 
 
 def plot_throughput(rep: Report):
@@ -92,17 +111,24 @@ def plot_memory(rep: Report):
     use after the timed steps) per stage, one panel per batch size."""
     plt = style()
     batches = rep.params["run"]["batch_sizes"]
-    fig, axes = plt.subplots(1, len(batches), figsize=(9, 1.2 + 0.32 * len(rep.stage_order)), sharex=True, sharey=True,
-                             squeeze=False)
+    fig, axes = plt.subplots(
+        1, len(batches), figsize=(9, 1.2 + 0.32 * len(rep.stage_order)), sharex=True, sharey=True, squeeze=False
+    )
     for ax, b in zip(axes[0], batches):
-        _grouped_rows(ax, rep, [(b, label, col) for col, label in rep.layers],
-                      lambda r, col: None if r.get(col) is None else r[col] / GiB)
+        _grouped_rows(
+            ax,
+            rep,
+            [(b, label, col) for col, label in rep.layers],
+            lambda r, col: None if r.get(col) is None else r[col] / GiB,
+        )
         if rep.env["device"].get("memory_bytes"):
             ax.axvline(rep.env["device"]["memory_bytes"] / GiB, color="grey", lw=0.7, ls=":", label="device memory")
         ax.set_title(f"B={b}", fontsize=9)
         ax.set_xlabel("GiB")
-    fig.suptitle("Memory by stage" + (": two peaks, and the device's memory in use after the timed steps"
-                                      if rep.on_gpu else ""), fontsize=10)
+    fig.suptitle(
+        "Memory by stage" + (": two peaks, and the device's memory in use after the timed steps" if rep.on_gpu else ""),
+        fontsize=10,
+    )
     handles, labels = axes[0][0].get_legend_handles_labels()
     legend_below(fig, handles, labels, len(labels))
     return save(fig, rep, "memory")
@@ -115,8 +141,11 @@ def plot_spread(rep: Report):
 
     plt = style()
     # matplotlib 3.10 replaced boxplot's vert=False (deprecated since) by orientation=
-    horizontal = ({"orientation": "horizontal"} if tuple(map(int, matplotlib.__version__.split(".")[:2])) >= (3, 10)
-                  else {"vert": False})
+    horizontal = (
+        {"orientation": "horizontal"}
+        if tuple(map(int, matplotlib.__version__.split(".")[:2])) >= (3, 10)
+        else {"vert": False}
+    )
     batches = rep.params["run"]["batch_sizes"]
     fig, ax = plt.subplots(figsize=(9, 1.0 + 0.14 * len(rep.stage_order) * (len(batches) + 1)))
     y = stage_rows(ax, rep.stage_order)
@@ -127,17 +156,37 @@ def plot_spread(rep: Report):
             r = rep.rec(key, b)
             if r and r["status"] in TIMED and r.get("step_ms"):
                 t = np.asarray(r["step_ms"])
-                ax.boxplot([(t / np.median(t) - 1) * 100], positions=[y[i] + off], widths=h * 0.8, **horizontal,
-                           whis=(10, 90), manage_ticks=False, patch_artist=True, flierprops={"markersize": 2},
-                           boxprops={"facecolor": f"C{j}", "alpha": 0.6}, medianprops={"color": "black"})
+                ax.boxplot(
+                    [(t / np.median(t) - 1) * 100],
+                    positions=[y[i] + off],
+                    widths=h * 0.8,
+                    **horizontal,
+                    whis=(10, 90),
+                    manage_ticks=False,
+                    patch_artist=True,
+                    flierprops={"markersize": 2},
+                    boxprops={"facecolor": f"C{j}", "alpha": 0.6},
+                    medianprops={"color": "black"},
+                )
             else:
-                ax.text(0.005, y[i] + off, _missing(rep, key, b), transform=ax.get_yaxis_transform(), va="center",
-                        fontsize=6.5, color="firebrick")
+                ax.text(
+                    0.005,
+                    y[i] + off,
+                    _missing(rep, key, b),
+                    transform=ax.get_yaxis_transform(),
+                    va="center",
+                    fontsize=6.5,
+                    color="firebrick",
+                )
     ax.axvline(0, color="grey", lw=0.6)
     ax.set_xlabel("step time vs its median (%)")
     ax.set_title("Step-time spread per configuration (box: quartiles, whiskers: p10–p90, dots: outliers)", fontsize=10)
-    legend_below(fig, [plt.Rectangle((0, 0), 1, 1, color=f"C{j}", alpha=0.6) for j in range(len(batches))],
-                 [f"B={b}" for b in batches], len(batches))
+    legend_below(
+        fig,
+        [plt.Rectangle((0, 0), 1, 1, color=f"C{j}", alpha=0.6) for j in range(len(batches))],
+        [f"B={b}" for b in batches],
+        len(batches),
+    )
     return save(fig, rep, "step_spread")
 
 
@@ -146,17 +195,32 @@ def _plot_multi_gpu_losses(rep: Report, stage: str):
     rank 0 trains on the same batches, but each update uses every rank's gradients."""
     plt = style()
     fig, ax = plt.subplots(figsize=(6, 2.9))
-    rec = max((r for r in rep.records if r["stage"] == stage and r.get("losses")),  # the most GPUs measured
-              key=lambda r: r.get("world_size") or 0, default=None)
-    base = rec and next((r for r in rep.decisions
-                         if r["stage"] == rec.get("base_stage") and r["batch_size"] == rec["batch_size"]
-                         and r.get("variant") in (None, "batch sweep") and r.get("losses")), None)
+    rec = max(
+        (r for r in rep.records if r["stage"] == stage and r.get("losses")),  # the most GPUs measured
+        key=lambda r: r.get("world_size") or 0,
+        default=None,
+    )
+    base = rec and next(
+        (
+            r
+            for r in rep.decisions
+            if r["stage"] == rec.get("base_stage")
+            and r["batch_size"] == rec["batch_size"]
+            and r.get("variant") in (None, "batch sweep")
+            and r.get("losses")
+        ),
+        None,
+    )
     if rec is None:
         ax.text(0.5, 0.5, "no multi-GPU loss curve", ha="center", va="center", transform=ax.transAxes, fontsize=8)
     else:
-        ax.plot(rec["losses"], color="C3", lw=1.0, label=f"rank 0 of {rec['world_size']} GPUs, B={rec['batch_size']} each")
+        ax.plot(
+            rec["losses"], color="C3", lw=1.0, label=f"rank 0 of {rec['world_size']} GPUs, B={rec['batch_size']} each"
+        )
         if base:
-            ax.plot(base["losses"], color="C0", lw=1.0, label=f"{base['stage_title']} on one GPU, B={base['batch_size']}")
+            ax.plot(
+                base["losses"], color="C0", lw=1.0, label=f"{base['stage_title']} on one GPU, B={base['batch_size']}"
+            )
         ax.axvline(rep.params["run"]["warmup_steps"] - 0.5, color="grey", lw=0.6, ls=":")
         ax.legend(frameon=False, fontsize=7)
     ax.set_xlabel("step (dotted: end of warm-up)")
@@ -187,8 +251,14 @@ def plot_ddp_scaling(rep: Report):
     eff.plot(gpus, values, color="C3", marker="o", label="tokens/s ÷ (GPUs × one GPU)")
     for p, v in zip(curve[1:], values[1:]):
         if p["allreduce_share"] is not None:
-            eff.annotate(f"all-reduce {p['allreduce_share'] * 100:.1f} %", (p["gpus"], v), textcoords="offset points",
-                         xytext=(0, -12), ha="center", fontsize=7)
+            eff.annotate(
+                f"all-reduce {p['allreduce_share'] * 100:.1f} %",
+                (p["gpus"], v),
+                textcoords="offset points",
+                xytext=(0, -12),
+                ha="center",
+                fontsize=7,
+            )
     eff.set_ylabel("scaling efficiency (%)")
     eff.set_ylim(0, max(110, max(values) + 10))
     for ax in (speed, eff):
@@ -223,8 +293,13 @@ def _loss_panel_all(ax, rep: Report, b: int, tol: float) -> list[str]:
             missing.setdefault(f"no {ref_title} loss to compare with ({no_value(ref)})", []).append(st.title)
         else:
             n = min(len(rec["losses"]), len(ref["losses"]))
-            ax.plot(np.asarray(rec["losses"][:n]) - np.asarray(ref["losses"][:n]), color=f"C{i % 10}",
-                    ls=LINESTYLES[i % len(LINESTYLES)], lw=1.0, label=f"{st.title} − {ref_title}")
+            ax.plot(
+                np.asarray(rec["losses"][:n]) - np.asarray(ref["losses"][:n]),
+                color=f"C{i % 10}",
+                ls=LINESTYLES[i % len(LINESTYLES)],
+                lw=1.0,
+                label=f"{st.title} − {ref_title}",
+            )
     return [f"{why}: {', '.join(titles)}" for why, titles in missing.items()]
 
 
@@ -239,18 +314,29 @@ def plot_losses(rep: Report, stage: str | None = None):
     plt = style()
     batches = rep.params["run"]["batch_sizes"]
     tol = rep.params["run"]["loss_tolerance"]
-    fig, axes = plt.subplots(1, len(batches), figsize=(9, 3.2 if stage is None else 2.9), squeeze=False, sharex=True,
-                             sharey=True)
-    drawn = [(_loss_panel_all(ax, rep, b, tol), "loss − its reference stage's loss (nats)") if stage is None
-             else _loss_panel_stage(ax, rep, stage, b, tol) for ax, b in zip(axes[0], batches)]
+    fig, axes = plt.subplots(
+        1, len(batches), figsize=(9, 3.2 if stage is None else 2.9), squeeze=False, sharex=True, sharey=True
+    )
+    drawn = [
+        (_loss_panel_all(ax, rep, b, tol), "loss − its reference stage's loss (nats)")
+        if stage is None
+        else _loss_panel_stage(ax, rep, stage, b, tol)
+        for ax, b in zip(axes[0], batches)
+    ]
     notes = [[textwrap.fill(n, 70) for n in panel_notes] for panel_notes, _ in drawn]
     lines = max(sum(n.count("\n") + 1 for n in panel) for panel in notes) if stage is None else 0
     for ax, b, panel in zip(axes[0], batches, notes):
         # What a panel could not draw (OOM, no reference...): in a chapter's panel, which then has no
         # curve, in its middle; in the summary's, above it, never over the other stages' curves.
-        ax.text(*((0.0, 1.02) if stage is None else (0.5, 0.5)), "\n".join(panel), transform=ax.transAxes,
-                va="bottom" if stage is None else "center", ha="left" if stage is None else "center",
-                fontsize=6.5 if stage is None else 9, color="firebrick")
+        ax.text(
+            *((0.0, 1.02) if stage is None else (0.5, 0.5)),
+            "\n".join(panel),
+            transform=ax.transAxes,
+            va="bottom" if stage is None else "center",
+            ha="left" if stage is None else "center",
+            fontsize=6.5 if stage is None else 9,
+            color="firebrick",
+        )
         ax.axvline(rep.params["run"]["warmup_steps"] - 0.5, color="grey", lw=0.6, ls=":")
         ax.set_title(f"B={b}", fontsize=9, pad=6 + 8.5 * lines)
         ax.set_xlabel("step (dotted: end of warm-up)")
@@ -293,6 +379,10 @@ def _loss_panel_stage(ax, rep: Report, stage: str, b: int, tol: float) -> tuple[
     if not (ref and ref.get("losses")):
         return [f"no {ref_title} loss at B={b} ({no_value(ref)})"], ylabel
     n = min(len(rec["losses"]), len(ref["losses"]))
-    ax.plot(np.asarray(rec["losses"][:n]) - np.asarray(ref["losses"][:n]), color="C3", lw=1.0,
-            label=f"{st.title} − {ref_title}")
+    ax.plot(
+        np.asarray(rec["losses"][:n]) - np.asarray(ref["losses"][:n]),
+        color="C3",
+        lw=1.0,
+        label=f"{st.title} − {ref_title}",
+    )
     return [], ylabel

@@ -3,6 +3,7 @@ verdict word (lib/report/claims.py judges them). A stage pair's figure per batch
 model size, the padding under torch.compile, the attention kernel that ran and its worth against
 FlashAttention-2, a lever's worth on top of the recommendation. `facts(rep)` gathers what a report
 holds beyond its stage matrix as plain data, so a test can write it by hand."""
+
 from __future__ import annotations
 
 import re
@@ -18,11 +19,17 @@ from lib.report.loader import Report
 from lib.report.profile_view import kernel_label
 from lib.results import decide
 
-LAYERS = {"tensors": "mem_tensors_bytes", "allocator": "mem_allocator_bytes", "device": "mem_device_bytes",
-          "device_sampled": "mem_device_sampled_peak_bytes"}
+LAYERS = {
+    "tensors": "mem_tensors_bytes",
+    "allocator": "mem_allocator_bytes",
+    "device": "mem_device_bytes",
+    "device_sampled": "mem_device_sampled_peak_bytes",
+}
 # Why a memory layer can be missing where both stages ran.
-NO_LAYER = {"device_sampled": "device memory was not sampled during the step in this report's records "
-                              "(records older than the sampling, or NVML unavailable)"}
+NO_LAYER = {
+    "device_sampled": "device memory was not sampled during the step in this report's records "
+    "(records older than the sampling, or NVML unavailable)"
+}
 # FlashAttention-3's class of kernel (params/claims.yaml states the rule): built for Hopper's warpgroup
 # MMA (wgmma, sm90), as cuDNN's Hopper flash attention is, or FlashAttention-3's own FlashAttn*Sm90.
 FA3_CLASS = re.compile(r"sm90\w*wgmma|wgmma\w*sm90|flashattn\w*sm90", re.IGNORECASE)
@@ -31,13 +38,22 @@ FA3_CLASS = re.compile(r"sm90\w*wgmma|wgmma\w*sm90|flashattn\w*sm90", re.IGNOREC
 def facts(rep: Report) -> dict:
     """What the verdicts read from a report beyond its stage matrix and its GEMM sweep."""
     full, rows = frontier_view.ablation_rows(rep)
-    return {"variants": rep.evidence["variants"], "stages": rep.params["stages"],
-            "not_run": rep.params.get("not_run") or [], "model": preset_of(rep.params), "cublas": rep.env.get("cublas"),
-            "profiles": [r for r in rep.records if r.get("kernel_profile") and r["status"] in OK
-                         and not stages.is_multi_gpu(r["stage"])],
-            "leave_one_out": full and {"stage": full["stage"], "batch_size": full["batch_size"],
-                                       "rows": {row["lever"]: row for row in rows}},
-            "sizes": size_sweep_view.points(rep) and {"series": size_sweep_view.speedups(rep), "bands": size_sweep_view.bands(rep)[0]}}
+    return {
+        "variants": rep.evidence["variants"],
+        "stages": rep.params["stages"],
+        "not_run": rep.params.get("not_run") or [],
+        "model": preset_of(rep.params),
+        "cublas": rep.env.get("cublas"),
+        "profiles": [
+            r
+            for r in rep.records
+            if r.get("kernel_profile") and r["status"] in OK and not stages.is_multi_gpu(r["stage"])
+        ],
+        "leave_one_out": full
+        and {"stage": full["stage"], "batch_size": full["batch_size"], "rows": {row["lever"]: row for row in rows}},
+        "sizes": size_sweep_view.points(rep)
+        and {"series": size_sweep_view.speedups(rep), "bands": size_sweep_view.bands(rep)[0]},
+    }
 
 
 def per_batch(df: pd.DataFrame, claim: dict) -> pd.Series:
@@ -53,8 +69,11 @@ def per_batch(df: pd.DataFrame, claim: dict) -> pd.Series:
         vals = {n: a.at[n, "median_ms"] / b.at[n, "median_ms"] - 1 for n in common}
     else:
         col = LAYERS[claim["layer"]]
-        vals = {n: a.at[n, col] / b.at[n, col] - 1 for n in common
-                if not pd.isna(a.at[n, col]) and not pd.isna(b.at[n, col]) and b.at[n, col]}
+        vals = {
+            n: a.at[n, col] / b.at[n, col] - 1
+            for n in common
+            if not pd.isna(a.at[n, col]) and not pd.isna(b.at[n, col]) and b.at[n, col]
+        }
     return pd.Series(vals, dtype=float)
 
 
@@ -66,8 +85,9 @@ def why_unmeasured(df: pd.DataFrame, claim: dict) -> str:
             return f"no loss gate of {claim['stage']} against {claim['versus']} was computed"
         return NO_LAYER.get(claim.get("layer"), f"the {claim.get('layer')} memory layer was not recorded")
     other = df[df["stage"].isin([claim["stage"], claim["versus"]]) & (df["status"] != "ok")]
-    return (f"no batch size where both {claim['stage']} and {claim['versus']} have a timing"
-            + "".join(f"; {r.stage} at B={r.batch_size}: {str(r.status).replace('_', ' ')}" for r in other.itertuples()))
+    return f"no batch size where both {claim['stage']} and {claim['versus']} have a timing" + "".join(
+        f"; {r.stage} at B={r.batch_size}: {str(r.status).replace('_', ' ')}" for r in other.itertuples()
+    )
 
 
 def _left_out(facts: dict | None, key: str) -> str | None:
@@ -75,7 +95,9 @@ def _left_out(facts: dict | None, key: str) -> str | None:
     left = next((n for n in (facts or {}).get("not_run", []) if n["key"] == key), None)
     if left:
         return f"left to the full report ({left['command']})"
-    return None if key in (facts or {}).get("stages", [key]) or key == "size_sweep" else "not among this report's stages"
+    return (
+        None if key in (facts or {}).get("stages", [key]) or key == "size_sweep" else "not among this report's stages"
+    )
 
 
 def forms(keys: list[str], df: pd.DataFrame, facts: dict | None) -> tuple[list[dict], list[str]]:
@@ -86,8 +108,9 @@ def forms(keys: list[str], df: pd.DataFrame, facts: dict | None) -> tuple[list[d
         pair = {"metric": "speedup", "stage": key, "versus": decide.previous_stage(key)}
         values = per_batch(df, pair)
         if values.empty:
-            missing.append(f"{stages.get(key).title}: not measured, "
-                           + (_left_out(facts, key) or why_unmeasured(df, pair)))
+            missing.append(
+                f"{stages.get(key).title}: not measured, " + (_left_out(facts, key) or why_unmeasured(df, pair))
+            )
         else:
             measured.append({**pair, "values": values})
     return sorted(measured, key=lambda f: -float(np.median(f["values"]))), missing
@@ -106,7 +129,9 @@ def sizes(facts: dict | None) -> str:
             continue
         pts = ", ".join(f"{p} {r:.2f}×" if r is not None else f"{p} not measured ({why})" for p, r, why in series)
         start = size_sweep_view.crossover(series, s["bands"])["from"]
-        out.append(f"{form} {pts} ({f'faster beyond noise from {start} up' if start else 'faster beyond noise at no size'})")
+        out.append(
+            f"{form} {pts} ({f'faster beyond noise from {start} up' if start else 'faster beyond noise at no size'})"
+        )
     return "the size sweep, each form over the same size without FP8: " + "; ".join(out)
 
 
@@ -115,7 +140,7 @@ def compiled_padding(df: pd.DataFrame, facts: dict | None, variant: str) -> tupl
     evidence record `variant`) over the compile stage at the same batch; else why it is missing."""
     var = next((r for r in (facts or {}).get("variants", []) if r.get("variant") == variant), None)
     if var is None or var["status"] != "ok":
-        return ("not measured, " + (f"its run ended {var['status']}" if var else "no record of it in this report"))
+        return "not measured, " + (f"its run ended {var['status']}" if var else "no record of it in this report")
     padded = df[(df["stage"] == var["stage"]) & (df["batch_size"] == var["batch_size"]) & (df["status"] == "ok")]
     if padded.empty:
         return f"not measured, no {var['stage']} timing at B={var['batch_size']}"
@@ -132,8 +157,13 @@ def on_top(facts: dict | None, lever: str) -> str:
     if not row or row["worth"] is None:
         rec = (row or {}).get("record") or {}
         return f"on top of the recommendation's other levers ({where}): not measured, {rec.get('reason') or rec.get('status', 'no such row')}"
-    judged = (" (within noise)" if row.get("within_noise") else " (not judged against noise: another machine, offset "
-              "not measured)" if row.get("within_noise") is None else "")
+    judged = (
+        " (within noise)"
+        if row.get("within_noise")
+        else " (not judged against noise: another machine, offset not measured)"
+        if row.get("within_noise") is None
+        else ""
+    )
     return f"on top of the recommendation's other levers, BF16 autocast among them ({where}): {row['worth'] * 100:+.1f} %{judged}"
 
 
@@ -145,10 +175,16 @@ def attention(stage: str, facts: dict | None, sdpa: list | None, versus: str) ->
     time plus the forced steps' difference; or {"why"}."""
     forced = {r.get("variant", "").removeprefix("SDPA "): r for r in sdpa or [] if r.get("status") in OK}
     batch = next(iter(forced.values()), {}).get("batch_size")
-    ran = [r for r in (facts or {}).get("profiles", []) if stages.get(r["stage"]).attention == "sdpa"
-           and any(k["category"] == "attention" for k in r["kernel_profile"]["kernels"])]
+    ran = [
+        r
+        for r in (facts or {}).get("profiles", [])
+        if stages.get(r["stage"]).attention == "sdpa"
+        and any(k["category"] == "attention" for k in r["kernel_profile"]["kernels"])
+    ]
     if not ran:
-        return {"why": "the report has no kernel profile of a stage that runs SDPA, so which attention kernel ran is unknown"}
+        return {
+            "why": "the report has no kernel profile of a stage that runs SDPA, so which attention kernel ran is unknown"
+        }
     rec = max(ran, key=lambda r: (r["stage"] == stage, r["batch_size"] == batch, r["batch_size"]))
     kernels = [k for k in rec["kernel_profile"]["kernels"] if k["category"] == "attention"]
     fa3 = [k for k in kernels if FA3_CLASS.search(k["name"])]
@@ -156,10 +192,21 @@ def attention(stage: str, facts: dict | None, sdpa: list | None, versus: str) ->
     mine = next((r for r in forced.values() if r.get("sdpa_backend") == rec.get("sdpa_backend")), None)
     other = forced.get(versus)
     if mine is None or other is None or rec["batch_size"] != batch:
-        return {**out, "why": f"SDPA's {versus} backend and the one that ran were not both forced at B={rec['batch_size']}"}
-    att_ms = rec["kernel_profile"]["categories"]["attention"]  # a record that listed only its top kernels has the rest here
-    return {**out, "step": other["median_ms"] / mine["median_ms"], "batch": batch, "step_ms": mine["median_ms"],
-            "attention_ms": att_ms, "kernels": (att_ms + other["median_ms"] - mine["median_ms"]) / att_ms}
+        return {
+            **out,
+            "why": f"SDPA's {versus} backend and the one that ran were not both forced at B={rec['batch_size']}",
+        }
+    att_ms = rec["kernel_profile"]["categories"][
+        "attention"
+    ]  # a record that listed only its top kernels has the rest here
+    return {
+        **out,
+        "step": other["median_ms"] / mine["median_ms"],
+        "batch": batch,
+        "step_ms": mine["median_ms"],
+        "attention_ms": att_ms,
+        "kernels": (att_ms + other["median_ms"] - mine["median_ms"]) / att_ms,
+    }
 
 
 def sdpa_measured(sdpa: list | None) -> str:
@@ -167,6 +214,8 @@ def sdpa_measured(sdpa: list | None) -> str:
     if not sdpa:
         return "the report forced no SDPA backend (results/sdpa is empty)"
     recs = sorted(sdpa, key=lambda r: -(r.get("tokens_per_s") or 0))
-    return (f"the {recs[0]['stage']} stage with each SDPA backend forced at B={recs[0]['batch_size']}: "
-            + ", ".join(f"{r['variant'].removeprefix('SDPA ')} " + (f"{r['tokens_per_s']:,.0f} tok/s" if r["status"] == "ok"
-                                                                     else r["status"].replace("_", " ")) for r in recs))
+    return f"the {recs[0]['stage']} stage with each SDPA backend forced at B={recs[0]['batch_size']}: " + ", ".join(
+        f"{r['variant'].removeprefix('SDPA ')} "
+        + (f"{r['tokens_per_s']:,.0f} tok/s" if r["status"] == "ok" else r["status"].replace("_", " "))
+        for r in recs
+    )

@@ -1,5 +1,6 @@
 """The write-ups' claims and rule tables as data (params/claims.yaml, params/rules.yaml), validated
 against the stages and chip families they speak about."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -11,8 +12,17 @@ from lib.core.config import FAMILIES, PARAMS_DIR, ConfigError, check_family, pro
 CLAIMS = PARAMS_DIR / "claims.yaml"
 RULES = PARAMS_DIR / "rules.yaml"
 # What params/claims.yaml may judge by (the header of that file says what each one measures).
-METRICS = ("speedup", "time_change", "memory_change", "kernels", "misalignment", "alignment", "loss_gate", "attention",
-           "none")
+METRICS = (
+    "speedup",
+    "time_change",
+    "memory_change",
+    "kernels",
+    "misalignment",
+    "alignment",
+    "loss_gate",
+    "attention",
+    "none",
+)
 
 
 def load_claims(path=CLAIMS) -> dict:

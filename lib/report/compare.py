@@ -3,6 +3,7 @@ size they all measured, or its cells name their batch; every speed-up names its 
 against the same GPU's best single-GPU configuration; and a difference is put down to the hardware
 only where it exceeds both reports' measured process-to-process spread and the software and the
 measurement method are the same (version skew is flagged, never hidden)."""
+
 from __future__ import annotations
 
 import html
@@ -16,8 +17,14 @@ from lib.core.paths import ROOT
 from lib.report import charts, claims, fidelity_view, loader
 from lib.results import decide
 
-SKEW_KEYS = [("torch", "PyTorch"), ("cuda", "CUDA"), ("cublas", "cuBLAS(Lt)"), ("cudnn", "cuDNN"),
-             ("driver", "Driver"), ("python", "Python")]
+SKEW_KEYS = [
+    ("torch", "PyTorch"),
+    ("cuda", "CUDA"),
+    ("cublas", "cuBLAS(Lt)"),
+    ("cudnn", "cuDNN"),
+    ("driver", "Driver"),
+    ("python", "Python"),
+]
 METHOD = "measurement method"
 
 
@@ -64,12 +71,16 @@ def skew_warnings(reps) -> list[str]:
     soft = list(t[t["differs"] & (t["component"] != METHOD)]["component"])
     out = []
     if soft:
-        out.append(f"Version skew: the GPUs were measured with different {', '.join(soft)}. Part of any difference "
-                   "below may come from the software, not the hardware.")
+        out.append(
+            f"Version skew: the GPUs were measured with different {', '.join(soft)}. Part of any difference "
+            "below may come from the software, not the hardware."
+        )
     if t[t["component"] == METHOD]["differs"].any():
         methods = ", ".join(f"{n}: {rep.params.get('method', 1)}" for n, rep in reps.items())
-        out.append(f"Different measurement methods ({methods}): the step was built or timed another way, so the "
-                   "numbers below do not compare like with like.")
+        out.append(
+            f"Different measurement methods ({methods}): the step was built or timed another way, so the "
+            "numbers below do not compare like with like."
+        )
     return out
 
 
@@ -83,11 +94,15 @@ def skew_html(reps) -> str:
         flag = '<span class="bad">differs</span>' if r.differs else '<span class="ok">same</span>'
         body += f"<tr><th>{r.component}</th>{cells}<td>{flag}</td></tr>"
     devices = "".join(f"<td>{html.escape(rep.env['device']['name'])}</td>" for rep in reps.values())
-    table = (f'<table class="kv"><tr><th></th>{head}<th></th></tr><tr><th>Device</th>{devices}<td></td></tr>'
-             f"{body}</table>")
+    table = (
+        f'<table class="kv"><tr><th></th>{head}<th></th></tr><tr><th>Device</th>{devices}<td></td></tr>{body}</table>'
+    )
     warnings = skew_warnings(reps)
-    return table + ("".join(f'<p class="bad">{w}</p>' for w in warnings) if warnings else
-                    "<p>No version skew: every GPU ran the same software stack and measurement method.</p>")
+    return table + (
+        "".join(f'<p class="bad">{w}</p>' for w in warnings)
+        if warnings
+        else "<p>No version skew: every GPU ran the same software stack and measurement method.</p>"
+    )
 
 
 def _fp32_best(rep):
@@ -118,8 +133,11 @@ def stage_table(reps: dict[str, loader.Report]) -> pd.DataFrame:
         rec = loader.recommended(rep)
         if rec is not None:  # the median over its processes, as its own report quotes it
             scale = rec["processes"]["median"] / rec["tokens_per_s"]
-            rec = {**rec, "tokens_per_s": rec["processes"]["median"],
-                   **{k: rec[k] * scale for k in ("achieved_tflops", "mfu") if rec.get(k) is not None}}
+            rec = {
+                **rec,
+                "tokens_per_s": rec["processes"]["median"],
+                **{k: rec[k] * scale for k in ("achieved_tflops", "mfu") if rec.get(k) is not None},
+            }
         row.update(_cells(name, pd.Series(rec) if rec is not None else None, base[name], rep.params.get("peak_tflops")))
     rows.append(row)
     return pd.DataFrame(rows)
@@ -137,12 +155,16 @@ def _cells(name: str, best, base, peaks: dict | None) -> dict:
         return {f"{name} {c}": np.nan for c in cols}
     bf16, achieved = (peaks or {}).get("bf16"), best.get("achieved_tflops")
     mem = best.get("mem_allocator_bytes")
-    return {f"{name} tok/s": best["tokens_per_s"], f"{name} B": int(best["batch_size"]),
-            f"{name} stage": best.get("stage_title"),
-            f"{name} × own FP32": best["tokens_per_s"] / base["tokens_per_s"] if base is not None else np.nan,
-            f"{name} MFU bf16": achieved / bf16 if bf16 and not pd.isna(achieved) else np.nan,
-            f"{name} MFU own": best.get("mfu"), f"{name} precision": best.get("peak_precision"),
-            f"{name} GiB": mem / loader.GiB if not pd.isna(mem) else np.nan}
+    return {
+        f"{name} tok/s": best["tokens_per_s"],
+        f"{name} B": int(best["batch_size"]),
+        f"{name} stage": best.get("stage_title"),
+        f"{name} × own FP32": best["tokens_per_s"] / base["tokens_per_s"] if base is not None else np.nan,
+        f"{name} MFU bf16": achieved / bf16 if bf16 and not pd.isna(achieved) else np.nan,
+        f"{name} MFU own": best.get("mfu"),
+        f"{name} precision": best.get("peak_precision"),
+        f"{name} GiB": mem / loader.GiB if not pd.isna(mem) else np.nan,
+    }
 
 
 def stage_html(reps) -> str:
@@ -153,8 +175,10 @@ def stage_html(reps) -> str:
     for n in names:
         base = _fp32_best(reps[n])
         basis = f"B={int(base['batch_size'])}" if base is not None else "not timed"
-        sub += (f"<th>tok/s (B)</th><th>× own FP32 at {basis}</th><th>MFU of BF16 dense peak</th>"
-                "<th>MFU of own precision's peak</th><th>alloc. GiB</th>")
+        sub += (
+            f"<th>tok/s (B)</th><th>× own FP32 at {basis}</th><th>MFU of BF16 dense peak</th>"
+            "<th>MFU of own precision's peak</th><th>alloc. GiB</th>"
+        )
     body = ""
     for r in t.to_dict("records"):
         cells = ""
@@ -164,10 +188,12 @@ def stage_html(reps) -> str:
                 cells += f'<td colspan="5">{_untimed_html(reps[n], r["stage"])}</td>'
                 continue
             where = f"B={int(r[f'{n} B'])}" if r["stage"] != RECOMMENDED else f"{r[f'{n} stage']}, B={int(r[f'{n} B'])}"
-            cells += (f"<td>{tok:,.0f} <small>{where}</small></td><td>{loader.times(r[f'{n} × own FP32'])}</td>"
-                      f"<td>{loader.pct(r[f'{n} MFU bf16'])}</td>"
-                      f"<td>{loader.pct(r[f'{n} MFU own'])} <small>{r[f'{n} precision'] or ''}</small></td>"
-                      f"<td>{r[f'{n} GiB']:.1f}</td>")
+            cells += (
+                f"<td>{tok:,.0f} <small>{where}</small></td><td>{loader.times(r[f'{n} × own FP32'])}</td>"
+                f"<td>{loader.pct(r[f'{n} MFU bf16'])}</td>"
+                f"<td>{loader.pct(r[f'{n} MFU own'])} <small>{r[f'{n} precision'] or ''}</small></td>"
+                f"<td>{r[f'{n} GiB']:.1f}</td>"
+            )
         body += f"<tr><td>{r['stage']}</td>{cells}</tr>"
     return f'<table class="matrix"><tr><th></th>{head}</tr><tr><th>Stage</th>{sub}</tr>{body}</table>'
 
@@ -194,10 +220,18 @@ def same_batch_table(reps: dict[str, loader.Report]) -> pd.DataFrame:
         b = max(common)
         tok = dict(zip(names, [float(t[t["batch_size"] == b]["tokens_per_s"].iloc[0]) for t in timed]))
         ratio = {n: tok[n] / tok[names[0]] for n in names[1:]}
-        rows.append({"stage": stages.get(key).title, "B": int(b), **{f"{n} tok/s": v for n, v in tok.items()},
-                     **{f"{n} / {names[0]}": v for n, v in ratio.items()},
-                     **{f"{n} within noise": None if noise[n] is None else bool(abs(ratio[n] - 1) <= noise[n])
-                        for n in names[1:]}})
+        rows.append(
+            {
+                "stage": stages.get(key).title,
+                "B": int(b),
+                **{f"{n} tok/s": v for n, v in tok.items()},
+                **{f"{n} / {names[0]}": v for n, v in ratio.items()},
+                **{
+                    f"{n} within noise": None if noise[n] is None else bool(abs(ratio[n] - 1) <= noise[n])
+                    for n in names[1:]
+                },
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -208,14 +242,23 @@ def same_batch_html(reps) -> str:
     names = list(reps)
     head = "".join(f"<th>{n} tok/s</th>" for n in names) + "".join(f"<th>{n} / {names[0]}</th>" for n in names[1:])
     body = "".join(
-        f"<tr><td>{r['stage']}</td><td>{r['B']}</td>" + "".join(f"<td>{r[f'{n} tok/s']:,.0f}</td>" for n in names)
-        + "".join(f"<td>{loader.times(r[f'{n} / {names[0]}'])}"
-                  + (" <small>within noise</small>" if r[f"{n} within noise"] else "") + "</td>" for n in names[1:])
-        + "</tr>" for r in t.to_dict("records"))
-    return (f'<table class="matrix"><tr><th>Stage</th><th>B</th>{head}</tr>{body}</table>'
-            '<p class="note">Each cell is the stage matrix\'s record (its first process), as every table of a '
-            "report's matrix shows it; a recommended row above is the median over its processes.</p>"
-            + attribution_html(reps))
+        f"<tr><td>{r['stage']}</td><td>{r['B']}</td>"
+        + "".join(f"<td>{r[f'{n} tok/s']:,.0f}</td>" for n in names)
+        + "".join(
+            f"<td>{loader.times(r[f'{n} / {names[0]}'])}"
+            + (" <small>within noise</small>" if r[f"{n} within noise"] else "")
+            + "</td>"
+            for n in names[1:]
+        )
+        + "</tr>"
+        for r in t.to_dict("records")
+    )
+    return (
+        f'<table class="matrix"><tr><th>Stage</th><th>B</th>{head}</tr>{body}</table>'
+        '<p class="note">Each cell is the stage matrix\'s record (its first process), as every table of a '
+        "report's matrix shows it; a recommended row above is the median over its processes.</p>"
+        + attribution_html(reps)
+    )
 
 
 def attribution_html(reps) -> str:
@@ -231,20 +274,25 @@ def attribution_html(reps) -> str:
         noise, skewed = pair_noise(reps, names[0], n), skew_warnings(pair)
         if noise is None:
             unmeasured = [m for m in pair if fidelity_view.noise(reps[m])[1] is None]
-            text = (f"{n} against {names[0]}: no configuration of {' or '.join(unmeasured)} ran in more than one "
-                    "process, so no difference here can be told from noise.")
+            text = (
+                f"{n} against {names[0]}: no configuration of {' or '.join(unmeasured)} ran in more than one "
+                "process, so no difference here can be told from noise."
+            )
         else:
             beyond = sum(not v for v in t[f"{n} within noise"])
             floors = ", ".join(f"{m} {loader.pct(fidelity_view.noise(reps[m])[1], 2)}" for m in pair)
-            text = (f"{n} against {names[0]} at the same batch size: {beyond} of {len(t)} stages differ by more "
-                    f"than the larger process-to-process spread of the two reports ({floors}); ")
+            text = (
+                f"{n} against {names[0]} at the same batch size: {beyond} of {len(t)} stages differ by more "
+                f"than the larger process-to-process spread of the two reports ({floors}); "
+            )
             if not beyond:
                 text += "every difference is within noise."
             elif skewed:
                 text += f"the other {len(t) - beyond} are within noise." if beyond < len(t) else "none is within noise."
             else:
-                text += ("with the same software and measurement method, those differences are the hardware's"
-                         + (f"; the other {len(t) - beyond} are within noise." if beyond < len(t) else "."))
+                text += "with the same software and measurement method, those differences are the hardware's" + (
+                    f"; the other {len(t) - beyond} are within noise." if beyond < len(t) else "."
+                )
         out.append(" ".join([text, *skewed]))
     return "".join(f"<p>{html.escape(p, quote=False)}</p>" for p in out)
 
@@ -287,12 +335,17 @@ def lever_html(reps) -> str:
     body = ""
     for stage, r in t.iterrows():
         common = not pd.isna(r["B"])
-        cells = "".join(f"<td>{loader.times(r[n])}" + ("" if common or pd.isna(r[n]) else f" <small>B={int(r[f'{n} B'])}</small>")
-                        + "</td>" for n in names)
+        cells = "".join(
+            f"<td>{loader.times(r[n])}"
+            + ("" if common or pd.isna(r[n]) else f" <small>B={int(r[f'{n} B'])}</small>")
+            + "</td>"
+            for n in names
+        )
         body += f"<tr><td>{stage}</td><td>{int(r['B']) if common else 'each its own'}</td>{cells}</tr>"
     head = "".join(f"<th>{n}</th>" for n in names)
-    return (f'<table class="matrix"><tr><th>Stage (over the stage it is added to)</th><th>B</th>{head}</tr>'
-            f"{body}</table>")
+    return (
+        f'<table class="matrix"><tr><th>Stage (over the stage it is added to)</th><th>B</th>{head}</tr>{body}</table>'
+    )
 
 
 def ddp_table(reps) -> pd.DataFrame:
@@ -306,8 +359,12 @@ def ddp_table(reps) -> pd.DataFrame:
         row = {"gpus": g}
         for n, c in curves.items():
             p = next((p for p in c if p["gpus"] == g), None)
-            row.update({f"{n} {k}": p[k] if p else None
-                        for k in ("tokens_per_s", "per_gpu_batch", "stage", "speedup", "efficiency", "same_config")})
+            row.update(
+                {
+                    f"{n} {k}": p[k] if p else None
+                    for k in ("tokens_per_s", "per_gpu_batch", "stage", "speedup", "efficiency", "same_config")
+                }
+            )
             row[f"{n} one"] = c[0] if c else None
         rows.append(row)
     return pd.DataFrame(rows)
@@ -329,19 +386,25 @@ def ddp_html(reps) -> str:
         for n in names:
             one = r[f"{n} one"]
             if pd.isna(r[f"{n} tokens_per_s"]):
-                why = '<span class="note">not measured on this GPU count</span>' if one else _untimed_html(reps[n], title)
+                why = (
+                    '<span class="note">not measured on this GPU count</span>' if one else _untimed_html(reps[n], title)
+                )
                 cells += f'<td colspan="3">{why}</td>'
                 continue
             other = "" if r[f"{n} same_config"] else " <small>(another configuration than the job's)</small>"
-            cells += (f"<td>{r[f'{n} tokens_per_s']:,.0f} <small>{r['gpus']} × B={int(r[f'{n} per_gpu_batch'])}, "
-                      f"{_title(r[f'{n} stage'])}</small></td>"
-                      f"<td>{loader.times(r[f'{n} speedup'])} <small>over one GPU's {_title(one['stage'])} "
-                      f"B={one['per_gpu_batch']} ({one['tokens_per_s']:,.0f} tok/s)</small>{other}</td>"
-                      f"<td>{loader.pct(r[f'{n} efficiency'])}</td>")
+            cells += (
+                f"<td>{r[f'{n} tokens_per_s']:,.0f} <small>{r['gpus']} × B={int(r[f'{n} per_gpu_batch'])}, "
+                f"{_title(r[f'{n} stage'])}</small></td>"
+                f"<td>{loader.times(r[f'{n} speedup'])} <small>over one GPU's {_title(one['stage'])} "
+                f"B={one['per_gpu_batch']} ({one['tokens_per_s']:,.0f} tok/s)</small>{other}</td>"
+                f"<td>{loader.pct(r[f'{n} efficiency'])}</td>"
+            )
         body += f"<tr><td>{r['gpus']} GPUs</td>{cells}</tr>"
     head = "".join(f'<th colspan="3">{n}</th>' for n in names)
-    sub = "".join("<th>tok/s (GPUs × per-GPU B)</th><th>over the same GPU's best single-GPU configuration</th>"
-                  "<th>efficiency</th>" for _ in names)
+    sub = "".join(
+        "<th>tok/s (GPUs × per-GPU B)</th><th>over the same GPU's best single-GPU configuration</th><th>efficiency</th>"
+        for _ in names
+    )
     return f'<table class="matrix"><tr><th></th>{head}</tr><tr><th>GPUs</th>{sub}</tr>{body}</table>'
 
 
@@ -355,8 +418,9 @@ def plot_throughput(reps, out_dir: Path):
     width = 0.8 / len(names)
     for j, n in enumerate(names):
         ax.bar(x + (j - (len(names) - 1) / 2) * width, t[f"{n} tok/s"] if len(t) else [], width, label=n, color=f"C{j}")
-    ax.set_xticks(x, [f"{s} (B={b})" for s, b in zip(t.get("stage", []), t.get("B", []))], fontsize=7, rotation=25,
-                  ha="right")
+    ax.set_xticks(
+        x, [f"{s} (B={b})" for s, b in zip(t.get("stage", []), t.get("B", []))], fontsize=7, rotation=25, ha="right"
+    )
     ax.set_ylabel("tokens / s at the same batch size")
     ax.yaxis.set_major_formatter(plt.FuncFormatter(lambda v, _: f"{v:,.0f}"))
     ax.legend(frameon=False)
@@ -368,10 +432,12 @@ def plot_throughput(reps, out_dir: Path):
 
 def title_md(reps) -> str:
     devices = " vs ".join(f"**{rep.env['device']['name']}** ({name})" for name, rep in reps.items())
-    return (f"# GPT-2 training step across GPUs\n\n{devices}\n\nEach GPU's numbers come from its own report "
-            "(`reports/<gpu>/`), measured by this tool on that GPU with the same workload, seed and data. "
-            "Every speed-up names its basis: the stage and batch size measured, against which stage at which "
-            "batch size.")
+    return (
+        f"# GPT-2 training step across GPUs\n\n{devices}\n\nEach GPU's numbers come from its own report "
+        "(`reports/<gpu>/`), measured by this tool on that GPU with the same workload, seed and data. "
+        "Every speed-up names its basis: the stage and batch size measured, against which stage at which "
+        "batch size."
+    )
 
 
 def claims_html(reps) -> str:
@@ -384,14 +450,22 @@ def claims_html(reps) -> str:
     body = ""
     for i, r in enumerate(first.itertuples()):
         if families & set(by_id[r.id]["families"]):
-            cells = "".join(f"<td>{html.escape(t.iloc[i]['measured'] or '—')}<br>"
-                            f'<small class="{claims.CSS[t.iloc[i]["verdict"]]}">{t.iloc[i]["verdict"]}</small></td>'
-                            for t in tables.values())
+            cells = "".join(
+                f"<td>{html.escape(t.iloc[i]['measured'] or '—')}<br>"
+                f'<small class="{claims.CSS[t.iloc[i]["verdict"]]}">{t.iloc[i]["verdict"]}</small></td>'
+                for t in tables.values()
+            )
         else:
             why = f"no report compared here is of its hardware; {claims.elsewhere(by_id[r.id])}"
-            cells = (f'<td colspan="{len(reps)}">{html.escape(why)}<br>'
-                     f'<small class="{claims.CSS[claims.NOT_MEASURED]}">{claims.NOT_MEASURED}</small></td>')
-        body += (f"<tr><td>{html.escape(r.claim)} <small>[{r.source}]</small><br><small>{html.escape(r.check)}</small>"
-                 f"</td>{cells}</tr>")
-    return (f'<table class="claims"><tr><th>Claim [source]</th>{head}</tr>{body}</table>'
-            f'<p class="note">Sources: {claims.sources_html()}.</p>')
+            cells = (
+                f'<td colspan="{len(reps)}">{html.escape(why)}<br>'
+                f'<small class="{claims.CSS[claims.NOT_MEASURED]}">{claims.NOT_MEASURED}</small></td>'
+            )
+        body += (
+            f"<tr><td>{html.escape(r.claim)} <small>[{r.source}]</small><br><small>{html.escape(r.check)}</small>"
+            f"</td>{cells}</tr>"
+        )
+    return (
+        f'<table class="claims"><tr><th>Claim [source]</th>{head}</tr>{body}</table>'
+        f'<p class="note">Sources: {claims.sources_html()}.</p>'
+    )

@@ -2,6 +2,7 @@
 with the stage chapters inserted where the summary says), a self-contained HTML file (no script,
 stylesheet or font from the internet: nbconvert's body-only template plus our own CSS) and a
 PDF rendered from that HTML by WeasyPrint."""
+
 from __future__ import annotations
 
 import ctypes.util
@@ -38,7 +39,11 @@ def assemble(summary_path, chapter_paths, out_path) -> nbformat.NotebookNode:
         if "chapters" in _tags(cell):
             for path, nb in zip(chapter_paths, chapters):
                 # every chapter is drawn from one template: its cells are told apart by the chapter's name
-                cells.extend(nbformat.from_dict({**c, "id": f"{Path(path).stem}-{c.id}"}) for c in nb.cells if not _tags(c) & HIDDEN_TAGS)
+                cells.extend(
+                    nbformat.from_dict({**c, "id": f"{Path(path).stem}-{c.id}"})
+                    for c in nb.cells
+                    if not _tags(c) & HIDDEN_TAGS
+                )
     report = nbformat.v4.new_notebook(cells=cells, metadata=summary.metadata)
     nbformat.write(report, out_path)
     return report
@@ -48,15 +53,18 @@ def to_html(notebook, title: str) -> str:
     from nbconvert import HTMLExporter
     from pygments.formatters import HtmlFormatter
 
-    exporter = HTMLExporter(template_name="basic", exclude_input=True, exclude_input_prompt=True,
-                            exclude_output_prompt=True)
+    exporter = HTMLExporter(
+        template_name="basic", exclude_input=True, exclude_input_prompt=True, exclude_output_prompt=True
+    )
     exporter.log.setLevel("ERROR")  # charts carry their titles inside the image; no alt-text nagging
     body, _ = exporter.from_notebook_node(notebook)
     css = CSS.read_text() + HtmlFormatter(style="default").get_style_defs(".highlight")
-    return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">\n'
-            f'<meta name="viewport" content="width=device-width, initial-scale=1">\n'
-            f"<title>{title}</title>\n<style>\n{css}\n</style></head>\n"
-            f'<body><main class="report">\n{body}\n</main></body></html>\n')
+    return (
+        f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">\n'
+        f'<meta name="viewport" content="width=device-width, initial-scale=1">\n'
+        f"<title>{title}</title>\n<style>\n{css}\n</style></head>\n"
+        f'<body><main class="report">\n{body}\n</main></body></html>\n'
+    )
 
 
 def _pdf_env() -> dict:
@@ -78,8 +86,13 @@ def to_pdf(html_text: str, pdf_path, base_dir) -> None:
     with tempfile.NamedTemporaryFile("w", suffix=".html", delete=False, encoding="utf-8") as f:
         f.write(html_text)
     try:
-        proc = subprocess.run([sys.executable, "-m", "lib.report.export", f.name, str(pdf_path), str(base_dir)],
-                              cwd=ROOT, env=_pdf_env(), capture_output=True, text=True)
+        proc = subprocess.run(
+            [sys.executable, "-m", "lib.report.export", f.name, str(pdf_path), str(base_dir)],
+            cwd=ROOT,
+            env=_pdf_env(),
+            capture_output=True,
+            text=True,
+        )
     finally:
         os.unlink(f.name)
     if proc.returncode:
@@ -100,8 +113,7 @@ def _render(html_path: str, pdf_path: str, base_dir: str) -> None:
     os.replace(tmp, pdf_path)
 
 
-def export(report_dir, chapter_paths, summary_path, title: str, t_start: float,
-           wall_note: str | None = None) -> dict:
+def export(report_dir, chapter_paths, summary_path, title: str, t_start: float, wall_note: str | None = None) -> dict:
     """Assemble, write report.html and report.pdf; the wall time of the whole run up to the PDF
     replaces WALL_TIME_TOKEN. Returns the timings of this step."""
     report_dir = Path(report_dir)
@@ -112,17 +124,24 @@ def export(report_dir, chapter_paths, summary_path, title: str, t_start: float,
     # The PDF is rendered once, from the final HTML: the wall time it quotes stops before it (run.json
     # keeps the PDF's own time). Rendering twice to quote its own time cost a CPU run a third of its export.
     total = time.perf_counter() - t_start
-    html_text = html_text.replace(WALL_TIME_TOKEN, (
-        f"{wall_note}, in {total:.0f} s (notebooks and HTML; the PDF's own time is in run.json)" if wall_note else
-        f"{total:.0f} s for this whole run: measuring every configuration, then the notebooks and HTML "
-        "(the PDF's own time is in run.json)"))
+    html_text = html_text.replace(
+        WALL_TIME_TOKEN,
+        (
+            f"{wall_note}, in {total:.0f} s (notebooks and HTML; the PDF's own time is in run.json)"
+            if wall_note
+            else f"{total:.0f} s for this whole run: measuring every configuration, then the notebooks and HTML "
+            "(the PDF's own time is in run.json)"
+        ),
+    )
     t0 = time.perf_counter()
     pdf_error = None
     try:
         to_pdf(html_text, report_dir / "report.pdf", report_dir)
     except RuntimeError as e:  # e.g. no Pango on this host: keep the HTML, say so
-        pdf_error = f"PDF not rendered here ({type(e).__name__}: {str(e).splitlines()[0][:200]}); " \
-                    "render it elsewhere with `make pdf GPU=<name>`"
+        pdf_error = (
+            f"PDF not rendered here ({type(e).__name__}: {str(e).splitlines()[0][:200]}); "
+            "render it elsewhere with `make pdf GPU=<name>`"
+        )
         html_text = html_text.replace("(the PDF's own time is in run.json)", "(no PDF rendered on this host)")
     t_pdf = time.perf_counter() - t0
     timing = {"html_s": t_html, "pdf_s": t_pdf, "total_s": time.perf_counter() - t_start, "pdf_error": pdf_error}

@@ -1,6 +1,7 @@
 """*How far the numbers can be trusted*, as the report reads it: the harness against the plain
 loop (lib/train/plain_loop.py), the process-to-process spread of the repeated configurations and the
 noise floor it gives (the parity test: lib/report/parity_view.py)."""
+
 from __future__ import annotations
 
 import html
@@ -24,8 +25,15 @@ def noise(rep: Report) -> tuple[dict, float | None]:
 def repeats_rule(ev: dict) -> str:
     """The repeats rule as the params state it, before any number: when a third process (and more) runs."""
     tol, n = ev.get("repeat_tolerance"), ev["repeats"]
-    return "" if n <= 2 else f" and more, {n} in all" if tol is None else (
-        f", and further ones (up to {n}) only where the processes so far differ by more than {tol * 100:g} % of their median")
+    return (
+        ""
+        if n <= 2
+        else f" and more, {n} in all"
+        if tol is None
+        else (
+            f", and further ones (up to {n}) only where the processes so far differ by more than {tol * 100:g} % of their median"
+        )
+    )
 
 
 def within_noise(rep: Report, a: tuple[str, int], b: tuple[str, int]) -> bool | None:
@@ -38,8 +46,14 @@ def within_noise(rep: Report, a: tuple[str, int], b: tuple[str, int]) -> bool | 
 def _harness_ms(rep: Report, key: str, batch: int) -> float | None:
     """The harness's step time at a configuration, as the plain loop's is taken (the mean over the
     timed steps), then the median over the processes that timed it."""
-    means = [r["mean_ms"] for r in rep.decisions if (r["stage"], r["batch_size"]) == (key, batch)
-             and r.get("status") == "ok" and r.get("variant") in record.TIMING_VARIANTS and r.get("mean_ms")]
+    means = [
+        r["mean_ms"]
+        for r in rep.decisions
+        if (r["stage"], r["batch_size"]) == (key, batch)
+        and r.get("status") == "ok"
+        and r.get("variant") in record.TIMING_VARIANTS
+        and r.get("mean_ms")
+    ]
     return float(np.median(means)) if means else None
 
 
@@ -51,10 +65,18 @@ def crosscheck_rows(rep: Report) -> list[dict]:
         key, batch = rec["stage"], rec["batch_size"]
         harness = _harness_ms(rep, key, batch)
         plain = rec.get("ms_per_step") if rec["status"] == "ok" else None
-        rows.append({"stage": key, "batch_size": batch, "harness_ms": harness, "plain_ms": plain,
-                     "plain_synced_ms": rec.get("synced_median_ms"),
-                     "processes": len(tps.get((key, batch), [])), "status": rec["status"],
-                     "difference": harness / plain - 1 if harness and plain else None})
+        rows.append(
+            {
+                "stage": key,
+                "batch_size": batch,
+                "harness_ms": harness,
+                "plain_ms": plain,
+                "plain_synced_ms": rec.get("synced_median_ms"),
+                "processes": len(tps.get((key, batch), [])),
+                "status": rec["status"],
+                "difference": harness / plain - 1 if harness and plain else None,
+            }
+        )
     return rows
 
 
@@ -68,19 +90,24 @@ def crosscheck_html(rep: Report) -> str:
         cell = "n/a" if diff is None else f"{diff * 100:+.1f} %"
         if diff is not None and abs(diff) > CROSSCHECK_LIMIT:
             cell = f'<span class="bad">{cell}</span>'
-        body.append(f"<tr><td>{html.escape(stages.get(r['stage']).title)}</td><td>{r['batch_size']}</td>"
-                    f"<td>{_ms(r['harness_ms'])} <small>({r['processes']} process{'es' if r['processes'] != 1 else ''})"
-                    f"</small></td><td>{_ms(r['plain_ms']) if r['status'] == 'ok' else r['status'].upper()}</td>"
-                    f"<td>{cell}</td><td>{_ms(r['plain_synced_ms'])}</td></tr>")
-    return ('<table class="matrix"><thead><tr><th>Stage</th><th>B</th><th>harness ms/step (mean)</th>'
-            '<th>plain loop ms/step</th><th>harness vs plain</th>'
-            '<th>plain loop, synchronised every step</th></tr></thead><tbody>'
-            + "".join(body) + "</tbody></table>"
-            + '<p class="note">Both figures are means over the timed steps: the harness\'s of its CUDA-event '
-              "step times (the median of that over its processes), the plain loop's the wall time of its timed "
-              "steps over their number, the host running ahead of the device as in nanoGPT's loop; the last column times each step after a "
-              "<code>torch.cuda.synchronize()</code>, as build-nanogpt does, which adds the host's launch gap at the "
-              "start of every step.</p>")
+        body.append(
+            f"<tr><td>{html.escape(stages.get(r['stage']).title)}</td><td>{r['batch_size']}</td>"
+            f"<td>{_ms(r['harness_ms'])} <small>({r['processes']} process{'es' if r['processes'] != 1 else ''})"
+            f"</small></td><td>{_ms(r['plain_ms']) if r['status'] == 'ok' else r['status'].upper()}</td>"
+            f"<td>{cell}</td><td>{_ms(r['plain_synced_ms'])}</td></tr>"
+        )
+    return (
+        '<table class="matrix"><thead><tr><th>Stage</th><th>B</th><th>harness ms/step (mean)</th>'
+        "<th>plain loop ms/step</th><th>harness vs plain</th>"
+        "<th>plain loop, synchronised every step</th></tr></thead><tbody>"
+        + "".join(body)
+        + "</tbody></table>"
+        + '<p class="note">Both figures are means over the timed steps: the harness\'s of its CUDA-event '
+        "step times (the median of that over its processes), the plain loop's the wall time of its timed "
+        "steps over their number, the host running ahead of the device as in nanoGPT's loop; the last column times each step after a "
+        "<code>torch.cuda.synchronize()</code>, as build-nanogpt does, which adds the host's launch gap at the "
+        "start of every step.</p>"
+    )
 
 
 def crosscheck_finding(rep: Report) -> str | None:
@@ -88,18 +115,26 @@ def crosscheck_finding(rep: Report) -> str | None:
     if not rows:
         return None
     worst = max(rows, key=lambda r: abs(r["difference"]))
-    where = ", ".join(f"{stages.get(r['stage']).title} B={r['batch_size']} {r['difference'] * 100:+.1f} %" for r in rows)
+    where = ", ".join(
+        f"{stages.get(r['stage']).title} B={r['batch_size']} {r['difference'] * 100:+.1f} %" for r in rows
+    )
     _, floor = noise(rep)
     if abs(worst["difference"]) > CROSSCHECK_LIMIT and floor is not None and abs(worst["difference"]) <= floor:
-        return (f'<span class="warn"><b>Cross-check within noise only</b>: the harness differs from a plain '
-                f"nanoGPT-form loop by more than {CROSSCHECK_LIMIT * 100:.0f} % ({where}), but by less than this "
-                f"report's process-to-process noise ({floor * 100:.1f} %).</span>")
+        return (
+            f'<span class="warn"><b>Cross-check within noise only</b>: the harness differs from a plain '
+            f"nanoGPT-form loop by more than {CROSSCHECK_LIMIT * 100:.0f} % ({where}), but by less than this "
+            f"report's process-to-process noise ({floor * 100:.1f} %).</span>"
+        )
     if abs(worst["difference"]) > CROSSCHECK_LIMIT:
-        return (f'<span class="bad"><b>Cross-check failed</b>: the harness differs from a plain nanoGPT-form loop '
-                f"by more than {CROSSCHECK_LIMIT * 100:.0f} % ({where}); its numbers may not carry over to "
-                "that code.</span>")
-    return (f"**Cross-check**: the harness's step time is within {CROSSCHECK_LIMIT * 100:.0f} % of a plain "
-            f"nanoGPT-form training loop at every configuration compared ({where}).")
+        return (
+            f'<span class="bad"><b>Cross-check failed</b>: the harness differs from a plain nanoGPT-form loop '
+            f"by more than {CROSSCHECK_LIMIT * 100:.0f} % ({where}); its numbers may not carry over to "
+            "that code.</span>"
+        )
+    return (
+        f"**Cross-check**: the harness's step time is within {CROSSCHECK_LIMIT * 100:.0f} % of a plain "
+        f"nanoGPT-form training loop at every configuration compared ({where})."
+    )
 
 
 def _ms(v) -> str:
@@ -115,30 +150,40 @@ def repeats_html(rep: Report) -> str:
     body = []
     for (key, batch), values in sorted(repeated.items(), key=lambda kv: (order.get(kv[0][0], 99), kv[0][1])):
         s = noise_stats.spread(values)
-        body.append(f"<tr><td>{html.escape(stages.get(key).title)}</td><td>{batch}</td><td>{s['n']}</td>"
-                    f"<td>{s['median']:,.0f}</td><td>{s['lo']:,.0f} – {s['hi']:,.0f}</td>"
-                    f"<td>{s['spread'] * 100:.2f} %</td></tr>")
-    return ('<table class="matrix"><thead><tr><th>Stage</th><th>B</th><th>processes</th><th>median tok/s</th>'
-            '<th>range</th><th>range / median</th></tr></thead><tbody>' + "".join(body) + "</tbody></table>"
-            + f'<p class="note">Noise floor of this report (the largest range / median above): '
-              f"{floor * 100:.2f} %. A ratio closer to 1 than that is reported as within noise.</p>")
+        body.append(
+            f"<tr><td>{html.escape(stages.get(key).title)}</td><td>{batch}</td><td>{s['n']}</td>"
+            f"<td>{s['median']:,.0f}</td><td>{s['lo']:,.0f} – {s['hi']:,.0f}</td>"
+            f"<td>{s['spread'] * 100:.2f} %</td></tr>"
+        )
+    return (
+        '<table class="matrix"><thead><tr><th>Stage</th><th>B</th><th>processes</th><th>median tok/s</th>'
+        "<th>range</th><th>range / median</th></tr></thead><tbody>"
+        + "".join(body)
+        + "</tbody></table>"
+        + f'<p class="note">Noise floor of this report (the largest range / median above): '
+        f"{floor * 100:.2f} %. A ratio closer to 1 than that is reported as within noise.</p>"
+    )
 
 
 # How decide.best_config chooses among the batch sizes of the recommended stage (the method states it).
-BATCH_TIE_RULE = ("the fastest batch size of the recommended stage by its median tokens/s, unless another batch size "
-                  "of that stage, timed in at least two processes, lies within the noise of the two figures compared "
-                  "(the larger of their own process-to-process ranges, widened to the spread between machines where "
-                  "they were timed on different ones): that is a tie, and a tie goes to the batch size that needs the "
-                  "least memory.")
+BATCH_TIE_RULE = (
+    "the fastest batch size of the recommended stage by its median tokens/s, unless another batch size "
+    "of that stage, timed in at least two processes, lies within the noise of the two figures compared "
+    "(the larger of their own process-to-process ranges, widened to the spread between machines where "
+    "they were timed on different ones): that is a tie, and a tie goes to the batch size that needs the "
+    "least memory."
+)
 
 
 def noise_sentence(rep: Report) -> str:
     _, floor = noise(rep)
     if floor is None:
         return "not measured for this report (no configuration ran in more than one process)."
-    return (f"the largest process-to-process range of tokens/s among the repeated configurations is "
-            f"{floor * 100:.2f} % of its median; speed-ups closer to 1 than the ranges of the two "
-            "configurations compared (this floor where one ran once) are reported as *within noise*.")
+    return (
+        f"the largest process-to-process range of tokens/s among the repeated configurations is "
+        f"{floor * 100:.2f} % of its median; speed-ups closer to 1 than the ranges of the two "
+        "configurations compared (this floor where one ran once) are reported as *within noise*."
+    )
 
 
 def noise_note(rep: Report, key: str) -> str:

@@ -3,6 +3,7 @@ entropy's default gradient filter against its exact form (fused cross-entropy ch
 recommendation measured as it would be trained: at GPT-2's global batch against the canonical
 trainer, and with each of its levers removed in turn (batch-sweep chapter). From the report
 folder's records only."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -30,21 +31,41 @@ def sdpa_html(rep: Report) -> str:
     default = rep.rec("flash", batch)
     rows = []
     if _ok(default):
-        rows.append({"SDPA backend": f"PyTorch's choice ({default.get('sdpa_backend') or 'unknown'})",
-                     "ms/step": f"{default['median_ms']:.1f}", "tok/s": f"{default['tokens_per_s']:,.0f}",
-                     "× PyTorch's choice": "1.00×", "allocator GiB": gib(default.get("mem_allocator_bytes"))})
+        rows.append(
+            {
+                "SDPA backend": f"PyTorch's choice ({default.get('sdpa_backend') or 'unknown'})",
+                "ms/step": f"{default['median_ms']:.1f}",
+                "tok/s": f"{default['tokens_per_s']:,.0f}",
+                "× PyTorch's choice": "1.00×",
+                "allocator GiB": gib(default.get("mem_allocator_bytes")),
+            }
+        )
     for r in forced:
         name = r.get("variant", "").removeprefix("SDPA ")
         if not _ok(r):
-            rows.append({"SDPA backend": f"{name} (forced)", "ms/step": r["status"].upper().replace("_", " "),
-                         "tok/s": short(r.get("reason")), "× PyTorch's choice": "", "allocator GiB": ""})
+            rows.append(
+                {
+                    "SDPA backend": f"{name} (forced)",
+                    "ms/step": r["status"].upper().replace("_", " "),
+                    "tok/s": short(r.get("reason")),
+                    "× PyTorch's choice": "",
+                    "allocator GiB": "",
+                }
+            )
             continue
-        rows.append({"SDPA backend": f"{name} (forced)", "ms/step": f"{r['median_ms']:.1f}",
-                     "tok/s": f"{r['tokens_per_s']:,.0f}",
-                     "× PyTorch's choice": f"{r['tokens_per_s'] / default['tokens_per_s']:.2f}×" if _ok(default) else "",
-                     "allocator GiB": gib(r.get("mem_allocator_bytes"))})
-    return table(rows) + (f'<p class="note">The flash stage at B={batch}, one process each; the backend that ran is '
-                          "read off the dispatched op of one forward.</p>")
+        rows.append(
+            {
+                "SDPA backend": f"{name} (forced)",
+                "ms/step": f"{r['median_ms']:.1f}",
+                "tok/s": f"{r['tokens_per_s']:,.0f}",
+                "× PyTorch's choice": f"{r['tokens_per_s'] / default['tokens_per_s']:.2f}×" if _ok(default) else "",
+                "allocator GiB": gib(r.get("mem_allocator_bytes")),
+            }
+        )
+    return table(rows) + (
+        f'<p class="note">The flash stage at B={batch}, one process each; the backend that ran is '
+        "read off the dispatched op of one forward.</p>"
+    )
 
 
 def ce_filter_html(rep: Report) -> str:
@@ -54,17 +75,27 @@ def ce_filter_html(rep: Report) -> str:
     f = filtered[0]
     exact, ref = rep.rec("fused_ce", f["batch_size"]), rep.rec(decide.previous_stage("fused_ce"), f["batch_size"])
     rows = []
-    for label, r in (("exact (filter_eps=None, the stage)", exact), ("library default (filter_eps='high')", f),
-                     ("plain cross-entropy (torch.compile, the stage it is added to)", ref)):
+    for label, r in (
+        ("exact (filter_eps=None, the stage)", exact),
+        ("library default (filter_eps='high')", f),
+        ("plain cross-entropy (torch.compile, the stage it is added to)", ref),
+    ):
         if not r:
             continue
         ran = _ok(r)
-        rows.append({"loss": label, "B": r["batch_size"],
-                     "tok/s": f"{r['tokens_per_s']:,.0f}" if ran else r["status"].upper(),
-                     "final loss": f"{r['final_loss']:.3f}" if ran and r.get("final_loss") is not None else "",
-                     "allocator GiB": gib(r.get("mem_allocator_bytes"))})
-    return table(rows) + ('<p class="note">Same batches, same initial weights; the final loss is the mean of the last '
-                          f"{rep.params['run']['final_loss_window']} training steps.</p>")
+        rows.append(
+            {
+                "loss": label,
+                "B": r["batch_size"],
+                "tok/s": f"{r['tokens_per_s']:,.0f}" if ran else r["status"].upper(),
+                "final loss": f"{r['final_loss']:.3f}" if ran and r.get("final_loss") is not None else "",
+                "allocator GiB": gib(r.get("mem_allocator_bytes")),
+            }
+        )
+    return table(rows) + (
+        '<p class="note">Same batches, same initial weights; the final loss is the mean of the last '
+        f"{rep.params['run']['final_loss_window']} training steps.</p>"
+    )
 
 
 def _group(recs: list[dict], role: str) -> list[dict]:
@@ -76,17 +107,29 @@ def recipe_rows(rep: Report) -> list[dict]:
     harness and in the plain loop, each at the global batch; tokens/s as median, min and max
     over its processes."""
     out = []
-    for role, label in (("recommended", "fastest verified configuration (this harness)"),
-                        ("baseline-harness", "canonical trainer's configuration (this harness)"),
-                        ("baseline", "canonical trainer's configuration (plain loop)")):
+    for role, label in (
+        ("recommended", "fastest verified configuration (this harness)"),
+        ("baseline-harness", "canonical trainer's configuration (this harness)"),
+        ("baseline", "canonical trainer's configuration (plain loop)"),
+    ):
         runs = _group(rep.evidence["recipe"], role)
         if not runs:
             continue
         tps = [r["tokens_per_s"] for r in runs]
         first = runs[0]
-        out.append({"role": role, "label": label, "stage": first["stage"], "batch": first["batch_size"],
-                    "micro_steps": first.get("micro_steps", 1), "median": float(np.median(tps)),
-                    "min": min(tps), "max": max(tps), "n": len(tps)})
+        out.append(
+            {
+                "role": role,
+                "label": label,
+                "stage": first["stage"],
+                "batch": first["batch_size"],
+                "micro_steps": first.get("micro_steps", 1),
+                "median": float(np.median(tps)),
+                "min": min(tps),
+                "max": max(tps),
+                "n": len(tps),
+            }
+        )
     return out
 
 
@@ -96,27 +139,42 @@ def recipe_html(rep: Report) -> str:
         return none("The recipe at the global batch was not measured for this report.")
     base = next((r for r in rows if r["role"] == "baseline"), None)
     seq = rep.params["run"]["seq_len"]
-    shown = [{"configuration": r["label"], "stage": stages.get(r["stage"]).title,
-              "micro-batch × steps": f"{r['batch']} × {r['micro_steps']}",
-              "tokens/step": f"{r['batch'] * r['micro_steps'] * seq:,}",
-              "tok/s (median, min–max)": f"{r['median']:,.0f} ({r['min']:,.0f}–{r['max']:,.0f}), {r['n']} processes",
-              "× plain loop": f"{r['median'] / base['median']:.3f}×" if base else ""} for r in rows]
+    shown = [
+        {
+            "configuration": r["label"],
+            "stage": stages.get(r["stage"]).title,
+            "micro-batch × steps": f"{r['batch']} × {r['micro_steps']}",
+            "tokens/step": f"{r['batch'] * r['micro_steps'] * seq:,}",
+            "tok/s (median, min–max)": f"{r['median']:,.0f} ({r['min']:,.0f}–{r['max']:,.0f}), {r['n']} processes",
+            "× plain loop": f"{r['median'] / base['median']:.3f}×" if base else "",
+        }
+        for r in rows
+    ]
     target = TARGET_TOKENS_PER_S.get(rep.params["name"])
-    note = ("Every step is one optimizer update over the global batch of "
-            f"{rep.params['evidence']['global_batch_tokens']:,} tokens (gradients accumulated over the micro-steps, "
-            "the optimizer step amortised as in training); the processes of these rows alternate in one run: two a side"
-            f"{repeats_rule(rep.params['evidence'])}.")
+    note = (
+        "Every step is one optimizer update over the global batch of "
+        f"{rep.params['evidence']['global_batch_tokens']:,} tokens (gradients accumulated over the micro-steps, "
+        "the optimizer step amortised as in training); the processes of these rows alternate in one run: two a side"
+        f"{repeats_rule(rep.params['evidence'])}."
+    )
     best = next((r for r in rows if r["role"] == "recommended"), None)
     rec = recommended(rep)
     if best and rec and (rec["stage"], rec["batch_size"]) != (best["stage"], best["batch"]):
         steps = rep.params["evidence"]["global_batch_tokens"] / (rec["batch_size"] * seq)
-        note += (" The first row is the fastest verified configuration whose micro-batch divides the global batch; "
-                 f"the recommendation, B={rec['batch_size']}, " + (
-                     f"does not ({steps:.2f} micro-steps)." if steps != int(steps) else
-                     "divides it too, and was preferred to the faster one for its memory, within noise."))
+        note += (
+            " The first row is the fastest verified configuration whose micro-batch divides the global batch; "
+            f"the recommendation, B={rec['batch_size']}, "
+            + (
+                f"does not ({steps:.2f} micro-steps)."
+                if steps != int(steps)
+                else "divides it too, and was preferred to the faster one for its memory, within noise."
+            )
+        )
     if target and best:
-        note += (f" This project's aim for the device, {target:,} tok/s (about 54 % MFU of the bf16 dense peak), is "
-                 f"{target / best['median']:.2f}× the first row's median.")
+        note += (
+            f" This project's aim for the device, {target:,} tok/s (about 54 % MFU of the bf16 dense peak), is "
+            f"{target / best['median']:.2f}× the first row's median."
+        )
     return table(shown) + f'<p class="note">{note}</p>'
 
 
@@ -129,27 +187,51 @@ def ablation_rows(rep: Report) -> tuple[dict | None, list[dict]]:
     if not recs:
         return None, []
     key, batch = recs[0]["stage"], recs[0]["batch_size"]
-    full = rep.rec(key, batch) or next((r for r in rep.evidence["sweep"] if r["stage"] == key and r["batch_size"] == batch), None)
+    full = rep.rec(key, batch) or next(
+        (r for r in rep.evidence["sweep"] if r["stage"] == key and r["batch_size"] == batch), None
+    )
     tps = decide.throughputs(rep.decisions)
     runs, floor = tps.get((key, batch)) or ([full["tokens_per_s"]] if _ok(full) else []), noise.noise_floor(tps)
     # the same configuration's processes and the row without a lever on one machine, or the spread between machines
-    timed_on = {provenance.machine_of(r) for r in rep.decisions if (r["stage"], r["batch_size"]) == (key, batch)
-                and r.get("status") == "ok" and r.get("variant") in record.TIMING_VARIANTS}
+    timed_on = {
+        provenance.machine_of(r)
+        for r in rep.decisions
+        if (r["stage"], r["batch_size"]) == (key, batch)
+        and r.get("status") == "ok"
+        and r.get("variant") in record.TIMING_VARIANTS
+    }
     if runs:
         full = {**full, "processes": noise.spread(runs)}
     rows = []
     for r in recs:
         ran = bool(runs) and _ok(r)
-        rows.append({"lever": r.get("lever") or r.get("variant", "").removeprefix("without "), "record": r,
-                     "worth": full["processes"]["median"] / r["tokens_per_s"] - 1 if ran else None,
-                     "within_noise": noise.within_noise(runs, [r["tokens_per_s"]], floor,
-                                                          # another machine: their offset was not measured
-                                                          0.0 if {provenance.machine_of(r)} == timed_on else None)
-                     if ran else None})
+        rows.append(
+            {
+                "lever": r.get("lever") or r.get("variant", "").removeprefix("without "),
+                "record": r,
+                "worth": full["processes"]["median"] / r["tokens_per_s"] - 1 if ran else None,
+                "within_noise": noise.within_noise(
+                    runs,
+                    [r["tokens_per_s"]],
+                    floor,
+                    # another machine: their offset was not measured
+                    0.0 if {provenance.machine_of(r)} == timed_on else None,
+                )
+                if ran
+                else None,
+            }
+        )
     # A lever of the configuration whose run is missing (a measurement stopped early) is a row that says so.
     done = {row["lever"] for row in rows}
-    rows += [{"lever": name, "record": {"status": "not_measured", "reason": "not measured: no record of this run"},
-              "worth": None} for name in stages.levers_of(stages.get(key)) if name not in done]
+    rows += [
+        {
+            "lever": name,
+            "record": {"status": "not_measured", "reason": "not measured: no record of this run"},
+            "worth": None,
+        }
+        for name in stages.levers_of(stages.get(key))
+        if name not in done
+    ]
     return full, rows
 
 
@@ -160,8 +242,10 @@ def ablation_calls_apart(full: dict | None, rows: list[dict]) -> str | None:
     mine = ((full or {}).get("finished_at") or "")[:10]
     if not mine or not days or days == {mine}:
         return None
-    return (f"in another device call ({mine}) than the runs without a lever ({', '.join(sorted(days))}), so each "
-            "worth also holds the drift between those calls")
+    return (
+        f"in another device call ({mine}) than the runs without a lever ({', '.join(sorted(days))}), so each "
+        "worth also holds the drift between those calls"
+    )
 
 
 def ablation_html(rep: Report) -> str:
@@ -170,27 +254,46 @@ def ablation_html(rep: Report) -> str:
         return none("The leave-one-out ablation was not measured for this report.")
     p = (full or {}).get("processes")
     rec = recommended(rep)
-    around = (f"{stages.get(full['stage']).title} at B={full['batch_size']}" if full else "")
+    around = f"{stages.get(full['stage']).title} at B={full['batch_size']}" if full else ""
     if full and rec and (rec["stage"], rec["batch_size"]) != (full["stage"], full["batch_size"]):
         around += f", which was the recommendation when the ablation ran (now B={rec['batch_size']})"
-    shown = [{"removed": f"nothing ({around})",
-              "tok/s": (f"{p['median']:,.0f}" + (f" (median of {p['n']} processes)" if p["n"] > 1 else "")) if p else "",
-              "the lever's worth": "", "allocator GiB": gib(full.get("mem_allocator_bytes")) if full else ""}]
+    shown = [
+        {
+            "removed": f"nothing ({around})",
+            "tok/s": (f"{p['median']:,.0f}" + (f" (median of {p['n']} processes)" if p["n"] > 1 else "")) if p else "",
+            "the lever's worth": "",
+            "allocator GiB": gib(full.get("mem_allocator_bytes")) if full else "",
+        }
+    ]
     for row in rows:
         r = row["record"]
-        shown.append({"removed": row["lever"],
-                      "tok/s": f"{r['tokens_per_s']:,.0f}" if _ok(r) else r["status"].upper().replace("_", " "),
-                      "the lever's worth": (f"{row['worth'] * 100:+.1f} %" + (
-                          " (within noise)" if row["within_noise"] else " (not judged: another machine, offset not measured)"
-                          if row["within_noise"] is None else ""))
-                      if row["worth"] is not None else
-                      ("does not fit at this batch without it" if r["status"] == "oom" else short(r.get("reason"))),
-                      "allocator GiB": gib(r.get("mem_allocator_bytes"))})
-    return table(shown) + ('<p class="note">Each lever switched off alone at the first row\'s micro-batch, one '
-                           "process each; its worth is the first row's median tokens/s over the configuration without it, "
-                           "minus one, and \"within noise\" where that lies inside the measured process-to-process "
-                           "spread." + (f" The first row was timed {apart}." if (apart := ablation_calls_apart(full, rows)) else "")
-                           + "</p>")
+        shown.append(
+            {
+                "removed": row["lever"],
+                "tok/s": f"{r['tokens_per_s']:,.0f}" if _ok(r) else r["status"].upper().replace("_", " "),
+                "the lever's worth": (
+                    f"{row['worth'] * 100:+.1f} %"
+                    + (
+                        " (within noise)"
+                        if row["within_noise"]
+                        else " (not judged: another machine, offset not measured)"
+                        if row["within_noise"] is None
+                        else ""
+                    )
+                )
+                if row["worth"] is not None
+                else ("does not fit at this batch without it" if r["status"] == "oom" else short(r.get("reason"))),
+                "allocator GiB": gib(r.get("mem_allocator_bytes")),
+            }
+        )
+    return table(shown) + (
+        '<p class="note">Each lever switched off alone at the first row\'s micro-batch, one '
+        "process each; its worth is the first row's median tokens/s over the configuration without it, "
+        'minus one, and "within noise" where that lies inside the measured process-to-process '
+        "spread."
+        + (f" The first row was timed {apart}." if (apart := ablation_calls_apart(full, rows)) else "")
+        + "</p>"
+    )
 
 
 def micro_steps_text(row: dict) -> str:
@@ -206,14 +309,22 @@ def recipe_finding(rep: Report) -> str | None:
     if not best or not plain:
         return None
     b = rep.params["evidence"]["baseline"]
-    line = (f"Trained as GPT-2 is, one update per {rep.params['evidence']['global_batch_tokens']:,} tokens: "
-            f"{stages.get(best['stage']).title} at {micro_steps_text(best)} gives "
-            f"{best['median']:,.0f} tokens/s, {best['median'] / plain['median']:.3f}× the canonical trainer's "
-            f"{stages.get(b['stage']).title} at B={b['batch_size']} in a plain loop ({plain['median']:,.0f} tokens/s; "
-            + (f"medians of {best['n']} processes each" if best["n"] == plain["n"] else
-               f"medians of {best['n']} and {plain['n']} processes") + " in the same run)")
+    line = (
+        f"Trained as GPT-2 is, one update per {rep.params['evidence']['global_batch_tokens']:,} tokens: "
+        f"{stages.get(best['stage']).title} at {micro_steps_text(best)} gives "
+        f"{best['median']:,.0f} tokens/s, {best['median'] / plain['median']:.3f}× the canonical trainer's "
+        f"{stages.get(b['stage']).title} at B={b['batch_size']} in a plain loop ({plain['median']:,.0f} tokens/s; "
+        + (
+            f"medians of {best['n']} processes each"
+            if best["n"] == plain["n"]
+            else f"medians of {best['n']} and {plain['n']} processes"
+        )
+        + " in the same run)"
+    )
     if harness:
-        line += f"; this harness at the trainer's configuration: {harness['median'] / plain['median']:.3f}× the plain loop"
+        line += (
+            f"; this harness at the trainer's configuration: {harness['median'] / plain['median']:.3f}× the plain loop"
+        )
     target = TARGET_TOKENS_PER_S.get(rep.params["name"])
     if target:
         line += f". This project's aim, {target:,} tokens/s (about 54 % MFU), is {target / best['median']:.2f}× away"
@@ -233,11 +344,21 @@ def versus_html(rep: Report, key: str, others: tuple[str, ...]) -> str:
             if not _ok(r):
                 continue
             cats = (r.get("kernel_profile") or {}).get("categories") or {}
-            rows.append({"stage": stages.get(k).title, "B": b, "tok/s": f"{r['tokens_per_s']:,.0f}",
-                         f"× {stages.get(keys[0]).title}": f"{r['tokens_per_s'] / first['tokens_per_s']:.2f}×" if _ok(first) else "",
-                         **{f"{c} ms": f"{cats[c]:.1f}" if c in cats else "" for c in CATEGORIES},
-                         "allocator GiB": gib(r.get("mem_allocator_bytes"))})
+            rows.append(
+                {
+                    "stage": stages.get(k).title,
+                    "B": b,
+                    "tok/s": f"{r['tokens_per_s']:,.0f}",
+                    f"× {stages.get(keys[0]).title}": f"{r['tokens_per_s'] / first['tokens_per_s']:.2f}×"
+                    if _ok(first)
+                    else "",
+                    **{f"{c} ms": f"{cats[c]:.1f}" if c in cats else "" for c in CATEGORIES},
+                    "allocator GiB": gib(r.get("mem_allocator_bytes")),
+                }
+            )
     if not rows:
         return none(f"{stages.get(key).title} has no measurement to compare in this report.")
-    return table(rows) + ('<p class="note">Kernel milliseconds of one profiled training step by category '
-                          "(lib/core/kernel_categories.py names the rules): where the step's time moved.</p>")
+    return table(rows) + (
+        '<p class="note">Kernel milliseconds of one profiled training step by category '
+        "(lib/core/kernel_categories.py names the rules): where the step's time moved.</p>"
+    )

@@ -1,6 +1,7 @@
 """*How the report reads*, its core: a report folder loaded once (params, environment, records,
 the decision records and the evidence), the recommended configuration, and the number formats
 every view uses. Tables, prose and charts live in report_tables, report_text and report_charts."""
+
 from __future__ import annotations
 
 import json
@@ -21,20 +22,24 @@ ADOPT_ABOVE = 1.02  # a lever's median speed-up from which the advice says adopt
 # The memory layers of a GPU record as every view names them (lib/measure/worker.py takes them after the timed
 # steps): two peaks, and the device's memory in use at that moment. DEVICE_PEAK, sampled during the
 # warm-up steps, exists only in records measured since it was added: the tables show it where present.
-LAYERS = (("mem_tensors_bytes", "tensors peak (max_memory_allocated)"),
-          ("mem_allocator_bytes", "allocator peak (max_memory_reserved)"),
-          ("mem_device_bytes", "device in use after the steps (total − free)"))
+LAYERS = (
+    ("mem_tensors_bytes", "tensors peak (max_memory_allocated)"),
+    ("mem_allocator_bytes", "allocator peak (max_memory_reserved)"),
+    ("mem_device_bytes", "device in use after the steps (total − free)"),
+)
 CPU_LAYERS = (("mem_device_bytes", "process peak RSS"),)
 DEVICE_PEAK = ("mem_device_sampled_peak_bytes", "device peak during the warm-up steps (NVML, sampled every 5 ms)")
+
+
 @dataclass
 class Report:
     dir: Path
     params: dict
     env: dict
-    records: list            # the stage matrix at the report's batch sizes (and the multi-GPU rows)
-    df: pd.DataFrame         # decide.table of them
-    decisions: list          # store.decision_records: matrix, sweep, repeats, parity runs
-    evidence: dict           # store.load_evidence: every kind of evidence record
+    records: list  # the stage matrix at the report's batch sizes (and the multi-GPU rows)
+    df: pd.DataFrame  # decide.table of them
+    decisions: list  # store.decision_records: matrix, sweep, repeats, parity runs
+    evidence: dict  # store.load_evidence: every kind of evidence record
     loss_noise: float = 0.0  # stats.loss_noise: run-to-run drift of the loss gate's statistic
     run: dict | None = None  # run.json: the runs that measured the folder, the code's commit, the command
 
@@ -73,8 +78,11 @@ def load(report_dir) -> Report:
     records = [kernel_categories.current(r) for r in store.load_records(d / "results")]
     order = params["stages"]
     # DDP runs at whatever batch the best single-GPU configuration had (the sweep's, maybe).
-    records = [r for r in records if r["stage"] in order
-               and (r["batch_size"] in params["run"]["batch_sizes"] or stages.is_multi_gpu(r["stage"]))]
+    records = [
+        r
+        for r in records
+        if r["stage"] in order and (r["batch_size"] in params["run"]["batch_sizes"] or stages.is_multi_gpu(r["stage"]))
+    ]
     # A one-GPU host's 'not applicable' DDP row has nothing to say once a host with more GPUs,
     # resumed into the same folder, has measured the stage.
     measured = {r["stage"] for r in records if stages.is_multi_gpu(r["stage"]) and r["status"] in record.TIMED}
@@ -118,8 +126,10 @@ def compile_time_text(rec: dict) -> str:
         return head + f"{first:.1f} s" + (" (cold compile)" if cache.get("state") == "cold" else "")
     cold = cache.get("cold")
     if cold:
-        return head + (f"{cold['first_step_s']:.1f} s cold (measured {str(cold.get('finished_at'))[:10]}); this process "
-                       f"started from the compile cache and took {first:.1f} s")
+        return head + (
+            f"{cold['first_step_s']:.1f} s cold (measured {str(cold.get('finished_at'))[:10]}); this process "
+            f"started from the compile cache and took {first:.1f} s"
+        )
     return head + f"{first:.1f} s from the compile cache; no cold compile of it on record"
 
 
@@ -196,8 +206,12 @@ def best_single_gpu(rep: Report) -> dict | None:
     single-GPU configuration measured (`recommended` False). None when nothing ran on one GPU."""
     best = recommended(rep)
     if best is not None:
-        return {"stage": best["stage"], "batch_size": best["batch_size"], "tokens_per_s": best["processes"]["median"],
-                "recommended": True}
+        return {
+            "stage": best["stage"],
+            "batch_size": best["batch_size"],
+            "tokens_per_s": best["processes"]["median"],
+            "recommended": True,
+        }
     medians = {key: float(np.median(v)) for key, v in decide.throughputs(rep.decisions).items()}
     if not medians:
         return None
@@ -215,20 +229,44 @@ def scaling_curve(rep: Report) -> list[dict]:
     timed multi-GPU record or a single-GPU configuration to judge it against."""
     single = best_single_gpu(rep)
     # the runner keeps one record per GPU count; of two left in a folder by hand, the later file wins
-    multi = {int(r["world_size"]): r for r in rep.records
-             if stages.is_multi_gpu(r["stage"]) and r["status"] == record.Status.OK and (r.get("world_size") or 0) > 1}
+    multi = {
+        int(r["world_size"]): r
+        for r in rep.records
+        if stages.is_multi_gpu(r["stage"]) and r["status"] == record.Status.OK and (r.get("world_size") or 0) > 1
+    }
     if single is None or not multi:
         return []
     ref = single["tokens_per_s"]
-    rows = [{"gpus": 1, "nnodes": 1, "per_gpu_batch": single["batch_size"], "stage": single["stage"],
-             "tokens_per_s": ref, "per_gpu_tokens_per_s": ref, "speedup": 1.0, "efficiency": 1.0,
-             "allreduce_share": None, "one_rank_efficiency": None, "same_config": True}]
+    rows = [
+        {
+            "gpus": 1,
+            "nnodes": 1,
+            "per_gpu_batch": single["batch_size"],
+            "stage": single["stage"],
+            "tokens_per_s": ref,
+            "per_gpu_tokens_per_s": ref,
+            "speedup": 1.0,
+            "efficiency": 1.0,
+            "allreduce_share": None,
+            "one_rank_efficiency": None,
+            "same_config": True,
+        }
+    ]
     for gpus, r in sorted(multi.items()):
         one_rank = r.get("efficiency_reference") == "one rank of this DDP job"
-        rows.append({"gpus": gpus, "nnodes": r.get("nnodes") or 1, "per_gpu_batch": r["batch_size"],
-                     "stage": r.get("base_stage"), "tokens_per_s": r["tokens_per_s"],
-                     "per_gpu_tokens_per_s": r["tokens_per_s"] / gpus, "speedup": r["tokens_per_s"] / ref,
-                     "efficiency": r["tokens_per_s"] / (gpus * ref), "allreduce_share": r.get("allreduce_share"),
-                     "one_rank_efficiency": r.get("scaling_efficiency") if one_rank else None,
-                     "same_config": (r.get("base_stage"), r["batch_size"]) == (single["stage"], single["batch_size"])})
+        rows.append(
+            {
+                "gpus": gpus,
+                "nnodes": r.get("nnodes") or 1,
+                "per_gpu_batch": r["batch_size"],
+                "stage": r.get("base_stage"),
+                "tokens_per_s": r["tokens_per_s"],
+                "per_gpu_tokens_per_s": r["tokens_per_s"] / gpus,
+                "speedup": r["tokens_per_s"] / ref,
+                "efficiency": r["tokens_per_s"] / (gpus * ref),
+                "allreduce_share": r.get("allreduce_share"),
+                "one_rank_efficiency": r.get("scaling_efficiency") if one_rank else None,
+                "same_config": (r.get("base_stage"), r["batch_size"]) == (single["stage"], single["batch_size"]),
+            }
+        )
     return rows

@@ -1,6 +1,7 @@
 """The parity test as the report states it (lib/results/parity.py decides): the rule before any number, the
 test behind the recommendation with its intervals, why a stage that failed or could not be decided is not
 recommended, and every parity run the folder ever made, superseded ones included."""
+
 from __future__ import annotations
 
 import html
@@ -9,8 +10,12 @@ from lib.core import record, stages
 from lib.report.loader import Report, recommended
 from lib.results import parity, store
 
-WORDS = {parity.HOLDS: "holds", parity.WORSE: "worse: not adopted", parity.UNDECIDED: "undecided: not adopted",
-         parity.INCOMPLETE: "incomplete: decides nothing yet"}
+WORDS = {
+    parity.HOLDS: "holds",
+    parity.WORSE: "worse: not adopted",
+    parity.UNDECIDED: "undecided: not adopted",
+    parity.INCOMPLETE: "incomplete: decides nothing yet",
+}
 
 
 def checks(rep: Report) -> dict:
@@ -19,14 +24,16 @@ def checks(rep: Report) -> dict:
 
 def rule(ev: dict) -> str:
     """The decision rule as the params state it."""
-    return (f"at each of {ev['parity_seeds']} seeds the lever and its reference stage train from the same initial "
-            "weights on the same data order, each twice (the repeat pairs measure the noise of the test itself: a "
-            "compiled or FP8 step is not bitwise repeatable). The lever **holds** when the one-sided "
-            f"{ev['parity_confidence'] * 100:g} % upper bound (Student's t over the seeds, never on less spread than "
-            "that noise) of its mean paired difference in held-out loss and in final training loss lies at or below "
-            f"+{ev['parity_margin']:g} nats ({ev['parity_margin'] * 100:.0f} % in perplexity): it is not worse than its "
-            "reference by more than the margin (non-inferiority; a lower loss does not fail it). It is **worse** when a "
-            "lower bound lies above the margin; otherwise it is **undecided**. Only a lever that holds is adopted")
+    return (
+        f"at each of {ev['parity_seeds']} seeds the lever and its reference stage train from the same initial "
+        "weights on the same data order, each twice (the repeat pairs measure the noise of the test itself: a "
+        "compiled or FP8 step is not bitwise repeatable). The lever **holds** when the one-sided "
+        f"{ev['parity_confidence'] * 100:g} % upper bound (Student's t over the seeds, never on less spread than "
+        "that noise) of its mean paired difference in held-out loss and in final training loss lies at or below "
+        f"+{ev['parity_margin']:g} nats ({ev['parity_margin'] * 100:.0f} % in perplexity): it is not worse than its "
+        "reference by more than the margin (non-inferiority; a lower loss does not fail it). It is **worse** when a "
+        "lower bound lies above the margin; otherwise it is **undecided**. Only a lever that holds is adopted"
+    )
 
 
 def _nats(x: float) -> str:
@@ -34,42 +41,62 @@ def _nats(x: float) -> str:
 
 
 def _interval(i: dict) -> str:
-    return (f"{_nats(i['mean'])} nats ({_nats(i['lo'])} to {_nats(i['hi'])})" if i["n"] > 1
-            else f"{_nats(i['mean'])} nats (one seed: no interval)")
+    return (
+        f"{_nats(i['mean'])} nats ({_nats(i['lo'])} to {_nats(i['hi'])})"
+        if i["n"] > 1
+        else f"{_nats(i['mean'])} nats (one seed: no interval)"
+    )
 
 
 def why_undecided(c: dict) -> str:
     if c["verdict"] == parity.INCOMPLETE:
-        return (f"{c['seeds_run']} of the {c['wanted']} seeds the rule asks for have run both stages twice; "
-                "the run stopped before the rest")
+        return (
+            f"{c['seeds_run']} of the {c['wanted']} seeds the rule asks for have run both stages twice; "
+            "the run stopped before the rest"
+        )
     if len(c["seeds"]) < 2:
         return f"only {len(c['seeds'])} paired seed ran (a bound needs two; the rule asks for {c['wanted']})"
     more = parity.seeds_needed(c)
-    return ("an upper bound reaches past the margin" + (f"; about {more} seeds would settle it if the mean and spread "
-                                                        "held" if more else ""))
+    return "an upper bound reaches past the margin" + (
+        f"; about {more} seeds would settle it if the mean and spread held" if more else ""
+    )
 
 
 def summary(c: dict) -> str:
     """One check in a sentence: the intervals, the test's noise and what it can detect, the verdict."""
     ref, lever = stages.get(c["reference"]).title, stages.get(c["stage"]).title
-    acc = (f", the reference accumulating {c['micro_steps']} micro-batches of B={c['batch_size'] // c['micro_steps']} "
-           "(the largest batch the matrix timed it at)"
-           if c["micro_steps"] > 1 else "")
+    acc = (
+        f", the reference accumulating {c['micro_steps']} micro-batches of B={c['batch_size'] // c['micro_steps']} "
+        "(the largest batch the matrix timed it at)"
+        if c["micro_steps"] > 1
+        else ""
+    )
     passes = f", {c['passes']:.2g} passes over the training text" if c.get("passes") else ""
-    noise = ("not measured (no stage ran twice at every seed)" if c["noise_sd"] is None else
-             "none: every repeat was bitwise identical" if c["noise_sd"] == 0 else
-             f"{c['noise_sd']:.4f} nats per paired difference")
-    detect = (f"; with the spread measured, a true difference of {c['detectable']:.4f} nats would be detected "
-              f"{c['power'] * 100:g} % of the time" if c["detectable"] is not None else "")
-    verdict = WORDS[c["verdict"]] + (f" ({why_undecided(c)})" if c["verdict"] in (parity.UNDECIDED, parity.INCOMPLETE)
-                                     else "")
+    noise = (
+        "not measured (no stage ran twice at every seed)"
+        if c["noise_sd"] is None
+        else "none: every repeat was bitwise identical"
+        if c["noise_sd"] == 0
+        else f"{c['noise_sd']:.4f} nats per paired difference"
+    )
+    detect = (
+        f"; with the spread measured, a true difference of {c['detectable']:.4f} nats would be detected "
+        f"{c['power'] * 100:g} % of the time"
+        if c["detectable"] is not None
+        else ""
+    )
+    verdict = WORDS[c["verdict"]] + (
+        f" ({why_undecided(c)})" if c["verdict"] in (parity.UNDECIDED, parity.INCOMPLETE) else ""
+    )
     css = "ok" if c["ok"] else "bad"
-    return (f"**Parity test**: {lever} against {ref} at B={c['batch_size']}, {len(c['seeds'])} paired seeds of "
-            f"{c['steps']} steps{passes}{acc}. Mean paired difference (lever minus reference; the "
-            f"{(2 * c['confidence'] - 1) * 100:g} % interval, each end a one-sided {c['confidence'] * 100:g} % "
-            f"bound): held-out loss {_interval(c['intervals']['held_out'])}, final "
-            f"training loss {_interval(c['intervals']['final'])}. The test's own noise: {noise}{detect}. Margin "
-            f"+{c['margin']:g} nats: <span class=\"{css}\"><b>{html.escape(verdict)}</b></span>.")
+    return (
+        f"**Parity test**: {lever} against {ref} at B={c['batch_size']}, {len(c['seeds'])} paired seeds of "
+        f"{c['steps']} steps{passes}{acc}. Mean paired difference (lever minus reference; the "
+        f"{(2 * c['confidence'] - 1) * 100:g} % interval, each end a one-sided {c['confidence'] * 100:g} % "
+        f"bound): held-out loss {_interval(c['intervals']['held_out'])}, final "
+        f"training loss {_interval(c['intervals']['final'])}. The test's own noise: {noise}{detect}. Margin "
+        f'+{c["margin"]:g} nats: <span class="{css}"><b>{html.escape(verdict)}</b></span>.'
+    )
 
 
 def recommended_check(rep: Report) -> dict | None:
@@ -84,8 +111,10 @@ def recommended_md(rep: Report) -> str:
     if c is None:
         best = recommended(rep)
         if best is not None and stages.get(best["stage"]).reference == best["stage"]:
-            return (f"No parity test: the recommended configuration is {best['stage_title']}, the reference "
-                    "its levers are judged against.")
+            return (
+                f"No parity test: the recommended configuration is {best['stage_title']}, the reference "
+                "its levers are judged against."
+            )
         return "No parity test for this report."
     return summary(c)
 
@@ -98,18 +127,22 @@ def rejected(rep: Report) -> dict:
 def rejected_reason(rep: Report, key: str) -> str:
     c = rejected(rep)[key]
     m = max(c["intervals"], key=lambda k: c["intervals"][k]["lo"])  # the loss that made it worse
-    why = (why_undecided(c) if c["verdict"] == parity.UNDECIDED
-           else f"its {parity.METRICS[m]} rose {_interval(c['intervals'][m])}, beyond +{c['margin']:g}")
+    why = (
+        why_undecided(c)
+        if c["verdict"] == parity.UNDECIDED
+        else f"its {parity.METRICS[m]} rose {_interval(c['intervals'][m])}, beyond +{c['margin']:g}"
+    )
     found = "found it worse" if c["verdict"] == parity.WORSE else "could not decide"
-    return (f"its parity test against {stages.get(c['reference']).title} at B={c['batch_size']} {found}: "
-            f"{why}; so it is not recommended however fast it runs.")
+    return (
+        f"its parity test against {stages.get(c['reference']).title} at B={c['batch_size']} {found}: "
+        f"{why}; so it is not recommended however fast it runs."
+    )
 
 
 def short_reason(rep: Report, key: str) -> str:
     """The summary box's few words: verdict, the held-out interval, the margin."""
     c = rejected(rep)[key]
-    return (f"parity test {c['verdict']}: held-out loss {_interval(c['intervals']['held_out'])}, "
-            f"margin +{c['margin']:g}")
+    return f"parity test {c['verdict']}: held-out loss {_interval(c['intervals']['held_out'])}, margin +{c['margin']:g}"
 
 
 def history_md(rep: Report) -> str:
@@ -121,11 +154,19 @@ def history_md(rep: Report) -> str:
         rows += [(r, "superseded") for r in store.load_records(old)]
     if not rows:
         return ""
-    out = ["| stage | B | seed | run | steps | final loss | held-out loss | status |", "|---|---|---|---|---|---|---|---|"]
-    for r, where in sorted(rows, key=lambda x: (x[1], x[0]["stage"], x[0]["batch_size"], parity.seed_of(x[0]),
-                                                 x[0].get("replicate", 0))):
+    out = [
+        "| stage | B | seed | run | steps | final loss | held-out loss | status |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r, where in sorted(
+        rows, key=lambda x: (x[1], x[0]["stage"], x[0]["batch_size"], parity.seed_of(x[0]), x[0].get("replicate", 0))
+    ):
         ok = r.get("status") == record.Status.OK
-        losses = f"{r['final_loss']:.4f} | {r['held_out_loss']:.4f} | {where}" if ok else f"— | — | {where}: {r['status']}"
-        out.append(f"| {stages.get(r['stage']).title} | {r['batch_size']} | {parity.seed_of(r)} | {r.get('replicate', 0) + 1} "
-                   f"| {r.get('steps')} | {losses} |")
+        losses = (
+            f"{r['final_loss']:.4f} | {r['held_out_loss']:.4f} | {where}" if ok else f"— | — | {where}: {r['status']}"
+        )
+        out.append(
+            f"| {stages.get(r['stage']).title} | {r['batch_size']} | {parity.seed_of(r)} | {r.get('replicate', 0) + 1} "
+            f"| {r.get('steps')} | {losses} |"
+        )
     return "\n".join(out)

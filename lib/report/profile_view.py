@@ -2,6 +2,7 @@
 category (the chart and the table of the summary), and a configuration's largest kernels with the
 op that launched them (the chapters). Every profile is read by today's rules
 (kernel_categories.current, applied when the report loads)."""
+
 from __future__ import annotations
 
 import html
@@ -21,7 +22,9 @@ COLORS = dict(zip(kernel_categories.CATEGORIES, ("C0", "C3", "C1", "C2", "C4", "
 def _profiled(rep: Report):
     """(batch, {stage: its record at that batch or None}) over every single-GPU stage, at the batch
     size at which most stages have a kernel profile (ties: the larger); (None, {}) without one."""
-    recs = [r for r in rep.records if r.get("kernel_profile") and r["status"] in OK and not stages.is_multi_gpu(r["stage"])]
+    recs = [
+        r for r in rep.records if r.get("kernel_profile") and r["status"] in OK and not stages.is_multi_gpu(r["stage"])
+    ]
     if not recs:
         return None, {}
     counts = pd.Series([r["batch_size"] for r in recs]).value_counts()
@@ -45,19 +48,23 @@ def plot_profile(rep: Report):
     if not by:
         return None
     plt = style()
-    fig, (ms_ax, share_ax) = plt.subplots(1, 2, figsize=(9, 0.9 + 0.26 * len(by)), sharey=True,
-                                          gridspec_kw={"width_ratios": (1, 1.4)})
+    fig, (ms_ax, share_ax) = plt.subplots(
+        1, 2, figsize=(9, 0.9 + 0.26 * len(by)), sharey=True, gridspec_kw={"width_ratios": (1, 1.4)}
+    )
     y = stage_rows(share_ax, list(by))
     left_ms, left_share = np.zeros(len(by)), np.zeros(len(by))
     for cat in kernel_categories.CATEGORIES:
         ms = np.array([r["kernel_profile"]["categories"][cat] if _has_profile(r) else 0.0 for r in by.values()])
-        share = np.array([kernel_categories.shares(r["kernel_profile"])[cat] * 100 if _has_profile(r) else 0.0
-                          for r in by.values()])
+        share = np.array(
+            [kernel_categories.shares(r["kernel_profile"])[cat] * 100 if _has_profile(r) else 0.0 for r in by.values()]
+        )
         ms_ax.barh(y, ms, 0.7, left=left_ms, color=COLORS[cat], label=cat)
         share_ax.barh(y, share, 0.7, left=left_share, color=COLORS[cat])
         for i, v in enumerate(share):
             if v >= 7:
-                share_ax.text(left_share[i] + v / 2, y[i], f"{v:.0f}", ha="center", va="center", fontsize=6, color="white")
+                share_ax.text(
+                    left_share[i] + v / 2, y[i], f"{v:.0f}", ha="center", va="center", fontsize=6, color="white"
+                )
         left_ms += ms
         left_share += share
     for i, r in enumerate(by.values()):
@@ -65,8 +72,15 @@ def plot_profile(rep: Report):
             ms_ax.text(left_ms[i], y[i], f" {left_ms[i]:.0f}", va="center", fontsize=6)
         else:
             for ax in (ms_ax, share_ax):
-                ax.text(0.01, y[i], no_value(r) if r is None or r["status"] not in OK else "no profile",
-                        transform=ax.get_yaxis_transform(), va="center", fontsize=7, color="firebrick")
+                ax.text(
+                    0.01,
+                    y[i],
+                    no_value(r) if r is None or r["status"] not in OK else "no profile",
+                    transform=ax.get_yaxis_transform(),
+                    va="center",
+                    fontsize=7,
+                    color="firebrick",
+                )
     unit = _unit(next(r for r in by.values() if _has_profile(r))["kernel_profile"])
     ms_ax.set_xlabel(f"busy {unit} time per step (ms)")
     share_ax.set_xlabel(f"share of busy {unit} time (%; labels where ≥ 7 %)")
@@ -84,22 +98,29 @@ def profile_table_html(rep: Report) -> str:
         return none("No kernel profile was recorded for these results.")
     rows = []
     for key, r in by.items():
-        row = {"Stage": stages.get(key).title, f"busy ms/step<br><small>B={batch}</small>": "",
-               "step ms<br><small>timed</small>": f"{r['median_ms']:.1f}" if r and r["status"] in OK else no_value(r)}
+        row = {
+            "Stage": stages.get(key).title,
+            f"busy ms/step<br><small>B={batch}</small>": "",
+            "step ms<br><small>timed</small>": f"{r['median_ms']:.1f}" if r and r["status"] in OK else no_value(r),
+        }
         if _has_profile(r):
             p = r["kernel_profile"]
             row[f"busy ms/step<br><small>B={batch}</small>"] = f"{p['busy_ms']:.1f}"
             row.update({c: f"{v} %" for c, v in kernel_categories.percents(kernel_categories.shares(p)).items()})
-            row["classified by today's rules"] = pct(1 - p["recorded_rules_ms"] / p["busy_ms"], 0) if p["busy_ms"] else ""
+            row["classified by today's rules"] = (
+                pct(1 - p["recorded_rules_ms"] / p["busy_ms"], 0) if p["busy_ms"] else ""
+            )
         rows.append(row)
     unit = _unit(next(r for r in by.values() if _has_profile(r))["kernel_profile"])
-    what = ("the GPU's summed kernel time" if unit == "kernel" else "the operators' summed self CPU time")
-    return table(rows) + (f'<p class="note">Shares of busy {unit} time ({what} in the profiled step, not the '
-                          "step's wall time), each row summing to 100 %. A kernel counts in the category of the aten "
-                          "op that launched it where that op names one, else by its own name "
-                          "(lib/core/kernel_categories.py). A record taken before every kernel was stored names only its "
-                          "largest kernels: the rest of its time keeps the categories it was recorded with "
-                          "(last column).</p>")
+    what = "the GPU's summed kernel time" if unit == "kernel" else "the operators' summed self CPU time"
+    return table(rows) + (
+        f'<p class="note">Shares of busy {unit} time ({what} in the profiled step, not the '
+        "step's wall time), each row summing to 100 %. A kernel counts in the category of the aten "
+        "op that launched it where that op names one, else by its own name "
+        "(lib/core/kernel_categories.py). A record taken before every kernel was stored names only its "
+        "largest kernels: the rest of its time keeps the categories it was recorded with "
+        "(last column).</p>"
+    )
 
 
 def top_kernels_html(rec: dict | None, limit: int = 8) -> str:
@@ -109,16 +130,23 @@ def top_kernels_html(rec: dict | None, limit: int = 8) -> str:
         return none("No kernel profile for this configuration.")
     p = rec["kernel_profile"]
     head = "kernel ← the op that launched it" if _unit(p) == "kernel" else "operator ← the optimizer step it ran in"
-    rows = [{head: f'<code title="{html.escape(k["name"])}">{_wrappable(kernel_label(k["name"]))}</code>'
-             + (f'<br><small>← <code>{html.escape(k["op"])}</code></small>' if k.get("op") else ""),
-             "category": k["category"], "ms/step": f"{k['ms']:.2f}",
-             f"share of busy<br>{_unit(p)} time": f"{k['share'] * 100:.1f} %", "calls/step": f"{k['calls']:g}"}
-            for k in p["kernels"][:limit]]
+    rows = [
+        {
+            head: f'<code title="{html.escape(k["name"])}">{_wrappable(kernel_label(k["name"]))}</code>'
+            + (f"<br><small>← <code>{html.escape(k['op'])}</code></small>" if k.get("op") else ""),
+            "category": k["category"],
+            "ms/step": f"{k['ms']:.2f}",
+            f"share of busy<br>{_unit(p)} time": f"{k['share'] * 100:.1f} %",
+            "calls/step": f"{k['calls']:g}",
+        }
+        for k in p["kernels"][:limit]
+    ]
     return table(rows, "matrix kernels") + (
         f'<p class="note">{p["source"]}, one step of {rec["stage_title"]} at B={rec["batch_size"]}; '
         f"the GPU busy {p['busy_ms']:.1f} ms in that profiled step (the timed steps' median: "
         f"{rec.get('median_ms', float('nan')):.1f} ms). Template arguments "
-        "and parameter lists shown as … are in each name's tooltip.</p>")
+        "and parameter lists shown as … are in each name's tooltip.</p>"
+    )
 
 
 ANON = "\x00"  # C++'s "(anonymous namespace)" is part of a name, not a parameter list
@@ -165,5 +193,3 @@ def stage_profile(rep: Report, stage: str) -> dict | None:
     """The stage's profiled record at the largest batch size that has one."""
     recs = [r for r in rep.records if r["stage"] == stage and r.get("kernel_profile") and r["status"] in OK]
     return max(recs, key=lambda r: r["batch_size"]) if recs else None
-
-

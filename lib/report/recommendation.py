@@ -2,6 +2,7 @@
 (its switches, the code that applies them, micro-batch and accumulation for GPT-2's global batch, what
 it measured, and the software and code it was measured with), for lib/optimal.py to hand to a
 training script. Everything here is read from the report; nothing is a rule."""
+
 from __future__ import annotations
 
 from lib.core import stages
@@ -35,23 +36,42 @@ def record(rep: Report) -> dict | None:
     micro = recipe["batch"] if recipe else best["batch_size"]
     mfu = mfu_bf16(rep, best.get("mfu"), best.get("peak_precision"))
     return {
-        "schema": SCHEMA, "profile": rep.params["name"], "device": rep.env["device"].get("name"),
+        "schema": SCHEMA,
+        "profile": rep.params["name"],
+        "device": rep.env["device"].get("name"),
         "gpus": rep.env["device"].get("count") or 1,
-        "stage": st.key, "title": st.title, "switches": switches, "code": applied_switches(st.key),
-        "batch_size": best["batch_size"], "seq_len": seq_len,
-        "global_batch": {"tokens": tokens, "micro_batch": micro,
-                         "accumulation_steps": tokens // (micro * seq_len) if tokens and tokens % (micro * seq_len) == 0 else None,
-                         "tokens_per_s": recipe["median"] if recipe else None,
-                         "note": ("measured at this micro-batch and accumulation (the report's recipe)" if recipe else
-                                  "not measured at the global batch in this report")},
-        "measured": {"tokens_per_s": p["median"], "processes": p["n"], "range": [p["lo"], p["hi"]],
-                     "mfu_bf16": mfu * p["median"] / best["tokens_per_s"] if mfu is not None else None,
-                     "mem_allocator_bytes": best.get("mem_allocator_bytes"),
-                     "mem_tensors_bytes": best.get("mem_tensors_bytes"),
-                     "joules_per_token": (best.get("energy") or {}).get("joules_per_token")},
-        "software": {**{k: rep.env.get(k) for k in SOFTWARE if rep.env.get(k) is not None},
-                     "packages": rep.env.get("packages") or {}},
-        "code_commits": code_commits(rep)[0], "runs_without_commit": code_commits(rep)[1],
+        "stage": st.key,
+        "title": st.title,
+        "switches": switches,
+        "code": applied_switches(st.key),
+        "batch_size": best["batch_size"],
+        "seq_len": seq_len,
+        "global_batch": {
+            "tokens": tokens,
+            "micro_batch": micro,
+            "accumulation_steps": tokens // (micro * seq_len) if tokens and tokens % (micro * seq_len) == 0 else None,
+            "tokens_per_s": recipe["median"] if recipe else None,
+            "note": (
+                "measured at this micro-batch and accumulation (the report's recipe)"
+                if recipe
+                else "not measured at the global batch in this report"
+            ),
+        },
+        "measured": {
+            "tokens_per_s": p["median"],
+            "processes": p["n"],
+            "range": [p["lo"], p["hi"]],
+            "mfu_bf16": mfu * p["median"] / best["tokens_per_s"] if mfu is not None else None,
+            "mem_allocator_bytes": best.get("mem_allocator_bytes"),
+            "mem_tensors_bytes": best.get("mem_tensors_bytes"),
+            "joules_per_token": (best.get("energy") or {}).get("joules_per_token"),
+        },
+        "software": {
+            **{k: rep.env.get(k) for k in SOFTWARE if rep.env.get(k) is not None},
+            "packages": rep.env.get("packages") or {},
+        },
+        "code_commits": code_commits(rep)[0],
+        "runs_without_commit": code_commits(rep)[1],
         "report": f"reports/{rep.dir.name}/report.pdf",
     }
 

@@ -1,6 +1,7 @@
 """A write-up's rule table (params/rules.yaml: seed 002's get_optimal_config(), switches picked by
 GPU architecture) against what each compared GPU's report measured: one row per GPU and rule of
 its architecture, with the measured figure, its basis and a verdict word of lib/report/claims.py."""
+
 from __future__ import annotations
 
 import html
@@ -27,8 +28,9 @@ def _kernel(rep, spec: dict) -> str:
     if k is None:
         return f"the report has no kernel profile of {title} with a {cat} kernel"
     tile = TILE.search(k["name"])
-    return (f"the largest {cat} kernel of {title} at B={rec['batch_size']} is {k['name']}"
-            + (f", a {tile[1]}×{tile[2]} tile by its name" if tile else ""))
+    return f"the largest {cat} kernel of {title} at B={rec['batch_size']} is {k['name']}" + (
+        f", a {tile[1]}×{tile[2]} tile by its name" if tile else ""
+    )
 
 
 def _basis(rep, pair: tuple[str, str]) -> str:
@@ -36,29 +38,45 @@ def _basis(rep, pair: tuple[str, str]) -> str:
     ok = rep.df[rep.df["status"] == "ok"].set_index(["stage", "batch_size"])["tokens_per_s"]
     a, b = pair
     both = sorted(n for (s, n) in ok.index if s == a and (b, n) in ok.index)
-    return (f"{stages.get(a).title} against {stages.get(b).title}, tokens/s "
-            + "; ".join(f"B={n}: {ok[(a, n)]:,.0f} vs {ok[(b, n)]:,.0f}" for n in both))
+    return f"{stages.get(a).title} against {stages.get(b).title}, tokens/s " + "; ".join(
+        f"B={n}: {ok[(a, n)]:,.0f} vs {ok[(b, n)]:,.0f}" for n in both
+    )
 
 
 def rows(name: str, rep) -> list[dict]:
     """One report's rows: each rule of its GPU's architecture with what the report measured."""
     arch = architecture(rep.params["name"])
     if arch is None:
-        return [{"gpu": name, "architecture": "", "rule": "", "comment": "", "measured": "no architecture of the rule table covers "
-                 "this GPU's chip family", "verdict": claims.NOT_APPLICABLE}]
+        return [
+            {
+                "gpu": name,
+                "architecture": "",
+                "rule": "",
+                "comment": "",
+                "measured": "no architecture of the rule table covers this GPU's chip family",
+                "verdict": claims.NOT_APPLICABLE,
+            }
+        ]
     verdicts = claims.for_report(rep).set_index("id")
     out = []
     for rule in arch["rules"]:
-        row = {"gpu": name, "architecture": arch["name"], "rule": f"{rule['switch']} = {rule['value']}",
-               "comment": rule.get("comment", "")}
+        row = {
+            "gpu": name,
+            "architecture": arch["name"],
+            "rule": f"{rule['switch']} = {rule['value']}",
+            "comment": rule.get("comment", ""),
+        }
         if "claim" in rule:
             v = verdicts.loc[rule["claim"]]
-            row.update(measured="; ".join(filter(None, [_basis(rep, v.pair) if v.pair else "", v.measured])),
-                       verdict=v.verdict)
+            row.update(
+                measured="; ".join(filter(None, [_basis(rep, v.pair) if v.pair else "", v.measured])), verdict=v.verdict
+            )
         else:
             kernel = _kernel(rep, rule["kernels"]) if "kernels" in rule else ""
-            row.update(measured="; ".join(filter(None, [rule.get("reason", "no check of this rule is defined"), kernel])),
-                       verdict=claims.NOT_MEASURED)
+            row.update(
+                measured="; ".join(filter(None, [rule.get("reason", "no check of this rule is defined"), kernel])),
+                verdict=claims.NOT_MEASURED,
+            )
         out.append(row)
     return out
 
@@ -73,14 +91,23 @@ def html_table(reps: dict) -> str:
         f"<tr><td><code>{html.escape(r.rule)}</code> <small>{html.escape(', '.join(filter(None, [r.comment, r.architecture])))}"
         f"</small></td><td>{html.escape(r.gpu)}"
         f'</td><td>{html.escape(r.measured)}</td><td><span class="{claims.CSS[r.verdict]}">{r.verdict}</span></td></tr>'
-        for r in t.itertuples())
+        for r in t.itertuples()
+    )
     data = claim_params.load_rules()
     compared = {config.profile_family(rep.params["name"]) for rep in reps.values()}
-    others = [f"{a['name']} ({a['when']}: " + ", ".join(f"{r['switch']} = {r['value']}" for r in a["rules"]) + "; "
-              + (claims.command(a["families"]) if a["families"] else "no profile here") + ")"
-              for a in data["architectures"] if not compared & set(a["families"])]
-    return (f'<table class="claims rules"><tr><th>Rule (architecture)</th><th>GPU</th><th>What its report measured</th>'
-            f"<th>Verdict</th></tr>{body}</table><p class=\"note\">Rules: <code>params/rules.yaml</code>, from "
-            f"{html.escape(claims.load()['sources'][data['source']])}. "
-            + (f"The rules for {html.escape('; '.join(others))} apply to no GPU compared here." if others else "")
-            + "</p>")
+    others = [
+        f"{a['name']} ({a['when']}: "
+        + ", ".join(f"{r['switch']} = {r['value']}" for r in a["rules"])
+        + "; "
+        + (claims.command(a["families"]) if a["families"] else "no profile here")
+        + ")"
+        for a in data["architectures"]
+        if not compared & set(a["families"])
+    ]
+    return (
+        f'<table class="claims rules"><tr><th>Rule (architecture)</th><th>GPU</th><th>What its report measured</th>'
+        f'<th>Verdict</th></tr>{body}</table><p class="note">Rules: <code>params/rules.yaml</code>, from '
+        f"{html.escape(claims.load()['sources'][data['source']])}. "
+        + (f"The rules for {html.escape('; '.join(others))} apply to no GPU compared here." if others else "")
+        + "</p>"
+    )

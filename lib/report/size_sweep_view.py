@@ -2,6 +2,7 @@
 form (lib/run/size_sweep.py measured them), where the step time goes, and the crossover: the
 smallest size from which an FP8 form is faster beyond the report's measured noise, at that size
 and every larger one. Every sentence is computed from the records."""
+
 from __future__ import annotations
 
 import html
@@ -39,7 +40,9 @@ def label(preset: str, recs: dict) -> str:
     """gpt2-xl (1.56B, d=1600): the preset with the parameter count its processes counted."""
     n = next((r.get("n_params") for rs in recs.values() for r in rs if r.get("n_params")), None)
     shape = config.presets().get(preset, {})
-    size = "" if n is None else (f"{n / 1e9:.2f}B" if n >= 1e9 else f"{n / 1e6:.0f}M" if n >= 1e7 else f"{n / 1e6:.2f}M")
+    size = (
+        "" if n is None else (f"{n / 1e9:.2f}B" if n >= 1e9 else f"{n / 1e6:.0f}M" if n >= 1e7 else f"{n / 1e6:.2f}M")
+    )
     width = f"d={shape['n_embd']}" if shape else ""
     return f"{preset} ({', '.join(x for x in (size, width) if x)})"
 
@@ -84,8 +87,11 @@ def speedups(rep: Report) -> dict[str, list[tuple[str, float | None, str | None]
                 out.setdefault(variant, []).append((preset, float(np.median(_ran(rs)) / np.median(base)), None))
             else:
                 why = rs[0] if not _ran(rs) else (recs.get(WITHOUT_FP8) or [None])[0]
-                text = (f"{why['status'].replace('_', ' ')}" + (f": {why['reason']}" if why.get("reason") else "")
-                        if why else "its without-FP8 point was not measured")
+                text = (
+                    f"{why['status'].replace('_', ' ')}" + (f": {why['reason']}" if why.get("reason") else "")
+                    if why
+                    else "its without-FP8 point was not measured"
+                )
                 out.setdefault(variant, []).append((preset, None, text))
     return out
 
@@ -96,16 +102,23 @@ def crossover(series: list[tuple[str, float | None, str | None]], band: dict[str
     None; "wins", "ties", "losses": the presets of each kind; "unmeasured"; "ratios"}. Without a
     measured band a ratio above 1 counts as a win, and the statement says the noise was not measured."""
     measured = [(p, s) for p, s, _ in series if s is not None]
-    kind = {p: ("win" if s > 1 + (band.get(p) or 0.0) else "loss" if s < 1 - (band.get(p) or 0.0) else "tie")
-            for p, s in measured}
+    kind = {
+        p: ("win" if s > 1 + (band.get(p) or 0.0) else "loss" if s < 1 - (band.get(p) or 0.0) else "tie")
+        for p, s in measured
+    }
     start = None
     for i, (p, _) in enumerate(measured):
         if all(kind[q] == "win" for q, _ in measured[i:]):
             start = p
             break
-    return {"from": start, "wins": [p for p, _ in measured if kind[p] == "win"],
-            "ties": [p for p, _ in measured if kind[p] == "tie"], "losses": [p for p, _ in measured if kind[p] == "loss"],
-            "unmeasured": [p for p, s, _ in series if s is None], "ratios": dict(measured)}
+    return {
+        "from": start,
+        "wins": [p for p, _ in measured if kind[p] == "win"],
+        "ties": [p for p, _ in measured if kind[p] == "tie"],
+        "losses": [p for p, _ in measured if kind[p] == "loss"],
+        "unmeasured": [p for p, s, _ in series if s is None],
+        "ratios": dict(measured),
+    }
 
 
 def crossover_md(rep: Report) -> str:
@@ -117,15 +130,19 @@ def crossover_md(rep: Report) -> str:
         why = next((w for pts in series.values() for _, _, w in pts if w), "")
         return "No FP8 form ran at any size on this device" + (f" ({html.escape(why)})." if why else ".")
     if all(b is None for b in band.values()):
-        lines = ["An FP8 form *pays* at a size when its tokens/s exceed the same size's without-FP8 point; this "
-                 "report measured no process-to-process noise, so a small difference may be noise."]
+        lines = [
+            "An FP8 form *pays* at a size when its tokens/s exceed the same size's without-FP8 point; this "
+            "report measured no process-to-process noise, so a small difference may be noise."
+        ]
     else:
         each = ", ".join(f"{p} {b * 100:.1f} %" + _source(rep, p, b, floor) for p, b in band.items() if b is not None)
-        lines = [f"An FP8 form *pays* at a size when its median tokens/s exceed the same size's without-FP8 median by "
-                 f"more than that size's measured noise, a process-to-process range (fastest minus slowest process, "
-                 f"over the median): {each}. A size whose points ran in two or more processes is judged by the widest "
-                 "range among them, any other by the widest range of the sweep, and none by less than the report's "
-                 "noise floor" + (f" ({floor * 100:.1f} %)." if floor is not None else ".")]
+        lines = [
+            f"An FP8 form *pays* at a size when its median tokens/s exceed the same size's without-FP8 median by "
+            f"more than that size's measured noise, a process-to-process range (fastest minus slowest process, "
+            f"over the median): {each}. A size whose points ran in two or more processes is judged by the widest "
+            "range among them, any other by the widest range of the sweep, and none by less than the report's "
+            "noise floor" + (f" ({floor * 100:.1f} %)." if floor is not None else ".")
+        ]
     for form, pts in series.items():
         c = crossover(pts, band)
         ratio = ", ".join(f"{p} {s:.2f}×" for p, s in c["ratios"].items())
@@ -137,8 +154,10 @@ def crossover_md(rep: Report) -> str:
         if c["from"] == sizes[0]:
             verdict = f"pays at every size measured, from {c['from']} on"
         elif c["from"] == sizes[-1]:
-            verdict = (f"pays at **{c['from']}**, the largest size measured and the only one at which it pays: the "
-                       "crossover on this device, at this batch")
+            verdict = (
+                f"pays at **{c['from']}**, the largest size measured and the only one at which it pays: the "
+                "crossover on this device, at this batch"
+            )
         elif c["from"]:
             verdict = f"pays from **{c['from']}** on: the crossover on this device, at this batch"
         elif c["wins"]:
@@ -147,11 +166,16 @@ def crossover_md(rep: Report) -> str:
             largest = list(c["ratios"])[-1]
             kinds = [f"slower beyond the noise at {', '.join(c['losses'])}"] if c["losses"] else []
             kinds += [f"within the noise at {', '.join(c['ties'])}"] if c["ties"] else []
-            verdict = (f"does not pay at any size measured ({'; '.join(kinds)}): no crossover up to {largest} "
-                       "on this device at this batch")
+            verdict = (
+                f"does not pay at any size measured ({'; '.join(kinds)}): no crossover up to {largest} "
+                "on this device at this batch"
+            )
         gaps = f"; not measured at {', '.join(c['unmeasured'])}" if c["unmeasured"] else ""
-        lines.append(f"* **{html.escape(form)}** {verdict} (tokens/s over without FP8: {ratio}{gaps})."
-                     + _apart(rep, form, c["wins"]) + _memory(rep, form))
+        lines.append(
+            f"* **{html.escape(form)}** {verdict} (tokens/s over without FP8: {ratio}{gaps})."
+            + _apart(rep, form, c["wins"])
+            + _memory(rep, form)
+        )
     return "\n".join(lines)
 
 
@@ -164,8 +188,10 @@ def _apart(rep: Report, form: str, wins: list[str]) -> str:
         mine, base = _ran(recs.get(form, [])), _ran(recs.get(WITHOUT_FP8, []))
         if len(mine) > 1 and len(base) > 1:
             gap = min(mine) / max(base) - 1
-            out.append(f" At {preset} its slowest process is {gap * 100:+.1f} % against the fastest without FP8"
-                       f" ({min(mine):,.0f} against {max(base):,.0f} tokens/s).")
+            out.append(
+                f" At {preset} its slowest process is {gap * 100:+.1f} % against the fastest without FP8"
+                f" ({min(mine):,.0f} against {max(base):,.0f} tokens/s)."
+            )
     return "".join(out)
 
 
@@ -173,8 +199,12 @@ def _memory(rep: Report, form: str) -> str:
     """The form's allocator peak over the without-FP8 point's, size by size."""
     ratios = []
     for preset, recs in points(rep).items():
-        mem = [max((r.get("mem_allocator_bytes") or 0) for r in recs.get(v, []) if r["status"] in OK) if _ran(recs.get(v, []))
-               else 0 for v in (form, WITHOUT_FP8)]
+        mem = [
+            max((r.get("mem_allocator_bytes") or 0) for r in recs.get(v, []) if r["status"] in OK)
+            if _ran(recs.get(v, []))
+            else 0
+            for v in (form, WITHOUT_FP8)
+        ]
         if all(mem):
             ratios.append(f"{preset} {mem[0] / mem[1]:.2f}×")
     return f" Allocator peak against without FP8: {', '.join(ratios)}." if ratios else ""
@@ -192,11 +222,13 @@ def batch_md(rep: Report) -> str:
     recs = pts[own]
     b = next(iter(recs.values()))[0]["batch_size"]
     here = _ran(recs.get(WITHOUT_FP8, []))
-    lines = [f"Every size runs at B={b}, one batch for all of them; this report's own model, {own}, is recommended at "
-             f"B={best['batch_size']} ({best['processes']['median']:,.0f} tokens/s, median of its processes)"
-             + (f", against {np.median(here):,.0f} tokens/s here without FP8" if here else "")
-             + f": at B={b} it runs far below its operating point, and a ratio here is not the lever's worth at the "
-               "recommended batch."]
+    lines = [
+        f"Every size runs at B={b}, one batch for all of them; this report's own model, {own}, is recommended at "
+        f"B={best['batch_size']} ({best['processes']['median']:,.0f} tokens/s, median of its processes)"
+        + (f", against {np.median(here):,.0f} tokens/s here without FP8" if here else "")
+        + f": at B={b} it runs far below its operating point, and a ratio here is not the lever's worth at the "
+        "recommended batch."
+    ]
     titles = {s.title: s for s in stages.STAGES.values()}
     for form, rs in recs.items():
         stage = titles.get(form)
@@ -208,16 +240,20 @@ def batch_md(rep: Report) -> str:
         if not both:
             continue
         ratios = ", ".join(f"{matrix[x]['tokens_per_s'] / base[x]['tokens_per_s']:.2f}× at B={x}" for x in both)
-        line = (f"* **{html.escape(form)}**: the stage matrix measures {html.escape(stage.title)} over "
-                f"{html.escape(stages.get(stage.base).title)} at {ratios}.")
+        line = (
+            f"* **{html.escape(form)}**: the stage matrix measures {html.escape(stage.title)} over "
+            f"{html.escape(stages.get(stage.base).title)} at {ratios}."
+        )
         ms = float(np.median([r["median_ms"] for r in rs if r["status"] in OK]))
         slower = [x for x in sorted(matrix) if x > b and matrix[x]["median_ms"] < ms]
         if slower:
             x = slower[0]
-            line += (f" Its B={b} step here ({ms:.1f} ms; added to the recommendation without FP8) is longer than the "
-                     f"stage's at B={x} ({matrix[x]['median_ms']:.1f} ms; added to {stages.get(stage.base).title}), with "
-                     f"{b}/{x} of the tokens: not the GEMMs' work, then, but something the sweep does not show "
-                     f"(it profiles only the points without FP8), so its {own} ratio says little about FP8's GEMMs.")
+            line += (
+                f" Its B={b} step here ({ms:.1f} ms; added to the recommendation without FP8) is longer than the "
+                f"stage's at B={x} ({matrix[x]['median_ms']:.1f} ms; added to {stages.get(stage.base).title}), with "
+                f"{b}/{x} of the tokens: not the GEMMs' work, then, but something the sweep does not show "
+                f"(it profiles only the points without FP8), so its {own} ratio says little about FP8's GEMMs."
+            )
         lines.append(line)
     return "\n".join(lines)
 
@@ -245,9 +281,11 @@ def gemm_share(rec: dict | None) -> float | None:
 def size_html(rep: Report) -> str:
     pts = points(rep)
     if not pts:
-        return none("The size sweep was not measured for this report: \"make report GPU="
-                    f"{rep.params['name']} CHAPTERS=size_sweep\" measures it (after the batch-size sweep has chosen "
-                    "the recommendation it varies).")
+        return none(
+            'The size sweep was not measured for this report: "make report GPU='
+            f'{rep.params["name"]} CHAPTERS=size_sweep" measures it (after the batch-size sweep has chosen '
+            "the recommendation it varies)."
+        )
     best = recommended(rep)
     rows, reasons = [], []  # why a point did not run: numbered notes under the table
     for preset, recs in pts.items():
@@ -262,21 +300,35 @@ def size_html(rep: Report) -> str:
             mfu = [x["mfu"] for x in rs if x["status"] in OK and x.get("mfu") is not None]
             mem = [x.get("mem_allocator_bytes") for x in rs if x["status"] in OK and x.get("mem_allocator_bytes")]
             spread = f"{len(tps)}: {min(tps):,.0f}–{max(tps):,.0f}" if len(tps) > 1 else (str(len(tps)) if tps else "")
-            rows.append({"Model": label(preset, recs) if i == 0 else "", "Configuration": html.escape(variant) + (" (recommended)" if is_rec else ""),
-                         "ms/step": f"{np.median(ms):.1f}" if tps else r["status"].upper().replace("_", " ") + mark,
-                         "tok/s": f"{np.median(tps):,.0f}" if tps else "", "processes: range": spread,
-                         "MFU (bf16 peak)": f"{np.median(mfu) * 100:.1f} %" if mfu else "",
-                         "allocator GiB": gib(max(mem)) if mem else "",
-                         "GEMM share of GPU busy time": f"{np.median(shares) * 100:.0f} %" if shares else ""})
+            rows.append(
+                {
+                    "Model": label(preset, recs) if i == 0 else "",
+                    "Configuration": html.escape(variant) + (" (recommended)" if is_rec else ""),
+                    "ms/step": f"{np.median(ms):.1f}" if tps else r["status"].upper().replace("_", " ") + mark,
+                    "tok/s": f"{np.median(tps):,.0f}" if tps else "",
+                    "processes: range": spread,
+                    "MFU (bf16 peak)": f"{np.median(mfu) * 100:.1f} %" if mfu else "",
+                    "allocator GiB": gib(max(mem)) if mem else "",
+                    "GEMM share of GPU busy time": f"{np.median(shares) * 100:.0f} %" if shares else "",
+                }
+            )
     b = next(iter(next(iter(pts.values())).values()))[0]
     walls = [r["wall_s"] for recs in pts.values() for rs in recs.values() for r in rs if r.get("wall_s")]
-    note = (f"<p class='note'>Every point at B={b['batch_size']} × T={b['seq_len']}, {b['warmup_steps']} untimed and "
-            f"{b['timed_steps']} timed steps; with several processes a point shows their median (of tokens/s, step "
-            "time, MFU and GEMM share) and their largest allocator peak. Parameters as the model counts them (the "
-            "position embeddings left out, as nanoGPT counts). The GEMM "
-            "share is of one profiled step of the without-FP8 configuration. MFU counts 6N + 12·L·d·T FLOPs per token "
-            "against the bf16 peak." + (f" The {len(walls)} processes took {_duration(sum(walls))} in all (each one's "
-                                        "wall time, compilation included)." if walls else "") + "</p>")
+    note = (
+        f"<p class='note'>Every point at B={b['batch_size']} × T={b['seq_len']}, {b['warmup_steps']} untimed and "
+        f"{b['timed_steps']} timed steps; with several processes a point shows their median (of tokens/s, step "
+        "time, MFU and GEMM share) and their largest allocator peak. Parameters as the model counts them (the "
+        "position embeddings left out, as nanoGPT counts). The GEMM "
+        "share is of one profiled step of the without-FP8 configuration. MFU counts 6N + 12·L·d·T FLOPs per token "
+        "against the bf16 peak."
+        + (
+            f" The {len(walls)} processes took {_duration(sum(walls))} in all (each one's "
+            "wall time, compilation included)."
+            if walls
+            else ""
+        )
+        + "</p>"
+    )
     why = "".join(f"<p class='note'>({i}) {html.escape(t)}</p>" for i, t in enumerate(reasons, 1))
     return table(rows) + note + why
 
@@ -300,8 +352,16 @@ def plot_size(rep: Report):
     if not series:
         a1.text(0.5, 0.5, "no FP8 form ran on this device", ha="center", va="center", transform=a1.transAxes)
     elif known:  # each size's band, as the crossover is judged: 1 ± its process-to-process range
-        a1.errorbar([x for x, _ in known], [1.0] * len(known), yerr=[b for _, b in known], fmt="none",
-                    ecolor="grey", elinewidth=6, alpha=0.3, label="noise band of each size (the text says which are borrowed)")
+        a1.errorbar(
+            [x for x, _ in known],
+            [1.0] * len(known),
+            yerr=[b for _, b in known],
+            fmt="none",
+            ecolor="grey",
+            elinewidth=6,
+            alpha=0.3,
+            label="noise band of each size (the text says which are borrowed)",
+        )
     a1.axhline(1.0, color="grey", lw=0.7)
     for i, (form, pts) in enumerate(series.items()):
         a1.plot([names.index(p) for p, _ in pts], [s for _, s in pts], "o-", color=f"C{i}", label=form)

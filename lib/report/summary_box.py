@@ -1,6 +1,7 @@
 """The executive summary's first box, what a team lead acts on in a minute (at most five lines:
 turn on, skip, the recommendation, what it buys, what was not measured), and the report's terms,
 defined once before the findings use them. Every line is read from the report's own records."""
+
 from __future__ import annotations
 
 import html
@@ -19,7 +20,8 @@ GLOSSARY = (
     "of the timed steps (standard deviation ÷ mean). *Allocator*: PyTorch's caching allocator, which reserves "
     "device memory beyond the live tensors. *SDPA*: PyTorch's fused attention, "
     "`torch.nn.functional.scaled_dot_product_attention`. *nats*: the unit of the cross-entropy loss "
-    "(natural logarithm). *Within noise*: closer than the spread measured between fresh processes.")
+    "(natural logarithm). *Within noise*: closer than the spread measured between fresh processes."
+)
 
 
 def _turn_on(rep: Report) -> str | None:
@@ -37,28 +39,51 @@ def _turn_on(rep: Report) -> str | None:
     def worth(r):  # where the stage that adds the lever was neutral in the matrix, say so beside its worth here
         key = _stage_of(rep, r["lever"].split(" (and ")[0])
         effect = decide.lever_effect(rep.df, key) if key else None
-        neutral = effect is not None and not effect["values"].empty and (
-            fidelity_view.noise_note(rep, key) or effect["median"] < ADOPT_ABOVE)
-        return (f"{r['lever']} ({r['worth'] * 100:+.1f} %"
-                + (f"; neutral in the stage matrix, {effect['median']:.2f}×" if neutral else "") + ")")
+        neutral = (
+            effect is not None
+            and not effect["values"].empty
+            and (fidelity_view.noise_note(rep, key) or effect["median"] < ADOPT_ABOVE)
+        )
+        return (
+            f"{r['lever']} ({r['worth'] * 100:+.1f} %"
+            + (f"; neutral in the stage matrix, {effect['median']:.2f}×" if neutral else "")
+            + ")"
+        )
+
     text = "**Turn on:** " + ", ".join(worth(r) for r in paying)
     if unjudged:
-        text += (("; " if paying else "") + "not judged against noise, because the rows without them were timed on another "
-                 "machine than the row with every lever and the offset between the machines was not measured: "
-                 + ", ".join(worth(r) for r in unjudged))
+        text += (
+            ("; " if paying else "") + "not judged against noise, because the rows without them were timed on another "
+            "machine than the row with every lever and the offset between the machines was not measured: "
+            + ", ".join(worth(r) for r in unjudged)
+        )
     if fits:
-        text += ("; and, without which B=" if paying or unjudged else "without which B=") + f"{batch} does not fit: " + ", ".join(fits)
+        text += (
+            ("; and, without which B=" if paying or unjudged else "without which B=")
+            + f"{batch} does not fit: "
+            + ", ".join(fits)
+        )
     apart = frontier_view.ablation_calls_apart(full, rows)
-    return text + (f" (each worth: {stages.get(full['stage']).title} at B={batch} against it without that lever, "
-                   f"leave-one-out; {'one process' if n == 1 else f'the median of {n} processes'} with all levers"
-                   + (f", timed {apart}" if apart else "") + ").")
+    return text + (
+        f" (each worth: {stages.get(full['stage']).title} at B={batch} against it without that lever, "
+        f"leave-one-out; {'one process' if n == 1 else f'the median of {n} processes'} with all levers"
+        + (f", timed {apart}" if apart else "")
+        + ")."
+    )
 
 
 def _stage_of(rep: Report, lever: str) -> str | None:
     """The report's stage that adds `lever` (the first whose switches differ from the stage it is added to)."""
     off = stages.LEVERS.get(lever, {})
-    return next((k for k in rep.stage_order[1:] if decide.previous_stage(k)
-                 and any(getattr(stages.get(k), f) != getattr(stages.get(decide.previous_stage(k)), f) for f in off)), None)
+    return next(
+        (
+            k
+            for k in rep.stage_order[1:]
+            if decide.previous_stage(k)
+            and any(getattr(stages.get(k), f) != getattr(stages.get(decide.previous_stage(k)), f) for f in off)
+        ),
+        None,
+    )
 
 
 def _skip(rep: Report) -> str | None:
@@ -72,18 +97,22 @@ def _skip(rep: Report) -> str | None:
             out.append(f"{st.title} (loss beyond tolerance)")
         elif not effect["values"].empty and effect["median"] < 1 and not fidelity_view.noise_note(rep, key):
             larger = f"; the size sweep: {pays[st.title]}" if st.title in pays else ""
-            out.append(f"{st.title} ({span(effect['values'].values)} of {stages.get(effect['previous']).title}{larger})")
+            out.append(
+                f"{st.title} ({span(effect['values'].values)} of {stages.get(effect['previous']).title}{larger})"
+            )
     return "**Skip here:** " + "; ".join(out) + "." if out else None
 
 
 def _recommended(rep: Report, best: dict) -> str:
     p = best["processes"]
     mfu = mfu_bf16(rep, best.get("mfu"), best.get("peak_precision"))
-    return (f"**Recommended:** {best['stage_title']} at B={best['batch_size']}: {p['median']:,.0f} tokens/s"
-            + (f" (median of {p['n']} processes)" if p["n"] > 1 else "")
-            + (f", MFU {mfu * p['median'] / best['tokens_per_s'] * 100:.1f} % of the bf16 peak" if mfu else "")
-            + (f", allocator peak {best['mem_allocator_bytes'] / 2**30:.1f} GiB" if best.get("mem_allocator_bytes") else "")
-            + ".")
+    return (
+        f"**Recommended:** {best['stage_title']} at B={best['batch_size']}: {p['median']:,.0f} tokens/s"
+        + (f" (median of {p['n']} processes)" if p["n"] > 1 else "")
+        + (f", MFU {mfu * p['median'] / best['tokens_per_s'] * 100:.1f} % of the bf16 peak" if mfu else "")
+        + (f", allocator peak {best['mem_allocator_bytes'] / 2**30:.1f} GiB" if best.get("mem_allocator_bytes") else "")
+        + "."
+    )
 
 
 def _buys(rep: Report, best: dict) -> str | None:
@@ -93,15 +122,19 @@ def _buys(rep: Report, best: dict) -> str | None:
     mine, plain = rows.get("recommended"), rows.get("baseline")
     if mine and plain:
         b = rep.params["evidence"]["baseline"]
-        return (f"**What it buys:** at {frontier_view.micro_steps_text(mine)}, "
-                f"{mine['median'] / plain['median']:.3f}× the canonical trainer "
-                f"({stages.get(b['stage']).title} at B={b['batch_size']} in a plain nanoGPT-form loop) at GPT-2's "
-                f"{rep.params['evidence']['global_batch_tokens']:,}-token batch, measured in the same run "
-                f"({mine['median']:,.0f} against {plain['median']:,.0f} tokens/s).")
+        return (
+            f"**What it buys:** at {frontier_view.micro_steps_text(mine)}, "
+            f"{mine['median'] / plain['median']:.3f}× the canonical trainer "
+            f"({stages.get(b['stage']).title} at B={b['batch_size']} in a plain nanoGPT-form loop) at GPT-2's "
+            f"{rep.params['evidence']['global_batch_tokens']:,}-token batch, measured in the same run "
+            f"({mine['median']:,.0f} against {plain['median']:,.0f} tokens/s)."
+        )
     base = rep.rec(rep.stage_order[0], best["batch_size"])
     if base and base.get("status") == record.Status.OK:
-        return (f"**What it buys:** {best['processes']['median'] / base['tokens_per_s']:.2f}× "
-                f"{stages.get(rep.stage_order[0]).title} at the same B={best['batch_size']}.")
+        return (
+            f"**What it buys:** {best['processes']['median'] / base['tokens_per_s']:.2f}× "
+            f"{stages.get(rep.stage_order[0]).title} at the same B={best['batch_size']}."
+        )
     return None
 
 
@@ -122,14 +155,16 @@ def _not_measured(rep: Report) -> str | None:
 def lines(rep: Report) -> list[str]:
     best = recommended(rep)
     if best is None:
-        return ["**No recommendation:** no configuration completed with its loss verified; the findings below say "
-                "what ran."]
+        return [
+            "**No recommendation:** no configuration completed with its loss verified; the findings below say what ran."
+        ]
     out = [_turn_on(rep), _skip(rep), _recommended(rep, best), _buys(rep, best), _not_measured(rep)]
     return [line for line in out if line][:MAX_LINES]
 
 
 def box_html(rep: Report) -> str:
     """The box, markdown bold turned into HTML (the box is raw HTML so the PDF keeps it together)."""
+
     def md(text: str) -> str:
         parts = html.escape(text).split("**")
         return "".join(f"<strong>{p}</strong>" if i % 2 else p for i, p in enumerate(parts))

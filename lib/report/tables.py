@@ -1,5 +1,6 @@
 """*How the report reads*, its tables: the experimental matrix, the environment, each chapter's
 code switch and the appendix, the title and the failures, as HTML or Markdown."""
+
 from __future__ import annotations
 
 import html
@@ -18,8 +19,7 @@ def status_cell(row) -> str:
     s = row["status"]
     if s == "ok":
         return "ok"
-    label = {"oom": "OOM", "not_applicable": "not applicable", "diverged": "DIVERGED",
-             "error": "ERROR"}.get(s, s)
+    label = {"oom": "OOM", "not_applicable": "not applicable", "diverged": "DIVERGED", "error": "ERROR"}.get(s, s)
     return f'<span class="bad" title="{html.escape(str(row["reason"] or ""))}">{label}</span>'
 
 
@@ -47,47 +47,79 @@ def matrix_html(rep: Report, stage: str | None = None) -> str:
         cv_txt = pct(r["cv"]) if ran else ""
         if ran and rep.on_gpu and r["cv"] > CV_LIMIT:
             cv_txt = f'<span class="warn">{cv_txt}</span>'
-        rows.append({
-            "Stage": r["stage_title"], "B": r["batch_size"],
-            "ms/step<br><small>p10–p90</small>": step, "CV": cv_txt,
-            "tok/s": tok(r["tokens_per_s"]) if ran else "",
-            "× FP32": times(r["speedup_vs_baseline"]), "× prev.": times(r["speedup_vs_previous"]),
-            "MFU<br><small>bf16 peak</small>": (
-                (pct(r["mfu_bf16"]) + ("" if r["peak_precision"] == "bf16" else
-                                       f"<br><small>{pct(r['mfu'])} of {r['peak_precision']}</small>"))
-                if ran and not pd.isna(r["mfu_bf16"]) else ("n/a" if ran else "")),
-            "tensors<br><small>peak</small> GiB": gib(r["mem_tensors_bytes"]),
-            "allocator<br><small>peak</small> GiB": gib(r["mem_allocator_bytes"]),
-            "device<br><small>after steps</small> GiB": gib(r["mem_device_bytes"]),
-            "first step<br>s": f"{r['first_step_s']:.1f}" if ran and not pd.isna(r.get("first_step_s")) else "",
-            "final loss<br><small>Δ vs ref.</small>": loss,
-        })
+        rows.append(
+            {
+                "Stage": r["stage_title"],
+                "B": r["batch_size"],
+                "ms/step<br><small>p10–p90</small>": step,
+                "CV": cv_txt,
+                "tok/s": tok(r["tokens_per_s"]) if ran else "",
+                "× FP32": times(r["speedup_vs_baseline"]),
+                "× prev.": times(r["speedup_vs_previous"]),
+                "MFU<br><small>bf16 peak</small>": (
+                    (
+                        pct(r["mfu_bf16"])
+                        + (
+                            ""
+                            if r["peak_precision"] == "bf16"
+                            else f"<br><small>{pct(r['mfu'])} of {r['peak_precision']}</small>"
+                        )
+                    )
+                    if ran and not pd.isna(r["mfu_bf16"])
+                    else ("n/a" if ran else "")
+                ),
+                "tensors<br><small>peak</small> GiB": gib(r["mem_tensors_bytes"]),
+                "allocator<br><small>peak</small> GiB": gib(r["mem_allocator_bytes"]),
+                "device<br><small>after steps</small> GiB": gib(r["mem_device_bytes"]),
+                "first step<br>s": f"{r['first_step_s']:.1f}" if ran and not pd.isna(r.get("first_step_s")) else "",
+                "final loss<br><small>Δ vs ref.</small>": loss,
+            }
+        )
     return pd.DataFrame(rows).to_html(index=False, escape=False, classes="matrix", border=0)
 
 
 def environment_html(rep: Report) -> str:
     e, dev = rep.env, rep.env["device"]
     corpus = manifest()
-    rows = [("Device", dev.get("name")), ("Backend", dev["backend"]),
-            ("Profile", f"{rep.params['name']}: {rep.params.get('description', '')}")]
+    rows = [
+        ("Device", dev.get("name")),
+        ("Backend", dev["backend"]),
+        ("Profile", f"{rep.params['name']}: {rep.params.get('description', '')}"),
+    ]
     if dev["backend"] in ("cuda", "rocm"):
         cap = dev.get("capability")
-        rows += [("Compute capability", f"{cap[0]}.{cap[1]}" if cap else None),
-                 ("SMs", dev.get("sm_count")), ("Device memory", f"{dev.get('memory_bytes', 0) / GiB:.1f} GiB"),
-                 ("GPUs on host", dev.get("count")), ("Driver", e.get("driver")),
-                 ("CUDA (torch build)", e.get("cuda") or e.get("hip")), ("cuBLAS(Lt)", e.get("cublas")),
-                 ("cuDNN", e.get("cudnn")), ("Max SM / memory clock", _clocks(e)),
-                 ("Power limit", f"{e['power_limit_w']:.0f} W" if e.get("power_limit_w") else None)]
+        rows += [
+            ("Compute capability", f"{cap[0]}.{cap[1]}" if cap else None),
+            ("SMs", dev.get("sm_count")),
+            ("Device memory", f"{dev.get('memory_bytes', 0) / GiB:.1f} GiB"),
+            ("GPUs on host", dev.get("count")),
+            ("Driver", e.get("driver")),
+            ("CUDA (torch build)", e.get("cuda") or e.get("hip")),
+            ("cuBLAS(Lt)", e.get("cublas")),
+            ("cuDNN", e.get("cudnn")),
+            ("Max SM / memory clock", _clocks(e)),
+            ("Power limit", f"{e['power_limit_w']:.0f} W" if e.get("power_limit_w") else None),
+        ]
     else:
         rows += [("CPU cores / torch threads", f"{e.get('cpu_cores')} / {e.get('threads')}")]
     pk = e.get("packages") or {}
-    rows += [("PyTorch", e.get("torch")), ("Python", e.get("python")), ("NumPy", e.get("numpy")),
-             ("Triton, torchao, cut-cross-entropy", ", ".join(pk.get(n) or "not installed" for n in
-                                                              ("triton", "torchao", "cut-cross-entropy")) if pk else None),
-             ("OS", e.get("os")), ("Tokenizer", corpus.get("tokenizer")),
-             ("Corpus", f"{corpus.get('corpus')}, {corpus.get('tokens', 0):,} tokens, "
-                        f"sha256 {corpus.get('corpus_sha256', '?')[:16]}…"),
-             ("Peak FLOP/s source", rep.params.get("peak_source"))]
+    rows += [
+        ("PyTorch", e.get("torch")),
+        ("Python", e.get("python")),
+        ("NumPy", e.get("numpy")),
+        (
+            "Triton, torchao, cut-cross-entropy",
+            ", ".join(pk.get(n) or "not installed" for n in ("triton", "torchao", "cut-cross-entropy")) if pk else None,
+        ),
+        ("OS", e.get("os")),
+        ("Tokenizer", corpus.get("tokenizer")),
+        (
+            "Corpus",
+            f"{corpus.get('corpus')}, {corpus.get('tokens', 0):,} tokens, "
+            f"sha256 {corpus.get('corpus_sha256', '?')[:16]}…",
+        ),
+        ("Peak FLOP/s source", rep.params.get("peak_source")),
+    ]
     if rep.params.get("override"):
         rows.append(("Profile override", f'<span class="bad">{html.escape(rep.params["override"])}</span>'))
     body = "".join(f"<tr><th>{k}</th><td>{'' if v is None else v}</td></tr>" for k, v in rows if v is not None)
@@ -109,40 +141,53 @@ def appendix_md(rep: Report) -> str:
     blocks = []
     for above, key in zip([None, *rep.stage_order], rep.stage_order):
         st = stages.get(key)
-        added_to = (f" (added to {stages.get(st.base).title}, not to the stage above)"
-                    if st.base and st.base != above else "")
+        added_to = (
+            f" (added to {stages.get(st.base).title}, not to the stage above)" if st.base and st.base != above else ""
+        )
         blocks.append(f"**{st.title}** — {st.lever}{added_to}\n\n```python\n{st.switch}\n```")
     return "\n\n".join(blocks)
 
 
 def title_md(rep: Report) -> str:
     dev = rep.env["device"]
-    stamps = [r.get("finished_at") for r in rep.records + rep.decisions + [x for v in rep.evidence.values()
-              for x in (v if isinstance(v, list) else [v] if v else [])] if r.get("finished_at")]
+    stamps = [
+        r.get("finished_at")
+        for r in rep.records
+        + rep.decisions
+        + [x for v in rep.evidence.values() for x in (v if isinstance(v, list) else [v] if v else [])]
+        if r.get("finished_at")
+    ]
     first, last = (min(stamps)[:10], max(stamps)[:10]) if stamps else ("", "")
     when = first if first == last else f"{first} to {last}"
     count = dev.get("count") or 1
     name = f"a host of {count} × {dev['name']}" if count > 1 else dev["name"]
-    sub = (f"Profile **{rep.params['name']}** · device **{name}** ({dev['backend']}) · "
-           f"PyTorch {rep.env.get('torch')}" + (f" · CUDA {rep.env['cuda']}" if rep.env.get("cuda") else ""))
+    sub = (
+        f"Profile **{rep.params['name']}** · device **{name}** ({dev['backend']}) · "
+        f"PyTorch {rep.env.get('torch')}" + (f" · CUDA {rep.env['cuda']}" if rep.env.get("cuda") else "")
+    )
     if when:
         sub += f" · measured {when}"
     commits, unrecorded = code_commits(rep)
     if rep.run is not None:
         sub += (" · code " + ", ".join(c[:12] for c in commits) if commits else " · code commit not recorded") + (
-            f" ({unrecorded} of its runs recorded none)" if commits and unrecorded else "")
+            f" ({unrecorded} of its runs recorded none)" if commits and unrecorded else ""
+        )
     if (rep.run or {}).get("command"):
         sub += f"\n\nLast measuring command: `{rep.run['command']}`" + (
             f" (and {len(rep.run.get('earlier_runs', []))} earlier runs, listed in run.json)"
-            if rep.run.get("earlier_runs") else "")
+            if rep.run.get("earlier_runs")
+            else ""
+        )
     sub += "\n\n" + provenance_md(rep)
     m = rep.params["model"]
-    return (f"# {preset_of(rep.params)} ({m['n_layer']} layers, d={m['n_embd']}) training step: what each optimisation "
-            f"lever buys\n\n{sub}\n\n"
-            f"Each stage adds one lever to the one before ({' → '.join(rep.stage_titles)}; Appendix A names the "
-            "stages added to an earlier one) and is timed on the "
-            "same model, seed and data at every batch size. Every number below was measured by this tool "
-            "on the device named above.")
+    return (
+        f"# {preset_of(rep.params)} ({m['n_layer']} layers, d={m['n_embd']}) training step: what each optimisation "
+        f"lever buys\n\n{sub}\n\n"
+        f"Each stage adds one lever to the one before ({' → '.join(rep.stage_titles)}; Appendix A names the "
+        "stages added to an earlier one) and is timed on the "
+        "same model, seed and data at every batch size. Every number below was measured by this tool "
+        "on the device named above."
+    )
 
 
 def provenance_md(rep: Report) -> str:
@@ -155,34 +200,59 @@ def provenance_md(rep: Report) -> str:
         return "**Where and how:** these records predate stamping: their machine and commit are not recorded."
     runs = [*((rep.run or {}).get("earlier_runs") or []), rep.run] if rep.run else []
     stopped = sum(1 for r in runs if r.get("state") == "interrupted")
-    text = (f"**Where and how:** {len(recs)} records from {len(machines)} machine{'s' if len(machines) > 1 else ''} ("
-            + "; ".join(f"{m}: {n}" for m, n in machines.most_common()) + ") by code "
-            + "; ".join(f"{c}: {n}" for c, n in commits.most_common()) + f", in {len(runs)} run{'s' if len(runs) != 1 else ''} of the measuring command"
-            + (f" ({stopped} stopped by their time budget or cut off, then resumed)" if stopped else "") + ".")
+    text = (
+        f"**Where and how:** {len(recs)} records from {len(machines)} machine{'s' if len(machines) > 1 else ''} ("
+        + "; ".join(f"{m}: {n}" for m, n in machines.most_common())
+        + ") by code "
+        + "; ".join(f"{c}: {n}" for c, n in commits.most_common())
+        + f", in {len(runs)} run{'s' if len(runs) != 1 else ''} of the measuring command"
+        + (f" ({stopped} stopped by their time budget or cut off, then resumed)" if stopped else "")
+        + "."
+    )
     if len(machines) > 1:
-        kinds = {m: sorted({r["_folder"].replace("results", "matrix") for r in recs if provenance.machine_of(r) == m
-                            and r.get("status") == "ok"}) for m in machines}
-        text += " **Several machines:** " + "; ".join(f"{m} timed {', '.join(k) or 'nothing'}" for m, k in kinds.items()) + "."
+        kinds = {
+            m: sorted(
+                {
+                    r["_folder"].replace("results", "matrix")
+                    for r in recs
+                    if provenance.machine_of(r) == m and r.get("status") == "ok"
+                }
+            )
+            for m in machines
+        }
+        text += (
+            " **Several machines:** "
+            + "; ".join(f"{m} timed {', '.join(k) or 'nothing'}" for m, k in kinds.items())
+            + "."
+        )
         spread = noise.machine_spread(rep.decisions)
-        text += (f" The spread between them, measured on {spread['shared']} configurations timed on more than one, is "
-                 f"{pct(spread['spread'], 1)}; every comparison is judged against at least that."
-                 if spread["machines"] > 1 and spread["spread"] is not None else
-                 " No configuration was timed on more than one, so their offset is unknown: a ratio that joins records of "
-                 "two machines (here the leave-one-out and the recipe against the matrix) is not judged against noise.")
+        text += (
+            f" The spread between them, measured on {spread['shared']} configurations timed on more than one, is "
+            f"{pct(spread['spread'], 1)}; every comparison is judged against at least that."
+            if spread["machines"] > 1 and spread["spread"] is not None
+            else " No configuration was timed on more than one, so their offset is unknown: a ratio that joins records of "
+            "two machines (here the leave-one-out and the recipe against the matrix) is not judged against noise."
+        )
     superseded = sorted((rep.dir / "superseded").rglob("*.json")) if (rep.dir / "superseded").is_dir() else []
     if superseded:
         text += f" {len(superseded)} superseded records are kept in superseded/ (re-measured, never deleted)."
     left = rep.params.get("not_run") or []
     if left:
-        text += (" **Not measured at this depth:** " + ", ".join(n["key"] for n in left)
-                 + f"; `make report GPU={rep.params['name']} DEPTH=full` adds them.")
+        text += (
+            " **Not measured at this depth:** "
+            + ", ".join(n["key"] for n in left)
+            + f"; `make report GPU={rep.params['name']} DEPTH=full` adds them."
+        )
     return text
 
 
 def failures_md(rep: Report, failures: list[str]) -> str:
     lines = [f"* notebook failed: `{f}`" for f in failures]
-    lines += [f"* {r['stage_title']} B={r['batch_size']}: **error**: {short(r.get('reason'))[:400]}"
-              for r in rep.records if r["status"] == "error"]
+    lines += [
+        f"* {r['stage_title']} B={r['batch_size']}: **error**: {short(r.get('reason'))[:400]}"
+        for r in rep.records
+        if r["status"] == "error"
+    ]
     if not lines:
         return ""
     return "**Failures in this run** (the rest of the report is still valid):\n\n" + "\n".join(lines)

@@ -1,5 +1,6 @@
 """Decisions from the records: the tidy table every chapter reads, which stages held their loss, and
 the recommended configuration (fastest verified, the least memory among those within noise)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -20,11 +21,37 @@ def table(records: list[dict], stage_order: list[str], tolerance: float | None =
     import pandas as pd
 
     # a key a record lacks (an older record, another kind) is None in its row
-    cols = ["stage", "stage_title", "batch_size", "status", "reason", "median_ms", "p10_ms", "p90_ms", "cv",
-            "tokens_per_s", "mfu", "peak_precision", "achieved_tflops", "mem_tensors_bytes", "mem_allocator_bytes",
-            "mem_device_bytes", "mem_device_sampled_peak_bytes", "final_loss", "sdpa_backend", "world_size",
-            "scaling_efficiency", "allreduce_share", "per_gpu_tokens_per_s", "single_gpu_tokens_per_s",
-            "one_rank_tokens_per_s", "efficiency_reference", "base_stage", "first_step_s", "warmup_steps"]
+    cols = [
+        "stage",
+        "stage_title",
+        "batch_size",
+        "status",
+        "reason",
+        "median_ms",
+        "p10_ms",
+        "p90_ms",
+        "cv",
+        "tokens_per_s",
+        "mfu",
+        "peak_precision",
+        "achieved_tflops",
+        "mem_tensors_bytes",
+        "mem_allocator_bytes",
+        "mem_device_bytes",
+        "mem_device_sampled_peak_bytes",
+        "final_loss",
+        "sdpa_backend",
+        "world_size",
+        "scaling_efficiency",
+        "allreduce_share",
+        "per_gpu_tokens_per_s",
+        "single_gpu_tokens_per_s",
+        "one_rank_tokens_per_s",
+        "efficiency_reference",
+        "base_stage",
+        "first_step_s",
+        "warmup_steps",
+    ]
     df = pd.DataFrame([{c: r.get(c) for c in cols} for r in records], columns=cols)
     df["joules_per_token"] = [(r.get("energy") or {}).get("joules_per_token") for r in records]
     df["avg_power_w"] = [(r.get("energy") or {}).get("avg_power_w") for r in records]
@@ -35,20 +62,34 @@ def table(records: list[dict], stage_order: list[str], tolerance: float | None =
     # Never for the multi-GPU stage: its throughput over one GPU's FP32 is no lever's speed-up.
     df["speedup_vs_baseline"] = [
         t / base["tokens_per_s"][b] if b in base.index and ok_ and t and not stages.is_multi_gpu(s) else np.nan
-        for s, b, t, ok_ in zip(df["stage"], df["batch_size"], df["tokens_per_s"], ok)]
+        for s, b, t, ok_ in zip(df["stage"], df["batch_size"], df["tokens_per_s"], ok)
+    ]
     losses = {(s, b): f for s, b, f, o in zip(df["stage"], df["batch_size"], df["final_loss"], ok) if o}
     df["loss_ref"] = [stages.get(s).reference if s in stages.STAGES else stage_order[0] for s in df["stage"]]
     # The multi-GPU stage trains with a larger global batch, so its loss is no one's to compare.
     df["loss_delta"] = [
-        f - losses[(ref, b)] if not stages.is_multi_gpu(s) and s != ref and f is not None and not pd.isna(f)
-        and losses.get((ref, b)) is not None and not pd.isna(losses[(ref, b)]) else np.nan
-        for s, b, f, ref in zip(df["stage"], df["batch_size"], df["final_loss"], df["loss_ref"])]
+        f - losses[(ref, b)]
+        if not stages.is_multi_gpu(s)
+        and s != ref
+        and f is not None
+        and not pd.isna(f)
+        and losses.get((ref, b)) is not None
+        and not pd.isna(losses[(ref, b)])
+        else np.nan
+        for s, b, f, ref in zip(df["stage"], df["batch_size"], df["final_loss"], df["loss_ref"])
+    ]
     # The loss gate: every step after warm-up, not only the final window (see loss_gap).
-    curves = {(r["stage"], r["batch_size"]): r.get("losses") for r in records
-              if r.get("status") in TIMED and r.get("variant") is None}
+    curves = {
+        (r["stage"], r["batch_size"]): r.get("losses")
+        for r in records
+        if r.get("status") in TIMED and r.get("variant") is None
+    }
     df["loss_gap"] = [
-        loss_gap(curves.get((s, b)), curves.get((ref, b)), int(w or 0)) if not stages.is_multi_gpu(s) and s != ref else np.nan
-        for s, b, ref, w in zip(df["stage"], df["batch_size"], df["loss_ref"], df["warmup_steps"])]
+        loss_gap(curves.get((s, b)), curves.get((ref, b)), int(w or 0))
+        if not stages.is_multi_gpu(s) and s != ref
+        else np.nan
+        for s, b, ref, w in zip(df["stage"], df["batch_size"], df["loss_ref"], df["warmup_steps"])
+    ]
     # What a lever buys is judged against the stage right before it in the registry, at the same
     # batch, and only where that stage was measured: a report that skipped stages (STAGES=) must not
     # credit one lever with several. A multi-GPU stage is judged against one GPU at its setting.
@@ -56,18 +97,37 @@ def table(records: list[dict], stage_order: list[str], tolerance: float | None =
     df["previous_stage"] = [previous_stage(s) for s in df["stage"]]
     df["speedup_vs_previous"] = [
         t / tps[(p, b)] if o and t and (p, b) in tps else np.nan
-        for t, p, b, o in zip(df["tokens_per_s"], df["previous_stage"], df["batch_size"], ok)]
+        for t, p, b, o in zip(df["tokens_per_s"], df["previous_stage"], df["batch_size"], ok)
+    ]
     df["lever_effect"] = [
         (w * e if not (pd.isna(w) or pd.isna(e)) else np.nan) if stages.is_multi_gpu(s) else v
-        for s, v, w, e in zip(df["stage"], df["speedup_vs_previous"], df["world_size"], df["scaling_efficiency"])]
+        for s, v, w, e in zip(df["stage"], df["speedup_vs_previous"], df["world_size"], df["scaling_efficiency"])
+    ]
     if tolerance is not None:
         df["loss_spike_step"] = [
-            spike_step(curves[(s, b)], curves[(ref, b)], int(w or 0), tolerance + noise) if g > tolerance + noise else None
-            for s, b, ref, w, g in zip(df["stage"], df["batch_size"], df["loss_ref"], df["warmup_steps"], df["loss_gap"])]
-        verdicts = [None if pd.isna(g) else "within" if g <= tolerance else "within noise" if g <= tolerance + noise
-                    else "spike" if k is not None else "beyond" for g, k in zip(df["loss_gap"], df["loss_spike_step"])]
+            spike_step(curves[(s, b)], curves[(ref, b)], int(w or 0), tolerance + noise)
+            if g > tolerance + noise
+            else None
+            for s, b, ref, w, g in zip(
+                df["stage"], df["batch_size"], df["loss_ref"], df["warmup_steps"], df["loss_gap"]
+            )
+        ]
+        verdicts = [
+            None
+            if pd.isna(g)
+            else "within"
+            if g <= tolerance
+            else "within noise"
+            if g <= tolerance + noise
+            else "spike"
+            if k is not None
+            else "beyond"
+            for g, k in zip(df["loss_gap"], df["loss_spike_step"])
+        ]
         df["loss_verdict"] = verdicts
-        df["loss_within_tolerance"] = pd.Series([None if v is None else v not in GATE_FAILS for v in verdicts], dtype=object)
+        df["loss_within_tolerance"] = pd.Series(
+            [None if v is None else v not in GATE_FAILS for v in verdicts], dtype=object
+        )
     return df.drop(columns="stage_idx")
 
 
@@ -99,9 +159,13 @@ def lever_effect(df, key: str) -> dict:
     rows = df[(df["stage"] == key) & df["status"].isin(TIMED)]
     values = rows.set_index("batch_size")["lever_effect"].dropna()
     prev = previous_stage(key)
-    return {"key": key, "previous": prev, "values": values,
-            "median": float(np.median(values)) if len(values) else None,
-            "previous_measured": prev is None or bool((df["stage"] == prev).any())}
+    return {
+        "key": key,
+        "previous": prev,
+        "values": values,
+        "median": float(np.median(values)) if len(values) else None,
+        "previous_measured": prev is None or bool((df["stage"] == prev).any()),
+    }
 
 
 def verified_stages(df, reference_stages=("fp32",)) -> dict:
@@ -119,7 +183,11 @@ def throughputs(records: list[dict]) -> dict:
     """(stage, batch) -> tokens/s of every process that timed it (matrix, sweep, repeats)."""
     out: dict = {}
     for r in records:
-        if r.get("status") == Status.OK and r.get("variant") in TIMING_VARIANTS and not stages.is_multi_gpu(r.get("stage")):
+        if (
+            r.get("status") == Status.OK
+            and r.get("variant") in TIMING_VARIANTS
+            and not stages.is_multi_gpu(r.get("stage"))
+        ):
             out.setdefault((r["stage"], r["batch_size"]), []).append(r["tokens_per_s"])
     return out
 
@@ -130,18 +198,30 @@ def ranked_configs(records: list[dict], params: dict, eligible=None) -> list[dic
     median over every process that timed them. Batch size is not a numerical lever: a stage
     verified at some batch sizes is trusted at the others. `eligible(record)`, if given,
     further limits the candidates (not the verification)."""
-    single = [r for r in records if not stages.is_multi_gpu(r.get("stage")) and r.get("status") == Status.OK
-              and r.get("variant") in (None, "batch sweep") and (eligible is None or eligible(r))]
+    single = [
+        r
+        for r in records
+        if not stages.is_multi_gpu(r.get("stage"))
+        and r.get("status") == Status.OK
+        and r.get("variant") in (None, "batch sweep")
+        and (eligible is None or eligible(r))
+    ]
     if not single:
         return []
     order = stages.single_gpu(params["stages"])
     # Verification reads the matrix only (sweep points have no reference at their batch size).
-    df = table([r for r in records if r.get("stage") in order and r.get("variant") is None], order,
-               params["run"]["loss_tolerance"], loss_noise(records))
+    df = table(
+        [r for r in records if r.get("stage") in order and r.get("variant") is None],
+        order,
+        params["run"]["loss_tolerance"],
+        loss_noise(records),
+    )
     verified = verified_stages(df, (order[0],))
     for key, check in parity.checks(records, params["evidence"]).items():
         if check["verdict"] != parity.INCOMPLETE:  # a test cut off part-way decides nothing yet
-            verified[key] = verified.get(key) and check["ok"]  # only a parity test that holds lets a tested stage be adopted
+            verified[key] = (
+                verified.get(key) and check["ok"]
+            )  # only a parity test that holds lets a tested stage be adopted
     tps = throughputs(records)
     good = [r for r in single if verified.get(r["stage"])]
     return sorted(good, key=lambda r: -float(np.median(tps[(r["stage"], r["batch_size"])])))
@@ -157,10 +237,24 @@ def best_config(records: list[dict], params: dict, eligible=None) -> dict | None
     tps = throughputs(records)
     floor = decision_floor(records, tps)
     best = ranked[0]
-    same_speed = [r for r in ranked if r["stage"] == best["stage"] and (r is best or len(tps[(r["stage"], r["batch_size"])]) > 1)
-                  and within_noise(tps[(r["stage"], r["batch_size"])], tps[(best["stage"], best["batch_size"])], floor,
-                                   across_machines(records))]
-    pick = min(same_speed or [best], key=lambda r: (r.get("mem_allocator_bytes") or r.get("mem_device_bytes") or 0,
-                                                    r["batch_size"]))
-    return {**pick, "processes": spread(tps[(pick["stage"], pick["batch_size"])]),
-            "chosen_over": None if pick is best else {"stage": best["stage"], "batch_size": best["batch_size"]}}
+    same_speed = [
+        r
+        for r in ranked
+        if r["stage"] == best["stage"]
+        and (r is best or len(tps[(r["stage"], r["batch_size"])]) > 1)
+        and within_noise(
+            tps[(r["stage"], r["batch_size"])],
+            tps[(best["stage"], best["batch_size"])],
+            floor,
+            across_machines(records),
+        )
+    ]
+    pick = min(
+        same_speed or [best],
+        key=lambda r: (r.get("mem_allocator_bytes") or r.get("mem_device_bytes") or 0, r["batch_size"]),
+    )
+    return {
+        **pick,
+        "processes": spread(tps[(pick["stage"], pick["batch_size"])]),
+        "chosen_over": None if pick is best else {"stage": best["stage"], "batch_size": best["batch_size"]},
+    }

@@ -1,6 +1,7 @@
 """How far two throughputs may differ by chance: the process-to-process spread of a configuration,
 the report's noise floor (the widest such spread) and, where records come from more than one machine,
 the spread between machines, which a floor measured on one machine does not cover."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -15,8 +16,13 @@ def spread(values: list[float]) -> dict:
     to the median (0 for a single process: nothing measured)."""
     v = np.asarray(values, dtype=float)
     med = float(np.median(v))
-    return {"n": int(v.size), "median": med, "lo": float(v.min()), "hi": float(v.max()),
-            "spread": float((v.max() - v.min()) / med) if v.size > 1 and med else 0.0}
+    return {
+        "n": int(v.size),
+        "median": med,
+        "lo": float(v.min()),
+        "hi": float(v.max()),
+        "spread": float((v.max() - v.min()) / med) if v.size > 1 and med else 0.0,
+    }
 
 
 def noise_floor(groups: dict) -> float | None:
@@ -44,13 +50,20 @@ def machine_spread(records: list[dict]) -> dict:
     records come from several machines but no configuration was timed on two: the offset is unknown)}."""
     by: dict = {}
     for r in records:
-        if r.get("status") == Status.OK and r.get("variant") in TIMING_VARIANTS and not stages.is_multi_gpu(r.get("stage")):
+        if (
+            r.get("status") == Status.OK
+            and r.get("variant") in TIMING_VARIANTS
+            and not stages.is_multi_gpu(r.get("stage"))
+        ):
             by.setdefault((r["stage"], r["batch_size"]), {}).setdefault(machine_of(r), []).append(r["tokens_per_s"])
     machines = {m for d in by.values() for m in d}
     shared = [[float(np.median(v)) for v in d.values()] for d in by.values() if len(d) > 1]
     spreads = [(max(m) - min(m)) / float(np.median(m)) for m in shared]
-    return {"machines": len(machines), "shared": len(shared),
-            "spread": max(spreads) if spreads else (0.0 if len(machines) <= 1 else None)}
+    return {
+        "machines": len(machines),
+        "shared": len(shared),
+        "spread": max(spreads) if spreads else (0.0 if len(machines) <= 1 else None),
+    }
 
 
 def across_machines(records: list[dict]) -> float | None:

@@ -19,6 +19,7 @@ Design (the method section states it before any number):
     twice (a run that failed counts as run). Until then it is "incomplete" and decides nothing either
     way, so a run cut off in the middle of a test never rejects (or adopts) a lever on part of its seeds.
 """
+
 from __future__ import annotations
 
 import math
@@ -91,8 +92,10 @@ def _mean_square_repeat(runs_by_seed: dict, seeds: list[int], metric: str) -> fl
 def runs(records: list[dict], ok_only: bool = True) -> dict:
     """(stage, batch) -> seed -> [its parity runs in replicate order] (completed runs only, unless not ok_only)."""
     out: dict = {}
-    for r in sorted((r for r in records if r.get("kind") == "parity" and (r.get("status") == Status.OK or not ok_only)),
-                    key=lambda r: r.get("replicate", 0)):
+    for r in sorted(
+        (r for r in records if r.get("kind") == "parity" and (r.get("status") == Status.OK or not ok_only)),
+        key=lambda r: r.get("replicate", 0),
+    ):
         out.setdefault((r["stage"], r["batch_size"]), {}).setdefault(seed_of(r), []).append(r)
     return out
 
@@ -124,15 +127,25 @@ def checks(records: list[dict], evidence: dict) -> dict:
         diffs = {m: [_metric(seeds[s][0], m) - _metric(refs[s][0], m) for s in paired] for m in METRICS}
         intervals = {m: interval(v, conf, noise_sd or 0.0) for m, v in diffs.items()}
         spread = max((i["sd"] for i in intervals.values() if i["sd"] is not None), default=None)
-        out[key] = {"stage": key, "reference": ref_key, "batch_size": batch, "seeds": paired,
-                    "steps": seeds[paired[0]][0]["steps"] if paired else None,
-                    "micro_steps": refs[paired[0]][0].get("micro_steps", 1) if paired else 1,
-                    "passes": seeds[paired[0]][0].get("passes") if paired else None,
-                    "diffs": diffs, "noise_sd": noise_sd, "intervals": intervals,
-                    "detectable": detectable(spread, len(paired), conf, power), "margin": margin, "confidence": conf,
-                    "power": power, "wanted": evidence["parity_seeds"],
-                    "seeds_run": len(seeds_run(attempted, (key, batch), (ref_key, batch))),
-                    "verdict": verdict(intervals, margin) if paired else UNDECIDED}
+        out[key] = {
+            "stage": key,
+            "reference": ref_key,
+            "batch_size": batch,
+            "seeds": paired,
+            "steps": seeds[paired[0]][0]["steps"] if paired else None,
+            "micro_steps": refs[paired[0]][0].get("micro_steps", 1) if paired else 1,
+            "passes": seeds[paired[0]][0].get("passes") if paired else None,
+            "diffs": diffs,
+            "noise_sd": noise_sd,
+            "intervals": intervals,
+            "detectable": detectable(spread, len(paired), conf, power),
+            "margin": margin,
+            "confidence": conf,
+            "power": power,
+            "wanted": evidence["parity_seeds"],
+            "seeds_run": len(seeds_run(attempted, (key, batch), (ref_key, batch))),
+            "verdict": verdict(intervals, margin) if paired else UNDECIDED,
+        }
         if out[key]["seeds_run"] < out[key]["wanted"]:
             out[key]["verdict"] = INCOMPLETE
         out[key]["ok"] = out[key]["verdict"] == HOLDS
@@ -145,5 +158,11 @@ def seeds_needed(check: dict) -> int | None:
     i = max(check["intervals"].values(), key=lambda i: i["hi"])
     if i["sd"] is None or i["mean"] >= check["margin"]:
         return None
-    return next((n for n in range(2, 101) if i["mean"] + _t(check["confidence"], n - 1) * i["sd"] / math.sqrt(n)
-                 <= check["margin"]), None)
+    return next(
+        (
+            n
+            for n in range(2, 101)
+            if i["mean"] + _t(check["confidence"], n - 1) * i["sd"] / math.sqrt(n) <= check["margin"]
+        ),
+        None,
+    )

@@ -1,5 +1,6 @@
 """The statistics a record carries: step-time percentiles, MFU, the final loss, and the loss gate's
 figure (the largest moving-average gap to the reference) with the run-to-run noise it is judged against."""
+
 from __future__ import annotations
 
 import math
@@ -12,10 +13,16 @@ from lib.core.record import TIMING_VARIANTS, Status
 def fill_timing(rec: dict, times_ms: list[float], tokens_per_step: int) -> None:
     t = np.asarray(times_ms, dtype=float)
     median = float(np.median(t))
-    rec.update(step_ms=[float(v) for v in t], median_ms=median,
-               p10_ms=float(np.percentile(t, 10)), p90_ms=float(np.percentile(t, 90)),
-               mean_ms=float(t.mean()), cv=float(t.std(ddof=1) / t.mean()) if t.size > 1 else 0.0,
-               tokens_per_step=tokens_per_step, tokens_per_s=tokens_per_step / (median / 1e3))
+    rec.update(
+        step_ms=[float(v) for v in t],
+        median_ms=median,
+        p10_ms=float(np.percentile(t, 10)),
+        p90_ms=float(np.percentile(t, 90)),
+        mean_ms=float(t.mean()),
+        cv=float(t.std(ddof=1) / t.mean()) if t.size > 1 else 0.0,
+        tokens_per_step=tokens_per_step,
+        tokens_per_s=tokens_per_step / (median / 1e3),
+    )
 
 
 def fill_mfu(rec: dict, flops_per_token: int, peaks: dict | None, precision: str) -> None:
@@ -83,7 +90,10 @@ def loss_noise(records: list[dict]) -> float:
     for r in records:
         if r.get("status") == Status.OK and r.get("variant") in TIMING_VARIANTS and r.get("losses"):
             runs.setdefault((r["stage"], r["batch_size"]), []).append(r)
-    gaps = [loss_gap(other["losses"], group[0]["losses"], int(group[0].get("warmup_steps") or 0))
-            for group in runs.values() for other in group[1:]]
+    gaps = [
+        loss_gap(other["losses"], group[0]["losses"], int(group[0].get("warmup_steps") or 0))
+        for group in runs.values()
+        for other in group[1:]
+    ]
     gaps = [g for g in gaps if np.isfinite(g)]
     return max(gaps) if gaps else 0.0

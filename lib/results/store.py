@@ -1,5 +1,6 @@
 """Result records on disk: where a record goes, its fingerprint (what it depends on), writing it
 atomically once stamped, moving a superseded one aside, and reading a report's records back."""
+
 from __future__ import annotations
 
 import json
@@ -20,8 +21,14 @@ def setup_key(params: dict, env: dict) -> dict:
     """What a measurement depends on: the workload and the machine (not the report's prose
     settings such as the loss tolerance)."""
     run = {k: v for k, v in params["run"].items() if k not in ("batch_sizes", "loss_tolerance")}
-    return {"method": params.get("method", 1), "model": params["model"], "run": run, "backend": params["backend"],
-            "device": env["device"].get("name"), **{k: env.get(k) for k in ENV_KEYS}}
+    return {
+        "method": params.get("method", 1),
+        "model": params["model"],
+        "run": run,
+        "backend": params["backend"],
+        "device": env["device"].get("name"),
+        **{k: env.get(k) for k in ENV_KEYS},
+    }
 
 
 def short_hash(obj) -> str:
@@ -37,10 +44,20 @@ def fingerprint(params: dict, env: dict, stage, batch: int) -> str:
 
 
 def base_record(params: dict, stage, batch: int) -> dict:
-    return {"schema_version": SCHEMA_VERSION, "profile": params["name"], "model": params.get("model_preset"), "stage": stage.key,
-            "stage_title": stage.title, "batch_size": batch, "seq_len": params["run"]["seq_len"],
-            "status": Status.OK, "reason": None, "warmup_steps": params["run"]["warmup_steps"],
-            "timed_steps": params["run"]["timed_steps"], "peak_precision": stage.peak}
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "profile": params["name"],
+        "model": params.get("model_preset"),
+        "stage": stage.key,
+        "stage_title": stage.title,
+        "batch_size": batch,
+        "seq_len": params["run"]["seq_len"],
+        "status": Status.OK,
+        "reason": None,
+        "warmup_steps": params["run"]["warmup_steps"],
+        "timed_steps": params["run"]["timed_steps"],
+        "peak_precision": stage.peak,
+    }
 
 
 def record_path(out_dir, stage: str, batch: int, gpus: int | None = None) -> Path:
@@ -78,7 +95,7 @@ def supersede(out: Path) -> Path:
     parts = out.parts
     if "results" in parts:
         i = len(parts) - 1 - parts[::-1].index("results")
-        dest = Path(*parts[:i]) / "superseded" / Path(*parts[i + 1:])
+        dest = Path(*parts[:i]) / "superseded" / Path(*parts[i + 1 :])
     else:
         dest = out.parent / "superseded" / out.name
     dest = dest.with_name(f"{dest.stem}.{time.strftime('%Y%m%dT%H%M%S')}{dest.suffix}")
@@ -105,7 +122,19 @@ def load_records(results_dir) -> list[dict]:
     return out
 
 
-EVIDENCE_KINDS = ("seq", "gemm", "variants", "sweep", "repeats", "crosscheck", "parity", "sdpa", "recipe", "ablation", "size")  # folders of results/
+EVIDENCE_KINDS = (
+    "seq",
+    "gemm",
+    "variants",
+    "sweep",
+    "repeats",
+    "crosscheck",
+    "parity",
+    "sdpa",
+    "recipe",
+    "ablation",
+    "size",
+)  # folders of results/
 
 
 def load_evidence(results_dir) -> dict:
@@ -122,5 +151,4 @@ def decision_records(results_dir) -> list[dict]:
     """What the recommendation rests on: the matrix, the batch sweep, the repeats and the
     parity runs of one report's results folder."""
     base = Path(results_dir)
-    return [r for d in (base, base / "sweep", base / "repeats", base / "parity") if d.is_dir()
-            for r in load_records(d)]
+    return [r for d in (base, base / "sweep", base / "repeats", base / "parity") if d.is_dir() for r in load_records(d)]

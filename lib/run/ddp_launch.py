@@ -1,6 +1,7 @@
 """*What launches* the DDP stage: lib.measure.ddp under torchrun on this node's GPUs (or several
 nodes'), replicating the fastest single-GPU configuration that leaves room, with the same job measured
 on one rank beside it for the scaling efficiency."""
+
 from __future__ import annotations
 
 import json
@@ -33,9 +34,24 @@ def _torchrun(params: dict, job: dict, n: int, out: Path, timeout_s: float, laun
     run_env = {**runner.child_env(job.get("device_env")), **NVLINK_MULTICAST_OFF}
     run_env.setdefault("OMP_NUM_THREADS", "1")
     try:
-        proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", *_launch_args(launch, job, timeout_s),
-                               f"--nproc_per_node={n}", "-m", "lib.measure.ddp", f.name, str(out)],
-                              cwd=ROOT, env=run_env, capture_output=True, text=True, timeout=timeout_s)
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "torch.distributed.run",
+                *_launch_args(launch, job, timeout_s),
+                f"--nproc_per_node={n}",
+                "-m",
+                "lib.measure.ddp",
+                f.name,
+                str(out),
+            ],
+            cwd=ROOT,
+            env=run_env,
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+        )
         verdict, stderr = f"exit {proc.returncode}", proc.stderr
     except subprocess.TimeoutExpired as e:
         verdict, stderr = f"timed out after {timeout_s:.0f} s", str(e.stderr or "")
@@ -44,11 +60,16 @@ def _torchrun(params: dict, job: dict, n: int, out: Path, timeout_s: float, laun
     if (launch or {}).get("node_rank"):
         if verdict != "exit 0":
             lines = [ln.strip() for ln in stderr.splitlines() if re.search(r"\w(Error|Exception): \S", ln)]
-            raise RuntimeError(f"DDP ranks of node {launch['node_rank']} failed ({verdict}): "
-                               f"{(lines or ['no message'])[-1]}")
+            raise RuntimeError(
+                f"DDP ranks of node {launch['node_rank']} failed ({verdict}): {(lines or ['no message'])[-1]}"
+            )
         return None
-    rec = runner._collect(params, {"stage": "ddp", "batch_size": job["batch_size"], "out": str(out), "stamp": job.get("stamp")},
-                   verdict, stderr)
+    rec = runner._collect(
+        params,
+        {"stage": "ddp", "batch_size": job["batch_size"], "out": str(out), "stamp": job.get("stamp")},
+        verdict,
+        stderr,
+    )
     if rec["status"] == record.Status.ERROR and "out of memory" in stderr.lower():
         rec.update(status=record.Status.OOM, reason=f"out of memory on at least one of {n} rank(s)")
         store.write_record(out, rec)
@@ -65,12 +86,18 @@ def _launch_args(launch: dict | None, job: dict, timeout_s: float) -> list[str]:
     if not launch or launch["nnodes"] == 1:
         return ["--standalone"]
     params = job["params"]
-    rdzv_id = "gpt2-levers-" + store.short_hash({"profile": params["name"], "model": params["model"],
-                                                    "run": params["run"], "nnodes": launch["nnodes"]})
+    rdzv_id = "gpt2-levers-" + store.short_hash(
+        {"profile": params["name"], "model": params["model"], "run": params["run"], "nnodes": launch["nnodes"]}
+    )
     wait = int(min(RDZV_WAIT_S, timeout_s / 2))
-    return [f"--nnodes={launch['nnodes']}", f"--node_rank={launch['node_rank']}", "--rdzv_backend=c10d",
-            f"--rdzv_endpoint={launch['rdzv']}", f"--rdzv_id={rdzv_id}",
-            f"--rdzv_conf=join_timeout={wait},read_timeout={wait}"]
+    return [
+        f"--nnodes={launch['nnodes']}",
+        f"--node_rank={launch['node_rank']}",
+        "--rdzv_backend=c10d",
+        f"--rdzv_endpoint={launch['rdzv']}",
+        f"--rdzv_id={rdzv_id}",
+        f"--rdzv_conf=join_timeout={wait},read_timeout={wait}",
+    ]
 
 
 def _ddp_gpus(path: Path) -> int | None:
@@ -86,8 +113,14 @@ def _ddp_gpus(path: Path) -> int | None:
         return None
 
 
-def run_ddp(params: dict, report_dir, nproc: int | None = None, timeout_s: float = 1800,
-            force: bool = False, launch: dict | None = None) -> dict | None:
+def run_ddp(
+    params: dict,
+    report_dir,
+    nproc: int | None = None,
+    timeout_s: float = 1800,
+    force: bool = False,
+    launch: dict | None = None,
+) -> dict | None:
     """The multi-GPU stage: torchrun with one process per GPU, at the best single-GPU
     configuration measured so far (decide.best_config: fastest, loss verified), its per-GPU
     batch fixed. `nproc` forces a process count (the CPU test runs 2 gloo processes); otherwise
@@ -114,7 +147,14 @@ def run_ddp(params: dict, report_dir, nproc: int | None = None, timeout_s: float
     roomy = lambda r: not total or (r.get("mem_device_bytes") or 0) < DDP_MEMORY_SHARE * total  # noqa: E731
     best = decide.best_config(decided, params, eligible=roomy)
     if best is None:  # nothing verified (a report without the baseline): the fastest that ran
-        ran = [r for r in decided if r.get("variant") is None and r.get("status") == record.Status.OK and not stages.is_multi_gpu(r.get("stage")) and roomy(r)]
+        ran = [
+            r
+            for r in decided
+            if r.get("variant") is None
+            and r.get("status") == record.Status.OK
+            and not stages.is_multi_gpu(r.get("stage"))
+            and roomy(r)
+        ]
         best = max(ran, key=lambda r: r["tokens_per_s"]) if ran else None
     base_key = best["stage"] if best else "vocab"
     batch = best["batch_size"] if best else params["run"]["batch_sizes"][0]
@@ -130,8 +170,11 @@ def run_ddp(params: dict, report_dir, nproc: int | None = None, timeout_s: float
             old.rename(out)  # named before the count was: its fingerprint below still decides whether it is kept
         else:
             store.supersede(old)
-    fp = store.fingerprint(params, env, stage, batch) + f"-{base_key}-n{nproc or env['device'].get('count', 1)}" \
+    fp = (
+        store.fingerprint(params, env, stage, batch)
+        + f"-{base_key}-n{nproc or env['device'].get('count', 1)}"
         + (f"-nodes{nnodes}" if nnodes > 1 else "")
+    )
     kept = None if force or contributor else runner.reusable(out, fp)
     if kept:
         runner._finished(env, kept, kept=True)
@@ -143,14 +186,24 @@ def run_ddp(params: dict, report_dir, nproc: int | None = None, timeout_s: float
         return None
     if reason:
         rec = store.base_record(params, stage, batch)
-        rec.update(status=record.Status.NOT_APPLICABLE, reason=reason, fingerprint=fp, provenance=provenance.run_stamp(env))
+        rec.update(
+            status=record.Status.NOT_APPLICABLE, reason=reason, fingerprint=fp, provenance=provenance.run_stamp(env)
+        )
         store.write_record(out, rec)
         runner._finished(env, rec)
         return rec
     n = nproc or env["device"]["count"]
-    job = {"params": params, "batch_size": batch, "base_stage": base_key, "fingerprint": fp, **launch,
-           "stamp": provenance.run_stamp(env), "device_env": env, "cold_compile": compile_cache.ledger(env).get(fp),
-           "single_gpu_tokens_per_s": (best.get("processes") or {}).get("median", best["tokens_per_s"]) if best else None}
+    job = {
+        "params": params,
+        "batch_size": batch,
+        "base_stage": base_key,
+        "fingerprint": fp,
+        **launch,
+        "stamp": provenance.run_stamp(env),
+        "device_env": env,
+        "cold_compile": compile_cache.ledger(env).get(fp),
+        "single_gpu_tokens_per_s": (best.get("processes") or {}).get("median", best["tokens_per_s"]) if best else None,
+    }
     if out.exists():
         store.supersede(out)
     # The same DDP job on one rank first, so the scaling efficiency compares like with like (same
@@ -158,14 +211,18 @@ def run_ddp(params: dict, report_dir, nproc: int | None = None, timeout_s: float
     # It stays on this host alone; only node 0, which writes the record, needs it.
     if not contributor:
         with tempfile.TemporaryDirectory() as tmp:
-            one = _torchrun(params, {**job, "nnodes": 1, "node_rank": 0, "rdzv": None}, 1, Path(tmp) / "one_rank.json",
-                            timeout_s)
+            one = _torchrun(
+                params, {**job, "nnodes": 1, "node_rank": 0, "rdzv": None}, 1, Path(tmp) / "one_rank.json", timeout_s
+            )
         if one["status"] == record.Status.OK:
             job["one_rank_tokens_per_s"] = one["tokens_per_s"]
     rec = _torchrun(params, job, n, out, timeout_s, launch)
     if rec is None:
-        print(f"   ddp node {launch['node_rank']} of {nnodes}: contributed {n} rank(s) to the job; node 0 writes "
-              "its record", flush=True)
+        print(
+            f"   ddp node {launch['node_rank']} of {nnodes}: contributed {n} rank(s) to the job; node 0 writes "
+            "its record",
+            flush=True,
+        )
         return None
     runner._finished(env, rec)
     return rec

@@ -17,6 +17,7 @@ run through the same launcher as the stages (a fresh process per point, resumabl
                lib/run/recipe.py: the recommendation at GPT-2's global batch, and its leave-one-out ablation.
 
 Results live in results/<kind>/ so they never mix with the matrix in results/*.json."""
+
 from __future__ import annotations
 
 import copy
@@ -42,8 +43,18 @@ def seq_jobs(params: dict, report_dir) -> list[dict]:
         p["run"]["warmup_steps"], p["run"]["timed_steps"] = ev["seq_warmup_steps"], ev["seq_timed_steps"]
         batch = max(1, ev["seq_tokens"] // t)
         for key in ("bf16", "flash"):
-            jobs.append(make_job(p, env, key, batch, folder(report_dir, "seq") / f"{key}__t{t}.json",
-                             variant=f"T={t}", profile=False, energy=False))
+            jobs.append(
+                make_job(
+                    p,
+                    env,
+                    key,
+                    batch,
+                    folder(report_dir, "seq") / f"{key}__t{t}.json",
+                    variant=f"T={t}",
+                    profile=False,
+                    energy=False,
+                )
+            )
     return jobs
 
 
@@ -52,9 +63,20 @@ def sdpa_jobs(params: dict, report_dir) -> list[dict]:
     costs on this device beside PyTorch's own choice (the stage itself). A backend the device or
     the shape does not support comes back 'not applicable' with SDPA's reason."""
     env, b = runner.environment(report_dir), crosscheck_batch(params)
-    return [make_job(params, env, "flash", b, folder(report_dir, "sdpa") / f"flash-{name}__b{b}.json",
-                 variant=f"SDPA {name}", stage_overrides={"sdpa_backend": name}, profile=False, energy=False)
-            for name in ("flash", "cudnn", "efficient")]
+    return [
+        make_job(
+            params,
+            env,
+            "flash",
+            b,
+            folder(report_dir, "sdpa") / f"flash-{name}__b{b}.json",
+            variant=f"SDPA {name}",
+            stage_overrides={"sdpa_backend": name},
+            profile=False,
+            energy=False,
+        )
+        for name in ("flash", "cudnn", "efficient")
+    ]
 
 
 def ce_filter_job(params: dict, report_dir) -> dict:
@@ -62,9 +84,17 @@ def ce_filter_job(params: dict, report_dir) -> dict:
     matrix's first batch size: what the exact form the stage uses costs, and what the filter does
     to the loss."""
     b = params["run"]["batch_sizes"][0]
-    return make_job(params, runner.environment(report_dir), "fused_ce", b,
-                folder(report_dir, "variants") / f"fused_ce-filtered__b{b}.json", variant="default gradient filter",
-                stage_overrides={"loss": "cut_cross_entropy_filtered"}, profile=False, energy=False)
+    return make_job(
+        params,
+        runner.environment(report_dir),
+        "fused_ce",
+        b,
+        folder(report_dir, "variants") / f"fused_ce-filtered__b{b}.json",
+        variant="default gradient filter",
+        stage_overrides={"loss": "cut_cross_entropy_filtered"},
+        profile=False,
+        energy=False,
+    )
 
 
 def gemm_job(params: dict, report_dir) -> dict:
@@ -73,12 +103,23 @@ def gemm_job(params: dict, report_dir) -> dict:
     from lib.measure import gemm_sweep
 
     m, ev, env = params["model"], params["evidence"], runner.environment(report_dir)
-    spec = {"m": ev["gemm_batch"] * params["run"]["seq_len"], "k": m["n_embd"],
-            "ns": gemm_sweep.widths(m["vocab_size"], m["padded_vocab_size"]),
-            "kernel_ns": (m["vocab_size"], m["padded_vocab_size"]),
-            "dev": {"rocm": "cuda"}.get(params["backend"], params["backend"])}
-    job = make_job(params, env, "vocab", ev["gemm_batch"], folder(report_dir, "gemm") / "lm_head.json",
-               kind="gemm", variant="lm_head GEMM sweep", spec=spec)
+    spec = {
+        "m": ev["gemm_batch"] * params["run"]["seq_len"],
+        "k": m["n_embd"],
+        "ns": gemm_sweep.widths(m["vocab_size"], m["padded_vocab_size"]),
+        "kernel_ns": (m["vocab_size"], m["padded_vocab_size"]),
+        "dev": {"rocm": "cuda"}.get(params["backend"], params["backend"]),
+    }
+    job = make_job(
+        params,
+        env,
+        "vocab",
+        ev["gemm_batch"],
+        folder(report_dir, "gemm") / "lm_head.json",
+        kind="gemm",
+        variant="lm_head GEMM sweep",
+        spec=spec,
+    )
     job["fingerprint"] += "-" + store.short_hash(spec)
     return job
 
@@ -88,18 +129,37 @@ def vocab_under_compile(params: dict, report_dir, force: bool = False) -> dict |
     compile stage measured (the cheapest compilation), so the chapter can set padded against
     unpadded under compile."""
     env = runner.environment(report_dir)
-    done = [r for r in store.load_records(resolve(report_dir) / "results")
-            if r["stage"] == "compile" and r["status"] == record.Status.OK]
+    done = [
+        r
+        for r in store.load_records(resolve(report_dir) / "results")
+        if r["stage"] == "compile" and r["status"] == record.Status.OK
+    ]
     if not done:
         return None
     batch = min(r["batch_size"] for r in done)
-    job = make_job(params, env, "compile", batch, folder(report_dir, "variants") / f"compile-unpadded__b{batch}.json",
-               variant="unpadded vocab", stage_overrides={"padded_vocab": False}, profile=False)
+    job = make_job(
+        params,
+        env,
+        "compile",
+        batch,
+        folder(report_dir, "variants") / f"compile-unpadded__b{batch}.json",
+        variant="unpadded vocab",
+        stage_overrides={"padded_vocab": False},
+        profile=False,
+    )
     # The control for why compiled padding is worth less than eager: Inductor pads a misaligned matmul
     # itself (its shape_padding), so the unpadded run is timed once more with that switched off.
     flags = stages.get("compile").backend_flags + ((SHAPE_PADDING, False),)
-    control = make_job(params, env, "compile", batch, folder(report_dir, "variants") / f"compile-unpadded-no-shape-padding__b{batch}.json",
-                       variant=NO_SHAPE_PADDING, stage_overrides={"padded_vocab": False, "backend_flags": flags}, profile=False)
+    control = make_job(
+        params,
+        env,
+        "compile",
+        batch,
+        folder(report_dir, "variants") / f"compile-unpadded-no-shape-padding__b{batch}.json",
+        variant=NO_SHAPE_PADDING,
+        stage_overrides={"padded_vocab": False, "backend_flags": flags},
+        profile=False,
+    )
     return runner.measure_jobs([job, control], env, force=force)[job["out"]]
 
 
@@ -127,8 +187,17 @@ def batch_sweep(params: dict, report_dir, force: bool = False) -> list[dict]:
             if have[b]["status"] == record.Status.OOM:
                 break
         else:
-            plan.append(make_job(params, env, key, b, folder(report_dir, "sweep") / f"{key}__b{b}.json",
-                             variant="batch sweep", stop_if_oom=True))
+            plan.append(
+                make_job(
+                    params,
+                    env,
+                    key,
+                    b,
+                    folder(report_dir, "sweep") / f"{key}__b{b}.json",
+                    variant="batch sweep",
+                    stop_if_oom=True,
+                )
+            )
     recs = runner.measure_jobs([j for j in plan if "out" in j], env, force=force)
     out = []
     for item in plan:
@@ -147,7 +216,9 @@ def repeat_configs(params: dict, report_dir) -> list[tuple[str, int]]:
     size where both ran."""
     recs = store.decision_records(resolve(report_dir) / "results")
     chosen = [(r["stage"], r["batch_size"]) for r in decide.ranked_configs(recs, params)[:2]]
-    ok = {(r["stage"], r["batch_size"]) for r in recs if r.get("status") == record.Status.OK and r.get("variant") is None}
+    ok = {
+        (r["stage"], r["batch_size"]) for r in recs if r.get("status") == record.Status.OK and r.get("variant") is None
+    }
     for stage, versus in claim_params.timed_claim_pairs(params["name"]):
         common = sorted(b for (s, b) in ok if s == stage and (versus, b) in ok)
         if common:
@@ -178,8 +249,17 @@ def _repeat(params: dict, report_dir, configs: list[tuple[str, int]], force: boo
             configs = [c for c in configs if noise.spread(tps.get(c) or [1.0])["spread"] > tolerance]
         jobs = []
         for stage, batch in configs:
-            job = make_job(params, env, stage, batch, folder(report_dir, "repeats") / f"{stage}__b{batch}__r{k}.json",
-                           variant="repeat", repeat=k, profile=False, energy=False)
+            job = make_job(
+                params,
+                env,
+                stage,
+                batch,
+                folder(report_dir, "repeats") / f"{stage}__b{batch}__r{k}.json",
+                variant="repeat",
+                repeat=k,
+                profile=False,
+                energy=False,
+            )
             job["fingerprint"] += f"-r{k}"
             jobs.append(job)
         recs = runner.measure_jobs(jobs, env, force=force)
@@ -197,8 +277,16 @@ def crosscheck_jobs(params: dict, report_dir, configs: list[tuple[str, int]]) ->
         stage = stages.get(key)
         if not plain_loop_can(stage) or key not in params["stages"]:
             continue
-        job = make_job(params, env, key, batch, folder(report_dir, "crosscheck") / f"{key}__b{batch}.json", kind="plain",
-                   variant="plain loop", switches={s: getattr(stage, s) for s in PLAIN_LOOP_SWITCHES})
+        job = make_job(
+            params,
+            env,
+            key,
+            batch,
+            folder(report_dir, "crosscheck") / f"{key}__b{batch}.json",
+            kind="plain",
+            variant="plain loop",
+            switches={s: getattr(stage, s) for s in PLAIN_LOOP_SWITCHES},
+        )
         job["fingerprint"] += "-" + source
         jobs.append(job)
     return jobs
@@ -225,8 +313,11 @@ def parity_jobs(params: dict, report_dir) -> list[dict]:
         return []
     key, batch = best["stage"], best["batch_size"]
     ref = stages.get(key).reference
-    fits = [r["batch_size"] for r in recs if r["stage"] == ref and r.get("status") == record.Status.OK
-            and r.get("variant") in record.TIMING_VARIANTS]  # timed at that batch in one go, not a parity run
+    fits = [
+        r["batch_size"]
+        for r in recs
+        if r["stage"] == ref and r.get("status") == record.Status.OK and r.get("variant") in record.TIMING_VARIANTS
+    ]  # timed at that batch in one go, not a parity run
     largest = max(fits) if fits else batch
     micro = next(k for k in range(1, batch + 1) if batch % k == 0 and batch // k <= largest)
     return parity_plan(params, env, report_dir, key, batch, micro)
@@ -245,10 +336,23 @@ def parity_plan(params: dict, env: dict, report_dir, key: str, batch: int, micro
         start = int((seed * 0.6180339887498949) % 1.0 * train_tokens)
         for s, m, k in ((key, 1, 0), (key, 1, 1), (ref, micro, 0), (ref, micro, 1)):
             name = f"{s}__b{batch}" + (f"__s{seed}" if seed else "") + (f"__r{k}" if k else "")
-            j = make_job(params, env, s, batch, folder(report_dir, "parity") / f"{name}.json", kind="parity",
-                         variant="parity", steps=steps, held_out_batches=ev["held_out_batches"], micro_steps=m,
-                         replicate=k, eval_batch=ev["crosscheck_batch"], seed_offset=seed, data_start=start,
-                         passes=steps * per_step / train_tokens)
+            j = make_job(
+                params,
+                env,
+                s,
+                batch,
+                folder(report_dir, "parity") / f"{name}.json",
+                kind="parity",
+                variant="parity",
+                steps=steps,
+                held_out_batches=ev["held_out_batches"],
+                micro_steps=m,
+                replicate=k,
+                eval_batch=ev["crosscheck_batch"],
+                seed_offset=seed,
+                data_start=start,
+                passes=steps * per_step / train_tokens,
+            )
             j["fingerprint"] += f"-parity{steps}x{m}-lr-schedule-s{seed}-at{start}-r{k}"
             jobs.append(j)
     return jobs
@@ -263,6 +367,7 @@ def measure_chapter(key: str, params: dict, report_dir, force: bool = False):
     if not params_file.exists():
         store.write_atomic(params_file, params)
     if key == "batch_sweep":  # then what the recommendation rests on: repeats, cross-check, parity
+
         def decided():
             return decide.best_config(store.decision_records(resolve(report_dir) / "results"), params)
 
@@ -275,7 +380,9 @@ def measure_chapter(key: str, params: dict, report_dir, force: bool = False):
             best = decided()
             if best is None:
                 return swept
-            jobs = crosscheck_jobs(params, report_dir, [(best["stage"], best["batch_size"])]) + parity_jobs(params, report_dir)
+            jobs = crosscheck_jobs(params, report_dir, [(best["stage"], best["batch_size"])]) + parity_jobs(
+                params, report_dir
+            )
             runner.measure_jobs(jobs, runner.environment(report_dir), force=force)
             after = decided()
             if after is None or after["stage"] == best["stage"]:
@@ -289,8 +396,11 @@ def measure_chapter(key: str, params: dict, report_dir, force: bool = False):
         return [ddp_launch.run_ddp(params, report_dir, force=force)]
     # The chapter's evidence that does not need the stage's own results runs in the same launcher,
     # the plain loop beside the harness in the flash and vocab chapters.
-    extra = {"flash": lambda: seq_jobs(params, report_dir) + sdpa_jobs(params, report_dir),
-             "vocab": lambda: [gemm_job(params, report_dir)], "fused_ce": lambda: [ce_filter_job(params, report_dir)]}
+    extra = {
+        "flash": lambda: seq_jobs(params, report_dir) + sdpa_jobs(params, report_dir),
+        "vocab": lambda: [gemm_job(params, report_dir)],
+        "fused_ce": lambda: [ce_filter_job(params, report_dir)],
+    }
     jobs = extra[key]() if key in extra else []
     if key in ("flash", "vocab"):
         jobs += crosscheck_jobs(params, report_dir, [(key, crosscheck_batch(params))])

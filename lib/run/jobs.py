@@ -1,6 +1,7 @@
 """How a measurement beyond the stage matrix is described to the launcher: its job (the
 fingerprint covers the stage's switches after any overrides, plus the variant) and the folder
 of results/ its record goes to. Shared by the chapters' evidence and the recipe."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -23,8 +24,17 @@ def make_job(params, env, stage_key, batch, out, **extra) -> dict:
     return {"params": params, "stage": stage_key, "batch_size": batch, "out": str(out), "fingerprint": fp, **extra}
 
 
-PLAIN_LOOP_SWITCHES = ("tf32", "autocast", "attention", "padded_vocab", "fused_adamw", "compile", "residual_dtype",
-                       "fp8_lm_head", "return_logits")
+PLAIN_LOOP_SWITCHES = (
+    "tf32",
+    "autocast",
+    "attention",
+    "padded_vocab",
+    "fused_adamw",
+    "compile",
+    "residual_dtype",
+    "fp8_lm_head",
+    "return_logits",
+)
 
 
 def plain_loop_can(stage) -> bool:

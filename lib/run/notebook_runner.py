@@ -1,6 +1,7 @@
 """Executing the notebooks with papermill: a report's chapters and its summary, each in its own
 kernel, talking over private Unix sockets. The chapters only draw here: `make report` has
 measured everything before (pipeline.measure_chapters)."""
+
 from __future__ import annotations
 
 import logging
@@ -34,6 +35,7 @@ def _kernel_manager():
     global _IPC_DIR
     if _IPC_DIR is None:  # one private folder per run, removed when the run ends
         import atexit
+
         _IPC_DIR = Path(tempfile.mkdtemp(prefix="gpt2-levers-"))
         atexit.register(shutil.rmtree, _IPC_DIR, ignore_errors=True)
 
@@ -54,9 +56,17 @@ def run_notebook(src: Path, dest: Path, parameters: dict) -> str | None:
     import papermill as pm
 
     try:
-        pm.execute_notebook(str(src), str(dest), parameters=parameters, cwd=str(ROOT), kernel_name="python3",
-                            log_output=True, progress_bar=False, report_mode=False,
-                            kernel_manager_class=_kernel_manager())
+        pm.execute_notebook(
+            str(src),
+            str(dest),
+            parameters=parameters,
+            cwd=str(ROOT),
+            kernel_name="python3",
+            log_output=True,
+            progress_bar=False,
+            report_mode=False,
+            kernel_manager_class=_kernel_manager(),
+        )
         return None
     except pm.PapermillExecutionError as e:
         return f"{dest.name}: cell {e.exec_count}: {e.ename}: {e.evalue}"
@@ -69,7 +79,12 @@ def draw(report_dir: Path, params: dict, failed_before: list[str] = ()) -> tuple
     nothing) and then the summary, which shows `failed_before` (the measurement's failures) and
     the chapters' own. Returns (the chapters' failures, executed chapters, seconds per chapter)."""
     session()
-    nb_params = {"gpu": params["name"], "model": params.get("model_preset"), "report_dir": str(report_dir), "measure": False}
+    nb_params = {
+        "gpu": params["name"],
+        "model": params.get("model_preset"),
+        "report_dir": str(report_dir),
+        "measure": False,
+    }
     failures, done, timings = [], [], {}
     order = chapters.order(params["stages"], params.get("chapters"))
     # A notebook drawn before, of a chapter this report no longer has (or named the old way), would
@@ -91,9 +106,11 @@ def draw(report_dir: Path, params: dict, failed_before: list[str] = ()) -> tuple
         timings[chapter.key] = time.perf_counter() - t0
     t0 = time.perf_counter()
     print("[summary] tables, charts, verdicts", flush=True)
-    err = run_notebook(chapters.SUMMARY, report_dir / "notebooks" / "summary.ipynb",
-                       {"gpu": params["name"], "report_dir": str(report_dir),
-                        "failures": list(failed_before) + failures})
+    err = run_notebook(
+        chapters.SUMMARY,
+        report_dir / "notebooks" / "summary.ipynb",
+        {"gpu": params["name"], "report_dir": str(report_dir), "failures": list(failed_before) + failures},
+    )
     if err:
         failures.append(err)
         print(f"    FAILED: {err}", flush=True)

@@ -3,6 +3,7 @@ the inputs, detect the device, measure every chapter (each configuration in its 
 then draw the chapters and the summary and export HTML and PDF.
 
 Every bad input raises config.UsageError (or ConfigError, DataError) before anything is measured."""
+
 from __future__ import annotations
 
 import datetime as dt
@@ -36,20 +37,26 @@ def choose_profile(gpu: str | None, device: dict, allow_mismatch: bool) -> tuple
     detected = config.match_profile(device["name"], device["backend"])
     if gpu is None:
         if detected is None:
-            raise UsageError(f"no profile matches the detected {device['backend']} device "
-                             f"{device['name']!r}; add params/<name>.yaml with a `match` entry, or pass "
-                             f"GPU=<profile> OVERRIDE=1 (profiles: {', '.join(config.profiles())})")
+            raise UsageError(
+                f"no profile matches the detected {device['backend']} device "
+                f"{device['name']!r}; add params/<name>.yaml with a `match` entry, or pass "
+                f"GPU=<profile> OVERRIDE=1 (profiles: {', '.join(config.profiles())})"
+            )
         return detected, None
     config.check_profile(gpu)
     profile_backend = config.profile_backend(gpu)
     if profile_backend != device["backend"]:
-        raise UsageError(f"profile {gpu!r} is for {profile_backend} devices, but this machine has "
-                         f"{device['backend']} ({device['name']}); run `make report` without GPU= "
-                         f"to use the detected profile ({detected or 'none'})")
+        raise UsageError(
+            f"profile {gpu!r} is for {profile_backend} devices, but this machine has "
+            f"{device['backend']} ({device['name']}); run `make report` without GPU= "
+            f"to use the detected profile ({detected or 'none'})"
+        )
     if detected != gpu:
         if not allow_mismatch:
-            raise UsageError(f"profile {gpu!r} does not match the detected device {device['name']!r} "
-                             f"(detected profile: {detected or 'none'}); pass OVERRIDE=1 to run it anyway")
+            raise UsageError(
+                f"profile {gpu!r} does not match the detected device {device['name']!r} "
+                f"(detected profile: {detected or 'none'}); pass OVERRIDE=1 to run it anyway"
+            )
         return gpu, f"profile {gpu} run on {device['name']} by explicit override"
     return gpu, None
 
@@ -57,11 +64,12 @@ def choose_profile(gpu: str | None, device: dict, allow_mismatch: bool) -> tuple
 def _title(params: dict, report_dir: Path) -> str:
     """The document's title: the model preset and the device; a host of several GPUs says so (its
     DDP stage used them all)."""
-    env = json.loads((report_dir / "environment.json").read_text()) if (report_dir / "environment.json").exists() else {}
+    env = (
+        json.loads((report_dir / "environment.json").read_text()) if (report_dir / "environment.json").exists() else {}
+    )
     count = (env.get("device") or {}).get("count") or 1
     host = f", a host of {count} GPUs" if count > 1 else ""
-    return (f"{config.preset_of(params)} training optimisation report: "
-            f"{params.get('description', params['name'])}{host}")
+    return f"{config.preset_of(params)} training optimisation report: {params.get('description', params['name'])}{host}"
 
 
 def _folder(root: Path, gpu: str | None, model: str | None) -> Path:
@@ -77,14 +85,26 @@ def _rel(path: Path) -> Path:
     return path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
 
 
-def check_inputs(gpu: str | None, batches: str | None, stage_list: str | None, reports: str | None,
-                 nnodes: str | None = None, node_rank: str | None = None, rdzv: str | None = None,
-                 chapter_list: str | None = None, price: str | None = None, model: str | None = None,
-                 depth: str | None = None):
+def check_inputs(
+    gpu: str | None,
+    batches: str | None,
+    stage_list: str | None,
+    reports: str | None,
+    nnodes: str | None = None,
+    node_rank: str | None = None,
+    rdzv: str | None = None,
+    chapter_list: str | None = None,
+    price: str | None = None,
+    model: str | None = None,
+    depth: str | None = None,
+):
     """The inputs of a report that can be checked without the device: profile, model preset, batch sizes,
     stages, reports folder, the DDP stage's nodes (cli_args.check_launch), the chapters to measure.
     Returns (batch sizes or None, stage keys or None)."""
-    parsed = (cli_args.parse_batches(batches) if batches else None, cli_args.parse_stages(stage_list) if stage_list else None)
+    parsed = (
+        cli_args.parse_batches(batches) if batches else None,
+        cli_args.parse_stages(stage_list) if stage_list else None,
+    )
     if chapter_list:
         chapters.parse(chapter_list)
     cli_args.parse_price(price)
@@ -107,8 +127,9 @@ def report(args) -> int:
     model, depth = getattr(args, "model", None), getattr(args, "depth", None)
     batches, stage_keys = check_inputs(args.gpu, args.batches, args.stages, args.reports, model=model, depth=depth)
     only = chapters.parse(args.chapters) if getattr(args, "chapters", None) else None
-    launch = cli_args.check_launch(getattr(args, "nnodes", None), getattr(args, "node_rank", None),
-                                 getattr(args, "rdzv", None))
+    launch = cli_args.check_launch(
+        getattr(args, "nnodes", None), getattr(args, "node_rank", None), getattr(args, "rdzv", None)
+    )
     env = detect_environment()
     profile, override = choose_profile(args.gpu, env["device"], args.override)
     params = config.load(profile, batches, override, stage_keys, model=model, depth=depth)
@@ -129,8 +150,10 @@ def report(args) -> int:
         params["chapters"] = [k for k in stages.BEYOND_STAGES if k in params["chapters"] or k in only]
     params["not_run"] = config.not_run(params)
     if resume:
-        print(f"resuming the {name} report: configurations with valid results for this workload "
-              f"and machine are kept (FORCE=1 re-measures everything)")
+        print(
+            f"resuming the {name} report: configurations with valid results for this workload "
+            f"and machine are kept (FORCE=1 re-measures everything)"
+        )
         if kept:
             print(f"the report keeps the stages measured before: {', '.join(kept)}")
         earlier = history
@@ -142,11 +165,18 @@ def report(args) -> int:
     store.write_atomic(report_dir / "environment.json", env)
     store.write_atomic(report_dir / "params.json", params)
     dev = env["device"]
-    print(f"report {name}: {params['model_preset']} on {dev['name']} ({dev['backend']}), stages {', '.join(params['stages'])}, "
-          f"batch sizes {params['run']['batch_sizes']}, {manifest['tokens']:,} corpus tokens, depth {params['depth']}"
-          + (f" (not measured: {', '.join(n['key'] for n in params['not_run'])}; DEPTH=full adds them)"
-             if params["not_run"] else ""))
-    log = run_log.RunLog(report_dir, params, env, earlier, report_folder.command(), run_log.estimates(params, history, env["device"]))
+    print(
+        f"report {name}: {params['model_preset']} on {dev['name']} ({dev['backend']}), stages {', '.join(params['stages'])}, "
+        f"batch sizes {params['run']['batch_sizes']}, {manifest['tokens']:,} corpus tokens, depth {params['depth']}"
+        + (
+            f" (not measured: {', '.join(n['key'] for n in params['not_run'])}; DEPTH=full adds them)"
+            if params["not_run"]
+            else ""
+        )
+    )
+    log = run_log.RunLog(
+        report_dir, params, env, earlier, report_folder.command(), run_log.estimates(params, history, env["device"])
+    )
     try:
         failures, timings = measure_chapters(report_dir, params, args.force, log, launch=launch, only=only)
     except run_log.TimeBudgetSpent as spent:
@@ -157,29 +187,37 @@ def report(args) -> int:
     if args.measure_only:
         log.finish(completed=complete, measure_only=True)
         again = f"GPU={profile}" + (f" MODEL={params['model_preset']}" if name != profile else "")
-        print(f"measured in {timings['total_s']:.0f} s; render the report with `make render {again}`"
-              + (f" (REPORTS={report_dir.parent})" if report_dir.parent != ROOT / "reports" else ""))
+        print(
+            f"measured in {timings['total_s']:.0f} s; render the report with `make render {again}`"
+            + (f" (REPORTS={report_dir.parent})" if report_dir.parent != ROOT / "reports" else "")
+        )
         return report_folder.exit_code(report_dir, failures)
     t_measure = time.perf_counter() - t_start
     drawn_failures, drawn, draw_s = notebook_runner.draw(report_dir, params, failures)
     failures += drawn_failures
     print("[export] report.html, report.pdf", flush=True)
-    timings.update(export.export(report_dir, drawn, report_dir / "notebooks" / "summary.ipynb",
-                                 _title(params, report_dir), t_start))
+    timings.update(
+        export.export(
+            report_dir, drawn, report_dir / "notebooks" / "summary.ipynb", _title(params, report_dir), t_start
+        )
+    )
     if timings.get("pdf_error"):
         failures.append(timings["pdf_error"])
     log.run["failures"] = failures
     log.run["timings_s"].update({k: v for k, v in timings.items() if k != "total_s"})  # the export's too
     log.finish(completed=complete, measure_only=False, notebooks_s=draw_s)
     recommendation.write(report_view.load(report_dir))
-    print(f"done in {timings['total_s']:.0f} s (measurement {t_measure:.0f} s, notebooks {sum(draw_s.values()):.0f} s, "
-          f"HTML {timings['html_s']:.1f} s, PDF {timings['pdf_s']:.1f} s): "
-          f"{_rel(report_dir)}/report.html, {_rel(report_dir)}/report.pdf")
+    print(
+        f"done in {timings['total_s']:.0f} s (measurement {t_measure:.0f} s, notebooks {sum(draw_s.values()):.0f} s, "
+        f"HTML {timings['html_s']:.1f} s, PDF {timings['pdf_s']:.1f} s): "
+        f"{_rel(report_dir)}/report.html, {_rel(report_dir)}/report.pdf"
+    )
     return report_folder.exit_code(report_dir, failures)
 
 
-def measure_chapters(report_dir: Path, params: dict, force: bool, log, launch: dict | None = None,
-                     only: list[str] | None = None) -> tuple[list[str], dict]:
+def measure_chapters(
+    report_dir: Path, params: dict, force: bool, log, launch: dict | None = None, only: list[str] | None = None
+) -> tuple[list[str], dict]:
     """Every chapter's measurements, in chapter order, in this process (one measurement launcher
     for the whole run); with `only` (CHAPTERS=), just those chapters, in the order given, so a host
     with little time measures what matters first. `log` (run_log.RunLog) rewrites run.json after
@@ -217,8 +255,11 @@ def render(args) -> int:
     for a presentation change, or to render a GPU host's results on another machine."""
     report_dir = _folder(report_folder.reports_root(args.reports), args.gpu, getattr(args, "model", None))
     if not (report_dir / "params.json").exists() or not (report_dir / "results").is_dir():
-        raise UsageError(f"no measured report at {report_dir}: run `make report GPU={args.gpu or 'cpu'}"
-                         + (f" MODEL={args.model}" if getattr(args, "model", None) else "") + "` first")
+        raise UsageError(
+            f"no measured report at {report_dir}: run `make report GPU={args.gpu or 'cpu'}"
+            + (f" MODEL={args.model}" if getattr(args, "model", None) else "")
+            + "` first"
+        )
     params = json.loads((report_dir / "params.json").read_text())
     run_path = report_dir / "run.json"
     measured = json.loads(run_path.read_text()) if run_path.exists() else {}
@@ -226,18 +267,33 @@ def render(args) -> int:
     failures, drawn, timings = notebook_runner.draw(report_dir, params)
     total = report_folder.measured_seconds(measured)
     runs = len(measured.get("earlier_runs", [])) + 1
-    note = (f"{total:.0f} s on the measuring device" + (
-        f" over {runs} runs of the same method (run.json lists them; a ratio may join processes of different "
-        "runs, and the process-to-process table spans them)" if runs > 1 else "")
-            if total else "not recorded") + \
-        f"; this copy was re-rendered from its results on {dt.date.today().isoformat()} by make render"
-    timings.update(export.export(report_dir, drawn, report_dir / "notebooks" / "summary.ipynb", _title(params, report_dir),
-                                 t_start, wall_note=note))
+    note = (
+        f"{total:.0f} s on the measuring device"
+        + (
+            f" over {runs} runs of the same method (run.json lists them; a ratio may join processes of different "
+            "runs, and the process-to-process table spans them)"
+            if runs > 1
+            else ""
+        )
+        if total
+        else "not recorded"
+    ) + f"; this copy was re-rendered from its results on {dt.date.today().isoformat()} by make render"
+    timings.update(
+        export.export(
+            report_dir,
+            drawn,
+            report_dir / "notebooks" / "summary.ipynb",
+            _title(params, report_dir),
+            t_start,
+            wall_note=note,
+        )
+    )
     if timings.get("pdf_error"):
         failures.append(timings["pdf_error"])
     recommendation.write(report_view.load(report_dir))
-    measured.setdefault("renders", []).append({"date": dt.datetime.now().isoformat(timespec="seconds"),
-                                               "timings_s": timings, "failures": failures})
+    measured.setdefault("renders", []).append(
+        {"date": dt.datetime.now().isoformat(timespec="seconds"), "timings_s": timings, "failures": failures}
+    )
     store.write_atomic(run_path, measured)
     print(f"re-rendered {report_dir}/report.html and report.pdf in {timings['total_s']:.0f} s")
     return report_folder.exit_code(report_dir, failures)
@@ -245,7 +301,9 @@ def render(args) -> int:
 
 def pdf(args) -> int:
     """Render report.pdf from an existing report.html (for hosts that lack a PDF renderer)."""
-    html_path = _folder(report_folder.reports_root(args.reports), args.gpu, getattr(args, "model", None)) / "report.html"
+    html_path = (
+        _folder(report_folder.reports_root(args.reports), args.gpu, getattr(args, "model", None)) / "report.html"
+    )
     if not html_path.exists():
         raise UsageError(f"no report at {html_path}: run `make report GPU={args.gpu or 'cpu'}` first")
     export.to_pdf(html_path.read_text(encoding="utf-8"), html_path.with_suffix(".pdf"), html_path.parent)
@@ -271,8 +329,9 @@ def compare(args) -> int:
     notebook_runner.session()
     print(f"compare {' vs '.join(names)}", flush=True)
     nb = out_dir / "notebooks" / "compare.ipynb"
-    err = notebook_runner.run_notebook(chapters.COMPARE, nb,
-                                       {"gpus": names, "reports_root": str(root), "out_dir": str(out_dir)})
+    err = notebook_runner.run_notebook(
+        chapters.COMPARE, nb, {"gpus": names, "reports_root": str(root), "out_dir": str(out_dir)}
+    )
     failures = [err] if err else []
     timings = export.export(out_dir, [], nb, f"GPT-2 training step across GPUs: {' vs '.join(names)}", t_start)
     if timings.get("pdf_error"):

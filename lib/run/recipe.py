@@ -14,6 +14,7 @@ chapter, after the recommendation is known):
                  order of the cumulative stages.
 
 Results live in results/recipe/ and results/ablation/."""
+
 from __future__ import annotations
 
 import re
@@ -37,8 +38,10 @@ def micro_steps(params: dict, batch: int) -> int | None:
 def _recipe_params(params: dict) -> dict:
     """Fewer steps than the matrix: each one is a whole global batch."""
     ev = params["evidence"]
-    return {**params, "run": {**params["run"], "warmup_steps": ev["recipe_warmup_steps"],
-                              "timed_steps": ev["recipe_timed_steps"]}}
+    return {
+        **params,
+        "run": {**params["run"], "warmup_steps": ev["recipe_warmup_steps"], "timed_steps": ev["recipe_timed_steps"]},
+    }
 
 
 def recipe_jobs(params: dict, report_dir, best: dict) -> list[dict]:
@@ -49,10 +52,16 @@ def recipe_jobs(params: dict, report_dir, best: dict) -> list[dict]:
     # The recommendation, the canonical trainer's configuration in this harness, and the same in
     # the plain loop: the last two show that the gap to the first is the levers', not the harness's.
     same = (best["stage"], best["batch_size"]) == (base["stage"], plain_batch)
-    plans = [("recommended", best["stage"], best["batch_size"], {}),
-             *([] if same else [("baseline-harness", base["stage"], plain_batch, {})]),
-             ("baseline", base["stage"], plain_batch,
-              {"kind": "plain", "switches": {s: getattr(plain_stage, s) for s in PLAIN_LOOP_SWITCHES}})]
+    plans = [
+        ("recommended", best["stage"], best["batch_size"], {}),
+        *([] if same else [("baseline-harness", base["stage"], plain_batch, {})]),
+        (
+            "baseline",
+            base["stage"],
+            plain_batch,
+            {"kind": "plain", "switches": {s: getattr(plain_stage, s) for s in PLAIN_LOOP_SWITCHES}},
+        ),
+    ]
     source = plain_loop_source()
     jobs = []
     for k in range(n):  # interleaved, so a slow minute of the device hits both sides alike
@@ -60,8 +69,19 @@ def recipe_jobs(params: dict, report_dir, best: dict) -> list[dict]:
             micro = micro_steps(params, batch)
             if micro is None:
                 continue
-            job = make_job(p, env, key, batch, folder(report_dir, "recipe") / f"{role}__{key}__b{batch}__r{k}.json",
-                       variant=f"recipe: {role}", micro_steps=micro, repeat=k, profile=False, energy=False, **extra)
+            job = make_job(
+                p,
+                env,
+                key,
+                batch,
+                folder(report_dir, "recipe") / f"{role}__{key}__b{batch}__r{k}.json",
+                variant=f"recipe: {role}",
+                micro_steps=micro,
+                repeat=k,
+                profile=False,
+                energy=False,
+                **extra,
+            )
             job["fingerprint"] += f"-accum{micro}-r{k}" + (f"-{source}" if extra else "")
             jobs.append(job)
     return jobs
@@ -72,8 +92,20 @@ def ablation_jobs(params: dict, report_dir, best: dict) -> list[dict]:
     jobs = []
     for name, off in levers_of(stage).items():
         slug = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
-        jobs.append(make_job(params, env, stage.key, batch, folder(report_dir, "ablation") / f"without-{slug}__b{batch}.json",
-                         variant=f"without {name}", lever=name, stage_overrides=off, profile=False, energy=False))
+        jobs.append(
+            make_job(
+                params,
+                env,
+                stage.key,
+                batch,
+                folder(report_dir, "ablation") / f"without-{slug}__b{batch}.json",
+                variant=f"without {name}",
+                lever=name,
+                stage_overrides=off,
+                profile=False,
+                energy=False,
+            )
+        )
     return jobs
 
 

@@ -1,5 +1,6 @@
 """A report folder's state across runs: where it lives, the lock of the run writing it, whether
 a new run resumes it or archives it first, and the history of the runs that measured it."""
+
 from __future__ import annotations
 
 import datetime as dt
@@ -81,8 +82,10 @@ def same_setup(report_dir: Path, params: dict, env: dict) -> bool:
         return False
     # The stage list may grow or shrink (STAGES=): each configuration's result is matched by its
     # own fingerprint, so the ones measured before stay valid.
-    return (store.setup_key(old_params, old_env) == store.setup_key(params, env)
-            and old_params["run"]["batch_sizes"] == params["run"]["batch_sizes"])
+    return (
+        store.setup_key(old_params, old_env) == store.setup_key(params, env)
+        and old_params["run"]["batch_sizes"] == params["run"]["batch_sizes"]
+    )
 
 
 def union_of_stages(report_dir: Path, requested: list[str]) -> tuple[list[str], list[str]]:
@@ -133,8 +136,21 @@ def exit_code(report_dir: Path, failures: list[str]) -> int:
 
 
 # The options of `make report` that change what a run measures, in the order `make help` lists them.
-REPORT_OPTIONS = ("GPU", "MODEL", "BATCHES", "STAGES", "CHAPTERS", "DEPTH", "MEASURE_ONLY", "FORCE", "OVERRIDE", "REPORTS",
-                  "NNODES", "NODE_RANK", "RDZV")
+REPORT_OPTIONS = (
+    "GPU",
+    "MODEL",
+    "BATCHES",
+    "STAGES",
+    "CHAPTERS",
+    "DEPTH",
+    "MEASURE_ONLY",
+    "FORCE",
+    "OVERRIDE",
+    "REPORTS",
+    "NNODES",
+    "NODE_RANK",
+    "RDZV",
+)
 
 
 def command() -> str:

@@ -5,6 +5,7 @@ time and what is left, per chapter and for the run). Only this program writes ru
 A run that is killed outright cannot write its end: its run.json then says "running", and the next
 program to open the folder (a resumed run, a render) settles it as interrupted after the
 configurations it recorded."""
+
 from __future__ import annotations
 
 import atexit
@@ -36,8 +37,11 @@ def settle(run: dict) -> dict:
     """A run.json entry left 'running' by a process that no longer exists: interrupted."""
     if run.get("state") == "running":
         n = (run.get("configurations") or {}).get("measured", 0)
-        run.update(state="interrupted", interrupted=f"interrupted after {n} configurations: the process ended "
-                                                    "without closing its run (killed, or the machine went away)")
+        run.update(
+            state="interrupted",
+            interrupted=f"interrupted after {n} configurations: the process ended "
+            "without closing its run (killed, or the machine went away)",
+        )
     return run
 
 
@@ -69,8 +73,15 @@ def estimates(params: dict, history: list[dict], device: dict | None = None) -> 
 class RunLog:
     """One run's entry of run.json, kept true as the run goes."""
 
-    def __init__(self, report_dir: Path, params: dict, env: dict, earlier: list[dict], command: str,
-                 estimate: tuple[dict, dict] = ({}, {})):
+    def __init__(
+        self,
+        report_dir: Path,
+        params: dict,
+        env: dict,
+        earlier: list[dict],
+        command: str,
+        estimate: tuple[dict, dict] = ({}, {}),
+    ):
         self.path = Path(report_dir) / "run.json"
         self.t0 = time.perf_counter()
         self.estimate, self.source = estimate
@@ -78,12 +89,24 @@ class RunLog:
         budget = os.environ.get(BUDGET_VAR)
         self.budget_s = float(budget) if budget else None
         stamp = provenance.run_stamp(env)
-        self.run = {"profile": params["name"], "started": dt.datetime.now().isoformat(timespec="seconds"),
-                    "state": "running", "pid": os.getpid(), "completed": False, "measure_only": True,
-                    "code": provenance.code_version(), "host_id": stamp["host_id"], "gpu_uuid": stamp["gpu_uuid"],
-                    "device": stamp["device"], "command": command, "depth": params.get("depth"),
-                    "configurations": {"measured": 0, "kept": 0, "by_status": {}, "compile": {}},
-                    "timings_s": {}, "failures": [], "earlier_runs": earlier}
+        self.run = {
+            "profile": params["name"],
+            "started": dt.datetime.now().isoformat(timespec="seconds"),
+            "state": "running",
+            "pid": os.getpid(),
+            "completed": False,
+            "measure_only": True,
+            "code": provenance.code_version(),
+            "host_id": stamp["host_id"],
+            "gpu_uuid": stamp["gpu_uuid"],
+            "device": stamp["device"],
+            "command": command,
+            "depth": params.get("depth"),
+            "configurations": {"measured": 0, "kept": 0, "by_status": {}, "compile": {}},
+            "timings_s": {},
+            "failures": [],
+            "earlier_runs": earlier,
+        }
         self.write()
         atexit.register(self._at_exit)
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
@@ -101,9 +124,15 @@ class RunLog:
         self.chapter_key, self.chapter_t0 = chapter.key, time.perf_counter()
         self.left_after = sum(self.estimate.get(c.key, 0) for c in order[index:])
         own = self.estimate.get(chapter.key)
-        guess = f"~{_clock(own)} by {self.source[chapter.key]}" if own is not None and chapter.key in self.source else "no estimate"
-        return (f"[measure {index}/{len(order)}] {chapter.title} ({guess}; {_clock(self.elapsed())} elapsed, "
-                f"~{_clock((own or 0) + self.left_after)} left in the run)")
+        guess = (
+            f"~{_clock(own)} by {self.source[chapter.key]}"
+            if own is not None and chapter.key in self.source
+            else "no estimate"
+        )
+        return (
+            f"[measure {index}/{len(order)}] {chapter.title} ({guess}; {_clock(self.elapsed())} elapsed, "
+            f"~{_clock((own or 0) + self.left_after)} left in the run)"
+        )
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.t0
@@ -122,7 +151,9 @@ class RunLog:
         own = self.estimate.get(self.chapter_key) or 0
         spent = time.perf_counter() - self.chapter_t0
         here = f"~{_clock(own - spent)} left in the chapter" if spent < own else "chapter over its estimate"
-        return f"  [{_clock(self.elapsed())} elapsed; {here}, ~{_clock(max(own - spent, 0) + self.left_after)} in the run]"
+        return (
+            f"  [{_clock(self.elapsed())} elapsed; {here}, ~{_clock(max(own - spent, 0) + self.left_after)} in the run]"
+        )
 
     def check_budget(self) -> None:
         """Raise TimeBudgetSpent once MEASURE_FOR is spent (called after each record's line is printed)."""
@@ -145,8 +176,13 @@ class RunLog:
     # ---------------------------------------------------------------- the end
 
     def finish(self, completed: bool, measure_only: bool, **extra) -> None:
-        self.run.update(state="completed", ended=dt.datetime.now().isoformat(timespec="seconds"),
-                        completed=completed, measure_only=measure_only, **extra)
+        self.run.update(
+            state="completed",
+            ended=dt.datetime.now().isoformat(timespec="seconds"),
+            completed=completed,
+            measure_only=measure_only,
+            **extra,
+        )
         self.run.pop("pid", None)
         self.write()
 
@@ -155,8 +191,11 @@ class RunLog:
         if self.run["state"] != "running":
             return
         n = self.run["configurations"]["measured"]
-        self.run.update(state="interrupted", interrupted=f"interrupted after {n} configurations: {why}",
-                        ended=dt.datetime.now().isoformat(timespec="seconds"))
+        self.run.update(
+            state="interrupted",
+            interrupted=f"interrupted after {n} configurations: {why}",
+            ended=dt.datetime.now().isoformat(timespec="seconds"),
+        )
         self.run.pop("pid", None)
         self.write()
 

@@ -2,6 +2,7 @@
 its result written atomically to <report>/results/<stage>__b<batch>.json (the DDP stage's adds
 __g<GPUs>). A process that dies (segfault, killed kernel) still leaves a result: an error record
 with the end of its stderr."""
+
 from __future__ import annotations
 
 import json
@@ -23,8 +24,9 @@ from lib.results import store
 def capture_environment() -> dict:
     """Device and software, captured in a child process: the caller must never hold a GPU
     context while configurations are measured. Raises RuntimeError with the child's last line."""
-    proc = subprocess.run([sys.executable, "-m", "lib.measure.environment"], cwd=ROOT, capture_output=True,
-                          text=True, env=child_env())
+    proc = subprocess.run(
+        [sys.executable, "-m", "lib.measure.environment"], cwd=ROOT, capture_output=True, text=True, env=child_env()
+    )
     if proc.returncode:
         lines = proc.stderr.strip().splitlines()
         raise RuntimeError(lines[-1] if lines else f"exit {proc.returncode}")
@@ -72,28 +74,40 @@ def describe(rec: dict) -> str:
     head = f"{rec['stage']:>6} B={rec['batch_size']:<4}" + (f" [{rec['variant']}]" if rec.get("variant") else "")
     if rec.get("kind") == "gemm" and rec["status"] == record.Status.OK:
         widths = sorted({p["n"] for p in rec["points"]})
-        return (f"lm_head GEMM m={rec['m']} k={rec['k']}: {len(widths)} widths {widths[0]}..{widths[-1]} x "
-                f"{', '.join(rec['dtypes'])} in {rec.get('wall_s', 0):.0f} s")
+        return (
+            f"lm_head GEMM m={rec['m']} k={rec['k']}: {len(widths)} widths {widths[0]}..{widths[-1]} x "
+            f"{', '.join(rec['dtypes'])} in {rec.get('wall_s', 0):.0f} s"
+        )
     if rec.get("kind") == "plain" and rec["status"] == record.Status.OK:
-        return (f"{head} {rec['ms_per_step']:9.2f} ms/step  {rec['tokens_per_s']:>11,.0f} tok/s  (the plain loop; "
-                f"{rec['synced_median_ms']:.2f} ms synchronised every step)")
+        return (
+            f"{head} {rec['ms_per_step']:9.2f} ms/step  {rec['tokens_per_s']:>11,.0f} tok/s  (the plain loop; "
+            f"{rec['synced_median_ms']:.2f} ms synchronised every step)"
+        )
     if rec.get("kind") == "parity" and rec["status"] == record.Status.OK:
-        return (f"{head} {rec['steps']} steps x{rec['micro_steps']} micro-batches: final loss {rec['final_loss']:.3f}, "
-                f"held-out loss {rec['held_out_loss']:.3f}")
+        return (
+            f"{head} {rec['steps']} steps x{rec['micro_steps']} micro-batches: final loss {rec['final_loss']:.3f}, "
+            f"held-out loss {rec['held_out_loss']:.3f}"
+        )
     if rec["status"] == record.Status.OK and rec.get("world_size"):
         eff = rec.get("scaling_efficiency")
-        return (f"{head} {rec['median_ms']:9.2f} ms/step  {rec['tokens_per_s']:>11,.0f} tok/s on {rec['world_size']} ranks "
-                f"({rec['per_gpu_tokens_per_s']:,.0f} per rank, scaling efficiency "
-                f"{'n/a' if eff is None else f'{eff * 100:.1f} %'}, all-reduce {rec['allreduce_share'] * 100:.1f} % of the step)")
+        return (
+            f"{head} {rec['median_ms']:9.2f} ms/step  {rec['tokens_per_s']:>11,.0f} tok/s on {rec['world_size']} ranks "
+            f"({rec['per_gpu_tokens_per_s']:,.0f} per rank, scaling efficiency "
+            f"{'n/a' if eff is None else f'{eff * 100:.1f} %'}, all-reduce {rec['allreduce_share'] * 100:.1f} % of the step)"
+        )
     if rec["status"] in record.TIMED:
         mem = rec.get("mem_allocator_bytes") or rec.get("mem_device_bytes") or 0
         extra = "  DIVERGED" if rec["status"] == record.Status.DIVERGED else ""
-        return (f"{head} {rec['median_ms']:9.2f} ms/step  {rec['tokens_per_s']:>11,.0f} tok/s  "
-                f"cv {rec['cv']*100:4.1f}%  mem {mem/2**30:6.2f} GiB  loss {rec.get('final_loss', float('nan')):.3f}{extra}")
+        return (
+            f"{head} {rec['median_ms']:9.2f} ms/step  {rec['tokens_per_s']:>11,.0f} tok/s  "
+            f"cv {rec['cv'] * 100:4.1f}%  mem {mem / 2**30:6.2f} GiB  loss {rec.get('final_loss', float('nan')):.3f}{extra}"
+        )
     return f"{head} {rec['status'].upper()}: {rec.get('reason')}"
 
 
-def error_record(params: dict, stage_key: str, batch: int, reason: str, stderr: str = "", stamp: dict | None = None) -> dict:
+def error_record(
+    params: dict, stage_key: str, batch: int, reason: str, stderr: str = "", stamp: dict | None = None
+) -> dict:
     rec = store.base_record(params, stages.get(stage_key), batch)
     rec.update(status=record.Status.ERROR, reason=reason, stderr_tail=stderr[-3000:], provenance=stamp)
     return rec
@@ -105,14 +119,18 @@ def reusable(out: Path, fp: str) -> dict | None:
         rec = json.loads(out.read_text())
     except (OSError, ValueError):
         return None
-    if rec.get("schema_version") == record.SCHEMA_VERSION and rec.get("fingerprint") == fp \
-            and rec.get("status") in record.REUSABLE:
+    if (
+        rec.get("schema_version") == record.SCHEMA_VERSION
+        and rec.get("fingerprint") == fp
+        and rec.get("status") in record.REUSABLE
+    ):
         return rec
     return None
 
 
-def run_stage(stage_key: str, params: dict, report_dir, timeout_s: float = 1800,
-              force: bool = False, extra_jobs=()) -> list[dict]:
+def run_stage(
+    stage_key: str, params: dict, report_dir, timeout_s: float = 1800, force: bool = False, extra_jobs=()
+) -> list[dict]:
     """Measure every batch size of one stage, each in its own process; prints a line each.
     A configuration whose valid result already exists for the same workload and machine is
     kept (resume), unless `force`. `extra_jobs` (a chapter's evidence that does not depend on
@@ -130,11 +148,17 @@ def stage_jobs(stage_key: str, params: dict, report_dir) -> list[dict]:
     env = environment(report_dir)
     stage = stages.get(stage_key)
     skipped = (params.get("skip") or {}).get(stage_key)
-    return [{"params": params, "stage": stage_key, "batch_size": batch,
-             "out": str(store.record_path(report_dir / "results", stage_key, batch)),
-             "fingerprint": store.fingerprint(params, env, stage, batch),
-             "not_applicable": skipped and f"not measured by the {params['name']} profile: {skipped}"}
-            for batch in params["run"]["batch_sizes"]]
+    return [
+        {
+            "params": params,
+            "stage": stage_key,
+            "batch_size": batch,
+            "out": str(store.record_path(report_dir / "results", stage_key, batch)),
+            "fingerprint": store.fingerprint(params, env, stage, batch),
+            "not_applicable": skipped and f"not measured by the {params['name']} profile: {skipped}",
+        }
+        for batch in params["run"]["batch_sizes"]
+    ]
 
 
 def measure_jobs(jobs: list[dict], env: dict, timeout_s: float = 1800, force: bool = False) -> dict:
@@ -164,14 +188,25 @@ def measure_jobs(jobs: list[dict], env: dict, timeout_s: float = 1800, force: bo
         reason = job.get("not_applicable") or stage.not_applicable(env["device"])
         if reason:
             rec = store.base_record(job["params"], stage, job["batch_size"])
-            rec.update(status=record.Status.NOT_APPLICABLE, reason=reason, fingerprint=job["fingerprint"],
-                       variant=job.get("variant"), stage_overrides=job.get("stage_overrides"), provenance=stamp)
+            rec.update(
+                status=record.Status.NOT_APPLICABLE,
+                reason=reason,
+                fingerprint=job["fingerprint"],
+                variant=job.get("variant"),
+                stage_overrides=job.get("stage_overrides"),
+                provenance=stamp,
+            )
             store.write_record(out, rec)
             recs[job["out"]] = rec
             _finished(env, rec)
         else:
-            todo.append({**{k: v for k, v in job.items() if k != "not_applicable"}, "stamp": stamp,
-                         "cold_compile": cold.get(job["fingerprint"])})
+            todo.append(
+                {
+                    **{k: v for k, v in job.items() if k != "not_applicable"},
+                    "stamp": stamp,
+                    "cold_compile": cold.get(job["fingerprint"]),
+                }
+            )
     if not todo:
         return recs
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
@@ -190,7 +225,7 @@ def measure_jobs(jobs: list[dict], env: dict, timeout_s: float = 1800, force: bo
                 break
             if not line.startswith(protocol.DONE_PREFIX):
                 continue
-            msg = json.loads(line[len(protocol.DONE_PREFIX):])
+            msg = json.loads(line[len(protocol.DONE_PREFIX) :])
             job = next(j for j in todo if j["out"] == msg["out"])
             recs[job["out"]] = _collect(job["params"], job, msg["verdict"], "".join(stderr_lines))
             _finished(env, recs[job["out"]])
@@ -204,8 +239,9 @@ def measure_jobs(jobs: list[dict], env: dict, timeout_s: float = 1800, force: bo
     stopped = any(j.get("stop_if_oom") and recs.get(j["out"], {}).get("status") == record.Status.OOM for j in todo)
     for job in todo:  # the launcher itself died: what it did not report is an error
         if job["out"] not in recs and not (stopped and job.get("stop_if_oom")):
-            recs[job["out"]] = _collect(job["params"], job, f"launcher exited with {proc.poll()}",
-                                        "".join(stderr_lines))
+            recs[job["out"]] = _collect(
+                job["params"], job, f"launcher exited with {proc.poll()}", "".join(stderr_lines)
+            )
             _finished(env, recs[job["out"]])
     return recs
 
@@ -224,8 +260,15 @@ def _launcher(env: dict) -> tuple:
         _LAUNCHER[0].stdin.close()  # another report's machine or code: its own cache folder
         _LAUNCHER = None
     if _LAUNCHER is None or _LAUNCHER[0].poll() is not None:
-        proc = subprocess.Popen([sys.executable, "-m", "lib.measure.worker"], cwd=ROOT, env=child_env(env), text=True,
-                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "lib.measure.worker"],
+            cwd=ROOT,
+            env=child_env(env),
+            text=True,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
         lines: list[str] = []
         threading.Thread(target=lambda: lines.extend(proc.stderr), daemon=True).start()
         _LAUNCHER = (proc, lines, cache)
@@ -241,7 +284,13 @@ def _collect(params, job, verdict, stderr) -> dict:
     errors = [ln for ln in tail if re.search(r"\w(Error|Exception): \S", ln)]
     ranked = [ln for ln in errors if ln.startswith("[rank")]
     message = (ranked or errors or tail or ["no message"])[-1]
-    rec = error_record(params, job["stage"], job["batch_size"], f"measurement process failed ({verdict}): {message}",
-                       stderr, job.get("stamp"))
+    rec = error_record(
+        params,
+        job["stage"],
+        job["batch_size"],
+        f"measurement process failed ({verdict}): {message}",
+        stderr,
+        job.get("stamp"),
+    )
     store.write_record(out, rec)
     return rec

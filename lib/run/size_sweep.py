@@ -8,6 +8,7 @@ measurements.
 Without FP8 is the recommendation with its FP8 switches off (on a device where FP8 lost, the
 recommendation itself); each FP8 form adds one FP8 stage's switch to it, so every form is judged
 against the same configuration."""
+
 from __future__ import annotations
 
 import copy
@@ -26,6 +27,7 @@ FP32_STATE_BYTES = 16  # per parameter: fp32 weights, gradients and AdamW's two 
 def _stage_like(stage) -> str | None:
     """The registry's stage with exactly `stage`'s switches, if there is one (the record then names
     that stage rather than a stage with overrides)."""
+
     def switches(s):
         return {k: v for k, v in s.identity().items() if k not in ("key", "peak")}
 
@@ -34,8 +36,12 @@ def _stage_like(stage) -> str | None:
 
 def _config(stage, fallback: str, overrides: dict, variant: str, like: str) -> dict:
     same = _stage_like(stage)
-    return {"stage": same or fallback, "overrides": None if same else overrides or None, "variant": variant,
-            "like": like}
+    return {
+        "stage": same or fallback,
+        "overrides": None if same else overrides or None,
+        "variant": variant,
+        "like": like,
+    }
 
 
 def plan(params: dict, recommended: str) -> list[dict]:
@@ -51,8 +57,9 @@ def plan(params: dict, recommended: str) -> list[dict]:
     for key in params["evidence"]["size_sweep"]["fp8_stages"]:
         switches = stages.fp8_switches(stages.get(key))
         form = dataclasses.replace(base, **switches)
-        out.append(_config(form, out[0]["stage"], {**(out[0]["overrides"] or {}), **switches},
-                           stages.get(key).title, key))
+        out.append(
+            _config(form, out[0]["stage"], {**(out[0]["overrides"] or {}), **switches}, stages.get(key).title, key)
+        )
     if off and not any(c["stage"] == recommended and not c["overrides"] for c in out):
         out.append({"stage": recommended, "overrides": None, "variant": rec.title, "like": recommended})
     return out
@@ -72,8 +79,10 @@ def does_not_fit(model: dict, device: dict) -> str | None:
     total, need = device.get("memory_bytes"), FP32_STATE_BYTES * n_params(model)
     if not total or need <= total:
         return None
-    return (f"does not fit: its fp32 weights, gradients and AdamW moments alone need {need / 1e9:.1f} GB, "
-            f"the device has {total / 1e9:.1f} GB")
+    return (
+        f"does not fit: its fp32 weights, gradients and AdamW moments alone need {need / 1e9:.1f} GB, "
+        f"the device has {total / 1e9:.1f} GB"
+    )
 
 
 def preset_params(params: dict, name: str) -> dict:
@@ -90,8 +99,11 @@ def jobs(params: dict, report_dir, recommended: str) -> list[dict]:
     further processes that measure each point's spread, so a call cut short has the whole curve first."""
     sweep = params["evidence"]["size_sweep"]
     first = [_jobs(params, report_dir, recommended, name, 0) for name in sweep["presets"]]
-    again = [_jobs(params, report_dir, recommended, name, k) for k in range(1, sweep.get("repeats", 1))
-             for name in sweep["presets"]]
+    again = [
+        _jobs(params, report_dir, recommended, name, k)
+        for k in range(1, sweep.get("repeats", 1))
+        for name in sweep["presets"]
+    ]
     return [j for js in first + again for j in js]
 
 
@@ -102,14 +114,28 @@ def _jobs(params: dict, report_dir, recommended: str, name: str, repeat: int) ->
     fit = does_not_fit(p["model"], env["device"])
     for c in plan(params, recommended):
         stage = dataclasses.replace(stages.get(c["stage"]), **(c["overrides"] or {}))
-        skipped = next((f"not measured by the {params['name']} profile: {skip[k]}"
-                        for k in (c["stage"], c["like"]) if k in skip), None)
-        reason = fit or skipped or stages.get(c["like"]).not_applicable(env["device"]) \
-            or stage.not_applicable(env["device"])
-        name_of = c["stage"] + (f"+{c['like']}" if c["overrides"] else "") + f"__b{b}" + (f"__r{repeat}" if repeat else "")
-        job = make_job(p, env, c["stage"], b, folder(report_dir, "size") / f"{name}__{name_of}.json",
-                       variant=c["variant"], stage_overrides=c["overrides"], energy=False, repeat=repeat,
-                       profile=c["variant"] == WITHOUT_FP8 and not repeat)  # where its step time goes, once a preset
+        skipped = next(
+            (f"not measured by the {params['name']} profile: {skip[k]}" for k in (c["stage"], c["like"]) if k in skip),
+            None,
+        )
+        reason = (
+            fit or skipped or stages.get(c["like"]).not_applicable(env["device"]) or stage.not_applicable(env["device"])
+        )
+        name_of = (
+            c["stage"] + (f"+{c['like']}" if c["overrides"] else "") + f"__b{b}" + (f"__r{repeat}" if repeat else "")
+        )
+        job = make_job(
+            p,
+            env,
+            c["stage"],
+            b,
+            folder(report_dir, "size") / f"{name}__{name_of}.json",
+            variant=c["variant"],
+            stage_overrides=c["overrides"],
+            energy=False,
+            repeat=repeat,
+            profile=c["variant"] == WITHOUT_FP8 and not repeat,
+        )  # where its step time goes, once a preset
         job["fingerprint"] += f"-r{repeat}" if repeat else ""
         job["not_applicable"] = reason
         out.append(job)

@@ -6,6 +6,7 @@ so its largest magnitude lands on the format's largest value, then cast. Activat
 weights use e4m3 (more mantissa), gradients e5m2 (more range). The GEMM accumulates in fp32 and
 un-scales in its epilogue. Master weights, the optimizer and everything outside the blocks'
 Linear layers stay as they were (bf16 autocast), so the lever is only "FP8 matmuls"."""
+
 from __future__ import annotations
 
 import torch
@@ -45,8 +46,9 @@ class _FP8Matmul(torch.autograd.Function):
         x8, sx, w8, sw = ctx.saved_tensors
         g8, sg = quantize(grad_y, E5M2)
         grad_x = torch._scaled_mm(g8, _column_major(w8), scale_a=sg, scale_b=sw, out_dtype=torch.bfloat16)
-        grad_w = torch._scaled_mm(g8.t().contiguous(), _column_major(x8), scale_a=sg, scale_b=sx,
-                                  out_dtype=torch.float32)
+        grad_w = torch._scaled_mm(
+            g8.t().contiguous(), _column_major(x8), scale_a=sg, scale_b=sx, out_dtype=torch.float32
+        )
         return grad_x.to(ctx.dtypes[0]), grad_w.to(ctx.dtypes[1])
 
 

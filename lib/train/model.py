@@ -6,6 +6,7 @@ scaled_dot_product_attention, which may dispatch to a flash kernel) and `vocab_s
 `real_vocab_size` (rows past the tokenizer's vocabulary exist only to give the lm_head GEMM a
 friendlier shape; they start at zero and are never targets).
 """
+
 from __future__ import annotations
 
 import math
@@ -22,10 +23,10 @@ class GPTConfig:
     n_head: int = 12
     n_embd: int = 768
     block_size: int = 1024
-    vocab_size: int = 50257       # rows of the embedding / lm_head (maybe padded)
+    vocab_size: int = 50257  # rows of the embedding / lm_head (maybe padded)
     real_vocab_size: int = 50257  # tokens the tokenizer can produce (targets are among these)
-    attention: str = "naive"      # "naive" or "sdpa"
-    loss: str = "cross_entropy"   # or one of CUT_CROSS_ENTROPY: lm_head and loss fused, no logits tensor
+    attention: str = "naive"  # "naive" or "sdpa"
+    loss: str = "cross_entropy"  # or one of CUT_CROSS_ENTROPY: lm_head and loss fused, no logits tensor
     residual_dtype: str | None = None  # e.g. "bfloat16"; None: what autocast leaves it (fp32)
 
     def __post_init__(self):
@@ -49,8 +50,7 @@ class CausalSelfAttention(nn.Module):
         self.c_proj.SCALE_INIT = True
         if self.attention == "naive":
             mask = torch.tril(torch.ones(config.block_size, config.block_size, dtype=torch.bool))
-            self.register_buffer("causal_mask", mask.view(1, 1, config.block_size, config.block_size),
-                                 persistent=False)
+            self.register_buffer("causal_mask", mask.view(1, 1, config.block_size, config.block_size), persistent=False)
 
     def forward(self, x):
         B, T, C = x.size()
@@ -104,12 +104,14 @@ class GPT(nn.Module):
         # that _init_weights starts from the caller's state whatever the vocabulary: a padded and
         # an unpadded model then begin with identical weights.
         with torch.random.fork_rng(devices=[]):
-            self.transformer = nn.ModuleDict(dict(
-                wte=nn.Embedding(config.vocab_size, config.n_embd),
-                wpe=nn.Embedding(config.block_size, config.n_embd),
-                h=nn.ModuleList([Block(config) for _ in range(config.n_layer)]),
-                ln_f=nn.LayerNorm(config.n_embd),
-            ))
+            self.transformer = nn.ModuleDict(
+                dict(
+                    wte=nn.Embedding(config.vocab_size, config.n_embd),
+                    wpe=nn.Embedding(config.block_size, config.n_embd),
+                    h=nn.ModuleList([Block(config) for _ in range(config.n_layer)]),
+                    ln_f=nn.LayerNorm(config.n_embd),
+                )
+            )
             self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
         self.transformer.wte.weight = self.lm_head.weight  # weight tying, as in GPT-2
         self.apply(self._init_weights)

@@ -10,6 +10,7 @@ fused_adamw, compile, residual_dtype (llm.c's bf16 activations), fp8_lm_head (to
 conversion of the lm_head, in the form torchao's README gives) and return_logits (llm.c's training
 loop asks for the loss alone). FP8 in the blocks is not a switch of
 those trainers; the runner does not ask for it."""
+
 from __future__ import annotations
 
 import math
@@ -30,8 +31,11 @@ class SelfAttention(nn.Module):
         self.c_attn = nn.Linear(n_embd, 3 * n_embd)
         self.c_proj = nn.Linear(n_embd, n_embd)
         if not flash:
-            self.register_buffer("bias", torch.tril(torch.ones(block_size, block_size))
-                                 .view(1, 1, block_size, block_size), persistent=False)
+            self.register_buffer(
+                "bias",
+                torch.tril(torch.ones(block_size, block_size)).view(1, 1, block_size, block_size),
+                persistent=False,
+            )
 
     def forward(self, x):
         B, T, C = x.size()
@@ -53,8 +57,9 @@ class Block(nn.Module):
         super().__init__()
         self.ln_1, self.ln_2 = nn.LayerNorm(n_embd), nn.LayerNorm(n_embd)
         self.attn = SelfAttention(n_embd, n_head, block_size, flash)
-        self.mlp = nn.Sequential(nn.Linear(n_embd, 4 * n_embd), nn.GELU(approximate="tanh"),
-                                 nn.Linear(4 * n_embd, n_embd))
+        self.mlp = nn.Sequential(
+            nn.Linear(n_embd, 4 * n_embd), nn.GELU(approximate="tanh"), nn.Linear(4 * n_embd, n_embd)
+        )
 
     def forward(self, x):
         x = x + self.attn(self.ln_1(x))
@@ -101,19 +106,32 @@ def run(job: dict) -> dict:
     try:
         torch.set_float32_matmul_precision("high" if sw["tf32"] else "highest")
         torch.manual_seed(r["seed"])
-        model = PlainGPT(m["padded_vocab_size"] if sw["padded_vocab"] else m["vocab_size"], m["block_size"],
-                         m["n_layer"], m["n_head"], m["n_embd"], sw["attention"] == "sdpa",
-                         sw.get("residual_dtype")).to(dev)
+        model = PlainGPT(
+            m["padded_vocab_size"] if sw["padded_vocab"] else m["vocab_size"],
+            m["block_size"],
+            m["n_layer"],
+            m["n_head"],
+            m["n_embd"],
+            sw["attention"] == "sdpa",
+            sw.get("residual_dtype"),
+        ).to(dev)
         if sw.get("fp8_lm_head"):  # torchao's float8 training, as its README applies it, on the lm_head
             from torchao.float8 import Float8LinearConfig, convert_to_float8_training
 
-            convert_to_float8_training(model, config=Float8LinearConfig.from_recipe_name(sw["fp8_lm_head"]),
-                                       module_filter_fn=lambda module, fqn: fqn == "lm_head")
+            convert_to_float8_training(
+                model,
+                config=Float8LinearConfig.from_recipe_name(sw["fp8_lm_head"]),
+                module_filter_fn=lambda module, fqn: fqn == "lm_head",
+            )
         decay = [p for p in model.parameters() if p.dim() >= 2]
         rest = [p for p in model.parameters() if p.dim() < 2]
-        optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": r["weight_decay"]},
-                                       {"params": rest, "weight_decay": 0.0}], lr=r["learning_rate"],
-                                      betas=(0.9, 0.95), eps=1e-8, **({"fused": True} if sw["fused_adamw"] else {}))
+        optimizer = torch.optim.AdamW(
+            [{"params": decay, "weight_decay": r["weight_decay"]}, {"params": rest, "weight_decay": 0.0}],
+            lr=r["learning_rate"],
+            betas=(0.9, 0.95),
+            eps=1e-8,
+            **({"fused": True} if sw["fused_adamw"] else {}),
+        )
         if sw["compile"]:
             model = torch.compile(model)
         ctx = torch.autocast(device_type=dev, dtype=getattr(torch, sw["autocast"])) if sw["autocast"] else None
@@ -165,7 +183,13 @@ def run(job: dict) -> dict:
     except torch.OutOfMemoryError as exc:
         rec.update(status="oom", reason=f"out of memory: {str(exc).splitlines()[0][:200]}")
         return rec
-    rec.update(micro_steps=accum, ms_per_step=mean_ms, tokens_per_s=batch * accum * r["seq_len"] / (mean_ms / 1e3),
-               synced_step_ms=synced, synced_median_ms=statistics.median(synced),
-               losses=[float(v) for v in losses], wall_s=time.perf_counter() - t_start)
+    rec.update(
+        micro_steps=accum,
+        ms_per_step=mean_ms,
+        tokens_per_s=batch * accum * r["seq_len"] / (mean_ms / 1e3),
+        synced_step_ms=synced,
+        synced_median_ms=statistics.median(synced),
+        losses=[float(v) for v in losses],
+        wall_s=time.perf_counter() - t_start,
+    )
     return rec

@@ -3,6 +3,7 @@ sweeps and every DDP rank. A stage's switches are applied here and nowhere else,
 order of nanoGPT's train.py: matmul precision, model, optimizer, torch.compile, then the DDP
 wrap, and a step of autocast forward, backward, gradient clipping, optimizer step, zero_grad.
 Also the one device synchronize and the one step timer of the project."""
+
 from __future__ import annotations
 
 import contextlib
@@ -29,22 +30,30 @@ def synchronize(dev: str) -> None:
 
 def model_config(params: dict, stage) -> GPTConfig:
     m = params["model"]
-    return GPTConfig(n_layer=m["n_layer"], n_head=m["n_head"], n_embd=m["n_embd"], block_size=m["block_size"],
-                     real_vocab_size=m["vocab_size"],
-                     vocab_size=m["padded_vocab_size"] if stage.padded_vocab else m["vocab_size"],
-                     attention=stage.attention, loss=stage.loss, residual_dtype=stage.residual_dtype)
+    return GPTConfig(
+        n_layer=m["n_layer"],
+        n_head=m["n_head"],
+        n_embd=m["n_embd"],
+        block_size=m["block_size"],
+        real_vocab_size=m["vocab_size"],
+        vocab_size=m["padded_vocab_size"] if stage.padded_vocab else m["vocab_size"],
+        attention=stage.attention,
+        loss=stage.loss,
+        residual_dtype=stage.residual_dtype,
+    )
 
 
 @dataclass
 class TrainStep:
     """A model with its optimizer and the stage's switches; calling it runs one training step
     on (x, y) and returns the loss, detached (never read back: no synchronisation)."""
-    model: GPT               # the plain module (weights, config, parameter count)
+
+    model: GPT  # the plain module (weights, config, parameter count)
     forward: torch.nn.Module  # what the step calls: the model, compiled and/or DDP-wrapped
     opt: torch.optim.Optimizer
     autocast: contextlib.AbstractContextManager
     grad_clip: float
-    micro_steps: int = 1     # gradient accumulation: x is split into this many micro-batches
+    micro_steps: int = 1  # gradient accumulation: x is split into this many micro-batches
     return_logits: bool = True  # False: the forward returns the loss alone (llm.c's return_logits=False)
 
     def __call__(self, x, y, sync: bool = True):
@@ -55,7 +64,7 @@ class TrainStep:
             # As nanoGPT: only the last micro-batch's backward all-reduces the gradients.
             last = i == self.micro_steps - 1
             no_sync = getattr(self.forward, "no_sync", None)
-            with (no_sync() if no_sync and not (sync and last) else contextlib.nullcontext()):
+            with no_sync() if no_sync and not (sync and last) else contextlib.nullcontext():
                 with self.autocast:
                     _, loss = self.forward(xm, ym, **({} if self.return_logits else {"return_logits": False}))
                 if self.micro_steps > 1:
@@ -86,21 +95,35 @@ def build(params: dict, stage, dev: str, wrap=None, micro_steps: int = 1) -> Tra
         if stage.float8:  # the blocks' Linear layers
             convert_to_float8_training(model.transformer.h, config=Float8LinearConfig.from_recipe_name(stage.float8))
         if stage.fp8_lm_head:  # the lm_head alone (its weight stays tied to the embedding)
-            convert_to_float8_training(model, config=Float8LinearConfig.from_recipe_name(stage.fp8_lm_head),
-                                       module_filter_fn=lambda module, fqn: fqn == "lm_head")
+            convert_to_float8_training(
+                model,
+                config=Float8LinearConfig.from_recipe_name(stage.fp8_lm_head),
+                module_filter_fn=lambda module, fqn: fqn == "lm_head",
+            )
     r = params["run"]
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": r["weight_decay"]},
-                             {"params": no_decay, "weight_decay": 0.0}],
-                            lr=r["learning_rate"], betas=(0.9, 0.95), eps=1e-8,
-                            **({"fused": True} if stage.fused_adamw else {}))
-    forward = (torch.compile(model, **({"mode": stage.compile_mode} if stage.compile_mode else {}))
-               if stage.compile else model)
+    opt = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": r["weight_decay"]}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=r["learning_rate"],
+        betas=(0.9, 0.95),
+        eps=1e-8,
+        **({"fused": True} if stage.fused_adamw else {}),
+    )
+    forward = (
+        torch.compile(model, **({"mode": stage.compile_mode} if stage.compile_mode else {})) if stage.compile else model
+    )
     if wrap is not None:
         forward = wrap(forward)
-    return TrainStep(model, forward, opt, StepContext(dev, stage.autocast, stage.sdpa_backend), r["grad_clip"],
-                     micro_steps, stage.return_logits)
+    return TrainStep(
+        model,
+        forward,
+        opt,
+        StepContext(dev, stage.autocast, stage.sdpa_backend),
+        r["grad_clip"],
+        micro_steps,
+        stage.return_logits,
+    )
 
 
 class StepContext:
@@ -127,8 +150,12 @@ class StepContext:
 
 
 # A stage's sdpa_backend name -> the member of torch.nn.attention.SDPBackend it forces.
-SDPA_BACKENDS = {"flash": "FLASH_ATTENTION", "efficient": "EFFICIENT_ATTENTION", "cudnn": "CUDNN_ATTENTION",
-                 "math": "MATH"}
+SDPA_BACKENDS = {
+    "flash": "FLASH_ATTENTION",
+    "efficient": "EFFICIENT_ATTENTION",
+    "cudnn": "CUDNN_ATTENTION",
+    "math": "MATH",
+}
 
 
 def _resolve(dotted: str):
