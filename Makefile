@@ -28,7 +28,8 @@ PIP_QUIET := 2> >(grep -v "is ignored: it is neither a file nor a directory" >&2
 # that only measures needs no linter
 HOST_IMPORTS := numpy tiktoken pandas scipy matplotlib yaml papermill nbformat nbconvert ipykernel
 TEST_IMPORTS := pytest ruff
-LEVER_IMPORTS := torchao cut_cross_entropy
+# the lever packages' modules, from the stage registry (lib/core/stages.py needs only the standard library)
+LEVER_IMPORTS = $(shell PYTHONPATH=$(CURDIR) $(PYTHON) -m lib.core.stages modules)
 
 .PHONY: help setup report test test-fast lab wheelhouse pdf render compare clean
 help:  ## this list

@@ -64,7 +64,15 @@ class Stage:
     min_capability: tuple | None = None  # NVIDIA compute capability it needs (CUDA only)
     min_devices: int = 1
     needs: str = ""  # what it needs, in words, for the 'not applicable' reason
-    package: str = ""  # a package it imports (installed from the wheelhouse on offline hosts)
+    # A package it needs: its distribution name as requirements-levers.txt pins it (the wheelhouse carries
+    # it to offline hosts), and the module it imports when that is not the name with '-' as '_'.
+    package: str = ""
+    module: str = ""
+
+    @property
+    def module_name(self) -> str:
+        """The module its package is imported as ("" for a stage without one)."""
+        return self.module or self.package.replace("-", "_")
 
     @property
     def multi_gpu(self) -> bool:
@@ -90,7 +98,7 @@ class Stage:
             return (
                 f"{self.title} needs {self.needs}; this device has compute capability {'.'.join(map(str, capability))}"
             )
-        if self.package and importlib.util.find_spec(self.package) is None:
+        if self.package and importlib.util.find_spec(self.module_name) is None:
             return f"{self.title} needs the {self.package} package, which is not installed here"
         if device.get("count", 1) < self.min_devices:
             what = "GPU" if backend in ("cuda", "rocm") else f"{backend.upper()} device"
@@ -205,7 +213,7 @@ def _cumulative() -> list[Stage]:
         title="Fused linear cross-entropy (cut-cross-entropy)",
         base="compile",
         loss="cut_cross_entropy",
-        package="cut_cross_entropy",
+        package="cut-cross-entropy",
         backends=("cuda",),
         min_capability=(8, 0),
         needs="cut-cross-entropy's Triton kernels (an NVIDIA GPU with bf16 tensor cores)",
@@ -363,3 +371,17 @@ def is_multi_gpu(key: str | None) -> bool:
 def single_gpu(keys) -> list[str]:
     """The keys of `keys` whose stage runs on one device."""
     return [k for k in keys if not is_multi_gpu(k)]
+
+
+def lever_packages() -> dict[str, str]:
+    """Every package a stage needs, distribution name -> module name: what setup checks and installs,
+    what the environment records, what requirements-levers.txt must pin."""
+    return {s.package: s.module_name for s in STAGES.values() if s.package}
+
+
+if __name__ == "__main__":  # `python -m lib.core.stages modules`: the lever modules, for the Makefile's import check
+    import sys
+
+    if sys.argv[1:] != ["modules"]:
+        sys.exit("usage: python -m lib.core.stages modules")
+    print(" ".join(sorted(set(lever_packages().values()))))

@@ -12,6 +12,7 @@ import os
 import platform
 import sys
 
+from lib.core import stages
 from lib.core.provenance import host_id
 
 
@@ -75,8 +76,9 @@ def detect() -> dict:
     return {"backend": "cpu", "name": platform.processor() or platform.machine(), "count": 1, "cores": os.cpu_count()}
 
 
-# The packages the compiled and library levers run on (distribution names), versions or None.
-LEVER_PACKAGES = ("triton", "torchao", "cut-cross-entropy")
+# The packages the compiled and library levers run on (distribution names), versions or None: Triton
+# (inductor's kernels) and every package a stage names in the registry.
+LEVER_PACKAGES = ("triton", *stages.lever_packages())
 
 
 def packages() -> dict:
