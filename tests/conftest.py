@@ -5,6 +5,7 @@ cores), runs once per session in `pipeline` and every end-to-end test reads its 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -168,9 +169,9 @@ def cpu_params() -> dict:
 
 def tiny_params(stage_keys=None, batch_sizes=(2,), warmup=1, timed=5) -> dict:
     p = config.load("cpu")
-    p["run"].update(batch_sizes=list(batch_sizes), warmup_steps=warmup, timed_steps=timed)
+    p.run = dataclasses.replace(p.run, batch_sizes=list(batch_sizes), warmup_steps=warmup, timed_steps=timed)
     if stage_keys is not None:
-        p["stages"] = list(stage_keys)
+        p.stages = list(stage_keys)
     return p
 
 
@@ -189,9 +190,9 @@ def make_record(
     if status in ("ok", "diverged"):
         rec["losses"] = list(losses)
         rec["mem_device_bytes"] = mem_bytes
-        stats.fill_timing(rec, list(times_ms), batch * params["run"]["seq_len"])
-        stats.fill_mfu(rec, 1_000_000, params.get("peak_tflops"), stages.get(stage_key).peak)
-        stats.fill_loss(rec, params["run"]["final_loss_window"])
+        stats.fill_timing(rec, list(times_ms), batch * params.run.seq_len)
+        stats.fill_mfu(rec, 1_000_000, params.peak_tflops, stages.get(stage_key).peak)
+        stats.fill_loss(rec, params.run.final_loss_window)
     else:
         rec.update(status=status, reason=reason)
     return rec
@@ -202,7 +203,7 @@ def write_report_dir(report_dir: Path, params: dict, records: list[dict]) -> Pat
     report_dir.mkdir(parents=True, exist_ok=True)
     store.write_atomic(report_dir / "params.json", params)
     store.write_atomic(
-        report_dir / "environment.json", {"device": {"backend": params["backend"], "name": "x"}, "torch": "x"}
+        report_dir / "environment.json", {"device": {"backend": params.backend, "name": "x"}, "torch": "x"}
     )
     for rec in records:
         store.write_atomic(store.record_path(report_dir / "results", rec["stage"], rec["batch_size"]), rec)
@@ -227,7 +228,7 @@ def read_json(path: Path):
 def write_parity_test(
     report_dir: Path, params: dict, lever: str, lever_held: float, ref_held: float, batch: int = 2, seeds: int = 3
 ) -> None:
-    """A parity test as evidence.parity_plan leaves it: per seed the lever and its reference twice each."""
+    """A parity test as parity_runs.parity_plan leaves it: per seed the lever and its reference twice each."""
     from lib.core import stages
 
     for seed in range(seeds):

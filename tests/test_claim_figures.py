@@ -1,4 +1,4 @@
-"""The verdicts that read more than one pair of stages (lib/report/claim_figures.py, lib/report/claims.py): a figure
+"""The verdicts that read more than one pair of stages (lib/report/claim_figures.py, lib/report/claim_kinds.py): a figure
 within noise of no change, the padding eager and compiled, the write-up's cuBLAS hypothesis, the FP8
 forms and sizes, FlashAttention-3 by the kernel that ran, TF32 alone and on top of BF16. Each flips
 with synthetic records."""
@@ -11,7 +11,7 @@ from conftest import make_record, tiny_params, write_report_dir
 from test_claims import _claim, _df, _sdpa, _sweep
 
 from lib.core import config, kernel_categories
-from lib.report import claim_figures, claim_params, claims, loader
+from lib.report import claim_figures, claim_judge, claim_params, claims, loader
 from lib.results import store
 
 
@@ -36,7 +36,7 @@ def _verdict(cid, df, facts=None, noise=None, profile="h100", **kw):
     ],
 )
 def test_a_figure_within_the_noise_of_no_change_contradicts_a_claimed_change(metric, value, expect, noise, word):
-    assert claims.judge(metric, value, expect, noise) == word
+    assert claim_judge.judge(metric, value, expect, noise) == word
 
 
 def test_the_vocab_claim_within_noise_of_no_change_is_worded_so():
@@ -253,7 +253,7 @@ def test_a_report_folder_gives_the_verdicts_their_facts(tmp_path):
     """The compile stage at the unpadded vocabulary (results/variants) and the flash stage's kernel
     profile, read from a report folder as loader.load leaves them."""
     params = tiny_params(["flash", "vocab", "fused", "compile"])
-    params.update(name="h100", backend="cuda")
+    params.name, params.backend = "h100", "cuda"
     recs = [
         make_record(params, s, 2, [ms] * 5, [3.0] * 6)
         for s, ms in (("flash", 140.0), ("vocab", 100.0), ("fused", 95.0), ("compile", 50.0))

@@ -7,7 +7,7 @@ import yaml
 from conftest import make_record, tiny_params, write_report_dir
 
 from lib.core import config, record
-from lib.report import claim_params, claims, evidence_view, loader
+from lib.report import claim_judge, claim_params, claims, gemm_sweep_view, loader
 from lib.results import decide, store
 
 WORDS = (
@@ -35,7 +35,7 @@ def _df(times: dict, batch: int = 2, **columns):
         for field, by_stage in columns.items():
             rec[field] = by_stage.get(stage)
         recs.append(rec)
-    return decide.table(recs, params["stages"])
+    return decide.table(recs, params.stages)
 
 
 def _claim(cid):
@@ -55,9 +55,9 @@ def test_every_claim_in_the_file_has_a_known_metric_an_expectation_and_families(
 
 
 def test_the_verdict_words_and_their_colours():
-    assert set(claims.CSS) == set(WORDS)
-    assert {claims.CSS[w] for w in ("confirmed", "confirmed (within noise)", "exceeded")} == {"ok"}
-    assert [claims.CSS[w] for w in ("fell short", "contradicted", "not applicable", "not measured")] == [
+    assert set(claim_judge.CSS) == set(WORDS)
+    assert {claim_judge.CSS[w] for w in ("confirmed", "confirmed (within noise)", "exceeded")} == {"ok"}
+    assert [claim_judge.CSS[w] for w in ("fell short", "contradicted", "not applicable", "not measured")] == [
         "warn",
         "bad",
         "note",
@@ -267,7 +267,7 @@ def test_50257_is_not_among_the_other_multiples_of_8():
     """Other multiples of 8 at 1.0, 1.05 and 1.2 ms: median 1.05, no measurable change (1.0 ms lies in
     their range). Counted among them, 50257's 30 ms would lift the median to 1.125 and confirm the claim."""
     gemm = _sweep((1.0, 1.0, 1.0), (1.0, 1.05, 1.2))
-    aligned, other = evidence_view.alignment_groups(gemm, "bf16")
+    aligned, other = gemm_sweep_view.alignment_groups(gemm, "bf16")
     assert [p["n"] for p in aligned] == list(ALIGNED) and [p["n"] for p in other] == list(OTHERS)
     v = _verdict("hopper-multiples-of-128", _df({}), gemm=gemm)
     assert v["verdict"] == "contradicted" and "n=50257, not a multiple of 8, in neither" in v["measured"]
@@ -275,18 +275,18 @@ def test_50257_is_not_among_the_other_multiples_of_8():
 
 def test_the_vocab_chapter_reads_the_sweep_without_50257(tmp_path):
     params = tiny_params(["fp32", "vocab"])
-    params["model"].update(vocab_size=50257, padded_vocab_size=50304)
+    params.model.vocab_size, params.model.padded_vocab_size = 50257, 50304
     recs = [make_record(params, s, 2, [10.0] * 5, [3.0] * 6) for s in ("fp32", "vocab")]
     report_dir = write_report_dir(tmp_path / "r", params, recs)
     store.write_atomic(report_dir / "results" / "gemm" / "lm_head.json", _sweep((1.0, 1.0, 1.0), (1.0, 1.1, 1.3)))
-    text = evidence_view.gemm_md(loader.load(report_dir))
+    text = gemm_sweep_view.gemm_md(loader.load(report_dir))
     assert "the 3 other multiples of 8 1.10 ms" in text  # with 50257's 30 ms it would be 1.20
     assert "every multiple of 8 runs about as fast" in text
     assert "n=50257, not a multiple of 8, takes 30.00 ms" in text
     assert "running other kernels (forward: `cutlass_75_gemm_align1` against `nvjet_fast`)" in text
     faster = _sweep((1.0, 1.0, 1.0), (1.2, 1.25, 1.3))
     store.write_atomic(report_dir / "results" / "gemm" / "lm_head.json", faster)
-    assert "the multiples of 128 run faster than every other multiple of 8" in evidence_view.gemm_md(
+    assert "the multiples of 128 run faster than every other multiple of 8" in gemm_sweep_view.gemm_md(
         loader.load(report_dir)
     )
 
@@ -369,7 +369,7 @@ def _gated(tf32_offset: float, tf32=True):
         if tf32
         else make_record(params, "tf32", 2, status="oom", reason="out of memory")
     ]
-    return decide.table(recs, params["stages"], tolerance=0.05)
+    return decide.table(recs, params.stages, tolerance=0.05)
 
 
 @pytest.mark.parametrize(

@@ -10,7 +10,8 @@ import pytest
 from conftest import describe_proc, make_record, read_json, run_cli, write_report_dir
 
 from lib.core import config, record, stages
-from lib.report import claim_params, compare, loader, rules
+from lib.core.params import Params
+from lib.report import claim_params, compare, compare_view, loader, rules
 from lib.results import decide, stats, store
 
 PEAKS = {"fp32": 10.0, "tf32": 40.0, "bf16": 80.0, "fp8": 160.0}  # a synthetic datasheet, TFLOP/s
@@ -24,10 +25,10 @@ def _fake_report(
     whole GPU `gain` times faster, and a larger batch faster by the square root of its size (so a
     ratio taken across two batch sizes shows)."""
     params = config.load("cpu", list(batches), depth="full")  # every stage: the FP8 claims read the fp8 records
-    params["name"], params["backend"], params["peak_tflops"] = name, "cuda", PEAKS
-    params["stages"] = [s for s in params["stages"] if s != "ddp"]  # single-GPU stages only
+    params.name, params.backend, params.peak_tflops = name, "cuda", PEAKS
+    params.stages = [s for s in params.stages if s != "ddp"]  # single-GPU stages only
     recs = []
-    for i, key in enumerate(params["stages"]):
+    for i, key in enumerate(params.stages):
         for b in batches:
             rec = make_record(params, key, b, [100.0 / speed**i / gain * b**0.5] * 5, [3.0] * 5)
             rec.update(mem_tensors_bytes=1e9, mem_allocator_bytes=2e9, mem_device_bytes=3e9, schema_version=schema)
@@ -81,14 +82,14 @@ def test_the_stage_table_puts_each_gpu_against_its_own_fp32(tmp_path):
 def _add_ddp(d: Path, worlds: tuple[int, ...] = ()):
     """DDP rows: not applicable (one GPU) without `worlds`, else one record per GPU count (ddp__b4__g<N>.json),
     each GPU of N running at 0.9 of the tokens/s of one GPU's fastest stage at B=4."""
-    params = read_json(d / "params.json")
-    params["stages"].append("ddp")
-    (d / "params.json").write_text(json.dumps(params))
+    params = Params.read(d / "params.json")
+    params.stages.append("ddp")
+    store.write_atomic(d / "params.json", params)
     if not worlds:
         rec = store.base_record(params, stages.get("ddp"), 4)
         rec.update(status="not_applicable", reason="one GPU")
         store.write_atomic(store.record_path(d / "results", "ddp", 4), rec)
-    last = read_json(store.record_path(d / "results", params["stages"][-2], 4))
+    last = read_json(store.record_path(d / "results", params.stages[-2], 4))
     for world in worlds:
         rec = store.base_record(params, stages.get("ddp"), 4)
         stats.fill_timing(rec, [last["median_ms"] / 0.9] * 5, 4 * 64 * world)
@@ -116,14 +117,14 @@ def test_ddp_is_shown_per_gpu_count_against_the_same_gpus_best_single_gpu_config
         assert t.loc[g, "gpub speedup"] == pytest.approx(0.9 * g)
         assert t.loc[g, "gpub efficiency"] == pytest.approx(0.9)
     assert t.isna().loc[2, "gpua tokens_per_s"]
-    html = compare.ddp_html(reps)
+    html = compare_view.ddp_html(reps)
     assert "2 GPUs" in html and "4 GPUs" in html and "not applicable" in html and "2 × B=4" in html
     assert f"over one GPU's {stages.get(single['stage']).title} B={single['batch_size']}" in html
     assert "DDP" not in " ".join(compare.stage_table(reps)["stage"])  # no multi-GPU figure over one GPU's FP32
     assert not any("DDP" in s for s in compare.lever_effects(reps).index)
     # A slower FP32 moves every speed-up over FP32 and none of DDP's.
     fp32 = compare.stage_table(reps).iloc[-1]["gpub × own FP32"]
-    params = read_json(b / "params.json")
+    params = Params.read(b / "params.json")
     for batch in (2, 4):
         rec = read_json(store.record_path(b / "results", "fp32", batch))
         rec.update(make_record(params, "fp32", batch, [v * 2 for v in rec["step_ms"]], rec["losses"]))
@@ -172,16 +173,16 @@ def test_gpus_measured_at_different_batch_sizes_are_compared_at_a_common_one_or_
     assert set(same["B"]) == {4} and same["gpub / gpua"].tolist() == pytest.approx([1.0] * len(same))
     levers = compare.lever_effects(reps)
     assert set(levers["B"]) == {4} and levers["gpua"].tolist() == pytest.approx(levers["gpub"].tolist())
-    stage = compare.stage_html(reps)  # each GPU's best over its own batches: the batch in every cell
+    stage = compare_view.stage_html(reps)  # each GPU's best over its own batches: the batch in every cell
     assert stage.count("<small>B=4</small>") == stage.count("<small>B=8</small>") == len(same)
     assert "× own FP32 at B=4" in stage and "× own FP32 at B=8" in stage
     # No batch in common: no same-batch row, and every lever cell names its own batch.
     _fake_report(tmp_path, "gpuc", "2.11.0", 1.5, batches=(8, 16))
     reps = compare.load_all(["gpua", "gpuc"], tmp_path)
-    assert compare.same_batch_table(reps).empty and "No stage was timed" in compare.same_batch_html(reps)
+    assert compare.same_batch_table(reps).empty and "No stage was timed" in compare_view.same_batch_html(reps)
     levers = compare.lever_effects(reps)
     assert levers["B"].isna().all() and set(levers["gpua B"]) == {4} and set(levers["gpuc B"]) == {16}
-    html = compare.lever_html(reps)
+    html = compare_view.lever_html(reps)
     assert html.count("<small>B=4</small>") == html.count("<small>B=16</small>") == len(levers)
 
 
@@ -200,7 +201,7 @@ def test_mfu_is_against_the_bf16_peak_for_every_stage_and_against_the_stages_own
 
 def _add_repeat(d: Path, spread: float):
     """A second process of the FP32 B=4 configuration, `spread` slower: the report's noise floor."""
-    params = read_json(d / "params.json")
+    params = Params.read(d / "params.json")
     rec = read_json(store.record_path(d / "results", "fp32", 4))
     rep = make_record(params, "fp32", 4, [v * (1 + spread) for v in rec["step_ms"]], rec["losses"])
     rep.update(variant="repeat", repeat=1)
@@ -221,17 +222,19 @@ def test_the_difference_is_called_the_hardwares_only_beyond_both_reports_noise_a
         _add_repeat(a, spread)
         _add_repeat(b, spread / 2)
     reps = compare.load_all(["gpua", "gpub"], tmp_path)
-    text = compare.attribution_html(reps)
+    text = compare_view.attribution_html(reps)
     assert ("the hardware's" in text) is hardware
-    assert ("differences are the hardware's" in compare.skew_html(reps)) is False
+    assert ("differences are the hardware's" in compare_view.skew_html(reps)) is False
     rows = len(compare.same_batch_table(reps))
     if spread == 0.3:
         assert "0 of" in text and "every difference is within noise" in text
-        assert compare.same_batch_html(reps).count("within noise</small>") == rows
+        assert compare_view.same_batch_html(reps).count("within noise</small>") == rows
     elif spread is None:
         assert "can be told from noise" in text
     else:
-        assert f"{rows} of {rows} stages differ" in text and "within noise</small>" not in compare.same_batch_html(reps)
+        assert f"{rows} of {rows} stages differ" in text and "within noise</small>" not in compare_view.same_batch_html(
+            reps
+        )
     assert ("Version skew" in text) is (torch_b != "2.11.0")
 
 
@@ -240,7 +243,7 @@ def test_the_recommended_row_quotes_the_median_over_processes_as_its_own_report_
     _fake_report(tmp_path, "gb", "2.11.0", 1.2, gain=1.5)
     best = loader.recommended(loader.load(a))
     params, first = (
-        read_json(a / "params.json"),
+        Params.read(a / "params.json"),
         read_json(store.record_path(a / "results", best["stage"], best["batch_size"])),
     )
     slower = make_record(
@@ -264,7 +267,7 @@ def _hopper_pair(tmp_path: Path, fp8_over_compile: float) -> dict:
     the step time of the stage it is added to at every batch, and a kernel profile of torch.compile at B=4."""
     for name in ("h100", "h200"):
         d = _fake_report(tmp_path, name, "2.11.0", 1.5)
-        params = read_json(d / "params.json")
+        params = Params.read(d / "params.json")
         for b in (2, 4):
             for form in ("fp8", "fp8_torchao", "fp8_head"):
                 base = read_json(store.record_path(d / "results", decide.previous_stage(form), b))
@@ -310,7 +313,7 @@ def test_the_rule_table_names_the_rules_no_compared_gpu_runs_under(tmp_path):
 
 
 def test_a_claim_about_hardware_no_compared_gpu_is_not_measured_with_its_command(tmp_path):
-    html = compare.claims_html(_hopper_pair(tmp_path, 0.8))
+    html = compare_view.claims_html(_hopper_pair(tmp_path, 0.8))
     rows = {r.split("<br>")[0]: r for r in html.split("<tr>")[2:]}
     a100 = next(r for c, r in rows.items() if "up to 3x" in c and "[001]" in c)
     assert 'colspan="2"' in a100 and "make report GPU=a100 measures it" in a100 and ">not measured<" in a100

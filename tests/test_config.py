@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict
+
 import pytest
 import yaml
 
@@ -69,27 +71,27 @@ def test_load_cpu_overlays_the_profile_on_default():
     default = yaml.safe_load((config.PARAMS_DIR / "default.yaml").read_text())
     cpu = yaml.safe_load((config.PARAMS_DIR / "cpu.yaml").read_text())
     p = config.load("cpu")
-    assert p["name"] == "cpu" and p["override"] is None
-    assert p["backend"] == "cpu"
+    assert p.name == "cpu" and p.override is None
+    assert p.backend == "cpu"
     model = {**default["model"], **cpu["model"]}  # every model key set by cpu.yaml wins
     preset = config.presets()[model.pop("preset")]  # ... and its preset gives the shape
-    assert p["model"] == {**model, **{k: preset[k] for k in config.SHAPE}} and p["model_preset"] == "tiny"
-    assert p["run"] == {**default["run"], **cpu["run"]}  # the keys cpu.yaml leaves out come from default
-    assert p["run"]["seed"] == default["run"]["seed"]
-    assert p["stages"] == [k for k in default["stages"] if k not in default["full_depth"]["stages"]]  # default depth
+    assert asdict(p.model) == {**model, **{k: preset[k] for k in config.SHAPE}} and p.model_preset == "tiny"
+    assert asdict(p.run) == {**default["run"], **cpu["run"]}  # the keys cpu.yaml leaves out come from default
+    assert p.run.seed == default["run"]["seed"]
+    assert p.stages == [k for k in default["stages"] if k not in default["full_depth"]["stages"]]  # default depth
 
 
 def test_load_with_batch_sizes_replaces_the_profile_batches():
-    assert config.load("cpu", [8, 16])["run"]["batch_sizes"] == [8, 16]
+    assert config.load("cpu", [8, 16]).run.batch_sizes == [8, 16]
 
 
 def test_load_keeps_the_override_note():
-    assert config.load("cpu", None, "a note")["override"] == "a note"
+    assert config.load("cpu", None, "a note").override == "a note"
 
 
 def test_load_does_not_share_state_between_calls():
-    config.load("cpu")["run"]["batch_sizes"].append(999)
-    assert 999 not in config.load("cpu")["run"]["batch_sizes"]
+    config.load("cpu").run.batch_sizes.append(999)
+    assert 999 not in config.load("cpu").run.batch_sizes
 
 
 def test_load_unknown_profile_lists_the_profiles():
@@ -99,7 +101,7 @@ def test_load_unknown_profile_lists_the_profiles():
 
 def test_every_shipped_profile_loads():
     for name in config.profiles():
-        assert config.load(name)["name"] == name
+        assert config.load(name).name == name
 
 
 def append_yaml(path, text):
@@ -159,7 +161,7 @@ def test_value_of_the_wrong_type_is_an_error_naming_the_key(tmp_params_dir, text
 
 def test_an_integer_is_accepted_where_a_float_is_expected(tmp_params_dir):
     (tmp_params_dir / "mine.yaml").write_text("backend: cpu\nrun:\n  learning_rate: 1\n")
-    assert config.load("mine")["run"]["learning_rate"] == 1
+    assert config.load("mine").run.learning_rate == 1
 
 
 @pytest.mark.parametrize("text", ["stages: null", "model:\n  block_size: null"])
@@ -173,57 +175,59 @@ def test_null_value_is_a_config_error(tmp_params_dir, text):
 
 
 def test_timed_steps_below_the_minimum_is_an_error(cpu_params):
-    cpu_params["run"]["timed_steps"] = config.MIN_TIMED_STEPS - 1
+    cpu_params.run.timed_steps = config.MIN_TIMED_STEPS - 1
     with pytest.raises(config.ConfigError, match="timed_steps"):
         config.validate(cpu_params)
 
 
 def test_timed_steps_at_the_minimum_is_accepted(cpu_params):
-    cpu_params["run"]["timed_steps"] = config.MIN_TIMED_STEPS
+    cpu_params.run.timed_steps = config.MIN_TIMED_STEPS
     config.validate(cpu_params)
 
 
 def test_seq_len_longer_than_block_size_is_an_error(cpu_params):
-    cpu_params["run"]["seq_len"] = cpu_params["model"]["block_size"] + 1
+    cpu_params.run.seq_len = cpu_params.model.block_size + 1
     with pytest.raises(config.ConfigError, match="exceeds model.block_size"):
         config.validate(cpu_params)
 
 
 def test_n_embd_not_divisible_by_n_head_is_an_error(cpu_params):
-    cpu_params["model"]["n_head"] = 3
+    cpu_params.model.n_head = 3
     with pytest.raises(config.ConfigError, match="not divisible"):
         config.validate(cpu_params)
 
 
 def test_padded_vocab_smaller_than_vocab_is_an_error(cpu_params):
-    cpu_params["model"]["padded_vocab_size"] = cpu_params["model"]["vocab_size"] - 1
+    cpu_params.model.padded_vocab_size = cpu_params.model.vocab_size - 1
     with pytest.raises(config.ConfigError, match="padded_vocab_size"):
         config.validate(cpu_params)
 
 
 @pytest.mark.parametrize("batches", [[], [0], [2, -1], ["2"], [True]])
 def test_bad_batch_size_lists_are_errors(cpu_params, batches):
-    cpu_params["run"]["batch_sizes"] = batches
+    cpu_params.run.batch_sizes = batches
     with pytest.raises(config.ConfigError, match="batch"):
         config.validate(cpu_params)
 
 
 def test_unknown_stage_is_an_error(cpu_params):
-    cpu_params["stages"] = ["fp32", "fp9"]
+    cpu_params.stages = ["fp32", "fp9"]
     with pytest.raises(config.ConfigError, match="unknown stage 'fp9'"):
         config.validate(cpu_params)
 
 
 def test_unknown_backend_is_an_error(cpu_params):
-    cpu_params["backend"] = "tpu"
+    cpu_params.backend = "tpu"
     with pytest.raises(config.ConfigError, match="backend"):
         config.validate(cpu_params)
 
 
-def test_missing_run_key_is_an_error(cpu_params):
-    del cpu_params["run"]["seed"]
-    with pytest.raises(config.ConfigError, match="missing seed"):
-        config.validate(cpu_params)
+def test_missing_run_key_is_an_error(tmp_params_dir):
+    default = tmp_params_dir / "default.yaml"
+    default.write_text(default.read_text().replace("  seed: 1337", ""))
+    (tmp_params_dir / "mine.yaml").write_text("backend: cpu\n")
+    with pytest.raises(config.ConfigError, match=r"params/mine\.yaml: run is missing seed"):
+        config.load("mine")
 
 
 # ---------------------------------------------------------------- match_profile

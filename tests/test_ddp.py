@@ -5,13 +5,14 @@ and make the chapter's scaling curve."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
 from conftest import make_record, tiny_params, write_report_dir
 
 from lib.core import cli_args, config, stages
-from lib.report import charts, loader, prose
+from lib.report import charts, loader, stage_facts
 from lib.report.evidence_view import ddp_curve_html
 from lib.results import store
 from lib.run import ddp_launch, evidence, runner
@@ -44,8 +45,8 @@ def test_ddp_on_two_gloo_processes_gives_a_valid_row(ddp_run):
     assert rec["single_gpu_tokens_per_s"] == pytest.approx(single["tokens_per_s"])
     assert 0.0 <= rec["allreduce_share"] < 1.0
     assert rec["p10_ms"] <= rec["median_ms"] * 1.5  # the slowest rank's median, near the rank-0 spread
-    r = params["run"]
-    assert len(rec["losses"]) == r["warmup_steps"] + r["timed_steps"]
+    r = params.run
+    assert len(rec["losses"]) == r.warmup_steps + r.timed_steps
     assert all(math.isfinite(v) for v in rec["losses"])
 
 
@@ -114,7 +115,7 @@ def _single_gpu_report(tmp_path, ddp_records=()):
     the vocab stage is the baseline, so its loss counts as verified), plus `ddp_records` written
     under the file names given: [(file name, record)]."""
     params = tiny_params(["vocab", "ddp"], batch_sizes=(4,))
-    steps = params["run"]["warmup_steps"] + params["run"]["timed_steps"]
+    steps = params.run.warmup_steps + params.run.timed_steps
     single = make_record(params, "vocab", 4, times_ms=[25.6] * 5, losses=[5.0] * steps)
     report_dir = write_report_dir(tmp_path / "rep", params, [single])
     for name, rec in ddp_records:
@@ -173,7 +174,7 @@ def test_the_scaling_curve_has_one_point_per_gpu_count_against_the_best_single_g
     assert "the recommended configuration" in table
     assert charts.plot_ddp_scaling(rep) is not None and (report_dir / "figures" / "ddp_scaling.png").exists()
     # the summary quotes the most GPUs measured
-    assert "The most GPUs measured, 8 GPUs" in prose.stage_summary(rep, "ddp")
+    assert "The most GPUs measured, 8 GPUs" in stage_facts.stage_summary(rep, "ddp")
 
 
 def test_one_multi_gpu_count_still_draws_a_curve_and_none_says_so(tmp_path):
@@ -194,7 +195,7 @@ def test_one_multi_gpu_count_still_draws_a_curve_and_none_says_so(tmp_path):
     assert loader.scaling_curve(rep) == []
     assert charts.plot_ddp_scaling(rep) is None and not (none / "figures" / "ddp_scaling.png").exists()
     assert "no scaling curve" in ddp_curve_html(rep)
-    assert "not applicable" in prose.stage_summary(rep, "ddp")
+    assert "not applicable" in stage_facts.stage_summary(rep, "ddp")
 
 
 def test_a_run_with_another_gpu_count_keeps_the_records_of_the_others(tmp_path):
@@ -241,7 +242,7 @@ def test_two_and_three_gloo_processes_land_in_one_report_and_draw_the_curve(ddp_
     assert three["world_size"] == 3 and two["world_size"] == 2
     assert store.record_path(report_dir / "results", "ddp", two["batch_size"], gpus=2).exists()
     assert store.record_path(report_dir / "results", "ddp", three["batch_size"], gpus=3).exists()
-    store.write_atomic(report_dir / "params.json", {**params, "stages": ["vocab", "ddp"]})
+    store.write_atomic(report_dir / "params.json", dataclasses.replace(params, stages=["vocab", "ddp"]))
     rep = loader.load(report_dir)
     curve = loader.scaling_curve(rep)
     assert [p["gpus"] for p in curve] == [1, 2, 3]

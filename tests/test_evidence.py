@@ -9,7 +9,7 @@ import pytest
 from conftest import describe_proc, make_record, read_json, run_cli, tiny_params, write_report_dir
 
 from lib.measure import faults
-from lib.report import claims, evidence_view, loader
+from lib.report import claim_judge, claims, evidence_view, loader
 from lib.results import decide
 from lib.run import evidence
 
@@ -27,7 +27,7 @@ def test_best_config_is_the_fastest_verified_and_flips_when_the_loss_breaks():
     params = tiny_params(["fp32", "vocab", "fused"], batch_sizes=(2, 4))
     best = decide.best_config(_matrix(params), params)
     assert best["stage"] == "fused"
-    broken = decide.best_config(_matrix(params, fused_loss=3.0 + 2 * params["run"]["loss_tolerance"]), params)
+    broken = decide.best_config(_matrix(params, fused_loss=3.0 + 2 * params.run.loss_tolerance), params)
     assert broken["stage"] == "vocab"  # fused is faster but moved the loss: never recommended
 
 
@@ -54,7 +54,7 @@ def test_fault_injection_can_target_one_batch_size(monkeypatch):
 
 def test_batch_sweep_stops_at_the_first_out_of_memory(tmp_path, monkeypatch):
     params = tiny_params(["fp32", "vocab"], batch_sizes=(2,))
-    params["evidence"]["sweep_batch_sizes"] = [2, 4, 8, 16]
+    params.evidence.sweep_batch_sizes = [2, 4, 8, 16]
     monkeypatch.setenv(faults.VAR, "fp32@8:oom,vocab@8:oom")  # whichever of the two is fastest here
     from lib.run import runner
 
@@ -86,16 +86,16 @@ def test_lm_head_kernel_claim_flips_with_the_data():
     slow = claims.verdict(claim, df, "h100", "cuda", _gemm("cutlass_align1", "nvjet_tst", 29.9, 5.4))
     assert slow["verdict"] == "confirmed" and "5.54× the time" in slow["measured"]
     same = claims.verdict(claim, df, "h100", "cuda", _gemm("nvjet_tst", "nvjet_tst", 5.5, 5.4))
-    assert same["verdict"] == claims.CONTRADICTED and "kernels identical" in same["measured"]
+    assert same["verdict"] == claim_judge.CONTRADICTED and "kernels identical" in same["measured"]
     fast = claims.verdict(claim, df, "h100", "cuda", _gemm("cutlass_align1", "nvjet_tst", 5.45, 5.4))
-    assert fast["verdict"] == claims.FELL_SHORT  # other kernels, but barely slower
+    assert fast["verdict"] == claim_judge.FELL_SHORT  # other kernels, but barely slower
     assert claims.verdict(claim, df, "h100", "cuda", None)["verdict"] == "not measured"
     assert claims.verdict(claim, df, "cpu", "cpu", _gemm("a", "b", 2, 1))["verdict"] == "not applicable"
 
 
 def test_memory_layers_say_unchanged_or_where_it_moved(tmp_path):
     params = tiny_params(["fp32", "tf32"], batch_sizes=(2,))
-    params["backend"] = "cuda"
+    params.backend = "cuda"
     a = make_record(params, "fp32", 2, [10.0] * 6, [3.0] * 6)
     b = make_record(params, "tf32", 2, [5.0] * 6, [3.0] * 6)
     for rec, dev in ((a, 10.5), (b, 10.9)):

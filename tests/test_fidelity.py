@@ -122,11 +122,11 @@ def test_the_plain_loop_trains_and_times_a_stage_on_the_cpu():
         k: getattr(vocab, k) for k in ("tf32", "autocast", "attention", "padded_vocab", "fused_adamw", "compile")
     }
     rec = plain_loop.run({"params": params, "stage": "vocab", "batch_size": 2, "switches": switches})
-    r = params["run"]
-    assert rec["status"] == "ok" and len(rec["synced_step_ms"]) == r["timed_steps"]
-    assert len(rec["losses"]) == r["warmup_steps"] + 2 * r["timed_steps"]
+    r = params.run
+    assert rec["status"] == "ok" and len(rec["synced_step_ms"]) == r.timed_steps
+    assert len(rec["losses"]) == r.warmup_steps + 2 * r.timed_steps
     assert rec["losses"][-1] < rec["losses"][0]  # it trains
-    assert rec["tokens_per_s"] == pytest.approx(2 * r["seq_len"] / (rec["ms_per_step"] / 1e3))
+    assert rec["tokens_per_s"] == pytest.approx(2 * r.seq_len / (rec["ms_per_step"] / 1e3))
 
 
 # ---------------------------------------------------------------- the loss gate
@@ -139,7 +139,7 @@ def _gate(excursion: float):
     stage = [v + (excursion if 8 <= i <= 12 else 0.0) for i, v in enumerate(ref)]
     times = [10.0] * 18
     recs = [make_record(params, "fp32", 2, times, ref), make_record(params, "tf32", 2, times, stage)]
-    df = decide.table(recs, ["fp32", "tf32"], params["run"]["loss_tolerance"])
+    df = decide.table(recs, ["fp32", "tf32"], params.run.loss_tolerance)
     return df[df["stage"] == "tf32"].iloc[0]
 
 
@@ -156,7 +156,7 @@ def test_the_loss_gate_passes_the_same_run_without_the_excursion():
 
 
 def test_a_small_excursion_inside_the_band_passes():
-    tol = tiny_params()["run"]["loss_tolerance"]
+    tol = tiny_params().run.loss_tolerance
     row = _gate(excursion=tol * 0.9)
     assert row["loss_within_tolerance"] is True
 
@@ -181,7 +181,7 @@ def test_within_noise_flips_when_the_spread_grows():
 def _repeats(params, stage, batch, tps_values, mem):
     out = []
     for k, tps in enumerate(tps_values):
-        ms = batch * params["run"]["seq_len"] / tps * 1e3
+        ms = batch * params.run.seq_len / tps * 1e3
         rec = make_record(params, stage, batch, [ms] * 5, [5.0, 4.9, 4.8, 4.7, 4.6, 4.5], mem_bytes=mem)
         rec["mem_allocator_bytes"] = mem
         if k:
@@ -217,11 +217,11 @@ def test_a_smaller_batch_timed_once_never_displaces_the_fastest_repeated_one():
 
 
 def test_a_claim_just_outside_its_range_is_within_noise_only_when_the_spread_covers_it():
-    from lib.report import claims
+    from lib.report import claim_judge, claims
 
     params = tiny_params(["fp32", "tf32"])
     recs = [make_record(params, "fp32", 2, [10.0] * 5, [5.0] * 6), make_record(params, "tf32", 2, [4.5] * 5, [5.0] * 6)]
-    df = decide.table(recs, ["fp32", "tf32"], params["run"]["loss_tolerance"])
+    df = decide.table(recs, ["fp32", "tf32"], params.run.loss_tolerance)
     claim = {
         "id": "x",
         "claim": "TF32 about 2.0x",
@@ -231,9 +231,9 @@ def test_a_claim_just_outside_its_range_is_within_noise_only_when_the_spread_cov
         "expect": {"min": 1.8, "max": 2.2},
         "families": ["cpu"],
     }  # measured 2.22x
-    assert claims.verdict(claim, df, "cpu", "cuda", noise=0.005)["verdict"] == claims.EXCEEDED
-    assert claims.verdict(claim, df, "cpu", "cuda", noise=0.02)["verdict"] == claims.WITHIN_NOISE
-    assert claims.verdict(claim, df, "cpu", "cuda")["verdict"] == claims.EXCEEDED
+    assert claims.verdict(claim, df, "cpu", "cuda", noise=0.005)["verdict"] == claim_judge.EXCEEDED
+    assert claims.verdict(claim, df, "cpu", "cuda", noise=0.02)["verdict"] == claim_judge.WITHIN_NOISE
+    assert claims.verdict(claim, df, "cpu", "cuda")["verdict"] == claim_judge.EXCEEDED
 
 
 def test_the_parity_learning_rate_warms_up_then_decays_to_a_tenth():
@@ -254,7 +254,7 @@ def test_a_loss_gap_just_beyond_the_tolerance_is_within_noise_when_repeats_drift
         "variant": "repeat",
         "repeat": 1,
     }
-    tol = params["run"]["loss_tolerance"]  # 0.1: the lever's 0.12 is beyond it
+    tol = params.run.loss_tolerance  # 0.1: the lever's 0.12 is beyond it
     assert stats.loss_noise(recs) == 0.0 and stats.loss_noise(recs + [again]) == pytest.approx(0.05)
     quiet = decide.table(recs, ["fp32", "tf32"], tol, stats.loss_noise(recs))
     noisy = decide.table(recs, ["fp32", "tf32"], tol, stats.loss_noise(recs + [again]))
@@ -267,7 +267,7 @@ def test_a_resumed_parity_plan_keeps_the_references_micro_batches(tmp_path):
     """The reference's own parity run at the large batch must not count as 'it fits in one go'."""
     from conftest import write_report_dir
 
-    from lib.run import evidence
+    from lib.run import parity_runs
 
     params = tiny_params(["fp32", "tf32"], batch_sizes=(2, 4))
     losses = [5.0 - 0.01 * i for i in range(6)]
@@ -278,7 +278,7 @@ def test_a_resumed_parity_plan_keeps_the_references_micro_batches(tmp_path):
         make_record(params, "tf32", 4, [8.0] * 5, losses),
     ]
     report_dir = write_report_dir(tmp_path / "cpu", params, recs)
-    plan = {j["stage"]: j["micro_steps"] for j in evidence.parity_jobs(params, report_dir)}
+    plan = {j["stage"]: j["micro_steps"] for j in parity_runs.parity_jobs(params, report_dir)}
     assert plan == {"tf32": 1, "fp32": 2}
     done = {
         **make_record(params, "fp32", 4, [1.0] * 5, losses),
@@ -289,7 +289,7 @@ def test_a_resumed_parity_plan_keeps_the_references_micro_batches(tmp_path):
         "micro_steps": 2,
     }
     store.write_atomic(report_dir / "results" / "parity" / "fp32__b4.json", done)
-    assert {j["stage"]: j["micro_steps"] for j in evidence.parity_jobs(params, report_dir)} == plan
+    assert {j["stage"]: j["micro_steps"] for j in parity_runs.parity_jobs(params, report_dir)} == plan
 
 
 def test_a_stage_is_data_the_core_applies_its_backend_flags_and_compile_mode(monkeypatch):

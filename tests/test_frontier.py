@@ -12,7 +12,7 @@ from conftest import make_record, tiny_params
 
 from lib.core import stages
 from lib.measure import worker
-from lib.report import batch_sweep_view, frontier_view, loader, prose
+from lib.report import batch_sweep_view, frontier_view, loader, prose, stage_facts
 from lib.results import decide
 from lib.run import recipe
 from lib.train.model import GPT, GPTConfig, fused_linear_cross_entropy
@@ -85,7 +85,7 @@ def test_torchao_float8_trains_like_the_vocab_stage():
     vocab = worker.run({**job, "stage": "vocab"})
     fp8 = worker.run({**job, "stage": "fp8_torchao", "stage_overrides": {"compile": False}})
     assert fp8["status"] == "ok", fp8.get("reason")
-    assert abs(fp8["final_loss"] - vocab["final_loss"]) < params["run"]["loss_tolerance"]
+    assert abs(fp8["final_loss"] - vocab["final_loss"]) < params.run.loss_tolerance
     assert fp8["init_checksum"] == vocab["init_checksum"]
 
 
@@ -190,7 +190,7 @@ def test_the_bf16_residual_stream_reaches_every_block_in_bf16():
     resid = worker.run({**job, "stage": "bf16_residual", "stage_overrides": {"compile": False}})
     assert resid["status"] == "ok" and resid["init_checksum"] == vocab["init_checksum"]
     assert resid["final_loss"] != vocab["final_loss"]
-    assert abs(resid["final_loss"] - vocab["final_loss"]) < params["run"]["loss_tolerance"]
+    assert abs(resid["final_loss"] - vocab["final_loss"]) < params.run.loss_tolerance
 
 
 def test_the_loss_only_forward_keeps_the_loss_and_its_gradients():
@@ -243,7 +243,7 @@ def test_fp8_on_the_lm_head_alone_keeps_its_weight_tied():
     job = {"params": params, "batch_size": 2, "profile": False, "energy": False}
     vocab = worker.run({**job, "stage": "vocab"})
     head = worker.run({**job, "stage": "fp8_head", "stage_overrides": {"compile": False}})
-    assert head["status"] == "ok" and abs(head["final_loss"] - vocab["final_loss"]) < params["run"]["loss_tolerance"]
+    assert head["status"] == "ok" and abs(head["final_loss"] - vocab["final_loss"]) < params.run.loss_tolerance
     switches = {
         "tf32": True,
         "autocast": "bfloat16",
@@ -306,8 +306,8 @@ def test_levers_of_a_configuration():
 
 def test_micro_steps_reach_the_global_batch():
     p = tiny_params()
-    p["evidence"]["global_batch_tokens"] = 524288
-    p["run"]["seq_len"] = 1024
+    p.evidence.global_batch_tokens = 524288
+    p.run.seq_len = 1024
     assert [recipe.micro_steps(p, b) for b in (16, 64, 128, 96)] == [32, 8, 4, None]
 
 
@@ -315,10 +315,10 @@ def test_recipe_jobs_alternate_the_sides_in_fresh_processes(tmp_path):
     p = tiny_params(batch_sizes=(2, 4))
     jobs = recipe.recipe_jobs(p, tmp_path, {"stage": "vocab", "batch_size": 2})
     assert [j["variant"] for j in jobs[:3]] == ["recipe: recommended", "recipe: baseline-harness", "recipe: baseline"]
-    assert len(jobs) == 3 * p["evidence"]["repeats"] and len({j["fingerprint"] for j in jobs}) == len(jobs)
+    assert len(jobs) == 3 * p.evidence.repeats and len({j["fingerprint"] for j in jobs}) == len(jobs)
     assert [j["micro_steps"] for j in jobs[:3]] == [4, 2, 2]  # 512 tokens over B x 64
     assert jobs[2]["kind"] == "plain" and jobs[2]["switches"]["fused_adamw"]
-    assert all(j["params"]["run"]["timed_steps"] == p["evidence"]["recipe_timed_steps"] for j in jobs)
+    assert all(j["params"].run.timed_steps == p.evidence.recipe_timed_steps for j in jobs)
 
 
 def test_the_recipe_sides_are_measured_in_one_run(tmp_path, monkeypatch):
@@ -352,7 +352,7 @@ def test_the_recipe_runs_a_third_round_only_where_two_processes_disagree(tmp_pat
     """Two processes a side always; a third round only when a side's two differ by more than
     evidence.repeat_tolerance (the repeats' rule), so agreeing sides cost two processes, not three."""
     p = tiny_params(batch_sizes=(2, 4))
-    p["evidence"].update(repeats=3, repeat_tolerance=0.01)
+    p.evidence.repeats, p.evidence.repeat_tolerance = 3, 0.01
     best = {"stage": "vocab", "batch_size": 2}
     monkeypatch.setattr(recipe, "recipe_config", lambda params, report_dir: best)
     monkeypatch.setattr(recipe.runner, "environment", lambda report_dir: {"device": {"backend": "cpu"}})
@@ -426,7 +426,7 @@ def test_a_library_lever_is_judged_against_the_stage_it_is_added_to(tmp_path):
 
     p = tiny_params(batch_sizes=(2,))
     keys = ["fp32", "vocab", "compile", "fp8", "fused_ce"]
-    p["stages"] = keys
+    p.stages = keys
     ms = {"fp32": 400.0, "vocab": 200.0, "compile": 100.0, "fp8": 120.0, "fused_ce": 80.0}
     gib = {"fp32": 20, "vocab": 16, "compile": 10, "fp8": 5, "fused_ce": 8}
     recs = [make_record(p, k, 2, times_ms=[ms[k]] * 5, losses=[5.0] * 6, mem_bytes=gib[k] * 2**30) for k in keys]
@@ -434,7 +434,7 @@ def test_a_library_lever_is_judged_against_the_stage_it_is_added_to(tmp_path):
         r["mem_allocator_bytes"] = r["mem_device_bytes"]
     rep = loader.load(write_report_dir(tmp_path / "rep", p, recs))
     assert rep.df.set_index("stage").loc["fused_ce", "speedup_vs_previous"] == pytest.approx(100 / 80)
-    assert prose._memory_change(rep, "fused_ce") == "process peak memory -20.0 % at B=2 (10.00 → 8.00 GiB)"
+    assert prose.memory_change(rep, "fused_ce") == "process peak memory -20.0 % at B=2 (10.00 → 8.00 GiB)"
     assert decide.lineage("fused_ce") == ["fp32", "tf32", "bf16", "flash", "vocab", "fused", "compile", "fused_ce"]
     md = batch_sweep_view.recommended_md(rep)
     assert md.startswith("**Fused linear cross-entropy") and "fp8.convert_linears" not in md
@@ -447,7 +447,7 @@ def test_a_lever_without_a_speed_gain_is_judged_on_its_measured_side_effects(tmp
 
     p = tiny_params(batch_sizes=(2,))
     keys = ["fp32", "vocab", "compile", "fp8", "fused_ce"]
-    p["stages"] = keys
+    p.stages = keys
     ms = {"fp32": 400.0, "vocab": 200.0, "compile": 100.0, "fp8": 100.5, "fused_ce": 150.0}
     recs = []
     for k in keys:
@@ -471,7 +471,7 @@ def test_a_faster_lever_whose_parity_run_left_the_band_is_not_adopted_anywhere(t
     from conftest import write_parity_test, write_report_dir
 
     p = tiny_params(batch_sizes=(2,))
-    p["stages"] = ["fp32", "vocab", "compile", "bf16_residual"]
+    p.stages = ["fp32", "vocab", "compile", "bf16_residual"]
     ms = {"fp32": 400.0, "vocab": 200.0, "compile": 100.0, "bf16_residual": 90.0}
     recs = [make_record(p, k, 2, times_ms=[v] * 5, losses=[5.0] * 6) for k, v in ms.items()]
     write_report_dir(tmp_path / "rep", p, recs)
@@ -486,7 +486,7 @@ def test_a_faster_lever_whose_parity_run_left_the_band_is_not_adopted_anywhere(t
     )
     assert failed in advice
     assert any(f"BF16 residual stream: {failed}" in x for x in prose.findings(rep))
-    assert f"**Not recommended**: {failed}" in prose.stage_summary(rep, "bf16_residual")
+    assert f"**Not recommended**: {failed}" in stage_facts.stage_summary(rep, "bf16_residual")
 
 
 def test_one_step_an_update_reads_without_micro_steps():

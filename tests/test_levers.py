@@ -93,7 +93,7 @@ def test_registry_is_cumulative_and_references_are_set():
 
 
 def _run(stage, params, **job):
-    return worker.run({"params": params, "stage": stage, "batch_size": params["run"]["batch_sizes"][0], **job})
+    return worker.run({"params": params, "stage": stage, "batch_size": params.run.batch_sizes[0], **job})
 
 
 def test_fused_adamw_is_the_same_update():
@@ -111,7 +111,7 @@ def test_compile_and_fp8_train_like_the_vocab_stage(tmp_path, monkeypatch):
     within the tolerance of the vocab stage they are added to, and time the compile separately."""
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
     params = tiny_params(warmup=2, timed=5)
-    tol = params["run"]["loss_tolerance"]
+    tol = params.run.loss_tolerance
     vocab = _run("vocab", params)
     for key in ("compile", "fp8"):
         rec = _run(key, params, energy=False)

@@ -179,7 +179,7 @@ def test_progress_line_shows_elapsed_and_what_is_left(pipeline_ok):
     out = pipeline_ok.proc.stdout
     clock = r"\d+(?:h\d{2}m|m\d{2}s)"
     chapter_lines = re.findall(rf"^\[measure (\d+)/(\d+)\] .+; {clock} elapsed, ~{clock} left in the run\)$", out, re.M)
-    n = len(chapters.order(pipeline_ok.params["stages"], pipeline_ok.params["chapters"]))
+    n = len(chapters.order(pipeline_ok.params.stages, pipeline_ok.params.chapters))
     assert "[measure 1/" in out
     assert [int(i) for i, _ in chapter_lines] == list(range(1, n + 1)), out[-3000:]
     assert {int(total) for _, total in chapter_lines} == {n}
@@ -234,22 +234,22 @@ def test_default_depth_leaves_out_what_full_depth_adds():
     command that adds each; DEPTH=full measures them; an unknown depth is refused. (The H100 profile: the
     CPU default keeps its size sweep, which costs seconds there.)"""
     params = config.load("h100")
-    assert params["depth"] == "default"
-    assert "autotune" not in params["stages"] and "fp8" not in params["stages"]
-    assert "size_sweep" not in params["chapters"]
-    left = {n["key"]: n for n in params["not_run"]}
+    assert params.depth == "default"
+    assert "autotune" not in params.stages and "fp8" not in params.stages
+    assert "size_sweep" not in params.chapters
+    left = {n["key"]: n for n in params.not_run}
     assert set(left) == {"autotune", "fp8", "size_sweep"}
     for key, item in left.items():
         assert f"CHAPTERS={key}" in item["command"], item
         if item["kind"] == "stage":  # a stage joins the run only at full depth
             assert "DEPTH=full" in item["command"], item
-    assert "size_sweep" not in [c.key for c in chapters.order(params["stages"], params["chapters"])]
+    assert "size_sweep" not in [c.key for c in chapters.order(params.stages, params.chapters)]
 
     full = config.load("h100", depth="full")
-    assert full["depth"] == "full"
-    assert "autotune" in full["stages"] and "fp8" in full["stages"] and "size_sweep" in full["chapters"]
-    assert full["not_run"] == []
-    assert "size_sweep" in [c.key for c in chapters.order(full["stages"], full["chapters"])]
+    assert full.depth == "full"
+    assert "autotune" in full.stages and "fp8" in full.stages and "size_sweep" in full.chapters
+    assert full.not_run == []
+    assert "size_sweep" in [c.key for c in chapters.order(full.stages, full.chapters)]
     with pytest.raises(config.UsageError):
         config.check_depth("deep")
 
@@ -259,7 +259,7 @@ def test_default_run_measured_no_full_depth_records(pipeline_ok):
     cpu profile leaves it out of its depth."""
     assert not list(pipeline_ok.results_dir.rglob("autotune__b*.json"))
     assert not list(pipeline_ok.results_dir.rglob("fp8__b*.json"))
-    assert pipeline_ok.params["full_depth"]["chapters"] == [] and "size_sweep" in pipeline_ok.params["chapters"]
+    assert pipeline_ok.params.full_depth.chapters == [] and "size_sweep" in pipeline_ok.params.chapters
     assert read_json(pipeline_ok.report_dir / "run.json")["depth"] == "default"
 
 
@@ -322,14 +322,14 @@ def test_within_noise_honours_the_spread_between_machines():
 def test_third_process_only_where_the_first_two_disagree(pipeline_ok):
     """evidence.repeats: a configuration gets a third process (__r2) exactly where its first two
     (the matrix's or sweep's record and __r1) differ by more than evidence.repeat_tolerance."""
-    res, tolerance = pipeline_ok.results_dir, pipeline_ok.params["evidence"]["repeat_tolerance"]
+    res, tolerance = pipeline_ok.results_dir, pipeline_ok.params.evidence.repeat_tolerance
     repeats = sorted((res / "repeats").glob("*__r*.json"))
     assert repeats, "the run repeated nothing"
     configs = {}
     for path in repeats:
         m = re.fullmatch(r"(.+)__b(\d+)__r(\d+)\.json", path.name)
         assert m, path
-        assert int(m.group(3)) < pipeline_ok.params["evidence"]["repeats"], path
+        assert int(m.group(3)) < pipeline_ok.params.evidence.repeats, path
         configs.setdefault((m.group(1), int(m.group(2))), {})[int(m.group(3))] = read_json(path)
     for (stage, batch), runs in configs.items():
         assert 1 in runs, (stage, batch)
@@ -365,12 +365,12 @@ def test_repeat_rule_runs_a_third_process_only_beyond_the_tolerance(tmp_path, mo
         "measure_jobs",
         lambda jobs, env, force=False: launched.extend((j["stage"], j["repeat"]) for j in jobs) or {},
     )
-    cpu_params["evidence"].update(repeats=3, repeat_tolerance=0.01)
+    cpu_params.evidence.repeats, cpu_params.evidence.repeat_tolerance = 3, 0.01
     evidence.repeats(cpu_params, tmp_path)
     assert sorted(launched) == [("fp32", 1), ("tf32", 1), ("tf32", 2)]
 
     launched.clear()
-    cpu_params["evidence"].pop("repeat_tolerance")
+    cpu_params.evidence.repeat_tolerance = None  # as a report's params.json from before the rule
     evidence.repeats(cpu_params, tmp_path)
     assert sorted(launched) == [("fp32", 1), ("fp32", 2), ("tf32", 1), ("tf32", 2)]
 
@@ -393,7 +393,7 @@ def test_a_configuration_the_repeats_lift_into_the_top_two_is_repeated_too(tmp_p
         "measure_jobs",
         lambda jobs, env, force=False: launched.extend((j["stage"], j["repeat"]) for j in jobs) or {},
     )
-    cpu_params["evidence"].update(repeats=2)
+    cpu_params.evidence.repeats = 2
     evidence.repeats(cpu_params, tmp_path)
     assert sorted(launched) == [("bf16", 1), ("fp32", 1), ("tf32", 1)]
 
@@ -454,7 +454,7 @@ def test_page_one_says_which_machine_timed_what_and_that_their_offset_is_unknown
         evidence={},
         run=None,
         dir=tmp_path,
-        params={"name": "cpu", "not_run": []},
+        params=SimpleNamespace(name="cpu", not_run=[]),
     )
     text = tables.provenance_md(rep)
     assert "4 records from 2 machines" in text and "host-a: 2" in text

@@ -10,6 +10,7 @@ from conftest import make_record, tiny_params, write_report_dir
 
 from lib import optimal
 from lib.core import stages
+from lib.core.params import Params
 from lib.report import loader, recommendation
 from lib.results import store
 
@@ -18,7 +19,7 @@ H100 = {"name": "NVIDIA H100 80GB HBM3", "backend": "cuda", "torch": "2.11.0+cu1
 
 def _measured_report(root, name="h100", torch="2.11.0+cu130"):
     params = tiny_params(["fp32", "tf32"])
-    params["name"] = name
+    params.name = name
     recs = [
         make_record(params, "fp32", 2, [100.0] * 6, [6.0] * 6),
         make_record(params, "tf32", 2, [50.0] * 6, [6.0] * 6),
@@ -45,7 +46,7 @@ def test_no_recommendation_leaves_no_stale_file(tmp_path):
     d = _measured_report(tmp_path)
     rep = loader.load(d)
     recommendation.write(rep)
-    params = json.loads((d / "params.json").read_text())
+    params = Params.read(d / "params.json")
     for key in ("fp32", "tf32"):  # every configuration out of memory now: nothing to recommend
         store.write_atomic(
             store.record_path(d / "results", key, 2), make_record(params, key, 2, status="oom", reason="out of memory")

@@ -3,16 +3,18 @@ one-sided bounds on the mean paired difference, and one rule that adopts, reject
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pandas as pd
 import pytest
 from conftest import make_record, tiny_params, write_report_dir
 
 from lib.measure import worker
-from lib.report import loader, parity_view, prose
+from lib.report import loader, method_text, parity_view
 from lib.results import decide, parity, store
-from lib.run import evidence
+from lib.run import parity_runs
 
-EV = {"parity_seeds": 3, "parity_margin": 0.02, "parity_confidence": 0.95, "parity_power": 0.8}
+EV = SimpleNamespace(parity_seeds=3, parity_margin=0.02, parity_confidence=0.95, parity_power=0.8)
 
 
 def _run(params, stage, seed, replicate, held, final, batch=8):
@@ -73,7 +75,7 @@ def test_the_noise_comes_from_the_lever_repeats_too_not_only_the_reference():
 
 def test_one_seed_or_no_repeats_cannot_decide_on_a_measured_noise():
     params = tiny_params(["fp32", "tf32"])
-    one_seed = parity.checks(_test(params, (0.0,)), {**EV, "parity_seeds": 1})["tf32"]
+    one_seed = parity.checks(_test(params, (0.0,)), SimpleNamespace(**{**vars(EV), "parity_seeds": 1}))["tf32"]
     assert one_seed["verdict"] == parity.UNDECIDED and "paired seed" in parity_view.why_undecided(one_seed)
     no_repeats = [r for r in _test(params, (0.0, 0.0, 0.0)) if r["replicate"] == 0]
     assert parity.checks(no_repeats, EV)["tf32"]["noise_sd"] is None
@@ -126,11 +128,11 @@ def test_only_a_stage_whose_parity_test_holds_is_recommended():
 
 def test_the_plan_pairs_each_seed_and_stays_within_the_passes(tmp_path):
     params = tiny_params(["fp32", "tf32"], batch_sizes=(4,))
-    params["evidence"].update(parity_steps=10**6, parity_passes=2)
+    params.evidence.parity_steps, params.evidence.parity_passes = 10**6, 2
     losses = [5.0 - 0.01 * i for i in range(6)]
     recs = [make_record(params, "fp32", 4, [10.0] * 5, losses), make_record(params, "tf32", 4, [5.0] * 5, losses)]
-    jobs = evidence.parity_jobs(params, write_report_dir(tmp_path / "cpu", params, recs))
-    assert len(jobs) == 4 * params["evidence"]["parity_seeds"]
+    jobs = parity_runs.parity_jobs(params, write_report_dir(tmp_path / "cpu", params, recs))
+    assert len(jobs) == 4 * params.evidence.parity_seeds
     by_seed = {}
     for j in jobs:
         by_seed.setdefault(j["seed_offset"], []).append(j)
@@ -150,7 +152,7 @@ def test_a_seed_sets_the_weights_and_the_data_order_and_a_pair_shares_both():
         worker.parity_run({**job, "seed_offset": 1, "data_start": 500}),
     )
     other = worker.parity_run({**job, "seed_offset": 2, "data_start": 900})
-    assert a["losses"] == again["losses"] and a["seed"] == params["run"]["seed"] + 1
+    assert a["losses"] == again["losses"] and a["seed"] == params.run.seed + 1
     assert a["losses"] != other["losses"]
 
 
@@ -179,7 +181,7 @@ def test_the_loss_gate_names_a_single_step_spike_as_a_spike_and_fails_it_like_a_
     df = decide.table(
         [make_record(params, "fp32", 2, [1.0] * 5, ref), make_record(params, "tf32", 2, [1.0] * 5, lever)],
         ["fp32", "tf32"],
-        params["run"]["loss_tolerance"],
+        params.run.loss_tolerance,
     )
     row = df.iloc[-1]
     assert row["loss_verdict"] == verdict and row["loss_within_tolerance"] is (verdict == "within")  # a spike fails too
@@ -195,7 +197,7 @@ def test_the_method_states_the_parity_rule_and_the_batch_tie_rule_before_any_num
         params,
         [make_record(params, "fp32", 2, [10.0] * 5, losses), make_record(params, "tf32", 2, [5.0] * 5, losses)],
     )
-    text = prose.method_md(loader.load(d))
+    text = method_text.method_md(loader.load(d))
     assert (
         "at or below +0.02 nats" in text
         and "3 seeds" in text

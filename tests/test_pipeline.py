@@ -55,7 +55,7 @@ NOT_ON_CPU = {
 
 
 def expected_records(params):
-    return {(s, b) for s in params["stages"] if s != "ddp" for b in params["run"]["batch_sizes"]}
+    return {(s, b) for s in params.stages if s != "ddp" for b in params.run.batch_sizes}
 
 
 def all_records(run, measured_only=False):
@@ -71,7 +71,7 @@ def test_the_multi_gpu_stage_is_one_not_applicable_row_on_a_cpu(pipeline_ok):
     assert rows[0]["status"] == "not_applicable" and "two or more GPUs" in rows[0]["reason"]
     # At the best configuration's batch size, which the batch sweep may have raised.
     p = pipeline_ok.params
-    assert rows[0]["batch_size"] in p["run"]["batch_sizes"] + p["evidence"]["sweep_batch_sizes"]
+    assert rows[0]["batch_size"] in p.run.batch_sizes + p.evidence.sweep_batch_sizes
 
 
 def test_pipeline_exits_zero(pipeline):
@@ -79,7 +79,7 @@ def test_pipeline_exits_zero(pipeline):
 
 
 def test_pipeline_measures_every_stage_of_params(pipeline_ok):
-    assert pipeline_ok.params["stages"] == SINGLE_DEVICE + ["ddp"]
+    assert pipeline_ok.params.stages == SINGLE_DEVICE + ["ddp"]
     names = {p.name for p in pipeline_ok.results_dir.glob("*.json") if not p.name.startswith("ddp__")}
     expected = {store.record_path(".", s, b).name for s, b in expected_records(pipeline_ok.params)}
     assert names == expected
@@ -111,7 +111,7 @@ def test_evidence_is_measured_and_shown(pipeline_ok, report_html):
     widths = {p["n"] for p in gemm["points"]}
     assert {1000, 1024, 896, 1152} <= widths and set(gemm["kernels"]["bf16"]) == {"1000", "1024"}
     seq = {(r["stage"], r["seq_len"]) for r in map(read_json, (ev / "seq").glob("*.json"))}
-    assert seq == {(s, t) for s in ("bf16", "flash") for t in pipeline_ok.params["evidence"]["seq_lens"]}
+    assert seq == {(s, t) for s in ("bf16", "flash") for t in pipeline_ok.params.evidence.seq_lens}
     sweep = [read_json(p) for p in (ev / "sweep").glob("*.json")]
     assert sweep and all(r["variant"] == "batch sweep" for r in sweep)
     assert len({r["stage"] for r in sweep}) == 1
@@ -142,11 +142,11 @@ def test_the_recommendation_rests_on_repeats_a_plain_loop_cross_check_and_a_pari
         if (r["stage"], r["batch_size"]) == key and r.get("variant") in (None, "batch sweep") and r["status"] == "ok"
     ]
     two = [first[0]["tokens_per_s"], mine[0]["tokens_per_s"]]
-    wanted = 1 + (noise.spread(two)["spread"] > p["evidence"]["repeat_tolerance"]) * (p["evidence"]["repeats"] - 2)
+    wanted = 1 + (noise.spread(two)["spread"] > p.evidence.repeat_tolerance) * (p.evidence.repeats - 2)
     assert len(mine) == wanted
     assert best["processes"]["n"] == 1 + len(mine)  # the first process and its repeats, however many the rule asked
     plain = {(r["stage"], r["batch_size"]): r for r in map(read_json, (ev / "crosscheck").glob("*.json"))}
-    b = p["evidence"]["crosscheck_batch"]
+    b = p.evidence.crosscheck_batch
     assert {("flash", b), ("vocab", b), key} <= set(plain)
     assert all(r["status"] == "ok" and r["kind"] == "plain" and r["ms_per_step"] > 0 for r in plain.values())
     parity = {r["stage"]: r for r in map(read_json, (ev / "parity").glob("*.json"))}
@@ -156,10 +156,10 @@ def test_the_recommendation_rests_on_repeats_a_plain_loop_cross_check_and_a_pari
     else:  # each seed: the recommendation and its reference twice each, paired on weights and data
         runs = [read_json(f) for f in (ev / "parity").glob("*.json")]
         assert {r["stage"] for r in runs} == {best["stage"], ref} and "Parity test</strong>: " in report_html
-        assert len(runs) == 4 * p["evidence"]["parity_seeds"]
-        assert {r["seed_offset"] for r in runs} == set(range(p["evidence"]["parity_seeds"]))
+        assert len(runs) == 4 * p.evidence.parity_seeds
+        assert {r["seed_offset"] for r in runs} == set(range(p.evidence.parity_seeds))
         assert all(
-            len(r["losses"]) == r["steps"] and r["held_out_loss"] > 0 and r["passes"] <= p["evidence"]["parity_passes"]
+            len(r["losses"]) == r["steps"] and r["held_out_loss"] > 0 and r["passes"] <= p.evidence.parity_passes
             for r in runs
         )
     for text in ("Harness against a plain training loop", "Process-to-process spread", "Noise floor of this report"):
@@ -173,17 +173,17 @@ def test_result_records_have_consistent_timing_statistics(pipeline_ok):
         assert rec["p10_ms"] <= rec["median_ms"] <= rec["p90_ms"], where
         assert rec["cv"] >= 0, where
         assert rec["tokens_per_s"] > 0, where
-        assert len(rec["step_ms"]) == rec["timed_steps"] == pipeline_ok.params["run"]["timed_steps"], where
+        assert len(rec["step_ms"]) == rec["timed_steps"] == pipeline_ok.params.run.timed_steps, where
         assert all(t > 0 for t in rec["step_ms"]), where
         tokens_per_step = rec["batch_size"] * rec["seq_len"]
         assert rec["tokens_per_s"] == pytest.approx(tokens_per_step / (rec["median_ms"] / 1e3)), where
 
 
 def test_result_records_keep_every_loss_and_a_finite_final_loss(pipeline_ok):
-    r = pipeline_ok.params["run"]
+    r = pipeline_ok.params.run
     for rec in all_records(pipeline_ok, measured_only=True):
         where = (rec["stage"], rec["batch_size"])
-        assert len(rec["losses"]) == r["warmup_steps"] + r["timed_steps"], where
+        assert len(rec["losses"]) == r.warmup_steps + r.timed_steps, where
         assert all(math.isfinite(v) for v in rec["losses"]), where
         assert math.isfinite(rec["final_loss"]), where
 
@@ -204,10 +204,9 @@ def test_sdpa_stages_record_their_backend_and_naive_stages_do_not(pipeline_ok):
 def test_executed_notebooks_one_per_chapter_plus_summary_each_its_chapter_drawn_from_the_template(pipeline_ok):
     names = sorted(p.name for p in (pipeline_ok.report_dir / "notebooks").glob("*.ipynb"))
     assert names == sorted(
-        [f"{s}.ipynb" for s in pipeline_ok.params["stages"]]
-        + ["batch_sweep.ipynb", "size_sweep.ipynb", "summary.ipynb"]
+        [f"{s}.ipynb" for s in pipeline_ok.params.stages] + ["batch_sweep.ipynb", "size_sweep.ipynb", "summary.ipynb"]
     )
-    for s in pipeline_ok.params["stages"]:
+    for s in pipeline_ok.params.stages:
         nb = read_json(pipeline_ok.report_dir / "notebooks" / f"{s}.ipynb")
         assert nb["metadata"]["papermill"]["parameters"]["chapter"] == s
         shown = "".join(
@@ -240,7 +239,7 @@ def report_html(pipeline_ok):
 
 
 def test_report_html_names_every_stage(report_html, pipeline_ok):
-    for key in pipeline_ok.params["stages"]:
+    for key in pipeline_ok.params.stages:
         assert stages.get(key).title in report_html, key
 
 
@@ -282,7 +281,7 @@ def test_report_pdf_is_a_pdf_of_several_pages(pipeline_ok):
 
 def test_figures_are_png_files(pipeline_ok):
     figures = pipeline_ok.report_dir / "figures"
-    expected = {"throughput", "memory", "step_spread", "loss_all"} | {f"loss_{s}" for s in pipeline_ok.params["stages"]}
+    expected = {"throughput", "memory", "step_spread", "loss_all"} | {f"loss_{s}" for s in pipeline_ok.params.stages}
     assert expected <= {p.stem for p in figures.glob("*.png")}
     for p in figures.glob("*.png"):
         assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", p.name
@@ -293,7 +292,7 @@ def test_run_json_records_no_failures(pipeline_ok):
     assert run["profile"] == "cpu"
     assert run["failures"] == []
     assert run["timings_s"]["pdf_error"] is None
-    assert set(pipeline_ok.params["stages"]) <= set(run["timings_s"])
+    assert set(pipeline_ok.params.stages) <= set(run["timings_s"])
 
 
 def test_report_folder_keeps_params_and_environment(pipeline_ok):

@@ -6,6 +6,7 @@ Faults are injected with GPT2_LEVERS_FAULT (lib/measure/faults.py). Runs use one
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import shutil
@@ -91,7 +92,7 @@ def test_killed_run_leaves_no_half_result_and_the_next_run_resumes(tmp_path):
     # DDP replicates the best configuration, whose batch size the batch sweep may have raised.
     names = set(_records(reports / "cpu"))
     assert {n for n in names if not n.startswith("ddp__")} == {
-        f"{s}__b2" for s in config.load("cpu")["stages"] if s != "ddp"
+        f"{s}__b2" for s in config.load("cpu").stages if s != "ddp"
     }
     assert len([n for n in names if n.startswith("ddp__")]) == 1
     assert (reports / "cpu" / "report.pdf").exists()
@@ -154,7 +155,7 @@ def test_a_raising_measurement_is_an_error_row_not_a_crash(tmp_path, monkeypatch
 def test_force_keeps_the_earlier_report_in_the_archive(tmp_path):
     reports = tmp_path / "reports"
     earlier = _earlier_report(reports)
-    (earlier / "params.json").write_text(json.dumps(config.load("cpu", [2])))
+    (earlier / "params.json").write_text(json.dumps(config.load("cpu", [2]).to_dict()))
     moved = report_folder.archive_previous(earlier)
     assert moved.parent == reports / "archive" and moved.name.startswith("cpu-")
     assert (moved / "report.html").read_text() == "earlier report"
@@ -166,13 +167,13 @@ def test_resume_only_for_the_same_workload_and_machine(tmp_path):
     params = config.load("cpu", [2])
     report_dir = tmp_path / "cpu"
     report_dir.mkdir()
-    (report_dir / "params.json").write_text(json.dumps(params))
+    (report_dir / "params.json").write_text(json.dumps(params.to_dict()))
     (report_dir / "environment.json").write_text(json.dumps(env))
     assert report_folder.same_setup(report_dir, params, env)
     assert not report_folder.same_setup(report_dir, config.load("cpu", [2, 4]), env)
     assert not report_folder.same_setup(report_dir, params, {**env, "torch": "2.14"})
-    changed = json.loads(json.dumps(params))
-    changed["run"]["seed"] += 1
+    changed = copy.deepcopy(params)
+    changed.run.seed += 1
     assert not report_folder.same_setup(report_dir, changed, env)
 
 

@@ -10,7 +10,7 @@ import pytest
 from conftest import make_record, tiny_params, write_report_dir
 
 from lib.core import kernel_categories
-from lib.report import batch_sweep_view, charts, loader, prose, tables
+from lib.report import batch_sweep_view, charts, loader, method_text, prose, stage_facts, tables
 
 BATCHES = (2, 4)
 LOSSES = [6.0, 5.0, 4.0, 3.5, 3.0, 3.0]
@@ -70,13 +70,13 @@ def test_lever_of_the_same_speed_is_neutral(tmp_path):
 
 def test_faster_lever_that_moves_the_loss_beyond_tolerance_is_not_adopted(tmp_path):
     rep = build(tmp_path, tf32_ms=BASE_MS / 2, tf32_loss_shift=1.0)
-    assert rep.params["run"]["loss_tolerance"] < 1.0
+    assert rep.params.run.loss_tolerance < 1.0
     line = recommendation_for(rep, "TF32")
     assert "do not adopt" in line and "1.000" in line
 
 
 def test_loss_just_inside_tolerance_is_adopted_and_just_outside_is_not(tmp_path):
-    tol = tiny_params()["run"]["loss_tolerance"]
+    tol = tiny_params().run.loss_tolerance
     inside = build(tmp_path / "a", tf32_ms=BASE_MS / 2, tf32_loss_shift=tol * 0.9)
     outside = build(tmp_path / "b", tf32_ms=BASE_MS / 2, tf32_loss_shift=tol * 1.1)
     assert recommendation_for(inside, "TF32").startswith("**TF32**: adopt")
@@ -236,7 +236,7 @@ def test_ddp_rows_take_part_in_the_initial_weight_check(tmp_path):
         return out
 
     rep = build(tmp_path, stage_keys=("fp32", "tf32", "ddp"), extra=rows)
-    assert "identical for every stage" in prose.method_md(rep)
+    assert "identical for every stage" in method_text.method_md(rep)
 
 
 # ---------------------------------------------------------------- what the chapters show
@@ -268,7 +268,7 @@ def test_matrix_shows_status_and_loss_flags(tmp_path):
 
 
 def test_stage_summary_of_a_stage_without_timings_gives_the_reasons(tmp_path):
-    text = prose.stage_summary(build(tmp_path, tf32_status="oom"), "tf32")
+    text = stage_facts.stage_summary(build(tmp_path, tf32_status="oom"), "tf32")
     assert text.startswith("TF32 has no timing")
     assert "B=2: oom (because)" in text and "B=4: oom (because)" in text
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import statistics
@@ -11,6 +12,7 @@ import pytest
 from conftest import make_record
 
 from lib.core import record, stages
+from lib.core.params import Params
 from lib.results import decide, stats, store
 
 ORDER = ["fp32", "tf32", "bf16"]
@@ -98,7 +100,7 @@ def test_base_record_describes_the_configuration(cpu_params):
     assert rec["schema_version"] == record.SCHEMA_VERSION
     assert (rec["profile"], rec["stage"], rec["batch_size"], rec["status"]) == ("cpu", "bf16", 4, "ok")
     assert rec["peak_precision"] == "bf16"
-    assert rec["timed_steps"] == cpu_params["run"]["timed_steps"]
+    assert rec["timed_steps"] == cpu_params.run.timed_steps
 
 
 def test_load_records_reads_every_record(tmp_path, cpu_params):
@@ -231,14 +233,14 @@ def fp(params, env=ENV, stage="fp32", batch=2):
 
 
 def test_fingerprint_is_stable(cpu_params):
-    assert fp(cpu_params) == fp(json.loads(json.dumps(cpu_params)))
+    assert fp(cpu_params) == fp(Params.from_dict(json.loads(json.dumps(cpu_params, default=store.jsonable))))
 
 
 def test_fingerprint_changes_with_what_the_measurement_depends_on(cpu_params):
-    changed_seed = json.loads(json.dumps(cpu_params))
-    changed_seed["run"]["seed"] += 1
-    changed_model = json.loads(json.dumps(cpu_params))
-    changed_model["model"]["n_layer"] += 1
+    changed_seed = copy.deepcopy(cpu_params)
+    changed_seed.run.seed += 1
+    changed_model = copy.deepcopy(cpu_params)
+    changed_model.model.n_layer += 1
     base = fp(cpu_params)
     assert fp(changed_seed) != base
     assert fp(changed_model) != base
@@ -249,9 +251,9 @@ def test_fingerprint_changes_with_what_the_measurement_depends_on(cpu_params):
 
 
 def test_fingerprint_ignores_report_settings(cpu_params):
-    other = json.loads(json.dumps(cpu_params))
-    other["run"]["loss_tolerance"] = 1.0
-    other["run"]["batch_sizes"] = [2, 64]
+    other = copy.deepcopy(cpu_params)
+    other.run.loss_tolerance = 1.0
+    other.run.batch_sizes = [2, 64]
     assert fp(other) == fp(cpu_params)
 
 

@@ -19,7 +19,7 @@ def crashed_stage(tmp_path_factory):
     measuring child (n_head no longer divides n_embd)."""
     report_dir = tmp_path_factory.mktemp("runner") / "cpu"
     params = tiny_params(batch_sizes=(2,))
-    params["model"]["n_head"] = 3
+    params.model.n_head = 3
     recs = runner.run_stage("fp32", params, report_dir)
     return recs, report_dir, params
 
@@ -143,7 +143,7 @@ def test_an_earlier_error_is_measured_again(report_without_processes):
 def test_a_result_of_another_workload_is_measured_again_and_never_stands_in(report_without_processes):
     params = tiny_params(batch_sizes=(2,))
     earlier_result(report_without_processes, params)
-    params["run"]["seed"] += 1
+    params.run.seed += 1
     with pytest.raises(Launched):
         runner.run_stage("fp32", params, report_without_processes)
     assert not store.record_path(report_without_processes / "results", "fp32", 2).exists()

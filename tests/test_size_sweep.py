@@ -3,6 +3,7 @@ configurations each size runs, 'does not fit' rows, and the crossover statement 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -27,10 +28,10 @@ def test_the_four_gpt2_presets_have_gpt2s_shapes():
 
 def test_model_picks_the_preset_and_is_recorded():
     p = config.load("h100", model="gpt2-xl")
-    assert (p["model"]["n_layer"], p["model"]["n_embd"], p["model_preset"]) == (48, 1600, "gpt2-xl")
-    assert p["model"]["vocab_size"] == 50257 and p["run"]["batch_sizes"] == config.presets()["gpt2-xl"]["batch_sizes"]
+    assert (p.model.n_layer, p.model.n_embd, p.model_preset) == (48, 1600, "gpt2-xl")
+    assert p.model.vocab_size == 50257 and p.run.batch_sizes == config.presets()["gpt2-xl"]["batch_sizes"]
     assert store.base_record(p, stages.get("compile"), 4)["model"] == "gpt2-xl"
-    assert config.load("h100")["model_preset"] == "gpt2" and config.load("cpu")["model_preset"] == "tiny"
+    assert config.load("h100").model_preset == "gpt2" and config.load("cpu").model_preset == "tiny"
 
 
 def test_an_unknown_model_is_refused_listing_the_presets():
@@ -50,25 +51,25 @@ def test_the_fingerprint_changes_with_the_preset_and_not_with_its_name_alone():
     small, xl = config.load("h100"), config.load("h100", model="gpt2-xl")
     fp = {n: store.fingerprint(p, ENV, stages.get("compile"), 8) for n, p in (("small", small), ("xl", xl))}
     assert fp["small"] != fp["xl"]
-    renamed = {**small, "model_preset": "gpt2-renamed"}
+    renamed = dataclasses.replace(small, model_preset="gpt2-renamed")
     assert store.fingerprint(renamed, ENV, stages.get("compile"), 8) == fp["small"]
 
 
 def test_a_profile_may_override_a_presets_batch_sizes(tmp_params_dir):
     text = (tmp_params_dir / "h100.yaml").read_text() + "models:\n  gpt2-xl:\n    batch_sizes: [2]\n"
     (tmp_params_dir / "h100.yaml").write_text(text)
-    assert config.load("h100", model="gpt2-xl")["run"]["batch_sizes"] == [2]
-    assert config.load("h100")["run"]["batch_sizes"] == [16, 64]
+    assert config.load("h100", model="gpt2-xl").run.batch_sizes == [2]
+    assert config.load("h100").run.batch_sizes == [16, 64]
     (tmp_params_dir / "h100.yaml").write_text(text + "  gpt4: {batch_sizes: [1]}\n")
     with pytest.raises(config.ConfigError, match="'gpt4' is no preset"):
         config.load("h100")
 
 
 def test_a_size_sweep_naming_no_preset_or_no_fp8_stage_is_refused(cpu_params):
-    cpu_params["evidence"]["size_sweep"]["presets"] = ["gpt2", "gpt-7"]
+    cpu_params.evidence.size_sweep.presets = ["gpt2", "gpt-7"]
     with pytest.raises(config.ConfigError, match="'gpt-7' is no preset"):
         config.validate(cpu_params)
-    cpu_params["evidence"]["size_sweep"].update(presets=["gpt2"], fp8_stages=["compile"])
+    cpu_params.evidence.size_sweep.presets, cpu_params.evidence.size_sweep.fp8_stages = ["gpt2"], ["compile"]
     with pytest.raises(config.ConfigError, match="'compile' is no FP8 stage"):
         config.validate(cpu_params)
 
@@ -81,15 +82,15 @@ def test_the_report_folder_is_named_by_a_preset_other_than_the_profiles_own():
 
 def test_a_report_from_before_presets_is_known_by_its_shape():
     p = config.load("h100", model="gpt2-large")
-    del p["model_preset"]
+    p.model_preset = None
     assert config.preset_of(p) == "gpt2-large"
-    p["model"]["n_layer"] = 7
+    p.model.n_layer = 7
     assert config.preset_of(p) == "custom"
 
 
 def test_gpt2_medium_validates_on_the_cpu_profile_at_its_tiny_batches():
     p = config.load("cpu", model="gpt2-medium")
-    assert p["model"]["n_layer"] == 24 and p["run"]["batch_sizes"] == [2, 4] and p["model"]["vocab_size"] == 1000
+    assert p.model.n_layer == 24 and p.run.batch_sizes == [2, 4] and p.model.vocab_size == 1000
 
 
 # ---------------------------------------------------------------- what each size runs
@@ -126,11 +127,11 @@ def test_the_parameter_count_matches_the_model():
 
     p = size_sweep.preset_params(config.load("cpu"), "gpt2-medium")
     built = GPT(model_config(p, stages.get("vocab")))
-    assert size_sweep.n_params(p["model"]) == sum(w.numel() for w in built.parameters())  # all, wpe too
+    assert size_sweep.n_params(p.model) == sum(w.numel() for w in built.parameters())  # all, wpe too
 
 
 def test_a_preset_that_cannot_fit_is_a_row_that_says_why():
-    xl = size_sweep.preset_params(config.load("h100"), "gpt2-xl")["model"]
+    xl = size_sweep.preset_params(config.load("h100"), "gpt2-xl").model
     why = size_sweep.does_not_fit(xl, {"memory_bytes": 16 * 10**9})
     assert why.startswith("does not fit") and "16.0 GB" in why
     assert size_sweep.does_not_fit(xl, {"memory_bytes": 80 * 10**9}) is None
@@ -141,7 +142,7 @@ def test_size_sweep_jobs_on_a_small_gpu_are_not_applicable_rows(tmp_path, monkey
     small_gpu = {**ENV, "device": {**ENV["device"], "memory_bytes": 16 * 10**9, "capability": [9, 0], "count": 1}}
     monkeypatch.setattr(size_sweep.runner, "environment", lambda _: small_gpu)
     jobs = size_sweep.jobs(config.load("h100"), tmp_path, "fp8_head")
-    reasons = {(json.loads(json.dumps(j["params"]))["model_preset"], j["variant"]): j["not_applicable"] for j in jobs}
+    reasons = {(j["params"].model_preset, j["variant"]): j["not_applicable"] for j in jobs}
     assert reasons[("gpt2-xl", size_sweep.WITHOUT_FP8)].startswith("does not fit")
     assert reasons[("gpt2", size_sweep.WITHOUT_FP8)] is None
     assert len({j["fingerprint"] for j in jobs}) == len(jobs) == 12
@@ -224,7 +225,7 @@ def test_the_cpu_pipeline_measures_the_size_sweep_with_gpt2_medium(pipeline_ok):
     ran = {r["model"] for r in recs if r["status"] == "ok"}
     assert ran == {"tiny", "gpt2-medium"}
     medium = next(r for r in recs if r["model"] == "gpt2-medium" and r["status"] == "ok")
-    estimate = size_sweep.n_params(size_sweep.preset_params(pipeline_ok.params, "gpt2-medium")["model"])
+    estimate = size_sweep.n_params(size_sweep.preset_params(pipeline_ok.params, "gpt2-medium").model)
     assert abs(medium["n_params"] - estimate) / estimate < 0.01  # the estimate counts the padded vocabulary
     fp8 = [r for r in recs if r["variant"] != size_sweep.WITHOUT_FP8]
     assert fp8 and all(r["status"] == "not_applicable" and "FP8" in r["reason"] for r in fp8)

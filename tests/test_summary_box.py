@@ -17,7 +17,7 @@ LOSSES = [6.0, 5.9, 5.8, 5.7, 5.6, 5.5]
 
 def _report(tmp_path, tf32_ms: float, bf16_ms: float = 50.0, run: dict | None = None):
     params = tiny_params(["fp32", "tf32", "bf16"])
-    params["peak_tflops"] = {"fp32": 10.0, "tf32": 50.0, "bf16": 100.0}
+    params.peak_tflops = {"fp32": 10.0, "tf32": 50.0, "bf16": 100.0}
     recs = [
         make_record(params, "fp32", 2, [100.0] * 6, LOSSES),
         make_record(params, "tf32", 2, [tf32_ms] * 6, LOSSES),
@@ -46,7 +46,7 @@ def test_a_lever_slower_than_the_stage_before_it_is_in_skip_and_leaves_when_it_i
 
 def test_a_stage_with_no_record_is_named_as_not_measured(tmp_path):
     rep = _report(tmp_path, tf32_ms=80.0)
-    rep.params["stages"] = ["fp32", "tf32", "bf16", "flash"]
+    rep.params.stages = ["fp32", "tf32", "bf16", "flash"]
     assert any(line.startswith("**Not measured in this report:** Flash attention") for line in summary_box.lines(rep))
 
 
@@ -141,7 +141,7 @@ def test_a_report_of_a_several_gpu_host_says_so_in_its_title(tmp_path):
 
 def test_a_rejected_lever_in_skip_names_the_parity_check_it_failed(tmp_path):
     p = tiny_params(batch_sizes=(2,))
-    p["stages"] = ["fp32", "vocab", "compile", "bf16_residual"]
+    p.stages = ["fp32", "vocab", "compile", "bf16_residual"]
     ms = {"fp32": 400.0, "vocab": 200.0, "compile": 100.0, "bf16_residual": 90.0}
     write_report_dir(tmp_path / "rep", p, [make_record(p, k, 2, [v] * 5, [5.0] * 6) for k, v in ms.items()])
     write_parity_test(tmp_path / "rep", p, "bf16_residual", lever_held=4.5, ref_held=4.0)

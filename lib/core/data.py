@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from lib.core.paths import ROOT
+from lib.core.params import Params
 
 DATA_DIR = Path(os.environ.get("GPT2_LEVERS_DATA", ROOT / "data"))
 
@@ -238,7 +239,7 @@ def split(tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def device_batches(
-    params: dict, batch_size: int, steps: int, dev: str, held_out: bool = False, skip: int = 0, start: int = 0
+    params: Params, batch_size: int, steps: int, dev: str, held_out: bool = False, skip: int = 0, start: int = 0
 ):
     """`steps` batches of the training part (or the held-out part) stacked into two int64
     tensors (steps, B, T) already on the device, so no copy happens inside a timed step.
@@ -246,10 +247,10 @@ def device_batches(
     begins the reading there and wraps round to the part's beginning (a parity seed's data order)."""
     import torch
 
-    part = split(load_tokens(params["model"]["vocab_size"]))[1 if held_out else 0][skip:]
+    part = split(load_tokens(params.model.vocab_size))[1 if held_out else 0][skip:]
     if start:
         part = np.roll(part, -start)
-    xs, ys = zip(*batches(part, batch_size, params["run"]["seq_len"], steps))
+    xs, ys = zip(*batches(part, batch_size, params.run.seq_len, steps))
     return torch.from_numpy(np.stack(xs)).to(dev), torch.from_numpy(np.stack(ys)).to(dev)
 
 

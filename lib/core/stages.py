@@ -248,7 +248,7 @@ def _cumulative() -> list[Stage]:
         switch="x = (wte(idx) + wpe(pos)).to(torch.bfloat16)  # the residual stream in bf16",
     )
     # A compiled model that returns its logits keeps a B x T x V output beside what the loss's backward
-    # saves: what stopped B=128 on the H100 (allocator memory at B=64 fell from 43.7 to 31.4 GiB without it). llm.c's train_gpt2.py passes
+    # saves (the chapter's memory layers show what it costs on each device). llm.c's train_gpt2.py passes
     # return_logits=False in its training loop for this reason. Added to the bf16 residual stream.
     loss_only = replace(
         bf16_residual,

@@ -26,6 +26,7 @@ import torch
 import torch.distributed as dist
 
 from lib.core import data, stages
+from lib.core.params import Params
 from lib.measure import clocks, compile_cache
 from lib.measure.worker import memory
 from lib.results import stats, store
@@ -47,7 +48,7 @@ def _follow_node_zero(job: dict, world: int, local: int) -> tuple[dict, int]:
 
 def run(job: dict) -> dict | None:
     rank, world, local = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), int(os.environ["LOCAL_RANK"])
-    dev = step.device_type(job["params"]["backend"])
+    dev = step.device_type(job["params"].backend)
     if dev == "cuda":
         torch.cuda.set_device(local)
     dist.init_process_group("nccl" if dev == "cuda" else "gloo")
@@ -55,27 +56,27 @@ def run(job: dict) -> dict | None:
         job, rank = _follow_node_zero(job, world, local)
     params, batch = job["params"], job["batch_size"]
     stage = stages.get(job["base_stage"])
-    r = params["run"]
+    r = params.run
     # DDP wraps the compiled model (nanoGPT's order). The cost: gradients reach DDP only when the
     # compiled backward ends, so the all-reduce does not overlap the backward.
     train = step.build(params, stage, dev, wrap=torch.nn.parallel.DistributedDataParallel)
     model = train.model
     checksum = model.init_checksum()  # before any step: the same weights as every single-GPU stage
-    n_steps = r["warmup_steps"] + 2 * r["timed_steps"]
+    n_steps = r.warmup_steps + 2 * r.timed_steps
     # Each rank reads its own slice of the corpus, as a data-parallel job would.
-    xs, ys = data.device_batches(params, batch, n_steps, dev, skip=rank * batch * r["seq_len"])
+    xs, ys = data.device_batches(params, batch, n_steps, dev, skip=rank * batch * r.seq_len)
     losses = []
 
     def one(i: int, sync: bool = True):
         losses.append(train(xs[i], ys[i], sync=sync))
 
-    for i in range(r["warmup_steps"]):
+    for i in range(r.warmup_steps):
         one(i)
-    timed = range(r["warmup_steps"], r["warmup_steps"] + r["timed_steps"])
+    timed = range(r.warmup_steps, r.warmup_steps + r.timed_steps)
     clock = clocks.ClockSampler(dev, local)
     clock.start()
     synced = step.time_steps(one, timed, dev)
-    local = step.time_steps(lambda i: one(i + r["timed_steps"], sync=False), timed, dev)
+    local = step.time_steps(lambda i: one(i + r.timed_steps, sync=False), timed, dev)
     sampled = {**clock.stop(), "span": "rank 0's timed steps (its own GPU)"}
     # The slowest rank sets the pace: gather every rank's median and keep the largest.
     # NCCL only moves device tensors (gloo takes CPU ones), so gather on the model's device.
@@ -99,7 +100,7 @@ def run(job: dict) -> dict | None:
     )
 
     rec["compile_cache"] = compile_cache.outcome(counters, job.get("cold_compile"))
-    stats.fill_timing(rec, synced, batch * r["seq_len"] * world)
+    stats.fill_timing(rec, synced, batch * r.seq_len * world)
     slowest_sync = max(float(g[0]) for g in gathered)
     slowest_local = max(float(g[1]) for g in gathered)
     rec.update(
@@ -107,16 +108,16 @@ def run(job: dict) -> dict | None:
         nnodes=job.get("nnodes", 1),
         per_gpu_batch=batch,
         median_ms=slowest_sync,
-        tokens_per_s=batch * r["seq_len"] * world / (slowest_sync / 1e3),
+        tokens_per_s=batch * r.seq_len * world / (slowest_sync / 1e3),
         no_sync_median_ms=slowest_local,
         allreduce_share=max(0.0, 1 - slowest_local / slowest_sync),
-        losses=[float(v) for v in torch.stack(losses[: r["warmup_steps"] + r["timed_steps"]]).float().cpu()],
+        losses=[float(v) for v in torch.stack(losses[: r.warmup_steps + r.timed_steps]).float().cpu()],
         base_stage=stage.key,
         backend_dist="nccl" if dev == "cuda" else "gloo",
     )
     rec["per_gpu_tokens_per_s"] = rec["tokens_per_s"] / world
     rec.update(memory(dev))
-    stats.fill_loss(rec, r["final_loss_window"])
+    stats.fill_loss(rec, r.final_loss_window)
     # Efficiency against one rank of this same job where runner measured it (like with like),
     # else against the single-GPU row of the configuration (measured in another process).
     single, one_rank = job.get("single_gpu_tokens_per_s"), job.get("one_rank_tokens_per_s")
@@ -132,6 +133,7 @@ def run(job: dict) -> dict | None:
 
 if __name__ == "__main__":
     job_path, out_path = sys.argv[1:3]
-    rec = run(json.loads(open(job_path).read()))
+    job = json.loads(open(job_path).read())
+    rec = run({**job, "params": Params.from_dict(job["params"], lenient=True)})
     if rec is not None:
         store.write_record(out_path, rec)

@@ -9,6 +9,7 @@ perf_counter after a synchronize elsewhere). Every step's loss is kept for the p
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import replace
 import json
 import math
 import os
@@ -20,6 +21,7 @@ import time
 import torch
 
 from lib.core import data, record, stages
+from lib.core.params import Params
 from lib.measure import clocks, compile_cache, energy, faults, gemm_sweep, kernel_profile, protocol
 from lib.results import stats, store
 from lib.train import plain_loop, step
@@ -88,8 +90,8 @@ def run(job: dict) -> dict:
     stage = stages.get(job["stage"])
     if job.get("stage_overrides"):  # an evidence variant, e.g. the compile stage at vocab 50257
         stage = dataclasses.replace(stage, **job["stage_overrides"])
-    r = params["run"]
-    dev = step.device_type(params["backend"])
+    r = params.run
+    dev = step.device_type(params.backend)
     rec = store.base_record(params, stage, batch)
     rec.update(
         fingerprint=job.get("fingerprint"),
@@ -98,7 +100,7 @@ def run(job: dict) -> dict:
         stage_overrides=job.get("stage_overrides"),
     )  # the switches it changed, beside the stage it names
     fault = faults.get(stage.key, batch)
-    n_steps = r["warmup_steps"] + r["timed_steps"]
+    n_steps = r.warmup_steps + r.timed_steps
     micro = job.get("micro_steps", 1)  # gradient accumulation: each step takes micro x batch sequences
     if micro > 1:
         rec["micro_steps"] = micro
@@ -128,7 +130,7 @@ def run(job: dict) -> dict:
         one(0)
         step.synchronize(dev)
         rec["first_step_s"] = time.perf_counter() - t0
-        for i in range(1, r["warmup_steps"]):
+        for i in range(1, r.warmup_steps):
             one(i)
         if fault == "nan":  # poison a weight between steps, never inside the timed one
             with torch.no_grad():
@@ -144,7 +146,7 @@ def run(job: dict) -> dict:
         if meter:
             meter.start()
         clock.start()
-        times_ms = step.time_steps(one, range(r["warmup_steps"], n_steps), dev)  # ends synchronised
+        times_ms = step.time_steps(one, range(r.warmup_steps, n_steps), dev)  # ends synchronised
         rec["clocks"] = {**clock.stop(), "span": "the timed steps"}
         clock = None
         if meter:
@@ -177,12 +179,12 @@ def run(job: dict) -> dict:
         rec.update(memory(dev))
         rec["wall_s"] = time.perf_counter() - t_start
         return rec
-    stats.fill_timing(rec, times_ms, batch * micro * r["seq_len"])
-    fpt = flops_per_token(train.model.config, n_params, r["seq_len"])
-    stats.fill_mfu(rec, fpt, params.get("peak_tflops"), stage.peak)
-    stats.fill_loss(rec, r["final_loss_window"])
+    stats.fill_timing(rec, times_ms, batch * micro * r.seq_len)
+    fpt = flops_per_token(train.model.config, n_params, r.seq_len)
+    stats.fill_mfu(rec, fpt, params.peak_tflops, stage.peak)
+    stats.fill_loss(rec, r.final_loss_window)
     if rec.get("energy", {}).get("energy_j"):
-        rec["energy"]["joules_per_token"] = rec["energy"]["energy_j"] / (r["timed_steps"] * rec["tokens_per_step"])
+        rec["energy"]["joules_per_token"] = rec["energy"]["energy_j"] / (r.timed_steps * rec["tokens_per_step"])
     rec["n_params"] = n_params
     rec["wall_s"] = time.perf_counter() - t_start
     rec["finished_at"] = time.strftime("%Y-%m-%dT%H:%M:%S")
@@ -225,7 +227,7 @@ def parity_run(job: dict) -> dict:
     where the reference stage does not fit the batch at once."""
     params, batch, steps, seed_offset = job["params"], job["batch_size"], job["steps"], job.get("seed_offset", 0)
     stage = stages.get(job["stage"])
-    dev = step.device_type(params["backend"])
+    dev = step.device_type(params.backend)
     rec = store.base_record(params, stage, batch)
     rec.update(
         kind="parity",
@@ -235,20 +237,20 @@ def parity_run(job: dict) -> dict:
         micro_steps=job.get("micro_steps", 1),
         replicate=job.get("replicate", 0),
         seed_offset=seed_offset,
-        seed=params["run"]["seed"] + seed_offset,
+        seed=params.run.seed + seed_offset,
         data_start=job.get("data_start", 0),
         passes=job.get("passes"),
     )
     t0 = time.perf_counter()
     try:
         # A seed is the initial weights and the data order: the lever and its reference share both.
-        seeded = {**params, "run": {**params["run"], "seed": rec["seed"]}}
+        seeded = replace(params, run=replace(params.run, seed=rec["seed"]))
         train = step.build(seeded, stage, dev, micro_steps=job.get("micro_steps", 1))
         xs, ys = data.device_batches(params, batch, steps, dev, start=rec["data_start"])
         losses = []
         for i in range(steps):
             for group in train.opt.param_groups:  # set before each step, as nanoGPT's loop does
-                group["lr"] = parity_lr(i, steps, params["run"]["learning_rate"])
+                group["lr"] = parity_lr(i, steps, params.run.learning_rate)
             losses.append(train(xs[i], ys[i]))
         rec["losses"] = [float(v) for v in torch.stack(losses).float().cpu()]
         del xs, ys
@@ -258,12 +260,12 @@ def parity_run(job: dict) -> dict:
         with torch.no_grad(), train.autocast:
             held = [train.model(vx[i], vy[i])[1].float() for i in range(n_eval)]
         rec["held_out_loss"] = float(torch.stack(held).mean().cpu())
-        rec["held_out_tokens"] = n_eval * eval_batch * params["run"]["seq_len"]
+        rec["held_out_tokens"] = n_eval * eval_batch * params.run.seq_len
     except Exception as exc:
         if not is_oom(exc):
             raise
         rec.update(status=record.Status.OOM, reason=f"out of memory: {str(exc).splitlines()[0][:300]}")
-    stats.fill_loss(rec, params["run"]["final_loss_window"])
+    stats.fill_loss(rec, params.run.final_loss_window)
     rec["wall_s"] = time.perf_counter() - t0
     return rec
 
@@ -274,7 +276,7 @@ def _measure(job: dict) -> dict:
         return run(job)  # samples the clocks over its own timed steps
     # The other kinds sample them over the whole process: the plain loop stays the canonical trainer,
     # with nothing added beside its steps.
-    dev = step.device_type(job["params"]["backend"])
+    dev = step.device_type(job["params"].backend)
     sampler = clocks.ClockSampler(dev, 0)
     sampler.start()
     if kind == "gemm":
@@ -376,5 +378,6 @@ if __name__ == "__main__":
     for line in sys.stdin:  # one batch of jobs per line: the path of its spec file (runner.measure_jobs)
         spec = json.loads(open(line.strip()).read())
         os.environ[faults.VAR] = spec.get("faults", "")
-        serve(spec["jobs"], spec.get("timeout_s", 1800))
+        jobs = [{**job, "params": Params.from_dict(job["params"], lenient=True)} for job in spec["jobs"]]
+        serve(jobs, spec.get("timeout_s", 1800))
         print(protocol.BATCH_DONE, flush=True)

@@ -57,7 +57,7 @@ def sweep_html(rep: Report) -> str:
                 if oom
                 else (
                     f"measured up to B={last}; larger batch sizes were not measured (the run ended first)"
-                    if last < max(rep.params["evidence"]["sweep_batch_sizes"])
+                    if last < max(rep.params.evidence.sweep_batch_sizes)
                     else f"every batch size up to B={last} fits"
                 )
             )
@@ -124,7 +124,7 @@ def recommended_md(rep: Report) -> str:
             f"no {stages.get(st.reference).title} run at B={best['batch_size']} to compare with; the stage's loss "
             "held wherever it could be compared"
         )
-    peak = (rep.params.get("peak_tflops") or {}).get("bf16")
+    peak = (rep.params.peak_tflops or {}).get("bf16")
     p = best["processes"]
     achieved = best["achieved_tflops"] * p["median"] / best["tokens_per_s"] if best.get("achieved_tflops") else None
     mfu = (

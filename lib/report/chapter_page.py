@@ -14,9 +14,11 @@ from lib.report import (
     charts,
     evidence_view,
     frontier_view,
+    gemm_sweep_view,
     profile_view,
     prose,
     size_sweep_view,
+    stage_facts,
     tables,
 )
 from lib.report.loader import Report, compile_time_text, recommended
@@ -25,7 +27,7 @@ MARKER = re.compile(r"^<!-- view: (?P<name>\w+)(?P<args>(?: \w+)*) -->$", re.M)
 
 
 def _measured(rep: Report, key: str) -> list:
-    return [("md", "#### Measured\n\n" + prose.stage_summary(rep, key)), ("html", tables.matrix_html(rep, key))]
+    return [("md", "#### Measured\n\n" + stage_facts.stage_summary(rep, key)), ("html", tables.matrix_html(rep, key))]
 
 
 def _compile_time(rep: Report, key: str) -> list:
@@ -57,8 +59,8 @@ VIEWS = {
     ],
     "seq_sweep": lambda rep, key: [("html", evidence_view.seq_sweep_html(rep)), evidence_view.plot_seq_sweep(rep)],
     "sdpa_backends": lambda rep, key: [("html", frontier_view.sdpa_html(rep))],
-    "gemm": lambda rep, key: [("md", evidence_view.gemm_md(rep)), evidence_view.plot_gemm(rep)],
-    "gemm_kernels": lambda rep, key: [("html", evidence_view.gemm_kernels_html(rep))],
+    "gemm": lambda rep, key: [("md", gemm_sweep_view.gemm_md(rep)), gemm_sweep_view.plot_gemm(rep)],
+    "gemm_kernels": lambda rep, key: [("html", gemm_sweep_view.gemm_kernels_html(rep))],
     "compile_time": _compile_time,
     "compile_vocab": lambda rep, key: [("html", evidence_view.compile_vocab_html(rep))],
     "versus": lambda rep, key, *against: [("html", frontier_view.versus_html(rep, key, against))],

@@ -96,7 +96,7 @@ def _grouped_rows(ax, rep: Report, groups, value):
 
 def plot_throughput(rep: Report):
     plt = style()
-    batches = rep.params["run"]["batch_sizes"]
+    batches = rep.params.run.batch_sizes
     fig, ax = plt.subplots(figsize=(9, 1.0 + 0.14 * len(rep.stage_order) * (len(batches) + 1)))
     _grouped_rows(ax, rep, [(b, f"B={b}", None) for b in batches], lambda r, _: r["tokens_per_s"])
     ax.set_xlabel("tokens / s (median step)")
@@ -110,7 +110,7 @@ def plot_memory(rep: Report):
     """The memory layers (loader.LAYERS, named as they are measured: two peaks and the device's
     use after the timed steps) per stage, one panel per batch size."""
     plt = style()
-    batches = rep.params["run"]["batch_sizes"]
+    batches = rep.params.run.batch_sizes
     fig, axes = plt.subplots(
         1, len(batches), figsize=(9, 1.2 + 0.32 * len(rep.stage_order)), sharex=True, sharey=True, squeeze=False
     )
@@ -146,7 +146,7 @@ def plot_spread(rep: Report):
         if tuple(map(int, matplotlib.__version__.split(".")[:2])) >= (3, 10)
         else {"vert": False}
     )
-    batches = rep.params["run"]["batch_sizes"]
+    batches = rep.params.run.batch_sizes
     fig, ax = plt.subplots(figsize=(9, 1.0 + 0.14 * len(rep.stage_order) * (len(batches) + 1)))
     y = stage_rows(ax, rep.stage_order)
     h = 0.8 / len(batches)
@@ -221,7 +221,7 @@ def _plot_multi_gpu_losses(rep: Report, stage: str):
             ax.plot(
                 base["losses"], color="C0", lw=1.0, label=f"{base['stage_title']} on one GPU, B={base['batch_size']}"
             )
-        ax.axvline(rep.params["run"]["warmup_steps"] - 0.5, color="grey", lw=0.6, ls=":")
+        ax.axvline(rep.params.run.warmup_steps - 0.5, color="grey", lw=0.6, ls=":")
         ax.legend(frameon=False, fontsize=7)
     ax.set_xlabel("step (dotted: end of warm-up)")
     ax.set_ylabel("training loss (nats)")
@@ -312,8 +312,8 @@ def plot_losses(rep: Report, stage: str | None = None):
     if stage is not None and stages.get(stage).multi_gpu:
         return _plot_multi_gpu_losses(rep, stage)
     plt = style()
-    batches = rep.params["run"]["batch_sizes"]
-    tol = rep.params["run"]["loss_tolerance"]
+    batches = rep.params.run.batch_sizes
+    tol = rep.params.run.loss_tolerance
     fig, axes = plt.subplots(
         1, len(batches), figsize=(9, 3.2 if stage is None else 2.9), squeeze=False, sharex=True, sharey=True
     )
@@ -337,7 +337,7 @@ def plot_losses(rep: Report, stage: str | None = None):
             fontsize=6.5 if stage is None else 9,
             color="firebrick",
         )
-        ax.axvline(rep.params["run"]["warmup_steps"] - 0.5, color="grey", lw=0.6, ls=":")
+        ax.axvline(rep.params.run.warmup_steps - 0.5, color="grey", lw=0.6, ls=":")
         ax.set_title(f"B={b}", fontsize=9, pad=6 + 8.5 * lines)
         ax.set_xlabel("step (dotted: end of warm-up)")
     ylabel = drawn[0][1]

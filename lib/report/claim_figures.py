@@ -40,8 +40,8 @@ def facts(rep: Report) -> dict:
     full, rows = frontier_view.ablation_rows(rep)
     return {
         "variants": rep.evidence["variants"],
-        "stages": rep.params["stages"],
-        "not_run": rep.params.get("not_run") or [],
+        "stages": rep.params.stages,
+        "not_run": rep.params.not_run or [],
         "model": preset_of(rep.params),
         "cublas": rep.env.get("cublas"),
         "profiles": [

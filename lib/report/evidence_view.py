@@ -1,13 +1,12 @@
 """*How the evidence reads*: the tables and charts behind each chapter's explanation (memory
-layers, sequence-length sweep, lm_head GEMM sweep and kernels, energy, DDP scaling), computed from
-a report folder's records only. Kernel-time profiles: profile_view.py."""
+layers, sequence-length sweep, the padding under torch.compile, energy, DDP scaling), computed from
+a report folder's records only. Kernel-time profiles: profile_view.py; the lm_head GEMM sweep:
+gemm_sweep_view.py."""
 
 from __future__ import annotations
 
 import html
-import re
 
-import numpy as np
 import pandas as pd
 
 from lib.core import stages
@@ -34,7 +33,7 @@ def memory_layers_html(rep: Report, stage: str, versus: str) -> str:
     plus what lives outside PyTorch's allocator (device - allocator: CUDA context, cuBLAS and
     cuDNN workspaces, NCCL buffers)."""
     rows = []
-    for b in rep.params["run"]["batch_sizes"]:
+    for b in rep.params.run.batch_sizes:
         a, s = rep.rec(versus, b), rep.rec(stage, b)
         if not (a and s and a["status"] in OK and s["status"] in OK):
             continue
@@ -76,7 +75,7 @@ def memory_layers_md(rep: Report, stage: str, versus: str) -> str:
     """One sentence per layer: does `stage` change memory against `versus`, and where."""
     col_names = dict((*LAYERS, DEVICE_PEAK))
     changes = {}
-    for b in rep.params["run"]["batch_sizes"]:
+    for b in rep.params.run.batch_sizes:
         a, s = rep.rec(versus, b), rep.rec(stage, b)
         if a and s and a["status"] in OK and s["status"] in OK:
             for col in col_names:
@@ -168,128 +167,7 @@ def plot_seq_sweep(rep: Report):
     return save(fig, rep, "seq_sweep")
 
 
-# ---------------------------------------------------------------- lm_head GEMM sweep
-
-
-def _gemm(rep: Report):
-    rec = rep.evidence["gemm"]
-    return rec if rec and rec.get("status") == "ok" else None
-
-
-def plot_gemm(rep: Report):
-    rec = _gemm(rep)
-    if rec is None:
-        return None
-    plt = style()
-    real, padded = rep.params["model"]["vocab_size"], rep.params["model"]["padded_vocab_size"]
-    fig, axes = plt.subplots(1, len(rec["dtypes"]), figsize=(9, 3.1), squeeze=False)
-    for ax, dt in zip(axes[0], rec["dtypes"]):
-        pts = sorted((p for p in rec["points"] if p["dtype"] == dt and p.get("tflops")), key=lambda p: p["n"])
-        ax.plot([p["n"] for p in pts], [p["tflops"] for p in pts], "-", color="grey", lw=0.7)
-        for mult, marker in (
-            (1, dict(marker="o", s=10, color="C7", label="multiple of 8")),
-            (64, dict(marker="s", s=26, color="C1", label="multiple of 64")),
-            (128, dict(marker="D", s=34, color="C2", label="multiple of 128")),
-        ):
-            sel = [p for p in pts if (p["multiple_of"] >= mult if mult > 1 else 8 <= p["multiple_of"] < 64)]
-            ax.scatter([p["n"] for p in sel], [p["tflops"] for p in sel], zorder=3, **marker)
-        for n, label, c in ((real, str(real), "C3"), (padded, str(padded), "C0")):
-            p = next((p for p in pts if p["n"] == n), None)
-            if p:
-                ax.scatter([n], [p["tflops"]], s=70, facecolors="none", edgecolors=c, lw=1.5, zorder=4)
-                ax.annotate(
-                    label, (n, p["tflops"]), textcoords="offset points", xytext=(0, 7), ha="center", fontsize=7, color=c
-                )
-        ax.set_title(f"{dt}: forward + backward", fontsize=9)
-        ax.set_xlabel("n (vocabulary width)")
-        ax.set_ylabel("TFLOP/s")
-    axes[0][0].legend(frameon=False, fontsize=7, loc="lower left")
-    fig.suptitle(f"lm_head GEMM, m = {rec['m']:,}, k = {rec['k']}", fontsize=10)
-    fig.tight_layout()
-    return save(fig, rep, "gemm_sweep")
-
-
-def alignment_groups(rec: dict | None, dtype: str, multiple: int = 128) -> tuple[list[dict], list[dict]]:
-    """The sweep's timed `dtype` points at multiples of `multiple`, and at the other multiples of 8.
-    A width that is not a multiple of 8 (GPT-2's 50257) is in neither: it runs other kernels
-    altogether, and counting it among "the others" would credit `multiple` with what 8 already buys."""
-    pts = [p for p in (rec or {}).get("points", []) if p["dtype"] == dtype and p.get("total_ms")]
-    return [p for p in pts if p["n"] % multiple == 0], [p for p in pts if p["n"] % 8 == 0 and p["n"] % multiple]
-
-
-def kernel_name(names) -> str:
-    """The first kernel of a pass, short enough for a sentence: a CUTLASS kernel by its template
-    argument (`void cutlass::Kernel2<NAME>(NAME::Params)`), which says its alignment (align1, align8)."""
-    if not names:
-        return "none recorded"
-    name = re.sub(r"^void \w+::\w+<(\w+)>\(.*\)$", r"\1", names[0])
-    return name if len(name) <= 60 else name[:57] + "…"
-
-
-def gemm_md(rep: Report) -> str:
-    """Per dtype: the multiples of 128 against the other multiples of 8 (is 128 special?), then the
-    real width against the padded one, time and kernels (what the padding buys, and why)."""
-    rec = _gemm(rep)
-    if rec is None:
-        return "The lm_head GEMM sweep was not measured for this report."
-    real, padded = rep.params["model"]["vocab_size"], rep.params["model"]["padded_vocab_size"]
-    parts = []
-    for dt in rec["dtypes"]:
-        pts = {p["n"]: p for p in rec["points"] if p["dtype"] == dt and p.get("total_ms")}
-        aligned, other = alignment_groups(rec, dt)
-        if real not in pts or padded not in pts or not aligned or not other:
-            continue
-        ms = [p["total_ms"] for p in other]
-        m128, m8 = np.median([p["total_ms"] for p in aligned]), np.median(ms)
-        # "About as fast": the multiples of 128 (median) inside the range of the other multiples of 8.
-        reading = (
-            "every multiple of 8 runs about as fast"
-            if min(ms) <= m128 <= max(ms)
-            else f"the multiples of 128 run {'faster' if m128 < min(ms) else 'slower'} than every other multiple of 8"
-        )
-        a, b = pts[real]["total_ms"], pts[padded]["total_ms"]
-        kr, kp = (rec.get("kernels", {}).get(dt, {}).get(str(n)) for n in (real, padded))
-        kernels = (
-            ""
-            if not (kr and kp)
-            else ", with the same kernels"
-            if kr == kp
-            else f", running other kernels (forward: `{kernel_name(kr.get('fwd'))}` against "
-            f"`{kernel_name(kp.get('fwd'))}`)"
-        )
-        parts.append(
-            f"**{dt}**, forward + backward: the {len(aligned)} multiples of 128 take a median {_ms(m128)}, "
-            f"the {len(ms)} other multiples of 8 {_ms(m8)} ({m8 / m128:.2f}× the time; {_ms(min(ms))} to "
-            f"{_ms(max(ms))} among themselves): {reading}. n={real}{', not a multiple of 8,' if real % 8 else ''}"
-            f" takes {_ms(a)} against {_ms(b)} at n={padded}: {a / b:.2f}× the time for "
-            f"{(1 - real / padded) * 100:.2f} % less arithmetic{kernels}."
-        )
-    return " ".join(parts) or "The sweep has no point at the real or padded width."
-
-
-def _ms(v: float) -> str:
-    return f"{v:.2f} ms" if v >= 0.1 else f"{v:.2g} ms"  # CPU widths take hundredths of a millisecond
-
-
-def gemm_kernels_html(rep: Report) -> str:
-    rec = _gemm(rep)
-    if rec is None:
-        return ""
-    rows = []
-    for dt, by_n in rec.get("kernels", {}).items():
-        for n, phases in by_n.items():
-            for phase in ("fwd", "bwd"):
-                names = phases.get(phase) or []
-                rows.append(
-                    {
-                        "dtype": dt,
-                        "n": n,
-                        "pass": {"fwd": "forward", "bwd": "backward"}[phase],
-                        "kernels (in launch order)": "<br>".join(f"<code>{html.escape(k)}</code>" for k in names)
-                        or "—",
-                    }
-                )
-    return table(rows, "matrix kernels gemm")
+# ---------------------------------------------------------------- the padding under torch.compile
 
 
 def compile_vocab_html(rep: Report) -> str:

@@ -9,6 +9,7 @@ import html
 import numpy as np
 
 from lib.core import record, stages
+from lib.core.params import Evidence
 from lib.report.loader import Report
 from lib.results import decide
 from lib.results import noise as noise_stats
@@ -22,9 +23,9 @@ def noise(rep: Report) -> tuple[dict, float | None]:
     return tps, noise_stats.decision_floor(rep.decisions, tps)
 
 
-def repeats_rule(ev: dict) -> str:
+def repeats_rule(ev: Evidence) -> str:
     """The repeats rule as the params state it, before any number: when a third process (and more) runs."""
-    tol, n = ev.get("repeat_tolerance"), ev["repeats"]
+    tol, n = ev.repeat_tolerance, ev.repeats
     return (
         ""
         if n <= 2

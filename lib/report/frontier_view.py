@@ -94,7 +94,7 @@ def ce_filter_html(rep: Report) -> str:
         )
     return table(rows) + (
         '<p class="note">Same batches, same initial weights; the final loss is the mean of the last '
-        f"{rep.params['run']['final_loss_window']} training steps.</p>"
+        f"{rep.params.run.final_loss_window} training steps.</p>"
     )
 
 
@@ -138,7 +138,7 @@ def recipe_html(rep: Report) -> str:
     if not rows:
         return none("The recipe at the global batch was not measured for this report.")
     base = next((r for r in rows if r["role"] == "baseline"), None)
-    seq = rep.params["run"]["seq_len"]
+    seq = rep.params.run.seq_len
     shown = [
         {
             "configuration": r["label"],
@@ -150,17 +150,17 @@ def recipe_html(rep: Report) -> str:
         }
         for r in rows
     ]
-    target = TARGET_TOKENS_PER_S.get(rep.params["name"])
+    target = TARGET_TOKENS_PER_S.get(rep.params.name)
     note = (
         "Every step is one optimizer update over the global batch of "
-        f"{rep.params['evidence']['global_batch_tokens']:,} tokens (gradients accumulated over the micro-steps, "
+        f"{rep.params.evidence.global_batch_tokens:,} tokens (gradients accumulated over the micro-steps, "
         "the optimizer step amortised as in training); the processes of these rows alternate in one run: two a side"
-        f"{repeats_rule(rep.params['evidence'])}."
+        f"{repeats_rule(rep.params.evidence)}."
     )
     best = next((r for r in rows if r["role"] == "recommended"), None)
     rec = recommended(rep)
     if best and rec and (rec["stage"], rec["batch_size"]) != (best["stage"], best["batch"]):
-        steps = rep.params["evidence"]["global_batch_tokens"] / (rec["batch_size"] * seq)
+        steps = rep.params.evidence.global_batch_tokens / (rec["batch_size"] * seq)
         note += (
             " The first row is the fastest verified configuration whose micro-batch divides the global batch; "
             f"the recommendation, B={rec['batch_size']}, "
@@ -308,12 +308,12 @@ def recipe_finding(rep: Report) -> str | None:
     best, plain, harness = rows.get("recommended"), rows.get("baseline"), rows.get("baseline-harness")
     if not best or not plain:
         return None
-    b = rep.params["evidence"]["baseline"]
+    b = rep.params.evidence.baseline
     line = (
-        f"Trained as GPT-2 is, one update per {rep.params['evidence']['global_batch_tokens']:,} tokens: "
+        f"Trained as GPT-2 is, one update per {rep.params.evidence.global_batch_tokens:,} tokens: "
         f"{stages.get(best['stage']).title} at {micro_steps_text(best)} gives "
         f"{best['median']:,.0f} tokens/s, {best['median'] / plain['median']:.3f}× the canonical trainer's "
-        f"{stages.get(b['stage']).title} at B={b['batch_size']} in a plain loop ({plain['median']:,.0f} tokens/s; "
+        f"{stages.get(b.stage).title} at B={b.batch_size} in a plain loop ({plain['median']:,.0f} tokens/s; "
         + (
             f"medians of {best['n']} processes each"
             if best["n"] == plain["n"]
@@ -325,7 +325,7 @@ def recipe_finding(rep: Report) -> str | None:
         line += (
             f"; this harness at the trainer's configuration: {harness['median'] / plain['median']:.3f}× the plain loop"
         )
-    target = TARGET_TOKENS_PER_S.get(rep.params["name"])
+    target = TARGET_TOKENS_PER_S.get(rep.params.name)
     if target:
         line += f". This project's aim, {target:,} tokens/s (about 54 % MFU), is {target / best['median']:.2f}× away"
     return line + "."

@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 
 from lib.core import cli_args, config, data, kernel_categories, record, stages
+from lib.core.params import Params
 from lib.core.paths import resolve
 from lib.results import decide, parity, stats, store
 
@@ -34,7 +35,7 @@ DEVICE_PEAK = ("mem_device_sampled_peak_bytes", "device peak during the warm-up 
 @dataclass
 class Report:
     dir: Path
-    params: dict
+    params: Params
     env: dict
     records: list  # the stage matrix at the report's batch sizes (and the multi-GPU rows)
     df: pd.DataFrame  # decide.table of them
@@ -45,7 +46,7 @@ class Report:
 
     @property
     def stage_order(self) -> list[str]:
-        return self.params["stages"]
+        return self.params.stages
 
     @property
     def stage_titles(self) -> list[str]:
@@ -53,7 +54,7 @@ class Report:
 
     @property
     def on_gpu(self) -> bool:
-        return self.params["backend"] in ("cuda", "rocm")
+        return self.params.backend in ("cuda", "rocm")
 
     def rec(self, stage: str, batch: int) -> dict | None:
         return next((r for r in self.records if r["stage"] == stage and r["batch_size"] == batch), None)
@@ -68,20 +69,21 @@ class Report:
 
 def load(report_dir) -> Report:
     d = resolve(report_dir)
-    params = json.loads((d / "params.json").read_text())
+    params = Params.read(d / "params.json")
     try:  # the parity rule, added after some folders were measured, judges them with today's values
-        today = config.load(params["name"])["evidence"]
-        params["evidence"] = {**{k: today[k] for k in parity.RULE_KEYS}, **params["evidence"]}
+        today = config.load(params.name).evidence
+        for key in (k for k in parity.RULE_KEYS if getattr(params.evidence, k) is None):
+            setattr(params.evidence, key, getattr(today, key))
     except config.ConfigError:
         pass
     env = json.loads((d / "environment.json").read_text())
     records = [kernel_categories.current(r) for r in store.load_records(d / "results")]
-    order = params["stages"]
+    order = params.stages
     # DDP runs at whatever batch the best single-GPU configuration had (the sweep's, maybe).
     records = [
         r
         for r in records
-        if r["stage"] in order and (r["batch_size"] in params["run"]["batch_sizes"] or stages.is_multi_gpu(r["stage"]))
+        if r["stage"] in order and (r["batch_size"] in params.run.batch_sizes or stages.is_multi_gpu(r["stage"]))
     ]
     # A one-GPU host's 'not applicable' DDP row has nothing to say once a host with more GPUs,
     # resumed into the same folder, has measured the stage.
@@ -89,16 +91,16 @@ def load(report_dir) -> Report:
     records = [r for r in records if not (r["stage"] in measured and r["status"] == record.Status.NOT_APPLICABLE)]
     decisions = [kernel_categories.current(r) for r in store.decision_records(d / "results")]
     noise = stats.loss_noise(decisions)
-    df = decide.table(records, order, params["run"]["loss_tolerance"], noise)
+    df = decide.table(records, order, params.run.loss_tolerance, noise)
     df["mfu_bf16"] = [mfu_bf16_of(params, m, p) for m, p in zip(df["mfu"], df["peak_precision"])]
     run = json.loads((d / "run.json").read_text()) if (d / "run.json").exists() else None
     return Report(d, params, env, records, df, decisions, store.load_evidence(d / "results"), noise, run)
 
 
-def mfu_bf16_of(params: dict, mfu, precision) -> float | None:
+def mfu_bf16_of(params: Params, mfu, precision) -> float | None:
     """An MFU quoted against the stage's own precision's peak, restated against the bf16 dense
     peak, so every stage reads on one scale (an FP32 stage's MFU against the fp32 peak looks high)."""
-    peaks = params.get("peak_tflops") or {}
+    peaks = params.peak_tflops or {}
     if mfu is None or pd.isna(mfu) or not peaks.get("bf16") or not peaks.get(precision):
         return None
     return float(mfu) * peaks[precision] / peaks["bf16"]
@@ -106,7 +108,7 @@ def mfu_bf16_of(params: dict, mfu, precision) -> float | None:
 
 def price_per_gpu_hour(rep: "Report") -> float | None:
     """PRICE_PER_GPU_HOUR= at render time, else the profile's price_per_gpu_hour, else None."""
-    return cli_args.parse_price(os.environ.get("PRICE_PER_GPU_HOUR")) or rep.params.get("price_per_gpu_hour")
+    return cli_args.parse_price(os.environ.get("PRICE_PER_GPU_HOUR")) or rep.params.price_per_gpu_hour
 
 
 def code_commits(rep: "Report") -> tuple[list[str], int]:

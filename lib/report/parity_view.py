@@ -7,6 +7,7 @@ from __future__ import annotations
 import html
 
 from lib.core import record, stages
+from lib.core.params import Evidence
 from lib.report.loader import Report, recommended
 from lib.results import parity, store
 
@@ -19,18 +20,18 @@ WORDS = {
 
 
 def checks(rep: Report) -> dict:
-    return parity.checks(rep.decisions, rep.params["evidence"])
+    return parity.checks(rep.decisions, rep.params.evidence)
 
 
-def rule(ev: dict) -> str:
+def rule(ev: Evidence) -> str:
     """The decision rule as the params state it."""
     return (
-        f"at each of {ev['parity_seeds']} seeds the lever and its reference stage train from the same initial "
+        f"at each of {ev.parity_seeds} seeds the lever and its reference stage train from the same initial "
         "weights on the same data order, each twice (the repeat pairs measure the noise of the test itself: a "
         "compiled or FP8 step is not bitwise repeatable). The lever **holds** when the one-sided "
-        f"{ev['parity_confidence'] * 100:g} % upper bound (Student's t over the seeds, never on less spread than "
+        f"{ev.parity_confidence * 100:g} % upper bound (Student's t over the seeds, never on less spread than "
         "that noise) of its mean paired difference in held-out loss and in final training loss lies at or below "
-        f"+{ev['parity_margin']:g} nats ({ev['parity_margin'] * 100:.0f} % in perplexity): it is not worse than its "
+        f"+{ev.parity_margin:g} nats ({ev.parity_margin * 100:.0f} % in perplexity): it is not worse than its "
         "reference by more than the margin (non-inferiority; a lower loss does not fail it). It is **worse** when a "
         "lower bound lies above the margin; otherwise it is **undecided**. Only a lever that holds is adopted"
     )

@@ -31,13 +31,13 @@ def record(rep: Report) -> dict | None:
     st, p = stages.get(best["stage"]), best["processes"]
     switches = {k: v for k, v in st.identity().items() if k not in ("key", "peak")}
     # an older report (measurement method 1) has no global batch in its params
-    seq_len, tokens = rep.params["run"]["seq_len"], rep.params["evidence"].get("global_batch_tokens")
+    seq_len, tokens = rep.params.run.seq_len, rep.params.evidence.global_batch_tokens
     recipe = next((r for r in recipe_rows(rep) if r["role"] == "recommended"), None) if tokens else None
     micro = recipe["batch"] if recipe else best["batch_size"]
     mfu = mfu_bf16(rep, best.get("mfu"), best.get("peak_precision"))
     return {
         "schema": SCHEMA,
-        "profile": rep.params["name"],
+        "profile": rep.params.name,
         "device": rep.env["device"].get("name"),
         "gpus": rep.env["device"].get("count") or 1,
         "stage": st.key,

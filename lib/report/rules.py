@@ -1,6 +1,6 @@
 """A write-up's rule table (params/rules.yaml: seed 002's get_optimal_config(), switches picked by
 GPU architecture) against what each compared GPU's report measured: one row per GPU and rule of
-its architecture, with the measured figure, its basis and a verdict word of lib/report/claims.py."""
+its architecture, with the measured figure, its basis and a verdict word of lib/report/claim_judge.py."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import re
 import pandas as pd
 
 from lib.core import config, stages
-from lib.report import claim_params, claims, profile_view
+from lib.report import claim_judge, claim_params, claims, profile_view
 
 TILE = re.compile(r"_(\d+)x(\d+)(?:x\d+)?_")  # a GEMM kernel's tile in its name: nvjet_sm90_tst_192x192_64x3_...
 
@@ -45,7 +45,7 @@ def _basis(rep, pair: tuple[str, str]) -> str:
 
 def rows(name: str, rep) -> list[dict]:
     """One report's rows: each rule of its GPU's architecture with what the report measured."""
-    arch = architecture(rep.params["name"])
+    arch = architecture(rep.params.name)
     if arch is None:
         return [
             {
@@ -54,7 +54,7 @@ def rows(name: str, rep) -> list[dict]:
                 "rule": "",
                 "comment": "",
                 "measured": "no architecture of the rule table covers this GPU's chip family",
-                "verdict": claims.NOT_APPLICABLE,
+                "verdict": claim_judge.NOT_APPLICABLE,
             }
         ]
     verdicts = claims.for_report(rep).set_index("id")
@@ -75,7 +75,7 @@ def rows(name: str, rep) -> list[dict]:
             kernel = _kernel(rep, rule["kernels"]) if "kernels" in rule else ""
             row.update(
                 measured="; ".join(filter(None, [rule.get("reason", "no check of this rule is defined"), kernel])),
-                verdict=claims.NOT_MEASURED,
+                verdict=claim_judge.NOT_MEASURED,
             )
         out.append(row)
     return out
@@ -90,11 +90,11 @@ def html_table(reps: dict) -> str:
     body = "".join(
         f"<tr><td><code>{html.escape(r.rule)}</code> <small>{html.escape(', '.join(filter(None, [r.comment, r.architecture])))}"
         f"</small></td><td>{html.escape(r.gpu)}"
-        f'</td><td>{html.escape(r.measured)}</td><td><span class="{claims.CSS[r.verdict]}">{r.verdict}</span></td></tr>'
+        f'</td><td>{html.escape(r.measured)}</td><td><span class="{claim_judge.CSS[r.verdict]}">{r.verdict}</span></td></tr>'
         for r in t.itertuples()
     )
     data = claim_params.load_rules()
-    compared = {config.profile_family(rep.params["name"]) for rep in reps.values()}
+    compared = {config.profile_family(rep.params.name) for rep in reps.values()}
     others = [
         f"{a['name']} ({a['when']}: "
         + ", ".join(f"{r['switch']} = {r['value']}" for r in a["rules"])

@@ -259,8 +259,8 @@ def batch_md(rep: Report) -> str:
 
 
 def pays_from(rep: Report) -> dict[str, str]:
-    """{FP8 form: where the size sweep finds it paying, in words with its basis ("1.03× of the
-    recommendation without FP8 at gpt2-xl, B=8", and "and every larger size" when there are some)},
+    """{FP8 form: where the size sweep finds it paying, in words with its basis ("<ratio>× of the
+    recommendation without FP8 at <preset>, B=<batch>", and "and every larger size" when there are some)},
     for the forms that have a crossover."""
     band, out = bands(rep)[0], {}
     for form, pts in speedups(rep).items():
@@ -283,7 +283,7 @@ def size_html(rep: Report) -> str:
     if not pts:
         return none(
             'The size sweep was not measured for this report: "make report GPU='
-            f'{rep.params["name"]} CHAPTERS=size_sweep" measures it (after the batch-size sweep has chosen '
+            f'{rep.params.name} CHAPTERS=size_sweep" measures it (after the batch-size sweep has chosen '
             "the recommendation it varies)."
         )
     best = recommended(rep)

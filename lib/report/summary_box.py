@@ -121,12 +121,12 @@ def _buys(rep: Report, best: dict) -> str | None:
     rows = {r["role"]: r for r in frontier_view.recipe_rows(rep)}
     mine, plain = rows.get("recommended"), rows.get("baseline")
     if mine and plain:
-        b = rep.params["evidence"]["baseline"]
+        b = rep.params.evidence.baseline
         return (
             f"**What it buys:** at {frontier_view.micro_steps_text(mine)}, "
             f"{mine['median'] / plain['median']:.3f}× the canonical trainer "
-            f"({stages.get(b['stage']).title} at B={b['batch_size']} in a plain nanoGPT-form loop) at GPT-2's "
-            f"{rep.params['evidence']['global_batch_tokens']:,}-token batch, measured in the same run "
+            f"({stages.get(b.stage).title} at B={b.batch_size} in a plain nanoGPT-form loop) at GPT-2's "
+            f"{rep.params.evidence.global_batch_tokens:,}-token batch, measured in the same run "
             f"({mine['median']:,.0f} against {plain['median']:,.0f} tokens/s)."
         )
     base = rep.rec(rep.stage_order[0], best["batch_size"])

@@ -84,7 +84,7 @@ def environment_html(rep: Report) -> str:
     rows = [
         ("Device", dev.get("name")),
         ("Backend", dev["backend"]),
-        ("Profile", f"{rep.params['name']}: {rep.params.get('description', '')}"),
+        ("Profile", f"{rep.params.name}: {rep.params.description or ''}"),
     ]
     if dev["backend"] in ("cuda", "rocm"):
         cap = dev.get("capability")
@@ -118,10 +118,10 @@ def environment_html(rep: Report) -> str:
             f"{corpus.get('corpus')}, {corpus.get('tokens', 0):,} tokens, "
             f"sha256 {corpus.get('corpus_sha256', '?')[:16]}…",
         ),
-        ("Peak FLOP/s source", rep.params.get("peak_source")),
+        ("Peak FLOP/s source", rep.params.peak_source),
     ]
-    if rep.params.get("override"):
-        rows.append(("Profile override", f'<span class="bad">{html.escape(rep.params["override"])}</span>'))
+    if rep.params.override:
+        rows.append(("Profile override", f'<span class="bad">{html.escape(rep.params.override)}</span>'))
     body = "".join(f"<tr><th>{k}</th><td>{'' if v is None else v}</td></tr>" for k, v in rows if v is not None)
     return f'<table class="kv">{body}</table>'
 
@@ -161,9 +161,8 @@ def title_md(rep: Report) -> str:
     when = first if first == last else f"{first} to {last}"
     count = dev.get("count") or 1
     name = f"a host of {count} × {dev['name']}" if count > 1 else dev["name"]
-    sub = (
-        f"Profile **{rep.params['name']}** · device **{name}** ({dev['backend']}) · "
-        f"PyTorch {rep.env.get('torch')}" + (f" · CUDA {rep.env['cuda']}" if rep.env.get("cuda") else "")
+    sub = f"Profile **{rep.params.name}** · device **{name}** ({dev['backend']}) · PyTorch {rep.env.get('torch')}" + (
+        f" · CUDA {rep.env['cuda']}" if rep.env.get("cuda") else ""
     )
     if when:
         sub += f" · measured {when}"
@@ -179,9 +178,9 @@ def title_md(rep: Report) -> str:
             else ""
         )
     sub += "\n\n" + provenance_md(rep)
-    m = rep.params["model"]
+    m = rep.params.model
     return (
-        f"# {preset_of(rep.params)} ({m['n_layer']} layers, d={m['n_embd']}) training step: what each optimisation "
+        f"# {preset_of(rep.params)} ({m.n_layer} layers, d={m.n_embd}) training step: what each optimisation "
         f"lever buys\n\n{sub}\n\n"
         f"Each stage adds one lever to the one before ({' → '.join(rep.stage_titles)}; Appendix A names the "
         "stages added to an earlier one) and is timed on the "
@@ -236,12 +235,12 @@ def provenance_md(rep: Report) -> str:
     superseded = sorted((rep.dir / "superseded").rglob("*.json")) if (rep.dir / "superseded").is_dir() else []
     if superseded:
         text += f" {len(superseded)} superseded records are kept in superseded/ (re-measured, never deleted)."
-    left = rep.params.get("not_run") or []
+    left = rep.params.not_run or []
     if left:
         text += (
             " **Not measured at this depth:** "
             + ", ".join(n["key"] for n in left)
-            + f"; `make report GPU={rep.params['name']} DEPTH=full` adds them."
+            + f"; `make report GPU={rep.params.name} DEPTH=full` adds them."
         )
     return text
 

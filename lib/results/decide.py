@@ -7,6 +7,7 @@ import numpy as np
 
 from lib.core import stages
 from lib.core.record import TIMED, TIMING_VARIANTS, Status
+from lib.core.params import Params
 from lib.results import parity
 from lib.results.noise import across_machines, decision_floor, spread, within_noise
 from lib.results.stats import GATE_FAILS, loss_gap, loss_noise, spike_step
@@ -192,7 +193,7 @@ def throughputs(records: list[dict]) -> dict:
     return out
 
 
-def ranked_configs(records: list[dict], params: dict, eligible=None) -> list[dict]:
+def ranked_configs(records: list[dict], params: Params, eligible=None) -> list[dict]:
     """Single-GPU configurations (matrix and batch sweep) of stages whose loss held against
     their reference wherever it could be compared (verified_stages), fastest first by the
     median over every process that timed them. Batch size is not a numerical lever: a stage
@@ -208,16 +209,16 @@ def ranked_configs(records: list[dict], params: dict, eligible=None) -> list[dic
     ]
     if not single:
         return []
-    order = stages.single_gpu(params["stages"])
+    order = stages.single_gpu(params.stages)
     # Verification reads the matrix only (sweep points have no reference at their batch size).
     df = table(
         [r for r in records if r.get("stage") in order and r.get("variant") is None],
         order,
-        params["run"]["loss_tolerance"],
+        params.run.loss_tolerance,
         loss_noise(records),
     )
     verified = verified_stages(df, (order[0],))
-    for key, check in parity.checks(records, params["evidence"]).items():
+    for key, check in parity.checks(records, params.evidence).items():
         if check["verdict"] != parity.INCOMPLETE:  # a test cut off part-way decides nothing yet
             verified[key] = (
                 verified.get(key) and check["ok"]
@@ -227,7 +228,7 @@ def ranked_configs(records: list[dict], params: dict, eligible=None) -> list[dic
     return sorted(good, key=lambda r: -float(np.median(tps[(r["stage"], r["batch_size"])])))
 
 
-def best_config(records: list[dict], params: dict, eligible=None) -> dict | None:
+def best_config(records: list[dict], params: Params, eligible=None) -> dict | None:
     """The recommended configuration: the fastest of ranked_configs; where another batch size of the
     same stage, timed in several processes, is within the measured noise of it, the one that needs the
     least memory. The record comes back with `processes`: its tokens/s over the processes that timed it."""

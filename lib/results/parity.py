@@ -110,7 +110,7 @@ def checks(records: list[dict], evidence: dict) -> dict:
     """stage -> its parity test against its reference stage at the batch it ran: the paired
     differences per seed, the noise pairs, the interval of each metric, the detectable difference
     and the verdict (evidence: parity_margin, parity_confidence, parity_power)."""
-    margin, conf, power = evidence["parity_margin"], evidence["parity_confidence"], evidence["parity_power"]
+    margin, conf, power = evidence.parity_margin, evidence.parity_confidence, evidence.parity_power
     by, attempted = runs(records), runs(records, ok_only=False)
     out = {}
     for (key, batch), seeds in by.items():
@@ -142,7 +142,7 @@ def checks(records: list[dict], evidence: dict) -> dict:
             "margin": margin,
             "confidence": conf,
             "power": power,
-            "wanted": evidence["parity_seeds"],
+            "wanted": evidence.parity_seeds,
             "seeds_run": len(seeds_run(attempted, (key, batch), (ref_key, batch))),
             "verdict": verdict(intervals, margin) if paired else UNDECIDED,
         }

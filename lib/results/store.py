@@ -7,25 +7,27 @@ import json
 import os
 import tempfile
 import time
+from dataclasses import asdict, is_dataclass
 from pathlib import Path
 
 import numpy as np
 
 from lib.core import kernel_categories, provenance
 from lib.core.record import SCHEMA_VERSION, Status
+from lib.core.params import Params
 
 ENV_KEYS = ("torch", "cuda", "hip", "cudnn", "cublas", "driver", "python")
 
 
-def setup_key(params: dict, env: dict) -> dict:
+def setup_key(params: Params, env: dict) -> dict:
     """What a measurement depends on: the workload and the machine (not the report's prose
     settings such as the loss tolerance)."""
-    run = {k: v for k, v in params["run"].items() if k not in ("batch_sizes", "loss_tolerance")}
+    run = {k: v for k, v in asdict(params.run).items() if k not in ("batch_sizes", "loss_tolerance")}
     return {
-        "method": params.get("method", 1),
-        "model": params["model"],
+        "method": params.method,
+        "model": asdict(params.model),
         "run": run,
-        "backend": params["backend"],
+        "backend": params.backend,
         "device": env["device"].get("name"),
         **{k: env.get(k) for k in ENV_KEYS},
     }
@@ -34,28 +36,28 @@ def setup_key(params: dict, env: dict) -> dict:
 def short_hash(obj) -> str:
     import hashlib
 
-    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=_plain).encode()).hexdigest()[:16]
 
 
-def fingerprint(params: dict, env: dict, stage, batch: int) -> str:
+def fingerprint(params: Params, env: dict, stage, batch: int) -> str:
     """What a measurement depends on: the workload, the machine, the stage's switches (not its
     prose: fixing a title re-measures nothing) and the batch size."""
     return short_hash({"setup": setup_key(params, env), "stage": stage.identity(), "batch_size": batch})
 
 
-def base_record(params: dict, stage, batch: int) -> dict:
+def base_record(params: Params, stage, batch: int) -> dict:
     return {
         "schema_version": SCHEMA_VERSION,
-        "profile": params["name"],
-        "model": params.get("model_preset"),
+        "profile": params.name,
+        "model": params.model_preset,
         "stage": stage.key,
         "stage_title": stage.title,
         "batch_size": batch,
-        "seq_len": params["run"]["seq_len"],
+        "seq_len": params.run.seq_len,
         "status": Status.OK,
         "reason": None,
-        "warmup_steps": params["run"]["warmup_steps"],
-        "timed_steps": params["run"]["timed_steps"],
+        "warmup_steps": params.run.warmup_steps,
+        "timed_steps": params.run.timed_steps,
         "peak_precision": stage.peak,
     }
 
@@ -73,7 +75,7 @@ def write_atomic(path, record: dict) -> None:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "w") as f:
-            json.dump(record, f, indent=1, default=_jsonable)
+            json.dump(record, f, indent=1, default=jsonable)
             f.flush()
             os.fsync(f.fileno())
         os.chmod(tmp, 0o644)
@@ -104,7 +106,15 @@ def supersede(out: Path) -> Path:
     return dest
 
 
-def _jsonable(v):
+def _plain(v):
+    """What a hash sees of a value JSON has no form for: a dataclass (the params) as its fields."""
+    return asdict(v) if is_dataclass(v) else str(v)
+
+
+def jsonable(v):
+    """JSON's form of the params (a dataclass) and of numpy scalars: for records and job files."""
+    if is_dataclass(v):
+        return asdict(v)
     if isinstance(v, (np.integer,)):
         return int(v)
     if isinstance(v, (np.floating,)):

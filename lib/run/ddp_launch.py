@@ -14,6 +14,7 @@ from pathlib import Path
 
 from lib.core import provenance, record, stages
 from lib.core.paths import ROOT, resolve
+from lib.core.params import Params
 from lib.measure import compile_cache
 from lib.results import decide, store
 from lib.run import runner
@@ -25,12 +26,14 @@ DDP_MEMORY_SHARE = 0.85  # the DDP stage replicates only configurations that lef
 NVLINK_MULTICAST_OFF = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
 
 
-def _torchrun(params: dict, job: dict, n: int, out: Path, timeout_s: float, launch: dict | None = None) -> dict | None:
+def _torchrun(
+    params: Params, job: dict, n: int, out: Path, timeout_s: float, launch: dict | None = None
+) -> dict | None:
     """lib.measure.ddp under torchrun with `n` processes on this node; the record it wrote, or an
     error/OOM record. On a node other than 0 of a multi-node `launch` there is no record: None
     when its ranks ran, RuntimeError with the failing line when they did not."""
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
-        json.dump(job, f)
+        json.dump(job, f, default=store.jsonable)
     run_env = {**runner.child_env(job.get("device_env")), **NVLINK_MULTICAST_OFF}
     run_env.setdefault("OMP_NUM_THREADS", "1")
     try:
@@ -87,7 +90,7 @@ def _launch_args(launch: dict | None, job: dict, timeout_s: float) -> list[str]:
         return ["--standalone"]
     params = job["params"]
     rdzv_id = "gpt2-levers-" + store.short_hash(
-        {"profile": params["name"], "model": params["model"], "run": params["run"], "nnodes": launch["nnodes"]}
+        {"profile": params.name, "model": params.model, "run": params.run, "nnodes": launch["nnodes"]}
     )
     wait = int(min(RDZV_WAIT_S, timeout_s / 2))
     return [
@@ -114,7 +117,7 @@ def _ddp_gpus(path: Path) -> int | None:
 
 
 def run_ddp(
-    params: dict,
+    params: Params,
     report_dir,
     nproc: int | None = None,
     timeout_s: float = 1800,
@@ -157,7 +160,7 @@ def run_ddp(
         ]
         best = max(ran, key=lambda r: r["tokens_per_s"]) if ran else None
     base_key = best["stage"] if best else "vocab"
-    batch = best["batch_size"] if best else params["run"]["batch_sizes"][0]
+    batch = best["batch_size"] if best else params.run.batch_sizes[0]
     # One record per GPU count, so hosts with 2, 4 and 8 GPUs resumed into one folder each add
     # their point to the scaling curve; what this run supersedes is this count's record at another
     # batch and an old-style record whose count is unknown.

@@ -11,10 +11,10 @@ run through the same launcher as the stages (a fresh process per point, resumabl
                (batch-sweep chapter, which also names the recommended configuration);
 - sdpa_jobs:   the flash stage with each SDPA backend forced (flash chapter);
 - ce_filter_job: the fused cross-entropy stage with the library's default gradient filter;
-- repeats, crosscheck_jobs, parity_jobs: what the recommendation rests on: the top configurations
-               and the timing claims in fresh processes again (noise), the plain loop beside the
-               harness (lib/train/plain_loop.py), and a long loss run against the reference stage; then
-               lib/run/recipe.py: the recommendation at GPT-2's global batch, and its leave-one-out ablation.
+- repeats, crosscheck_jobs: what the recommendation rests on: the top configurations and the timing
+               claims in fresh processes again (noise), the plain loop beside the harness
+               (lib/train/plain_loop.py); then lib/run/parity_runs.py: the parity test against the reference
+               stage, and lib/run/recipe.py: the recommendation at GPT-2's global batch, and its leave-one-out ablation.
 
 Results live in results/<kind>/ so they never mix with the matrix in results/*.json."""
 
@@ -22,26 +22,27 @@ from __future__ import annotations
 
 import copy
 
-from lib.core import data, record, stages
+from lib.core import record, stages
 from lib.core.paths import resolve
+from lib.core.params import Params
 from lib.report import claim_params
 from lib.results import decide, noise, store
-from lib.run import ddp_launch, recipe, runner, size_sweep
+from lib.run import ddp_launch, parity_runs, recipe, runner, size_sweep
 from lib.run.jobs import PLAIN_LOOP_SWITCHES, folder, make_job, plain_loop_source, plain_loop_can
 
 
-def seq_jobs(params: dict, report_dir) -> list[dict]:
+def seq_jobs(params: Params, report_dir) -> list[dict]:
     """Naive attention (the BF16 stage) against SDPA (the flash stage) at every sequence length
     in evidence.seq_lens, with B = seq_tokens / T so every point trains the same tokens per step.
     Fewer steps than the matrix: this is a curve, not a verdict."""
-    ev, env = params["evidence"], runner.environment(report_dir)
+    ev, env = params.evidence, runner.environment(report_dir)
     jobs = []
-    for t in ev["seq_lens"]:
+    for t in ev.seq_lens:
         p = copy.deepcopy(params)
-        p["run"]["seq_len"] = t
-        p["model"]["block_size"] = max(t, p["model"]["block_size"])
-        p["run"]["warmup_steps"], p["run"]["timed_steps"] = ev["seq_warmup_steps"], ev["seq_timed_steps"]
-        batch = max(1, ev["seq_tokens"] // t)
+        p.run.seq_len = t
+        p.model.block_size = max(t, p.model.block_size)
+        p.run.warmup_steps, p.run.timed_steps = ev.seq_warmup_steps, ev.seq_timed_steps
+        batch = max(1, ev.seq_tokens // t)
         for key in ("bf16", "flash"):
             jobs.append(
                 make_job(
@@ -58,7 +59,7 @@ def seq_jobs(params: dict, report_dir) -> list[dict]:
     return jobs
 
 
-def sdpa_jobs(params: dict, report_dir) -> list[dict]:
+def sdpa_jobs(params: Params, report_dir) -> list[dict]:
     """The flash stage with each SDPA backend forced in turn, at the cross-check batch: what each
     costs on this device beside PyTorch's own choice (the stage itself). A backend the device or
     the shape does not support comes back 'not applicable' with SDPA's reason."""
@@ -79,11 +80,11 @@ def sdpa_jobs(params: dict, report_dir) -> list[dict]:
     ]
 
 
-def ce_filter_job(params: dict, report_dir) -> dict:
+def ce_filter_job(params: Params, report_dir) -> dict:
     """The fused cross-entropy stage with cut-cross-entropy's default gradient filter, at the
     matrix's first batch size: what the exact form the stage uses costs, and what the filter does
     to the loss."""
-    b = params["run"]["batch_sizes"][0]
+    b = params.run.batch_sizes[0]
     return make_job(
         params,
         runner.environment(report_dir),
@@ -97,24 +98,24 @@ def ce_filter_job(params: dict, report_dir) -> dict:
     )
 
 
-def gemm_job(params: dict, report_dir) -> dict:
+def gemm_job(params: Params, report_dir) -> dict:
     """The lm_head GEMM (m = gemm_batch x T, k = n_embd, n = vocabulary width) forward and
     backward at every multiple of 8 around the padded width, and at the real vocabulary."""
     from lib.measure import gemm_sweep
 
-    m, ev, env = params["model"], params["evidence"], runner.environment(report_dir)
+    m, ev, env = params.model, params.evidence, runner.environment(report_dir)
     spec = {
-        "m": ev["gemm_batch"] * params["run"]["seq_len"],
-        "k": m["n_embd"],
-        "ns": gemm_sweep.widths(m["vocab_size"], m["padded_vocab_size"]),
-        "kernel_ns": (m["vocab_size"], m["padded_vocab_size"]),
-        "dev": {"rocm": "cuda"}.get(params["backend"], params["backend"]),
+        "m": ev.gemm_batch * params.run.seq_len,
+        "k": m.n_embd,
+        "ns": gemm_sweep.widths(m.vocab_size, m.padded_vocab_size),
+        "kernel_ns": (m.vocab_size, m.padded_vocab_size),
+        "dev": {"rocm": "cuda"}.get(params.backend, params.backend),
     }
     job = make_job(
         params,
         env,
         "vocab",
-        ev["gemm_batch"],
+        ev.gemm_batch,
         folder(report_dir, "gemm") / "lm_head.json",
         kind="gemm",
         variant="lm_head GEMM sweep",
@@ -124,7 +125,7 @@ def gemm_job(params: dict, report_dir) -> dict:
     return job
 
 
-def vocab_under_compile(params: dict, report_dir, force: bool = False) -> dict | None:
+def vocab_under_compile(params: Params, report_dir, force: bool = False) -> dict | None:
     """The compile stage once more with the vocabulary left at 50257, at the smallest batch the
     compile stage measured (the cheapest compilation), so the chapter can set padded against
     unpadded under compile."""
@@ -167,7 +168,7 @@ SHAPE_PADDING = "torch._inductor.config.shape_padding"
 NO_SHAPE_PADDING = "unpadded vocab, Inductor shape padding off"
 
 
-def batch_sweep(params: dict, report_dir, force: bool = False) -> list[dict]:
+def batch_sweep(params: Params, report_dir, force: bool = False) -> list[dict]:
     """The fastest verified single-GPU stage at every batch size of evidence.sweep_batch_sizes,
     in ascending order until the first that runs out of memory. Batch sizes the stage already
     measured are taken from the matrix, not measured twice. Verified includes the parity runs
@@ -181,7 +182,7 @@ def batch_sweep(params: dict, report_dir, force: bool = False) -> list[dict]:
     key = best["stage"]
     have = {r["batch_size"]: r for r in matrix if r["stage"] == key}
     plan = []  # per batch size, ascending: the matrix's record, or a job
-    for b in sorted(set(params["evidence"]["sweep_batch_sizes"]) | set(have)):
+    for b in sorted(set(params.evidence.sweep_batch_sizes) | set(have)):
         if b in have:
             plan.append(have[b])
             if have[b]["status"] == record.Status.OOM:
@@ -210,7 +211,7 @@ def batch_sweep(params: dict, report_dir, force: bool = False) -> list[dict]:
     return out
 
 
-def repeat_configs(params: dict, report_dir) -> list[tuple[str, int]]:
+def repeat_configs(params: Params, report_dir) -> list[tuple[str, int]]:
     """What runs in several processes: the two fastest verified configurations (the
     recommendation and its runner-up) and both sides of every timing claim at the smallest batch
     size where both ran."""
@@ -219,14 +220,14 @@ def repeat_configs(params: dict, report_dir) -> list[tuple[str, int]]:
     ok = {
         (r["stage"], r["batch_size"]) for r in recs if r.get("status") == record.Status.OK and r.get("variant") is None
     }
-    for stage, versus in claim_params.timed_claim_pairs(params["name"]):
+    for stage, versus in claim_params.timed_claim_pairs(params.name):
         common = sorted(b for (s, b) in ok if s == stage and (versus, b) in ok)
         if common:
             chosen += [(stage, common[0]), (versus, common[0])]
     return list(dict.fromkeys(chosen))
 
 
-def repeats(params: dict, report_dir, force: bool = False) -> list[dict]:
+def repeats(params: Params, report_dir, force: bool = False) -> list[dict]:
     """Each of repeat_configs in up to evidence.repeats - 1 more fresh processes (the first is the
     matrix's or the sweep's own), so the report can state the process-to-process spread. The rule,
     fixed before any number: a second process always; a further one only where the processes so
@@ -240,10 +241,10 @@ def repeats(params: dict, report_dir, force: bool = False) -> list[dict]:
     return out
 
 
-def _repeat(params: dict, report_dir, configs: list[tuple[str, int]], force: bool) -> list[dict]:
-    env, ev = runner.environment(report_dir), params["evidence"]
-    tolerance, out = ev.get("repeat_tolerance"), []
-    for k in range(1, ev["repeats"]):
+def _repeat(params: Params, report_dir, configs: list[tuple[str, int]], force: bool) -> list[dict]:
+    env, ev = runner.environment(report_dir), params.evidence
+    tolerance, out = ev.repeat_tolerance, []
+    for k in range(1, ev.repeats):
         if k > 1 and tolerance is not None:
             tps = decide.throughputs(store.decision_records(resolve(report_dir) / "results"))
             configs = [c for c in configs if noise.spread(tps.get(c) or [1.0])["spread"] > tolerance]
@@ -267,7 +268,7 @@ def _repeat(params: dict, report_dir, configs: list[tuple[str, int]], force: boo
     return out
 
 
-def crosscheck_jobs(params: dict, report_dir, configs: list[tuple[str, int]]) -> list[dict]:
+def crosscheck_jobs(params: Params, report_dir, configs: list[tuple[str, int]]) -> list[dict]:
     """The plain loop (lib/train/plain_loop.py) at each (stage, batch) of `configs`, in fresh processes.
     Stages the plain loop cannot express (plain_loop_can) are left out."""
     env = runner.environment(report_dir)
@@ -275,7 +276,7 @@ def crosscheck_jobs(params: dict, report_dir, configs: list[tuple[str, int]]) ->
     jobs = []
     for key, batch in dict.fromkeys(configs):
         stage = stages.get(key)
-        if not plain_loop_can(stage) or key not in params["stages"]:
+        if not plain_loop_can(stage) or key not in params.stages:
             continue
         job = make_job(
             params,
@@ -292,73 +293,14 @@ def crosscheck_jobs(params: dict, report_dir, configs: list[tuple[str, int]]) ->
     return jobs
 
 
-def crosscheck_batch(params: dict) -> int:
+def crosscheck_batch(params: Params) -> int:
     """Where the flash and vocab chapters run the plain loop: evidence.crosscheck_batch if the
     matrix measures it, else the matrix's first batch size."""
-    b = params["evidence"]["crosscheck_batch"]
-    return b if b in params["run"]["batch_sizes"] else params["run"]["batch_sizes"][0]
+    b = params.evidence.crosscheck_batch
+    return b if b in params.run.batch_sizes else params.run.batch_sizes[0]
 
 
-def parity_jobs(params: dict, report_dir) -> list[dict]:
-    """The parity test of the recommended configuration (lib/results/parity.py): at each of evidence.parity_seeds
-    seeds, the recommended stage and its reference stage twice each at the same batch, from the same
-    weights on the same data order, then their loss on held-out text. Each run is as long as
-    evidence.parity_steps allows within evidence.parity_passes passes over the training text (more
-    would measure how fast the model overfits this corpus). Where the reference ran out of memory at
-    that batch in the matrix, it accumulates gradients over micro-batches that fit (the same update)."""
-    env = runner.environment(report_dir)
-    recs = store.decision_records(resolve(report_dir) / "results")
-    best = decide.best_config(recs, params)
-    if best is None or stages.get(best["stage"]).reference == best["stage"]:
-        return []
-    key, batch = best["stage"], best["batch_size"]
-    ref = stages.get(key).reference
-    fits = [
-        r["batch_size"]
-        for r in recs
-        if r["stage"] == ref and r.get("status") == record.Status.OK and r.get("variant") in record.TIMING_VARIANTS
-    ]  # timed at that batch in one go, not a parity run
-    largest = max(fits) if fits else batch
-    micro = next(k for k in range(1, batch + 1) if batch % k == 0 and batch // k <= largest)
-    return parity_plan(params, env, report_dir, key, batch, micro)
-
-
-def parity_plan(params: dict, env: dict, report_dir, key: str, batch: int, micro: int) -> list[dict]:
-    """The parity test's runs of stage `key` at `batch`, its reference accumulating `micro` micro-batches."""
-    ev, ref = params["evidence"], stages.get(key).reference
-    train_tokens = len(data.split(data.load_tokens(params["model"]["vocab_size"]))[0])
-    per_step = batch * params["run"]["seq_len"]
-    steps = max(1, min(ev["parity_steps"], int(ev["parity_passes"] * train_tokens // per_step)))
-    jobs = []
-    for seed in range(ev["parity_seeds"]):
-        # Each seed reads the text from its own place, fixed by the seed alone (golden-ratio steps), so
-        # adding seeds later leaves the earlier ones' runs valid.
-        start = int((seed * 0.6180339887498949) % 1.0 * train_tokens)
-        for s, m, k in ((key, 1, 0), (key, 1, 1), (ref, micro, 0), (ref, micro, 1)):
-            name = f"{s}__b{batch}" + (f"__s{seed}" if seed else "") + (f"__r{k}" if k else "")
-            j = make_job(
-                params,
-                env,
-                s,
-                batch,
-                folder(report_dir, "parity") / f"{name}.json",
-                kind="parity",
-                variant="parity",
-                steps=steps,
-                held_out_batches=ev["held_out_batches"],
-                micro_steps=m,
-                replicate=k,
-                eval_batch=ev["crosscheck_batch"],
-                seed_offset=seed,
-                data_start=start,
-                passes=steps * per_step / train_tokens,
-            )
-            j["fingerprint"] += f"-parity{steps}x{m}-lr-schedule-s{seed}-at{start}-r{k}"
-            jobs.append(j)
-    return jobs
-
-
-def measure_chapter(key: str, params: dict, report_dir, force: bool = False):
+def measure_chapter(key: str, params: Params, report_dir, force: bool = False):
     """Everything one chapter measures: its stage's configurations and the evidence behind its
     explanation. `make report` calls this for every chapter before it draws them; a notebook run by
     hand calls it for its own. The report's params.json is the CLI's (written before measuring);
@@ -374,15 +316,14 @@ def measure_chapter(key: str, params: dict, report_dir, force: bool = False):
         swept, after = [], None
         # The parity run can reject the stage the sweep chose; the next verified stage is then
         # swept and checked in its turn, so the recommendation always rests on its own evidence.
-        for _ in stages.single_gpu(params["stages"]):
+        for _ in stages.single_gpu(params.stages):
             swept = batch_sweep(params, report_dir, force=force)
             repeats(params, report_dir, force=force)
             best = decided()
             if best is None:
                 return swept
-            jobs = crosscheck_jobs(params, report_dir, [(best["stage"], best["batch_size"])]) + parity_jobs(
-                params, report_dir
-            )
+            checks = crosscheck_jobs(params, report_dir, [(best["stage"], best["batch_size"])])
+            jobs = checks + parity_runs.parity_jobs(params, report_dir)
             runner.measure_jobs(jobs, runner.environment(report_dir), force=force)
             after = decided()
             if after is None or after["stage"] == best["stage"]:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from lib.core import chapters
 from lib.core.paths import ROOT
+from lib.core.params import Params
 
 _IPC_DIR = None
 
@@ -74,19 +75,19 @@ def run_notebook(src: Path, dest: Path, parameters: dict) -> str | None:
         return f"{dest.name}: {type(e).__name__}: {e}"
 
 
-def draw(report_dir: Path, params: dict, failed_before: list[str] = ()) -> tuple[list[str], list[Path], dict]:
+def draw(report_dir: Path, params: Params, failed_before: list[str] = ()) -> tuple[list[str], list[Path], dict]:
     """Execute every chapter of the report's stage list (drawing from its results, measuring
     nothing) and then the summary, which shows `failed_before` (the measurement's failures) and
     the chapters' own. Returns (the chapters' failures, executed chapters, seconds per chapter)."""
     session()
     nb_params = {
-        "gpu": params["name"],
-        "model": params.get("model_preset"),
+        "gpu": params.name,
+        "model": params.model_preset,
         "report_dir": str(report_dir),
         "measure": False,
     }
     failures, done, timings = [], [], {}
-    order = chapters.order(params["stages"], params.get("chapters"))
+    order = chapters.order(params.stages, params.chapters)
     # A notebook drawn before, of a chapter this report no longer has (or named the old way), would
     # show stale figures to whoever opens the folder: the drawing is redone in full, so it goes.
     drawn = {c.notebook for c in order} | {"summary.ipynb"}
@@ -109,7 +110,7 @@ def draw(report_dir: Path, params: dict, failed_before: list[str] = ()) -> tuple
     err = run_notebook(
         chapters.SUMMARY,
         report_dir / "notebooks" / "summary.ipynb",
-        {"gpu": params["name"], "report_dir": str(report_dir), "failures": list(failed_before) + failures},
+        {"gpu": params.name, "report_dir": str(report_dir), "failures": list(failed_before) + failures},
     )
     if err:
         failures.append(err)

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from lib.core import chapters, cli_args, config, data, stages
 from lib.core.config import UsageError
+from lib.core.params import Params
 from lib.core.paths import ROOT
 from lib.report import export, recommendation
 from lib.report import loader as report_view
@@ -61,7 +62,7 @@ def choose_profile(gpu: str | None, device: dict, allow_mismatch: bool) -> tuple
     return gpu, None
 
 
-def _title(params: dict, report_dir: Path) -> str:
+def _title(params: Params, report_dir: Path) -> str:
     """The document's title: the model preset and the device; a host of several GPUs says so (its
     DDP stage used them all)."""
     env = (
@@ -69,7 +70,7 @@ def _title(params: dict, report_dir: Path) -> str:
     )
     count = (env.get("device") or {}).get("count") or 1
     host = f", a host of {count} GPUs" if count > 1 else ""
-    return f"{config.preset_of(params)} training optimisation report: {params.get('description', params['name'])}{host}"
+    return f"{config.preset_of(params)} training optimisation report: {params.description or params.name}{host}"
 
 
 def _folder(root: Path, gpu: str | None, model: str | None) -> Path:
@@ -136,19 +137,19 @@ def report(args) -> int:
     manifest = data.verify()
     root = report_folder.reports_root(args.reports)
     report_folder.create(root)
-    name = config.report_name(profile, params["model_preset"])
+    name = config.report_name(profile, params.model_preset)
     report_dir = root / name
     _lock = report_folder.take_lock(root, name)  # noqa: F841 (held open until this process ends, however it ends)
     earlier, resume = [], report_folder.same_setup(report_dir, params, env) and not args.force
     history = report_folder.earlier_runs(report_dir)  # also the progress estimates of a run that starts afresh
     kept = []
     if resume:
-        params["stages"], kept = report_folder.union_of_stages(report_dir, params["stages"])
-        params["chapters"] = report_folder.union_of_chapters(report_dir, params["chapters"])
+        params.stages, kept = report_folder.union_of_stages(report_dir, params.stages)
+        params.chapters = report_folder.union_of_chapters(report_dir, params.chapters)
     if only:  # checked before anything in the folder moves; a chapter beyond the stages that is named joins
-        chapters.check_part_of(only, params["stages"])
-        params["chapters"] = [k for k in stages.BEYOND_STAGES if k in params["chapters"] or k in only]
-    params["not_run"] = config.not_run(params)
+        chapters.check_part_of(only, params.stages)
+        params.chapters = [k for k in stages.BEYOND_STAGES if k in params.chapters or k in only]
+    params.not_run = config.not_run(params)
     if resume:
         print(
             f"resuming the {name} report: configurations with valid results for this workload "
@@ -166,11 +167,11 @@ def report(args) -> int:
     store.write_atomic(report_dir / "params.json", params)
     dev = env["device"]
     print(
-        f"report {name}: {params['model_preset']} on {dev['name']} ({dev['backend']}), stages {', '.join(params['stages'])}, "
-        f"batch sizes {params['run']['batch_sizes']}, {manifest['tokens']:,} corpus tokens, depth {params['depth']}"
+        f"report {name}: {params.model_preset} on {dev['name']} ({dev['backend']}), stages {', '.join(params.stages)}, "
+        f"batch sizes {params.run.batch_sizes}, {manifest['tokens']:,} corpus tokens, depth {params.depth}"
         + (
-            f" (not measured: {', '.join(n['key'] for n in params['not_run'])}; DEPTH=full adds them)"
-            if params["not_run"]
+            f" (not measured: {', '.join(n['key'] for n in params.not_run)}; DEPTH=full adds them)"
+            if params.not_run
             else ""
         )
     )
@@ -182,11 +183,11 @@ def report(args) -> int:
     except run_log.TimeBudgetSpent as spent:
         print(f"stopped: {spent}", flush=True)
         return 3
-    every = chapters.order(params["stages"], params["chapters"])
+    every = chapters.order(params.stages, params.chapters)
     complete = not only or len(only) == len(every)
     if args.measure_only:
         log.finish(completed=complete, measure_only=True)
-        again = f"GPU={profile}" + (f" MODEL={params['model_preset']}" if name != profile else "")
+        again = f"GPU={profile}" + (f" MODEL={params.model_preset}" if name != profile else "")
         print(
             f"measured in {timings['total_s']:.0f} s; render the report with `make render {again}`"
             + (f" (REPORTS={report_dir.parent})" if report_dir.parent != ROOT / "reports" else "")
@@ -216,7 +217,7 @@ def report(args) -> int:
 
 
 def measure_chapters(
-    report_dir: Path, params: dict, force: bool, log, launch: dict | None = None, only: list[str] | None = None
+    report_dir: Path, params: Params, force: bool, log, launch: dict | None = None, only: list[str] | None = None
 ) -> tuple[list[str], dict]:
     """Every chapter's measurements, in chapter order, in this process (one measurement launcher
     for the whole run); with `only` (CHAPTERS=), just those chapters, in the order given, so a host
@@ -226,7 +227,7 @@ def measure_chapters(
     from lib.run import evidence, runner  # imported here: rendering never needs the launcher
 
     failures, timings = [], {}
-    order = [chapters.CHAPTERS[k] for k in only] if only else chapters.order(params["stages"], params["chapters"])
+    order = [chapters.CHAPTERS[k] for k in only] if only else chapters.order(params.stages, params.chapters)
     runner.OBSERVERS[:] = [log]
     for i, chapter in enumerate(order, 1):
         t0 = time.perf_counter()
@@ -260,7 +261,7 @@ def render(args) -> int:
             + (f" MODEL={args.model}" if getattr(args, "model", None) else "")
             + "` first"
         )
-    params = json.loads((report_dir / "params.json").read_text())
+    params = Params.read(report_dir / "params.json")
     run_path = report_dir / "run.json"
     measured = json.loads(run_path.read_text()) if run_path.exists() else {}
     t_start = time.perf_counter()

@@ -18,46 +18,47 @@ Results live in results/recipe/ and results/ablation/."""
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from pathlib import Path
 
 from lib.core import stages
 from lib.core.paths import resolve
 from lib.core.stages import levers_of
+from lib.core.params import Params
 from lib.results import decide, noise, store
 from lib.run import runner
 from lib.run.jobs import PLAIN_LOOP_SWITCHES, folder, make_job, plain_loop_source
 
 
-def micro_steps(params: dict, batch: int) -> int | None:
+def micro_steps(params: Params, batch: int) -> int | None:
     """Gradient-accumulation steps that make `batch` sequences per micro-step reach the global
     batch, or None when the global batch is not a multiple of the micro-batch's tokens."""
-    tokens, per_micro = params["evidence"]["global_batch_tokens"], batch * params["run"]["seq_len"]
+    tokens, per_micro = params.evidence.global_batch_tokens, batch * params.run.seq_len
     return tokens // per_micro if tokens % per_micro == 0 else None
 
 
-def _recipe_params(params: dict) -> dict:
+def _recipe_params(params: Params) -> dict:
     """Fewer steps than the matrix: each one is a whole global batch."""
-    ev = params["evidence"]
-    return {
-        **params,
-        "run": {**params["run"], "warmup_steps": ev["recipe_warmup_steps"], "timed_steps": ev["recipe_timed_steps"]},
-    }
+    ev = params.evidence
+    return replace(
+        params, run=replace(params.run, warmup_steps=ev.recipe_warmup_steps, timed_steps=ev.recipe_timed_steps)
+    )
 
 
-def recipe_jobs(params: dict, report_dir, best: dict) -> list[dict]:
-    env, n = runner.environment(report_dir), params["evidence"]["repeats"]
+def recipe_jobs(params: Params, report_dir, best: dict) -> list[dict]:
+    env, n = runner.environment(report_dir), params.evidence.repeats
     p = _recipe_params(params)
-    base = params["evidence"]["baseline"]
-    plain_stage, plain_batch = stages.get(base["stage"]), base["batch_size"]
+    base = params.evidence.baseline
+    plain_stage, plain_batch = stages.get(base.stage), base.batch_size
     # The recommendation, the canonical trainer's configuration in this harness, and the same in
     # the plain loop: the last two show that the gap to the first is the levers', not the harness's.
-    same = (best["stage"], best["batch_size"]) == (base["stage"], plain_batch)
+    same = (best["stage"], best["batch_size"]) == (base.stage, plain_batch)
     plans = [
         ("recommended", best["stage"], best["batch_size"], {}),
-        *([] if same else [("baseline-harness", base["stage"], plain_batch, {})]),
+        *([] if same else [("baseline-harness", base.stage, plain_batch, {})]),
         (
             "baseline",
-            base["stage"],
+            base.stage,
             plain_batch,
             {"kind": "plain", "switches": {s: getattr(plain_stage, s) for s in PLAIN_LOOP_SWITCHES}},
         ),
@@ -87,7 +88,7 @@ def recipe_jobs(params: dict, report_dir, best: dict) -> list[dict]:
     return jobs
 
 
-def ablation_jobs(params: dict, report_dir, best: dict) -> list[dict]:
+def ablation_jobs(params: Params, report_dir, best: dict) -> list[dict]:
     env, stage, batch = runner.environment(report_dir), stages.get(best["stage"]), best["batch_size"]
     jobs = []
     for name, off in levers_of(stage).items():
@@ -109,24 +110,24 @@ def ablation_jobs(params: dict, report_dir, best: dict) -> list[dict]:
     return jobs
 
 
-def recipe_config(params: dict, report_dir) -> dict | None:
+def recipe_config(params: Params, report_dir) -> dict | None:
     """What the recipe trains: the fastest verified configuration whose micro-batch divides the
     global batch (the recommendation itself where it does; B=96 of T=1024 does not divide 524,288)."""
     ranked = decide.ranked_configs(store.decision_records(resolve(report_dir) / "results"), params)
     return next((r for r in ranked if micro_steps(params, r["batch_size"])), None)
 
 
-def measure(params: dict, report_dir, best: dict, force: bool = False) -> None:
+def measure(params: Params, report_dir, best: dict, force: bool = False) -> None:
     """The recipe, then the ablation, after the rest of the recommendation's evidence. The recipe's
     sides are compared as measured in one run, on one machine: where any of them must be measured
     (a side added, or one whose configuration changed), all of them are measured again."""
-    env, ev = runner.environment(resolve(report_dir)), params["evidence"]
+    env, ev = runner.environment(resolve(report_dir)), params.evidence
     pick = recipe_config(params, report_dir)
     jobs = recipe_jobs(params, report_dir, pick) if pick else []
     partly_kept = any(runner.reusable(Path(j["out"]), j["fingerprint"]) is None for j in jobs if j["repeat"] < 2)
     done: dict = {}
-    for k in range(ev["repeats"]):
-        if k >= 2 and not sides_disagree(done, ev.get("repeat_tolerance")):
+    for k in range(ev.repeats):
+        if k >= 2 and not sides_disagree(done, ev.repeat_tolerance):
             break
         done |= runner.measure_jobs([j for j in jobs if j["repeat"] == k], env, force=force or partly_kept)
     runner.measure_jobs(ablation_jobs(params, report_dir, best), env, force=force)

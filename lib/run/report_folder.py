@@ -13,6 +13,7 @@ from pathlib import Path
 
 from lib.core import stages
 from lib.core.config import UsageError
+from lib.core.params import Params
 from lib.core.paths import ROOT
 from lib.results import store
 from lib.run import run_log
@@ -72,11 +73,11 @@ def take_lock(root: Path, profile: str):
     return f
 
 
-def same_setup(report_dir: Path, params: dict, env: dict) -> bool:
+def same_setup(report_dir: Path, params: Params, env: dict) -> bool:
     """Whether an existing report was measured with this workload on this machine (then a
     re-run resumes it instead of starting a new one)."""
     try:
-        old_params = json.loads((report_dir / "params.json").read_text())
+        old_params = Params.read(report_dir / "params.json")
         old_env = json.loads((report_dir / "environment.json").read_text())
     except (OSError, ValueError):
         return False
@@ -84,7 +85,7 @@ def same_setup(report_dir: Path, params: dict, env: dict) -> bool:
     # own fingerprint, so the ones measured before stay valid.
     return (
         store.setup_key(old_params, old_env) == store.setup_key(params, env)
-        and old_params["run"]["batch_sizes"] == params["run"]["batch_sizes"]
+        and old_params.run.batch_sizes == params.run.batch_sizes
     )
 
 
@@ -92,14 +93,14 @@ def union_of_stages(report_dir: Path, requested: list[str]) -> tuple[list[str], 
     """A resumed report keeps the stages measured before (measuring in pieces on a busy host
     adds chapters; it does not drop them). Returns the union in the cumulative order and the
     stages that only the earlier runs asked for."""
-    before = json.loads((report_dir / "params.json").read_text())["stages"]
+    before = Params.read(report_dir / "params.json").stages
     kept = [k for k in before if k not in requested and k in stages.STAGES]
     return [k for k in stages.ORDER if k in requested or k in kept], kept
 
 
 def union_of_chapters(report_dir: Path, requested: list[str]) -> list[str]:
     """A resumed report keeps the chapters beyond the stages that an earlier run measured (the size sweep)."""
-    before = json.loads((report_dir / "params.json").read_text()).get("chapters") or []
+    before = Params.read(report_dir / "params.json").chapters
     return [k for k in stages.BEYOND_STAGES if k in requested or k in before]
 
 

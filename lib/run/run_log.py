@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 from lib.core import provenance, stages
+from lib.core.params import Params
 from lib.results import store
 
 BUDGET_VAR = "MEASURE_FOR"  # seconds this run may measure; then it stops between configurations, resumable
@@ -45,25 +46,25 @@ def settle(run: dict) -> dict:
     return run
 
 
-def estimates(params: dict, history: list[dict], device: dict | None = None) -> tuple[dict, dict]:
+def estimates(params: Params, history: list[dict], device: dict | None = None) -> tuple[dict, dict]:
     """({chapter: seconds}, {chapter: source}) for the progress line: the latest earlier run that timed a
     chapter, else the cost model of params (cost_model_s): per configuration, eager or compiled (a stage
     the profile skips or the device cannot run costs nothing)."""
     from lib.core import chapters  # the registry (running layer) is only needed here
 
-    model = params.get("cost_model_s") or {}
+    model = params.cost_model_s or {}
     out, source = {}, {}
-    for chapter in chapters.order(params["stages"], params.get("chapters")):
+    for chapter in chapters.order(params.stages, params.chapters):
         timed = [r["timings_s"][chapter.key] for r in history if (r.get("timings_s") or {}).get(chapter.key)]
         if timed:
             out[chapter.key], source[chapter.key] = timed[-1], "the previous run"
             continue
         stage = stages.STAGES.get(chapter.key)
-        if stage and ((params.get("skip") or {}).get(stage.key) or (device and stage.not_applicable(device))):
+        if stage and ((params.skip or {}).get(stage.key) or (device and stage.not_applicable(device))):
             out[chapter.key] = 0
         elif stage:
             per = model.get("compiled_config" if stage.compile else "eager_config", 0)
-            out[chapter.key] = per * len(params["run"]["batch_sizes"]) + model.get("evidence", {}).get(chapter.key, 0)
+            out[chapter.key] = per * len(params.run.batch_sizes) + model.get("evidence", {}).get(chapter.key, 0)
         else:
             out[chapter.key] = model.get(chapter.key, 0)
         source[chapter.key] = "the cost model"
@@ -76,7 +77,7 @@ class RunLog:
     def __init__(
         self,
         report_dir: Path,
-        params: dict,
+        params: Params,
         env: dict,
         earlier: list[dict],
         command: str,
@@ -90,7 +91,7 @@ class RunLog:
         self.budget_s = float(budget) if budget else None
         stamp = provenance.run_stamp(env)
         self.run = {
-            "profile": params["name"],
+            "profile": params.name,
             "started": dt.datetime.now().isoformat(timespec="seconds"),
             "state": "running",
             "pid": os.getpid(),
@@ -101,7 +102,7 @@ class RunLog:
             "gpu_uuid": stamp["gpu_uuid"],
             "device": stamp["device"],
             "command": command,
-            "depth": params.get("depth"),
+            "depth": params.depth,
             "configurations": {"measured": 0, "kept": 0, "by_status": {}, "compile": {}},
             "timings_s": {},
             "failures": [],

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from lib.core import provenance, record, stages
 from lib.core.paths import ROOT, resolve
+from lib.core.params import Params
 from lib.measure import compile_cache, faults, protocol
 from lib.results import store
 
@@ -106,7 +107,7 @@ def describe(rec: dict) -> str:
 
 
 def error_record(
-    params: dict, stage_key: str, batch: int, reason: str, stderr: str = "", stamp: dict | None = None
+    params: Params, stage_key: str, batch: int, reason: str, stderr: str = "", stamp: dict | None = None
 ) -> dict:
     rec = store.base_record(params, stages.get(stage_key), batch)
     rec.update(status=record.Status.ERROR, reason=reason, stderr_tail=stderr[-3000:], provenance=stamp)
@@ -129,7 +130,7 @@ def reusable(out: Path, fp: str) -> dict | None:
 
 
 def run_stage(
-    stage_key: str, params: dict, report_dir, timeout_s: float = 1800, force: bool = False, extra_jobs=()
+    stage_key: str, params: Params, report_dir, timeout_s: float = 1800, force: bool = False, extra_jobs=()
 ) -> list[dict]:
     """Measure every batch size of one stage, each in its own process; prints a line each.
     A configuration whose valid result already exists for the same workload and machine is
@@ -142,12 +143,12 @@ def run_stage(
     return [recs[j["out"]] for j in jobs]
 
 
-def stage_jobs(stage_key: str, params: dict, report_dir) -> list[dict]:
+def stage_jobs(stage_key: str, params: Params, report_dir) -> list[dict]:
     """The stage's configuration at every batch size, as measurement jobs."""
     report_dir = resolve(report_dir)
     env = environment(report_dir)
     stage = stages.get(stage_key)
-    skipped = (params.get("skip") or {}).get(stage_key)
+    skipped = (params.skip or {}).get(stage_key)
     return [
         {
             "params": params,
@@ -155,9 +156,9 @@ def stage_jobs(stage_key: str, params: dict, report_dir) -> list[dict]:
             "batch_size": batch,
             "out": str(store.record_path(report_dir / "results", stage_key, batch)),
             "fingerprint": store.fingerprint(params, env, stage, batch),
-            "not_applicable": skipped and f"not measured by the {params['name']} profile: {skipped}",
+            "not_applicable": skipped and f"not measured by the {params.name} profile: {skipped}",
         }
-        for batch in params["run"]["batch_sizes"]
+        for batch in params.run.batch_sizes
     ]
 
 
@@ -212,7 +213,9 @@ def measure_jobs(jobs: list[dict], env: dict, timeout_s: float = 1800, force: bo
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         # The fault injection of this moment travels with the batch: the launcher outlives the
         # environment it was started in.
-        json.dump({"jobs": todo, "timeout_s": timeout_s, "faults": os.environ.get(faults.VAR, "")}, f)
+        json.dump(
+            {"jobs": todo, "timeout_s": timeout_s, "faults": os.environ.get(faults.VAR, "")}, f, default=store.jsonable
+        )
     proc, stderr_lines = _launcher(env)
     stderr_lines.clear()
     finished = False

@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+from dataclasses import replace
 
 from lib.core import config, stages
+from lib.core.params import SHAPE, ModelParams, Params
 from lib.core.paths import resolve
 from lib.results import decide, store
 from lib.run import runner
@@ -44,7 +46,7 @@ def _config(stage, fallback: str, overrides: dict, variant: str, like: str) -> d
     }
 
 
-def plan(params: dict, recommended: str) -> list[dict]:
+def plan(params: Params, recommended: str) -> list[dict]:
     """The configurations each preset runs: [{stage, overrides, variant, like}], where `like` is the
     stage whose device needs (backends, capability, package) decide whether it can run here. The
     recommendation is among them: without FP8 when it has none, else as one of the FP8 forms (or
@@ -54,7 +56,7 @@ def plan(params: dict, recommended: str) -> list[dict]:
     base = dataclasses.replace(rec, **off)
     out = [_config(base, recommended, off, WITHOUT_FP8, recommended)]
     out[0]["like"] = out[0]["stage"]
-    for key in params["evidence"]["size_sweep"]["fp8_stages"]:
+    for key in params.evidence.size_sweep.fp8_stages:
         switches = stages.fp8_switches(stages.get(key))
         form = dataclasses.replace(base, **switches)
         out.append(
@@ -65,15 +67,15 @@ def plan(params: dict, recommended: str) -> list[dict]:
     return out
 
 
-def n_params(model: dict) -> int:
+def n_params(model: ModelParams) -> int:
     """The parameter count of the model `model` (params' shape) at the padded vocabulary: the
     blocks (attention and MLP weights and biases, two LayerNorms), the embeddings and ln_f; the
     lm_head shares the token embedding, as in GPT-2."""
-    d, layers = model["n_embd"], model["n_layer"]
-    return layers * (12 * d * d + 13 * d) + (model["padded_vocab_size"] + model["block_size"]) * d + 2 * d
+    d, layers = model.n_embd, model.n_layer
+    return layers * (12 * d * d + 13 * d) + (model.padded_vocab_size + model.block_size) * d + 2 * d
 
 
-def does_not_fit(model: dict, device: dict) -> str | None:
+def does_not_fit(model: ModelParams, device: dict) -> str | None:
     """Why a preset cannot train on `device` whatever the batch: its fp32 weights, gradients and
     AdamW moments alone exceed the device's memory. None when it may fit (an OOM then stays a row)."""
     total, need = device.get("memory_bytes"), FP32_STATE_BYTES * n_params(model)
@@ -85,37 +87,33 @@ def does_not_fit(model: dict, device: dict) -> str | None:
     )
 
 
-def preset_params(params: dict, name: str) -> dict:
+def preset_params(params: Params, name: str) -> dict:
     """The report's params at preset `name`, with the size sweep's step counts."""
-    sweep, p = params["evidence"]["size_sweep"], copy.deepcopy(params)
-    p["model"].update({k: config.presets()[name][k] for k in config.SHAPE})
-    p["model_preset"] = name
-    p["run"]["warmup_steps"], p["run"]["timed_steps"] = sweep["warmup_steps"], sweep["timed_steps"]
+    sweep, p = params.evidence.size_sweep, copy.deepcopy(params)
+    p.model = replace(p.model, **{k: config.presets()[name][k] for k in SHAPE})
+    p.model_preset = name
+    p.run.warmup_steps, p.run.timed_steps = sweep.warmup_steps, sweep.timed_steps
     return p
 
 
-def jobs(params: dict, report_dir, recommended: str) -> list[dict]:
+def jobs(params: Params, report_dir, recommended: str) -> list[dict]:
     """Every preset's configurations in one process each, then (evidence.size_sweep.repeats) the
     further processes that measure each point's spread, so a call cut short has the whole curve first."""
-    sweep = params["evidence"]["size_sweep"]
-    first = [_jobs(params, report_dir, recommended, name, 0) for name in sweep["presets"]]
-    again = [
-        _jobs(params, report_dir, recommended, name, k)
-        for k in range(1, sweep.get("repeats", 1))
-        for name in sweep["presets"]
-    ]
+    sweep = params.evidence.size_sweep
+    first = [_jobs(params, report_dir, recommended, name, 0) for name in sweep.presets]
+    again = [_jobs(params, report_dir, recommended, name, k) for k in range(1, sweep.repeats) for name in sweep.presets]
     return [j for js in first + again for j in js]
 
 
-def _jobs(params: dict, report_dir, recommended: str, name: str, repeat: int) -> list[dict]:
-    env, sweep = runner.environment(report_dir), params["evidence"]["size_sweep"]
-    skip, b, out = params.get("skip") or {}, sweep["batch_size"], []
+def _jobs(params: Params, report_dir, recommended: str, name: str, repeat: int) -> list[dict]:
+    env, sweep = runner.environment(report_dir), params.evidence.size_sweep
+    skip, b, out = params.skip or {}, sweep.batch_size, []
     p = preset_params(params, name)
-    fit = does_not_fit(p["model"], env["device"])
+    fit = does_not_fit(p.model, env["device"])
     for c in plan(params, recommended):
         stage = dataclasses.replace(stages.get(c["stage"]), **(c["overrides"] or {}))
         skipped = next(
-            (f"not measured by the {params['name']} profile: {skip[k]}" for k in (c["stage"], c["like"]) if k in skip),
+            (f"not measured by the {params.name} profile: {skip[k]}" for k in (c["stage"], c["like"]) if k in skip),
             None,
         )
         reason = (
@@ -142,7 +140,7 @@ def _jobs(params: dict, report_dir, recommended: str, name: str, repeat: int) ->
     return out
 
 
-def measure(params: dict, report_dir, force: bool = False) -> list[dict]:
+def measure(params: Params, report_dir, force: bool = False) -> list[dict]:
     """Every preset's configurations, smallest preset first (a host short of time has the small
     end of the curve). Nothing before the batch-size sweep has chosen a recommendation."""
     best = decide.best_config(store.decision_records(resolve(report_dir) / "results"), params)

@@ -99,19 +99,19 @@ def run(job: dict) -> dict:
     timed one by one, at the job's switches and batch size. Out of memory is a result, as in the
     harness."""
     params, sw, batch = job["params"], job["switches"], job["batch_size"]
-    m, r = params["model"], params["run"]
-    dev = {"rocm": "cuda"}.get(params["backend"], params["backend"])
+    m, r = params.model, params.run
+    dev = {"rocm": "cuda"}.get(params.backend, params.backend)
     rec = {"kind": "plain", "stage": job["stage"], "batch_size": batch, "status": "ok", "reason": None}
     t_start = time.perf_counter()
     try:
         torch.set_float32_matmul_precision("high" if sw["tf32"] else "highest")
-        torch.manual_seed(r["seed"])
+        torch.manual_seed(r.seed)
         model = PlainGPT(
-            m["padded_vocab_size"] if sw["padded_vocab"] else m["vocab_size"],
-            m["block_size"],
-            m["n_layer"],
-            m["n_head"],
-            m["n_embd"],
+            m.padded_vocab_size if sw["padded_vocab"] else m.vocab_size,
+            m.block_size,
+            m.n_layer,
+            m.n_head,
+            m.n_embd,
             sw["attention"] == "sdpa",
             sw.get("residual_dtype"),
         ).to(dev)
@@ -126,8 +126,8 @@ def run(job: dict) -> dict:
         decay = [p for p in model.parameters() if p.dim() >= 2]
         rest = [p for p in model.parameters() if p.dim() < 2]
         optimizer = torch.optim.AdamW(
-            [{"params": decay, "weight_decay": r["weight_decay"]}, {"params": rest, "weight_decay": 0.0}],
-            lr=r["learning_rate"],
+            [{"params": decay, "weight_decay": r.weight_decay}, {"params": rest, "weight_decay": 0.0}],
+            lr=r.learning_rate,
             betas=(0.9, 0.95),
             eps=1e-8,
             **({"fused": True} if sw["fused_adamw"] else {}),
@@ -136,7 +136,7 @@ def run(job: dict) -> dict:
             model = torch.compile(model)
         ctx = torch.autocast(device_type=dev, dtype=getattr(torch, sw["autocast"])) if sw["autocast"] else None
         kwargs = {} if sw.get("return_logits", True) else {"return_logits": False}
-        warmup, timed = r["warmup_steps"], r["timed_steps"]
+        warmup, timed = r.warmup_steps, r.timed_steps
         accum = job.get("micro_steps", 1)  # build-nanogpt's grad_accum_steps
         xs, ys = data.device_batches(params, batch, (warmup + 2 * timed) * accum, dev)
         losses = []
@@ -154,7 +154,7 @@ def run(job: dict) -> dict:
                 loss_accum += loss.detach()
                 loss.backward()
             loss = loss_accum
-            torch.nn.utils.clip_grad_norm_(model.parameters(), r["grad_clip"])
+            torch.nn.utils.clip_grad_norm_(model.parameters(), r.grad_clip)
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
             losses.append(loss.detach())
@@ -186,7 +186,7 @@ def run(job: dict) -> dict:
     rec.update(
         micro_steps=accum,
         ms_per_step=mean_ms,
-        tokens_per_s=batch * accum * r["seq_len"] / (mean_ms / 1e3),
+        tokens_per_s=batch * accum * r.seq_len / (mean_ms / 1e3),
         synced_step_ms=synced,
         synced_median_ms=statistics.median(synced),
         losses=[float(v) for v in losses],

@@ -6,6 +6,7 @@ Also the one device synchronize and the one step timer of the project."""
 
 from __future__ import annotations
 
+from lib.core.params import Params
 import contextlib
 import time
 from dataclasses import dataclass
@@ -28,15 +29,15 @@ def synchronize(dev: str) -> None:
         torch.mps.synchronize()
 
 
-def model_config(params: dict, stage) -> GPTConfig:
-    m = params["model"]
+def model_config(params: Params, stage) -> GPTConfig:
+    m = params.model
     return GPTConfig(
-        n_layer=m["n_layer"],
-        n_head=m["n_head"],
-        n_embd=m["n_embd"],
-        block_size=m["block_size"],
-        real_vocab_size=m["vocab_size"],
-        vocab_size=m["padded_vocab_size"] if stage.padded_vocab else m["vocab_size"],
+        n_layer=m.n_layer,
+        n_head=m.n_head,
+        n_embd=m.n_embd,
+        block_size=m.block_size,
+        real_vocab_size=m.vocab_size,
+        vocab_size=m.padded_vocab_size if stage.padded_vocab else m.vocab_size,
         attention=stage.attention,
         loss=stage.loss,
         residual_dtype=stage.residual_dtype,
@@ -77,7 +78,7 @@ class TrainStep:
         return losses[0] if len(losses) == 1 else torch.stack(losses).sum()
 
 
-def build(params: dict, stage, dev: str, wrap=None, micro_steps: int = 1) -> TrainStep:
+def build(params: Params, stage, dev: str, wrap=None, micro_steps: int = 1) -> TrainStep:
     """The training step of `stage` on device type `dev`. The model is constructed from the
     seed on the CPU (identical weights on every device), then the stage's switches apply.
     `wrap` (DDP) wraps the compiled model, as nanoGPT does."""
@@ -85,7 +86,7 @@ def build(params: dict, stage, dev: str, wrap=None, micro_steps: int = 1) -> Tra
     for path, value in stage.backend_flags:  # e.g. ("torch.backends.cudnn.benchmark", True)
         owner, _, name = path.rpartition(".")
         setattr(_resolve(owner), name, value)
-    torch.manual_seed(params["run"]["seed"])
+    torch.manual_seed(params.run.seed)
     model = GPT(model_config(params, stage)).to(dev)
     if stage.fp8:
         fp8.convert_linears(model.transformer.h)
@@ -100,12 +101,12 @@ def build(params: dict, stage, dev: str, wrap=None, micro_steps: int = 1) -> Tra
                 config=Float8LinearConfig.from_recipe_name(stage.fp8_lm_head),
                 module_filter_fn=lambda module, fqn: fqn == "lm_head",
             )
-    r = params["run"]
+    r = params.run
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     opt = torch.optim.AdamW(
-        [{"params": decay, "weight_decay": r["weight_decay"]}, {"params": no_decay, "weight_decay": 0.0}],
-        lr=r["learning_rate"],
+        [{"params": decay, "weight_decay": r.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=r.learning_rate,
         betas=(0.9, 0.95),
         eps=1e-8,
         **({"fused": True} if stage.fused_adamw else {}),
@@ -120,7 +121,7 @@ def build(params: dict, stage, dev: str, wrap=None, micro_steps: int = 1) -> Tra
         forward,
         opt,
         StepContext(dev, stage.autocast, stage.sdpa_backend),
-        r["grad_clip"],
+        r.grad_clip,
         micro_steps,
         stage.return_logits,
     )

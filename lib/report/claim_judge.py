@@ -1,0 +1,110 @@
+"""The verdict words on a claim (their one home), the CSS class each is shown in, and how a measured
+figure earns one (judge): against the claimed range and the measured noise of "no change". Also how a
+claimed range and a measured figure are put in words."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+# The verdict words (their one home) and the CSS class each is shown in.
+CONFIRMED = "confirmed"  # inside the claimed range
+WITHIN_NOISE = "confirmed (within noise)"  # outside it by less than the measured process-to-process noise
+EXCEEDED = "exceeded"  # further from "no change" than the range: a bigger speed-up or cut
+FELL_SHORT = "fell short"  # the claimed direction, beyond the noise of "no change", but less than the range
+CONTRADICTED = (
+    "contradicted"  # no measurable change, or the opposite direction (a claimed fallback kernel: the same kernels)
+)
+NOT_APPLICABLE = "not applicable"  # the claim speaks about another chip family, backend or library
+NOT_MEASURED = "not measured"  # the measured column says why
+CSS = {
+    CONFIRMED: "ok",
+    WITHIN_NOISE: "ok",
+    EXCEEDED: "ok",
+    FELL_SHORT: "warn",
+    CONTRADICTED: "bad",
+    NOT_APPLICABLE: "note",
+    NOT_MEASURED: "warn",
+}
+# How a contradicted figure that lies within the measured noise of "no change" is worded.
+NO_CHANGE = "no measurable change"
+EXPLAINED = (
+    f"{CONFIRMED}, inside the claimed range; {WITHIN_NOISE}, outside it by less than the measured noise; "
+    f"{EXCEEDED}, further from no change than claimed; {FELL_SHORT}, the claimed direction, beyond the measured "
+    f"noise of no change, but less than claimed; {CONTRADICTED}, {NO_CHANGE} (within the measured noise of no "
+    "change, where a change was claimed) or the opposite direction"
+)
+
+RATIOS = ("speedup", "kernels", "alignment", "misalignment")  # judged against 1 ("no change"); the others against 0
+NOISY = ("speedup", "time_change", "alignment")  # the metrics whose noise is measured (a relative range)
+
+
+def metric_text(metric: str, v: float) -> str:
+    return f"{v:.2f}×" if metric in RATIOS else f"{v * 100:+.1f} %"
+
+
+def range_text(metric: str, e: dict) -> str:
+    lo, hi = e.get("min"), e.get("max")
+    if lo is not None and hi is not None:
+        return f"{metric_text(metric, lo)} to {metric_text(metric, hi)}"
+    return f"≥ {metric_text(metric, lo)}" if lo is not None else f"≤ {metric_text(metric, hi)}"
+
+
+def no_change(metric: str, value: float, noise: float | None) -> bool:
+    """Whether a figure lies within the measured noise (relative) of "no change"."""
+    shift = 0.0 if metric in RATIOS else 1.0  # a change is a ratio minus one
+    return noise is not None and metric in NOISY and abs(value + shift - 1) <= noise
+
+
+def judge(metric: str, value: float, expect: dict, noise: float | None = None) -> str:
+    """The verdict word for a measured figure. A claimed range lies on one side of "no change"
+    (params/claims.yaml): that side is the claim's direction. `noise`: the relative noise behind the
+    figure (a timing's process-to-process range). A figure within it of no change shows no
+    measurable change: it contradicts any claimed change (a range that does not straddle no change);
+    a figure outside the range by less than the noise is within noise."""
+    lo, hi = expect.get("min", -np.inf), expect.get("max", np.inf)
+    neutral = 1.0 if metric in RATIOS else 0.0
+    if no_change(metric, value, noise) and not lo < neutral < hi:
+        return CONTRADICTED
+    if lo <= value <= hi:
+        return CONFIRMED
+    shift = 1 - neutral  # the noise is relative to a step time or throughput ratio
+    if (
+        noise is not None
+        and metric in ("speedup", "time_change")
+        and any(abs((value + shift) / (bound + shift) - 1) <= noise for bound in (lo, hi) if np.isfinite(bound))
+    ):
+        return WITHIN_NOISE
+    up = np.isfinite(lo) and lo >= neutral  # a claimed increase (speed-up, more memory); else a cut
+    if (value > hi) if up else (value < lo):
+        return EXCEEDED
+    return FELL_SHORT if ((value > neutral) if up else (value < neutral)) else CONTRADICTED
+
+
+def verdict_word(
+    metric: str,
+    value: float,
+    expect: dict,
+    noise: float | None,
+    applies: bool,
+    what: str = "the measured noise",
+    why: str = "",
+) -> tuple[str, str]:
+    """The verdict word (judge; not applicable where the claim speaks about other hardware) and, for a
+    contradiction within the noise of no change, the words that say so."""
+    word = judge(metric, value, expect, noise)
+    note = (
+        f"; {NO_CHANGE}: within {what} of no change (±{noise * 100:.1f} %{': ' + why if why else ''})"
+        if word == CONTRADICTED and no_change(metric, value, noise)
+        else ""
+    )
+    return (word, note) if applies else (NOT_APPLICABLE, "")
+
+
+def per_batch_text(metric: str, values: pd.Series) -> str:
+    """A figure per batch size as one: the median, the range where they differ, the batch sizes."""
+    lo, hi = metric_text(metric, values.min()), metric_text(metric, values.max())
+    return (
+        f"{metric_text(metric, float(np.median(values)))}{'' if lo == hi else f' ({lo} to {hi})'} "
+        f"at B={', '.join(map(str, values.index))}"
+    )

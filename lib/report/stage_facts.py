@@ -1,0 +1,73 @@
+"""A stage chapter's paragraph of measured facts (its "Measured" view): the speed-up over the stage
+its lever is added to, memory, best throughput, DDP scaling, the plain-loop cross-check, the SDPA
+backend that ran and each row without a timing, every sentence computed from the records."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from lib.core import stages
+from lib.report import fidelity_view, parity_view
+from lib.report.loader import Report, short, span, speedups, widest
+from lib.report.prose import efficiency_reference, memory_change
+from lib.results import decide
+
+
+def stage_summary(rep: Report, key: str) -> str:
+    """One paragraph of measured facts for a stage chapter."""
+    st = stages.get(key)
+    rows = rep.df[rep.df["stage"] == key]
+    if rows.empty:
+        return f"No results for {st.title}."
+    if not rows["status"].isin(["ok", "diverged"]).any():
+        return f"{st.title} has no timing on this device: " + "; ".join(
+            f"B={r.batch_size}: {r.status.replace('_', ' ')} ({r.reason})" for r in rows.itertuples()
+        )
+    parts = []
+    effect = decide.lever_effect(rep.df, key)
+    prev = effect["values"]
+    if key != rep.stage_order[0] and not prev.empty and not st.multi_gpu:  # DDP: judged against one GPU below
+        base = speedups(rep, key, "speedup_vs_baseline")
+        parts.append(
+            f"Against {stages.get(effect['previous']).title} the step is {span(prev.values)} as fast "
+            + ("" if effect["previous"] == rep.stage_order[0] else f"({span(base.values)} against FP32) ")
+            + f"at batch size{'s' if len(prev) > 1 else ''} "
+            f"{', '.join(map(str, prev.index))}."
+        )
+        mem = memory_change(rep, key)
+        if mem:
+            parts.append(f"Memory: {mem}.")
+    ok = rows[rows["status"].isin(["ok", "diverged"])]
+    best = ok.loc[ok["tokens_per_s"].idxmax()]
+    parts.append(
+        f"Best throughput {best['tokens_per_s']:,.0f} tokens/s at B={best['batch_size']}"
+        + (
+            f" (MFU {best['mfu'] * 100:.1f} % of the {best['peak_precision']} peak)."
+            if not pd.isna(best["mfu"])
+            else "."
+        )
+    )
+    if st.multi_gpu:
+        r = widest(ok)
+        eff = "n/a" if pd.isna(r["scaling_efficiency"]) else f"{r['scaling_efficiency'] * 100:.1f} %"
+        parts.append(
+            f"{'The most GPUs measured, ' if len(ok) > 1 else ''}{int(r['world_size'])} GPUs at B={r['batch_size']} per GPU: {r['tokens_per_s']:,.0f} tokens/s "
+            f"in all, {r['per_gpu_tokens_per_s']:,.0f} per GPU; **scaling efficiency {eff}** against "
+            f"{efficiency_reference(r)}; the gradient all-reduce costs **{r['allreduce_share'] * 100:.1f} %** of "
+            "the step (step time with and without gradient synchronisation)."
+        )
+
+    for c in fidelity_view.crosscheck_rows(rep):
+        if c["stage"] == key and c["difference"] is not None:
+            parts.append(
+                f"A plain nanoGPT-form loop at B={c['batch_size']}: {c['plain_ms']:.1f} ms/step against the "
+                f"harness's {c['harness_ms']:.1f} ms ({c['difference'] * 100:+.1f} %)."
+            )
+    sdpa = ok["sdpa_backend"].dropna().unique()
+    if len(sdpa):
+        parts.append(f"SDPA backend that ran: **{', '.join(sdpa)}** (read from the dispatched operators).")
+    for r in rows[rows["status"] != "ok"].itertuples():
+        parts.append(f"B={r.batch_size}: **{r.status.replace('_', ' ')}** — {short(r.reason)}")
+    if key in parity_view.rejected(rep):  # the chapter says what the summary says: a long run outranks 30 steps
+        parts.append(f"**Not recommended**: {parity_view.rejected_reason(rep, key)}")
+    return " ".join(parts)

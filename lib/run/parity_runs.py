@@ -1,0 +1,71 @@
+"""The parity test's runs (lib/results/parity.py decides on them): the recommended stage and its reference
+stage, paired per seed on the same weights and data order, each twice, then their loss on held-out text.
+Run by the batch-sweep chapter (lib/run/evidence.py) once the sweep has named the recommendation."""
+
+from __future__ import annotations
+
+from lib.core import data, record, stages
+from lib.core.params import Params
+from lib.core.paths import resolve
+from lib.results import decide, store
+from lib.run import runner
+from lib.run.jobs import folder, make_job
+
+
+def parity_jobs(params: Params, report_dir) -> list[dict]:
+    """The parity test of the recommended configuration (lib/results/parity.py): at each of evidence.parity_seeds
+    seeds, the recommended stage and its reference stage twice each at the same batch, from the same
+    weights on the same data order, then their loss on held-out text. Each run is as long as
+    evidence.parity_steps allows within evidence.parity_passes passes over the training text (more
+    would measure how fast the model overfits this corpus). Where the reference ran out of memory at
+    that batch in the matrix, it accumulates gradients over micro-batches that fit (the same update)."""
+    env = runner.environment(report_dir)
+    recs = store.decision_records(resolve(report_dir) / "results")
+    best = decide.best_config(recs, params)
+    if best is None or stages.get(best["stage"]).reference == best["stage"]:
+        return []
+    key, batch = best["stage"], best["batch_size"]
+    ref = stages.get(key).reference
+    fits = [
+        r["batch_size"]
+        for r in recs
+        if r["stage"] == ref and r.get("status") == record.Status.OK and r.get("variant") in record.TIMING_VARIANTS
+    ]  # timed at that batch in one go, not a parity run
+    largest = max(fits) if fits else batch
+    micro = next(k for k in range(1, batch + 1) if batch % k == 0 and batch // k <= largest)
+    return parity_plan(params, env, report_dir, key, batch, micro)
+
+
+def parity_plan(params: Params, env: dict, report_dir, key: str, batch: int, micro: int) -> list[dict]:
+    """The parity test's runs of stage `key` at `batch`, its reference accumulating `micro` micro-batches."""
+    ev, ref = params.evidence, stages.get(key).reference
+    train_tokens = len(data.split(data.load_tokens(params.model.vocab_size))[0])
+    per_step = batch * params.run.seq_len
+    steps = max(1, min(ev.parity_steps, int(ev.parity_passes * train_tokens // per_step)))
+    jobs = []
+    for seed in range(ev.parity_seeds):
+        # Each seed reads the text from its own place, fixed by the seed alone (golden-ratio steps), so
+        # adding seeds later leaves the earlier ones' runs valid.
+        start = int((seed * 0.6180339887498949) % 1.0 * train_tokens)
+        for s, m, k in ((key, 1, 0), (key, 1, 1), (ref, micro, 0), (ref, micro, 1)):
+            name = f"{s}__b{batch}" + (f"__s{seed}" if seed else "") + (f"__r{k}" if k else "")
+            j = make_job(
+                params,
+                env,
+                s,
+                batch,
+                folder(report_dir, "parity") / f"{name}.json",
+                kind="parity",
+                variant="parity",
+                steps=steps,
+                held_out_batches=ev.held_out_batches,
+                micro_steps=m,
+                replicate=k,
+                eval_batch=ev.crosscheck_batch,
+                seed_offset=seed,
+                data_start=start,
+                passes=steps * per_step / train_tokens,
+            )
+            j["fingerprint"] += f"-parity{steps}x{m}-lr-schedule-s{seed}-at{start}-r{k}"
+            jobs.append(j)
+    return jobs

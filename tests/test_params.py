@@ -1,0 +1,72 @@
+"""lib/core/params.py: the typed params. Every layer reads them as attributes; a report's params.json is
+their to_dict() and reads back, from earlier versions of the tool too; the fingerprints of the committed
+reports' records recompute from them unchanged."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from lib.core import config, stages
+from lib.core.params import ConfigError, Evidence, Params
+from lib.results import store
+
+REPORTS = Path(__file__).resolve().parent.parent / "reports"
+
+
+@pytest.mark.parametrize("profile", config.profiles())
+def test_every_profile_round_trips_through_its_dict(profile):
+    params = config.load(profile)
+    again = Params.from_dict(json.loads(json.dumps(params.to_dict())), "params.json")
+    assert again == params and isinstance(again.evidence, Evidence)
+
+
+@pytest.mark.parametrize("name", ["h100", "h200"])
+def test_the_committed_records_fingerprints_recompute_from_the_typed_params(name):
+    """A measured configuration is found again by its fingerprint: the typed params must hash as the
+    dicts they replaced did, or every committed report would be archived and measured again."""
+    folder = REPORTS / name
+    params, env = Params.read(folder / "params.json"), json.loads((folder / "environment.json").read_text())
+    matrix = [
+        rec
+        for rec in map(json.loads, (p.read_text() for p in sorted((folder / "results").glob("*.json"))))
+        if not rec.get("variant") and rec["stage"] in stages.STAGES and not stages.is_multi_gpu(rec["stage"])
+    ]
+    assert len(matrix) >= 10
+    for rec in matrix:
+        assert store.fingerprint(params, env, stages.get(rec["stage"]), rec["batch_size"]) == rec["fingerprint"], rec
+    changed, first = Params.read(folder / "params.json"), matrix[0]
+    changed.run.seed += 1
+    assert store.fingerprint(changed, env, stages.get(first["stage"]), first["batch_size"]) != first["fingerprint"]
+
+
+def test_a_params_json_of_the_first_method_reads_with_what_it_lacks_as_none():
+    params = Params.read(REPORTS / "h200-x2" / "params.json")  # measured before the parity test and the depths
+    assert params.method == 1 and params.evidence.parity_steps is None and params.evidence.baseline is None
+    assert params.chapters == [] and params.not_run == [] and params.run.seq_len == 1024
+
+
+def test_a_merged_dict_that_lacks_a_key_or_has_a_stray_one_is_refused_in_one_line():
+    good = config.load("cpu").to_dict()
+    del good["evidence"]["held_out_batches"]
+    with pytest.raises(ConfigError, match=r"^params/x\.yaml: evidence is missing held_out_batches$"):
+        Params.from_dict(good, "params/x.yaml")
+    stray = {**config.load("cpu").to_dict(), "colour": "red"}
+    with pytest.raises(ConfigError, match=r"unknown key 'colour'"):
+        Params.from_dict(stray, "params/x.yaml")
+    assert Params.from_dict(stray, lenient=True).name == "cpu"  # a key an earlier version wrote is dropped
+
+
+@pytest.mark.parametrize("key", ["name", "not_run", "method"])
+def test_what_load_derives_cannot_be_set_in_a_params_file(tmp_params_dir, key):
+    (tmp_params_dir / "mine.yaml").write_text(f"backend: cpu\n{key}: x\n")
+    with pytest.raises(ConfigError, match=f"unknown key '{key}'"):
+        config.load("mine")
+
+
+def test_a_profile_may_not_set_the_shape_its_preset_fixes(tmp_params_dir):
+    (tmp_params_dir / "mine.yaml").write_text("backend: cpu\nmodel:\n  n_layer: 3\n")
+    with pytest.raises(ConfigError, match=r"model: unknown key 'n_layer'"):
+        config.load("mine")
