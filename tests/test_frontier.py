@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from conftest import make_record, tiny_params
 
-from lib.core import stages
+from lib.core import levers, stages
 from lib.measure import worker
 from lib.report import batch_sweep_view, frontier_view, loader, prose, stage_facts
 from lib.results import decide
@@ -270,7 +270,7 @@ def test_fp8_on_the_lm_head_alone_keeps_its_weight_tied():
 
 
 def test_levers_of_a_configuration():
-    assert list(stages.levers_of(stages.get("fused_ce"))) == [
+    assert list(levers.levers_of(stages.get("fused_ce"))) == [
         "TF32",
         "BF16 autocast",
         "SDPA attention",
@@ -279,10 +279,10 @@ def test_levers_of_a_configuration():
         "torch.compile",
         "fused linear cross-entropy",
     ]
-    autotune = stages.levers_of(stages.get("autotune"))
+    autotune = levers.levers_of(stages.get("autotune"))
     assert "max-autotune" in autotune and "torch.compile" not in autotune
-    assert list(stages.levers_of(stages.get("fp32"))) == []
-    head_levers = stages.levers_of(stages.get("fp8_head"))
+    assert list(levers.levers_of(stages.get("fp32"))) == []
+    head_levers = levers.levers_of(stages.get("fp8_head"))
     assert list(head_levers)[-4:] == [
         "torch.compile",
         "BF16 residual stream",
@@ -300,7 +300,7 @@ def test_levers_of_a_configuration():
     }
     # Each lever removed in turn leaves exactly the stage it was added to, switch for switch.
     head = stages.get("fp8_head")
-    without = dataclasses.replace(head, **stages.LEVERS["FP8 lm_head (torchao)"])
+    without = dataclasses.replace(head, **levers.LEVERS["FP8 lm_head (torchao)"])
     assert {**without.identity(), "key": "loss_only"} == stages.get("loss_only").identity()
 
 

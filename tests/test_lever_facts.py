@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from lib.core import stages
+from lib.core import levers, stages
 from lib.measure import environment
 from lib.run import jobs
 
@@ -63,7 +63,7 @@ def test_a_stage_names_its_package_module_when_the_name_differs():
 
 def _unablated(stage) -> set[str]:
     """The switches `stage` sets that no leave-one-out entry turns off."""
-    covered = {switch for off in stages.LEVERS.values() for switch in off}
+    covered = {switch for off in levers.LEVERS.values() for switch in off}
     return set(stage.identity()) - {"key", "peak"} - covered - NOT_ABLATED
 
 
@@ -73,7 +73,7 @@ def test_every_switch_a_stage_sets_has_a_leave_one_out_entry(key):
 
 
 def test_a_switch_without_a_leave_one_out_entry_is_found(monkeypatch):
-    monkeypatch.setattr(stages, "LEVERS", {k: v for k, v in stages.LEVERS.items() if "fp8_lm_head" not in v})
+    monkeypatch.setattr(levers, "LEVERS", {k: v for k, v in levers.LEVERS.items() if "fp8_lm_head" not in v})
     assert _unablated(stages.STAGES["fp8_head"]) == {"fp8_lm_head"}
 
 

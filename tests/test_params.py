@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from lib.core import config, stages
+from lib.core import chapters, config, stages
 from lib.core.params import ConfigError, Evidence, Params
 from lib.results import store
 
@@ -45,7 +45,7 @@ def test_the_committed_records_fingerprints_recompute_from_the_typed_params(name
 def test_a_params_json_of_the_first_method_reads_with_what_it_lacks_as_none():
     params = Params.read(REPORTS / "h200-x2" / "params.json")  # measured before the parity test and the depths
     assert params.method == 1 and params.evidence.parity_steps is None and params.evidence.baseline is None
-    assert params.chapters == [] and params.not_run == [] and params.run.seq_len == 1024
+    assert params.chapters is None and params.not_run == [] and params.run.seq_len == 1024  # None: every chapter
 
 
 def test_a_merged_dict_that_lacks_a_key_or_has_a_stray_one_is_refused_in_one_line():
@@ -70,3 +70,9 @@ def test_a_profile_may_not_set_the_shape_its_preset_fixes(tmp_params_dir):
     (tmp_params_dir / "mine.yaml").write_text("backend: cpu\nmodel:\n  n_layer: 3\n")
     with pytest.raises(ConfigError, match=r"model: unknown key 'n_layer'"):
         config.load("mine")
+
+
+def test_a_report_that_recorded_no_chapters_keeps_every_chapter_beyond_its_stages():
+    """reports/h200 was measured before params named its chapters: it still has its batch-sweep chapter."""
+    params = Params.read(REPORTS / "h200" / "params.json")
+    assert "batch_sweep" in [c.key for c in chapters.order(params.stages, params.chapters)]

@@ -157,7 +157,7 @@ def not_run(params: Params) -> list[dict]:
     ] + [
         {"key": k, "kind": "chapter", "command": f"{again} CHAPTERS={k}"}
         for k in params.full_depth.chapters
-        if k not in params.chapters
+        if k not in (params.chapters or [])
     ]
 
 

@@ -112,7 +112,7 @@ class Params:
     model_preset: str | None = None
     profile_preset: str | None = None
     depth: str = "default"
-    chapters: list[str] = field(default_factory=list)
+    chapters: list[str] | None = None  # the chapters beyond the stages; None (not recorded then): all of them
     override: str | None = None
     method: int = 1  # a report from before the method was recorded measured with method 1
     not_run: list[dict] = field(default_factory=list)  # what DEPTH=full would add, with its command

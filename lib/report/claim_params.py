@@ -29,7 +29,7 @@ def load_claims(path=CLAIMS) -> dict:
     """The write-ups' claims (params/claims.yaml), each with a known metric, its source among the
     file's `sources` and the chip families it speaks about; a claim this tool cannot check
     (metric none) says why, and a loss-gate claim is judged against its stage's own loss reference."""
-    from lib.core import stages
+    from lib.core import levers, stages
 
     data = yaml.safe_load(Path(path).read_text())
     for c in data["claims"]:
@@ -49,8 +49,8 @@ def load_claims(path=CLAIMS) -> dict:
         for key in c.get("forms", []):
             if not stages.fp8_switches(stages.get(key)):
                 raise ConfigError(f"{where}: form {key!r} is no FP8 stage")
-        if c.get("leave_one_out") and c["leave_one_out"] not in stages.LEVERS:
-            raise ConfigError(f"{where}: leave_one_out {c['leave_one_out']!r} is none of {', '.join(stages.LEVERS)}")
+        if c.get("leave_one_out") and c["leave_one_out"] not in levers.LEVERS:
+            raise ConfigError(f"{where}: leave_one_out {c['leave_one_out']!r} is none of {', '.join(levers.LEVERS)}")
         if c["metric"] == "attention" and c.get("figure") not in ("step", "kernels"):
             raise ConfigError(f"{where}: an attention claim's figure is step or kernels")
         if c["metric"] == "misalignment" and not c.get("cublas"):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from lib.core import provenance, record, stages
+from lib.core import levers, provenance, record, stages
 from lib.core.kernel_categories import CATEGORIES
 from lib.report.evidence_view import OK, none, table
 from lib.report.fidelity_view import repeats_rule
@@ -229,7 +229,7 @@ def ablation_rows(rep: Report) -> tuple[dict | None, list[dict]]:
             "record": {"status": "not_measured", "reason": "not measured: no record of this run"},
             "worth": None,
         }
-        for name in stages.levers_of(stages.get(key))
+        for name in levers.levers_of(stages.get(key))
         if name not in done
     ]
     return full, rows

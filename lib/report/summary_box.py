@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import html
 
-from lib.core import record, stages
+from lib.core import levers, record, stages
 from lib.report import fidelity_view, frontier_view, parity_view, size_sweep_view
 from lib.report.loader import ADOPT_ABOVE, Report, mfu_bf16, recommended, span
 from lib.results import decide, stats
@@ -74,7 +74,7 @@ def _turn_on(rep: Report) -> str | None:
 
 def _stage_of(rep: Report, lever: str) -> str | None:
     """The report's stage that adds `lever` (the first whose switches differ from the stage it is added to)."""
-    off = stages.LEVERS.get(lever, {})
+    off = levers.LEVERS.get(lever, {})
     return next(
         (
             k

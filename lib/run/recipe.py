@@ -23,7 +23,7 @@ from pathlib import Path
 
 from lib.core import stages
 from lib.core.paths import resolve
-from lib.core.stages import levers_of
+from lib.core.levers import levers_of
 from lib.core.params import Params
 from lib.results import decide, noise, store
 from lib.run import runner

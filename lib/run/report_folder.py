@@ -100,7 +100,7 @@ def union_of_stages(report_dir: Path, requested: list[str]) -> tuple[list[str], 
 
 def union_of_chapters(report_dir: Path, requested: list[str]) -> list[str]:
     """A resumed report keeps the chapters beyond the stages that an earlier run measured (the size sweep)."""
-    before = Params.read(report_dir / "params.json").chapters
+    before = Params.read(report_dir / "params.json").chapters or []
     return [k for k in stages.BEYOND_STAGES if k in requested or k in before]
 
 

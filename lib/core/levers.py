@@ -1,0 +1,46 @@
+"""The leave-one-out ablation's table: each lever of a configuration as the stage switches that turn it
+off, and which levers need another. A stage is data (lib/core/stages.py); what removing one of its
+levers means is data here, and lib/run/recipe.py measures it."""
+
+from __future__ import annotations
+
+# Each lever of a configuration, as the stage switch that turns it off (name -> overrides). Listed
+# in the order the stages add them; a lever the recommended stage does not use is skipped.
+LEVERS = {
+    "TF32": {"tf32": False},
+    "BF16 autocast": {"autocast": None},
+    "SDPA attention": {"attention": "naive", "sdpa_backend": None},
+    "padded vocabulary": {"padded_vocab": False},
+    "fused AdamW": {"fused_adamw": False},
+    "torch.compile": {"compile": False, "compile_mode": None},
+    "max-autotune": {"compile_mode": None},
+    "FP8 (hand-written)": {"fp8": False},
+    "FP8 (torchao)": {"float8": None},
+    "fused linear cross-entropy": {"loss": "cross_entropy"},
+    "BF16 residual stream": {"residual_dtype": None},
+    "loss-only forward": {"return_logits": True},
+    "FP8 lm_head (torchao)": {"fp8_lm_head": None},
+}
+
+
+# Levers that cannot run without another: removing the one removes them too (a bf16 residual stream
+# into fp32 Linear layers is a dtype error; torch._scaled_mm needs the lm_head's rows a multiple of 16).
+NEEDS = {"BF16 residual stream": "BF16 autocast", "FP8 lm_head (torchao)": "padded vocabulary"}
+
+
+def _uses(stage, off: dict) -> bool:
+    return any(getattr(stage, k) != v for k, v in off.items())
+
+
+def levers_of(stage) -> dict[str, dict]:
+    """The levers `stage` uses: those whose overrides change at least one of its switches (max-autotune
+    only where a compile mode is set, so removing torch.compile is one lever, not two). A lever that
+    others need is removed with them, and its name says so."""
+    out = {}
+    for name, off in LEVERS.items():
+        if not _uses(stage, off) or (name == "torch.compile" and stage.compile_mode):
+            continue
+        with_it = [d for d, needed in NEEDS.items() if needed == name and _uses(stage, LEVERS[d])]
+        label = name + (f" (and {', '.join(with_it)}, which needs it)" if with_it else "")
+        out[label] = {**off, **{k: v for d in with_it for k, v in LEVERS[d].items()}}
+    return out
