@@ -108,10 +108,10 @@ compare: setup  ## one report across GPUs from existing reports [GPUS="h100 h200
 test: setup  ## the linter, then the test suite (the whole pipeline on the CPU default)
 	@$(PY) -c "import $(shell echo $(TEST_IMPORTS) | tr ' ' ',')" 2>/dev/null || { \
 	  echo "error: the test tools ($(TEST_IMPORTS)) are missing: pip install them (or the wheelhouse's)" >&2; exit 1; }
-	@$(PY) -m ruff check lib tests && $(PY) -m ruff format --check -q lib tests && $(PY) -m pytest -q tests
+	@$(PY) -m ruff check lib tests tools && $(PY) -m ruff format --check -q lib tests tools && $(PY) -m pytest -q tests
 
 test-fast: setup  ## the pure-Python tests only (no pipeline, no measuring process): the inner loop
-	@$(PY) -m ruff check lib tests && $(PY) -m ruff format --check -q lib tests && $(PY) -m pytest -q -m "not slow" tests
+	@$(PY) -m ruff check lib tests tools && $(PY) -m ruff format --check -q lib tests tools && $(PY) -m pytest -q -m "not slow" tests
 
 lab: setup  ## JupyterLab: the chapter template, the summary, and every report's executed notebooks
 	@$(PY) -c "import jupyterlab" 2>/dev/null || { \

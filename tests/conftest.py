@@ -22,6 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from lib.core import config, stages  # noqa: E402
+from lib.core.params import Params  # noqa: E402
 from lib.results import stats, store  # noqa: E402
 
 PIPELINE_TIMEOUT_S = 600
@@ -162,12 +163,12 @@ def no_injected_faults(monkeypatch):
 
 
 @pytest.fixture
-def cpu_params() -> dict:
+def cpu_params() -> Params:
     """A fresh copy of the validated CPU parameters (tests may change it)."""
     return config.load("cpu")
 
 
-def tiny_params(stage_keys=None, batch_sizes=(2,), warmup=1, timed=5) -> dict:
+def tiny_params(stage_keys=None, batch_sizes=(2,), warmup=1, timed=5) -> Params:
     p = config.load("cpu")
     p.run = dataclasses.replace(p.run, batch_sizes=list(batch_sizes), warmup_steps=warmup, timed_steps=timed)
     if stage_keys is not None:
@@ -198,7 +199,7 @@ def make_record(
     return rec
 
 
-def write_report_dir(report_dir: Path, params: dict, records: list[dict]) -> Path:
+def write_report_dir(report_dir: Path, params: Params, records: list[dict]) -> Path:
     """A report folder as the notebooks leave it, without measuring anything."""
     report_dir.mkdir(parents=True, exist_ok=True)
     store.write_atomic(report_dir / "params.json", params)
@@ -226,7 +227,7 @@ def read_json(path: Path):
 
 
 def write_parity_test(
-    report_dir: Path, params: dict, lever: str, lever_held: float, ref_held: float, batch: int = 2, seeds: int = 3
+    report_dir: Path, params: Params, lever: str, lever_held: float, ref_held: float, batch: int = 2, seeds: int = 3
 ) -> None:
     """A parity test as parity_runs.parity_plan leaves it: per seed the lever and its reference twice each."""
     from lib.core import stages

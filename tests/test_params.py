@@ -35,8 +35,10 @@ def test_the_committed_records_fingerprints_recompute_from_the_typed_params(name
         if not rec.get("variant") and rec["stage"] in stages.STAGES and not stages.is_multi_gpu(rec["stage"])
     ]
     assert len(matrix) >= 10
-    for rec in matrix:
-        assert store.fingerprint(params, env, stages.get(rec["stage"]), rec["batch_size"]) == rec["fingerprint"], rec
+    # as a re-render reads them (params.json) and as a resumed `make report` builds them (config.load)
+    for read in (params, config.load(name)):
+        for rec in matrix:
+            assert store.fingerprint(read, env, stages.get(rec["stage"]), rec["batch_size"]) == rec["fingerprint"], rec
     changed, first = Params.read(folder / "params.json"), matrix[0]
     changed.run.seed += 1
     assert store.fingerprint(changed, env, stages.get(first["stage"]), first["batch_size"]) != first["fingerprint"]
@@ -64,6 +66,18 @@ def test_what_load_derives_cannot_be_set_in_a_params_file(tmp_params_dir, key):
     (tmp_params_dir / "mine.yaml").write_text(f"backend: cpu\n{key}: x\n")
     with pytest.raises(ConfigError, match=f"unknown key '{key}'"):
         config.load("mine")
+
+
+@pytest.mark.parametrize(
+    "key, allowed", [("family", False), ("peak_source", False), ("peak_tflops", True), ("skip", True)]
+)
+def test_a_params_file_may_set_null_only_where_null_means_none(tmp_params_dir, key, allowed):
+    (tmp_params_dir / "mine.yaml").write_text(f"backend: cpu\n{key}: null\n")
+    if allowed:
+        assert getattr(config.load("mine"), key) is None
+    else:
+        with pytest.raises(ConfigError, match=f"'{key}' must be str, got null"):
+            config.load("mine")
 
 
 def test_a_profile_may_not_set_the_shape_its_preset_fixes(tmp_params_dir):

@@ -5,6 +5,7 @@ become stages. Not part of the report: its numbers only choose what the report t
     python tools/lever_probe.py            # every candidate, one JSON line each, to stdout
     python tools/lever_probe.py NAME       # one candidate
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -62,17 +63,29 @@ def run_one(name: str, warmup: int = 5, timed: int = 15) -> dict:
         torch._inductor.config.coordinate_descent_tuning = True
     torch.set_float32_matmul_precision("high")
     params = config.load("h100")
-    m = params["model"]
+    m = params.model
     torch.manual_seed(1337)
-    model = GPT(GPTConfig(n_layer=m["n_layer"], n_head=m["n_head"], n_embd=m["n_embd"], block_size=1024,
-                          vocab_size=50304, real_vocab_size=50257, attention="sdpa")).cuda()
+    model = GPT(
+        GPTConfig(
+            n_layer=m.n_layer,
+            n_head=m.n_head,
+            n_embd=m.n_embd,
+            block_size=1024,
+            vocab_size=50304,
+            real_vocab_size=50257,
+            attention="sdpa",
+        )
+    ).cuda()
     reference = copy.deepcopy(model) if o.get("float8_head") else None
     if o.get("float8_head"):
         from torchao.float8 import Float8LinearConfig, convert_to_float8_training
 
         recipe = o["float8_head"] if isinstance(o["float8_head"], str) else "tensorwise"
-        convert_to_float8_training(model, config=Float8LinearConfig.from_recipe_name(recipe),
-                                   module_filter_fn=lambda mod, fqn: fqn == "lm_head")
+        convert_to_float8_training(
+            model,
+            config=Float8LinearConfig.from_recipe_name(recipe),
+            module_filter_fn=lambda mod, fqn: fqn == "lm_head",
+        )
     tr = model.transformer
 
     def body_of(net, idx):
@@ -90,9 +103,11 @@ def run_one(name: str, warmup: int = 5, timed: int = 15) -> dict:
 
     loss_kind = o.get("loss", "ce")
     if loss_kind == "ce":
+
         def fwd(idx, tgt):
             logits = model.lm_head(body(idx))
             return F.cross_entropy(logits.view(-1, logits.size(-1)), tgt.view(-1))
+
         step_fwd = torch.compile(fwd, **({"mode": o["mode"]} if "mode" in o else {}))
     else:
         cbody = torch.compile(body, **({"mode": o["mode"]} if "mode" in o else {}))
@@ -108,10 +123,16 @@ def run_one(name: str, warmup: int = 5, timed: int = 15) -> dict:
             def step_fwd(idx, tgt):
                 h = cbody(idx).to(torch.bfloat16)
                 return linear_cross_entropy(h, model.lm_head.weight.to(torch.bfloat16), tgt)
+
     decay = [p for p in model.parameters() if p.dim() >= 2]
     rest = [p for p in model.parameters() if p.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": rest, "weight_decay": 0.0}],
-                            lr=6e-4, betas=(0.9, 0.95), eps=1e-8, fused=True)
+    opt = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": 0.1}, {"params": rest, "weight_decay": 0.0}],
+        lr=6e-4,
+        betas=(0.9, 0.95),
+        eps=1e-8,
+        fused=True,
+    )
     xs, ys = data.device_batches(params, batch, warmup + timed, "cuda")
     grad_err = None
     if reference is not None:  # eager, on 8 sequences: how far the FP8 lm_head's gradients are from bf16's
@@ -161,10 +182,18 @@ def run_one(name: str, warmup: int = 5, timed: int = 15) -> dict:
     torch.cuda.synchronize()
     wall_ms = (time.perf_counter() - t0) * 1e3 / timed
     ms = [a.elapsed_time(b) for a, b in events]
-    return {"name": name, "batch": batch, "options": o, "median_ms": statistics.median(ms), "wall_ms": wall_ms,
-            "tokens_per_s": batch * 1024 / (wall_ms / 1e3), "first_step_s": first_s,
-            "peak_gib": torch.cuda.max_memory_allocated() / 2**30, "lm_head_grad_rel_err": grad_err,
-            "losses": [round(float(v), 4) for v in losses]}
+    return {
+        "name": name,
+        "batch": batch,
+        "options": o,
+        "median_ms": statistics.median(ms),
+        "wall_ms": wall_ms,
+        "tokens_per_s": batch * 1024 / (wall_ms / 1e3),
+        "first_step_s": first_s,
+        "peak_gib": torch.cuda.max_memory_allocated() / 2**30,
+        "lm_head_grad_rel_err": grad_err,
+        "losses": [round(float(v), 4) for v in losses],
+    }
 
 
 def main(names: list[str], budget_s: float) -> None:
@@ -175,20 +204,32 @@ def main(names: list[str], budget_s: float) -> None:
             print(json.dumps({"name": name, "status": "skipped: out of time"}), flush=True)
             continue
         o = CANDIDATES[name][1]
-        env = dict(os.environ, **({"CUDA_LAUNCH_BLOCKING": "1"} if o.get("blocking") else {}),
-                   **({"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"} if o.get("expandable") else {}),
-                   # inductor's caches key on the traced graph, not on the SDPA backend flags: a forced
-                   # backend needs a cache of its own, or it silently reuses another backend's kernels
-                   **({"TORCHINDUCTOR_CACHE_DIR": f"/tmp/inductor-{name}"} if o.get("sdpa") else {}))
+        env = dict(
+            os.environ,
+            **({"CUDA_LAUNCH_BLOCKING": "1"} if o.get("blocking") else {}),
+            **({"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"} if o.get("expandable") else {}),
+            # inductor's caches key on the traced graph, not on the SDPA backend flags: a forced
+            # backend needs a cache of its own, or it silently reuses another backend's kernels
+            **({"TORCHINDUCTOR_CACHE_DIR": f"/tmp/inductor-{name}"} if o.get("sdpa") else {}),
+        )
         try:
-            p = subprocess.run([sys.executable, __file__, name], capture_output=True, text=True, env=env,
-                               timeout=min(left, 240))
+            p = subprocess.run(
+                [sys.executable, __file__, name], capture_output=True, text=True, env=env, timeout=min(left, 240)
+            )
             lines = [ln for ln in p.stdout.splitlines() if ln.startswith("{")]
-            print(lines[-1] if lines and p.returncode == 0 else
-                  json.dumps({"name": name, "status": f"rc {p.returncode}", "stderr": p.stderr[-3000:]}), flush=True)
+            print(
+                lines[-1]
+                if lines and p.returncode == 0
+                else json.dumps({"name": name, "status": f"rc {p.returncode}", "stderr": p.stderr[-3000:]}),
+                flush=True,
+            )
         except subprocess.TimeoutExpired as e:
-            print(json.dumps({"name": name, "status": "timeout",
-                              "stderr": (e.stderr or b"")[-2000:].decode(errors="replace")}), flush=True)
+            print(
+                json.dumps(
+                    {"name": name, "status": "timeout", "stderr": (e.stderr or b"")[-2000:].decode(errors="replace")}
+                ),
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ test measures on a GPU (its noise, its interval, what it can detect) before a re
 MICRO: the micro-batches the reference (an eager stage) accumulates where the batch does not fit at once.
 Prints the test (lib/results/parity.py) as JSON; the records stay in FOLDER/results/parity/.
 """
+
 from __future__ import annotations
 
 import json
@@ -23,22 +24,25 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 def main(argv: list[str]) -> int:
     from lib.core import config
     from lib.results import parity
-    from lib.run import evidence, runner
+    from lib.run import parity_runs, runner
 
     if len(argv) not in (5, 6):
         sys.exit(__doc__)
     profile, stage, batch, micro, folder = argv[0], argv[1], int(argv[2]), int(argv[3]), Path(argv[4])
     params = config.load(profile, batch_sizes=[batch])
     if len(argv) == 6:  # more seeds than the profile's rule asks for: to see how the interval narrows
-        params["evidence"]["parity_seeds"] = int(argv[5])
+        params.evidence.parity_seeds = int(argv[5])
     folder.mkdir(parents=True, exist_ok=True)
     if not (folder / "params.json").exists():
         store.write_atomic(folder / "params.json", params)
     env = runner.environment(folder)
-    recs = runner.measure_jobs(evidence.parity_plan(params, env, folder, stage, batch, micro), env)
-    failed = [f"{r['stage']} seed {r.get('seed_offset')}: {r['status']} {r.get('reason')}" for r in recs.values()
-              if r["status"] != record.Status.OK]
-    check = parity.checks(list(recs.values()), params["evidence"]).get(stage)
+    recs = runner.measure_jobs(parity_runs.parity_plan(params, env, folder, stage, batch, micro), env)
+    failed = [
+        f"{r['stage']} seed {r.get('seed_offset')}: {r['status']} {r.get('reason')}"
+        for r in recs.values()
+        if r["status"] != record.Status.OK
+    ]
+    check = parity.checks(list(recs.values()), params.evidence).get(stage)
     print(json.dumps({"failed": failed, "check": check}, indent=1, default=str))
     return 1 if failed or check is None else 0
 

@@ -133,6 +133,9 @@ class Params:
 
 
 DERIVED = ("name", "model_preset", "profile_preset", "depth", "chapters", "override", "method", "not_run")
+# The keys a params file may set to null, meaning "none" (no peaks, no match, nothing skipped, no price, no
+# per-preset batches); a null anywhere else is an error, whatever the field's type allows once loaded.
+NULL_IN_FILES = ("peak_tflops", "match", "skip", "price_per_gpu_hour", "models")
 
 
 def _parts(hint) -> tuple[type, bool]:
@@ -149,13 +152,13 @@ def file_schema(cls=Params) -> dict:
     profile's batch sizes per preset (`models`), which load() folds into the rest."""
     out = {}
     for name, hint in typing.get_type_hints(cls).items():
-        kind, null_ok = _parts(hint)
+        kind, _ = _parts(hint)
         if cls is Params and name in DERIVED or cls is ModelParams and name in SHAPE:
             continue
-        out[name] = file_schema(kind) if dataclasses.is_dataclass(kind) else (kind, null_ok)
+        out[name] = file_schema(kind) if dataclasses.is_dataclass(kind) else (kind, name in NULL_IN_FILES)
     if cls is Params:
         out["model"] = {"preset": (str, False), **out["model"]}
-        out["models"] = (dict, True)
+        out["models"] = (dict, "models" in NULL_IN_FILES)
     return out
 
 

@@ -9,7 +9,6 @@ perf_counter after a synchronize elsewhere). Every step's loss is kept for the p
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import replace
 import json
 import math
 import os
@@ -244,7 +243,7 @@ def parity_run(job: dict) -> dict:
     t0 = time.perf_counter()
     try:
         # A seed is the initial weights and the data order: the lever and its reference share both.
-        seeded = replace(params, run=replace(params.run, seed=rec["seed"]))
+        seeded = dataclasses.replace(params, run=dataclasses.replace(params.run, seed=rec["seed"]))
         train = step.build(seeded, stage, dev, micro_steps=job.get("micro_steps", 1))
         xs, ys = data.device_batches(params, batch, steps, dev, start=rec["data_start"])
         losses = []

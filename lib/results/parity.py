@@ -27,6 +27,7 @@ import math
 import numpy as np
 
 from lib.core import stages
+from lib.core.params import Evidence
 from lib.core.record import Status
 
 HOLDS, WORSE, UNDECIDED, INCOMPLETE = "holds", "worse", "undecided", "incomplete"
@@ -106,7 +107,7 @@ def seeds_run(attempted: dict, key: tuple, ref_key: tuple) -> list[int]:
     return sorted(s for s in lever if len(lever[s]) > 1 and len(ref.get(s, [])) > 1)
 
 
-def checks(records: list[dict], evidence: dict) -> dict:
+def checks(records: list[dict], evidence: Evidence) -> dict:
     """stage -> its parity test against its reference stage at the batch it ran: the paired
     differences per seed, the noise pairs, the interval of each metric, the detectable difference
     and the verdict (evidence: parity_margin, parity_confidence, parity_power)."""

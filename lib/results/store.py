@@ -67,9 +67,9 @@ def record_path(out_dir, stage: str, batch: int, gpus: int | None = None) -> Pat
     return Path(out_dir) / (f"{stage}__b{batch}" + (f"__g{gpus}" if gpus else "") + ".json")
 
 
-def write_atomic(path, record: dict) -> None:
-    """Write to a temporary file in the same folder, then rename: a reader (or a run killed
-    half-way) never sees a half-written record."""
+def write_atomic(path, record) -> None:
+    """Write `record` (a dict, or the params) as JSON to a temporary file in the same folder, then rename:
+    a reader (or a run killed half-way) never sees a half-written record."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")

@@ -37,7 +37,7 @@ def micro_steps(params: Params, batch: int) -> int | None:
     return tokens // per_micro if tokens % per_micro == 0 else None
 
 
-def _recipe_params(params: Params) -> dict:
+def _recipe_params(params: Params) -> Params:
     """Fewer steps than the matrix: each one is a whole global batch."""
     ev = params.evidence
     return replace(

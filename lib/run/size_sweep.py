@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-from dataclasses import replace
 
 from lib.core import config, stages
 from lib.core.params import SHAPE, ModelParams, Params
@@ -87,10 +86,10 @@ def does_not_fit(model: ModelParams, device: dict) -> str | None:
     )
 
 
-def preset_params(params: Params, name: str) -> dict:
+def preset_params(params: Params, name: str) -> Params:
     """The report's params at preset `name`, with the size sweep's step counts."""
     sweep, p = params.evidence.size_sweep, copy.deepcopy(params)
-    p.model = replace(p.model, **{k: config.presets()[name][k] for k in SHAPE})
+    p.model = dataclasses.replace(p.model, **{k: config.presets()[name][k] for k in SHAPE})
     p.model_preset = name
     p.run.warmup_steps, p.run.timed_steps = sweep.warmup_steps, sweep.timed_steps
     return p

@@ -6,13 +6,13 @@ Also the one device synchronize and the one step timer of the project."""
 
 from __future__ import annotations
 
-from lib.core.params import Params
 import contextlib
 import time
 from dataclasses import dataclass
 
 import torch
 
+from lib.core.params import Params
 from lib.train import fp8
 from lib.train.model import GPT, GPTConfig
 
