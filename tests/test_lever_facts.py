@@ -101,3 +101,15 @@ def test_the_scan_of_the_plain_loop_sees_a_missing_switch(tmp_path):
 
 def test_the_plain_loop_mirrors_only_switches_of_the_registry():
     assert set(jobs.PLAIN_LOOP_SWITCHES) <= set(stages.SWITCHES)
+
+
+def test_the_plain_loops_fingerprint_follows_its_code_not_its_layout(tmp_path, monkeypatch):
+    loop = tmp_path / "plain_loop.py"
+    source = (ROOT / "lib" / "train" / "plain_loop.py").read_text()
+    monkeypatch.setattr(jobs, "PLAIN_LOOP", loop)
+    loop.write_text(source)
+    before = jobs.plain_loop_source()
+    loop.write_text("# a comment\n" + source.replace("\n\n\n", "\n\n\n\n"))
+    assert jobs.plain_loop_source() == before
+    loop.write_text(source.replace('sw["fused_adamw"]', "False"))
+    assert jobs.plain_loop_source() != before

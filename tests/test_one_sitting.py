@@ -69,7 +69,9 @@ def test_compile_cache_folder_follows_torch_device_and_lever_code_only(tmp_path,
     monkeypatch.setattr(compile_cache.key, "__defaults__", (code,))  # folder() keys on this copy now
     folder_before = compile_cache.folder(_env(), root=tmp_path)
     step = code / "train" / "step.py"
-    step.write_text(step.read_text() + "\n# a change to the training step\n")
+    step.write_text(step.read_text() + "\n\n# a comment, and the layout, are not code\n")
+    assert compile_cache.key(_env(), code_dir=code) == before
+    step.write_text(step.read_text() + "\nA_CHANGE_TO_THE_TRAINING_STEP = 1\n")
     after = compile_cache.key(_env(), code_dir=code)
     assert after["code"] != before["code"]
     assert compile_cache.folder(_env(), root=tmp_path) != folder_before

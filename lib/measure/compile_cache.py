@@ -1,6 +1,7 @@
 """Inductor's and Triton's caches, kept between the processes of a run and between runs, in a folder
 keyed by what makes a compiled graph valid: torch, Triton and CUDA versions, the GPU model, the lever
-packages' versions and a hash of this project's code that ends up in the graphs. Anything else that
+packages' versions and a hash of the syntax of this project's code that ends up in the graphs (a comment or a
+reformatting is not a change). Anything else that
 changes gives another key, so a stale graph is never reused; within a key, torch's own cache keys
 (the graph, the inputs' shapes, the config) still decide each hit.
 
@@ -39,7 +40,9 @@ def key(env: dict, code_dir: Path = LIB) -> dict:
         "device": dev.get("name"),
         "capability": dev.get("capability"),
         "packages": env.get("packages") or {},
-        "code": store.short_hash({f: (code_dir / f).read_text() for f in LEVER_CODE if (code_dir / f).exists()}),
+        "code": store.short_hash(
+            {f: store.code_hash((code_dir / f).read_text()) for f in LEVER_CODE if (code_dir / f).exists()}
+        ),
     }
 
 

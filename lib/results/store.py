@@ -3,6 +3,7 @@ atomically once stamped, moving a superseded one aside, and reading a report's r
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import tempfile
@@ -104,6 +105,12 @@ def supersede(out: Path) -> Path:
     dest.parent.mkdir(parents=True, exist_ok=True)
     out.rename(dest)
     return dest
+
+
+def code_hash(source: str) -> str:
+    """A hash of what Python source does, not of how it is laid out: its syntax tree, so a comment or a
+    reformatting leaves it (and every fingerprint or cache key it is part of) unchanged."""
+    return short_hash(ast.dump(ast.parse(source)))
 
 
 def _plain(v):

@@ -45,6 +45,6 @@ def plain_loop_can(stage) -> bool:
 
 
 def plain_loop_source() -> str:
-    """The plain loop's source, hashed: part of every plain-loop job's fingerprint, so a change to the
-    loop re-measures what it measured."""
-    return store.short_hash(PLAIN_LOOP.read_text())
+    """The plain loop's code, hashed: part of every plain-loop job's fingerprint, so a change to what the
+    loop does re-measures what it measured (a comment or a reformatting does not)."""
+    return store.code_hash(PLAIN_LOOP.read_text())
