@@ -1,9 +1,9 @@
 """Inductor's and Triton's caches, kept between the processes of a run and between runs, in a folder
 keyed by what makes a compiled graph valid: torch, Triton and CUDA versions, the GPU model, the lever
-packages' versions and a hash of the syntax of this project's code that ends up in the graphs (a comment or a
-reformatting is not a change). Anything else that
-changes gives another key, so a stale graph is never reused; within a key, torch's own cache keys
-(the graph, the inputs' shapes, the config) still decide each hit.
+packages' versions and a hash of the syntax of this project's code that ends up in the graphs (a
+comment or a reformatting is not a change). Anything else that changes gives another key, so a stale
+graph is never reused; within a key, torch's own cache keys (the graph, the inputs' shapes, the
+config) still decide each hit.
 
 AOTAutograd's cache is left at torch's default, which bypasses graphs holding custom autograd
 Functions (torchao's float8, cut-cross-entropy): letting those in did not shorten their warm compile
