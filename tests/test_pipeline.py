@@ -261,7 +261,10 @@ def test_report_html_embeds_its_charts(report_html):
 
 
 def test_no_python_warning_reaches_the_report(report_html):
-    assert "Warning:" not in report_html and "/lib/" not in report_html
+    # The embedded images' base64 is left out: "/lib/" is five characters of its alphabet, and a 1.4 MB
+    # report holds them by chance about once in a thousand renders (seen on a fresh clone's make test).
+    text = re.sub(r"data:[\w/+.-]+;base64,[A-Za-z0-9+/=]+", "", report_html)
+    assert "Warning:" not in text and "/lib/" not in text
 
 
 def test_report_html_has_the_wall_time_filled_in(report_html):
