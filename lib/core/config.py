@@ -19,7 +19,8 @@ from lib.core.paths import ROOT
 
 NAME_RE = re.compile(r"^[a-z0-9_-]+$")
 
-PRESET_KEYS = {**{k: int for k in SHAPE}, "batch_sizes": list, "sweep_batch_sizes": list}
+# What a preset of params/models.yaml holds: key -> (type, null allowed), as params.file_schema gives them.
+PRESET_KEYS = {**{k: (int, False) for k in SHAPE}, "batch_sizes": (list, False), "sweep_batch_sizes": (list, False)}
 BACKENDS = ("cuda", "rocm", "mps", "cpu")
 # Chip families: a claim about one (params/claims.yaml) speaks about every profile of it (H100 and
 # H200 are both GH100, Hopper). A profile names its family (`family:`; a profile without one is in none).
@@ -65,7 +66,7 @@ def presets() -> dict[str, dict]:
     data = yaml.safe_load((PARAMS_DIR / "models.yaml").read_text()) or {}
     out = data.get("presets") or {}
     for name, preset in out.items():
-        _check_keys(preset, {k: (v, False) for k, v in PRESET_KEYS.items()}, f"params/models.yaml: {name}")
+        _check_keys(preset, PRESET_KEYS, f"params/models.yaml: {name}")
         missing = [k for k in PRESET_KEYS if k not in preset]
         if missing:
             raise ConfigError(f"params/models.yaml: {name} is missing {', '.join(missing)}")
