@@ -205,11 +205,16 @@ def test_compiled_padding_has_a_control_with_inductors_own_shape_padding_off(tmp
     from lib.train import step
 
     params = tiny_params(["fp32", "compile"], batch_sizes=(2,))
+    params.full_depth.evidence = ["shape_padding_control"]
     d = write_report_dir(tmp_path / "cpu", params, [make_record(params, "compile", 2, [1.0] * 5, [5.0] * 6)])
     seen = []
     monkeypatch.setattr(
         runner, "measure_jobs", lambda jobs, env, force=False: seen.extend(jobs) or {j["out"]: None for j in jobs}
     )
+    evidence.vocab_under_compile(params, d)
+    assert len(seen) == 1  # the control is depth: the default leaves it out
+    seen.clear()
+    params.depth = "full"
     evidence.vocab_under_compile(params, d)
     plain, control = seen
     assert control["stage_overrides"]["backend_flags"][-1] == (evidence.SHAPE_PADDING, False)

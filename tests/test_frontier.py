@@ -313,6 +313,10 @@ def test_micro_steps_reach_the_global_batch():
 
 def test_recipe_jobs_alternate_the_sides_in_fresh_processes(tmp_path):
     p = tiny_params(batch_sizes=(2, 4))
+    sides = [j["variant"] for j in recipe.recipe_jobs(p, tmp_path, {"stage": "vocab", "batch_size": 2})]
+    assert sides[:2] == ["recipe: recommended", "recipe: baseline"]  # the harness side is depth
+    assert "recipe: baseline-harness" not in sides
+    p.depth = "full"
     jobs = recipe.recipe_jobs(p, tmp_path, {"stage": "vocab", "batch_size": 2})
     assert [j["variant"] for j in jobs[:3]] == ["recipe: recommended", "recipe: baseline-harness", "recipe: baseline"]
     assert len(jobs) == 3 * p.evidence.repeats and len({j["fingerprint"] for j in jobs}) == len(jobs)
@@ -325,6 +329,7 @@ def test_the_recipe_sides_are_measured_in_one_run(tmp_path, monkeypatch):
     """A side kept from an earlier run (another machine, maybe) is never compared with a side measured
     now: where any side must be measured, every side is measured again; where all are kept, none is."""
     p = tiny_params(batch_sizes=(2, 4))
+    p.depth = "full"  # every side, the harness's too
     best = {"stage": "vocab", "batch_size": 2}
     monkeypatch.setattr(recipe, "recipe_config", lambda params, report_dir: best)
     monkeypatch.setattr(recipe.runner, "environment", lambda report_dir: {"device": {"backend": "cpu"}})

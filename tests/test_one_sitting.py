@@ -240,8 +240,11 @@ def test_default_depth_leaves_out_what_full_depth_adds():
     assert "autotune" not in params.stages and "fp8" not in params.stages
     assert "size_sweep" not in params.chapters
     left = {n["key"]: n for n in params.not_run}
-    assert set(left) == {"autotune", "fp8", "size_sweep"}
+    assert set(left) == {"autotune", "fp8", "size_sweep", "ce_filter", "shape_padding_control", "recipe_harness"}
     for key, item in left.items():
+        if item["kind"] == "evidence":  # explanatory evidence joins the run at full depth, with a line that says what
+            assert item["command"].endswith("DEPTH=full") and item["what"] == config.DEPTH_EVIDENCE[key], item
+            continue
         assert f"CHAPTERS={key}" in item["command"], item
         if item["kind"] == "stage":  # a stage joins the run only at full depth
             assert "DEPTH=full" in item["command"], item
@@ -251,6 +254,8 @@ def test_default_depth_leaves_out_what_full_depth_adds():
     assert full.depth == "full"
     assert "autotune" in full.stages and "fp8" in full.stages and "size_sweep" in full.chapters
     assert full.not_run == []
+    assert all(config.runs_evidence(full, k) for k in config.DEPTH_EVIDENCE)
+    assert not any(config.runs_evidence(params, k) for k in config.DEPTH_EVIDENCE)
     assert "size_sweep" in [c.key for c in chapters.order(full.stages, full.chapters)]
     with pytest.raises(config.UsageError):
         config.check_depth("deep")

@@ -131,6 +131,7 @@ def test_the_plan_pairs_each_seed_and_stays_within_the_passes(tmp_path):
     params.evidence.parity_steps, params.evidence.parity_passes = 10**6, 2
     losses = [5.0 - 0.01 * i for i in range(6)]
     recs = [make_record(params, "fp32", 4, [10.0] * 5, losses), make_record(params, "tf32", 4, [5.0] * 5, losses)]
+    params.evidence.parity_noise_seeds = None  # every seed twice, as a report measured before the key had it
     jobs = parity_runs.parity_jobs(params, write_report_dir(tmp_path / "cpu", params, recs))
     assert len(jobs) == 4 * params.evidence.parity_seeds
     by_seed = {}
@@ -204,3 +205,24 @@ def test_the_method_states_the_parity_rule_and_the_batch_tie_rule_before_any_num
         and "a tie goes to the batch size that needs the least memory" in text
     )
     assert "single-step spike" in text
+
+
+def test_only_the_first_noise_seeds_repeat_and_the_test_completes_without_the_rest(tmp_path):
+    """evidence.parity_noise_seeds: both stages run a second time at the first seeds only (the repeat pairs
+    set the noise floor; every seed's paired difference already carries the run-to-run noise). The plan runs
+    no other repeat, and the test is complete, and decides, once those seeds ran twice and the rest once."""
+    params = tiny_params(["fp32", "tf32"], batch_sizes=(4,))
+    params.evidence.parity_seeds, params.evidence.parity_noise_seeds = 5, 2
+    losses = [5.0 - 0.01 * i for i in range(6)]
+    recs = [make_record(params, "fp32", 4, [10.0] * 5, losses), make_record(params, "tf32", 4, [5.0] * 5, losses)]
+    jobs = parity_runs.parity_jobs(params, write_report_dir(tmp_path / "cpu", params, recs))
+    assert len(jobs) == 2 * 5 + 2 * 2
+    assert {j["seed_offset"] for j in jobs if j["replicate"]} == {0, 1}
+
+    ev = SimpleNamespace(**{**vars(EV), "parity_seeds": 5, "parity_noise_seeds": 2})
+    runs = [r for r in _test(params, (0.001, 0.002, 0.0, 0.001, 0.0)) if r["replicate"] == 0 or r["seed_offset"] < 2]
+    check = parity.checks(runs, ev)["tf32"]
+    assert check["verdict"] == parity.HOLDS and check["seeds_run"] == 5 and check["noise_sd"] == pytest.approx(0.001)
+    missing = [r for r in runs if not (r["seed_offset"] == 1 and r["replicate"] == 1 and r["stage"] == "fp32")]
+    assert parity.checks(missing, ev)["tf32"]["verdict"] == parity.INCOMPLETE  # a noise seed's repeat is owed
+    assert "at the first 2 of them each a second time" in parity_view.rule(params.evidence)

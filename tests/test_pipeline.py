@@ -153,10 +153,12 @@ def test_the_recommendation_rests_on_repeats_a_plain_loop_cross_check_and_a_pari
     ref = stages.get(best["stage"]).reference
     if ref == best["stage"]:  # the baseline itself was fastest (it can be, on a CPU): nothing to hold it against
         assert parity == {} and "No parity test" in report_html
-    else:  # each seed: the recommendation and its reference twice each, paired on weights and data
+    else:  # each seed: the recommendation and its reference, paired on weights and data, the first seeds twice
         runs = [read_json(f) for f in (ev / "parity").glob("*.json")]
         assert {r["stage"] for r in runs} == {best["stage"], ref} and "Parity test</strong>: " in report_html
-        assert len(runs) == 4 * p.evidence.parity_seeds
+        twice = p.evidence.parity_noise_seeds
+        assert len(runs) == 2 * p.evidence.parity_seeds + 2 * twice
+        assert {r["seed_offset"] for r in runs if r["replicate"]} == set(range(twice))
         assert {r["seed_offset"] for r in runs} == set(range(p.evidence.parity_seeds))
         assert all(
             len(r["losses"]) == r["steps"] and r["held_out_loss"] > 0 and r["passes"] <= p.evidence.parity_passes

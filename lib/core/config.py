@@ -138,6 +138,13 @@ def _merge(base: dict, over: dict) -> dict:
 
 
 DEPTHS = ("default", "full")
+# Measurements that explain a chapter but carry no decision: at the default depth they run only where
+# params' full_depth.evidence does not name them (name -> what the report says it left out).
+DEPTH_EVIDENCE = {
+    "ce_filter": "cut-cross-entropy's default gradient filter (fused cross-entropy chapter)",
+    "shape_padding_control": "torch.compile at 50257 with Inductor's shape padding off (compile chapter's control)",
+    "recipe_harness": "the canonical trainer's configuration in this harness at the global batch (recipe)",
+}
 
 
 def check_depth(depth: str | None) -> str:
@@ -151,15 +158,31 @@ def not_run(params: Params) -> list[dict]:
     again = f"make report GPU={params.name}" + (
         f" MODEL={params.model_preset}" if params.model_preset != params.profile_preset else ""
     )
-    return [
-        {"key": k, "kind": "stage", "command": f"{again} DEPTH=full CHAPTERS={k}"}
-        for k in params.full_depth.stages
-        if k not in params.stages
-    ] + [
-        {"key": k, "kind": "chapter", "command": f"{again} CHAPTERS={k}"}
-        for k in params.full_depth.chapters
-        if k not in (params.chapters or [])
-    ]
+    return (
+        [
+            {"key": k, "kind": "stage", "command": f"{again} DEPTH=full CHAPTERS={k}"}
+            for k in params.full_depth.stages
+            if k not in params.stages
+        ]
+        + [
+            {"key": k, "kind": "chapter", "command": f"{again} CHAPTERS={k}"}
+            for k in params.full_depth.chapters
+            if k not in (params.chapters or [])
+        ]
+        + [
+            {"key": k, "kind": "evidence", "command": f"{again} DEPTH=full", "what": DEPTH_EVIDENCE[k]}
+            for k in params.full_depth.evidence
+            if not runs_evidence(params, k)
+        ]
+    )
+
+
+def runs_evidence(params: Params, name: str) -> bool:
+    """Whether this report measures the explanatory evidence `name` (DEPTH_EVIDENCE): always at full depth,
+    at the default depth only where full_depth.evidence leaves it in."""
+    if name not in DEPTH_EVIDENCE:
+        raise KeyError(f"{name!r} is no depth evidence ({', '.join(DEPTH_EVIDENCE)})")
+    return params.depth == "full" or name not in params.full_depth.evidence
 
 
 def load(
@@ -258,6 +281,9 @@ def validate(p: Params) -> None:
     for s, why in (p.skip or {}).items():
         if s not in stages.STAGES or not isinstance(why, str) or not why.strip():
             raise ConfigError(f"{where}: skip: {s!r} must name a stage and give the reason as text")
+    for name in p.full_depth.evidence:
+        if name not in DEPTH_EVIDENCE:
+            raise ConfigError(f"{where}: full_depth.evidence: {name!r} is unknown (known: {', '.join(DEPTH_EVIDENCE)})")
     _validate_evidence(ev, where)
 
 
@@ -271,6 +297,8 @@ def _validate_evidence(ev, where: str) -> None:
     for key in (*positive, "held_out_batches", "parity_passes", "parity_margin"):
         if getattr(ev, key) <= 0:
             raise ConfigError(f"{where}: evidence.{key} must be positive, got {getattr(ev, key)}")
+    if ev.parity_noise_seeds is not None and not 1 <= ev.parity_noise_seeds <= ev.parity_seeds:
+        raise ConfigError(f"{where}: evidence.parity_noise_seeds must lie between 1 and parity_seeds")
     if ev.parity_seeds < 2 or not (0 < ev.parity_confidence < 1 and 0 < ev.parity_power < 1):
         raise ConfigError(
             f"{where}: evidence.parity_seeds must be at least 2, parity_confidence and parity_power in (0, 1)"

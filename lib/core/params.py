@@ -82,12 +82,14 @@ class Evidence:
     recipe_timed_steps: int
     baseline: Baseline
     size_sweep: SizeSweep
+    parity_noise_seeds: int | None = None  # the seeds that run both stages twice (None: every seed)
 
 
 @dataclass
 class FullDepth:
     stages: list[str] = field(default_factory=list)
     chapters: list[str] = field(default_factory=list)
+    evidence: list[str] = field(default_factory=list)  # names in config.DEPTH_EVIDENCE
 
 
 @dataclass

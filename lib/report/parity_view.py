@@ -27,8 +27,14 @@ def rule(ev: Evidence) -> str:
     """The decision rule as the params state it."""
     return (
         f"at each of {ev.parity_seeds} seeds the lever and its reference stage train from the same initial "
-        "weights on the same data order, each twice (the repeat pairs measure the noise of the test itself: a "
-        "compiled or FP8 step is not bitwise repeatable). The lever **holds** when the one-sided "
+        "weights on the same data order, "
+        + (
+            "each twice"
+            if parity.noise_seeds(ev) >= ev.parity_seeds
+            else f"and at the first {parity.noise_seeds(ev)} of them each a second time"
+        )
+        + " (the repeat pairs measure the noise of the test itself: a compiled or FP8 step is not bitwise "
+        "repeatable). The lever **holds** when the one-sided "
         f"{ev.parity_confidence * 100:g} % upper bound (Student's t over the seeds, never on less spread than "
         "that noise) of its mean paired difference in held-out loss and in final training loss lies at or below "
         f"+{ev.parity_margin:g} nats ({ev.parity_margin * 100:.0f} % in perplexity): it is not worse than its "
@@ -52,7 +58,9 @@ def _interval(i: dict) -> str:
 def why_undecided(c: dict) -> str:
     if c["verdict"] == parity.INCOMPLETE:
         return (
-            f"{c['seeds_run']} of the {c['wanted']} seeds the rule asks for have run both stages twice; "
+            f"{c['seeds_run']} of the {c['wanted']} seeds the rule asks for have run both stages "
+            + ("twice" if c.get("noise_seeds", c["wanted"]) >= c["wanted"] else "as often as it asks")
+            + "; "
             "the run stopped before the rest"
         )
     if len(c["seeds"]) < 2:
@@ -74,7 +82,7 @@ def summary(c: dict) -> str:
     )
     passes = f", {c['passes']:.2g} passes over the training text" if c.get("passes") else ""
     noise = (
-        "not measured (no stage ran twice at every seed)"
+        "not measured (no seed ran both stages twice)"
         if c["noise_sd"] is None
         else "none: every repeat was bitwise identical"
         if c["noise_sd"] == 0

@@ -239,7 +239,7 @@ def provenance_md(rep: Report) -> str:
     if left:
         text += (
             " **Not measured at this depth:** "
-            + ", ".join(n["key"] for n in left)
+            + "; ".join(n.get("what") or n["key"] for n in left)
             + f"; `make report GPU={rep.params.name} DEPTH=full` adds them."
         )
     return text

@@ -6,8 +6,8 @@ Design (the method section states it before any number):
   * `evidence.parity_seeds` seeds; the decision rests on the mean paired difference (lever minus
     reference, first runs) in two losses: the held-out loss (text the runs never train on) and the
     final training loss;
-  * both stages run a second time at each seed: those repeat pairs measure the noise of one paired
-    difference (a compiled or FP8 step need not be bitwise repeatable, where an eager one may be: see
+  * both stages run a second time at the first `evidence.parity_noise_seeds` seeds (every seed where it is
+    not set): those repeat pairs measure the noise of one paired difference (a compiled or FP8 step need not be bitwise repeatable, where an eager one may be: see
     reports/probes/parity-h100-2026-11-25), which the interval never undercuts;
   * rule (non-inferiority, the lever may not be worse): with a one-sided `confidence` bound (Student's t
     over the seeds) on each mean difference,
@@ -18,6 +18,9 @@ Design (the method section states it before any number):
   * a test decides only once it is complete: every one of the `parity_seeds` seeds has run both stages
     twice (a run that failed counts as run). Until then it is "incomplete" and decides nothing either
     way, so a run cut off in the middle of a test never rejects (or adopts) a lever on part of its seeds.
+    Every seed's paired difference already carries the run-to-run noise, so the interval needs the repeats only
+    as a floor under a few seeds that agree by luck: two seeds' repeat pairs set it, and the other seeds run
+    once each (a repeat is a whole training run; on a GPU report the parity runs are its longest evidence).
 """
 
 from __future__ import annotations
@@ -101,10 +104,18 @@ def runs(records: list[dict], ok_only: bool = True) -> dict:
     return out
 
 
-def seeds_run(attempted: dict, key: tuple, ref_key: tuple) -> list[int]:
-    """The seeds at which both stages have run twice (failed runs included): the test's progress."""
-    lever, ref = attempted.get(key, {}), attempted.get(ref_key, {})
-    return sorted(s for s in lever if len(lever[s]) > 1 and len(ref.get(s, [])) > 1)
+def noise_seeds(evidence: Evidence) -> int:
+    """How many of the seeds (the first ones) run both stages a second time: evidence.parity_noise_seeds, every
+    seed where it is not set (a report measured before it existed)."""
+    n = getattr(evidence, "parity_noise_seeds", None)
+    return evidence.parity_seeds if n is None else min(n, evidence.parity_seeds)
+
+
+def seeds_run(attempted: dict, key: tuple, ref_key: tuple, evidence: Evidence) -> list[int]:
+    """The seeds at which both stages have run as often as the rule asks (twice at the first noise_seeds
+    seeds, once after them; failed runs included): the test's progress."""
+    lever, ref, twice = attempted.get(key, {}), attempted.get(ref_key, {}), noise_seeds(evidence)
+    return sorted(s for s in lever if min(len(lever[s]), len(ref.get(s, []))) >= (2 if s < twice else 1))
 
 
 def checks(records: list[dict], evidence: Evidence) -> dict:
@@ -144,7 +155,8 @@ def checks(records: list[dict], evidence: Evidence) -> dict:
             "confidence": conf,
             "power": power,
             "wanted": evidence.parity_seeds,
-            "seeds_run": len(seeds_run(attempted, (key, batch), (ref_key, batch))),
+            "seeds_run": len(seeds_run(attempted, (key, batch), (ref_key, batch), evidence)),
+            "noise_seeds": noise_seeds(evidence),
             "verdict": verdict(intervals, margin) if paired else UNDECIDED,
         }
         if out[key]["seeds_run"] < out[key]["wanted"]:

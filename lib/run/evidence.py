@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import copy
 
-from lib.core import record, stages
+from lib.core import config, record, stages
 from lib.core.paths import resolve
 from lib.core.params import Params
 from lib.report import claim_params
@@ -150,6 +150,8 @@ def vocab_under_compile(params: Params, report_dir, force: bool = False) -> dict
     )
     # The control for why compiled padding is worth less than eager: Inductor pads a misaligned matmul
     # itself (its shape_padding), so the unpadded run is timed once more with that switched off.
+    if not config.runs_evidence(params, "shape_padding_control"):
+        return runner.measure_jobs([job], env, force=force)[job["out"]]
     flags = stages.get("compile").backend_flags + ((SHAPE_PADDING, False),)
     control = make_job(
         params,
@@ -340,7 +342,7 @@ def measure_chapter(key: str, params: Params, report_dir, force: bool = False):
     extra = {
         "flash": lambda: seq_jobs(params, report_dir) + sdpa_jobs(params, report_dir),
         "vocab": lambda: [gemm_job(params, report_dir)],
-        "fused_ce": lambda: [ce_filter_job(params, report_dir)],
+        "fused_ce": lambda: [ce_filter_job(params, report_dir)] if config.runs_evidence(params, "ce_filter") else [],
     }
     jobs = extra[key]() if key in extra else []
     if key in ("flash", "vocab"):

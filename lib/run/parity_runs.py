@@ -8,14 +8,15 @@ from lib.core import data, record, stages
 from lib.core.params import Params
 from lib.core.paths import resolve
 from lib.results import decide, store
+from lib.results.parity import noise_seeds
 from lib.run import runner
 from lib.run.jobs import folder, make_job
 
 
 def parity_jobs(params: Params, report_dir) -> list[dict]:
     """The parity test of the recommended configuration (lib/results/parity.py): at each of evidence.parity_seeds
-    seeds, the recommended stage and its reference stage twice each at the same batch, from the same
-    weights on the same data order, then their loss on held-out text. Each run is as long as
+    seeds, the recommended stage and its reference stage at the same batch, from the same weights on the same
+    data order, a second time each at the first evidence.parity_noise_seeds seeds (the test's own noise), then their loss on held-out text. Each run is as long as
     evidence.parity_steps allows within evidence.parity_passes passes over the training text (more
     would measure how fast the model overfits this corpus). Where the reference ran out of memory at
     that batch in the matrix, it accumulates gradients over micro-batches that fit (the same update)."""
@@ -47,7 +48,8 @@ def parity_plan(params: Params, env: dict, report_dir, key: str, batch: int, mic
         # Each seed reads the text from its own place, fixed by the seed alone (golden-ratio steps), so
         # adding seeds later leaves the earlier ones' runs valid.
         start = int((seed * 0.6180339887498949) % 1.0 * train_tokens)
-        for s, m, k in ((key, 1, 0), (key, 1, 1), (ref, micro, 0), (ref, micro, 1)):
+        replicates = (0, 1) if seed < noise_seeds(ev) else (0,)  # the repeat pairs: the test's own noise
+        for s, m, k in [(key, 1, k) for k in replicates] + [(ref, micro, k) for k in replicates]:
             name = f"{s}__b{batch}" + (f"__s{seed}" if seed else "") + (f"__r{k}" if k else "")
             j = make_job(
                 params,

@@ -21,7 +21,7 @@ import re
 from dataclasses import replace
 from pathlib import Path
 
-from lib.core import stages
+from lib.core import config, stages
 from lib.core.paths import resolve
 from lib.core.levers import levers_of
 from lib.core.params import Params
@@ -52,10 +52,14 @@ def recipe_jobs(params: Params, report_dir, best: dict) -> list[dict]:
     plain_stage, plain_batch = stages.get(base.stage), base.batch_size
     # The recommendation, the canonical trainer's configuration in this harness, and the same in
     # the plain loop: the last two show that the gap to the first is the levers', not the harness's.
-    same = (best["stage"], best["batch_size"]) == (base.stage, plain_batch)
+    # The harness at the trainer's configuration: left to full depth, where the plain loop's cross-check at the
+    # recommendation already shows the harness and the plain loop agree.
+    harness = (best["stage"], best["batch_size"]) != (base.stage, plain_batch) and config.runs_evidence(
+        params, "recipe_harness"
+    )
     plans = [
         ("recommended", best["stage"], best["batch_size"], {}),
-        *([] if same else [("baseline-harness", base.stage, plain_batch, {})]),
+        *([("baseline-harness", base.stage, plain_batch, {})] if harness else []),
         (
             "baseline",
             base.stage,
