@@ -9,6 +9,7 @@ perf_counter after a synchronize elsewhere). Every step's loss is kept for the p
 from __future__ import annotations
 
 import dataclasses
+import gc
 import json
 import math
 import os
@@ -141,12 +142,24 @@ def run(job: dict) -> dict:
             if job.get("energy", True)
             else None
         )
-        clock = clocks.ClockSampler(dev, torch.cuda.current_device() if dev == "cuda" else 0)
+        clock = (
+            clocks.ClockSampler(dev, torch.cuda.current_device() if dev == "cuda" else 0)
+            if job.get("clocks", True)
+            else None
+        )
         if meter:
             meter.start()
-        clock.start()
+        if clock:
+            clock.start()
+        if job.get("gc_freeze"):  # tools/harness_probe.py: does a collection inside the timed steps cost them?
+            gc.collect()
+            gc.freeze()
         times_ms = step.time_steps(one, range(r.warmup_steps, n_steps), dev)  # ends synchronised
-        rec["clocks"] = {**clock.stop(), "span": "the timed steps"}
+        rec["clocks"] = (
+            {**clock.stop(), "span": "the timed steps"}
+            if clock
+            else {"unavailable": "not sampled: the job asked for no sampler thread (tools/harness_probe.py)"}
+        )
         clock = None
         if meter:
             used = meter.stop()
