@@ -87,6 +87,8 @@ def draw(report_dir: Path, params: Params, failed_before: list[str] = ()) -> tup
         "measure": False,
     }
     failures, done, timings = [], [], {}
+    # A measure-only folder from a GPU host has no notebooks/ when it comes from git (which keeps no empty folder).
+    (report_dir / "notebooks").mkdir(parents=True, exist_ok=True)
     order = chapters.order(params.stages, params.chapters)
     # A notebook drawn before, of a chapter this report no longer has (or named the old way), would
     # show stale figures to whoever opens the folder: the drawing is redone in full, so it goes.
