@@ -230,3 +230,43 @@ def test_compiled_padding_has_a_control_with_inductors_own_shape_padding_off(tmp
         assert inductor.shape_padding is False
     finally:
         inductor.shape_padding = before
+
+
+def test_the_plain_loop_cross_checks_only_the_recommendation_its_parity_test_let_stand(tmp_path, monkeypatch):
+    """The parity test runs right after the sweep and its repeats; the plain loop's cross-check (a process of its
+    own) waits for the stage the test lets stand. Seen on an H100: the FP8 lm_head's test came back undecided and
+    the cross-check spent on it served nothing."""
+    from lib.results import store
+    from lib.run import parity_runs, recipe, runner
+
+    params = tiny_params(["fp32", "loss_only", "fp8_head"], batch_sizes=(2,))
+    order = iter([{"stage": "fp8_head", "batch_size": 2}, {"stage": "loss_only", "batch_size": 2}])
+    state = {"best": next(order)}
+    calls = []
+    monkeypatch.setattr(runner, "environment", lambda report_dir: {"device": {"backend": "cpu"}})
+    monkeypatch.setattr(evidence, "batch_sweep", lambda *a, **k: calls.append("sweep") or [])
+    monkeypatch.setattr(evidence, "repeats", lambda *a, **k: calls.append("repeats") or [])
+    monkeypatch.setattr(decide, "best_config", lambda recs, p: state["best"])
+    monkeypatch.setattr(store, "decision_records", lambda folder: [])
+    monkeypatch.setattr(parity_runs, "parity_jobs", lambda p, d: [{"parity": state["best"]["stage"]}])
+    monkeypatch.setattr(evidence, "crosscheck_jobs", lambda p, d, configs: [{"crosscheck": s} for s, b in configs])
+
+    def measure_jobs(jobs, env, force=False):
+        calls.extend(jobs)
+        if jobs and "parity" in jobs[0] and jobs[0]["parity"] == "fp8_head":
+            state["best"] = next(order)  # its test did not hold: the next stage leads
+        return {}
+
+    monkeypatch.setattr(runner, "measure_jobs", measure_jobs)
+    monkeypatch.setattr(recipe, "measure", lambda p, d, best, force=False: calls.append(("recipe", best["stage"])))
+    evidence.measure_chapter("batch_sweep", params, tmp_path)
+    assert calls == [
+        "sweep",
+        "repeats",
+        {"parity": "fp8_head"},
+        "sweep",
+        "repeats",
+        {"parity": "loss_only"},
+        {"crosscheck": "loss_only"},
+        ("recipe", "loss_only"),
+    ]

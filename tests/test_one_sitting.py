@@ -15,7 +15,7 @@ from conftest import ROOT, describe_proc, read_json, run_cli
 
 from lib.core import chapters, config, provenance
 from lib.measure import compile_cache
-from lib.report import tables
+from lib.report import cost_view, tables
 from lib.results import noise, store
 from lib.run import run_log
 
@@ -212,9 +212,7 @@ def test_an_interrupted_run_says_so_and_resumes(tmp_path):
     run = read_json(tmp_path / "cpu" / "run.json")
     assert run["state"] == "completed"
     assert run["earlier_runs"][0]["state"] == "interrupted"
-    from lib.run import run_log
-
-    total = run_log.chapter_seconds(run)  # the cut chapter's two parts add up
+    total = cost_view.chapter_seconds(run)  # the cut chapter's two parts add up
     assert set(total) >= {"fp32", "tf32", "bf16", cut} and total[cut] > seconds
 
 
@@ -467,6 +465,18 @@ def test_page_one_says_which_machine_timed_what_and_that_their_offset_is_unknown
     assert "4 records from 2 machines" in text and "host-a: 2" in text
     assert "host-a timed matrix, repeats" in text and "host-b timed recipe" in text
     assert "offset is unknown" in text and "0.0 %" not in text
+    assert "Incomplete" not in text
+
+    # Seen on an H100 (2026-11-25): the fourth call's run stopped at its time budget and no call resumed it; page 1
+    # counted it among the runs "then resumed" and never said the recipe and the leave-one-out were missing.
+    cut = "interrupted after 21 configurations: its time budget (MEASURE_FOR=470 s) was spent"
+    earlier = [{"state": "interrupted", "interrupted": "interrupted after 31 configurations"}] * 3
+    rep.run = {"state": "interrupted", "interrupted": cut, "earlier_runs": earlier}
+    text = tables.provenance_md(rep)
+    assert "in 4 runs of the measuring command (3 stopped by their time budget or cut off, then resumed)" in text
+    assert f"**Incomplete:** the last run was not resumed ({cut})" in text
+    rep.run = {"state": "completed", "earlier_runs": earlier}
+    assert "Incomplete" not in tables.provenance_md(rep) and "(3 stopped" in tables.provenance_md(rep)
 
 
 def test_a_leave_one_out_row_from_another_machine_is_not_judged_against_noise():
@@ -512,3 +522,35 @@ def test_turn_on_lists_levers_timed_on_another_machine_as_not_judged(monkeypatch
     monkeypatch.setattr(summary_box, "_stage_of", lambda rep, lever: None)
     text = summary_box._turn_on(SimpleNamespace())
     assert text.index("TF32") < text.index("not judged against noise") < text.index("fused AdamW")
+
+
+def test_the_report_says_what_measuring_it_cost_and_what_a_warm_re_measure_would(tmp_path):
+    """Seconds per chapter over every run (a cut chapter's parts added), the cold processes' compile time, and the
+    estimate of a warm re-measure: each cold first step replaced by the warm processes' median first step."""
+    from types import SimpleNamespace
+
+    run = {
+        "timings_s": {"compile": 100.0, "batch_sweep": 500.0, "total_s": 600.0},
+        "earlier_runs": [{"timings_s": {"fp32": 50.0}, "cut_timings_s": {"compile": 150.0}}],
+    }
+    for name, state, first, wall in (
+        ("compile__b16.json", "cold", 40.0, 60.0),
+        ("sweep/compile__b64.json", "cold", 60.0, 80.0),
+        ("repeats/compile__b16__r1.json", "warm", 5.0, 20.0),
+        ("repeats/compile__b16__r2.json", "warm", 7.0, 22.0),
+        ("fp32__b16.json", "not compiled", 1.0, 15.0),
+    ):
+        store.write_atomic(
+            tmp_path / "results" / name, {"compile_cache": {"state": state}, "first_step_s": first, "wall_s": wall}
+        )
+    rep = SimpleNamespace(run=run, dir=tmp_path, params=SimpleNamespace(stages=["fp32", "compile"], chapters=[]))
+    assert cost_view.chapter_seconds(run) == {"fp32": 50.0, "compile": 250.0, "batch_sweep": 500.0}
+    costs = cost_view.compile_costs([json.loads(p.read_text()) for p in (tmp_path / "results").rglob("*.json")])
+    assert costs["cold"]["processes"] == 2 and costs["cold"]["first_step_s"] == 100.0
+    assert cost_view.warm_estimate(800.0, costs) == 800.0 - 100.0 + 2 * 6.0
+    text = cost_view.cost_html(rep)
+    assert (
+        "over 2 runs of" in text and "2 processes compiled their graphs cold: their first steps took 100 s, 12%" in text
+    )
+    assert "about 12 minutes" in text and "<td>all chapters</td>" in text and "<td>800</td>" in text
+    assert "no run.json" in cost_view.cost_html(SimpleNamespace(run=None))

@@ -198,7 +198,9 @@ def provenance_md(rep: Report) -> str:
     if not any(r.get("provenance") for r in recs):
         return "**Where and how:** these records predate stamping: their machine and commit are not recorded."
     runs = [*((rep.run or {}).get("earlier_runs") or []), rep.run] if rep.run else []
-    stopped = sum(1 for r in runs if r.get("state") == "interrupted")
+    # The last run cut off and not resumed leaves the report incomplete; earlier ones were resumed by a later run.
+    cut = rep.run.get("interrupted") if rep.run and rep.run.get("state") == "interrupted" else None
+    stopped = sum(1 for r in runs if r.get("state") == "interrupted") - bool(cut)
     text = (
         f"**Where and how:** {len(recs)} records from {len(machines)} machine{'s' if len(machines) > 1 else ''} ("
         + "; ".join(f"{m}: {n}" for m, n in machines.most_common())
@@ -208,6 +210,11 @@ def provenance_md(rep: Report) -> str:
         + (f" ({stopped} stopped by their time budget or cut off, then resumed)" if stopped else "")
         + "."
     )
+    if cut:
+        text += (
+            f" **Incomplete:** the last run was not resumed ({cut}). What it had not reached is missing from this "
+            "report or decided on part of its evidence, as the chapters say."
+        )
     if len(machines) > 1:
         kinds = {
             m: sorted(

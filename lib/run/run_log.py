@@ -170,7 +170,7 @@ class RunLog:
 
     def chapter_cut(self, key: str, seconds: float) -> None:
         """The chapter the time budget stopped: its seconds so far (the resumed run times the rest), so the
-        time a chapter cost adds up over resumed runs (chapter_seconds)."""
+        time a chapter cost adds up over resumed runs (lib/report/cost_view.py chapter_seconds)."""
         self.run.setdefault("cut_timings_s", {})[key] = seconds
         self.write()
 
@@ -207,18 +207,6 @@ class RunLog:
 
     def _at_exit(self) -> None:
         self.stop("the program ended before the run did")
-
-
-def chapter_seconds(run: dict) -> dict:
-    """Seconds each chapter took to measure over every run of the folder (earlier runs and resumed ones
-    included, a chapter cut by a time budget with its part), in the order first measured."""
-    out: dict = {}
-    for r in [*run.get("earlier_runs", []), run]:
-        for part in ("timings_s", "cut_timings_s"):
-            for key, s in (r.get(part) or {}).items():
-                if key not in ("html_s", "pdf_s", "total_s", "pdf_error") and isinstance(s, (int, float)):
-                    out[key] = out.get(key, 0.0) + s
-    return out
 
 
 def load(report_dir: Path) -> dict | None:
