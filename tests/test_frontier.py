@@ -499,3 +499,22 @@ def test_one_step_an_update_reads_without_micro_steps():
 
     assert frontier_view.micro_steps_text({"batch": 8, "micro_steps": 1}) == "B=8"
     assert frontier_view.micro_steps_text({"batch": 64, "micro_steps": 8}) == "B=64 × 8 micro-steps"
+
+
+def test_a_side_left_to_full_depth_is_not_shown_from_another_runs_record():
+    """A folder measured at full depth and resumed at the default keeps the harness side's old records; the recipe
+    table shows only the sides this depth measured, so no row joins another run's processes."""
+    from types import SimpleNamespace
+
+    from lib.report import frontier_view
+
+    def rec(role, tps):
+        return {"variant": f"recipe: {role}", "status": "ok", "stage": "vocab", "batch_size": 2, "tokens_per_s": tps}
+
+    p = tiny_params()
+    rep = SimpleNamespace(
+        params=p, evidence={"recipe": [rec("recommended", 10.0), rec("baseline-harness", 8.0), rec("baseline", 8.1)]}
+    )
+    assert [r["role"] for r in frontier_view.recipe_rows(rep)] == ["recommended", "baseline"]
+    p.depth = "full"
+    assert [r["role"] for r in frontier_view.recipe_rows(rep)] == ["recommended", "baseline-harness", "baseline"]

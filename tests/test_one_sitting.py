@@ -241,12 +241,19 @@ def test_default_depth_leaves_out_what_full_depth_adds():
     assert set(left) == {"autotune", "fp8", "size_sweep", "ce_filter", "shape_padding_control", "recipe_harness"}
     for key, item in left.items():
         if item["kind"] == "evidence":  # explanatory evidence joins the run at full depth, with a line that says what
-            assert item["command"].endswith("DEPTH=full") and item["what"] == config.DEPTH_EVIDENCE[key], item
+            assert "DEPTH=full CHAPTERS=" in item["command"] and item["what"] == config.DEPTH_EVIDENCE[key], item
             continue
         assert f"CHAPTERS={key}" in item["command"], item
         if item["kind"] == "stage":  # a stage joins the run only at full depth
             assert "DEPTH=full" in item["command"], item
     assert "size_sweep" not in [c.key for c in chapters.order(params.stages, params.chapters)]
+
+    # Explanatory evidence is listed only where its chapter runs: the CPU default skips compile (no shape-padding
+    # control to add), and a report of other stages has no fused cross-entropy chapter.
+    assert "shape_padding_control" not in {n["key"] for n in config.load("cpu").not_run}
+    subset = config.load("h100", stage_keys=["fp32", "compile"])
+    assert {n["key"] for n in subset.not_run if n["kind"] == "evidence"} == {"shape_padding_control", "recipe_harness"}
+    assert left["ce_filter"]["command"] == "make report GPU=h100 DEPTH=full CHAPTERS=fused_ce"
 
     full = config.load("h100", depth="full")
     assert full.depth == "full"
@@ -477,6 +484,10 @@ def test_page_one_says_which_machine_timed_what_and_that_their_offset_is_unknown
     assert f"**Incomplete:** the last run was not resumed ({cut})" in text
     rep.run = {"state": "completed", "earlier_runs": earlier}
     assert "Incomplete" not in tables.provenance_md(rep) and "(3 stopped" in tables.provenance_md(rep)
+    rep.run = {"state": "running", "earlier_runs": earlier}  # killed: nothing closed the run
+    assert "**Incomplete:** the last run was not resumed (the process ended without closing its run" in (
+        tables.provenance_md(rep)
+    )
 
 
 def test_a_leave_one_out_row_from_another_machine_is_not_judged_against_noise():

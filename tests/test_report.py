@@ -499,3 +499,25 @@ def test_a_table_row_without_some_cells_shows_them_blank_never_nan():
 
     html = evidence_view.table([{"Stage": "a", "GEMM": "50 %"}, {"Stage": "b"}])
     assert "NaN" not in html and "nan" not in html and "50 %" in html
+
+
+def test_the_pdf_leaves_each_chapters_loss_curve_and_kernel_tables_to_the_html(pipeline_ok, tmp_path):
+    """The PDF is read through, the HTML searched: a chapter's per-step loss curve and kernel tables sit in blocks
+    the PDF's print stylesheet leaves out, and the PDF says in one line per chapter what is in the HTML. Removing
+    that rule from the stylesheet (the same HTML printed whole) gives more pages."""
+    from conftest import pdf_page_count
+
+    from lib.report import export
+
+    html = (pipeline_ok.report_dir / "report.html").read_text()
+    for heading in ("Where the step time goes", "Loss against the FP32 baseline"):
+        at = [m.start() for m in re.finditer(f"<h4[^>]*>{heading}", html)]
+        # inside the output that opens an html-only block (each block is one output of its own)
+        assert at and all(
+            html.rfind('<div class="html-only">', 0, i) > html.rfind('<div class="output_area">', 0, i) for i in at
+        ), heading
+    assert html.count('class="print-only note">In the HTML report') >= len(pipeline_ok.params.stages) - 2
+    assert "@media print { .html-only { display: none !important; }" in html
+    whole = tmp_path / "whole.pdf"
+    export.to_pdf(html.replace(".html-only { display: none !important; }", ""), whole, pipeline_ok.report_dir)
+    assert pdf_page_count(pipeline_ok.report_dir / "report.pdf") < pdf_page_count(whole)

@@ -145,6 +145,7 @@ DEPTH_EVIDENCE = {
     "shape_padding_control": "torch.compile at 50257 with Inductor's shape padding off (compile chapter's control)",
     "recipe_harness": "the canonical trainer's configuration in this harness at the global batch (recipe)",
 }
+EVIDENCE_CHAPTER = {"ce_filter": "fused_ce", "shape_padding_control": "compile", "recipe_harness": "batch_sweep"}
 
 
 def check_depth(depth: str | None) -> str:
@@ -154,7 +155,8 @@ def check_depth(depth: str | None) -> str:
 
 
 def not_run(params: Params) -> list[dict]:
-    """What this report leaves to DEPTH=full (stages and chapters not in it), each with the command that adds it."""
+    """What this report leaves to DEPTH=full (stages and chapters not in it, and the explanatory evidence of the
+    chapters it has), each with the command that adds it."""
     again = f"make report GPU={params.name}" + (
         f" MODEL={params.model_preset}" if params.model_preset != params.profile_preset else ""
     )
@@ -170,11 +172,21 @@ def not_run(params: Params) -> list[dict]:
             if k not in (params.chapters or [])
         ]
         + [
-            {"key": k, "kind": "evidence", "command": f"{again} DEPTH=full", "what": DEPTH_EVIDENCE[k]}
+            {
+                "key": k,
+                "kind": "evidence",
+                "command": f"{again} DEPTH=full CHAPTERS={EVIDENCE_CHAPTER[k]}",
+                "what": DEPTH_EVIDENCE[k],
+            }
             for k in params.full_depth.evidence
-            if not runs_evidence(params, k)
+            if not runs_evidence(params, k) and _has_chapter(params, EVIDENCE_CHAPTER[k])
         ]
     )
+
+
+def _has_chapter(params: Params, key: str) -> bool:
+    """Whether this report measures chapter `key` at all (a stage it runs and does not skip, or a later chapter)."""
+    return (key in params.stages and key not in (params.skip or {})) or key in (params.chapters or [])
 
 
 def runs_evidence(params: Params, name: str) -> bool:

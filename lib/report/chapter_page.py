@@ -6,6 +6,7 @@ arguments; it returns what to show, in order: ("md", text), ("html", text) or a 
 
 from __future__ import annotations
 
+import html
 import re
 
 from lib.core import chapters
@@ -92,23 +93,77 @@ def plan(text: str) -> list[tuple]:
     return [p for p in out + [("md", text[at:].strip())] if p != ("md", "")]
 
 
-def parts(rep: Report, key: str) -> list:
-    """Everything the chapter shows, in order: its prose and its views' output (a view that draws a
-    figure with nothing in it returns None, which is left out)."""
+# A stretch of a chapter's text between these lines is in the HTML report only: the PDF, which a reader
+# reads through, says in one line where it is (per-step loss curves, kernel tables).
+HTML_ONLY = re.compile(r"^<!-- html-only -->$(?P<body>.*?)^<!-- /html-only -->$", re.M | re.S)
+HEADING = re.compile(r"^#### (.+)$", re.M)
+
+
+def in_the_html(titles: list[str]) -> str:
+    """The PDF's line where a chapter's stretches for the HTML only were: what they are, and where."""
+    return (
+        '<p class="print-only note">In the HTML report (report.html, beside this PDF): '
+        + "; ".join(html.escape(t) for t in titles)
+        + ".</p>"
+    )
+
+
+def regions(text: str) -> list[tuple[bool, str]]:
+    """The chapter's text in stretches, each (in the HTML only?, text), in order."""
+    out, at = [], 0
+    for m in HTML_ONLY.finditer(text):
+        out += [(False, text[at : m.start()]), (True, m.group("body"))]
+        at = m.end()
+    return [(hidden, t) for hidden, t in out + [(False, text[at:])] if t.strip()]
+
+
+def parts(rep: Report, key: str) -> list[tuple[bool, object]]:
+    """Everything the chapter shows, in order, each (in the HTML only?, part): its prose and its views'
+    output (a view that draws a figure with nothing in it returns None, which is left out)."""
     out = []
-    for p in plan(text_of(key)):
-        out += [p] if p[0] == "md" else VIEWS[p[1]](rep, key, *p[2])
-    return [p for p in out if p is not None]
+    for hidden, text in regions(text_of(key)):
+        for p in plan(text):
+            out += [(hidden, x) for x in ([p] if p[0] == "md" else VIEWS[p[1]](rep, key, *p[2]))]
+    return [(hidden, p) for hidden, p in out if p is not None]
+
+
+def _as_html(part) -> str:
+    """A part as HTML of its own: Markdown rendered, a figure as an embedded PNG (the report stays one file)."""
+    import base64
+    import io
+
+    if isinstance(part, tuple):
+        if part[0] == "md":
+            import mistune  # nbconvert's own Markdown renderer
+
+            return mistune.html(part[1])
+        return part[1]
+    buf = io.BytesIO()
+    part.savefig(buf, format="png", bbox_inches="tight")
+    return f'<img src="data:image/png;base64,{base64.b64encode(buf.getvalue()).decode()}">'
 
 
 def show(rep: Report, key: str) -> None:
-    """Display the chapter in a notebook: text as Markdown, tables as HTML, each figure where it belongs."""
+    """Display the chapter in a notebook: text as Markdown, tables as HTML, each figure where it belongs; a
+    stretch for the HTML only as one block the PDF leaves out, with a line there saying where it is."""
     import matplotlib.pyplot as plt
     from IPython.display import HTML, Markdown, display
 
-    for p in parts(rep, key):
-        if isinstance(p, tuple):
+    shown, hidden_block = parts(rep, key), []
+    for i, (hidden, p) in enumerate(shown):
+        if hidden:
+            hidden_block.append(_as_html(p))
+        elif isinstance(p, tuple):
             display(Markdown(p[1]) if p[0] == "md" else HTML(p[1]))
         else:
             display(p)
+        if not isinstance(p, tuple):
             plt.close(p)
+        if hidden_block and (i + 1 == len(shown) or not shown[i + 1][0]):
+            display(HTML('<div class="html-only">' + "\n".join(hidden_block) + "</div>"))
+            hidden_block = []
+    titles = [
+        t for hidden, p in shown if hidden and isinstance(p, tuple) and p[0] == "md" for t in HEADING.findall(p[1])
+    ]
+    if titles:
+        display(HTML(in_the_html(titles)))

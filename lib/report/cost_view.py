@@ -54,6 +54,8 @@ def cost_html(rep: Report) -> str:
     seconds = chapter_seconds(rep.run)
     titles = {c.key: c.title for c in chapters.order(rep.params.stages, rep.params.chapters or [])}
     total = sum(seconds.values())
+    if not total:
+        return none("No chapter of this folder's runs recorded its time: what measuring it cost is not known.")
     rows = [
         {"chapter": titles.get(k, k), "seconds": f"{s:,.0f}", "share": f"{s / total:.0%}"} for k, s in seconds.items()
     ]

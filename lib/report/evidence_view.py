@@ -9,7 +9,7 @@ import html
 
 import pandas as pd
 
-from lib.core import stages
+from lib.core import config, stages
 from lib.report.charts import save, style
 from lib.report.loader import DEVICE_PEAK, LAYERS, GiB, Report, best_single_gpu, gib, pct, scaling_curve, tok
 
@@ -176,8 +176,13 @@ def compile_vocab_html(rep: Report) -> str:
     if var is None:
         return none("The compile stage at the unpadded vocabulary was not measured for this report.")
     b = var["batch_size"]
-    control = next(
-        (r for r in rep.evidence["variants"] if r.get("variant") == "unpadded vocab, Inductor shape padding off"), None
+    control = (
+        next(
+            (r for r in rep.evidence["variants"] if r.get("variant") == "unpadded vocab, Inductor shape padding off"),
+            None,
+        )
+        if config.runs_evidence(rep.params, "shape_padding_control")
+        else None  # left to DEPTH=full (page 1 lists it)
     )
     pairs = [
         ("eager (flash → vocab stage)", rep.rec("flash", b), rep.rec("vocab", b)),

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from lib.core import levers, provenance, record, stages
+from lib.core import config, levers, provenance, record, stages
 from lib.core.kernel_categories import CATEGORIES
 from lib.report.evidence_view import OK, none, table
 from lib.report.fidelity_view import repeats_rule
@@ -69,6 +69,8 @@ def sdpa_html(rep: Report) -> str:
 
 
 def ce_filter_html(rep: Report) -> str:
+    if not config.runs_evidence(rep.params, "ce_filter"):
+        return none("cut-cross-entropy's default gradient filter is measured at DEPTH=full only (page 1 says so).")
     filtered = [r for r in rep.evidence["variants"] if r.get("variant") == "default gradient filter"]
     if not filtered:
         return none("cut-cross-entropy's default gradient filter was not measured for this report.")
@@ -112,6 +114,8 @@ def recipe_rows(rep: Report) -> list[dict]:
         ("baseline-harness", "canonical trainer's configuration (this harness)"),
         ("baseline", "canonical trainer's configuration (plain loop)"),
     ):
+        if role == "baseline-harness" and not config.runs_evidence(rep.params, "recipe_harness"):
+            continue  # left to DEPTH=full: a record of it is another run's, not this one's
         runs = _group(rep.evidence["recipe"], role)
         if not runs:
             continue

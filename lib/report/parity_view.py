@@ -31,6 +31,8 @@ def rule(ev: Evidence) -> str:
         + (
             "each twice"
             if parity.noise_seeds(ev) >= ev.parity_seeds
+            else "and at the first of them each a second time"
+            if parity.noise_seeds(ev) == 1
             else f"and at the first {parity.noise_seeds(ev)} of them each a second time"
         )
         + " (the repeat pairs measure the noise of the test itself: a compiled or FP8 step is not bitwise "

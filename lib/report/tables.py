@@ -199,8 +199,16 @@ def provenance_md(rep: Report) -> str:
         return "**Where and how:** these records predate stamping: their machine and commit are not recorded."
     runs = [*((rep.run or {}).get("earlier_runs") or []), rep.run] if rep.run else []
     # The last run cut off and not resumed leaves the report incomplete; earlier ones were resumed by a later run.
-    cut = rep.run.get("interrupted") if rep.run and rep.run.get("state") == "interrupted" else None
-    stopped = sum(1 for r in runs if r.get("state") == "interrupted") - bool(cut)
+    # A run left 'running' ended without closing it (killed, or the machine went away): cut all the same.
+    state = (rep.run or {}).get("state")
+    cut = (
+        rep.run.get("interrupted")
+        if state == "interrupted"
+        else "the process ended without closing its run: killed, or the machine went away"
+        if state == "running"
+        else None
+    )
+    stopped = sum(1 for r in runs if r.get("state") == "interrupted") - (state == "interrupted")
     text = (
         f"**Where and how:** {len(recs)} records from {len(machines)} machine{'s' if len(machines) > 1 else ''} ("
         + "; ".join(f"{m}: {n}" for m, n in machines.most_common())

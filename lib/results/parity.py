@@ -15,8 +15,8 @@ Design (the method section states it before any number):
       worse      a lower bound lies above +margin;
       undecided  otherwise;
     only "holds" lets a stage be adopted. A lever that lowers the loss is not failed for it;
-  * a test decides only once it is complete: every one of the `parity_seeds` seeds has run both stages
-    twice (a run that failed counts as run). Until then it is "incomplete" and decides nothing either
+  * a test decides only once it is complete: every one of the `parity_seeds` seeds has run both stages, the
+    first `parity_noise_seeds` of them twice (a run that failed counts as run). Until then it is "incomplete" and decides nothing either
     way, so a run cut off in the middle of a test never rejects (or adopts) a lever on part of its seeds.
     Every seed's paired difference already carries the run-to-run noise, so the interval needs the repeats only
     as a floor under a few seeds that agree by luck: two seeds' repeat pairs set it, and the other seeds run

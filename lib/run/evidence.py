@@ -10,11 +10,12 @@ run through the same launcher as the stages (a fresh process per point, resumabl
 - batch_sweep: the fastest verified stage at growing batch sizes until memory runs out
                (batch-sweep chapter, which also names the recommended configuration);
 - sdpa_jobs:   the flash stage with each SDPA backend forced (flash chapter);
-- ce_filter_job: the fused cross-entropy stage with the library's default gradient filter;
+- ce_filter_job: the fused cross-entropy stage with the library's default gradient filter (DEPTH=full);
 - repeats, crosscheck_jobs: what the recommendation rests on: the top configurations and the timing
-               claims in fresh processes again (noise), the plain loop beside the harness
-               (lib/train/plain_loop.py); then lib/run/parity_runs.py: the parity test against the reference
-               stage, and lib/run/recipe.py: the recommendation at GPT-2's global batch, and its leave-one-out ablation.
+               claims in fresh processes again (noise); lib/run/parity_runs.py: the parity test against the
+               reference stage; then, for the stage the test lets stand, the plain loop beside the harness
+               (lib/train/plain_loop.py) and lib/run/recipe.py: the recommendation at GPT-2's global batch,
+               and its leave-one-out ablation.
 
 Results live in results/<kind>/ so they never mix with the matrix in results/*.json."""
 
@@ -310,7 +311,7 @@ def measure_chapter(key: str, params: Params, report_dir, force: bool = False):
     params_file = resolve(report_dir) / "params.json"
     if not params_file.exists():
         store.write_atomic(params_file, params)
-    if key == "batch_sweep":  # then what the recommendation rests on: repeats, cross-check, parity
+    if key == "batch_sweep":  # then what the recommendation rests on: repeats, parity, cross-check, recipe
 
         def decided():
             return decide.best_config(store.decision_records(resolve(report_dir) / "results"), params)

@@ -1,5 +1,6 @@
 """The parity test's runs (lib/results/parity.py decides on them): the recommended stage and its reference
-stage, paired per seed on the same weights and data order, each twice, then their loss on held-out text.
+stage, paired per seed on the same weights and data order (at the first seeds each twice), then their loss on
+held-out text.
 Run by the batch-sweep chapter (lib/run/evidence.py) once the sweep has named the recommendation."""
 
 from __future__ import annotations
