@@ -40,7 +40,15 @@ def _our_processes() -> list[str]:
         if len(r) == 3
         and r[1] != str(os.getpid())
         and ("lib.measure.worker" in r[2] or ("ipykernel" in r[2] and "gpt2-levers" in r[2]))
+        and _cwd(r[0]) in (None, str(ROOT.resolve()))  # another checkout's test run on the same machine is not ours
     ]
+
+
+def _cwd(pid: str) -> str | None:
+    try:
+        return os.readlink(f"/proc/{pid}/cwd")
+    except OSError:
+        return None  # gone, or not ours to read: counted, as before
 
 
 def _earlier_report(reports: Path) -> Path:
