@@ -6,6 +6,7 @@ the repeat rule. The end-to-end checks read the session's CPU pipeline run (conf
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 from pathlib import Path
@@ -484,10 +485,12 @@ def test_page_one_says_which_machine_timed_what_and_that_their_offset_is_unknown
     assert f"**Incomplete:** the last run was not resumed ({cut})" in text
     rep.run = {"state": "completed", "earlier_runs": earlier}
     assert "Incomplete" not in tables.provenance_md(rep) and "(3 stopped" in tables.provenance_md(rep)
-    rep.run = {"state": "running", "earlier_runs": earlier}  # killed: nothing closed the run
+    rep.run = {"state": "running", "earlier_runs": earlier, "pid": 2**22 + 12345}  # killed: nothing closed the run
     assert "**Incomplete:** the last run was not resumed (the process ended without closing its run" in (
         tables.provenance_md(rep)
     )
+    rep.run["pid"] = os.getpid()  # the run drawing its own report is running, and not cut
+    assert "Incomplete" not in tables.provenance_md(rep)
 
 
 def test_a_leave_one_out_row_from_another_machine_is_not_judged_against_noise():

@@ -105,6 +105,12 @@ def test_result_records_have_schema_and_ok_status(pipeline_ok):
             assert "no power sensor" in rec["energy"]["unavailable"]
 
 
+def test_a_completed_run_is_not_called_incomplete(pipeline_ok, report_html):
+    """The report is drawn while its run is still open ('running', by the living process): page 1 must not read
+    that as a run cut off (seen on a fresh clone's CPU report after the killed-run check was added)."""
+    assert "Incomplete" not in report_html and read_json(pipeline_ok.report_dir / "run.json")["state"] == "completed"
+
+
 def test_evidence_is_measured_and_shown(pipeline_ok, report_html):
     ev = pipeline_ok.results_dir
     gemm = read_json(ev / "gemm" / "lm_head.json")

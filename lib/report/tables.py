@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import html
 import json
+import os
 from collections import Counter
 
 import pandas as pd
@@ -189,6 +190,19 @@ def title_md(rep: Report) -> str:
     )
 
 
+def _alive(pid) -> bool:
+    """Whether the process that wrote a run entry still runs here (its own render is drawn while it runs)."""
+    if not isinstance(pid, int):
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def provenance_md(rep: Report) -> str:
     """Page 1's account of where and how the records were measured: machines, commits, runs, what was
     superseded and what this depth left out."""
@@ -199,13 +213,14 @@ def provenance_md(rep: Report) -> str:
         return "**Where and how:** these records predate stamping: their machine and commit are not recorded."
     runs = [*((rep.run or {}).get("earlier_runs") or []), rep.run] if rep.run else []
     # The last run cut off and not resumed leaves the report incomplete; earlier ones were resumed by a later run.
-    # A run left 'running' ended without closing it (killed, or the machine went away): cut all the same.
+    # A run left 'running' by a process that is gone ended without closing it (killed, or the machine went
+    # away): cut all the same. The run drawing this report is 'running' too, and alive.
     state = (rep.run or {}).get("state")
     cut = (
         rep.run.get("interrupted")
         if state == "interrupted"
         else "the process ended without closing its run: killed, or the machine went away"
-        if state == "running"
+        if state == "running" and not _alive(rep.run.get("pid"))
         else None
     )
     stopped = sum(1 for r in runs if r.get("state") == "interrupted") - (state == "interrupted")
