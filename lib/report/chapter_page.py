@@ -7,6 +7,7 @@ arguments; it returns what to show, in order: ("md", text), ("html", text) or a 
 from __future__ import annotations
 
 import html
+import itertools
 import re
 
 from lib.core import chapters
@@ -149,19 +150,16 @@ def show(rep: Report, key: str) -> None:
     import matplotlib.pyplot as plt
     from IPython.display import HTML, Markdown, display
 
-    shown, hidden_block = parts(rep, key), []
-    for i, (hidden, p) in enumerate(shown):
-        if hidden:
-            hidden_block.append(_as_html(p))
-        elif isinstance(p, tuple):
-            display(Markdown(p[1]) if p[0] == "md" else HTML(p[1]))
-        else:
-            display(p)
-        if not isinstance(p, tuple):
-            plt.close(p)
-        if hidden_block and (i + 1 == len(shown) or not shown[i + 1][0]):
-            display(HTML('<div class="html-only">' + "\n".join(hidden_block) + "</div>"))
-            hidden_block = []
+    shown = parts(rep, key)
+    for hidden, run in itertools.groupby(shown, key=lambda x: x[0]):
+        run = [p for _, p in run]
+        if hidden:  # consecutive stretches for the HTML only make one block
+            display(HTML('<div class="html-only">' + "\n".join(_as_html(p) for p in run) + "</div>"))
+        for p in run:
+            if not hidden:
+                display((Markdown(p[1]) if p[0] == "md" else HTML(p[1])) if isinstance(p, tuple) else p)
+            if not isinstance(p, tuple):
+                plt.close(p)
     titles = [
         t for hidden, p in shown if hidden and isinstance(p, tuple) and p[0] == "md" for t in HEADING.findall(p[1])
     ]

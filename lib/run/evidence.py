@@ -149,22 +149,24 @@ def vocab_under_compile(params: Params, report_dir, force: bool = False) -> dict
         stage_overrides={"padded_vocab": False},
         profile=False,
     )
+    jobs = [job]
     # The control for why compiled padding is worth less than eager: Inductor pads a misaligned matmul
     # itself (its shape_padding), so the unpadded run is timed once more with that switched off.
-    if not config.runs_evidence(params, "shape_padding_control"):
-        return runner.measure_jobs([job], env, force=force)[job["out"]]
-    flags = stages.get("compile").backend_flags + ((SHAPE_PADDING, False),)
-    control = make_job(
-        params,
-        env,
-        "compile",
-        batch,
-        folder(report_dir, "variants") / f"compile-unpadded-no-shape-padding__b{batch}.json",
-        variant=NO_SHAPE_PADDING,
-        stage_overrides={"padded_vocab": False, "backend_flags": flags},
-        profile=False,
-    )
-    return runner.measure_jobs([job, control], env, force=force)[job["out"]]
+    if config.runs_evidence(params, "shape_padding_control"):
+        flags = stages.get("compile").backend_flags + ((SHAPE_PADDING, False),)
+        jobs.append(
+            make_job(
+                params,
+                env,
+                "compile",
+                batch,
+                folder(report_dir, "variants") / f"compile-unpadded-no-shape-padding__b{batch}.json",
+                variant=NO_SHAPE_PADDING,
+                stage_overrides={"padded_vocab": False, "backend_flags": flags},
+                profile=False,
+            )
+        )
+    return runner.measure_jobs(jobs, env, force=force)[job["out"]]
 
 
 SHAPE_PADDING = "torch._inductor.config.shape_padding"
