@@ -9,6 +9,7 @@ import shutil
 import pytest
 from conftest import describe_proc, make_record, read_json, run_cli, tiny_params, write_report_dir
 
+from lib.core import record
 from lib.measure import faults
 from lib.report import claim_judge, claims, evidence_view, loader
 from lib.results import decide
@@ -68,6 +69,48 @@ def test_batch_sweep_stops_at_the_first_out_of_memory(tmp_path, monkeypatch):
     again = evidence.batch_sweep(params, tmp_path)  # resumable like every measurement
     assert [r["batch_size"] for r in again] == [2, 4, 8]
     assert not list((tmp_path / "results" / "sweep").glob("*__b16.json"))  # the kept OOM still ends it
+
+
+def test_batch_sweep_measures_above_the_matrix_only_and_not_a_batch_its_memory_says_cannot_fit(tmp_path, monkeypatch):
+    """Seen on an H100: the sweep spent a cold compile on B=32, between the matrix's own B=16 and B=64, and another
+    on B=192, whose memory the two points below put at 101 GiB of 79: 80 s of a 30-minute budget. The sweep starts
+    above the matrix; a batch its memory line puts beyond the device by more than the margin gets a record that
+    says it was not measured, and why."""
+    from lib.run import runner
+
+    params = tiny_params(["fp32"], batch_sizes=(2, 4))
+    params.evidence.sweep_batch_sizes = [2, 3, 4, 8, 16, 32]
+    params.evidence.sweep_oom_margin = 0.10
+    runner.run_stage("fp32", params, tmp_path)
+    gib = 2**30
+    device = {"backend": "cpu", "name": "x", "memory_bytes": 40 * gib}  # 4 GiB a sequence: 8 fits, 16 does not
+    real_env = runner.environment(tmp_path)
+    monkeypatch.setattr(runner, "environment", lambda d: {**real_env, "device": {**real_env["device"], **device}})
+    measured = []
+    real_measure = runner.measure_jobs
+
+    def measure_jobs(jobs, env, force=False):
+        out = real_measure(jobs, env, force=force)
+        for j in jobs:
+            rec = out[j["out"]]
+            if rec["status"] == "ok":
+                rec["mem_device_sampled_peak_bytes"] = j["batch_size"] * 4 * gib
+                measured.append(j["batch_size"])
+        return out
+
+    monkeypatch.setattr(runner, "measure_jobs", measure_jobs)
+    for r in evidence.store.load_records(tmp_path / "results"):  # the matrix's points, 4 GiB a sequence
+        r["mem_device_sampled_peak_bytes"] = r["batch_size"] * 4 * gib
+        evidence.store.write_atomic(evidence.store.record_path(tmp_path / "results", "fp32", r["batch_size"]), r)
+    swept = evidence.batch_sweep(params, tmp_path)
+    assert measured == [8]  # not 3 (below the matrix's largest), not 16 (predicted), nothing after it
+    assert [(r["batch_size"], r["status"]) for r in swept] == [(2, "ok"), (4, "ok"), (8, "ok"), (16, "not_applicable")]
+    assert swept[-1]["reason"].startswith(record.PREDICTED_OOM) and "64 GiB at B=16" in swept[-1]["reason"]
+    # The margin keeps a batch that might just fit: 10 % over is still measured, and no line without two points.
+    pts = [{"status": "ok", "batch_size": b, "mem_device_bytes": b * gib} for b in (2, 4)]
+    assert evidence.predicted_oom(pts, 8, int(7.5 * gib), params) is None
+    assert evidence.predicted_oom(pts, 8, 7 * gib, params).startswith(record.PREDICTED_OOM)
+    assert evidence.predicted_oom(pts[:1], 64, gib, params) is None
 
 
 def _gemm(kern_real, kern_pad, ms_real, ms_pad):
@@ -235,7 +278,8 @@ def test_compiled_padding_has_a_control_with_inductors_own_shape_padding_off(tmp
 def test_the_plain_loop_cross_checks_only_the_recommendation_its_parity_test_let_stand(tmp_path, monkeypatch):
     """The parity test runs right after the sweep and its repeats; the plain loop's cross-check (a process of its
     own) waits for the stage the test lets stand. Seen on an H100: the FP8 lm_head's test came back undecided and
-    the cross-check spent on it served nothing."""
+    the cross-check spent on it served nothing. The stage that takes over is measured at the batch size the first
+    sweep chose (a sweep of its own cost 2 cold compiles and a new reference side of the parity test)."""
     from lib.results import store
     from lib.run import parity_runs, recipe, runner
 
@@ -244,11 +288,13 @@ def test_the_plain_loop_cross_checks_only_the_recommendation_its_parity_test_let
     state = {"best": next(order)}
     calls = []
     monkeypatch.setattr(runner, "environment", lambda report_dir: {"device": {"backend": "cpu"}})
-    monkeypatch.setattr(evidence, "batch_sweep", lambda *a, **k: calls.append("sweep") or [])
+    monkeypatch.setattr(evidence, "batch_sweep", lambda *a, **k: calls.append(("sweep", k.get("only"))) or [])
     monkeypatch.setattr(evidence, "repeats", lambda *a, **k: calls.append("repeats") or [])
     monkeypatch.setattr(decide, "best_config", lambda recs, p: state["best"])
     monkeypatch.setattr(store, "decision_records", lambda folder: [])
-    monkeypatch.setattr(parity_runs, "parity_jobs", lambda p, d: [{"parity": state["best"]["stage"]}])
+    monkeypatch.setattr(
+        parity_runs, "measure", lambda p, d, force=False: runner.measure_jobs([{"parity": state["best"]["stage"]}], {})
+    )
     monkeypatch.setattr(evidence, "crosscheck_jobs", lambda p, d, configs: [{"crosscheck": s} for s, b in configs])
 
     def measure_jobs(jobs, env, force=False):
@@ -261,10 +307,10 @@ def test_the_plain_loop_cross_checks_only_the_recommendation_its_parity_test_let
     monkeypatch.setattr(recipe, "measure", lambda p, d, best, force=False: calls.append(("recipe", best["stage"])))
     evidence.measure_chapter("batch_sweep", params, tmp_path)
     assert calls == [
-        "sweep",
+        ("sweep", None),
         "repeats",
         {"parity": "fp8_head"},
-        "sweep",
+        ("sweep", 2),  # the stage that takes over is measured at the batch the sweep chose, not swept again
         "repeats",
         {"parity": "loss_only"},
         {"crosscheck": "loss_only"},

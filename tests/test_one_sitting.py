@@ -239,10 +239,20 @@ def test_default_depth_leaves_out_what_full_depth_adds():
     assert "autotune" not in params.stages and "fp8" not in params.stages
     assert "size_sweep" not in params.chapters
     left = {n["key"]: n for n in params.not_run}
-    assert set(left) == {"autotune", "fp8", "size_sweep", "ce_filter", "shape_padding_control", "recipe_harness"}
+    assert set(left) == {
+        "autotune",
+        "fp8",
+        "size_sweep",
+        "ce_filter",
+        "shape_padding_control",
+        "recipe_harness",
+        "compiled_small_batches",
+    }
     for key, item in left.items():
         if item["kind"] == "evidence":  # explanatory evidence joins the run at full depth, with a line that says what
-            assert "DEPTH=full CHAPTERS=" in item["command"] and item["what"] == config.DEPTH_EVIDENCE[key], item
+            chapter = config.EVIDENCE_CHAPTER[key]
+            assert item["command"].endswith("DEPTH=full" + (f" CHAPTERS={chapter}" if chapter else "")), item
+            assert item["what"] == config.DEPTH_EVIDENCE[key], item
             continue
         assert f"CHAPTERS={key}" in item["command"], item
         if item["kind"] == "stage":  # a stage joins the run only at full depth
@@ -252,11 +262,19 @@ def test_default_depth_leaves_out_what_full_depth_adds():
     # Explanatory evidence is listed only where its chapter runs: the CPU default skips compile (no shape-padding
     # control to add), and a report of other stages has no fused cross-entropy chapter.
     assert "shape_padding_control" not in {n["key"] for n in config.load("cpu").not_run}
+    full = config.load("h100", depth="full")
     subset = config.load("h100", stage_keys=["fp32", "compile"])
-    assert {n["key"] for n in subset.not_run if n["kind"] == "evidence"} == {"shape_padding_control", "recipe_harness"}
+    assert {n["key"] for n in subset.not_run if n["kind"] == "evidence"} == {
+        "shape_padding_control",
+        "recipe_harness",
+        "compiled_small_batches",
+    }
+    # The compiled stages run at the matrix's largest batch alone (each lever is decided there); eager ones at all.
+    assert config.stage_batches(params, "compile") == [64] and config.stage_batches(params, "vocab") == [16, 64]
+    assert config.stage_batches(full, "compile") == [16, 64]
+    assert "compiled_small_batches" not in {n["key"] for n in config.load("h100", batch_sizes=[64]).not_run}
     assert left["ce_filter"]["command"] == "make report GPU=h100 DEPTH=full CHAPTERS=fused_ce"
 
-    full = config.load("h100", depth="full")
     assert full.depth == "full"
     assert "autotune" in full.stages and "fp8" in full.stages and "size_sweep" in full.chapters
     assert full.not_run == []

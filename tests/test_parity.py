@@ -226,3 +226,44 @@ def test_only_the_first_noise_seeds_repeat_and_the_test_completes_without_the_re
     missing = [r for r in runs if not (r["seed_offset"] == 1 and r["replicate"] == 1 and r["stage"] == "fp32")]
     assert parity.checks(missing, ev)["tf32"]["verdict"] == parity.INCOMPLETE  # a noise seed's repeat is owed
     assert "at the first 2 of them each a second time" in parity_view.rule(params.evidence)
+
+
+def test_a_test_whose_own_noise_keeps_it_from_deciding_stops_after_its_noise_seeds(tmp_path, monkeypatch):
+    """Seen on an H100: the FP8 lm_head's repeat pairs were 0.016 nats apart, so five seeds could detect no less
+    than 0.022 nats, beyond the 0.02 margin; the other three seeds were spent for an undecided verdict that was
+    certain. The futility stop ends the test after the noise seeds, undecided; a quiet test goes on."""
+    params = tiny_params(["fp32", "tf32"], batch_sizes=(4,))
+    ev = SimpleNamespace(**{**vars(EV), "parity_seeds": 5, "parity_noise_seeds": 2})
+    noisy = [r for r in _test(params, (0.0, 0.0), noise=0.016) if r["seed_offset"] < 2]
+    check = parity.checks(noisy, ev)["tf32"]
+    assert check["futile"] and check["verdict"] == parity.UNDECIDED and not check["ok"] and check["seeds_run"] == 2
+    assert "stopped after its 2 noise seeds" in parity_view.summary(check)
+    quiet = [r for r in _test(params, (0.0, 0.0), noise=0.001) if r["seed_offset"] < 2]
+    assert parity.checks(quiet, ev)["tf32"]["verdict"] == parity.INCOMPLETE  # the rest of its seeds still run
+    # A noise seed still owed: no stop, whatever the noise of the other.
+    owed = [r for r in noisy if not (r["seed_offset"] == 1 and r["replicate"] == 1)]
+    assert parity.checks(owed, ev)["tf32"]["verdict"] == parity.INCOMPLETE
+
+    # The runs: the noise seeds first; the rest only where the test is not futile.
+    params.evidence.parity_seeds, params.evidence.parity_noise_seeds = 5, 2
+    losses = [5.0 - 0.01 * i for i in range(6)]
+    matrix = [make_record(params, "fp32", 4, [10.0] * 5, losses), make_record(params, "tf32", 4, [5.0] * 5, losses)]
+    report_dir = write_report_dir(tmp_path / "cpu", params, matrix)
+    for noise, rounds in ((0.016, 1), (0.001, 2)):
+        calls = []
+
+        def fake_measure(jobs, env, force=False, noise=noise, calls=calls):
+            calls.append(sorted({j["seed_offset"] for j in jobs}))
+            for j in jobs:
+                delta = noise if j["replicate"] else 0.0
+                rec = _run(params, j["stage"], j["seed_offset"], j["replicate"], 4.0 + delta, 4.0 - delta, batch=4)
+                store.write_atomic(j["out"], {**rec, "fingerprint": j["fingerprint"]})
+            return {}
+
+        monkeypatch.setattr(parity_runs.runner, "measure_jobs", fake_measure)
+        for f in (
+            (report_dir / "results" / "parity").glob("*.json") if (report_dir / "results" / "parity").exists() else []
+        ):
+            f.unlink()
+        parity_runs.measure(params, report_dir)
+        assert calls[0] == [0, 1] and len(calls) == rounds, (noise, calls)

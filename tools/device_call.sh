@@ -14,4 +14,12 @@ mkdir -p runs
   echo "make exit status: $?"
 } 2>&1 | tee -a "runs/measure-log-$gpu.txt"
 du -sh .cache/compile 2>/dev/null
+# With CACHE_SIZES=1: what carrying the compile cache to another machine would take (the carry limit is 64 MiB)
+if [ -n "$CACHE_SIZES" ] && [ -d .cache/compile ]; then
+  du -sh .cache/compile/*/* 2>/dev/null
+  find .cache/compile -type f | sed 's/.*\.//' | sort | uniq -c | sort -rn | head -12
+  echo "whole cache, xz -3: $(tar cf - -C .cache compile | xz -T0 -3 | wc -c) bytes"
+  echo "without Triton's intermediate IR (ttir ttgir llir ptx source), xz -3: $(tar cf - --exclude='*.ttir' \
+    --exclude='*.ttgir' --exclude='*.llir' --exclude='*.ptx' --exclude='*.source' -C .cache compile | xz -T0 -3 | wc -c) bytes"
+fi
 tar czf "$OUT/runs.tgz" runs

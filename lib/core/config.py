@@ -144,8 +144,16 @@ DEPTH_EVIDENCE = {
     "ce_filter": "cut-cross-entropy's default gradient filter (fused cross-entropy chapter)",
     "shape_padding_control": "torch.compile at 50257 with Inductor's shape padding off (compile chapter's control)",
     "recipe_harness": "the canonical trainer's configuration in this harness at the global batch (recipe)",
+    "compiled_small_batches": "the compiled stages at the matrix's smaller batch sizes (each lever is decided at the "
+    "largest batch it and its previous stage ran; a compile costs the same at any batch)",
 }
-EVIDENCE_CHAPTER = {"ce_filter": "fused_ce", "shape_padding_control": "compile", "recipe_harness": "batch_sweep"}
+# The chapter whose `CHAPTERS=` adds the evidence; None: it spans chapters, and DEPTH=full alone adds it.
+EVIDENCE_CHAPTER = {
+    "ce_filter": "fused_ce",
+    "shape_padding_control": "compile",
+    "recipe_harness": "batch_sweep",
+    "compiled_small_batches": None,
+}
 
 
 def check_depth(depth: str | None) -> str:
@@ -175,13 +183,30 @@ def not_run(params: Params) -> list[dict]:
             {
                 "key": k,
                 "kind": "evidence",
-                "command": f"{again} DEPTH=full CHAPTERS={EVIDENCE_CHAPTER[k]}",
+                "command": f"{again} DEPTH=full" + (f" CHAPTERS={EVIDENCE_CHAPTER[k]}" if EVIDENCE_CHAPTER[k] else ""),
                 "what": DEPTH_EVIDENCE[k],
             }
             for k in params.full_depth.evidence
-            if not runs_evidence(params, k) and _has_chapter(params, EVIDENCE_CHAPTER[k])
+            if not runs_evidence(params, k) and _leaves_out(params, k)
         ]
     )
+
+
+def _leaves_out(params: Params, name: str) -> bool:
+    """Whether leaving evidence `name` out leaves anything out of this report: its chapter is measured (for the
+    compiled stages' smaller batches: a compiled stage is, at more than one batch size)."""
+    if name == "compiled_small_batches":
+        return len(params.run.batch_sizes) > 1 and any(stages.get(k).compile for k in params.stages)
+    return _has_chapter(params, EVIDENCE_CHAPTER[name])
+
+
+def stage_batches(params: Params, key: str) -> list[int]:
+    """The matrix's batch sizes that stage `key` is measured at: every one, except that a compiled stage runs at
+    the largest alone where the report leaves compiled_small_batches to DEPTH=full."""
+    sizes = params.run.batch_sizes
+    if stages.get(key).compile and not runs_evidence(params, "compiled_small_batches"):
+        return [max(sizes)]
+    return list(sizes)
 
 
 def _has_chapter(params: Params, key: str) -> bool:
@@ -309,6 +334,10 @@ def _validate_evidence(ev, where: str) -> None:
     for key in (*positive, "held_out_batches", "parity_passes", "parity_margin"):
         if getattr(ev, key) <= 0:
             raise ConfigError(f"{where}: evidence.{key} must be positive, got {getattr(ev, key)}")
+    if ev.sweep_oom_margin is not None and ev.sweep_oom_margin < 0:
+        raise ConfigError(
+            f"{where}: evidence.sweep_oom_margin must be a fraction of at least 0, got {ev.sweep_oom_margin}"
+        )
     if ev.parity_noise_seeds is not None and not 1 <= ev.parity_noise_seeds <= ev.parity_seeds:
         raise ConfigError(f"{where}: evidence.parity_noise_seeds must lie between 1 and parity_seeds")
     if ev.parity_seeds < 2 or not (0 < ev.parity_confidence < 1 and 0 < ev.parity_power < 1):

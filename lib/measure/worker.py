@@ -370,15 +370,6 @@ def serve(jobs: list[dict], timeout_s: float) -> None:
         else:
             verdict = f"exit {os.WEXITSTATUS(status)}"
         print(protocol.DONE_PREFIX + json.dumps({"out": job["out"], "verdict": verdict}), flush=True)
-        if job.get("stop_if_oom") and _status(job["out"]) == record.Status.OOM:
-            break  # a batch-size sweep ends at the memory limit: larger batches cannot fit either
-
-
-def _status(path: str) -> str | None:
-    try:
-        return json.loads(open(path).read()).get("status")
-    except (OSError, ValueError):
-        return None
 
 
 if __name__ == "__main__":

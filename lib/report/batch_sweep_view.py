@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import html
 
-from lib.core import kernel_categories, stages
+from lib.core import kernel_categories, record, stages
 from lib.report import parity_view
 from lib.report.charts import save, style
 from lib.report.evidence_view import OK, none, table
@@ -39,7 +39,7 @@ def sweep_html(rep: Report) -> str:
                 {
                     "Stage": r["stage_title"],
                     "B": r["batch_size"],
-                    "ms/step": f"{r['median_ms']:.1f}" if ran else r["status"].upper().replace("_", " "),
+                    "ms/step": f"{r['median_ms']:.1f}" if ran else _not_timed(r),
                     "tok/s": f"{r['tokens_per_s']:,.0f}" if ran else "",
                     "MFU": f"{r['mfu'] * 100:.1f} %" if ran and r.get("mfu") is not None else ("n/a" if ran else ""),
                     "allocator GiB": gib(r.get("mem_allocator_bytes")),
@@ -47,14 +47,21 @@ def sweep_html(rep: Report) -> str:
                     "source": "sweep" if r.get("variant") == "batch sweep" else "matrix",
                 }
             )
+        heir = _inherited(rep, key, sweeps)
+        if heir:
+            notes.append(f"{stages.get(key).title}: {heir}")
+            continue
         oom = next((r["batch_size"] for r in pts if r["status"] == "oom"), None)
+        predicted = next((r for r in pts if _predicted(r)), None)
         last = max(r["batch_size"] for r in pts)
+        largest = max((r["batch_size"] for r in pts if r["status"] in OK), default=None)
         notes.append(
             f"{stages.get(key).title}: "
             + (
-                f"out of memory at B={oom}, so B={max(r['batch_size'] for r in pts if r['status'] in OK)} "
-                "is the largest measured batch size that fits"
+                f"out of memory at B={oom}, so B={largest} is the largest measured batch size that fits"
                 if oom
+                else f"B={predicted['batch_size']} {predicted['reason']}; B={largest} is the largest that ran"
+                if predicted
                 else (
                     f"measured up to B={last}; larger batch sizes were not measured (the run ended first)"
                     if last < max(rep.params.evidence.sweep_batch_sizes)
@@ -68,6 +75,29 @@ def sweep_html(rep: Report) -> str:
         if k in parity_view.rejected(rep)
     ]
     return table(rows) + '<p class="note">' + html.escape("; ".join(notes)) + ".</p>"
+
+
+def _inherited(rep: Report, key: str, sweeps: dict) -> str | None:
+    """Why stage `key` was measured at one batch size and not swept: it took over from a stage whose parity test
+    did not let it stand, at the batch size that stage's sweep chose (lib/run/evidence.py measure_chapter)."""
+    left = parity_view.rejected(rep)
+    points = {r["batch_size"] for r in rep.evidence["sweep"] if r["stage"] == key}
+    for k, check in left.items():
+        if k != key and k in sweeps and points <= {check["batch_size"]}:
+            return (
+                f"measured at B={check['batch_size']} alone, the batch size the sweep chose for "
+                f"{stages.get(k).title}, whose parity test did not let it stand (the stage that takes over is "
+                "measured there, not swept again)"
+            )
+    return None
+
+
+def _predicted(r: dict) -> bool:
+    return r["status"] == record.Status.NOT_APPLICABLE and str(r.get("reason", "")).startswith(record.PREDICTED_OOM)
+
+
+def _not_timed(r: dict) -> str:
+    return "predicted OOM" if _predicted(r) else r["status"].upper().replace("_", " ")
 
 
 def plot_sweep(rep: Report):

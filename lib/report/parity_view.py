@@ -41,7 +41,9 @@ def rule(ev: Evidence) -> str:
         "that noise) of its mean paired difference in held-out loss and in final training loss lies at or below "
         f"+{ev.parity_margin:g} nats ({ev.parity_margin * 100:.0f} % in perplexity): it is not worse than its "
         "reference by more than the margin (non-inferiority; a lower loss does not fail it). It is **worse** when a "
-        "lower bound lies above the margin; otherwise it is **undecided**. Only a lever that holds is adopted"
+        "lower bound lies above the margin; otherwise it is **undecided**. Only a lever that holds is adopted. "
+        "The test stops early, undecided, only for futility: when after the repeated seeds its own noise alone "
+        f"keeps all {ev.parity_seeds} seeds from detecting the margin with {ev.parity_power * 100:g} % power"
     )
 
 
@@ -64,6 +66,13 @@ def why_undecided(c: dict) -> str:
             + ("twice" if c.get("noise_seeds", c["wanted"]) >= c["wanted"] else "as often as it asks")
             + "; "
             "the run stopped before the rest"
+        )
+    if c.get("futile") and c["seeds_run"] < c["wanted"]:
+        return (
+            f"stopped after its {c['seeds_run']} noise seeds: the test's own noise ({c['noise_sd']:.4f} nats per "
+            f"paired difference) would let all {c['wanted']} seeds detect no less than "
+            f"{parity.detectable(c['noise_sd'], c['wanted'], c['confidence'], c['power']):.4f} nats, more than the "
+            f"+{c['margin']:g} margin, so the rest could not decide it"
         )
     if len(c["seeds"]) < 2:
         return f"only {len(c['seeds'])} paired seed ran (a bound needs two; the rule asks for {c['wanted']})"

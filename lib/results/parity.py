@@ -15,6 +15,10 @@ Design (the method section states it before any number):
       worse      a lower bound lies above +margin;
       undecided  otherwise;
     only "holds" lets a stage be adopted. A lever that lowers the loss is not failed for it;
+  * futility, the one early stop: once the first `parity_noise_seeds` seeds have run both stages twice, a test
+    whose measured noise alone makes its detectable difference at the full `parity_seeds` larger than the margin
+    stops there, undecided (a lever with no effect at all would hold less than `power` of the time: the rest of
+    the seeds could not make it decisive, only spend device time). Stopping for futility never adopts a lever;
   * a test decides only once it is complete: every one of the `parity_seeds` seeds has run both stages, the
     first `parity_noise_seeds` of them twice (a run that failed counts as run). Until then it is "incomplete" and decides nothing either
     way, so a run cut off in the middle of a test never rejects (or adopts) a lever on part of its seeds.
@@ -159,10 +163,21 @@ def checks(records: list[dict], evidence: Evidence) -> dict:
             "noise_seeds": noise_seeds(evidence),
             "verdict": verdict(intervals, margin) if paired else UNDECIDED,
         }
+        done = seeds_run(attempted, (key, batch), (ref_key, batch), evidence)
+        out[key]["futile"] = futile(noise_sd, done, evidence)
         if out[key]["seeds_run"] < out[key]["wanted"]:
-            out[key]["verdict"] = INCOMPLETE
+            out[key]["verdict"] = UNDECIDED if out[key]["futile"] else INCOMPLETE
         out[key]["ok"] = out[key]["verdict"] == HOLDS
     return out
+
+
+def futile(noise_sd: float | None, done: list[int], evidence: Evidence) -> bool:
+    """The futility stop of the module docstring: the noise seeds have all run twice, and with the noise they
+    measured even the full test could not detect the margin."""
+    if noise_sd is None or not set(range(noise_seeds(evidence))) <= set(done):
+        return False
+    reach = detectable(noise_sd, evidence.parity_seeds, evidence.parity_confidence, evidence.parity_power)
+    return reach is not None and reach > evidence.parity_margin
 
 
 def seeds_needed(check: dict) -> int | None:

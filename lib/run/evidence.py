@@ -173,11 +173,13 @@ SHAPE_PADDING = "torch._inductor.config.shape_padding"
 NO_SHAPE_PADDING = "unpadded vocab, Inductor shape padding off"
 
 
-def batch_sweep(params: Params, report_dir, force: bool = False) -> list[dict]:
-    """The fastest verified single-GPU stage at every batch size of evidence.sweep_batch_sizes,
-    in ascending order until the first that runs out of memory. Batch sizes the stage already
-    measured are taken from the matrix, not measured twice. Verified includes the parity runs
-    measured so far: a stage whose long run left the band is not swept again."""
+def batch_sweep(params: Params, report_dir, force: bool = False, only: int | None = None) -> list[dict]:
+    """The fastest verified single-GPU stage at the batch sizes of evidence.sweep_batch_sizes above the largest
+    the matrix measured for it (below it the matrix's own points draw the curve), ascending, one process each,
+    until the first that runs out of memory or that the memory measured so far says cannot fit
+    (predicted_oom: written as a record that says it was not measured, and why). Verified includes the parity
+    runs measured so far: a stage whose test did not let it stand is not swept again. With `only`, that batch
+    size alone (where the matrix has not measured it): a stage that takes over after a parity test."""
     report_dir = resolve(report_dir)
     env = runner.environment(report_dir)
     matrix = store.load_records(report_dir / "results")
@@ -185,35 +187,49 @@ def batch_sweep(params: Params, report_dir, force: bool = False) -> list[dict]:
     if best is None:
         return []
     key = best["stage"]
-    have = {r["batch_size"]: r for r in matrix if r["stage"] == key}
-    plan = []  # per batch size, ascending: the matrix's record, or a job
-    for b in sorted(set(params.evidence.sweep_batch_sizes) | set(have)):
-        if b in have:
-            plan.append(have[b])
-            if have[b]["status"] == record.Status.OOM:
-                break
-        else:
-            plan.append(
-                make_job(
-                    params,
-                    env,
-                    key,
-                    b,
-                    folder(report_dir, "sweep") / f"{key}__b{b}.json",
-                    variant="batch sweep",
-                    stop_if_oom=True,
-                )
-            )
-    recs = runner.measure_jobs([j for j in plan if "out" in j], env, force=force)
-    out = []
-    for item in plan:
-        rec = recs.get(item["out"]) if "out" in item else item
-        if rec is None:
-            break  # skipped: a smaller batch already ran out of memory
+    out = sorted((r for r in matrix if r["stage"] == key), key=lambda r: r["batch_size"])
+    if any(r["status"] == record.Status.OOM for r in out):
+        return out
+    top = max((r["batch_size"] for r in out), default=0)
+    for b in sorted(b for b in ([only] if only else params.evidence.sweep_batch_sizes) if b > top):
+        job = make_job(params, env, key, b, folder(report_dir, "sweep") / f"{key}__b{b}.json", variant="batch sweep")
+        job["not_applicable"] = predicted_oom(out, b, (env.get("device") or {}).get("memory_bytes"), params)
+        rec = runner.measure_jobs([job], env, force=force)[job["out"]]
         out.append(rec)
-        if rec["status"] == record.Status.OOM:
+        if rec["status"] in (record.Status.OOM, record.Status.NOT_APPLICABLE):
             break
     return out
+
+
+# The device memory a configuration used, most complete first: NVML's sampled peak (every process, the CUDA
+# context and library workspaces), the device's use after the run, the caching allocator's peak.
+MEMORY_KEYS = ("mem_device_sampled_peak_bytes", "mem_device_bytes", "mem_allocator_bytes")
+
+
+def predicted_oom(points: list[dict], batch: int, device_bytes: int | None, params: Params) -> str | None:
+    """Why `batch` is not worth a process, or None: the device memory of the two largest batch sizes that ran,
+    extended in a straight line, exceeds the device's memory by more than evidence.sweep_oom_margin (a fraction)
+    at `batch`. Activation memory grows linearly with the batch, so the line is a fair guide; the margin keeps a
+    batch that might just fit in the sweep."""
+    ran = [
+        (r["batch_size"], used)
+        for r in points
+        if r.get("status") == record.Status.OK and (used := next((r[k] for k in MEMORY_KEYS if r.get(k)), None))
+    ]
+    margin = params.evidence.sweep_oom_margin
+    if margin is None or not device_bytes or len(ran) < 2:
+        return None
+    (b1, m1), (b2, m2) = ran[-2:]
+    per_sequence = (m2 - m1) / (b2 - b1)
+    predicted = m2 + per_sequence * (batch - b2)
+    if predicted <= device_bytes * (1 + margin):
+        return None
+    gib = 2**30
+    return (
+        f"{record.PREDICTED_OOM}: {m2 / gib:.1f} GiB of device memory at B={b2}, {per_sequence / gib:.2f} GiB more per "
+        f"sequence from B={b1}, so about {predicted / gib:.0f} GiB at B={batch}, beyond the device's "
+        f"{device_bytes / gib:.1f} GiB by more than {margin:.0%}"
+    )
 
 
 def repeat_configs(params: Params, report_dir) -> list[tuple[str, int]]:
@@ -318,19 +334,21 @@ def measure_chapter(key: str, params: Params, report_dir, force: bool = False):
         def decided():
             return decide.best_config(store.decision_records(resolve(report_dir) / "results"), params)
 
-        swept, after, env = [], None, runner.environment(report_dir)
-        # The parity run can reject the stage the sweep chose; the next verified stage is then
-        # swept and checked in its turn, so the recommendation always rests on its own evidence.
+        swept, after, env, inherited = [], None, runner.environment(report_dir), None
+        # The parity test can leave the stage the sweep chose undecided or worse; the next verified stage is then
+        # measured at the batch size the sweep chose (one process, not a sweep of its own: the rule that keeps a
+        # report within its time) and tested in its turn, so the recommendation rests on its own parity test.
         for _ in stages.single_gpu(params.stages):
-            swept = batch_sweep(params, report_dir, force=force)
+            swept = batch_sweep(params, report_dir, force=force, only=inherited)
             repeats(params, report_dir, force=force)  # they choose the batch size the parity test runs at
             best = decided()
             if best is None:
                 return swept
-            runner.measure_jobs(parity_runs.parity_jobs(params, report_dir), env, force=force)
+            parity_runs.measure(params, report_dir, force=force)
             after = decided()
             if after is None or after["stage"] == best["stage"]:
                 break
+            inherited = best["batch_size"]
         if after:
             # The plain loop beside the harness only at the recommendation the parity test let stand (on an
             # H100 the FP8 lm_head's test came back undecided, and its cross-check had been spent for nothing).

@@ -9,6 +9,7 @@ from lib.core import data, record, stages
 from lib.core.params import Params
 from lib.core.paths import resolve
 from lib.results import decide, store
+from lib.results import parity
 from lib.results.parity import noise_seeds
 from lib.run import runner
 from lib.run.jobs import folder, make_job
@@ -36,6 +37,19 @@ def parity_jobs(params: Params, report_dir) -> list[dict]:
     largest = max(fits) if fits else batch
     micro = next(k for k in range(1, batch + 1) if batch % k == 0 and batch // k <= largest)
     return parity_plan(params, env, report_dir, key, batch, micro)
+
+
+def measure(params: Params, report_dir, force: bool = False) -> None:
+    """The parity test's runs in two rounds: the noise seeds first, then the rest unless the test is futile
+    (lib/results/parity.py: its own noise already keeps it from deciding)."""
+    jobs, env = parity_jobs(params, report_dir), runner.environment(report_dir)
+    first = [j for j in jobs if j["seed_offset"] < noise_seeds(params.evidence)]
+    runner.measure_jobs(first, env, force=force)
+    checks = parity.checks(store.decision_records(resolve(report_dir) / "results"), params.evidence)
+    if any(c["futile"] for c in checks.values() if c["stage"] in {j["stage"] for j in jobs}):
+        print("    parity test stopped after its noise seeds: its own noise keeps it from deciding", flush=True)
+        return
+    runner.measure_jobs([j for j in jobs if j not in first], env, force=force)
 
 
 def parity_plan(params: Params, env: dict, report_dir, key: str, batch: int, micro: int) -> list[dict]:

@@ -16,7 +16,7 @@ import signal
 import time
 from pathlib import Path
 
-from lib.core import provenance, stages
+from lib.core import config, provenance, stages
 from lib.core.params import Params
 from lib.results import store
 
@@ -64,7 +64,9 @@ def estimates(params: Params, history: list[dict], device: dict | None = None) -
             out[chapter.key] = 0
         elif stage:
             per = model.get("compiled_config" if stage.compile else "eager_config", 0)
-            out[chapter.key] = per * len(params.run.batch_sizes) + model.get("evidence", {}).get(chapter.key, 0)
+            out[chapter.key] = per * len(config.stage_batches(params, chapter.key)) + model.get("evidence", {}).get(
+                chapter.key, 0
+            )
         else:
             out[chapter.key] = model.get(chapter.key, 0)
         source[chapter.key] = "the cost model"

@@ -15,7 +15,7 @@ import threading
 import time
 from pathlib import Path
 
-from lib.core import provenance, record, stages
+from lib.core import config, provenance, record, stages
 from lib.core.paths import ROOT, resolve
 from lib.core.params import Params
 from lib.measure import compile_cache, faults, protocol
@@ -158,29 +158,23 @@ def stage_jobs(stage_key: str, params: Params, report_dir) -> list[dict]:
             "fingerprint": store.fingerprint(params, env, stage, batch),
             "not_applicable": skipped and f"not measured by the {params.name} profile: {skipped}",
         }
-        for batch in params.run.batch_sizes
+        for batch in config.stage_batches(params, stage_key)
     ]
 
 
 def measure_jobs(jobs: list[dict], env: dict, timeout_s: float = 1800, force: bool = False) -> dict:
     """Run measurement jobs (dicts for lib.measure.worker: params, stage, batch_size, out, fingerprint,
-    optional kind / variant / stage_overrides / profile / energy / stop_if_oom) in one launcher,
+    optional kind / variant / stage_overrides / profile / energy) in one launcher,
     each in a fresh child. Returns {out path: record}. Kept results are reused unless `force`;
-    a stage that cannot run on this device gets a 'not applicable' record without a process.
-    After a job marked stop_if_oom runs out of memory the launcher skips the remaining jobs
-    (a batch-size sweep goes no further); they get no record."""
+    a stage that cannot run on this device gets a 'not applicable' record without a process."""
     recs, todo = {}, []
     stamp = provenance.run_stamp(env)
     cold = compile_cache.ledger(env)
-    kept_oom = False  # a sweep whose kept result ran out of memory goes no further on resume
     for job in jobs:
         out = Path(job["out"])
-        if kept_oom and job.get("stop_if_oom"):
-            continue
         kept = None if force else reusable(out, job["fingerprint"])
         if kept:
             recs[job["out"]] = kept
-            kept_oom = bool(job.get("stop_if_oom")) and kept.get("status") == record.Status.OOM
             _finished(env, kept, kept=True)
             continue
         if out.exists():
@@ -239,9 +233,8 @@ def measure_jobs(jobs: list[dict], env: dict, timeout_s: float = 1800, force: bo
     if not finished:  # the launcher died mid-batch
         proc.wait()
         time.sleep(0.2)  # its last stderr lines reach the drain thread
-    stopped = any(j.get("stop_if_oom") and recs.get(j["out"], {}).get("status") == record.Status.OOM for j in todo)
     for job in todo:  # the launcher itself died: what it did not report is an error
-        if job["out"] not in recs and not (stopped and job.get("stop_if_oom")):
+        if job["out"] not in recs:
             recs[job["out"]] = _collect(
                 job["params"], job, f"launcher exited with {proc.poll()}", "".join(stderr_lines)
             )
