@@ -289,6 +289,7 @@ def test_the_plain_loop_cross_checks_only_the_recommendation_its_parity_test_let
     calls = []
     monkeypatch.setattr(runner, "environment", lambda report_dir: {"device": {"backend": "cpu"}})
     monkeypatch.setattr(evidence, "batch_sweep", lambda *a, **k: calls.append(("sweep", k.get("only"))) or [])
+    monkeypatch.setattr(evidence, "inherited_batch", lambda p, d: 2 if state["best"]["stage"] == "loss_only" else None)
     monkeypatch.setattr(evidence, "repeats", lambda *a, **k: calls.append("repeats") or [])
     monkeypatch.setattr(decide, "best_config", lambda recs, p: state["best"])
     monkeypatch.setattr(store, "decision_records", lambda folder: [])
@@ -316,3 +317,23 @@ def test_the_plain_loop_cross_checks_only_the_recommendation_its_parity_test_let
         {"crosscheck": "loss_only"},
         ("recipe", "loss_only"),
     ]
+
+
+def test_a_resumed_run_measures_the_stage_that_takes_over_where_an_uncut_run_would(tmp_path):
+    """Seen on an H100: a run cut after the FP8 lm_head's parity test came back undecided resumed and swept the
+    loss-only forward afresh (a cold compile at B=128 and a second parity test) where the uncut run had measured it
+    at the FP8 lm_head's B=96. The batch comes from the records: the rejected test's."""
+    from test_parity import _run
+
+    from lib.results import store
+
+    params = tiny_params(["vocab", "loss_only", "fp8_head"], batch_sizes=(4,))
+    params.evidence.parity_seeds, params.evidence.parity_noise_seeds = 3, 3
+    d = write_report_dir(tmp_path / "cpu", params, [])
+    assert evidence.inherited_batch(params, d) is None  # no parity test yet: a whole sweep
+    for seed in range(3):
+        for stage, held in (("vocab", 4.0), ("fp8_head", 4.1)):  # worse by 0.1 nats at every seed
+            for k in (0, 1):
+                rec = _run(params, stage, seed, k, held + seed, held + seed, batch=96)
+                store.write_atomic(d / "results" / "parity" / f"{stage}__b96__s{seed}__r{k}.json", rec)
+    assert evidence.inherited_batch(params, d) == 96

@@ -27,7 +27,7 @@ from lib.core import config, record, stages
 from lib.core.paths import resolve
 from lib.core.params import Params
 from lib.report import claim_params
-from lib.results import decide, noise, store
+from lib.results import decide, noise, parity, store
 from lib.run import ddp_launch, parity_runs, recipe, runner, size_sweep
 from lib.run.jobs import PLAIN_LOOP_SWITCHES, folder, make_job, plain_loop_source, plain_loop_can
 
@@ -232,6 +232,14 @@ def predicted_oom(points: list[dict], batch: int, device_bytes: int | None, para
     )
 
 
+def inherited_batch(params: Params, report_dir) -> int | None:
+    """The batch size a stage that takes over is measured at: that of a parity test that did not let the stage the
+    sweep chose stand (read from the records, so a resumed run takes the same path as one that was not cut);
+    None before any such test."""
+    checks = parity.checks(store.decision_records(resolve(report_dir) / "results"), params.evidence)
+    return next((c["batch_size"] for c in checks.values() if c["verdict"] in (parity.WORSE, parity.UNDECIDED)), None)
+
+
 def repeat_configs(params: Params, report_dir) -> list[tuple[str, int]]:
     """What runs in several processes: the two fastest verified configurations (the
     recommendation and its runner-up) and both sides of every timing claim at the smallest batch
@@ -334,12 +342,12 @@ def measure_chapter(key: str, params: Params, report_dir, force: bool = False):
         def decided():
             return decide.best_config(store.decision_records(resolve(report_dir) / "results"), params)
 
-        swept, after, env, inherited = [], None, runner.environment(report_dir), None
+        swept, after, env = [], None, runner.environment(report_dir)
         # The parity test can leave the stage the sweep chose undecided or worse; the next verified stage is then
         # measured at the batch size the sweep chose (one process, not a sweep of its own: the rule that keeps a
         # report within its time) and tested in its turn, so the recommendation rests on its own parity test.
         for _ in stages.single_gpu(params.stages):
-            swept = batch_sweep(params, report_dir, force=force, only=inherited)
+            swept = batch_sweep(params, report_dir, force=force, only=inherited_batch(params, report_dir))
             repeats(params, report_dir, force=force)  # they choose the batch size the parity test runs at
             best = decided()
             if best is None:
@@ -348,7 +356,6 @@ def measure_chapter(key: str, params: Params, report_dir, force: bool = False):
             after = decided()
             if after is None or after["stage"] == best["stage"]:
                 break
-            inherited = best["batch_size"]
         if after:
             # The plain loop beside the harness only at the recommendation the parity test let stand (on an
             # H100 the FP8 lm_head's test came back undecided, and its cross-check had been spent for nothing).
