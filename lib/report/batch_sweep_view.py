@@ -74,7 +74,7 @@ def sweep_html(rep: Report) -> str:
         for k in sweeps
         if k in parity_view.rejected(rep)
     ]
-    return table(rows) + '<p class="note">' + html.escape("; ".join(notes)) + ".</p>"
+    return table(rows) + '<p class="note">' + html.escape("; ".join(n.rstrip(".") for n in notes)) + ".</p>"
 
 
 def _inherited(rep: Report, key: str, sweeps: dict) -> str | None:

@@ -7,7 +7,7 @@ run through the same launcher as the stages (a fresh process per point, resumabl
                picks (vocab chapter; lib/measure/gemm_sweep.py);
 - vocab_under_compile: the compile stage at the unpadded vocabulary (compile chapter: does
                padding still pay once inductor has fused the rest?);
-- batch_sweep: the fastest verified stage at growing batch sizes until memory runs out
+- batch_sweep: the fastest verified stage at growing batch sizes above the matrix's until memory runs out
                (batch-sweep chapter, which also names the recommended configuration);
 - sdpa_jobs:   the flash stage with each SDPA backend forced (flash chapter);
 - ce_filter_job: the fused cross-entropy stage with the library's default gradient filter (DEPTH=full);
