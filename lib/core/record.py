@@ -25,6 +25,9 @@ TIMING_VARIANTS = (None, "batch sweep", "repeat")  # records that time a (stage,
 # The reason of a batch-sweep point left out because its memory, extended from the points that ran, would not fit
 # (lib/run/evidence.py predicted_oom): a 'not applicable' record, so the report says what was not measured.
 PREDICTED_OOM = "not measured: predicted out of memory"
+# Why a run.json entry left 'running' ended: its process is gone without closing it (lib/run/run_log.py settles it
+# when the next run starts; page 1 says so of the last run, lib/report/tables.py).
+UNCLOSED_RUN = "the process ended without closing its run, killed or its machine gone"
 REUSABLE = (Status.OK, Status.OOM, Status.DIVERGED, Status.NOT_APPLICABLE)  # a resumed run keeps these
 
 

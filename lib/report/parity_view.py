@@ -141,7 +141,7 @@ def recommended_md(rep: Report) -> str:
 
 def rejected(rep: Report) -> dict:
     """stage -> its parity test, for the stages whose test did not hold (never recommended)."""
-    return {k: c for k, c in checks(rep).items() if not c["ok"] and c["verdict"] != parity.INCOMPLETE}
+    return parity.rejected(checks(rep))
 
 
 def rejected_reason(rep: Report, key: str) -> str:

@@ -10,7 +10,7 @@ from collections import Counter
 
 import pandas as pd
 
-from lib.core import provenance, stages
+from lib.core import provenance, record, stages
 from lib.core.config import preset_of
 from lib.report.loader import CV_LIMIT, GiB, Report, code_commits, gib, manifest, pct, short, times, tok
 from lib.results import noise
@@ -219,7 +219,7 @@ def provenance_md(rep: Report) -> str:
     cut = (
         rep.run.get("interrupted")
         if state == "interrupted"
-        else "the process ended without closing its run: killed, or the machine went away"
+        else record.UNCLOSED_RUN
         if state == "running" and not _alive(rep.run.get("pid"))
         else None
     )

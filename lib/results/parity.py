@@ -159,16 +159,21 @@ def checks(records: list[dict], evidence: Evidence) -> dict:
             "confidence": conf,
             "power": power,
             "wanted": evidence.parity_seeds,
-            "seeds_run": len(seeds_run(attempted, (key, batch), (ref_key, batch), evidence)),
+            "seeds_run": len(done := seeds_run(attempted, (key, batch), (ref_key, batch), evidence)),
             "noise_seeds": noise_seeds(evidence),
             "verdict": verdict(intervals, margin) if paired else UNDECIDED,
         }
-        done = seeds_run(attempted, (key, batch), (ref_key, batch), evidence)
         out[key]["futile"] = futile(noise_sd, done, evidence)
         if out[key]["seeds_run"] < out[key]["wanted"]:
             out[key]["verdict"] = UNDECIDED if out[key]["futile"] else INCOMPLETE
         out[key]["ok"] = out[key]["verdict"] == HOLDS
     return out
+
+
+def rejected(checks: dict) -> dict:
+    """stage -> its check, for the tests that did not let their stage stand (worse or undecided; an incomplete one
+    decides nothing yet). The stage that takes over is measured and tested at such a test's batch size."""
+    return {k: c for k, c in checks.items() if c["verdict"] in (WORSE, UNDECIDED)}
 
 
 def futile(noise_sd: float | None, done: list[int], evidence: Evidence) -> bool:

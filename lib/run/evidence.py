@@ -237,7 +237,7 @@ def inherited_batch(params: Params, report_dir) -> int | None:
     sweep chose stand (read from the records, so a resumed run takes the same path as one that was not cut);
     None before any such test."""
     checks = parity.checks(store.decision_records(resolve(report_dir) / "results"), params.evidence)
-    return next((c["batch_size"] for c in checks.values() if c["verdict"] in (parity.WORSE, parity.UNDECIDED)), None)
+    return next((c["batch_size"] for c in parity.rejected(checks).values()), None)
 
 
 def repeat_configs(params: Params, report_dir) -> list[tuple[str, int]]:

@@ -8,9 +8,7 @@ from __future__ import annotations
 from lib.core import data, record, stages
 from lib.core.params import Params
 from lib.core.paths import resolve
-from lib.results import decide, store
-from lib.results import parity
-from lib.results.parity import noise_seeds
+from lib.results import decide, parity, store
 from lib.run import runner
 from lib.run.jobs import folder, make_job
 
@@ -43,10 +41,12 @@ def measure(params: Params, report_dir, force: bool = False) -> None:
     """The parity test's runs in two rounds: the noise seeds first, then the rest unless the test is futile
     (lib/results/parity.py: its own noise already keeps it from deciding)."""
     jobs, env = parity_jobs(params, report_dir), runner.environment(report_dir)
-    first = [j for j in jobs if j["seed_offset"] < noise_seeds(params.evidence)]
+    if not jobs:
+        return
+    first = [j for j in jobs if j["seed_offset"] < parity.noise_seeds(params.evidence)]
     runner.measure_jobs(first, env, force=force)
     checks = parity.checks(store.decision_records(resolve(report_dir) / "results"), params.evidence)
-    if any(c["futile"] for c in checks.values() if c["stage"] in {j["stage"] for j in jobs}):
+    if (checks.get(jobs[0]["stage"]) or {}).get("futile"):  # the plan's first job is the lever's
         print("    parity test stopped after its noise seeds: its own noise keeps it from deciding", flush=True)
         return
     runner.measure_jobs([j for j in jobs if j not in first], env, force=force)
@@ -63,7 +63,7 @@ def parity_plan(params: Params, env: dict, report_dir, key: str, batch: int, mic
         # Each seed reads the text from its own place, fixed by the seed alone (golden-ratio steps), so
         # adding seeds later leaves the earlier ones' runs valid.
         start = int((seed * 0.6180339887498949) % 1.0 * train_tokens)
-        replicates = (0, 1) if seed < noise_seeds(ev) else (0,)  # the repeat pairs: the test's own noise
+        replicates = (0, 1) if seed < parity.noise_seeds(ev) else (0,)  # the repeat pairs: the test's own noise
         for s, m, k in [(key, 1, k) for k in replicates] + [(ref, micro, k) for k in replicates]:
             name = f"{s}__b{batch}" + (f"__s{seed}" if seed else "") + (f"__r{k}" if k else "")
             j = make_job(

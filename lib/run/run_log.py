@@ -16,7 +16,7 @@ import signal
 import time
 from pathlib import Path
 
-from lib.core import config, provenance, stages
+from lib.core import config, provenance, record, stages
 from lib.core.params import Params
 from lib.results import store
 
@@ -40,8 +40,7 @@ def settle(run: dict) -> dict:
         n = (run.get("configurations") or {}).get("measured", 0)
         run.update(
             state="interrupted",
-            interrupted=f"interrupted after {n} configurations: the process ended "
-            "without closing its run (killed, or the machine went away)",
+            interrupted=f"interrupted after {n} configurations: {record.UNCLOSED_RUN}",
         )
     return run
 
