@@ -518,3 +518,32 @@ def test_a_side_left_to_full_depth_is_not_shown_from_another_runs_record():
     assert [r["role"] for r in frontier_view.recipe_rows(rep)] == ["recommended", "baseline"]
     p.depth = "full"
     assert [r["role"] for r in frontier_view.recipe_rows(rep)] == ["recommended", "baseline-harness", "baseline"]
+
+
+def test_the_recipe_note_calls_a_difference_a_tie_only_where_the_tie_rule_chose(monkeypatch):
+    """Seen on an H100 probe: the recipe ran at B=64 while the recommendation was B=96 (which does not divide the
+    global batch); a resumed run moved the recommendation to B=128, and the note said B=128 'was preferred to the
+    faster one for its memory, within noise', though it was the faster one and used more memory."""
+    from types import SimpleNamespace
+
+    from lib.report import frontier_view
+
+    p = tiny_params()
+    p.evidence.global_batch_tokens = 4 * p.run.seq_len * 2
+
+    def rec(role, tps, batch):
+        return {
+            "variant": f"recipe: {role}",
+            "status": "ok",
+            "stage": "vocab",
+            "batch_size": batch,
+            "tokens_per_s": tps,
+            "micro_steps": p.evidence.global_batch_tokens // (batch * p.run.seq_len),
+        }
+
+    rep = SimpleNamespace(params=p, evidence={"recipe": [rec("recommended", 10.0, 2), rec("baseline", 8.0, 2)]})
+    moved = {"stage": "vocab", "batch_size": 4, "chosen_over": None}
+    monkeypatch.setattr(frontier_view, "recommended", lambda rep: moved)
+    assert "measured before the recommendation moved to it" in frontier_view.recipe_html(rep)
+    monkeypatch.setattr(frontier_view, "recommended", lambda rep: {**moved, "chosen_over": {"stage": "vocab"}})
+    assert "preferred to the faster one for its memory" in frontier_view.recipe_html(rep)

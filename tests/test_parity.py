@@ -267,3 +267,12 @@ def test_a_test_whose_own_noise_keeps_it_from_deciding_stops_after_its_noise_see
             f.unlink()
         parity_runs.measure(params, report_dir)
         assert calls[0] == [0, 1] and len(calls) == rounds, (noise, calls)
+
+
+def test_a_reference_in_micro_batches_says_why_without_naming_a_batch_it_never_ran():
+    """Seen on an H100 probe: 'the reference accumulating 2 micro-batches of B=48 (the largest batch the matrix
+    timed it at)', though the matrix timed it at B=64 and never at 48."""
+    params = tiny_params(["fp32", "tf32"])
+    check = {**parity.checks(_test(params, (0.0, 0.0, 0.0)), EV)["tf32"], "micro_steps": 2, "batch_size": 96}
+    text = parity_view.summary(check)
+    assert "2 micro-batches of B=48 (the matrix timed it at no batch as large as B=96)" in text

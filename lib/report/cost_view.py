@@ -48,6 +48,12 @@ def warm_estimate(total_s: float, costs: dict) -> float | None:
     return total_s - cold["first_step_s"] + cold["processes"] * statistics.median(warm["first_steps"])
 
 
+def _with_first_step(row: dict) -> str:
+    """Which of a compile state's processes its first-step figures cover (the plain loop records none)."""
+    n = len(row["first_steps"])
+    return "the first step of each" if n == row["processes"] else f"the first step of the {n} that record one"
+
+
 def cost_html(rep: Report) -> str:
     if not rep.run:
         return none("This folder has no run.json: what measuring it cost was not recorded.")
@@ -67,13 +73,13 @@ def cost_html(rep: Report) -> str:
     text = f"<p>Measured over {runs} run{'s' if runs > 1 else ''} of the measuring command."
     if cold:
         text += (
-            f" {cold['processes']} processes compiled their graphs cold: their first steps took "
-            f"{cold['first_step_s']:,.0f} s, {cold['first_step_s'] / total:.0%} of the whole."
+            f" {cold['processes']} processes compiled their graphs cold: {_with_first_step(cold)} took "
+            f"{cold['first_step_s']:,.0f} s in it, {cold['first_step_s'] / total:.0%} of the whole."
         )
-    if warm:
+    if warm and warm["first_steps"]:
         text += (
-            f" {warm['processes']} found them in the compile cache (warm): first steps of "
-            f"{statistics.median(warm['first_steps']):.1f} s (median)."
+            f" {warm['processes']} found them in the compile cache (warm): {_with_first_step(warm)} took "
+            f"{statistics.median(warm['first_steps']):.1f} s in it (median)."
         )
     estimate = warm_estimate(total, costs)
     if estimate is not None:

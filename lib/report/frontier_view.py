@@ -172,6 +172,9 @@ def recipe_html(rep: Report) -> str:
                 f"does not ({steps:.2f} micro-steps)."
                 if steps != int(steps)
                 else "divides it too, and was preferred to the faster one for its memory, within noise."
+                if rec.get("chosen_over")
+                else "divides it too, but the recipe was measured before the recommendation moved to it: the "
+                "first row speaks for its own configuration only."
             )
         )
     if target and best:

@@ -87,7 +87,7 @@ def summary(c: dict) -> str:
     ref, lever = stages.get(c["reference"]).title, stages.get(c["stage"]).title
     acc = (
         f", the reference accumulating {c['micro_steps']} micro-batches of B={c['batch_size'] // c['micro_steps']} "
-        "(the largest batch the matrix timed it at)"
+        f"(the matrix timed it at no batch as large as B={c['batch_size']})"
         if c["micro_steps"] > 1
         else ""
     )

@@ -226,7 +226,7 @@ def predicted_oom(points: list[dict], batch: int, device_bytes: int | None, para
         return None
     gib = 2**30
     return (
-        f"{record.PREDICTED_OOM}: {m2 / gib:.1f} GiB of device memory at B={b2}, {per_sequence / gib:.2f} GiB more per "
+        f"{record.PREDICTED_OOM}: {m2 / gib:.1f} GiB of peak device memory at B={b2}, {per_sequence / gib:.2f} GiB more per "
         f"sequence from B={b1}, so about {predicted / gib:.0f} GiB at B={batch}, beyond the device's "
         f"{device_bytes / gib:.1f} GiB by more than {margin:.0%}"
     )
