@@ -149,12 +149,48 @@ def test_a_seed_sets_the_weights_and_the_data_order_and_a_pair_shares_both():
     params = tiny_params(["fp32"], batch_sizes=(2,))
     job = {"params": params, "stage": "fp32", "batch_size": 2, "steps": 4, "held_out_batches": 2}
     a, again = (
-        worker.parity_run({**job, "seed_offset": 1, "data_start": 500}),
-        worker.parity_run({**job, "seed_offset": 1, "data_start": 500}),
+        worker.parity_run({**job, "seed_offset": 1, "data_start": 500})[0],
+        worker.parity_run({**job, "seed_offset": 1, "data_start": 500})[0],
     )
-    other = worker.parity_run({**job, "seed_offset": 2, "data_start": 900})
+    other = worker.parity_run({**job, "seed_offset": 2, "data_start": 900})[0]
     assert a["losses"] == again["losses"] and a["seed"] == params.run.seed + 1
     assert a["losses"] != other["losses"]
+
+
+@pytest.mark.parametrize("stage", ["fused", "compile"])
+def test_a_parity_series_in_one_process_trains_as_separate_processes_do(stage):
+    """The runs of one side share a process and its compilation: each must start from its own seed's weights
+    and an empty optimizer (Adam's moments carried over would change every later loss), and nothing recompiles."""
+    from torch._dynamo.utils import counters
+
+    params = tiny_params(["fp32", stage], batch_sizes=(2,))
+    job = {"params": params, "stage": stage, "batch_size": 2, "steps": 4, "held_out_batches": 2}
+    seeds = [{**job, "seed_offset": k, "data_start": 300 * k} for k in (0, 1, 0)]
+    alone = [worker.parity_run(j)[0] for j in seeds]
+    together, train = [], None
+    for i, j in enumerate(seeds):
+        rec, train = worker.parity_run(j, train)
+        together.append(rec)
+        if i == 0:
+            compiled = sum(counters["inductor"].values())
+    assert sum(counters["inductor"].values()) == compiled  # the later runs reused the first one's graph
+    for a, t in zip(alone, together, strict=True):
+        assert t["status"] == a["status"] == "ok" and t["init_checksum"] == a["init_checksum"]
+        assert t["losses"] == pytest.approx(a["losses"], abs=1e-6)
+        assert t["held_out_loss"] == pytest.approx(a["held_out_loss"], abs=1e-6)
+    assert together[0]["losses"] != together[1]["losses"]
+
+
+def test_a_parity_round_runs_one_process_a_side():
+    jobs = [
+        {"stage": s, "seed_offset": k, "out": f"{s}{k}{r}"} for k in (0, 1) for s in ("lever", "ref") for r in (0, 1)
+    ]
+    groups = worker.series_groups(parity_runs.in_series(jobs, "noise seeds"))
+    assert [[j["out"] for j in g] for g in groups] == [
+        ["lever00", "lever01", "lever10", "lever11"],
+        ["ref00", "ref01", "ref10", "ref11"],
+    ]
+    assert worker.series_groups([{"out": "a"}, {"out": "b"}]) == [[{"out": "a"}], [{"out": "b"}]]  # no series: alone
 
 
 def test_the_report_lists_every_parity_run_superseded_ones_too(tmp_path):

@@ -175,6 +175,10 @@ def test_the_recommendation_rests_on_repeats_a_plain_loop_cross_check_and_a_pari
         assert len(runs) == 2 * p.evidence.parity_seeds + 2 * twice
         assert {r["seed_offset"] for r in runs if r["replicate"]} == set(range(twice))
         assert {r["seed_offset"] for r in runs} == set(range(p.evidence.parity_seeds))
+        # one process a side per round: the repeated seeds, then the others
+        per_round = {True: 2 * twice, False: p.evidence.parity_seeds - twice}
+        assert all(r["series"]["runs"] == per_round[r["seed_offset"] < twice] for r in runs)
+        assert "share a process and its one compilation" in report_html
         assert all(
             len(r["losses"]) == r["steps"] and r["held_out_loss"] > 0 and r["passes"] <= p.evidence.parity_passes
             for r in runs
@@ -194,6 +198,10 @@ def test_result_records_have_consistent_timing_statistics(pipeline_ok):
         assert all(t > 0 for t in rec["step_ms"]), where
         tokens_per_step = rec["batch_size"] * rec["seq_len"]
         assert rec["tokens_per_s"] == pytest.approx(tokens_per_step / (rec["median_ms"] / 1e3)), where
+        if not rec.get("world_size"):  # where the process's time went, beside its timed steps
+            phases = rec["phases_s"]
+            assert {"build", "first_step", "warmup", "timed"} <= set(phases), where
+            assert all(v >= 0 for v in phases.values()) and sum(phases.values()) <= rec["wall_s"] + 1e-3, where
 
 
 def test_result_records_keep_every_loss_and_a_finite_final_loss(pipeline_ok):

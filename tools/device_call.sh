@@ -22,4 +22,10 @@ if [ -n "$CACHE_SIZES" ] && [ -d .cache/compile ]; then
   echo "without Triton's intermediate IR (ttir ttgir llir ptx source), xz -3: $(tar cf - --exclude='*.ttir' \
     --exclude='*.ttgir' --exclude='*.llir' --exclude='*.ptx' --exclude='*.source' -C .cache compile | xz -T0 -3 | wc -c) bytes"
 fi
+# With SAVE_CACHE=1: the compile cache itself, for a warm re-run on a fresh machine (a file back from the device
+# may be 16 MiB at most; whole, because Triton finds a kernel only with every file of its group)
+if [ -n "$SAVE_CACHE" ] && [ -d .cache/compile ]; then
+  tar cf - -C .cache compile | xz -T0 -6 > "$OUT/compile-cache.tar.xz"
+  ls -l "$OUT/compile-cache.tar.xz"
+fi
 tar czf "$OUT/runs.tgz" runs

@@ -56,6 +56,7 @@ class Record(TypedDict, total=False):
     mean_ms: float
     cv: float  # standard deviation / mean
     first_step_s: float  # the first step alone, compilation included
+    phases_s: dict  # seconds of each part of the measuring process (build, first_step, warmup, timed, ...)
     tokens_per_step: int
     tokens_per_s: float  # tokens_per_step / median
     # throughput against the datasheet (stats.fill_mfu)
@@ -92,6 +93,7 @@ class Record(TypedDict, total=False):
     replicate: int
     held_out_loss: float
     held_out_tokens: int
+    series: dict  # {index, runs, first}: the runs of one side and round share a process (worker.parity_run)
     # the multi-GPU stage (ddp.run)
     world_size: int
     per_gpu_batch: int

@@ -17,6 +17,7 @@ import resource
 import signal
 import sys
 import time
+from pathlib import Path
 
 import torch
 
@@ -25,7 +26,7 @@ from lib.core.params import Params
 from lib.measure import clocks, compile_cache, energy, faults, gemm_sweep, kernel_profile, protocol
 from lib.results import stats, store
 from lib.train import plain_loop, step
-from lib.train.model import flops_per_token
+from lib.train.model import GPT, flops_per_token
 
 SDPA_OPS = {  # profiler op name -> which SDPA backend ran
     "aten::_scaled_dot_product_flash_attention": "flash",
@@ -106,11 +107,14 @@ def run(job: dict) -> dict:
         rec["micro_steps"] = micro
     t_start = time.perf_counter()
     sampler = clock = None
+    phases = Phases()  # where the process's time went beside the timed steps: the harness's own cost, measured
+    rec["phases_s"] = phases.seconds
     try:
         train = step.build(params, stage, dev, micro_steps=micro)
         rec["init_checksum"] = train.model.init_checksum()
         faults.inject(fault, "build")
         xs, ys = data.device_batches(params, batch * micro, n_steps, dev)
+        phases.mark("build")
         losses = []
 
         def one(i: int):
@@ -130,6 +134,7 @@ def run(job: dict) -> dict:
         one(0)
         step.synchronize(dev)
         rec["first_step_s"] = time.perf_counter() - t0
+        phases.mark("first_step")
         for i in range(1, r.warmup_steps):
             one(i)
         if fault == "nan":  # poison a weight between steps, never inside the timed one
@@ -137,6 +142,7 @@ def run(job: dict) -> dict:
                 train.model.transformer.ln_f.weight.fill_(float("nan"))
         step.synchronize(dev)
         rec.update(sampler.stop())
+        phases.mark("warmup")
         meter = (
             energy.EnergyMeter(dev, torch.cuda.current_device() if dev == "cuda" else 0)
             if job.get("energy", True)
@@ -155,6 +161,7 @@ def run(job: dict) -> dict:
             gc.collect()
             gc.freeze()
         times_ms = step.time_steps(one, range(r.warmup_steps, n_steps), dev)  # ends synchronised
+        phases.mark("timed")
         rec["clocks"] = (
             {**clock.stop(), "span": "the timed steps"}
             if clock
@@ -166,11 +173,14 @@ def run(job: dict) -> dict:
             rec["energy"] = used if used else {"unavailable": meter.reason}
         rec.update(memory(dev))
         rec["losses"] = [float(v) for v in torch.stack(losses).float().cpu()]
+        phases.mark("readback")
         if stage.attention == "sdpa":
             # eager (no recompile), on one micro-batch: the eager logits of a whole accumulated batch would not fit
             rec["sdpa_backend"] = sdpa_backend(train.model, xs[0][:batch], ys[0][:batch], train.autocast)
+            phases.mark("sdpa_probe")
         if job.get("profile", True):
             rec["kernel_profile"] = kernel_profile.profile_steps(lambda: train(xs[0], ys[0]), dev)
+            phases.mark("kernel_profile")
         n_params = train.model.num_params()
     except Exception as exc:  # OOM is a result; anything else is recorded as an error
         # stops the thread whatever follows; an OOM keeps the peak up to it
@@ -203,6 +213,20 @@ def run(job: dict) -> dict:
     return rec
 
 
+class Phases:
+    """Seconds between marks, by the name of the part that just ended: {build, first_step, warmup,
+    timed, ...}. What a process spends beside its timed steps is what a re-measurement costs."""
+
+    def __init__(self):
+        self.seconds: dict[str, float] = {}
+        self._last = time.perf_counter()
+
+    def mark(self, name: str) -> None:
+        now = time.perf_counter()
+        self.seconds[name] = round(now - self._last, 3)
+        self._last = now
+
+
 def gemm_record(job: dict) -> dict:
     """The lm_head GEMM sweep (lib/measure/gemm_sweep.py) as a result record."""
     t0 = time.perf_counter()
@@ -231,12 +255,15 @@ def parity_lr(step_index: int, steps: int, max_lr: float) -> float:
     return min_lr + 0.5 * (1 + math.cos(math.pi * progress)) * (max_lr - min_lr)
 
 
-def parity_run(job: dict) -> dict:
+def parity_run(job: dict, train: step.TrainStep | None = None) -> tuple[dict, step.TrainStep | None]:
     """A long loss run of one configuration (no timing): `steps` training steps with nanoGPT's
     learning-rate schedule (parity_lr), every loss kept, then the mean loss over
     `held_out_batches` batches of text it never trained on. `micro_steps` > 1 accumulates
     gradients over that many micro-batches (the same batch and the same update, in less memory)
-    where the reference stage does not fit the batch at once."""
+    where the reference stage does not fit the batch at once. Given the `train` of an earlier run of
+    the same configuration in this process (a parity series), it starts that one again from this
+    run's seed (restart) instead of building and compiling anew. Returns the record and the step to
+    hand on (None after an out-of-memory)."""
     params, batch, steps, seed_offset = job["params"], job["batch_size"], job["steps"], job.get("seed_offset", 0)
     stage = stages.get(job["stage"])
     dev = step.device_type(params.backend)
@@ -257,9 +284,12 @@ def parity_run(job: dict) -> dict:
     try:
         # A seed is the initial weights and the data order: the lever and its reference share both.
         seeded = dataclasses.replace(params, run=dataclasses.replace(params.run, seed=rec["seed"]))
-        train = step.build(seeded, stage, dev, micro_steps=job.get("micro_steps", 1))
+        if train is None or not restart(train, seeded, stage):
+            train = step.build(seeded, stage, dev, micro_steps=job.get("micro_steps", 1))
+        rec["init_checksum"] = train.model.init_checksum()
         xs, ys = data.device_batches(params, batch, steps, dev, start=rec["data_start"])
         losses = []
+        train.model.train()
         for i in range(steps):
             for group in train.opt.param_groups:  # set before each step, as nanoGPT's loop does
                 group["lr"] = parity_lr(i, steps, params.run.learning_rate)
@@ -277,16 +307,37 @@ def parity_run(job: dict) -> dict:
         if not is_oom(exc):
             raise
         rec.update(status=record.Status.OOM, reason=f"out of memory: {str(exc).splitlines()[0][:300]}")
+        train = None
     stats.fill_loss(rec, params.run.final_loss_window)
     rec["wall_s"] = time.perf_counter() - t0
-    return rec
+    return rec, train
 
 
-def _measure(job: dict) -> dict:
+def restart(train: step.TrainStep, params: Params, stage) -> bool:
+    """Put `train` back where step.build(params, stage) starts: the weights of params.run.seed (made on
+    the CPU from the seed, as build makes them, then copied into the model in place, so its compiled
+    graph stays valid and nothing recompiles) and an optimizer with no state (every step ends with the
+    gradients set to None). False, touching nothing, where a conversion (FP8) gave the model tensors a fresh
+    one lacks: the caller builds afresh."""
+    torch.manual_seed(params.run.seed)
+    fresh = GPT(step.model_config(params, stage))
+    source = dict(fresh.named_parameters()) | dict(fresh.named_buffers())
+    target = dict(train.model.named_parameters()) | dict(train.model.named_buffers())
+    if source.keys() != target.keys() or any(source[k].shape != t.shape for k, t in target.items()):
+        return False
+    with torch.no_grad():
+        for name, t in target.items():
+            t.copy_(source[name])
+    train.opt.state.clear()
+    return True
+
+
+def _measure(job: dict, series: dict) -> dict:
+    """One job's record. `series` carries a parity series' training step from one run to the next."""
     kind = job.get("kind")
     if kind is None:
         return run(job)  # samples the clocks over its own timed steps
-    # The other kinds sample them over the whole process: the plain loop stays the canonical trainer,
+    # The other kinds sample them over the whole run: the plain loop stays the canonical trainer,
     # with nothing added beside its steps.
     dev = step.device_type(job["params"].backend)
     sampler = clocks.ClockSampler(dev, 0)
@@ -294,7 +345,7 @@ def _measure(job: dict) -> dict:
     if kind == "gemm":
         rec = gemm_record(job)
     elif kind == "parity":
-        rec = parity_run(job)
+        rec, series["train"] = parity_run(job, series.get("train"))
     else:
         rec = plain_loop.run(job)
         rec.update(
@@ -308,15 +359,28 @@ def _measure(job: dict) -> dict:
     return rec
 
 
-def _child(job: dict, out_path: str) -> int:
-    try:
-        rec = _measure(job)
-        from torch._dynamo.utils import (
-            counters,  # what this process compiled, and from where
-        )
+def _child(jobs: list[dict]) -> int:
+    """Measure `jobs` in this process, in order, each record written as it is done: one job, or the runs
+    of a parity series, which share one compilation (parity_run's restart). A failure leaves the
+    records already written; the launcher reports the rest as failed."""
+    from torch._dynamo.utils import counters  # what this process compiled, and from where
 
-        rec.update(provenance=job.get("stamp"), compile_cache=compile_cache.outcome(counters, job.get("cold_compile")))
-        store.write_record(out_path, rec)
+    series: dict = {}
+    first = Path(jobs[0]["out"]).name
+    try:
+        for i, job in enumerate(jobs):
+            rec = _measure(job, series)
+            cache = compile_cache.outcome(counters, job.get("cold_compile"))
+            if job.get("series") is not None:
+                rec["series"] = {"index": i, "runs": len(jobs), "first": first}
+                if i and cache["state"] != "not compiled":
+                    cache = {
+                        **cache,
+                        "state": "reused",
+                        "note": f"the graph compiled for {first}, earlier in this process",
+                    }
+            rec.update(provenance=job.get("stamp"), compile_cache=cache)
+            store.write_record(job["out"], rec)
         return 0
     except BaseException:
         import traceback
@@ -337,22 +401,24 @@ def die_with_parent() -> None:
 
 
 def serve(jobs: list[dict], timeout_s: float) -> None:
-    """Measure each job in its own forked child. This launcher has imported PyTorch (the slow
-    part of starting a process) but never touched a device, so every child starts with a
-    pristine device, allocator and cuBLAS state, exactly as a new interpreter would."""
-    for job in jobs:
+    """Measure each job in its own forked child (consecutive jobs of one parity series share one). This
+    launcher has imported PyTorch (the slow part of starting a process) but never touched a device, so
+    every child starts with a pristine device, allocator and cuBLAS state, exactly as a new interpreter
+    would."""
+    for group in series_groups(jobs):
         pid = os.fork()
         if pid == 0:
             die_with_parent()
             os.dup2(2, 1)  # anything the measured code prints must not reach the launcher's channel
             code = 1
             try:
-                code = _child(job, job["out"])
+                code = _child(group)
             finally:
                 sys.stdout.flush()
                 sys.stderr.flush()
                 os._exit(code)
-        deadline = time.monotonic() + timeout_s
+        limit = timeout_s * len(group)
+        deadline = time.monotonic() + limit
         while True:
             done, status = os.waitpid(pid, os.WNOHANG)
             if done:
@@ -364,12 +430,25 @@ def serve(jobs: list[dict], timeout_s: float) -> None:
                 break
             time.sleep(0.05)
         if status is None:
-            verdict = f"timed out after {timeout_s:.0f} s"
+            verdict = f"timed out after {limit:.0f} s"
         elif os.WIFSIGNALED(status):
             verdict = f"killed by signal {os.WTERMSIG(status)}"
         else:
             verdict = f"exit {os.WEXITSTATUS(status)}"
-        print(protocol.DONE_PREFIX + json.dumps({"out": job["out"], "verdict": verdict}), flush=True)
+        for job in group:
+            print(protocol.DONE_PREFIX + json.dumps({"out": job["out"], "verdict": verdict}), flush=True)
+
+
+def series_groups(jobs: list[dict]) -> list[list[dict]]:
+    """The jobs as the processes that run them: consecutive jobs naming the same `series` share one,
+    every other job has its own."""
+    groups: list[list[dict]] = []
+    for job in jobs:
+        if groups and job.get("series") is not None and groups[-1][-1].get("series") == job["series"]:
+            groups[-1].append(job)
+        else:
+            groups.append([job])
+    return groups
 
 
 if __name__ == "__main__":

@@ -81,7 +81,7 @@ def _fidelity_method(rep: Report) -> str:
   passes over the training text (more would measure how fast the model overfits this corpus), with nanoGPT's
   learning-rate shape (linear warm-up over the first quarter, cosine decay to a tenth), the reference
   accumulating gradients over micro-batches where the matrix did not time it at that batch; its held-out loss
-  is read on {ev.held_out_batches} batches from the last {int(data.HELD_OUT * 100)} % of the corpus, which no run trains on.
+  is read on {ev.held_out_batches} batches from the last {int(data.HELD_OUT * 100)} % of the corpus, which no run trains on.{_series(rep)}
 * **Cross-check**: a plain training loop in nanoGPT's form (`lib/train/plain_loop.py`: its own model, only the
   data shared) runs beside the harness at the flash and vocab stages and at the configuration recommended
   when it ran (table below). Its figure is the wall time of its timed steps over their number, the host running ahead of
@@ -92,6 +92,17 @@ def _fidelity_method(rep: Report) -> str:
   {fidelity_view.noise_sentence(rep)}
 * **Batch size**, the tie rule fixed before any number: {fidelity_view.BATCH_TIE_RULE}
 """
+
+
+def _series(rep: Report) -> str:
+    """How the parity runs shared processes, where the records say they did."""
+    if not any(r.get("series") for r in rep.decisions if r.get("kind") == "parity"):
+        return ""
+    return (
+        " The runs of one side in one round (the repeated seeds, then the others) share a process and its one"
+        " compilation: each starts from its own seed's weights with an empty optimizer, as a process of its own"
+        " would (each run's record names the process's first run)."
+    )
 
 
 def _by_stage(rep: Report, fact: str) -> str:

@@ -44,12 +44,21 @@ def measure(params: Params, report_dir, force: bool = False) -> None:
     if not jobs:
         return
     first = [j for j in jobs if j["seed_offset"] < parity.noise_seeds(params.evidence)]
-    runner.measure_jobs(first, env, force=force)
+    runner.measure_jobs(in_series(first, "noise seeds"), env, force=force)
     checks = parity.checks(store.decision_records(resolve(report_dir) / "results"), params.evidence)
     if (checks.get(jobs[0]["stage"]) or {}).get("futile"):  # the plan's first job is the lever's
         print("    parity test stopped after its noise seeds: its own noise keeps it from deciding", flush=True)
         return
-    runner.measure_jobs([j for j in jobs if j not in first], env, force=force)
+    runner.measure_jobs(in_series([j for j in jobs if j not in first], "other seeds"), env, force=force)
+
+
+def in_series(jobs: list[dict], round_name: str) -> list[dict]:
+    """A round's runs, one process a side (lib/measure/worker.py: a parity series): the lever's runs in
+    one, its reference's in another, seed after seed, each from its own seed's weights with no optimizer
+    state carried over. One compilation a side instead of one a run; what the runs compute is unchanged
+    (tests/test_parity.py holds a series to the losses of separate processes)."""
+    sides = list(dict.fromkeys(j["stage"] for j in jobs))
+    return [{**j, "series": f"{s} {round_name}"} for s in sides for j in jobs if j["stage"] == s]
 
 
 def parity_plan(params: Params, env: dict, report_dir, key: str, batch: int, micro: int) -> list[dict]:
