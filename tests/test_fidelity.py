@@ -13,7 +13,7 @@ import torch
 from conftest import make_record, tiny_params
 
 from lib.core import stages
-from lib.measure import ddp, worker
+from lib.measure import ddp, parity_run, worker
 from lib.results import decide, noise, stats, store
 from lib.train import plain_loop, step
 
@@ -109,7 +109,7 @@ def test_accumulating_micro_batches_gives_the_same_training_as_the_whole_batch()
     """The parity run's reference may accumulate gradients where the batch does not fit at once."""
     params = tiny_params(["fp32"], batch_sizes=(4,))
     job = {"params": params, "stage": "fp32", "batch_size": 4, "steps": 6, "held_out_batches": 2}
-    whole, split = worker.parity_run(job)[0], worker.parity_run({**job, "micro_steps": 2})[0]
+    whole, split = parity_run.parity_run(job)[0], parity_run.parity_run({**job, "micro_steps": 2})[0]
     assert whole["status"] == split["status"] == "ok" and split["micro_steps"] == 2
     assert split["losses"] == pytest.approx(whole["losses"], abs=1e-4)
     assert split["held_out_loss"] == pytest.approx(whole["held_out_loss"], abs=1e-4)
@@ -237,7 +237,7 @@ def test_a_claim_just_outside_its_range_is_within_noise_only_when_the_spread_cov
 
 
 def test_the_parity_learning_rate_warms_up_then_decays_to_a_tenth():
-    lrs = [worker.parity_lr(i, 200, 6e-4) for i in range(200)]
+    lrs = [parity_run.parity_lr(i, 200, 6e-4) for i in range(200)]
     assert lrs[0] == pytest.approx(6e-4 / 50) and lrs[49] == pytest.approx(6e-4)
     assert lrs[-1] == pytest.approx(6e-5) and all(a >= b for a, b in zip(lrs[49:], lrs[50:]))
 

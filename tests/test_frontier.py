@@ -351,6 +351,13 @@ def test_the_recipe_sides_are_measured_in_one_run(tmp_path, monkeypatch):
     kept = {j["out"] for j in jobs}
     recipe.measure(p, tmp_path, best)
     assert calls[0][1] is False
+    # a call cut off after the first process of this sitting: resumed, the rest is measured, the first kept
+    calls.clear()
+    kept = {jobs[0]["out"]}
+    here = {"provenance": recipe.provenance.run_stamp({"device": {"backend": "cpu"}})}
+    monkeypatch.setattr(recipe.runner, "reusable", lambda out, fp: here if str(out) in kept else None)
+    recipe.measure(p, tmp_path, best)
+    assert calls[0][1] is False
 
 
 def test_the_recipe_runs_a_third_round_only_where_two_processes_disagree(tmp_path, monkeypatch):

@@ -9,13 +9,15 @@ import json
 import os
 import re
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 from conftest import ROOT, describe_proc, read_json, run_cli
 
 from lib.core import chapters, config, provenance
-from lib.measure import compile_cache
+from lib.measure import compile_cache, worker
 from lib.report import cost_view, tables
 from lib.results import noise, store
 from lib.run import run_log
@@ -592,3 +594,15 @@ def test_the_report_says_what_measuring_it_cost_and_what_a_warm_re_measure_would
     )
     assert "about 12 minutes" in text and "<td>all chapters</td>" in text and "<td>800</td>" in text
     assert "no run.json" in cost_view.cost_html(SimpleNamespace(run=None))
+
+
+def test_the_launcher_imports_once_what_each_child_would_and_initialises_no_device():
+    """Inductor imported in the launcher spares each compiled child its import; it must not initialise CUDA
+    (a child forked after that could not use the GPU)."""
+    code = (
+        "import sys, torch; from lib.measure import worker; worker.preload(); "
+        "print(all(m in sys.modules for m in worker.PRELOADED), torch.cuda.is_initialized())"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
+    assert out.stdout.split() == ["True", "False"]
+    assert "torch._inductor.compile_fx" in worker.PRELOADED

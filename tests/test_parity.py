@@ -9,9 +9,10 @@ import pandas as pd
 import pytest
 from conftest import make_record, tiny_params, write_report_dir
 
-from lib.measure import worker
+from lib.measure import parity_run, series
 from lib.report import loader, method_text, parity_view
 from lib.results import decide, parity, store
+from lib.core import stages
 from lib.run import parity_runs
 
 EV = SimpleNamespace(parity_seeds=3, parity_margin=0.02, parity_confidence=0.95, parity_power=0.8)
@@ -149,10 +150,10 @@ def test_a_seed_sets_the_weights_and_the_data_order_and_a_pair_shares_both():
     params = tiny_params(["fp32"], batch_sizes=(2,))
     job = {"params": params, "stage": "fp32", "batch_size": 2, "steps": 4, "held_out_batches": 2}
     a, again = (
-        worker.parity_run({**job, "seed_offset": 1, "data_start": 500})[0],
-        worker.parity_run({**job, "seed_offset": 1, "data_start": 500})[0],
+        parity_run.parity_run({**job, "seed_offset": 1, "data_start": 500})[0],
+        parity_run.parity_run({**job, "seed_offset": 1, "data_start": 500})[0],
     )
-    other = worker.parity_run({**job, "seed_offset": 2, "data_start": 900})[0]
+    other = parity_run.parity_run({**job, "seed_offset": 2, "data_start": 900})[0]
     assert a["losses"] == again["losses"] and a["seed"] == params.run.seed + 1
     assert a["losses"] != other["losses"]
 
@@ -166,10 +167,10 @@ def test_a_parity_series_in_one_process_trains_as_separate_processes_do(stage):
     params = tiny_params(["fp32", stage], batch_sizes=(2,))
     job = {"params": params, "stage": stage, "batch_size": 2, "steps": 4, "held_out_batches": 2}
     seeds = [{**job, "seed_offset": k, "data_start": 300 * k} for k in (0, 1, 0)]
-    alone = [worker.parity_run(j)[0] for j in seeds]
+    alone = [parity_run.parity_run(j)[0] for j in seeds]
     together, train = [], None
     for i, j in enumerate(seeds):
-        rec, train = worker.parity_run(j, train)
+        rec, train = parity_run.parity_run(j, train)
         together.append(rec)
         if i == 0:
             compiled = sum(counters["inductor"].values())
@@ -183,14 +184,28 @@ def test_a_parity_series_in_one_process_trains_as_separate_processes_do(stage):
 
 def test_a_parity_round_runs_one_process_a_side():
     jobs = [
-        {"stage": s, "seed_offset": k, "out": f"{s}{k}{r}"} for k in (0, 1) for s in ("lever", "ref") for r in (0, 1)
+        {"stage": s, "seed_offset": k, "out": f"{s}{k}{r}"}
+        for k in (0, 1)
+        for s in ("loss_only", "vocab")
+        for r in (0, 1)
     ]
-    groups = worker.series_groups(parity_runs.in_series(jobs, "noise seeds"))
+    groups = series.series_groups(parity_runs.in_series(jobs, "noise seeds"))
     assert [[j["out"] for j in g] for g in groups] == [
-        ["lever00", "lever01", "lever10", "lever11"],
-        ["ref00", "ref01", "ref10", "ref11"],
+        ["loss_only00", "loss_only01", "loss_only10", "loss_only11"],
+        ["vocab00", "vocab01", "vocab10", "vocab11"],
     ]
-    assert worker.series_groups([{"out": "a"}, {"out": "b"}]) == [[{"out": "a"}], [{"out": "b"}]]  # no series: alone
+    assert series.series_groups([{"out": "a"}, {"out": "b"}]) == [[{"out": "a"}], [{"out": "b"}]]  # no series: alone
+
+
+def test_an_fp8_side_keeps_a_process_a_run():
+    """Restarted FP8 lm_head runs did not reproduce their seeds on an H100 (jobs.restartable says by how much)."""
+    jobs = [{"stage": s, "seed_offset": k, "out": f"{s}{k}"} for k in (0, 1) for s in ("fp8_head", "vocab")]
+    groups = series.series_groups(parity_runs.in_series(jobs, "noise seeds"))
+    assert [[j["out"] for j in g] for g in groups] == [["fp8_head0"], ["fp8_head1"], ["vocab0", "vocab1"]]
+    params = tiny_params(["fp32", "fp8_head"], batch_sizes=(2,))
+    assert parity_run.restart(None, params, stages.get("fp8_head")) is False  # refused before touching anything
+    assert all(not series.restartable(stages.get(k)) for k in ("fp8_head", "fp8_torchao", "fp8"))
+    assert series.restartable(stages.get("loss_only"))
 
 
 def test_the_report_lists_every_parity_run_superseded_ones_too(tmp_path):

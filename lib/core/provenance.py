@@ -119,6 +119,16 @@ def machine_of(rec: dict) -> str:
     return stamp["host_id"] + (f" / {stamp['gpu_uuid']}" if stamp.get("gpu_uuid") else "")
 
 
+SITTING_KEYS = ("commit", "modified", "tree_hash", "host_id", "gpu_uuid")
+
+
+def same_sitting(rec: dict, stamp: dict) -> bool:
+    """Whether `rec` was measured by the code and on the machine that `stamp` (run_stamp) names: a run
+    resumed there, not another one."""
+    mine = rec.get("provenance") or {}
+    return all(mine.get(k) == stamp.get(k) for k in SITTING_KEYS) and stamp.get("host_id") is not None
+
+
 def commit_of(rec: dict) -> str:
     stamp = rec.get("provenance") or {}
     return (stamp.get("commit") or "unrecorded")[:12] + ("+modified" if stamp.get("modified") else "")

@@ -93,7 +93,7 @@ class Record(TypedDict, total=False):
     replicate: int
     held_out_loss: float
     held_out_tokens: int
-    series: dict  # {index, runs, first}: the runs of one side and round share a process (worker.parity_run)
+    series: dict  # {index, runs, first}: the runs of one side and round share a process (lib/measure/parity_run.py)
     # the multi-GPU stage (ddp.run)
     world_size: int
     per_gpu_batch: int

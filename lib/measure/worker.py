@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 import gc
 import json
-import math
 import os
 import resource
 import signal
@@ -24,9 +23,11 @@ import torch
 from lib.core import data, record, stages
 from lib.core.params import Params
 from lib.measure import clocks, compile_cache, energy, faults, gemm_sweep, kernel_profile, protocol
+from lib.measure.parity_run import is_oom, parity_run
+from lib.measure.series import series_groups
 from lib.results import stats, store
 from lib.train import plain_loop, step
-from lib.train.model import GPT, flops_per_token
+from lib.train.model import flops_per_token
 
 SDPA_OPS = {  # profiler op name -> which SDPA backend ran
     "aten::_scaled_dot_product_flash_attention": "flash",
@@ -75,10 +76,6 @@ def memory(dev: str) -> dict:
 
 
 NOT_SAMPLED = {energy.PEAK_KEY: None, energy.NOTE_KEY: "not sampled: the configuration failed before its first step"}
-
-
-def is_oom(exc: BaseException) -> bool:
-    return isinstance(exc, torch.OutOfMemoryError) or "out of memory" in str(exc).lower()
 
 
 def no_sdpa_kernel(exc: BaseException) -> bool:
@@ -245,93 +242,6 @@ def gemm_record(job: dict) -> dict:
     return rec
 
 
-def parity_lr(step_index: int, steps: int, max_lr: float) -> float:
-    """The parity run's learning rate, shaped as nanoGPT's get_lr: linear warm-up over the first
-    quarter, then cosine decay to a tenth of the maximum at the last step."""
-    warmup, min_lr = max(1, steps // 4), max_lr / 10
-    if step_index < warmup:
-        return max_lr * (step_index + 1) / warmup
-    progress = (step_index - warmup) / max(1, steps - 1 - warmup)
-    return min_lr + 0.5 * (1 + math.cos(math.pi * progress)) * (max_lr - min_lr)
-
-
-def parity_run(job: dict, train: step.TrainStep | None = None) -> tuple[dict, step.TrainStep | None]:
-    """A long loss run of one configuration (no timing): `steps` training steps with nanoGPT's
-    learning-rate schedule (parity_lr), every loss kept, then the mean loss over
-    `held_out_batches` batches of text it never trained on. `micro_steps` > 1 accumulates
-    gradients over that many micro-batches (the same batch and the same update, in less memory)
-    where the reference stage does not fit the batch at once. Given the `train` of an earlier run of
-    the same configuration in this process (a parity series), it starts that one again from this
-    run's seed (restart) instead of building and compiling anew. Returns the record and the step to
-    hand on (None after an out-of-memory)."""
-    params, batch, steps, seed_offset = job["params"], job["batch_size"], job["steps"], job.get("seed_offset", 0)
-    stage = stages.get(job["stage"])
-    dev = step.device_type(params.backend)
-    rec = store.base_record(params, stage, batch)
-    rec.update(
-        kind="parity",
-        fingerprint=job.get("fingerprint"),
-        variant=job.get("variant"),
-        steps=steps,
-        micro_steps=job.get("micro_steps", 1),
-        replicate=job.get("replicate", 0),
-        seed_offset=seed_offset,
-        seed=params.run.seed + seed_offset,
-        data_start=job.get("data_start", 0),
-        passes=job.get("passes"),
-    )
-    t0 = time.perf_counter()
-    try:
-        # A seed is the initial weights and the data order: the lever and its reference share both.
-        seeded = dataclasses.replace(params, run=dataclasses.replace(params.run, seed=rec["seed"]))
-        if train is None or not restart(train, seeded, stage):
-            train = step.build(seeded, stage, dev, micro_steps=job.get("micro_steps", 1))
-        rec["init_checksum"] = train.model.init_checksum()
-        xs, ys = data.device_batches(params, batch, steps, dev, start=rec["data_start"])
-        losses = []
-        train.model.train()
-        for i in range(steps):
-            for group in train.opt.param_groups:  # set before each step, as nanoGPT's loop does
-                group["lr"] = parity_lr(i, steps, params.run.learning_rate)
-            losses.append(train(xs[i], ys[i]))
-        rec["losses"] = [float(v) for v in torch.stack(losses).float().cpu()]
-        del xs, ys
-        n_eval, eval_batch = job["held_out_batches"], min(batch, job.get("eval_batch", batch))
-        vx, vy = data.device_batches(params, eval_batch, n_eval, dev, held_out=True)
-        train.model.eval()
-        with torch.no_grad(), train.autocast:
-            held = [train.model(vx[i], vy[i])[1].float() for i in range(n_eval)]
-        rec["held_out_loss"] = float(torch.stack(held).mean().cpu())
-        rec["held_out_tokens"] = n_eval * eval_batch * params.run.seq_len
-    except Exception as exc:
-        if not is_oom(exc):
-            raise
-        rec.update(status=record.Status.OOM, reason=f"out of memory: {str(exc).splitlines()[0][:300]}")
-        train = None
-    stats.fill_loss(rec, params.run.final_loss_window)
-    rec["wall_s"] = time.perf_counter() - t0
-    return rec, train
-
-
-def restart(train: step.TrainStep, params: Params, stage) -> bool:
-    """Put `train` back where step.build(params, stage) starts: the weights of params.run.seed (made on
-    the CPU from the seed, as build makes them, then copied into the model in place, so its compiled
-    graph stays valid and nothing recompiles) and an optimizer with no state (every step ends with the
-    gradients set to None). False, touching nothing, where a conversion (FP8) gave the model tensors a fresh
-    one lacks: the caller builds afresh."""
-    torch.manual_seed(params.run.seed)
-    fresh = GPT(step.model_config(params, stage))
-    source = dict(fresh.named_parameters()) | dict(fresh.named_buffers())
-    target = dict(train.model.named_parameters()) | dict(train.model.named_buffers())
-    if source.keys() != target.keys() or any(source[k].shape != t.shape for k, t in target.items()):
-        return False
-    with torch.no_grad():
-        for name, t in target.items():
-            t.copy_(source[name])
-    train.opt.state.clear()
-    return True
-
-
 def _measure(job: dict, series: dict) -> dict:
     """One job's record. `series` carries a parity series' training step from one run to the next."""
     kind = job.get("kind")
@@ -439,23 +349,23 @@ def serve(jobs: list[dict], timeout_s: float) -> None:
             print(protocol.DONE_PREFIX + json.dumps({"out": job["out"], "verdict": verdict}), flush=True)
 
 
-def series_groups(jobs: list[dict]) -> list[list[dict]]:
-    """The jobs as the processes that run them: consecutive jobs naming the same `series` share one,
-    every other job has its own."""
-    groups: list[list[dict]] = []
-    for job in jobs:
-        if groups and job.get("series") is not None and groups[-1][-1].get("series") == job["series"]:
-            groups[-1].append(job)
-        else:
-            groups.append([job])
-    return groups
+PRELOADED = ("torch._dynamo", "torch._inductor.compile_fx")
+
+
+def preload() -> None:
+    """Import, once in the launcher, what every child would otherwise import for itself: the optimizer's
+    first construction imports torch._dynamo (about 2 s on a small CPU), and a compiled stage's first
+    torch.compile imports Inductor (0.9 s more a child on this project's CPU default). Neither touches a
+    device or initialises CUDA, and Inductor's compile workers start at a child's first compilation, not here."""
+    import importlib
+
+    for name in PRELOADED:
+        importlib.import_module(name)
 
 
 if __name__ == "__main__":
     die_with_parent()
-    # The optimizer's first construction imports torch._dynamo (about 2 s on a small CPU); doing
-    # it once here, before any fork and without touching a device, spares every child that cost.
-    import torch._dynamo  # noqa: F401
+    preload()
 
     for line in sys.stdin:  # one batch of jobs per line: the path of its spec file (runner.measure_jobs)
         spec = json.loads(open(line.strip()).read())

@@ -101,7 +101,8 @@ def _series(rep: Report) -> str:
     return (
         " The runs of one side in one round (the repeated seeds, then the others) share a process and its one"
         " compilation: each starts from its own seed's weights with an empty optimizer, as a process of its own"
-        " would (each run's record names the process's first run)."
+        " would (each run's record names the process's first run). A side with FP8 GEMMs keeps a process a run:"
+        " restarted that way, its runs did not reproduce their seeds on an H100."
     )
 
 

@@ -21,7 +21,7 @@ import re
 from dataclasses import replace
 from pathlib import Path
 
-from lib.core import config, stages
+from lib.core import config, provenance, stages
 from lib.core.paths import resolve
 from lib.core.levers import levers_of
 from lib.core.params import Params
@@ -123,12 +123,15 @@ def recipe_config(params: Params, report_dir) -> dict | None:
 
 def measure(params: Params, report_dir, best: dict, force: bool = False) -> None:
     """The recipe, then the ablation, after the rest of the recommendation's evidence. The recipe's
-    sides are compared as measured in one run, on one machine: where any of them must be measured
-    (a side added, or one whose configuration changed), all of them are measured again."""
+    sides are compared as measured in one sitting: where any of them must be measured (a side added,
+    one whose configuration changed, or one a cut-off call left unmeasured) and a kept one comes from
+    another sitting (another commit or machine), all of them are measured again."""
     env, ev = runner.environment(resolve(report_dir)), params.evidence
     pick = recipe_config(params, report_dir)
     jobs = recipe_jobs(params, report_dir, pick) if pick else []
-    partly_kept = any(runner.reusable(Path(j["out"]), j["fingerprint"]) is None for j in jobs if j["repeat"] < 2)
+    stamp = provenance.run_stamp(env)
+    kept = [runner.reusable(Path(j["out"]), j["fingerprint"]) for j in jobs if j["repeat"] < 2]
+    partly_kept = None in kept and any(r and not provenance.same_sitting(r, stamp) for r in kept)
     done: dict = {}
     for k in range(ev.repeats):
         if k >= 2 and not sides_disagree(done, ev.repeat_tolerance):
