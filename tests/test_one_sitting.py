@@ -249,6 +249,7 @@ def test_default_depth_leaves_out_what_full_depth_adds():
         "shape_padding_control",
         "recipe_harness",
         "compiled_small_batches",
+        "seq_curve",
     }
     for key, item in left.items():
         if item["kind"] == "evidence":  # explanatory evidence joins the run at full depth, with a line that says what

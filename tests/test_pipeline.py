@@ -125,13 +125,14 @@ def test_evidence_is_measured_and_shown(pipeline_ok, report_html):
     gemm = read_json(ev / "gemm" / "lm_head.json")
     widths = {p["n"] for p in gemm["points"]}
     assert {1000, 1024, 896, 1152} <= widths and set(gemm["kernels"]["bf16"]) == {"1000", "1024"}
-    seq = {(r["stage"], r["seq_len"]) for r in map(read_json, (ev / "seq").glob("*.json"))}
-    assert seq == {(s, t) for s in ("bf16", "flash") for t in pipeline_ok.params.evidence.seq_lens}
+    # the sequence-length curve explains and decides nothing: at the default depth page 1 names the command instead
+    assert not (ev / "seq").exists() and "sequence-length curve is measured at DEPTH=full only" in report_html
+    assert "naive attention against SDPA across sequence lengths" in report_html  # page 1's list of what it left out
     sweep = [read_json(p) for p in (ev / "sweep").glob("*.json")]
     assert sweep and all(r["variant"] == "batch sweep" for r in sweep)
     assert len({r["stage"] for r in sweep}) == 1
     figures = {p.stem for p in (pipeline_ok.report_dir / "figures").glob("*.png")}
-    assert {"gemm_sweep", "seq_sweep", "kernel_profile", "batch_sweep"} <= figures
+    assert {"gemm_sweep", "kernel_profile", "batch_sweep"} <= figures and "seq_sweep" not in figures
     for text in (
         "Recommended configuration",
         "Where the step time goes",
@@ -374,3 +375,37 @@ def test_every_stage_started_from_the_same_weights(pipeline_ok):
     recs = [json.loads(p.read_text()) for p in pipeline_ok.results_dir.glob("*.json")]
     assert len({r["init_checksum"] for r in recs if r["status"] == "ok"}) == 1
     assert "identical for every stage" in (pipeline_ok.report_dir / "report.html").read_text()
+
+
+def test_page_one_gives_the_recommendation_as_code(pipeline_ok, report_html):
+    """Every switch of the recommended stage as code to paste, in the executive summary; none where the
+    recommendation is the baseline itself (it can be, on a CPU). tests/test_summary_box.py holds the order."""
+    import html as html_lib
+
+    from lib.report import loader, recommendation, summary_box
+
+    rep = loader.load(pipeline_ok.report_dir)
+    best = loader.recommended(rep)
+    pairs = summary_box.code_lines(rep)
+    assert sorted(code for _, code in pairs) == sorted(recommendation.applied_switches(best["stage"]))
+    if not pairs:
+        assert 'class="page-one-code"' not in report_html
+        return
+    block = report_html.index('class="page-one-code"')
+    assert report_html.index("Executive summary") < block < report_html.index("Verdicts on the prevailing claims")
+    assert all(html_lib.escape(code, quote=False) in report_html[block:] for _, code in pairs)
+
+
+def test_the_pdf_leaves_the_summary_s_html_only_sections_to_the_html_and_names_them(pipeline_ok, report_html):
+    """Sections tagged html-only in the summary notebook are hidden in print (report.css) and a print-only line
+    after the findings names each one, so a PDF reader knows what the HTML has."""
+    import nbformat
+
+    from lib.report import export
+
+    titles = export.html_only_titles(nbformat.read(ROOT / "notebooks" / "summary.ipynb", as_version=4).cells)
+    assert {"Step-time spread", "Loss curves, all stages", "Every parity run"} <= set(titles)
+    note = report_html[report_html.index('celltag_pdf-only" id=') :][:3000]
+    assert all(t in note for t in titles)
+    assert report_html.count("celltag_html-only") >= 2 * len(titles) - 1  # each title's cell and its output's
+    assert "@media print { .celltag_html-only { display: none !important; } }" in report_html

@@ -147,8 +147,7 @@ def test_a_rejected_lever_in_skip_names_the_parity_check_it_failed(tmp_path):
     write_parity_test(tmp_path / "rep", p, "bf16_residual", lever_held=4.5, ref_held=4.0)
     skip = next(x for x in summary_box.lines(loader.load(tmp_path / "rep")) if x.startswith("**Skip here:**"))
     assert (
-        "BF16 residual stream (parity test worse: held-out loss +0.5000 nats (+0.5000 to +0.5000), margin +0.02)"
-        in skip
+        "BF16 residual stream: parity test worse: held-out loss +0.5000 nats (+0.5000 to +0.5000), margin +0.02" in skip
     )
 
 
@@ -163,3 +162,37 @@ def test_a_leave_one_out_whose_rows_were_timed_on_another_day_says_so():
     )
     rows[0]["record"]["finished_at"] = "2026-11-22T15:00:00"
     assert frontier_view.ablation_calls_apart(full, rows) is None
+
+
+def test_page_one_code_lists_the_levers_in_order_of_worth(tmp_path, monkeypatch):
+    """A lever without which the batch does not fit first, then the worth beyond noise, then within noise, then the
+    levers the leave-one-out did not take out; each under what leaving it out cost."""
+    keys = ["fp32", "tf32", "bf16", "flash", "vocab", "fused", "compile", "bf16_residual", "loss_only"]
+    p = tiny_params(batch_sizes=(2,))
+    p.stages = keys
+    write_report_dir(tmp_path / "rep", p, [make_record(p, k, 2, [100.0] * 5, [5.0] * 6) for k in keys])
+    rep = loader.load(tmp_path / "rep")
+
+    def row(lever, worth, noise=False, status="ok"):
+        return {"lever": lever, "worth": worth, "within_noise": noise, "record": {"status": status}}
+
+    rows = [
+        row("TF32", -0.004, True),
+        row("padded vocabulary", 0.040),
+        row("BF16 residual stream", 0.048),
+        row("torch.compile", None, None, "oom"),
+        row("fused AdamW", 0.006, True),
+    ]
+    monkeypatch.setattr(summary_box, "recommended", lambda rep: {"stage": "loss_only", "batch_size": 2})
+    monkeypatch.setattr(summary_box.frontier_view, "ablation_rows", lambda rep: ({"batch_size": 2}, rows))
+    comments = [c for c, _ in summary_box.code_lines(rep)]
+    assert comments[:5] == [
+        "# torch.compile: without it B=2 does not fit",
+        "# BF16 residual stream: +4.8 % at B=2",
+        "# Vocab padded to 50304: +4.0 % at B=2",
+        "# Fused AdamW: +0.6 % at B=2, within noise",
+        "# TF32: -0.4 % at B=2, within noise",
+    ]
+    assert all(c.endswith("not in the leave-one-out") for c in comments[5:]) and len(comments) == 8
+    html = summary_box.code_html(rep)
+    assert html.startswith('<pre class="page-one-code">') and "model = torch.compile(model)" in html

@@ -146,6 +146,7 @@ DEPTH_EVIDENCE = {
     "recipe_harness": "the canonical trainer's configuration in this harness at the global batch (recipe)",
     "compiled_small_batches": "the compiled stages at the matrix's smaller batch sizes (each lever is decided at the "
     "largest batch it and its previous stage ran; a compile costs the same at any batch)",
+    "seq_curve": "naive attention against SDPA across sequence lengths (flash attention chapter)",
 }
 # The chapter whose `CHAPTERS=` adds the evidence; None: it spans chapters, and DEPTH=full alone adds it.
 EVIDENCE_CHAPTER = {
@@ -153,6 +154,7 @@ EVIDENCE_CHAPTER = {
     "shape_padding_control": "compile",
     "recipe_harness": "batch_sweep",
     "compiled_small_batches": None,
+    "seq_curve": "flash",
 }
 
 

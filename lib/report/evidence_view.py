@@ -110,6 +110,8 @@ def _seq(rep: Report):
 
 def seq_sweep_html(rep: Report) -> str:
     by = _seq(rep)
+    if not by and not config.runs_evidence(rep.params, "seq_curve"):
+        return none("The sequence-length curve is measured at DEPTH=full only (page 1 names the command that adds it).")
     if not by:
         return none("The sequence-length sweep was not measured for this report.")
 

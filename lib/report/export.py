@@ -26,9 +26,21 @@ def _tags(cell) -> set:
     return set(cell.get("metadata", {}).get("tags", []))
 
 
+def html_only_titles(cells) -> list[str]:
+    """The headings of the summary's cells tagged `html-only` (report.css leaves them out of the PDF)."""
+    return [
+        line.lstrip("#").strip()
+        for c in cells
+        if "html-only" in _tags(c)
+        for line in (c.source if c.cell_type == "markdown" else "").splitlines()[:1]
+        if line.startswith("#")
+    ]
+
+
 def assemble(summary_path, chapter_paths, out_path) -> nbformat.NotebookNode:
     """The report notebook: summary cells, with every chapter's cells inserted at the summary
-    cell tagged `chapters`; parameter cells and cells tagged `report-hide` are left out."""
+    cell tagged `chapters`; parameter cells and cells tagged `report-hide` are left out. After the cell
+    tagged `html-only-index`, a line for the PDF alone names the summary's sections it leaves to the HTML."""
     summary = nbformat.read(summary_path, as_version=4)
     chapters = [nbformat.read(p, as_version=4) for p in chapter_paths]
     cells = []
@@ -36,6 +48,9 @@ def assemble(summary_path, chapter_paths, out_path) -> nbformat.NotebookNode:
         if _tags(cell) & HIDDEN_TAGS:
             continue
         cells.append(cell)
+        if "html-only-index" in _tags(cell) and (titles := html_only_titles(summary.cells)):
+            note = "*In the HTML report (report.html, beside this PDF), not in this PDF:* " + "; ".join(titles) + "."
+            cells.append(nbformat.v4.new_markdown_cell(note, metadata={"tags": ["pdf-only"]}))
         if "chapters" in _tags(cell):
             for path, nb in zip(chapter_paths, chapters):
                 # every chapter is drawn from one template: its cells are told apart by the chapter's name

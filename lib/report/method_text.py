@@ -5,7 +5,7 @@ energy, each computed from the report's params and records."""
 from __future__ import annotations
 
 from lib.core import data, stages
-from lib.report import fidelity_view, parity_view
+from lib.report import fidelity_view, parity_view, tables
 from lib.report.loader import Report
 from lib.results import stats
 
@@ -24,6 +24,7 @@ def method_md(rep: Report) -> str:
         else "`time.perf_counter` around each step, after a device synchronize"
     )
     return f"""
+* **Stages**: {tables.stages_md(rep)}
 * **Model**: GPT-2, {m.n_layer} layers, {m.n_head} heads, d={m.n_embd}, T={r.seq_len},
   vocabulary {m.vocab_size} (padded to {m.padded_vocab_size} in the vocab stage); AdamW
   (lr {r.learning_rate:g}, β=(0.9, 0.95), weight decay {r.weight_decay:g}), gradient clipping at {r.grad_clip:g}.

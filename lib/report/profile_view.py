@@ -145,7 +145,7 @@ def top_kernels_html(rec: dict | None, limit: int = 8) -> str:
         f'<p class="note">{p["source"]}, one step of {rec["stage_title"]} at B={rec["batch_size"]}; '
         f"the GPU busy {p['busy_ms']:.1f} ms in that profiled step (the timed steps' median: "
         f"{rec.get('median_ms', float('nan')):.1f} ms). Template arguments "
-        "and parameter lists shown as … are in each name's tooltip.</p>"
+        "and parameter lists shown as … are in each name's tooltip in the HTML report (report.html).</p>"
     )
 
 

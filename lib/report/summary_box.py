@@ -91,15 +91,14 @@ def _skip(rep: Report) -> str | None:
     out, pays = [], size_sweep_view.pays_from(rep)
     for key in stages.single_gpu(rep.stage_order)[1:]:
         st, effect = stages.get(key), decide.lever_effect(rep.df, key)
+        # "title: reason", never "title (reason)": titles carry brackets of their own, and page 1 nests none
         if key in parity_view.rejected(rep):
-            out.append(f"{st.title} ({parity_view.short_reason(rep, key)})")
+            out.append(f"{st.title}: {parity_view.short_reason(rep, key)}")
         elif (rep.df[rep.df["stage"] == key]["loss_verdict"].isin(stats.GATE_FAILS)).any():
-            out.append(f"{st.title} (loss beyond tolerance)")
+            out.append(f"{st.title}: loss beyond tolerance")
         elif not effect["values"].empty and effect["median"] < 1 and not fidelity_view.noise_note(rep, key):
-            larger = f"; the size sweep: {pays[st.title]}" if st.title in pays else ""
-            out.append(
-                f"{st.title} ({span(effect['values'].values)} of {stages.get(effect['previous']).title}{larger})"
-            )
+            larger = f", the size sweep: {pays[st.title]}" if st.title in pays else ""
+            out.append(f"{st.title}: {span(effect['values'].values)} of {stages.get(effect['previous']).title}{larger}")
     return "**Skip here:** " + "; ".join(out) + "." if out else None
 
 
@@ -160,6 +159,50 @@ def lines(rep: Report) -> list[str]:
         ]
     out = [_turn_on(rep), _skip(rep), _recommended(rep, best), _buys(rep, best), _not_measured(rep)]
     return [line for line in out if line][:MAX_LINES]
+
+
+def code_lines(rep: Report) -> list[tuple[str, str]]:
+    """The recommendation as the code to paste: (comment, code) for each lever on its way from the baseline,
+    in order of worth, each comment saying what leaving the lever out cost in the leave-one-out (a lever
+    without which the batch does not fit first). Build order where the leave-one-out was not measured."""
+    best = recommended(rep)
+    if best is None:
+        return []
+    full, rows = frontier_view.ablation_rows(rep)
+    by_stage = {k: r for r in rows if (k := _stage_of(rep, r["lever"].split(" (and ")[0]))}
+    keys = [k for k in decide.lineage(best["stage"])[1:] if stages.get(k).switch]
+
+    def rank(k: str) -> tuple:
+        r = by_stage.get(k)
+        if r is None or (r["worth"] is None and r["record"].get("status") != record.Status.OOM):
+            return (3, 0.0)
+        if r["worth"] is None:
+            return (0, 0.0)
+        return (1 if r.get("within_noise") is False else 2, -r["worth"])
+
+    def comment(k: str) -> str:
+        r, title = by_stage.get(k), stages.get(k).title
+        if r is None:
+            return f"# {title}: not in the leave-one-out"
+        batch = full["batch_size"]
+        if r["record"].get("status") == record.Status.OOM:
+            return f"# {title}: without it B={batch} does not fit"
+        if r["worth"] is None:
+            return f"# {title}: left out, {r['record'].get('status')}"
+        noise = {False: "", True: ", within noise"}.get(r.get("within_noise"), ", not judged against noise")
+        return f"# {title}: {r['worth'] * 100:+.1f} % at B={batch}{noise}"
+
+    return [(comment(k), stages.get(k).switch) for k in sorted(keys, key=rank)]
+
+
+def code_html(rep: Report) -> str:
+    """Page 1's code: code_lines as one block to paste, torch.compile applied last whatever its worth."""
+    pairs = code_lines(rep)
+    if not pairs:
+        return ""
+    head = "# The recommendation's levers in order of worth; apply torch.compile last (it wraps the model).\n"
+    body = "\n".join(f"{c}\n{code}" for c, code in pairs)
+    return f'<pre class="page-one-code"><code>{html.escape(head + body)}</code></pre>'
 
 
 def box_html(rep: Report) -> str:

@@ -10,7 +10,7 @@ from collections import Counter
 
 import pandas as pd
 
-from lib.core import provenance, record, stages
+from lib.core import chapters, provenance, record, stages
 from lib.core.config import preset_of
 from lib.report.loader import CV_LIMIT, GiB, Report, code_commits, gib, manifest, pct, short, times, tok
 from lib.results import noise
@@ -182,11 +182,16 @@ def title_md(rep: Report) -> str:
     m = rep.params.model
     return (
         f"# {preset_of(rep.params)} ({m.n_layer} layers, d={m.n_embd}) training step: what each optimisation "
-        f"lever buys\n\n{sub}\n\n"
+        f"lever buys\n\n{sub} Every number below was measured by this tool on the device named above; the "
+        "method (section 3) says how."
+    )
+
+
+def stages_md(rep: Report) -> str:
+    """The ladder of stages, for the method section."""
+    return (
         f"Each stage adds one lever to the one before ({' → '.join(rep.stage_titles)}; Appendix A names the "
-        "stages added to an earlier one) and is timed on the "
-        "same model, seed and data at every batch size. Every number below was measured by this tool "
-        "on the device named above."
+        "stages added to an earlier one) and is timed on the same model, seed and data at every batch size."
     )
 
 
@@ -268,11 +273,21 @@ def provenance_md(rep: Report) -> str:
     left = rep.params.not_run or []
     if left:
         text += (
-            " **Not measured at this depth:** "
-            + "; ".join(n.get("what") or n["key"] for n in left)
-            + f"; `make report GPU={rep.params.name} DEPTH=full` adds them."
+            " **Not measured at this depth** (each explains or adds depth; none decides a lever of this report): "
+            + "; ".join(_not_run_name(n) for n in left)
+            + f". `make report GPU={rep.params.name} DEPTH=full` adds them."
         )
     return text
+
+
+def _not_run_name(item: dict) -> str:
+    """A short name of what the default depth left out: the stage's or chapter's title, the evidence's own words
+    up to their explanation in brackets."""
+    if item["kind"] == "stage":
+        return stages.get(item["key"]).title
+    if item["kind"] == "chapter":
+        return chapters.CHAPTERS[item["key"]].title
+    return (item.get("what") or item["key"]).split(" (")[0]
 
 
 def failures_md(rep: Report, failures: list[str]) -> str:

@@ -370,7 +370,10 @@ def measure_chapter(key: str, params: Params, report_dir, force: bool = False):
     # The chapter's evidence that does not need the stage's own results runs in the same launcher,
     # the plain loop beside the harness in the flash and vocab chapters.
     extra = {
-        "flash": lambda: seq_jobs(params, report_dir) + sdpa_jobs(params, report_dir),
+        "flash": lambda: (
+            (seq_jobs(params, report_dir) if config.runs_evidence(params, "seq_curve") else [])
+            + sdpa_jobs(params, report_dir)
+        ),
         "vocab": lambda: [gemm_job(params, report_dir)],
         "fused_ce": lambda: [ce_filter_job(params, report_dir)] if config.runs_evidence(params, "ce_filter") else [],
     }
