@@ -327,3 +327,15 @@ def test_a_reference_in_micro_batches_says_why_without_naming_a_batch_it_never_r
     check = {**parity.checks(_test(params, (0.0, 0.0, 0.0)), EV)["tf32"], "micro_steps": 2, "batch_size": 96}
     text = parity_view.summary(check)
     assert "2 micro-batches of B=48 (the matrix timed it at no batch as large as B=96)" in text
+
+
+def test_a_stage_tested_at_two_batches_is_judged_by_the_test_that_decided():
+    """A history with a complete test at one batch and a cut-off one at another (a resume after the recommendation
+    moved) shows the complete one, whatever order the records come in, and names the other batch."""
+    params = tiny_params(["fp32", "tf32"])
+    complete = _test(params, (0.001, 0.002, 0.0))  # batch 8, holds
+    cut = [_run(params, "tf32", 0, 0, 4.0, 4.0, batch=16), _run(params, "fp32", 0, 0, 4.0, 4.0, batch=16)]
+    for recs in (complete + cut, cut + complete):
+        check = parity.checks(recs, EV)["tf32"]
+        assert check["batch_size"] == 8 and check["verdict"] == parity.HOLDS and check["other_batches"] == [16]
+        assert "Its runs at B=16 decided less" in parity_view.summary(check)

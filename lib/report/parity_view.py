@@ -116,6 +116,11 @@ def summary(c: dict) -> str:
         f"bound): held-out loss {_interval(c['intervals']['held_out'])}, final "
         f"training loss {_interval(c['intervals']['final'])}. The test's own noise: {noise}{detect}. Margin "
         f'+{c["margin"]:g} nats: <span class="{css}"><b>{html.escape(verdict)}</b></span>.'
+        + (
+            f" Its runs at B={', B='.join(map(str, c['other_batches']))} decided less and are listed with every run."
+            if c.get("other_batches")
+            else ""
+        )
     )
 
 

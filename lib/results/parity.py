@@ -128,7 +128,7 @@ def checks(records: list[dict], evidence: Evidence) -> dict:
     and the verdict (evidence: parity_margin, parity_confidence, parity_power)."""
     margin, conf, power = evidence.parity_margin, evidence.parity_confidence, evidence.parity_power
     by, attempted = runs(records), runs(records, ok_only=False)
-    out = {}
+    tests = {}
     for (key, batch), seeds in by.items():
         ref_key = stages.get(key).reference if key in stages.STAGES else key
         refs = by.get((ref_key, batch), {})
@@ -143,7 +143,7 @@ def checks(records: list[dict], evidence: Evidence) -> dict:
         diffs = {m: [_metric(seeds[s][0], m) - _metric(refs[s][0], m) for s in paired] for m in METRICS}
         intervals = {m: interval(v, conf, noise_sd or 0.0) for m, v in diffs.items()}
         spread = max((i["sd"] for i in intervals.values() if i["sd"] is not None), default=None)
-        out[key] = {
+        out = tests[(key, batch)] = {
             "stage": key,
             "reference": ref_key,
             "batch_size": batch,
@@ -163,11 +163,21 @@ def checks(records: list[dict], evidence: Evidence) -> dict:
             "noise_seeds": noise_seeds(evidence),
             "verdict": verdict(intervals, margin) if paired else UNDECIDED,
         }
-        out[key]["futile"] = futile(noise_sd, done, evidence)
-        if out[key]["seeds_run"] < out[key]["wanted"]:
-            out[key]["verdict"] = UNDECIDED if out[key]["futile"] else INCOMPLETE
-        out[key]["ok"] = out[key]["verdict"] == HOLDS
-    return out
+        out["futile"] = futile(noise_sd, done, evidence)
+        if out["seeds_run"] < out["wanted"]:
+            out["verdict"] = UNDECIDED if out["futile"] else INCOMPLETE
+        out["ok"] = out["verdict"] == HOLDS
+    # One test a stage: where a history left tests of a stage at several batches (a run resumed after the
+    # recommendation moved), the one that decided, else the one with more seeds run, else the larger batch;
+    # the others are named beside it (and every run stays listed in the report's parity history).
+    chosen: dict = {}
+    for (key, batch), c in sorted(
+        tests.items(), key=lambda kv: (kv[1]["verdict"] != INCOMPLETE, kv[1]["seeds_run"], kv[0][1])
+    ):
+        chosen[key] = c
+    for key, c in chosen.items():
+        c["other_batches"] = sorted(b for (k, b) in tests if k == key and b != c["batch_size"])
+    return chosen
 
 
 def rejected(checks: dict) -> dict:
