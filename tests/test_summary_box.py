@@ -44,6 +44,18 @@ def test_a_lever_slower_than_the_stage_before_it_is_in_skip_and_leaves_when_it_i
     assert not any(line.startswith("**Skip here:**") for line in fast), fast
 
 
+def test_a_lever_the_leave_one_out_finds_paying_is_turned_on_not_skipped(tmp_path, monkeypatch):
+    """Slower in the matrix's small batches, paying beyond noise at the recommendation: page 1 says turn it on (with
+    its matrix figure), never both turn it on and skip it."""
+    rep = _report(tmp_path, tf32_ms=130.0, bf16_ms=90.0)
+    row = {"lever": "TF32", "worth": 0.05, "within_noise": False, "record": {"status": "ok"}}
+    full = {"batch_size": 2, "stage": "bf16"}
+    monkeypatch.setattr(summary_box.frontier_view, "ablation_rows", lambda rep: (full, [row]))
+    lines = summary_box.lines(rep)
+    assert any(line.startswith("**Turn on:** TF32 (+5.0 %") for line in lines), lines
+    assert not any(line.startswith("**Skip here:**") and "TF32" in line for line in lines), lines
+
+
 def test_a_stage_with_no_record_is_named_as_not_measured(tmp_path):
     rep = _report(tmp_path, tf32_ms=80.0)
     rep.params.stages = ["fp32", "tf32", "bf16", "flash"]

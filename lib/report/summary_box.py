@@ -86,11 +86,24 @@ def _stage_of(rep: Report, lever: str) -> str | None:
     )
 
 
+def _paying(rep: Report) -> set[str]:
+    """The stages whose lever the leave-one-out at the recommendation finds paying beyond noise (the Turn-on line)."""
+    _, rows = frontier_view.ablation_rows(rep)
+    return {
+        _stage_of(rep, r["lever"].split(" (and ")[0])
+        for r in rows
+        if r["worth"] is not None and r["worth"] > 0 and r.get("within_noise") is False
+    }
+
+
 def _skip(rep: Report) -> str | None:
-    """Levers measured slower beyond noise, or whose loss did not hold."""
-    out, pays = [], size_sweep_view.pays_from(rep)
+    """Levers measured slower beyond noise, or whose loss did not hold; not one the leave-one-out at the
+    recommendation finds paying (the Turn-on line names it, with its matrix figure beside it)."""
+    out, pays, paying = [], size_sweep_view.pays_from(rep), _paying(rep)
     for key in stages.single_gpu(rep.stage_order)[1:]:
         st, effect = stages.get(key), decide.lever_effect(rep.df, key)
+        if key in paying and key not in parity_view.rejected(rep):
+            continue
         # "title: reason", never "title (reason)": titles carry brackets of their own, and page 1 nests none
         if key in parity_view.rejected(rep):
             out.append(f"{st.title}: {parity_view.short_reason(rep, key)}")
