@@ -198,7 +198,7 @@ def test_a_parity_round_runs_one_process_a_side():
 
 
 def test_an_fp8_side_keeps_a_process_a_run():
-    """Restarted FP8 lm_head runs did not reproduce their seeds on an H100 (jobs.restartable says by how much)."""
+    """Restarted FP8 lm_head runs did not reproduce their seeds on an H100 (lib/measure/series.py, restartable, says by how much)."""
     jobs = [{"stage": s, "seed_offset": k, "out": f"{s}{k}"} for k in (0, 1) for s in ("fp8_head", "vocab")]
     groups = series.series_groups(parity_runs.in_series(jobs, "noise seeds"))
     assert [[j["out"] for j in g] for g in groups] == [["fp8_head0"], ["fp8_head1"], ["vocab0", "vocab1"]]

@@ -95,7 +95,7 @@ def restart(train: step.TrainStep, params: Params, stage) -> bool:
     """Put `train` back where step.build(params, stage) starts: the weights of params.run.seed (made on
     the CPU from the seed, as build makes them, then copied into the model in place, so its compiled
     graph stays valid and nothing recompiles) and an optimizer with no state (every step ends with the
-    gradients set to None). False, touching nothing, where the stage may not restart (jobs.restartable) or a
+    gradients set to None). False, touching nothing, where the stage may not restart (series.restartable) or a
     conversion gave the model tensors a fresh one lacks: the caller builds afresh."""
     if not restartable(stage):
         return False

@@ -29,7 +29,7 @@ def _turn_on(rep: Report) -> str | None:
     beyond noise, largest first, or without which the batch does not fit; its batch and processes named."""
     full, rows = frontier_view.ablation_rows(rep)
     gains = sorted((r for r in rows if r["worth"] is not None and r["worth"] > 0), key=lambda r: -r["worth"])
-    paying = [r for r in gains if r.get("within_noise") is False]
+    paying = [r for r in gains if _pays(r)]
     unjudged = [r for r in gains if r.get("within_noise") is None]  # timed on another machine: offset not measured
     fits = [r["lever"] for r in rows if r["record"].get("status") == record.Status.OOM]
     if not paying and not fits and not unjudged:
@@ -37,7 +37,7 @@ def _turn_on(rep: Report) -> str | None:
     batch, n = full["batch_size"], full.get("processes", {}).get("n", 1)
 
     def worth(r):  # where the stage that adds the lever was neutral in the matrix, say so beside its worth here
-        key = _stage_of(rep, r["lever"].split(" (and ")[0])
+        key = _row_stage(rep, r)
         effect = decide.lever_effect(rep.df, key) if key else None
         neutral = (
             effect is not None
@@ -86,14 +86,19 @@ def _stage_of(rep: Report, lever: str) -> str | None:
     )
 
 
+def _row_stage(rep: Report, row: dict) -> str | None:
+    """The stage that adds the lever of a leave-one-out row (its name may add "(and ..., which needs it)")."""
+    return _stage_of(rep, row["lever"].split(" (and ")[0])
+
+
+def _pays(row: dict) -> bool:
+    """A leave-one-out row whose lever pays beyond the measured noise."""
+    return row["worth"] is not None and row["worth"] > 0 and row.get("within_noise") is False
+
+
 def _paying(rep: Report) -> set[str]:
     """The stages whose lever the leave-one-out at the recommendation finds paying beyond noise (the Turn-on line)."""
-    _, rows = frontier_view.ablation_rows(rep)
-    return {
-        _stage_of(rep, r["lever"].split(" (and ")[0])
-        for r in rows
-        if r["worth"] is not None and r["worth"] > 0 and r.get("within_noise") is False
-    }
+    return {_row_stage(rep, r) for r in frontier_view.ablation_rows(rep)[1] if _pays(r)}
 
 
 def _skip(rep: Report) -> str | None:
@@ -182,16 +187,16 @@ def code_lines(rep: Report) -> list[tuple[str, str]]:
     if best is None:
         return []
     full, rows = frontier_view.ablation_rows(rep)
-    by_stage = {k: r for r in rows if (k := _stage_of(rep, r["lever"].split(" (and ")[0]))}
+    by_stage = {k: r for r in rows if (k := _row_stage(rep, r))}
     keys = [k for k in decide.lineage(best["stage"])[1:] if stages.get(k).switch]
 
-    def rank(k: str) -> tuple:
+    def rank(k: str) -> tuple:  # does not fit without it; pays beyond noise; the rest by worth; no worth at all
         r = by_stage.get(k)
-        if r is None or (r["worth"] is None and r["record"].get("status") != record.Status.OOM):
-            return (3, 0.0)
-        if r["worth"] is None:
+        if r is not None and r["record"].get("status") == record.Status.OOM:
             return (0, 0.0)
-        return (1 if r.get("within_noise") is False else 2, -r["worth"])
+        if r is None or r["worth"] is None:
+            return (3, 0.0)
+        return (1 if _pays(r) else 2, -r["worth"])
 
     def comment(k: str) -> str:
         r, title = by_stage.get(k), stages.get(k).title

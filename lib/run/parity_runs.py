@@ -9,8 +9,8 @@ from lib.core import data, record, stages
 from lib.core.params import Params
 from lib.core.paths import resolve
 from lib.results import decide, parity, store
-from lib.run import runner
 from lib.measure.series import restartable
+from lib.run import runner
 from lib.run.jobs import folder, make_job
 
 
@@ -54,11 +54,11 @@ def measure(params: Params, report_dir, force: bool = False) -> None:
 
 
 def in_series(jobs: list[dict], round_name: str) -> list[dict]:
-    """A round's runs, one process a side (lib/measure/worker.py: a parity series): the lever's runs in
+    """A round's runs, one process a side (a parity series, lib/measure/series.py): the lever's runs in
     one, its reference's in another, seed after seed, each from its own seed's weights with no optimizer
     state carried over. One compilation a side instead of one a run; what the runs compute is unchanged
     (tests/test_parity.py holds a series to the losses of separate processes). A side that cannot restart
-    (jobs.restartable: FP8) keeps a process a run."""
+    (lib/measure/series.py, restartable: FP8) keeps a process a run."""
     sides = list(dict.fromkeys(j["stage"] for j in jobs))
     return [
         {**j, "series": f"{s} {round_name}" if restartable(stages.get(s)) else None}
