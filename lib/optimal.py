@@ -42,7 +42,7 @@ def optimal_config(device: dict | None = None, reports: str | Path | None = None
     `name` and `backend` (and the SKEW_KEYS to check), by default this machine's; `reports`: the
     reports folder (default reports/); `model`: a preset of params/models.yaml (default: the profile's own)."""
     device = device or _this_machine()
-    profile = config.match_profile(device["name"], device["backend"])
+    profile = config.match_profile(device["name"], device["backend"], device.get("count") or 1)
     if profile is None:
         raise NoReport(
             f"no profile matches the {device['backend']} device {device['name']!r}: add "

@@ -254,3 +254,20 @@ def test_match_profile(device, backend, expected):
 def test_match_profile_requires_the_same_backend():
     assert config.match_profile("AMD Instinct MI300X", "cuda") is None
     assert config.match_profile("NVIDIA H100 80GB HBM3", "rocm") is None
+
+
+def test_a_host_variant_is_matched_by_its_gpu_count_and_the_plain_profile_still_fits():
+    """params/h200-x2.yaml (gpus: 2) is the profile of a host with two H200s, never of one with one;
+    GPU=h200 still runs on the two-GPU host (its own folder), GPU=h200-x2 on one H200 needs OVERRIDE=1."""
+    from lib.run import pipeline
+
+    name = "NVIDIA H200"
+    assert config.match_profile(name, "cuda", 2) == "h200-x2"
+    assert config.match_profile(name, "cuda", 1) == config.match_profile(name, "cuda") == "h200"
+    assert config.match_profile(name, "cuda", 4) == "h200"
+    two, one = {"backend": "cuda", "name": name, "count": 2}, {"backend": "cuda", "name": name, "count": 1}
+    assert pipeline.choose_profile(None, two, False) == ("h200-x2", None)
+    assert pipeline.choose_profile("h200", two, False) == ("h200", None)
+    with pytest.raises(config.ConfigError, match="OVERRIDE=1"):
+        pipeline.choose_profile("h200-x2", one, False)
+    assert config.load("h200-x2").name == "h200-x2"

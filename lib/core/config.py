@@ -29,8 +29,7 @@ MIN_TIMED_STEPS = 5  # fewer cannot give a meaningful p10/p90
 
 
 class UsageError(ConfigError):
-    """A bad input that is not in a params file: a device that does not fit, a busy or unwritable
-    reports folder, a missing report. Shown like a ConfigError: one line, exit code 2."""
+    """A bad input not in a params file (device, reports folder, missing report); shown like a ConfigError."""
 
 
 def check_profile(name: str) -> str:
@@ -51,8 +50,7 @@ def check_family(family, where) -> str:
 
 
 def profile_family(name: str) -> str | None:
-    """The chip family of profile `name`; None for a profile that names none or a name that is no
-    profile (a synthetic report): no family claim speaks about it."""
+    """The chip family of profile `name`; None for none or no profile (a synthetic report): no claim speaks of it."""
     family = _read(PARAMS_DIR / f"{name}.yaml").get("family") if name in profiles() else None
     return None if family is None else check_family(family, f"params/{name}.yaml")
 
@@ -121,13 +119,12 @@ def _check_keys(data: dict, schema: dict, where) -> None:
     for key, value in data.items():
         if key not in schema:
             raise ConfigError(f"{where}: unknown key {key!r} (known: {', '.join(schema)})")
+        if isinstance(schema[key], dict) and not isinstance(value, dict):
+            raise ConfigError(f"{where}: {key!r} must be a mapping")
         if isinstance(schema[key], dict):
-            if not isinstance(value, dict):
-                raise ConfigError(f"{where}: {key!r} must be a mapping")
             _check_keys(value, schema[key], f"{where}: {key}")
         else:
-            kind, null_ok = schema[key]
-            check_type(value, kind, key, where, null_ok)
+            check_type(value, schema[key][0], key, where, schema[key][1])  # (type, null allowed)
 
 
 def _merge(base: dict, over: dict) -> dict:
@@ -138,8 +135,7 @@ def _merge(base: dict, over: dict) -> dict:
 
 
 DEPTHS = ("default", "full")
-# Measurements that explain a chapter but carry no decision: at the default depth they run only where
-# params' full_depth.evidence does not name them (name -> what the report says it left out).
+# Evidence that explains a chapter but decides nothing: by default only where full_depth.evidence leaves it in.
 DEPTH_EVIDENCE = {
     "ce_filter": "cut-cross-entropy's default gradient filter (fused cross-entropy chapter)",
     "shape_padding_control": "torch.compile at 50257 with Inductor's shape padding off (compile chapter's control)",
@@ -165,8 +161,7 @@ def check_depth(depth: str | None) -> str:
 
 
 def not_run(params: Params) -> list[dict]:
-    """What this report leaves to DEPTH=full (stages and chapters not in it, and the explanatory evidence of the
-    chapters it has), each with the command that adds it."""
+    """What this report leaves to DEPTH=full (stages, chapters, evidence), each with the command that adds it."""
     again = f"make report GPU={params.name}" + (
         f" MODEL={params.model_preset}" if params.model_preset != params.profile_preset else ""
     )
@@ -195,16 +190,14 @@ def not_run(params: Params) -> list[dict]:
 
 
 def _leaves_out(params: Params, name: str) -> bool:
-    """Whether leaving evidence `name` out leaves anything out of this report: its chapter is measured (for the
-    compiled stages' smaller batches: a compiled stage is, at more than one batch size)."""
+    """Whether leaving evidence `name` out leaves anything out: its chapter (a compiled stage, several batches) runs."""
     if name == "compiled_small_batches":
         return len(params.run.batch_sizes) > 1 and any(stages.get(k).compile for k in params.stages)
     return _has_chapter(params, EVIDENCE_CHAPTER[name])
 
 
 def stage_batches(params: Params, key: str) -> list[int]:
-    """The matrix's batch sizes that stage `key` is measured at: every one, except that a compiled stage runs at
-    the largest alone where the report leaves compiled_small_batches to DEPTH=full."""
+    """The matrix's batch sizes for stage `key`: a compiled one at the largest alone without compiled_small_batches."""
     sizes = params.run.batch_sizes
     if stages.get(key).compile and not runs_evidence(params, "compiled_small_batches"):
         return [max(sizes)]
@@ -217,8 +210,7 @@ def _has_chapter(params: Params, key: str) -> bool:
 
 
 def runs_evidence(params: Params, name: str) -> bool:
-    """Whether this report measures the explanatory evidence `name` (DEPTH_EVIDENCE): always at full depth,
-    at the default depth only where full_depth.evidence leaves it in."""
+    """Whether this report measures evidence `name` (DEPTH_EVIDENCE): at full depth, or not left to it."""
     if name not in DEPTH_EVIDENCE:
         raise KeyError(f"{name!r} is no depth evidence ({', '.join(DEPTH_EVIDENCE)})")
     return params.depth == "full" or name not in params.full_depth.evidence
@@ -261,8 +253,7 @@ def load(
     _check_keys(mine, {"batch_sizes": (list, False), "sweep_batch_sizes": (list, False)}, f"{where}: models: {name}")
     merged["run"]["batch_sizes"] = mine.get("batch_sizes", merged["run"].get("batch_sizes"))
     merged["evidence"]["sweep_batch_sizes"] = mine.get("sweep_batch_sizes", merged["evidence"]["sweep_batch_sizes"])
-    # The shape joins the model's other keys, so every fingerprint (store.setup_key) covers it; the
-    # name is recorded beside them, outside the fingerprint: no two presets share a shape (presets()).
+    # The shape joins the model's keys, so fingerprints cover it; the preset's name stays outside (presets()).
     merged["model"] = {**{k: preset[k] for k in SHAPE}, **{k: v for k, v in merged["model"].items() if k != "preset"}}
     params = Params.from_dict(merged, where)
     if batch_sizes is not None:
@@ -383,16 +374,27 @@ def _validate_evidence(ev, where: str) -> None:
         )
 
 
-def match_profile(device_name: str, backend: str) -> str | None:
-    """The profile whose `match` strings fit the device name best (longest match wins)."""
+def profile_fits(name: str, device_name: str, backend: str, count: int = 1) -> bool:
+    """Whether profile `name` fits the device: backend, a `match` string in its name, a host variant's GPU count."""
+    data = _read(PARAMS_DIR / f"{check_profile(name)}.yaml")
+    return (
+        data.get("backend") == backend
+        and any(p.lower() in device_name.lower() for p in data.get("match") or [])
+        and data.get("gpus") in (None, count)
+    )
+
+
+def match_profile(device_name: str, backend: str, count: int = 1) -> str | None:
+    """The profile fitting the device best: the longest `match` string in its name; of equal ones, a
+    host variant naming this host's GPU count (params/h200-x2.yaml) over the plain profile."""
     if backend == "cpu":
         return "cpu"
-    best, best_len = None, 0
-    for name in profiles():
-        data = _read(PARAMS_DIR / f"{name}.yaml")
-        if data.get("backend") != backend:
-            continue
-        for pattern in data.get("match") or []:
-            if pattern.lower() in device_name.lower() and len(pattern) > best_len:
-                best, best_len = name, len(pattern)
-    return best
+    ranks = {
+        (len(p), data.get("gpus") is not None): name
+        for name in profiles()
+        if profile_fits(name, device_name, backend, count)
+        for data in [_read(PARAMS_DIR / f"{name}.yaml")]
+        for p in data.get("match") or []
+        if p.lower() in device_name.lower()
+    }
+    return ranks[max(ranks)] if ranks else None

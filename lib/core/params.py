@@ -107,6 +107,7 @@ class Params:
     cost_model_s: dict = field(default_factory=dict)  # the progress line's estimate of a chapter no run timed
     skip: dict | None = None  # stage -> why this profile does not measure it (the report shows the reason)
     match: list[str] | None = None
+    gpus: int | None = None  # a host variant (params/h200-x2.yaml): fits only a host with this many GPUs
     family: str | None = None
     peak_tflops: dict | None = None
     price_per_gpu_hour: float | None = None  # the report adds the cost per million tokens (else energy only)
@@ -138,7 +139,7 @@ class Params:
 DERIVED = ("name", "model_preset", "profile_preset", "depth", "chapters", "override", "method", "not_run")
 # The keys a params file may set to null, meaning "none" (no peaks, no match, nothing skipped, no price, no
 # per-preset batches); a null anywhere else is an error, whatever the field's type allows once loaded.
-NULL_IN_FILES = ("peak_tflops", "match", "skip", "price_per_gpu_hour", "models")
+NULL_IN_FILES = ("peak_tflops", "match", "gpus", "skip", "price_per_gpu_hour", "models")
 
 
 def _parts(hint) -> tuple[type, bool]:

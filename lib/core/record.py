@@ -102,10 +102,14 @@ class Record(TypedDict, total=False):
     allreduce_share: float
     base_stage: str
     backend_dist: str
-    single_gpu_tokens_per_s: float | None
-    one_rank_tokens_per_s: float | None
-    scaling_efficiency: float | None
-    efficiency_reference: str | None
+    global_batch_tokens: int  # tokens per optimizer step over every rank (micro_steps x batch x T x ranks)
+    single_gpu_tokens_per_s: float | None  # the configuration on one GPU in the same sitting (ddp_launch.efficiency)
+    scaling_efficiency: float | None  # per-GPU tokens/s over single_gpu_tokens_per_s: the one efficiency quoted
+    efficiency_reference: str | None  # what single_gpu_tokens_per_s is, in words
+    one_rank_tokens_per_s: float | None  # the same DDP job on one rank, beside the efficiency
+    one_rank_efficiency: float | None
+    processes: dict  # noise.spread of tokens/s over the job's fresh processes
+    process_runs: list  # each process's own figures
     # bookkeeping
     wall_s: float
     finished_at: str

@@ -2,8 +2,10 @@
 GPU, launched by torchrun (`python -m torch.distributed.run --standalone --nproc_per_node=N
 -m lib.measure.ddp job.json result.json`; ddp_launch.run_ddp does this).
 
-Weak scaling: each rank keeps the single-GPU per-GPU batch, so the global batch grows with N.
-Measured: the step time with gradient all-reduce (the normal DDP step) and, on the same ranks,
+Each rank trains `micro_steps` micro-batches of the single-GPU configuration's batch per step,
+gradients all-reduced once, on the last (nanoGPT's accumulation): ddp_launch picks the micro-steps
+that keep GPT-2's global batch (the recipe's) whatever the GPU count, or 1 (weak scaling) where the
+global batch does not divide. Measured: the step time with gradient all-reduce (the normal DDP step) and, on the same ranks,
 the step time under `no_sync()` (no all-reduce), so the all-reduce's share of the step is
 1 - t(no_sync) / t(sync). Rank 0 writes one result record.
 
@@ -20,6 +22,7 @@ import gc
 import json
 import os
 import sys
+import time
 
 import numpy as np
 import torch
@@ -59,18 +62,24 @@ def run(job: dict) -> dict | None:
     r = params.run
     # DDP wraps the compiled model (nanoGPT's order). The cost: gradients reach DDP only when the
     # compiled backward ends, so the all-reduce does not overlap the backward.
-    train = step.build(params, stage, dev, wrap=torch.nn.parallel.DistributedDataParallel)
+    micro = job.get("micro_steps", 1)
+    train = step.build(params, stage, dev, wrap=torch.nn.parallel.DistributedDataParallel, micro_steps=micro)
     model = train.model
     checksum = model.init_checksum()  # before any step: the same weights as every single-GPU stage
     n_steps = r.warmup_steps + 2 * r.timed_steps
     # Each rank reads its own slice of the corpus, as a data-parallel job would.
-    xs, ys = data.device_batches(params, batch, n_steps, dev, skip=rank * batch * r.seq_len)
+    per_rank = batch * micro  # sequences a rank trains per step
+    xs, ys = data.device_batches(params, per_rank, n_steps, dev, skip=rank * per_rank * r.seq_len)
     losses = []
 
     def one(i: int, sync: bool = True):
         losses.append(train(xs[i], ys[i], sync=sync))
 
-    for i in range(r.warmup_steps):
+    t0 = time.perf_counter()
+    one(0)  # the first step compiles (or loads from the cache): timed apart, as the worker does
+    step.synchronize(dev)
+    first_step_s = time.perf_counter() - t0
+    for i in range(1, r.warmup_steps):
         one(i)
     timed = range(r.warmup_steps, r.warmup_steps + r.timed_steps)
     clock = clocks.ClockSampler(dev, local)
@@ -94,21 +103,30 @@ def run(job: dict) -> dict | None:
     if rank != 0:
         return None
     rec = store.base_record(params, stages.get("ddp"), batch)
-    rec.update(fingerprint=job.get("fingerprint"), init_checksum=checksum, provenance=job.get("stamp"), clocks=sampled)
+    rec.update(
+        first_step_s=first_step_s,
+        fingerprint=job.get("fingerprint"),
+        init_checksum=checksum,
+        provenance=job.get("stamp"),
+        clocks=sampled,
+    )
     from torch._dynamo.utils import (
         counters,  # rank 0's compile: from the cache, or cold
     )
 
     rec["compile_cache"] = compile_cache.outcome(counters, job.get("cold_compile"))
-    stats.fill_timing(rec, synced, batch * r.seq_len * world)
+    tokens = per_rank * r.seq_len * world  # per optimizer step, every rank
+    stats.fill_timing(rec, synced, tokens)
     slowest_sync = max(float(g[0]) for g in gathered)
     slowest_local = max(float(g[1]) for g in gathered)
     rec.update(
         world_size=world,
         nnodes=job.get("nnodes", 1),
         per_gpu_batch=batch,
+        micro_steps=micro,
+        global_batch_tokens=tokens,
         median_ms=slowest_sync,
-        tokens_per_s=batch * r.seq_len * world / (slowest_sync / 1e3),
+        tokens_per_s=tokens / (slowest_sync / 1e3),
         no_sync_median_ms=slowest_local,
         allreduce_share=max(0.0, 1 - slowest_local / slowest_sync),
         losses=[float(v) for v in torch.stack(losses[: r.warmup_steps + r.timed_steps]).float().cpu()],
@@ -118,16 +136,6 @@ def run(job: dict) -> dict | None:
     rec["per_gpu_tokens_per_s"] = rec["tokens_per_s"] / world
     rec.update(memory(dev))
     stats.fill_loss(rec, r.final_loss_window)
-    # Efficiency against one rank of this same job where runner measured it (like with like),
-    # else against the single-GPU row of the configuration (measured in another process).
-    single, one_rank = job.get("single_gpu_tokens_per_s"), job.get("one_rank_tokens_per_s")
-    ref = one_rank or single
-    rec.update(
-        single_gpu_tokens_per_s=single,
-        one_rank_tokens_per_s=one_rank,
-        scaling_efficiency=rec["per_gpu_tokens_per_s"] / ref if ref else None,
-        efficiency_reference="one rank of this DDP job" if one_rank else "the single-GPU row" if single else None,
-    )
     return rec
 
 

@@ -254,8 +254,10 @@ def ddp_curve_html(rep: Report) -> str:
             "one GPU cannot measure one; a run on a host with several, resumed into this folder, adds its point."
         )
     ref = (
-        f"{stages.get(single['stage']).title} at B={single['batch_size']} on one GPU, {single['tokens_per_s']:,.0f} "
-        "tokens/s, "
+        f"{single['source']}, {single['tokens_per_s']:,.0f} tokens/s"
+        if single.get("source")
+        else f"{stages.get(single['stage']).title} at B={single['batch_size']} on one GPU, "
+        f"{single['tokens_per_s']:,.0f} tokens/s, "
         + (
             "the recommended configuration (the median of its processes)"
             if single["recommended"]

@@ -202,10 +202,32 @@ def widest(rows: pd.DataFrame) -> pd.Series:
     return rows.loc[rows["world_size"].astype(float).idxmax()]
 
 
+ONE_RANK = "one rank of this DDP job"  # the efficiency_reference of DDP records from before the same-sitting reference
+
+
 def best_single_gpu(rep: Report) -> dict | None:
-    """What a DDP point is judged against: the recommended configuration on one GPU (the median
+    """What a DDP point is judged against: the single-GPU reference its record carries (the recipe's
+    configuration on one GPU in the same sitting, `source` naming it); for a record from before that,
+    the recommended configuration on one GPU (the median
     over its processes) or, in a report where no stage's loss could be verified, the fastest
     single-GPU configuration measured (`recommended` False). None when nothing ran on one GPU."""
+    carried = [
+        r
+        for r in rep.records
+        if stages.is_multi_gpu(r["stage"])
+        and r["status"] == record.Status.OK
+        and r.get("single_gpu_tokens_per_s")
+        and "one_rank_efficiency" in r  # the record's efficiency divides by the reference it carries
+    ]
+    if carried:  # measured in the same sitting as the DDP job, at its global batch (ddp_launch.efficiency)
+        r = max(carried, key=lambda r: r["world_size"])
+        return {
+            "stage": r["base_stage"],
+            "batch_size": r["batch_size"],
+            "tokens_per_s": r["single_gpu_tokens_per_s"],
+            "recommended": True,
+            "source": r["efficiency_reference"],
+        }
     best = recommended(rep)
     if best is not None:
         return {
@@ -255,7 +277,9 @@ def scaling_curve(rep: Report) -> list[dict]:
         }
     ]
     for gpus, r in sorted(multi.items()):
-        one_rank = r.get("efficiency_reference") == "one rank of this DDP job"
+        one_rank = r.get(
+            "one_rank_efficiency", r.get("scaling_efficiency") if r.get("efficiency_reference") == ONE_RANK else None
+        )
         rows.append(
             {
                 "gpus": gpus,
@@ -267,7 +291,7 @@ def scaling_curve(rep: Report) -> list[dict]:
                 "speedup": r["tokens_per_s"] / ref,
                 "efficiency": r["tokens_per_s"] / (gpus * ref),
                 "allreduce_share": r.get("allreduce_share"),
-                "one_rank_efficiency": r.get("scaling_efficiency") if one_rank else None,
+                "one_rank_efficiency": one_rank,
                 "same_config": (r.get("base_stage"), r["batch_size"]) == (single["stage"], single["batch_size"]),
             }
         )

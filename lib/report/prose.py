@@ -8,36 +8,51 @@ import pandas as pd
 
 from lib.core import stages
 from lib.report import fidelity_view, frontier_view, parity_view
-from lib.report.loader import ADOPT_ABOVE, CV_LIMIT, Report, gib, recommended, span, speedups, widest
+from lib.report.loader import ADOPT_ABOVE, CV_LIMIT, ONE_RANK, Report, gib, recommended, span, speedups, widest
 from lib.results import decide, stats
 
 
 def efficiency_reference(r) -> str:
-    """What a DDP row's scaling efficiency divides by, in words, with the figures."""
+    """What a DDP row's scaling efficiency divides by, in words, with the figure."""
     single = "" if pd.isna(r.get("single_gpu_tokens_per_s")) else f"{r['single_gpu_tokens_per_s']:,.0f} tokens/s"
-    if not pd.isna(r.get("one_rank_tokens_per_s")):
+    if r.get("efficiency_reference") == ONE_RANK:  # an old record: its efficiency divides by one rank
         return f"one rank of the same DDP job ({r['one_rank_tokens_per_s']:,.0f} tokens/s" + (
             f"; the single-GPU row: {single})" if single else ")"
         )
+    if isinstance(r.get("efficiency_reference"), str):
+        return f"{r['efficiency_reference']}: {single}"
     return f"one GPU at the same setting ({single or 'n/a'})"
+
+
+def one_rank_text(r) -> str:
+    """One rank of the same DDP job, beside the efficiency and named as such (what the wrapper costs
+    alone); empty for a record whose efficiency already divides by it, or without one."""
+    if r.get("efficiency_reference") == ONE_RANK or pd.isna(r.get("one_rank_efficiency")):
+        return ""
+    return (
+        f" One rank of this same DDP job: {r['one_rank_tokens_per_s']:,.0f} tokens/s "
+        f"({r['one_rank_efficiency'] * 100:.1f} % against it)."
+    )
 
 
 def _ddp_finding(st, r) -> str:
     """DDP runs once, at the best single-GPU setting, so it is judged against that setting on
     one GPU rather than against the previous stage at the same batch size."""
     base = stages.get(r["base_stage"]).title if r.get("base_stage") in stages.STAGES else "the best setting"
+    micro = "" if pd.isna(r.get("micro_steps")) or r["micro_steps"] == 1 else f" × {int(r['micro_steps'])} micro-steps"
     text = (
-        f"**{st.title}** ({st.lever}): {int(r['world_size'])} GPUs × B={r['batch_size']} ({base}), "
+        f"**{st.title}** ({st.lever}): {int(r['world_size'])} GPUs × B={r['batch_size']}{micro} ({base}), "
         f"{r['tokens_per_s']:,.0f} tokens/s in all"
     )
     if not pd.isna(r["scaling_efficiency"]):
         text += (
-            f", {r['world_size'] * r['scaling_efficiency']:.2f}× {efficiency_reference(r)}: "
-            f"scaling efficiency {r['scaling_efficiency'] * 100:.1f} %"
+            f": scaling efficiency {r['scaling_efficiency'] * 100:.1f} %, "
+            f"{r['world_size'] * r['scaling_efficiency']:.2f}× {efficiency_reference(r)}"
         )
+    text += "."
     if not pd.isna(r.get("allreduce_share")):
-        text += f"; the gradient all-reduce costs {r['allreduce_share'] * 100:.1f} % of the step"
-    return text + "."
+        text += f" The gradient all-reduce costs {r['allreduce_share'] * 100:.1f} % of the step."
+    return text + one_rank_text(r)
 
 
 def findings(rep: Report) -> list[str]:

@@ -9,7 +9,7 @@ import pandas as pd
 from lib.core import stages
 from lib.report import fidelity_view, parity_view
 from lib.report.loader import Report, short, span, speedups, widest
-from lib.report.prose import efficiency_reference, memory_change
+from lib.report.prose import efficiency_reference, memory_change, one_rank_text
 from lib.results import decide
 
 
@@ -51,10 +51,11 @@ def stage_summary(rep: Report, key: str) -> str:
         r = widest(ok)
         eff = "n/a" if pd.isna(r["scaling_efficiency"]) else f"{r['scaling_efficiency'] * 100:.1f} %"
         parts.append(
-            f"{'The most GPUs measured, ' if len(ok) > 1 else ''}{int(r['world_size'])} GPUs at B={r['batch_size']} per GPU: {r['tokens_per_s']:,.0f} tokens/s "
-            f"in all, {r['per_gpu_tokens_per_s']:,.0f} per GPU; **scaling efficiency {eff}** against "
-            f"{efficiency_reference(r)}; the gradient all-reduce costs **{r['allreduce_share'] * 100:.1f} %** of "
-            "the step (step time with and without gradient synchronisation)."
+            f"{'The most GPUs measured, ' if len(ok) > 1 else ''}{int(r['world_size'])} GPUs at B={r['batch_size']} per GPU"
+            f"{micro_text(r)}: {r['tokens_per_s']:,.0f} tokens/s in all, {r['per_gpu_tokens_per_s']:,.0f} per GPU"
+            f"{processes_text(r)}; **scaling efficiency {eff}** against {efficiency_reference(r)}. The gradient "
+            f"all-reduce costs **{r['allreduce_share'] * 100:.1f} %** of the step (step time with and without "
+            "gradient synchronisation)." + one_rank_text(r)
         )
 
     for c in fidelity_view.crosscheck_rows(rep):
@@ -71,3 +72,19 @@ def stage_summary(rep: Report, key: str) -> str:
     if key in parity_view.rejected(rep):  # the chapter says what the summary says: a long run outranks 30 steps
         parts.append(f"**Not recommended**: {parity_view.rejected_reason(rep, key)}")
     return " ".join(parts)
+
+
+def micro_text(r) -> str:
+    """A DDP row's accumulation: the micro-steps each rank takes per optimizer step, and the global batch."""
+    if pd.isna(r.get("micro_steps")) or r["micro_steps"] == 1:
+        return ""
+    tokens = r["batch_size"] * r["micro_steps"] * r["world_size"]
+    return f" × {int(r['micro_steps'])} micro-steps ({int(tokens):,} sequences per optimizer step)"
+
+
+def processes_text(r) -> str:
+    """Over how many fresh processes a DDP row's figures are medians, and their spread."""
+    p = r.get("processes")
+    if not isinstance(p, dict) or p.get("n", 1) < 2:
+        return ""
+    return f" (median of {p['n']} processes, {p['spread'] * 100:.2f} % apart)"

@@ -1,6 +1,8 @@
 """*What launches* the DDP stage: lib.measure.ddp under torchrun on this node's GPUs (or several
-nodes'), replicating the fastest single-GPU configuration that leaves room, with the same job measured
-on one rank beside it for the scaling efficiency."""
+nodes'), at the recipe's configuration (the recommendation at GPT-2's global batch, its accumulation
+steps shared among the ranks; recipe_target) or, without a recipe, the fastest single-GPU configuration
+that leaves room (matrix_target). Fresh processes by the repeats' rule; the scaling efficiency against
+that configuration on one GPU in the same sitting, and one rank of the same job beside it (efficiency)."""
 
 from __future__ import annotations
 
@@ -12,12 +14,15 @@ import sys
 import tempfile
 from pathlib import Path
 
+import numpy as np
+
 from lib.core import provenance, record, stages
 from lib.core.paths import ROOT, resolve
 from lib.core.params import Params
 from lib.measure import compile_cache
-from lib.results import decide, store
-from lib.run import runner
+from lib.results import decide, noise, store
+from lib.run import recipe, runner
+from lib.run.jobs import folder
 
 DDP_MEMORY_SHARE = 0.85  # the DDP stage replicates only configurations that left this much headroom
 
@@ -90,7 +95,13 @@ def _launch_args(launch: dict | None, job: dict, timeout_s: float) -> list[str]:
         return ["--standalone"]
     params = job["params"]
     rdzv_id = "gpt2-levers-" + store.short_hash(
-        {"profile": params.name, "model": params.model, "run": params.run, "nnodes": launch["nnodes"]}
+        {
+            "profile": params.name,
+            "model": params.model,
+            "run": params.run,
+            "nnodes": launch["nnodes"],
+            "process": job.get("repeat", 0),  # each fresh process meets at a rendezvous of its own
+        }
     )
     wait = int(min(RDZV_WAIT_S, timeout_s / 2))
     return [
@@ -124,9 +135,9 @@ def run_ddp(
     force: bool = False,
     launch: dict | None = None,
 ) -> dict | None:
-    """The multi-GPU stage: torchrun with one process per GPU, at the best single-GPU
-    configuration measured so far (decide.best_config: fastest, loss verified), its per-GPU
-    batch fixed. `nproc` forces a process count (the CPU test runs 2 gloo processes); otherwise
+    """The multi-GPU stage: torchrun with one process per GPU, at the recipe's configuration where
+    there is one (recipe_target), else the best single-GPU configuration measured so far
+    (decide.best_config: fastest, loss verified) at its own batch. `nproc` forces a process count (the CPU test runs 2 gloo processes); otherwise
     it is the host's GPU count. The record is named by its GPU count (NNODES x nproc), so a folder
     keeps one per count: the points of the report's scaling curve.
 
@@ -159,12 +170,14 @@ def run_ddp(
             and roomy(r)
         ]
         best = max(ran, key=lambda r: r["tokens_per_s"]) if ran else None
-    base_key = best["stage"] if best else "vocab"
-    batch = best["batch_size"] if best else params.run.batch_sizes[0]
+    # GPT-2's global batch where the recipe measured it on one GPU and it divides among the ranks:
+    # the same configuration, micro-batch and tokens per optimizer step as its one-GPU reference.
+    gpus = (nproc or env["device"].get("count", 1)) * nnodes
+    target = recipe_target(params, report_dir, gpus, roomy) or matrix_target(best, params)
+    base_key, batch, micro = target["stage"], target["batch_size"], target["micro_steps"]
     # One record per GPU count, so hosts with 2, 4 and 8 GPUs resumed into one folder each add
     # their point to the scaling curve; what this run supersedes is this count's record at another
     # batch and an old-style record whose count is unknown.
-    gpus = (nproc or env["device"].get("count", 1)) * nnodes
     out = store.record_path(report_dir / "results", "ddp", batch, gpus=gpus)
     for old in (report_dir / "results").glob("ddp__b*.json"):
         if old == out or _ddp_gpus(old) not in (gpus, None):
@@ -175,7 +188,8 @@ def run_ddp(
             store.supersede(old)
     fp = (
         store.fingerprint(params, env, stage, batch)
-        + f"-{base_key}-n{nproc or env['device'].get('count', 1)}"
+        + f"-{base_key}-n{nproc or env['device'].get('count', 1)}-accum{micro}"
+        + f"-ref{target['tokens_per_s'] or 0:.0f}"  # a re-measured reference re-measures the job: one sitting
         + (f"-nodes{nnodes}" if nnodes > 1 else "")
     )
     kept = None if force or contributor else runner.reusable(out, fp)
@@ -197,35 +211,148 @@ def run_ddp(
         return rec
     n = nproc or env["device"]["count"]
     job = {
-        "params": params,
+        "params": recipe.recipe_params(params) if micro > 1 else params,
         "batch_size": batch,
+        "micro_steps": micro,
         "base_stage": base_key,
         "fingerprint": fp,
         **launch,
         "stamp": provenance.run_stamp(env),
         "device_env": env,
         "cold_compile": compile_cache.ledger(env).get(fp),
-        "single_gpu_tokens_per_s": (best.get("processes") or {}).get("median", best["tokens_per_s"]) if best else None,
     }
     if out.exists():
         store.supersede(out)
-    # The same DDP job on one rank first, so the scaling efficiency compares like with like (same
-    # wrapper, same host, same minute) rather than against a row measured in another process or run.
-    # It stays on this host alone; only node 0, which writes the record, needs it.
+    # The same DDP job on one rank first: the wrapper's own cost, beside the efficiency (same host,
+    # same minute). It stays on this host alone; only node 0, which writes the record, needs it.
+    one_rank = None
     if not contributor:
         with tempfile.TemporaryDirectory() as tmp:
             one = _torchrun(
                 params, {**job, "nnodes": 1, "node_rank": 0, "rdzv": None}, 1, Path(tmp) / "one_rank.json", timeout_s
             )
         if one["status"] == record.Status.OK:
-            job["one_rank_tokens_per_s"] = one["tokens_per_s"]
-    rec = _torchrun(params, job, n, out, timeout_s, launch)
-    if rec is None:
+            one_rank = one["tokens_per_s"]
+    # Fresh processes by the repeats' rule (fixed before any number): two, a third (and later) only
+    # where those so far differ by more than evidence.repeat_tolerance. Nodes other than 0 cannot see
+    # the times, so a job of several nodes runs two on every node.
+    ev, runs = params.evidence, []
+    most = ev.repeats if nnodes == 1 else min(2, ev.repeats)
+    for k in range(most):
+        if k >= 2 and noise.spread([r["tokens_per_s"] for r in runs])["spread"] <= (ev.repeat_tolerance or 0):
+            break
+        with tempfile.TemporaryDirectory() as tmp:
+            rec = _torchrun(params, {**job, "repeat": k}, n, Path(tmp) / f"process{k}.json", timeout_s, launch)
+        if rec is None:  # a node other than 0: its ranks ran; node 0 writes the record
+            continue
+        if rec["status"] != record.Status.OK:
+            store.write_record(
+                out, rec
+            )  # the failure is the record: what the earlier processes timed is not kept whole
+            runner._finished(env, rec)
+            return rec
+        runs.append(rec)
+    if contributor:
         print(
-            f"   ddp node {launch['node_rank']} of {nnodes}: contributed {n} rank(s) to the job; node 0 writes "
-            "its record",
+            f"   ddp node {launch['node_rank']} of {nnodes}: contributed {n} rank(s) to {most} processes; node 0 "
+            "writes the record",
             flush=True,
         )
         return None
+    rec = merge_processes(runs)
+    rec.update(efficiency(rec, target, one_rank))
+    store.write_record(out, rec)
     runner._finished(env, rec)
     return rec
+
+
+def recipe_target(params: Params, report_dir: Path, gpus: int, roomy) -> dict | None:
+    """The recipe's recommended side (lib/run/recipe.py) as the DDP job's configuration: its stage and
+    micro-batch, its accumulation steps shared among `gpus` ranks (so the optimizer step still sees
+    GPT-2's global batch), and its median tokens/s on one GPU as the reference. None where the recipe
+    has no timed side or its accumulation steps do not divide among the ranks."""
+    pick = recipe.recipe_config(params, report_dir)
+    if pick is None or not roomy(pick):
+        return None
+    key, batch = pick["stage"], pick["batch_size"]
+    found = [
+        json.loads(p.read_text())
+        for p in sorted(folder(report_dir, "recipe").glob(f"recommended__{key}__b{batch}__r*.json"))
+    ]
+    timed = [r for r in found if r.get("status") == record.Status.OK]
+    micro = recipe.micro_steps(params, batch)
+    if not timed or micro % gpus:
+        return None
+    spread = noise.spread([r["tokens_per_s"] for r in timed])
+    title = stages.get(key).title
+    return {
+        "stage": key,
+        "batch_size": batch,
+        "micro_steps": micro // gpus,
+        "tokens_per_s": spread["median"],
+        "source": f"{title} at B={batch} × {micro} micro-steps on one GPU, GPT-2's "
+        f"{params.evidence.global_batch_tokens:,}-token batch (the recipe, {processes(spread['n'])})",
+    }
+
+
+def matrix_target(best: dict | None, params: Params) -> dict:
+    """Where the recipe gives no configuration: the best single-GPU configuration at its own batch,
+    every rank keeping it (weak scaling), against its median over the processes that timed it."""
+    if best is None:
+        return {
+            "stage": "vocab",
+            "batch_size": params.run.batch_sizes[0],
+            "micro_steps": 1,
+            "tokens_per_s": None,
+            "source": None,
+        }
+    tps = (best.get("processes") or {}).get("median", best["tokens_per_s"])
+    n = (best.get("processes") or {}).get("n", 1)
+    return {
+        "stage": best["stage"],
+        "batch_size": best["batch_size"],
+        "micro_steps": 1,
+        "tokens_per_s": tps,
+        "source": f"{stages.get(best['stage']).title} at B={best['batch_size']} on one GPU ({processes(n)})",
+    }
+
+
+def processes(n: int) -> str:
+    return "one process" if n == 1 else f"median of {n} processes"
+
+
+def merge_processes(runs: list[dict]) -> dict:
+    """One DDP record from the records of its fresh processes (each rank 0's): the first process's
+    record (its losses, memory, clocks, compile), the tokens/s and all-reduce share as the medians over
+    the processes, and every process's own figures under `process_runs`."""
+    tps = [r["tokens_per_s"] for r in runs]
+    spread = noise.spread(tps)
+    rec = dict(runs[0])
+    world, tokens = rec["world_size"], rec["global_batch_tokens"]
+    rec.update(
+        tokens_per_s=spread["median"],
+        per_gpu_tokens_per_s=spread["median"] / world,
+        median_ms=tokens / spread["median"] * 1e3,
+        allreduce_share=float(np.median([r["allreduce_share"] for r in runs])),
+        processes=spread,
+        process_runs=[
+            {k: r.get(k) for k in ("tokens_per_s", "median_ms", "no_sync_median_ms", "allreduce_share", "first_step_s")}
+            | {"compile_cache": (r.get("compile_cache") or {}).get("state")}
+            for r in runs
+        ],
+    )
+    return rec
+
+
+def efficiency(rec: dict, target: dict, one_rank: float | None) -> dict:
+    """Scaling efficiency, stated once: tokens/s per GPU over the single-GPU reference measured in this
+    sitting (target: the recipe's side, or the matrix's best); one rank of this same DDP job beside it,
+    named as such (what the DDP wrapper costs alone)."""
+    per_gpu, single = rec["per_gpu_tokens_per_s"], target["tokens_per_s"]
+    return {
+        "single_gpu_tokens_per_s": single,
+        "efficiency_reference": target["source"],
+        "scaling_efficiency": per_gpu / single if single else None,
+        "one_rank_tokens_per_s": one_rank,
+        "one_rank_efficiency": per_gpu / one_rank if one_rank else None,
+    }

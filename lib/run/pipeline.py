@@ -35,7 +35,8 @@ def detect_environment() -> dict:
 
 def choose_profile(gpu: str | None, device: dict, allow_mismatch: bool) -> tuple[str, str | None]:
     """(profile, override note). Without GPU= the device decides; with it, the device must fit."""
-    detected = config.match_profile(device["name"], device["backend"])
+    count = device.get("count") or 1
+    detected = config.match_profile(device["name"], device["backend"], count)
     if gpu is None:
         if detected is None:
             raise UsageError(
@@ -52,7 +53,7 @@ def choose_profile(gpu: str | None, device: dict, allow_mismatch: bool) -> tuple
             f"{device['backend']} ({device['name']}); run `make report` without GPU= "
             f"to use the detected profile ({detected or 'none'})"
         )
-    if detected != gpu:
+    if detected != gpu and not config.profile_fits(gpu, device["name"], device["backend"], count):
         if not allow_mismatch:
             raise UsageError(
                 f"profile {gpu!r} does not match the detected device {device['name']!r} "

@@ -37,7 +37,7 @@ def micro_steps(params: Params, batch: int) -> int | None:
     return tokens // per_micro if tokens % per_micro == 0 else None
 
 
-def _recipe_params(params: Params) -> Params:
+def recipe_params(params: Params) -> Params:
     """Fewer steps than the matrix: each one is a whole global batch."""
     ev = params.evidence
     return replace(
@@ -47,7 +47,7 @@ def _recipe_params(params: Params) -> Params:
 
 def recipe_jobs(params: Params, report_dir, best: dict) -> list[dict]:
     env, n = runner.environment(report_dir), params.evidence.repeats
-    p = _recipe_params(params)
+    p = recipe_params(params)
     base = params.evidence.baseline
     plain_stage, plain_batch = stages.get(base.stage), base.batch_size
     # The recommendation, the canonical trainer's configuration in this harness, and the same in
