@@ -598,12 +598,16 @@ def test_the_report_says_what_measuring_it_cost_and_what_a_warm_re_measure_would
 
 
 def test_the_launcher_imports_once_what_each_child_would_and_initialises_no_device():
-    """Inductor imported in the launcher spares each compiled child its import; it must not initialise CUDA
-    (a child forked after that could not use the GPU)."""
+    """torch._dynamo imported in the launcher spares each child its import; nothing preloaded may initialise
+    CUDA (a child forked after that cannot use the GPU). Inductor's compile_fx did, on two H200s: it stays
+    out, and a preload that initialises a device is refused with its name (simulated here: no GPU)."""
     code = (
         "import sys, torch; from lib.measure import worker; worker.preload(); "
         "print(all(m in sys.modules for m in worker.PRELOADED), torch.cuda.is_initialized())"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
     assert out.stdout.split() == ["True", "False"]
-    assert "torch._inductor.compile_fx" in worker.PRELOADED
+    assert "torch._inductor.compile_fx" not in worker.PRELOADED
+    code = "import torch; from lib.measure import worker; torch.cuda.is_initialized = lambda: True; worker.preload()"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert out.returncode != 0 and "preloading torch._dynamo initialised CUDA in the launcher" in out.stderr

@@ -349,18 +349,25 @@ def serve(jobs: list[dict], timeout_s: float) -> None:
             print(protocol.DONE_PREFIX + json.dumps({"out": job["out"], "verdict": verdict}), flush=True)
 
 
-PRELOADED = ("torch._dynamo", "torch._inductor.compile_fx")
+# torch._inductor.compile_fx is not here: importing it initialises CUDA on a GPU machine (seen on two H200s,
+# 2026-11-26: every forked child then failed "Cannot re-initialize CUDA in forked subprocess").
+PRELOADED = ("torch._dynamo",)
 
 
 def preload() -> None:
     """Import, once in the launcher, what every child would otherwise import for itself: the optimizer's
-    first construction imports torch._dynamo (about 2 s on a small CPU), and a compiled stage's first
-    torch.compile imports Inductor (0.9 s more a child on this project's CPU default). Neither touches a
-    device or initialises CUDA, and Inductor's compile workers start at a child's first compilation, not here."""
+    first construction imports torch._dynamo (about 2 s on a small CPU). The launcher must never initialise
+    a device (its children are forked): a preload that does is refused here, with its name."""
     import importlib
+
+    import torch
 
     for name in PRELOADED:
         importlib.import_module(name)
+        if torch.cuda.is_initialized():
+            raise RuntimeError(
+                f"preloading {name} initialised CUDA in the launcher; its forked children could not use it"
+            )
 
 
 if __name__ == "__main__":
