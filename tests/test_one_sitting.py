@@ -598,9 +598,9 @@ def test_the_report_says_what_measuring_it_cost_and_what_a_warm_re_measure_would
 
 
 def test_the_launcher_imports_once_what_each_child_would_and_initialises_no_device():
-    """torch._dynamo imported in the launcher spares each child its import; nothing preloaded may initialise
-    CUDA (a child forked after that cannot use the GPU). Inductor's compile_fx did, on two H200s: it stays
-    out, and a preload that initialises a device is refused with its name (simulated here: no GPU)."""
+    """torch._dynamo imported in the launcher spares each child its import; nothing preloaded may leave a
+    forked child unable to use the GPU. Inductor's compile_fx did, on two H200s: it stays out, and a preload
+    after which a forked child is in PyTorch's bad-fork state is refused with its name (simulated: no GPU)."""
     code = (
         "import sys, torch; from lib.measure import worker; worker.preload(); "
         "print(all(m in sys.modules for m in worker.PRELOADED), torch.cuda.is_initialized())"
@@ -608,6 +608,6 @@ def test_the_launcher_imports_once_what_each_child_would_and_initialises_no_devi
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
     assert out.stdout.split() == ["True", "False"]
     assert "torch._inductor.compile_fx" not in worker.PRELOADED
-    code = "import torch; from lib.measure import worker; torch.cuda.is_initialized = lambda: True; worker.preload()"
+    code = "import torch; from lib.measure import worker; torch.cuda._is_in_bad_fork = lambda: True; worker.preload()"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
-    assert out.returncode != 0 and "preloading torch._dynamo initialised CUDA in the launcher" in out.stderr
+    assert out.returncode != 0 and "preloading torch._dynamo left the launcher unable to fork" in out.stderr

@@ -187,7 +187,9 @@ def test_ddp_is_judged_against_one_gpu_at_its_own_setting(tmp_path):
 
     def ddp_with_one_rank(params):  # the efficiency measured against one rank of the same job
         rec = ddp(params)[0]
-        rec.update(one_rank_tokens_per_s=1234.0, scaling_efficiency=0.9, efficiency_reference="one rank of this DDP job")
+        rec.update(
+            one_rank_tokens_per_s=1234.0, scaling_efficiency=0.9, efficiency_reference="one rank of this DDP job"
+        )
         return [rec]
 
     text = findings_text(build(tmp_path / "b", stage_keys=("fp32", "tf32", "ddp"), extra=ddp_with_one_rank))

@@ -208,3 +208,30 @@ def test_page_one_code_lists_the_levers_in_order_of_worth(tmp_path, monkeypatch)
     assert all(c.endswith("not in the leave-one-out") for c in comments[5:]) and len(comments) == 8
     html = summary_box.code_html(rep)
     assert html.startswith('<pre class="page-one-code">') and "model = torch.compile(model)" in html
+
+
+def test_a_leave_one_out_cut_off_part_way_names_the_levers_it_did_not_reach(tmp_path, monkeypatch):
+    """A run cut off in the leave-one-out (seen on two H200s): the levers without a record are named on page 1
+    as not measured, in the turn-on line and in the code's comments, never as 'left out'."""
+    keys = ["fp32", "tf32", "bf16", "flash", "vocab", "fused", "compile"]
+    p = tiny_params(batch_sizes=(2,))
+    p.stages = keys
+    write_report_dir(tmp_path / "rep", p, [make_record(p, k, 2, [100.0] * 5, [5.0] * 6) for k in keys])
+    rep = loader.load(tmp_path / "rep")
+    missing = {"status": summary_box.frontier_view.NOT_MEASURED, "reason": "not measured: no record of this run"}
+    rows = [
+        {"lever": "padded vocabulary", "worth": 0.10, "within_noise": False, "record": {"status": "ok"}},
+        {"lever": "fused AdamW", "worth": None, "within_noise": None, "record": missing},
+        {"lever": "torch.compile", "worth": None, "within_noise": None, "record": missing},
+    ]
+    monkeypatch.setattr(summary_box, "recommended", lambda rep: {"stage": "compile", "batch_size": 2})
+    monkeypatch.setattr(summary_box.frontier_view, "ablation_rows", lambda rep: ({"stage": "compile", "batch_size": 2}, rows))
+    turn_on = summary_box._turn_on(rep)
+    assert turn_on.endswith("Worth not measured (no leave-one-out record): fused AdamW, torch.compile.")
+    comments = [c for c, _ in summary_box.code_lines(rep)]
+    assert "# Fused AdamW: worth not measured (no leave-one-out record)" in comments
+    assert "# torch.compile: worth not measured (no leave-one-out record)" in comments
+    assert not any("left out" in c for c in comments)
+    rows[0]["worth"] = None
+    rows[0]["record"] = missing
+    assert summary_box._turn_on(rep).startswith("**Turn on:** not decided: no leave-one-out record for padded")

@@ -349,25 +349,34 @@ def serve(jobs: list[dict], timeout_s: float) -> None:
             print(protocol.DONE_PREFIX + json.dumps({"out": job["out"], "verdict": verdict}), flush=True)
 
 
-# torch._inductor.compile_fx is not here: importing it initialises CUDA on a GPU machine (seen on two H200s,
-# 2026-11-26: every forked child then failed "Cannot re-initialize CUDA in forked subprocess").
+# torch._inductor.compile_fx is not here. Preloaded (commit 103c013), every forked child on two H200s failed
+# "Cannot re-initialize CUDA in forked subprocess"; without it (f826bfe) they ran. torch.cuda.is_initialized()
+# stayed False after importing it in a plain interpreter there, so the state that breaks a fork is not the one
+# that call reports: fork_is_clean asks a forked child itself.
 PRELOADED = ("torch._dynamo",)
+
+
+def fork_is_clean() -> bool:
+    """Whether a child forked now could use the GPU: a throwaway child reports PyTorch's bad-fork state."""
+    import torch
+
+    pid = os.fork()
+    if pid == 0:
+        os._exit(1 if torch.cuda._is_in_bad_fork() else 0)
+    _, status = os.waitpid(pid, 0)
+    return os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
 
 
 def preload() -> None:
     """Import, once in the launcher, what every child would otherwise import for itself: the optimizer's
-    first construction imports torch._dynamo (about 2 s on a small CPU). The launcher must never initialise
-    a device (its children are forked): a preload that does is refused here, with its name."""
+    first construction imports torch._dynamo (about 2 s on a small CPU). The launcher must leave its forked
+    children a usable device: a preload after which a fork is not clean is refused, with its name."""
     import importlib
-
-    import torch
 
     for name in PRELOADED:
         importlib.import_module(name)
-        if torch.cuda.is_initialized():
-            raise RuntimeError(
-                f"preloading {name} initialised CUDA in the launcher; its forked children could not use it"
-            )
+        if not fork_is_clean():
+            raise RuntimeError(f"preloading {name} left the launcher unable to fork a child that can use the GPU")
 
 
 if __name__ == "__main__":

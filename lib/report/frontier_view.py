@@ -17,6 +17,7 @@ from lib.results import decide, noise
 
 # This project's aim for a profile (about 54 % MFU of the H100's bf16 dense peak), shown as a distance.
 TARGET_TOKENS_PER_S = {"h100": 620_000}
+NOT_MEASURED = "not_measured"  # the status of a leave-one-out row whose run has no record (a run cut off before it)
 
 
 def _ok(r: dict | None) -> bool:
@@ -233,7 +234,7 @@ def ablation_rows(rep: Report) -> tuple[dict | None, list[dict]]:
     rows += [
         {
             "lever": name,
-            "record": {"status": "not_measured", "reason": "not measured: no record of this run"},
+            "record": {"status": NOT_MEASURED, "reason": "not measured: no record of this run"},
             "worth": None,
         }
         for name in levers.levers_of(stages.get(key))

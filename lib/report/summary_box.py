@@ -32,8 +32,10 @@ def _turn_on(rep: Report) -> str | None:
     paying = [r for r in gains if _pays(r)]
     unjudged = [r for r in gains if r.get("within_noise") is None]  # timed on another machine: offset not measured
     fits = [r["lever"] for r in rows if r["record"].get("status") == record.Status.OOM]
+    # levers whose leave-one-out has no record (a run cut off before it): named, never silently dropped
+    unmeasured = [r["lever"] for r in rows if r["record"].get("status") == frontier_view.NOT_MEASURED]
     if not paying and not fits and not unjudged:
-        return None
+        return f"**Turn on:** not decided: no leave-one-out record for {', '.join(unmeasured)}." if unmeasured else None
     batch, n = full["batch_size"], full.get("processes", {}).get("n", 1)
 
     def worth(r):  # where the stage that adds the lever was neutral in the matrix, say so beside its worth here
@@ -69,6 +71,7 @@ def _turn_on(rep: Report) -> str | None:
         f"leave-one-out; {'one process' if n == 1 else f'the median of {n} processes'} with all levers"
         + (f", timed {apart}" if apart else "")
         + ")."
+        + (f" Worth not measured (no leave-one-out record): {', '.join(unmeasured)}." if unmeasured else "")
     )
 
 
@@ -205,8 +208,10 @@ def code_lines(rep: Report) -> list[tuple[str, str]]:
         batch = full["batch_size"]
         if r["record"].get("status") == record.Status.OOM:
             return f"# {title}: without it B={batch} does not fit"
+        if r["record"].get("status") == frontier_view.NOT_MEASURED:
+            return f"# {title}: worth not measured (no leave-one-out record)"
         if r["worth"] is None:
-            return f"# {title}: left out, {r['record'].get('status')}"
+            return f"# {title}: worth unknown, its leave-one-out {r['record'].get('status', '').replace('_', ' ')}"
         noise = {False: "", True: ", within noise"}.get(r.get("within_noise"), ", not judged against noise")
         return f"# {title}: {r['worth'] * 100:+.1f} % at B={batch}{noise}"
 
