@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from conftest import ROOT, describe_proc, read_json, run_cli
 
-from lib.core import chapters, config, provenance
+from lib.core import chapters, config, provenance, record
 from lib.measure import compile_cache, worker
 from lib.report import cost_view, tables
 from lib.results import noise, store
@@ -488,10 +488,10 @@ def test_page_one_says_which_machine_timed_what_and_that_their_offset_is_unknown
         evidence={},
         run=None,
         dir=tmp_path,
-        params=SimpleNamespace(name="cpu", not_run=[]),
+        params=SimpleNamespace(name="cpu", not_run=[], method=record.METHOD),
     )
     text = tables.provenance_md(rep)
-    assert "4 records from 2 machines" in text and "host-a: 2" in text
+    assert "4 records from 2 machines" in text and "host-a: 2" in text and "Superseded" not in text
     assert "host-a timed matrix, repeats" in text and "host-b timed recipe" in text
     assert "offset is unknown" in text and "0.0 %" not in text
     assert "Incomplete" not in text
@@ -512,6 +512,9 @@ def test_page_one_says_which_machine_timed_what_and_that_their_offset_is_unknown
     )
     rep.run["pid"] = os.getpid()  # the run drawing its own report is running, and not cut
     assert "Incomplete" not in tables.provenance_md(rep)
+    # A report of an earlier method (reports/h200-x2 of 2026-11-21: method 1) says on page 1 that it is superseded.
+    rep.params.method = 1
+    assert tables.provenance_md(rep).startswith("**Superseded: measured with the earlier method 1** (this tool")
 
 
 def test_a_leave_one_out_row_from_another_machine_is_not_judged_against_noise():

@@ -215,7 +215,9 @@ def provenance_md(rep: Report) -> str:
     recs = [{**json.loads(p.read_text()), "_folder": p.parent.name} for p in files]
     machines, commits = Counter(provenance.machine_of(r) for r in recs), Counter(provenance.commit_of(r) for r in recs)
     if not any(r.get("provenance") for r in recs):
-        return "**Where and how:** these records predate stamping: their machine and commit are not recorded."
+        return old_method_md(rep) + (
+            "**Where and how:** these records predate stamping: their machine and commit are not recorded."
+        )
     runs = [*((rep.run or {}).get("earlier_runs") or []), rep.run] if rep.run else []
     # The last run cut off and not resumed leaves the report incomplete; earlier ones were resumed by a later run.
     # A run left 'running' by a process that is gone ended without closing it (killed, or the machine went
@@ -229,7 +231,7 @@ def provenance_md(rep: Report) -> str:
         else None
     )
     stopped = sum(1 for r in runs if r.get("state") == "interrupted") - (state == "interrupted")
-    text = (
+    text = old_method_md(rep) + (
         f"**Where and how:** {len(recs)} records from {len(machines)} machine{'s' if len(machines) > 1 else ''} ("
         + "; ".join(f"{m}: {n}" for m, n in machines.most_common())
         + ") by code "
@@ -278,6 +280,19 @@ def provenance_md(rep: Report) -> str:
             + f". `make report GPU={rep.params.name} DEPTH=full` adds them."
         )
     return text
+
+
+def old_method_md(rep: Report) -> str:
+    """Page 1's warning for a report measured by an earlier method than this tool's (params.method, recorded
+    in every report since method 2): superseded, its figures not comparable with a current report's."""
+    method = rep.params.method
+    if method >= record.METHOD:
+        return ""
+    return (
+        f"**Superseded: measured with the earlier method {method}** (this tool measures with method "
+        f"{record.METHOD}: one step core, the canonical loss path, every record stamped with where and how). Its "
+        f"figures are not comparable with a current report's; `make report` on its host re-measures it. "
+    )
 
 
 def _not_run_name(item: dict) -> str:
