@@ -225,7 +225,9 @@ def test_a_leave_one_out_cut_off_part_way_names_the_levers_it_did_not_reach(tmp_
         {"lever": "torch.compile", "worth": None, "within_noise": None, "record": missing},
     ]
     monkeypatch.setattr(summary_box, "recommended", lambda rep: {"stage": "compile", "batch_size": 2})
-    monkeypatch.setattr(summary_box.frontier_view, "ablation_rows", lambda rep: ({"stage": "compile", "batch_size": 2}, rows))
+    monkeypatch.setattr(
+        summary_box.frontier_view, "ablation_rows", lambda rep: ({"stage": "compile", "batch_size": 2}, rows)
+    )
     turn_on = summary_box._turn_on(rep)
     assert turn_on.endswith("Worth not measured (no leave-one-out record): fused AdamW, torch.compile.")
     comments = [c for c, _ in summary_box.code_lines(rep)]
