@@ -523,3 +523,71 @@ def test_the_pdf_leaves_each_chapters_loss_curve_and_kernel_tables_to_the_html(p
     whole = tmp_path / "whole.pdf"
     export.to_pdf(html.replace(".html-only { display: none !important; }", ""), whole, pipeline_ok.report_dir)
     assert pdf_page_count(pipeline_ok.report_dir / "report.pdf") < pdf_page_count(whole)
+
+
+# ---------------------------------------------------------------- what the PDF keeps of a chapter (issue: at most 20 pages)
+
+PDF_STAGES = ["fp32", "tf32", "bf16", "flash", "vocab", "fused", "compile", "fp8_torchao", "ddp"]
+
+
+def _pdf_report(tmp_path):
+    """compile is the fastest verified stage (the recommendation); torchao's FP8 layers are slower, so outside it;
+    DDP is not applicable on one device."""
+    params = tiny_params(PDF_STAGES)
+    ms = {"fp32": 100, "tf32": 80, "bf16": 60, "flash": 50, "vocab": 45, "fused": 44, "compile": 30, "fp8_torchao": 35}
+    recs = [make_record(params, k, 2, [v] * 6, [5.0, 4.9, 4.8, 4.7, 4.6, 4.5]) for k, v in ms.items()]
+    recs.append(make_record(params, "ddp", 2, status="not_applicable", reason="one GPU on this host"))
+    return loader.load(write_report_dir(tmp_path / "r", params, recs))
+
+
+def test_the_pdf_keeps_a_lever_outside_the_recommendation_to_its_heading_and_figures(tmp_path):
+    from lib.report import chapter_page
+
+    rep = _pdf_report(tmp_path)
+    assert loader.recommended(rep)["stage"] == "compile"
+    assert chapter_page.aside(rep, "fp8_torchao")
+    assert not any(chapter_page.aside(rep, k) for k in ("fp32", "tf32", "compile", "ddp"))
+    shown = chapter_page.parts(rep, "fp8_torchao", brief=True)
+    in_print = [p for hidden, p in shown if not hidden]
+    assert in_print[0] == ("md", "### FP8 linear layers (torchao)")
+    assert all(p[0] != "md" or p[1].startswith("###") or "Measured" in p[1] for p in in_print)
+    assert any(hidden for hidden, _ in shown)  # the evidence, the introduction and the switch: the HTML's
+    full = chapter_page.parts(rep, "fp8_torchao")
+    assert (
+        len(shown) == len(full) + 1
+    )  # the HTML loses nothing: the same parts, the heading split from its introduction
+
+
+def test_a_chapter_that_timed_nothing_is_its_heading_and_why_in_the_pdf(tmp_path):
+    from lib.report import chapter_page
+
+    rep = _pdf_report(tmp_path)
+    assert chapter_page.nothing_measured(rep, "ddp") == "one GPU on this host"
+    assert chapter_page.nothing_measured(rep, "compile") is None
+    shown = chapter_page.print_heading_only(chapter_page.parts(rep, "ddp"), "one GPU on this host")
+    in_print = [p for hidden, p in shown if not hidden]
+    assert in_print[0][1].startswith("### ") and len(in_print) == 2
+    assert "Nothing measured here: one GPU on this host." in in_print[1][1] and "print-only" in in_print[1][1]
+
+
+def test_every_chapter_leaves_its_switch_to_the_html():
+    """The code of each stage is on page 1 (the recommendation's) and in the HTML's chapters and appendix."""
+    from lib.report import chapter_page
+
+    for key in chapter_page.chapters.CHAPTERS:
+        text = chapter_page.text_of(key)
+        if "<!-- view: switch -->" in text:
+            assert any(hidden and "<!-- view: switch -->" in t for hidden, t in chapter_page.regions(text)), key
+            assert not any(not hidden and "<!-- view: switch -->" in t for hidden, t in chapter_page.regions(text))
+
+
+def test_the_summary_s_findings_leave_each_stage_s_line_to_its_chapter(tmp_path):
+    rep = _pdf_report(tmp_path)
+    everything, general, per_stage = (
+        prose.findings(rep),
+        prose.findings(rep, stages_too=False),
+        prose.stage_findings(rep),
+    )
+    assert per_stage and all(line in everything for line in per_stage + general)
+    assert not set(per_stage) & set(general) and len(everything) == len(general) + len(per_stage)
+    assert any(line.startswith("**torch.compile**") for line in per_stage)

@@ -10,7 +10,7 @@ import html
 import itertools
 import re
 
-from lib.core import chapters
+from lib.core import chapters, record, stages
 from lib.report import (
     batch_sweep_view,
     charts,
@@ -24,6 +24,7 @@ from lib.report import (
     tables,
 )
 from lib.report.loader import Report, compile_time_text, recommended
+from lib.results import decide
 
 MARKER = re.compile(r"^<!-- view: (?P<name>\w+)(?P<args>(?: \w+)*) -->$", re.M)
 
@@ -44,10 +45,7 @@ def _compile_time(rep: Report, key: str) -> list:
 def _recommended(rep: Report, key: str) -> list:
     # The whole block (switches, memory, energy, loss) lives in the summary's Recommendations; here, its sentence.
     best = recommended(rep)
-    return [
-        ("md", prose.recommended_line(rep, best) if best else batch_sweep_view.recommended_md(rep)),
-        ("html", batch_sweep_view.recommended_profile_html(rep)),
-    ]
+    return [("md", prose.recommended_line(rep, best) if best else batch_sweep_view.recommended_md(rep))]
 
 
 VIEWS = {
@@ -69,6 +67,7 @@ VIEWS = {
     "ce_filter": lambda rep, key: [("html", frontier_view.ce_filter_html(rep))],
     "batch_sweep": lambda rep, key: [("html", batch_sweep_view.sweep_html(rep)), batch_sweep_view.plot_sweep(rep)],
     "recommended": _recommended,
+    "recommended_kernels": lambda rep, key: [("html", batch_sweep_view.recommended_profile_html(rep))],
     "recipe": lambda rep, key: [("html", frontier_view.recipe_html(rep))],
     "ablation": lambda rep, key: [("html", frontier_view.ablation_html(rep))],
     "ddp_scaling": lambda rep, key: [("html", evidence_view.ddp_curve_html(rep)), charts.plot_ddp_scaling(rep)],
@@ -118,14 +117,33 @@ def regions(text: str) -> list[tuple[bool, str]]:
     return [(hidden, t) for hidden, t in out + [(False, text[at:])] if t.strip()]
 
 
-def parts(rep: Report, key: str) -> list[tuple[bool, object]]:
+def parts(rep: Report, key: str, brief: bool = False) -> list[tuple[bool, object]]:
     """Everything the chapter shows, in order, each (in the HTML only?, part): its prose and its views'
-    output (a view that draws a figure with nothing in it returns None, which is left out)."""
+    output (a view that draws a figure with nothing in it returns None, which is left out). `brief`: the
+    PDF keeps the heading and the measured view alone (aside)."""
     out = []
     for hidden, text in regions(text_of(key)):
         for p in plan(text):
-            out += [(hidden, x) for x in ([p] if p[0] == "md" else VIEWS[p[1]](rep, key, *p[2]))]
+            if brief and not hidden and p[0] == "md" and not out:  # the heading stays; its introduction goes
+                title, _, intro = p[1].partition("\n")
+                out += [(False, ("md", title)), (True, ("md", intro))]
+                continue
+            hide = hidden or (brief and p[:2] != ("view", "measured"))
+            out += [(hide, x) for x in ([p] if p[0] == "md" else VIEWS[p[1]](rep, key, *p[2]))]
     return [(hidden, p) for hidden, p in out if p is not None]
+
+
+def aside(rep: Report, key: str) -> bool:
+    """Whether a stage's chapter is a lever the recommendation does not use: the PDF keeps its heading and its
+    measured figures (one page per lever that matters); its evidence stays in the HTML."""
+    best = recommended(rep)
+    return (
+        best is not None
+        and key in stages.STAGES
+        and not stages.get(key).multi_gpu
+        and key != rep.stage_order[0]
+        and key not in decide.lineage(best["stage"])
+    )
 
 
 def _as_html(part) -> str:
@@ -144,13 +162,39 @@ def _as_html(part) -> str:
     return f'<img src="data:image/png;base64,{base64.b64encode(buf.getvalue()).decode()}">'
 
 
+def nothing_measured(rep: Report, key: str) -> str | None:
+    """Why a stage's chapter timed nothing (not applicable here, out of memory, cut off before it), or None where
+    it timed something or is no stage's chapter."""
+    if key not in stages.STAGES:
+        return None
+    rows = rep.df[rep.df["stage"] == key]
+    if rows["status"].isin(record.TIMED).any():
+        return None
+    reasons = [str(r) for r in rows["reason"] if isinstance(r, str) and r]
+    return reasons[0] if reasons else "no run reached it"
+
+
+def print_heading_only(shown: list, why: str) -> list:
+    """A chapter that timed nothing, for the PDF: its heading and one line saying why; the rest in the HTML."""
+    (_, first), rest = shown[0], shown[1:]
+    title, _, intro = first[1].partition("\n")
+    note = (
+        f'<p class="print-only note">Nothing measured here: {html.escape(why)}. The chapter is in the HTML report.</p>'
+    )
+    return [(False, ("md", title)), (False, ("html", note)), (True, ("md", intro))] + [(True, p) for _, p in rest]
+
+
 def show(rep: Report, key: str) -> None:
     """Display the chapter in a notebook: text as Markdown, tables as HTML, each figure where it belongs; a
-    stretch for the HTML only as one block the PDF leaves out, with a line there saying where it is."""
+    stretch for the HTML only as one block the PDF leaves out, with a line there saying where it is. A chapter
+    that timed nothing is its heading and that line in the PDF (nothing_measured)."""
     import matplotlib.pyplot as plt
     from IPython.display import HTML, Markdown, display
 
-    shown = parts(rep, key)
+    why = nothing_measured(rep, key)
+    shown = parts(rep, key, brief=not why and aside(rep, key))
+    if why:
+        shown = print_heading_only(shown, why)
     for hidden, run in itertools.groupby(shown, key=lambda x: x[0]):
         run = [p for _, p in run]
         if hidden:  # consecutive stretches for the HTML only make one block
@@ -163,5 +207,5 @@ def show(rep: Report, key: str) -> None:
     titles = [
         t for hidden, p in shown if hidden and isinstance(p, tuple) and p[0] == "md" for t in HEADING.findall(p[1])
     ]
-    if titles:
+    if titles and not why:  # a chapter that timed nothing already said where it is
         display(HTML(in_the_html(titles)))

@@ -202,4 +202,6 @@ def html(rep, path=CLAIMS) -> str:
         "figure, the compiled one beside it; a claim about FP8 rests on the fastest FP8 form at the report's model, "
         f"the other forms and sizes beside it. Claims, thresholds and these rules: <code>params/claims.yaml</code>; "
         f"sources: {sources_html(path)}.</p>"
+        '<p class="print-only note">The check each verdict applies (what would confirm the claim) is a column of '
+        "this table in the HTML report.</p>"
     )

@@ -5,6 +5,8 @@ PDF rendered from that HTML by WeasyPrint."""
 
 from __future__ import annotations
 
+import html
+
 import ctypes.util
 import os
 import subprocess
@@ -35,6 +37,16 @@ def html_only_titles(cells) -> list[str]:
         for line in (c.source if c.cell_type == "markdown" else "").splitlines()[:1]
         if line.startswith("#")
     ]
+
+
+def html_only_block(body: str, note: str, markdown: bool = False) -> str:
+    """HTML (or Markdown) for the HTML report alone, and in its place in the PDF one line (`note`) saying where
+    it is."""
+    if markdown:
+        import mistune  # nbconvert's own Markdown renderer
+
+        body = mistune.html(body)
+    return f'<div class="html-only">{body}</div><p class="print-only note">{html.escape(note)}</p>'
 
 
 def assemble(summary_path, chapter_paths, out_path) -> nbformat.NotebookNode:

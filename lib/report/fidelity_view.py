@@ -10,6 +10,7 @@ import numpy as np
 
 from lib.core import record, stages
 from lib.core.params import Evidence
+from lib.report import export
 from lib.report.loader import Report
 from lib.results import decide
 from lib.results import noise as noise_stats
@@ -156,11 +157,16 @@ def repeats_html(rep: Report) -> str:
             f"<td>{s['median']:,.0f}</td><td>{s['lo']:,.0f} – {s['hi']:,.0f}</td>"
             f"<td>{s['spread'] * 100:.2f} %</td></tr>"
         )
-    return (
+    table = (
         '<table class="matrix"><thead><tr><th>Stage</th><th>B</th><th>processes</th><th>median tok/s</th>'
-        "<th>range</th><th>range / median</th></tr></thead><tbody>"
-        + "".join(body)
-        + "</tbody></table>"
+        "<th>range</th><th>range / median</th></tr></thead><tbody>" + "".join(body) + "</tbody></table>"
+    )
+    return (
+        export.html_only_block(
+            table,
+            f"The {len(repeated)} configurations timed in several processes, each with its range, are a "
+            "table in the HTML report.",
+        )
         + f'<p class="note">Noise floor of this report (the largest range / median above): '
         f"{floor * 100:.2f} %. A ratio closer to 1 than that is reported as within noise.</p>"
     )

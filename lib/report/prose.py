@@ -55,8 +55,9 @@ def _ddp_finding(st, r) -> str:
     return text + one_rank_text(r)
 
 
-def findings(rep: Report) -> list[str]:
-    """Key findings, each with its number, from the table alone."""
+def findings(rep: Report, stages_too: bool = True) -> list[str]:
+    """Key findings, each with its number, from the table alone; `stages_too`: with each stage's line
+    (stage_findings), which the PDF leaves to the chapters."""
     out = []
     order = rep.stage_order
     ok = rep.ok()
@@ -95,7 +96,29 @@ def findings(rep: Report) -> list[str]:
         )
     out.append(line)
     out += [f"{stages.get(k).title}: {parity_view.rejected_reason(rep, k)}" for k in parity_view.rejected(rep)]
-    for key in order[1:]:
+    if stages_too:
+        out += stage_findings(rep)
+    failed = rep.df[~rep.df["status"].isin(["ok", "diverged"])]
+    if not failed.empty:
+        items = ", ".join(
+            f"{r.stage_title} B={r.batch_size}: {r.status.replace('_', ' ').replace('oom', 'OOM')}"
+            for r in failed.itertuples()
+        )
+        out.append(f"**Rows without a timing**: {items}.")
+    if rep.on_gpu:
+        out.append(_stability(rep))
+    else:
+        out.append(
+            "This is the CPU embedded default (a tiny GPT): it proves the pipeline end to end; "
+            "its timings say nothing about any GPU."
+        )
+    return out
+
+
+def stage_findings(rep: Report) -> list[str]:
+    """Each stage's line: what its lever bought over the stage it is added to, its memory and its loss gate."""
+    out, ok = [], rep.ok()
+    for key in rep.stage_order[1:]:
         st = stages.get(key)
         effect = decide.lever_effect(rep.df, key)
         if st.multi_gpu and not ok[ok["stage"] == key].empty:
@@ -121,20 +144,6 @@ def findings(rep: Report) -> list[str]:
         if gate:
             text += "; " + gate
         out.append(text + ".")
-    failed = rep.df[~rep.df["status"].isin(["ok", "diverged"])]
-    if not failed.empty:
-        items = ", ".join(
-            f"{r.stage_title} B={r.batch_size}: {r.status.replace('_', ' ').replace('oom', 'OOM')}"
-            for r in failed.itertuples()
-        )
-        out.append(f"**Rows without a timing**: {items}.")
-    if rep.on_gpu:
-        out.append(_stability(rep))
-    else:
-        out.append(
-            "This is the CPU embedded default (a tiny GPT): it proves the pipeline end to end; "
-            "its timings say nothing about any GPU."
-        )
     return out
 
 
