@@ -557,7 +557,7 @@ def test_turn_on_lists_levers_timed_on_another_machine_as_not_judged(monkeypatch
     ]
     monkeypatch.setattr(frontier_view, "ablation_rows", lambda rep: ({"stage": "fused", "batch_size": 4}, rows))
     monkeypatch.setattr(frontier_view, "ablation_calls_apart", lambda full, rows: None)
-    monkeypatch.setattr(summary_box, "_stage_of", lambda rep, lever: None)
+    monkeypatch.setattr(frontier_view, "row_stage", lambda rep, row: None)
     text = summary_box._turn_on(SimpleNamespace())
     assert text.index("TF32") < text.index("not judged against noise") < text.index("fused AdamW")
 

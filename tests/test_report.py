@@ -591,3 +591,24 @@ def test_the_summary_s_findings_leave_each_stage_s_line_to_its_chapter(tmp_path)
     assert per_stage and all(line in everything for line in per_stage + general)
     assert not set(per_stage) & set(general) and len(everything) == len(general) + len(per_stage)
     assert any(line.startswith("**torch.compile**") for line in per_stage)
+
+
+def test_a_lever_s_worth_is_stated_both_ways_in_the_recommendations(tmp_path, monkeypatch):
+    """TF32 2.10x over FP32 in the matrix, worth nothing on top of BF16 at the recommendation (seen on an H100):
+    the recommendation says both, and a lever without which the batch does not fit says that."""
+    from lib.report import frontier_view
+
+    rep = _pdf_report(tmp_path)
+    rows = [
+        {"lever": "TF32", "worth": -0.004, "within_noise": True, "record": {"status": "ok"}},
+        {"lever": "SDPA attention", "worth": None, "within_noise": None, "record": {"status": "oom"}},
+    ]
+    monkeypatch.setattr(frontier_view, "ablation_rows", lambda rep: ({"stage": "compile", "batch_size": 2}, rows))
+    lines = prose.recommendations(rep)
+    tf32 = next(line for line in lines if line.startswith("**TF32**"))
+    assert tf32.startswith("**TF32**: adopt (median 1.25× over FP32 baseline, loss within tolerance)")
+    assert tf32.endswith("on top of the recommendation's other levers (leave-one-out): -0.4 % at B=2, within noise.")
+    flash = next(line for line in lines if line.startswith("**Flash attention"))
+    assert flash.endswith("(leave-one-out): without it B=2 does not fit.")
+    bf16 = next(line for line in lines if line.startswith("**BF16 autocast**"))
+    assert "leave-one-out" not in bf16  # no row: nothing claimed

@@ -186,6 +186,34 @@ def recipe_html(rep: Report) -> str:
     return table(shown) + f'<p class="note">{note}</p>'
 
 
+def row_stage(rep: Report, row: dict) -> str | None:
+    """The report's stage that adds the lever of a leave-one-out row (its name may add "(and ..., which needs
+    it)"): the first whose switches differ from the stage it is added to."""
+    off = levers.LEVERS.get(row["lever"].split(" (and ")[0], {})
+    return next(
+        (
+            k
+            for k in rep.stage_order[1:]
+            if decide.previous_stage(k)
+            and any(getattr(stages.get(k), f) != getattr(stages.get(decide.previous_stage(k)), f) for f in off)
+        ),
+        None,
+    )
+
+
+def worth_at_recommendation(rep: Report, key: str) -> str | None:
+    """What stage `key`'s lever is worth on top of every other lever of the recommendation (its leave-one-out
+    row), in words; None where the leave-one-out has no row for it."""
+    full, rows = ablation_rows(rep)
+    row = next((r for r in rows if row_stage(rep, r) == key), None)
+    if row is None or full is None:
+        return None
+    if row["record"].get("status") == record.Status.OOM:
+        return f"without it B={full['batch_size']} does not fit"
+    noise = {True: ", within noise", False: ""}.get(row.get("within_noise"), ", not judged against noise")
+    return None if row["worth"] is None else f"{row['worth'] * 100:+.1f} % at B={full['batch_size']}{noise}"
+
+
 def ablation_rows(rep: Report) -> tuple[dict | None, list[dict]]:
     """The recommendation's own record (matrix or sweep) with `processes`, the spread of every process
     that timed it, and, per lever removed, its record, the lever's worth (the recommendation's median
@@ -304,8 +332,7 @@ def ablation_html(rep: Report) -> str:
     )
 
 
-def micro_steps_text(row: dict) -> str:
-    """'B=8' for one step an update, 'B=64 × 8 micro-steps' where gradients accumulate."""
+def micro_steps_text(row: dict) -> str:  # 'B=8' for one step an update, 'B=64 × 8 micro-steps' where they accumulate
     return f"B={row['batch']}" + (f" × {row['micro_steps']} micro-steps" if row["micro_steps"] != 1 else "")
 
 

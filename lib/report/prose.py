@@ -276,9 +276,12 @@ def recommendations(rep: Report) -> list[str]:
             )
         elif med >= ADOPT_ABOVE:
             keep.append(st.title)
+            # its worth stated both ways: over the stage it is added to, and on top of every other lever
+            alone = frontier_view.worth_at_recommendation(rep, key)
             out.append(
                 f"**{st.title}**: adopt (median {med:.2f}× over {stages.get(effect['previous']).title}, "
-                "loss within tolerance)."
+                "loss within tolerance)"
+                + (f"; on top of the recommendation's other levers (leave-one-out): {alone}." if alone else ".")
             )
         elif med > 0.98:
             out.append(

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import html
 
-from lib.core import levers, record, stages
+from lib.core import record, stages
 from lib.report import fidelity_view, frontier_view, parity_view, size_sweep_view
 from lib.report.loader import ADOPT_ABOVE, Report, mfu_bf16, recommended, span
 from lib.results import decide, stats
@@ -39,7 +39,7 @@ def _turn_on(rep: Report) -> str | None:
     batch, n = full["batch_size"], full.get("processes", {}).get("n", 1)
 
     def worth(r):  # where the stage that adds the lever was neutral in the matrix, say so beside its worth here
-        key = _row_stage(rep, r)
+        key = frontier_view.row_stage(rep, r)
         effect = decide.lever_effect(rep.df, key) if key else None
         neutral = (
             effect is not None
@@ -75,25 +75,6 @@ def _turn_on(rep: Report) -> str | None:
     )
 
 
-def _stage_of(rep: Report, lever: str) -> str | None:
-    """The report's stage that adds `lever` (the first whose switches differ from the stage it is added to)."""
-    off = levers.LEVERS.get(lever, {})
-    return next(
-        (
-            k
-            for k in rep.stage_order[1:]
-            if decide.previous_stage(k)
-            and any(getattr(stages.get(k), f) != getattr(stages.get(decide.previous_stage(k)), f) for f in off)
-        ),
-        None,
-    )
-
-
-def _row_stage(rep: Report, row: dict) -> str | None:
-    """The stage that adds the lever of a leave-one-out row (its name may add "(and ..., which needs it)")."""
-    return _stage_of(rep, row["lever"].split(" (and ")[0])
-
-
 def _pays(row: dict) -> bool:
     """A leave-one-out row whose lever pays beyond the measured noise."""
     return row["worth"] is not None and row["worth"] > 0 and row.get("within_noise") is False
@@ -101,7 +82,7 @@ def _pays(row: dict) -> bool:
 
 def _paying(rep: Report) -> set[str]:
     """The stages whose lever the leave-one-out at the recommendation finds paying beyond noise (the Turn-on line)."""
-    return {_row_stage(rep, r) for r in frontier_view.ablation_rows(rep)[1] if _pays(r)}
+    return {frontier_view.row_stage(rep, r) for r in frontier_view.ablation_rows(rep)[1] if _pays(r)}
 
 
 def _skip(rep: Report) -> str | None:
@@ -190,7 +171,7 @@ def code_lines(rep: Report) -> list[tuple[str, str]]:
     if best is None:
         return []
     full, rows = frontier_view.ablation_rows(rep)
-    by_stage = {k: r for r in rows if (k := _row_stage(rep, r))}
+    by_stage = {k: r for r in rows if (k := frontier_view.row_stage(rep, r))}
     keys = [k for k in decide.lineage(best["stage"])[1:] if stages.get(k).switch]
 
     def rank(k: str) -> tuple:  # does not fit without it; pays beyond noise; the rest by worth; no worth at all
