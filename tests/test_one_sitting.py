@@ -491,7 +491,11 @@ def test_page_one_says_which_machine_timed_what_and_that_their_offset_is_unknown
         params=SimpleNamespace(name="cpu", not_run=[], method=record.METHOD),
     )
     text = tables.provenance_md(rep)
-    assert "4 records from 2 machines" in text and "host-a: 2" in text and "Superseded" not in text
+    assert (
+        "4 records from 2 machines" in text
+        and '<span class="nowrap">host-a</span>: 2' in text
+        and "Superseded" not in text
+    )
     assert "host-a timed matrix, repeats" in text and "host-b timed recipe" in text
     assert "offset is unknown" in text and "0.0 %" not in text
     assert "Incomplete" not in text

@@ -612,3 +612,11 @@ def test_a_lever_s_worth_is_stated_both_ways_in_the_recommendations(tmp_path, mo
     assert flash.endswith("(leave-one-out): without it B=2 does not fit.")
     bf16 = next(line for line in lines if line.startswith("**BF16 autocast**"))
     assert "leave-one-out" not in bf16  # no row: nothing claimed
+
+
+def test_the_cpu_default_s_pdf_holds_the_argument_in_at_most_20_pages(pipeline_ok):
+    """Issue: a PDF of at most 20 pages (the committed H100 report's ran to 45, then 28). The CPU default measures every
+    stage and chapter of the default depth, so its PDF carries the same sections."""
+    from conftest import pdf_page_count
+
+    assert pdf_page_count(pipeline_ok.report_dir / "report.pdf") <= 20

@@ -192,7 +192,8 @@ def show(rep: Report, key: str) -> None:
     from IPython.display import HTML, Markdown, display
 
     why = nothing_measured(rep, key)
-    shown = parts(rep, key, brief=not why and aside(rep, key))
+    brief = not why and aside(rep, key)
+    shown = parts(rep, key, brief=brief)
     if why:
         shown = print_heading_only(shown, why)
     for hidden, run in itertools.groupby(shown, key=lambda x: x[0]):
@@ -207,5 +208,7 @@ def show(rep: Report, key: str) -> None:
     titles = [
         t for hidden, p in shown if hidden and isinstance(p, tuple) and p[0] == "md" for t in HEADING.findall(p[1])
     ]
+    if brief:
+        titles.insert(0, "this lever's introduction (the recommendation does not use it)")
     if titles and not why:  # a chapter that timed nothing already said where it is
         display(HTML(in_the_html(titles)))

@@ -13,11 +13,11 @@ import pandas as pd
 
 from lib.core import stages
 from lib.core.config import preset_of
-from lib.report import frontier_view, size_sweep_view
+from lib.report import frontier_view, parity_view, size_sweep_view
 from lib.report.evidence_view import OK
 from lib.report.loader import Report
 from lib.report.profile_view import kernel_label
-from lib.results import decide
+from lib.results import decide, parity
 
 LAYERS = {
     "tensors": "mem_tensors_bytes",
@@ -51,6 +51,12 @@ def facts(rep: Report) -> dict:
         ],
         "leave_one_out": full
         and {"stage": full["stage"], "batch_size": full["batch_size"], "rows": {row["lever"]: row for row in rows}},
+        # stages whose parity test did not hold (found worse or undecided): a claim that a lever pays for training
+        # does not rest on them
+        "not_held": {
+            k: f"its parity test {'could not decide' if c['verdict'] == parity.UNDECIDED else 'found it worse'}"
+            for k, c in parity_view.rejected(rep).items()
+        },
         "sizes": size_sweep_view.points(rep)
         and {"series": size_sweep_view.speedups(rep), "bands": size_sweep_view.bands(rep)[0]},
     }

@@ -233,12 +233,21 @@ def attention_verdict(claim: dict, row: dict, applies: bool, ev: dict) -> dict:
 
 def forms_verdict(claim: dict, row: dict, df: pd.DataFrame, applies: bool, ev: dict) -> dict:
     """A claim about FP8 on every FP8 form and size the report measured: the verdict rests on the
-    fastest form at the report's own model (params/claims.yaml); the others are named beside it."""
+    fastest form at the report's own model whose parity test did not fail to hold (params/claims.yaml); the
+    others are named beside it, a form that did not hold with why it is not counted."""
     metric, facts = claim["metric"], ev["facts"]
     pairs = ", ".join(f"{k} vs {decide.previous_stage(k)}" for k in claim["forms"])
     row["check"] = f"each FP8 form against the stage it is added to ({pairs}): {range_text(metric, claim['expect'])}"
     measured, missing = claim_figures.forms(claim["forms"], df, facts)
     sizes = claim_figures.sizes(facts)
+    not_held = (facts or {}).get("not_held") or {}
+    # a form whose parity test did not hold is not one to train with: named, not counted
+    missing += [
+        f"{stages.get(f['stage']).title}: {per_batch_text(metric, f['values'])}, not counted: {not_held[f['stage']]}"
+        for f in measured
+        if f["stage"] in not_held
+    ]
+    measured = [f for f in measured if f["stage"] not in not_held]
     if not measured:
         return {**row, "measured": "; ".join([*missing, sizes]), "verdict": NOT_MEASURED if applies else NOT_APPLICABLE}
     best, model = measured[0], (facts or {}).get("model", "the report's model")
@@ -247,7 +256,7 @@ def forms_verdict(claim: dict, row: dict, df: pd.DataFrame, applies: bool, ev: d
     )
     row["measured"] = "; ".join(
         [
-            f"{stages.get(best['stage']).title}: {per_batch_text(metric, best['values'])}{note} (the fastest form at {model}: "
+            f"{stages.get(best['stage']).title}: {per_batch_text(metric, best['values'])}{note} (the fastest form at {model} whose loss held: "
             "the verdict rests on it)"
         ]
         + [f"{stages.get(f['stage']).title}: {per_batch_text(metric, f['values'])}" for f in measured[1:]]

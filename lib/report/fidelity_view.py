@@ -167,7 +167,7 @@ def repeats_html(rep: Report) -> str:
             f"The {len(repeated)} configurations timed in several processes, each with its range, are a "
             "table in the HTML report.",
         )
-        + f'<p class="note">Noise floor of this report (the largest range / median above): '
+        + f'<p class="note">Noise floor of this report (the largest range / median among them): '
         f"{floor * 100:.2f} %. A ratio closer to 1 than that is reported as within noise.</p>"
     )
 

@@ -89,7 +89,7 @@ def _fidelity_method(rep: Report) -> str:
   the device as in nanoGPT's loop; it also times each step after `torch.cuda.synchronize()`, as
   build-nanogpt does.
 * **Repeats and noise**: the recommended configuration, its runner-up and both sides of the timing claims
-  the runs knew of run in a second fresh process{fidelity_view.repeats_rule(ev)} (the table below lists exactly which);
+  the runs knew of run in a second fresh process{fidelity_view.repeats_rule(ev)} (the section "Process-to-process spread" below says which);
   {fidelity_view.noise_sentence(rep)}
 * **Batch size**, the tie rule fixed before any number: {fidelity_view.BATCH_TIE_RULE}
 """

@@ -190,8 +190,8 @@ def title_md(rep: Report) -> str:
 def stages_md(rep: Report) -> str:
     """The ladder of stages, for the method section."""
     return (
-        f"Each stage adds one lever to the one before ({' → '.join(rep.stage_titles)}; Appendix A names the "
-        "stages added to an earlier one) and is timed on the same model, seed and data at every batch size."
+        f"Each stage adds one lever to the one before ({' → '.join(rep.stage_titles)}; the HTML report's "
+        "Appendix A names the stages added to an earlier one) and is timed on the same model, seed and data at every batch size."
     )
 
 
@@ -233,7 +233,7 @@ def provenance_md(rep: Report) -> str:
     stopped = sum(1 for r in runs if r.get("state") == "interrupted") - (state == "interrupted")
     text = old_method_md(rep) + (
         f"**Where and how:** {len(recs)} records from {len(machines)} machine{'s' if len(machines) > 1 else ''} ("
-        + "; ".join(f"{m}: {n}" for m, n in machines.most_common())
+        + "; ".join(f'<span class="nowrap">{m}</span>: {n}' for m, n in machines.most_common())
         + ") by code "
         + "; ".join(f"{c}: {n}" for c, n in commits.most_common())
         + f", in {len(runs)} run{'s' if len(runs) != 1 else ''} of the measuring command"
