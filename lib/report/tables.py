@@ -8,12 +8,13 @@ import json
 import os
 from collections import Counter
 
+import numpy as np
 import pandas as pd
 
 from lib.core import chapters, provenance, record, stages
 from lib.core.config import preset_of
 from lib.report.loader import CV_LIMIT, GiB, Report, code_commits, gib, manifest, pct, short, times, tok
-from lib.results import noise
+from lib.results import decide, noise
 
 
 def status_cell(row) -> str:
@@ -24,10 +25,19 @@ def status_cell(row) -> str:
     return f'<span class="bad" title="{html.escape(str(row["reason"] or ""))}">{label}</span>'
 
 
+def _processes_note(values: list[float] | None) -> str:
+    """Under a matrix row's tokens/s (its first process), the median over every process that timed it, where
+    several did: the figure the summary and the recommendation quote."""
+    if not values or len(values) < 2:
+        return ""
+    return f"<br><small>median of {len(values)}: {tok(float(np.median(values)))}</small>"
+
+
 def matrix_html(rep: Report, stage: str | None = None) -> str:
     """The experimental matrix (stage x batch), or one stage's rows of it. A row that has no
     timing says why in the step-time cell (OOM, not applicable, error) so it cannot be missed."""
     df = rep.df if stage is None else rep.df[rep.df["stage"] == stage]
+    processes = decide.throughputs(rep.decisions)  # a row timed in several processes shows their median beside it
     rows = []
     for _, r in df.iterrows():
         ran = r["status"] in ("ok", "diverged")
@@ -54,7 +64,9 @@ def matrix_html(rep: Report, stage: str | None = None) -> str:
                 "B": r["batch_size"],
                 "ms/step<br><small>p10–p90</small>": step,
                 "CV": cv_txt,
-                "tok/s": tok(r["tokens_per_s"]) if ran else "",
+                "tok/s": (tok(r["tokens_per_s"]) + _processes_note(processes.get((r["stage"], r["batch_size"]))))
+                if ran
+                else "",
                 "× FP32": times(r["speedup_vs_baseline"]),
                 "× prev.": times(r["speedup_vs_previous"]),
                 "MFU<br><small>bf16 peak</small>": (
