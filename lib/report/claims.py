@@ -124,6 +124,8 @@ def _judged(claim: dict, row: dict, df: pd.DataFrame, applies: bool, ev: dict) -
         if claim.get("compiled")
         else f" alone over {claim['versus']}"
         if claim.get("leave_one_out")
+        else f", {claim['layer'].replace('_', ' ')} memory"  # the PDF drops the check column that names the layer
+        if metric == "memory_change"
         else ""
     )
     beside = [
