@@ -308,4 +308,4 @@ def test_a_memory_claim_names_the_layer_it_reads_where_the_pdf_drops_the_check_c
     found BF16's -5.5 % in the claims beside -5.6 % in its chapter)."""
     df = _df({"tf32": 10.0, "bf16": 9.0}, mem_device_bytes={"tf32": 100 * 2**30, "bf16": 94.5 * 2**30})
     v = _verdict("bf16-memory", df)
-    assert v["measured"].startswith("-5.5 % at B=2, device memory")
+    assert v["measured"].startswith("-5.5 % at B=2, device memory (bf16 vs tf32)")

@@ -124,9 +124,9 @@ def _judged(claim: dict, row: dict, df: pd.DataFrame, applies: bool, ev: dict) -
         if claim.get("compiled")
         else f" alone over {claim['versus']}"
         if claim.get("leave_one_out")
-        else f", {claim['layer'].replace('_', ' ')} memory"  # the PDF drops the check column that names the layer
-        if metric == "memory_change"
-        else ""
+        # the PDF drops the check column: the figure names what it compares (and, for memory, the layer)
+        else (f", {claim['layer'].replace('_', ' ')} memory" if metric == "memory_change" else "")
+        + f" ({claim['stage']} vs {claim['versus']})"
     )
     beside = [
         claim_kinds.compiled_padding_text(claim, df, ev, judged=True) if claim.get("compiled") else "",
