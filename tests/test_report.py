@@ -641,3 +641,23 @@ def test_a_matrix_row_timed_in_several_processes_shows_their_median_beneath_its_
     first, second = recs[1]["tokens_per_s"], again["tokens_per_s"]
     assert f"median of 2: {(first + second) / 2:,.0f}" in html
     assert html.count("median of 2") == 1  # fp32 ran in one process: nothing beneath it
+
+
+def test_a_lever_s_speed_up_divides_the_medians_over_processes_where_several_timed_it(tmp_path):
+    """The recommendations said 'torch.compile: adopt (median 1.28x)', the ratio of first processes, beside medians
+    over processes that give 1.29x (a reader's recomputation on the H100): a configuration timed in several processes
+    enters the speed-ups by their median."""
+    from lib.results import store
+
+    params = tiny_params(["fp32", "tf32"])
+    recs = [make_record(params, "fp32", 2, [100.0] * 6, LOSSES), make_record(params, "tf32", 2, [50.0] * 6, LOSSES)]
+    d = write_report_dir(tmp_path / "r", params, recs)
+    assert loader.load(d).df.set_index("stage").at["tf32", "speedup_vs_previous"] == pytest.approx(2.0)
+    again = make_record(params, "tf32", 2, [40.0] * 6, LOSSES)  # a second process, faster
+    again.update(variant="repeat", repeat=1)
+    store.write_atomic(d / "results" / "repeats" / "tf32__b2__r1.json", again)
+    df = loader.load(d).df.set_index("stage")
+    median = (recs[1]["tokens_per_s"] + again["tokens_per_s"]) / 2
+    assert df.at["tf32", "speedup_vs_previous"] == pytest.approx(median / recs[0]["tokens_per_s"])
+    assert df.at["tf32", "speedup_vs_baseline"] == pytest.approx(median / recs[0]["tokens_per_s"])
+    assert df.at["tf32", "tokens_per_s"] == recs[1]["tokens_per_s"]  # the row itself stays its first process

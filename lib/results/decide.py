@@ -13,12 +13,20 @@ from lib.results.noise import across_machines, decision_floor, spread, within_no
 from lib.results.stats import GATE_FAILS, loss_gap, loss_noise, spike_step
 
 
-def table(records: list[dict], stage_order: list[str], tolerance: float | None = None, noise: float = 0.0):
+def table(
+    records: list[dict],
+    stage_order: list[str],
+    tolerance: float | None = None,
+    noise: float = 0.0,
+    processes: dict | None = None,
+):
     """Tidy table, one row per configuration, in stage order, with the comparisons every
     reader asks for: speedup over FP32 and over the previous stage at the same batch, and the
     final-loss difference from the stage's reference (FP32 for the classic five, the vocab
     stage for the levers after them) at the same batch, and the loss gate (loss_gap against the
-    tolerance; `noise` is loss_noise: a gap beyond the tolerance by less is 'within noise')."""
+    tolerance; `noise` is loss_noise: a gap beyond the tolerance by less is 'within noise').
+    `processes` (throughputs): a configuration timed in several processes enters the speed-ups by
+    their median, the figure the recommendation quotes; else by its one process."""
     import pandas as pd
 
     # a key a record lacks (an older record, another kind) is None in its row
@@ -62,11 +70,15 @@ def table(records: list[dict], stage_order: list[str], tolerance: float | None =
     df["stage_idx"] = df["stage"].map({s: i for i, s in enumerate(stage_order)})
     df = df.sort_values(["stage_idx", "batch_size"]).reset_index(drop=True)
     ok = df["status"].isin(TIMED)
-    base = df[(df["stage"] == stage_order[0]) & ok].set_index("batch_size")
+    timed = [
+        float(np.median(processes[(s, b)])) if len((processes or {}).get((s, b)) or []) > 1 else t
+        for s, b, t in zip(df["stage"], df["batch_size"], df["tokens_per_s"])
+    ]
+    base = df.assign(timed=timed)[(df["stage"] == stage_order[0]) & ok].set_index("batch_size")
     # Never for the multi-GPU stage: its throughput over one GPU's FP32 is no lever's speed-up.
     df["speedup_vs_baseline"] = [
-        t / base["tokens_per_s"][b] if b in base.index and ok_ and t and not stages.is_multi_gpu(s) else np.nan
-        for s, b, t, ok_ in zip(df["stage"], df["batch_size"], df["tokens_per_s"], ok)
+        t / base["timed"][b] if b in base.index and ok_ and t and not stages.is_multi_gpu(s) else np.nan
+        for s, b, t, ok_ in zip(df["stage"], df["batch_size"], timed, ok)
     ]
     losses = {(s, b): f for s, b, f, o in zip(df["stage"], df["batch_size"], df["final_loss"], ok) if o}
     df["loss_ref"] = [stages.get(s).reference if s in stages.STAGES else stage_order[0] for s in df["stage"]]
@@ -97,11 +109,11 @@ def table(records: list[dict], stage_order: list[str], tolerance: float | None =
     # What a lever buys is judged against the stage right before it in the registry, at the same
     # batch, and only where that stage was measured: a report that skipped stages (STAGES=) must not
     # credit one lever with several. A multi-GPU stage is judged against one GPU at its setting.
-    tps = {(s, b): t for s, b, t, o in zip(df["stage"], df["batch_size"], df["tokens_per_s"], ok) if o}
+    tps = {(s, b): t for s, b, t, o in zip(df["stage"], df["batch_size"], timed, ok) if o}
     df["previous_stage"] = [previous_stage(s) for s in df["stage"]]
     df["speedup_vs_previous"] = [
         t / tps[(p, b)] if o and t and (p, b) in tps else np.nan
-        for t, p, b, o in zip(df["tokens_per_s"], df["previous_stage"], df["batch_size"], ok)
+        for t, p, b, o in zip(timed, df["previous_stage"], df["batch_size"], ok)
     ]
     df["lever_effect"] = [
         (w * e if not (pd.isna(w) or pd.isna(e)) else np.nan) if stages.is_multi_gpu(s) else v
