@@ -661,3 +661,16 @@ def test_a_lever_s_speed_up_divides_the_medians_over_processes_where_several_tim
     assert df.at["tf32", "speedup_vs_previous"] == pytest.approx(median / recs[0]["tokens_per_s"])
     assert df.at["tf32", "speedup_vs_baseline"] == pytest.approx(median / recs[0]["tokens_per_s"])
     assert df.at["tf32", "tokens_per_s"] == recs[1]["tokens_per_s"]  # the row itself stays its first process
+
+
+def test_the_pdf_keeps_the_method_s_rules_and_leaves_how_things_are_measured_to_the_html(tmp_path):
+    from lib.report import method_text
+
+    rep = _pdf_report(tmp_path)
+    text = method_text.method_md(rep)
+    rules, details = method_text.split(text)
+    for key in ("Stages", "Timing", "MFU", "Loss gate", "Batch size"):
+        assert f"* **{key}**" in rules and f"* **{key}**" not in details, key
+    for key in method_text.DETAILS:
+        assert f"* **{key}**" in details and f"* **{key}**" not in rules, key
+    assert len(rules) + len(details) + 1 == len(text.strip())  # nothing lost: the two parts make the whole

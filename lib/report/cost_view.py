@@ -9,6 +9,7 @@ import json
 import statistics
 
 from lib.core import chapters
+from lib.report import export
 from lib.report.evidence_view import none, table
 from lib.report.loader import Report
 
@@ -87,4 +88,4 @@ def cost_html(rep: Report) -> str:
             f" Measured again with the cache warm, the same records would take about {estimate / 60:.0f} minutes "
             "(an estimate: every cold first step replaced by the warm median)."
         )
-    return text + "</p>" + table(rows)
+    return text + "</p>" + export.html_only_block(table(rows), "Seconds per chapter: a table in the HTML report.")

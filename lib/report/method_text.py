@@ -4,6 +4,8 @@ energy, each computed from the report's params and records."""
 
 from __future__ import annotations
 
+import re
+
 from lib.core import data, stages
 from lib.report import fidelity_view, parity_view, tables
 from lib.report.loader import Report
@@ -65,6 +67,18 @@ def method_md(rep: Report) -> str:
 * **Failures are results**: an out-of-memory configuration is an OOM row, a NaN loss a DIVERGED row,
   a stage the device cannot run a "not applicable" row.
 """.replace("{fidelity}", _fidelity_method(rep))
+
+
+# How things are measured, for the reader who checks (the HTML): the PDF keeps the rules that decide
+# (stages, timing, MFU, the loss gate, the parity test, the cross-check, repeats, batch size).
+DETAILS = ("Isolation", "Initial weights", "Compilation", "Memory", "Kernel profile", "Energy", "Failures are results")
+
+
+def split(method: str) -> tuple[str, str]:
+    """(the bullets that decide, the DETAILS bullets) of method_md's text."""
+    items = re.split(r"\n(?=\* \*\*)", method.strip())
+    detail = [i for i in items if any(i.startswith(f"* **{k}**") for k in DETAILS)]
+    return "\n".join(i for i in items if i not in detail), "\n".join(detail)
 
 
 def _fidelity_method(rep: Report) -> str:
