@@ -615,6 +615,11 @@ def test_the_launcher_imports_once_what_each_child_would_and_initialises_no_devi
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
     assert out.stdout.split() == ["True", "False"]
     assert "torch._inductor.compile_fx" not in worker.PRELOADED
+    # ... but on the CPU backend, which has no GPU to break, Inductor is imported once in the launcher too
+    code = "import sys; from lib.measure import worker; worker.preload('{}'); print('torch._inductor.compile_fx' in sys.modules)"
+    for backend, loaded in (("cpu", "True"), ("cuda", "False")):
+        out = subprocess.run([sys.executable, "-c", code.format(backend)], capture_output=True, text=True, cwd=ROOT)
+        assert out.stdout.split() == [loaded], (backend, out.stderr[-500:])
     code = "import torch; from lib.measure import worker; torch.cuda._is_in_bad_fork = lambda: True; worker.preload()"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert out.returncode != 0 and "preloading torch._dynamo left the launcher unable to fork" in out.stderr

@@ -354,6 +354,8 @@ def serve(jobs: list[dict], timeout_s: float) -> None:
 # stayed False after importing it in a plain interpreter there, so the state that breaks a fork is not the one
 # that call reports: fork_is_clean asks a forked child itself.
 PRELOADED = ("torch._dynamo",)
+# On the CPU default there is no GPU to break: Inductor's import once, not in every compiled child (0.9 s each).
+CPU_PRELOADED = ("torch._inductor.compile_fx",)
 
 
 def fork_is_clean() -> bool:
@@ -367,13 +369,16 @@ def fork_is_clean() -> bool:
     return os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
 
 
-def preload() -> None:
+def preload(backend: str | None = None) -> None:
     """Import, once in the launcher, what every child would otherwise import for itself: the optimizer's
-    first construction imports torch._dynamo (about 2 s on a small CPU). The launcher must leave its forked
-    children a usable device: a preload after which a fork is not clean is refused, with its name."""
+    first construction imports torch._dynamo (about 2 s on a small CPU); for a CPU backend, Inductor too. The
+    launcher must leave its forked children a usable device: a preload after which a fork is not clean is
+    refused, with its name."""
     import importlib
 
-    for name in PRELOADED:
+    for name in PRELOADED + (CPU_PRELOADED if backend == "cpu" else ()):
+        if name in sys.modules:
+            continue
         importlib.import_module(name)
         if not fork_is_clean():
             raise RuntimeError(f"preloading {name} left the launcher unable to fork a child that can use the GPU")
@@ -387,5 +392,6 @@ if __name__ == "__main__":
         spec = json.loads(open(line.strip()).read())
         os.environ[faults.VAR] = spec.get("faults", "")
         jobs = [{**job, "params": Params.from_dict(job["params"], lenient=True)} for job in spec["jobs"]]
+        preload(jobs[0]["params"].backend if jobs else None)
         serve(jobs, spec.get("timeout_s", 1800))
         print(protocol.BATCH_DONE, flush=True)
