@@ -202,16 +202,18 @@ def row_stage(rep: Report, row: dict) -> str | None:
 
 
 def worth_at_recommendation(rep: Report, key: str) -> str | None:
-    """What stage `key`'s lever is worth on top of every other lever of the recommendation (its leave-one-out
-    row), in words; None where the leave-one-out has no row for it."""
+    """Stage `key`'s lever's worth on top of the recommendation's other levers (its leave-one-out row), or None."""
     full, rows = ablation_rows(rep)
     row = next((r for r in rows if row_stage(rep, r) == key), None)
-    if row is None or full is None:
-        return None
+    return None if row is None or full is None else worth_text(row, full["batch_size"])
+
+
+def worth_text(row: dict, batch: int) -> str | None:
+    """A leave-one-out row's worth in words ('+4.8 % at B=96', 'without it B=96 does not fit'), or None."""
     if row["record"].get("status") == record.Status.OOM:
-        return f"without it B={full['batch_size']} does not fit"
+        return f"without it B={batch} does not fit"
     noise = {True: ", within noise", False: ""}.get(row.get("within_noise"), ", not judged against noise")
-    return None if row["worth"] is None else f"{row['worth'] * 100:+.1f} % at B={full['batch_size']}{noise}"
+    return None if row["worth"] is None else f"{row['worth'] * 100:+.1f} % at B={batch}{noise}"
 
 
 def ablation_rows(rep: Report) -> tuple[dict | None, list[dict]]:
@@ -337,8 +339,7 @@ def micro_steps_text(row: dict) -> str:  # 'B=8' for one step an update, 'B=64 Ã
 
 
 def recipe_finding(rep: Report) -> str | None:
-    """The executive summary's line on the recipe: the recommendation against the canonical
-    trainer at the same global batch, and how far the aim is."""
+    """The summary's line on the recipe: the recommendation against the canonical trainer, and the aim."""
     rows = {r["role"]: r for r in recipe_rows(rep)}
     best, plain, harness = rows.get("recommended"), rows.get("baseline"), rows.get("baseline-harness")
     if not best or not plain:

@@ -186,15 +186,12 @@ def code_lines(rep: Report) -> list[tuple[str, str]]:
         r, title = by_stage.get(k), stages.get(k).title
         if r is None:
             return f"# {title}: not in the leave-one-out"
-        batch = full["batch_size"]
-        if r["record"].get("status") == record.Status.OOM:
-            return f"# {title}: without it B={batch} does not fit"
         if r["record"].get("status") == frontier_view.NOT_MEASURED:
             return f"# {title}: worth not measured (no leave-one-out record)"
-        if r["worth"] is None:
+        worth = frontier_view.worth_text(r, full["batch_size"])
+        if worth is None:
             return f"# {title}: worth unknown, its leave-one-out {r['record'].get('status', '').replace('_', ' ')}"
-        noise = {False: "", True: ", within noise"}.get(r.get("within_noise"), ", not judged against noise")
-        return f"# {title}: {r['worth'] * 100:+.1f} % at B={batch}{noise}"
+        return f"# {title}: {worth}"
 
     return [(comment(k), stages.get(k).switch) for k in sorted(keys, key=rank)]
 

@@ -25,6 +25,12 @@ def spread(values: list[float]) -> dict:
     }
 
 
+def another_process(values: list[float], tolerance: float | None) -> bool:
+    """The repeats' rule beyond two processes, fixed before any number: another fresh process only where
+    those so far differ by more than `tolerance` (None: always)."""
+    return tolerance is None or spread(values)["spread"] > tolerance
+
+
 def noise_floor(groups: dict) -> float | None:
     """The largest relative process-to-process range among the configurations run in several
     processes: the report's measured noise. None when nothing was repeated."""

@@ -22,7 +22,6 @@ from lib.core.params import Params
 from lib.measure import compile_cache
 from lib.results import decide, noise, store
 from lib.run import recipe, runner
-from lib.run.jobs import folder
 
 DDP_MEMORY_SHARE = 0.85  # the DDP stage replicates only configurations that left this much headroom
 
@@ -239,16 +238,14 @@ def run_ddp(
     ev, runs = params.evidence, []
     most = ev.repeats if nnodes == 1 else min(2, ev.repeats)
     for k in range(most):
-        if k >= 2 and noise.spread([r["tokens_per_s"] for r in runs])["spread"] <= (ev.repeat_tolerance or 0):
+        if k >= 2 and not noise.another_process([r["tokens_per_s"] for r in runs], ev.repeat_tolerance):
             break
         with tempfile.TemporaryDirectory() as tmp:
             rec = _torchrun(params, {**job, "repeat": k}, n, Path(tmp) / f"process{k}.json", timeout_s, launch)
         if rec is None:  # a node other than 0: its ranks ran; node 0 writes the record
             continue
-        if rec["status"] != record.Status.OK:
-            store.write_record(
-                out, rec
-            )  # the failure is the record: what the earlier processes timed is not kept whole
+        if rec["status"] != record.Status.OK:  # the failure is the record; earlier processes are not kept half
+            store.write_record(out, rec)
             runner._finished(env, rec)
             return rec
         runs.append(rec)
@@ -275,10 +272,8 @@ def recipe_target(params: Params, report_dir: Path, gpus: int, roomy) -> dict | 
     if pick is None or not roomy(pick):
         return None
     key, batch = pick["stage"], pick["batch_size"]
-    found = [
-        json.loads(p.read_text())
-        for p in sorted(folder(report_dir, "recipe").glob(f"recommended__{key}__b{batch}__r*.json"))
-    ]
+    paths = [recipe.side_path(report_dir, "recommended", key, batch, k) for k in range(params.evidence.repeats)]
+    found = [json.loads(p.read_text()) for p in paths if p.exists()]
     timed = [r for r in found if r.get("status") == record.Status.OK]
     micro = recipe.micro_steps(params, batch)
     if not timed or micro % gpus:

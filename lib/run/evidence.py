@@ -276,7 +276,7 @@ def _repeat(params: Params, report_dir, configs: list[tuple[str, int]], force: b
     for k in range(1, ev.repeats):
         if k > 1 and tolerance is not None:
             tps = decide.throughputs(store.decision_records(resolve(report_dir) / "results"))
-            configs = [c for c in configs if noise.spread(tps.get(c) or [1.0])["spread"] > tolerance]
+            configs = [c for c in configs if noise.another_process(tps.get(c) or [1.0], tolerance)]
         jobs = []
         for stage, batch in configs:
             job = make_job(

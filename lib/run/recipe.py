@@ -45,6 +45,11 @@ def recipe_params(params: Params) -> Params:
     )
 
 
+def side_path(report_dir, role: str, key: str, batch: int, k: int) -> Path:
+    """Where the recipe keeps the record of one side's k-th process."""
+    return folder(report_dir, "recipe") / f"{role}__{key}__b{batch}__r{k}.json"
+
+
 def recipe_jobs(params: Params, report_dir, best: dict) -> list[dict]:
     env, n = runner.environment(report_dir), params.evidence.repeats
     p = recipe_params(params)
@@ -79,7 +84,7 @@ def recipe_jobs(params: Params, report_dir, best: dict) -> list[dict]:
                 env,
                 key,
                 batch,
-                folder(report_dir, "recipe") / f"{role}__{key}__b{batch}__r{k}.json",
+                side_path(report_dir, role, key, batch, k),
                 variant=f"recipe: {role}",
                 micro_steps=micro,
                 repeat=k,
@@ -143,10 +148,8 @@ def measure(params: Params, report_dir, best: dict, force: bool = False) -> None
 def sides_disagree(recs: dict, tolerance: float | None) -> bool:
     """Whether any side of the recipe (its role) differs between its processes by more than
     `tolerance` in tokens/s (no tolerance: always, every round runs)."""
-    if tolerance is None:
-        return True
     sides: dict[str, list[float]] = {}
     for r in recs.values():
         if r.get("tokens_per_s"):
             sides.setdefault(r["variant"], []).append(r["tokens_per_s"])
-    return any(noise.spread(v)["spread"] > tolerance for v in sides.values())
+    return tolerance is None or any(noise.another_process(v, tolerance) for v in sides.values())
