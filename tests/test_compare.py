@@ -329,3 +329,21 @@ def test_a_rule_judged_by_a_claim_that_does_not_exist_is_a_config_error(tmp_path
     (tmp_path / "rules.yaml").write_text(text.replace('source: "002"', 'source: "007"'))
     with pytest.raises(config.ConfigError, match="source '007' is none of claims.yaml's sources"):
         claim_params.load_rules(tmp_path / "rules.yaml")
+
+
+def test_the_pdf_hides_a_check_column_only_in_a_reports_own_claims_table(tmp_path):
+    """A report's claims table keeps its check column in the HTML alone; the print stylesheet hid the second
+    column of every claims-styled table, which in the comparison is the first GPU's (claims) and the GPU's name
+    (rules), so the comparison's PDF showed one GPU's verdicts with no GPU named."""
+    import re
+
+    from lib.report import export
+
+    hiding = re.findall(r"([^{}]*nth-child\(2\)[^{}]*)\{\s*display:\s*none", export.CSS.read_text())
+    assert hiding, "the print rule that drops the check column is gone"
+    reps = _hopper_pair(tmp_path, 0.8)
+    for table_html in (compare_view.claims_html(reps), rules.html_table(reps)):
+        classes = set(re.search(r'<table class="([^"]+)"', table_html).group(1).split())
+        for selector in (s.strip() for rule in hiding for s in rule.split(",")):
+            needed = set(re.findall(r"\.([\w-]+)", selector.split()[0]))
+            assert not needed <= classes, f"{selector} hides a column of the comparison's {classes} table"

@@ -195,7 +195,7 @@ def html(rep, path=CLAIMS) -> str:
         for r in t.itertuples()
     )
     return (
-        f'<table class="claims"><tr><th>Claim</th><th>Check (confirms if)</th><th>Measured here</th>'
+        f'<table class="claims with-check"><tr><th>Claim</th><th>Check (confirms if)</th><th>Measured here</th>'
         f'<th>Verdict</th></tr>{rows}</table><p class="note">Measured on {stack}, with the {preset_of(rep.params)} '
         f"model ({rep.params.model.n_layer} layers, d={rep.params.model.n_embd})"
         + ("; the size-sweep chapter measures the FP8 forms at every GPT-2 size" if rep.evidence.get("size") else "")
