@@ -40,7 +40,8 @@ def main(rows: int) -> None:
         h.grad = w.grad = None
         loss = loss_fn()
         loss.backward()
-        return loss.detach().float(), h.grad.float(), w.grad.float()
+        # clone: w.grad is fp32 already, so .float() would alias it and the timed iterations accumulate into it
+        return loss.detach().float(), h.grad.float().clone(), w.grad.float().clone()
 
     ref = grads(lambda: F.cross_entropy(h.float() @ w.T, y))
 
