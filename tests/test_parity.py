@@ -284,19 +284,27 @@ def test_a_test_whose_own_noise_keeps_it_from_deciding_stops_after_its_noise_see
     than 0.022 nats, beyond the 0.02 margin; the other three seeds were spent for an undecided verdict that was
     certain. The futility stop ends the test after the noise seeds, undecided; a quiet test goes on."""
     params = tiny_params(["fp32", "tf32"], batch_sizes=(4,))
-    ev = SimpleNamespace(**{**vars(EV), "parity_seeds": 5, "parity_noise_seeds": 2})
-    noisy = [r for r in _test(params, (0.0, 0.0), noise=0.016) if r["seed_offset"] < 2]
+    ev = SimpleNamespace(**{**vars(EV), "parity_seeds": 5, "parity_noise_seeds": 3})
+    noisy = [r for r in _test(params, (0.0, 0.0, 0.0), noise=0.016) if r["seed_offset"] < 3]
     check = parity.checks(noisy, ev)["tf32"]
-    assert check["futile"] and check["verdict"] == parity.UNDECIDED and not check["ok"] and check["seeds_run"] == 2
-    assert "stopped after its 2 noise seeds" in parity_view.summary(check)
-    quiet = [r for r in _test(params, (0.0, 0.0), noise=0.001) if r["seed_offset"] < 2]
+    assert check["futile"] and check["verdict"] == parity.UNDECIDED and not check["ok"] and check["seeds_run"] == 3
+    assert "stopped after its 3 noise seeds" in parity_view.summary(check)
+    quiet = [r for r in _test(params, (0.0, 0.0, 0.0), noise=0.001) if r["seed_offset"] < 3]
     assert parity.checks(quiet, ev)["tf32"]["verdict"] == parity.INCOMPLETE  # the rest of its seeds still run
-    # A noise seed still owed: no stop, whatever the noise of the other.
+    # A noise seed still owed: no stop, whatever the noise of the others.
     owed = [r for r in noisy if not (r["seed_offset"] == 1 and r["replicate"] == 1)]
     assert parity.checks(owed, ev)["tf32"]["verdict"] == parity.INCOMPLETE
+    # Two repeat pairs are too few to stop on (two sittings of one H200 test measured 0.0110 and 0.0209 nats):
+    # the same noise over two noise seeds lets the test run all its seeds.
+    ev2 = SimpleNamespace(**{**vars(EV), "parity_seeds": 5, "parity_noise_seeds": 2})
+    two = [r for r in noisy if r["seed_offset"] < 2]
+    assert not parity.checks(two, ev2)["tf32"]["futile"] and parity.checks(two, ev2)["tf32"]["verdict"] == (
+        parity.INCOMPLETE
+    )
+    assert "Every test runs all its seeds" in parity_view.rule(ev2) and "futility" in parity_view.rule(ev)
 
     # The runs: the noise seeds first; the rest only where the test is not futile.
-    params.evidence.parity_seeds, params.evidence.parity_noise_seeds = 5, 2
+    params.evidence.parity_seeds, params.evidence.parity_noise_seeds = 5, 3
     losses = [5.0 - 0.01 * i for i in range(6)]
     matrix = [make_record(params, "fp32", 4, [10.0] * 5, losses), make_record(params, "tf32", 4, [5.0] * 5, losses)]
     report_dir = write_report_dir(tmp_path / "cpu", params, matrix)
@@ -317,7 +325,7 @@ def test_a_test_whose_own_noise_keeps_it_from_deciding_stops_after_its_noise_see
         ):
             f.unlink()
         parity_runs.measure(params, report_dir)
-        assert calls[0] == [0, 1] and len(calls) == rounds, (noise, calls)
+        assert calls[0] == [0, 1, 2] and len(calls) == rounds, (noise, calls)
 
 
 def test_a_reference_in_micro_batches_says_why_without_naming_a_batch_it_never_ran():

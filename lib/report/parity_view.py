@@ -42,8 +42,13 @@ def rule(ev: Evidence) -> str:
         f"+{ev.parity_margin:g} nats ({ev.parity_margin * 100:.0f} % in perplexity): it is not worse than its "
         "reference by more than the margin (non-inferiority; a lower loss does not fail it). It is **worse** when a "
         "lower bound lies above the margin; otherwise it is **undecided**. Only a lever that holds is adopted. "
-        "The test stops early, undecided, only for futility: when after the repeated seeds its own noise alone "
-        f"keeps all {ev.parity_seeds} seeds from detecting the margin with {ev.parity_power * 100:g} % power"
+        + (
+            "The test stops early, undecided, only for futility: when after the repeated seeds its own noise alone "
+            f"keeps all {ev.parity_seeds} seeds from detecting the margin with {ev.parity_power * 100:g} % power"
+            if parity.noise_seeds(ev) >= parity.FUTILITY_MIN_PAIRS
+            else f"Every test runs all its seeds: fewer than {parity.FUTILITY_MIN_PAIRS} repeat pairs measure its "
+            "noise too loosely to stop it early"
+        )
     )
 
 

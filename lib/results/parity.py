@@ -18,7 +18,10 @@ Design (the method section states it before any number):
   * futility, the one early stop: once the first `parity_noise_seeds` seeds have run both stages twice, a test
     whose measured noise alone makes its detectable difference at the full `parity_seeds` larger than the margin
     stops there, undecided (a lever with no effect at all would hold less than `power` of the time: the rest of
-    the seeds could not make it decisive, only spend device time). Stopping for futility never adopts a lever;
+    the seeds could not make it decisive, only spend device time). Stopping for futility never adopts a lever,
+    and it needs at least FUTILITY_MIN_PAIRS repeat pairs: a noise estimated from two pairs has two degrees of
+    freedom and can be off by a factor of three either way (two sittings of the same FP8 lm_head test on an H200
+    measured 0.0110 and 0.0209 nats; the first went on and held, the second stopped);
   * a test decides only once it is complete: every one of the `parity_seeds` seeds has run both stages, the
     first `parity_noise_seeds` of them twice (a run that failed counts as run). Until then it is "incomplete" and decides nothing either
     way, so a run cut off in the middle of a test never rejects (or adopts) a lever on part of its seeds.
@@ -38,6 +41,7 @@ from lib.core.params import Evidence
 from lib.core.record import Status
 
 HOLDS, WORSE, UNDECIDED, INCOMPLETE = "holds", "worse", "undecided", "incomplete"
+FUTILITY_MIN_PAIRS = 3  # the repeat pairs a futility stop needs (module docstring); with fewer, the test runs on
 # The params of the test (params/default.yaml, evidence): a folder measured before they existed is
 # judged with today's values (loader.load), as a new report would be.
 RULE_KEYS = ("parity_seeds", "parity_passes", "parity_margin", "parity_confidence", "parity_power")
@@ -188,8 +192,10 @@ def rejected(checks: dict) -> dict:
 
 def futile(noise_sd: float | None, done: list[int], evidence: Evidence) -> bool:
     """The futility stop of the module docstring: the noise seeds have all run twice, and with the noise they
-    measured even the full test could not detect the margin."""
-    if noise_sd is None or not set(range(noise_seeds(evidence))) <= set(done):
+    measured even the full test could not detect the margin. Fewer than FUTILITY_MIN_PAIRS of them: never."""
+    if noise_sd is None or noise_seeds(evidence) < FUTILITY_MIN_PAIRS:
+        return False
+    if not set(range(noise_seeds(evidence))) <= set(done):
         return False
     reach = detectable(noise_sd, evidence.parity_seeds, evidence.parity_confidence, evidence.parity_power)
     return reach is not None and reach > evidence.parity_margin
