@@ -347,3 +347,44 @@ def test_a_stage_tested_at_two_batches_is_judged_by_the_test_that_decided():
         check = parity.checks(recs, EV)["tf32"]
         assert check["batch_size"] == 8 and check["verdict"] == parity.HOLDS and check["other_batches"] == [16]
         assert "Its runs at B=16 decided less" in parity_view.summary(check)
+
+
+def _earlier(params, stage, replicate, held, losses, batch=8):
+    """A parity run of the earlier method: one long run, no seed in its record."""
+    rec = _run(params, stage, 0, replicate, held, losses[-1], batch=batch)
+    del rec["seed_offset"]
+    rec.update(losses=list(losses), steps=len(losses))
+    return rec
+
+
+@pytest.mark.parametrize(
+    "lever_shift, held, verdict",
+    [
+        (0.0, 4.01, parity.HOLDS),  # inside the reference's envelope and held-out range
+        (0.10, 4.01, parity.WORSE),  # its training loss leaves the envelope by 0.1 > 0.05
+        (0.0, 4.12, parity.WORSE),  # its held-out loss lies 0.1 beyond the reference's range
+    ],
+)
+def test_a_parity_run_of_the_earlier_method_is_judged_by_its_own_rule_and_decides(lever_shift, held, verdict):
+    """A committed H100 report's FP8 lm_head failed its one 200-step run (training loss 0.156 nats outside the
+    reference's envelope, held-out 0.067 outside their range); read by the paired rule, which found no seeds, the
+    test was 'incomplete', decided nothing, and the stage came back recommended in a comparison. An earlier run is
+    judged by the rule it was measured under; a failed one keeps its stage out."""
+    params = tiny_params(["fp32", "tf32"], batch_sizes=(8,))
+    curve = [5.0 - 0.01 * i for i in range(40)]
+    recs = [
+        make_record(params, "fp32", 8, [10.0] * 5, [4.0] * 6),
+        make_record(params, "tf32", 8, [5.0] * 5, [4.0] * 6),
+        _earlier(params, "fp32", 0, 4.00, curve),
+        _earlier(params, "tf32", 0, held, [v + lever_shift for v in curve]),
+        _earlier(params, "fp32", 1, 4.02, [v + 0.02 for v in curve]),
+    ]
+    check = parity.checks(recs, EV)["tf32"]
+    assert (check["protocol"], check["verdict"]) == ("earlier", verdict)
+    best = decide.best_config(recs, params)
+    assert best["stage"] == ("tf32" if verdict == parity.HOLDS else "fp32")
+    text = parity_view.summary(check)
+    assert "earlier method" in text and ("held" if verdict == parity.HOLDS else "failed: not adopted") in text
+    # A paired test of the same stage decides where there is one; the earlier run stays in the records.
+    paired = parity.checks(recs + _test(params, (0.001, 0.002, 0.0)), EV)["tf32"]
+    assert "protocol" not in paired and paired["verdict"] == parity.HOLDS

@@ -87,8 +87,46 @@ def why_undecided(c: dict) -> str:
     )
 
 
+def _earlier_runs(c: dict) -> str:
+    return (
+        f"its one {c['steps']}-step parity run at B={c['batch_size']}"
+        if c["runs"] == 1
+        else f"the worst of its {c['runs']} {c['steps']}-step parity runs at B={c['batch_size']}"
+    )
+
+
+def _earlier_failed(c: dict) -> str:
+    """What an earlier-method run failed, by how much (parity.earlier_check)."""
+    ref, tol = stages.get(c["reference"]).title, c["tolerance"]
+    held = ", ".join(f"{v:.3f}" for v in c["reference_held_out_loss"])
+    parts = [f"its training loss left the envelope of {ref}'s runs by {c['outside']:.3f} nats (5-step average)"] * (
+        c["outside"] > tol
+    ) + [f"its held-out loss, {c['held_out_loss']:.3f}, lies {c['held_outside']:.3f} nats outside {ref}'s ({held})"] * (
+        c["held_outside"] > tol
+    )
+    return " and ".join(parts)
+
+
+def earlier_summary(c: dict) -> str:
+    """A parity run of the earlier method, judged by the rule it was measured under (lib/results/parity.py)."""
+    ref, tol = stages.get(c["reference"]).title, c["tolerance"]
+    held = ", ".join(f"{v:.3f}" for v in c["reference_held_out_loss"])
+    css, word = ("ok", "held") if c["ok"] else ("bad", "failed: not adopted")
+    return (
+        f"**Parity run of the earlier method** (one long run a stage, no paired seeds: measured before this "
+        f"report's rule; a re-measure runs the paired test): {stages.get(c['stage']).title}, "
+        f"{_earlier_runs(c)}, against {c['reference_runs']} of "
+        f"{ref}. Judged by the rule it was measured under: the training loss (5-step average) within {tol:g} nats "
+        f"of the envelope of {ref}'s runs, the held-out loss within {tol:g} of their range. Training loss "
+        f"{c['outside']:.3f} nats outside; held-out loss {c['held_out_loss']:.3f} against {held} "
+        f'({c["held_outside"]:.3f} outside): <span class="{css}"><b>{word}</b></span>.'
+    )
+
+
 def summary(c: dict) -> str:
     """One check in a sentence: the intervals, the test's noise and what it can detect, the verdict."""
+    if c.get("protocol") == "earlier":
+        return earlier_summary(c)
     ref, lever = stages.get(c["reference"]).title, stages.get(c["stage"]).title
     acc = (
         f", the reference accumulating {c['micro_steps']} micro-batches of B={c['batch_size'] // c['micro_steps']} "
@@ -156,6 +194,11 @@ def rejected(rep: Report) -> dict:
 
 def rejected_reason(rep: Report, key: str) -> str:
     c = rejected(rep)[key]
+    if c.get("protocol") == "earlier":
+        return (
+            f"{_earlier_runs(c)} (the earlier method) failed the {c['tolerance']:g}-nat tolerance: "
+            f"{_earlier_failed(c)}; so it is not recommended however fast it runs."
+        )
     m = max(c["intervals"], key=lambda k: c["intervals"][k]["lo"])  # the loss that made it worse
     why = (
         why_undecided(c)
@@ -172,6 +215,11 @@ def rejected_reason(rep: Report, key: str) -> str:
 def short_reason(rep: Report, key: str) -> str:
     """The summary box's few words: verdict, the held-out interval, the margin."""
     c = rejected(rep)[key]
+    if c.get("protocol") == "earlier":
+        return (
+            f"earlier-method parity run failed: training loss {c['outside']:.3f} nats outside the reference's "
+            f"envelope, held-out loss {c['held_outside']:.3f} outside its range, tolerance {c['tolerance']:g}"
+        )
     return f"parity test {c['verdict']}: held-out loss {_interval(c['intervals']['held_out'])}, margin +{c['margin']:g}"
 
 

@@ -22,6 +22,11 @@ Design (the method section states it before any number):
     and it needs at least FUTILITY_MIN_PAIRS repeat pairs: a noise estimated from two pairs has two degrees of
     freedom and can be off by a factor of three either way (two sittings of the same FP8 lm_head test on an H200
     measured 0.0110 and 0.0209 nats; the first went on and held, the second stopped);
+  * a parity run of the earlier method (records without a seed: one long run of the lever, the reference once or
+    twice) is judged by the rule it was measured under, never dropped or left to decide nothing: the lever's
+    training loss (5-step average) within EARLIER_TOLERANCE of the envelope of the reference's runs at every step,
+    and its held-out loss within it of their range (earlier_check). Where a stage also has a paired test, that one
+    decides; the earlier run is still listed with every run;
   * a test decides only once it is complete: every one of the `parity_seeds` seeds has run both stages, the
     first `parity_noise_seeds` of them twice (a run that failed counts as run). Until then it is "incomplete" and decides nothing either
     way, so a run cut off in the middle of a test never rejects (or adopts) a lever on part of its seeds.
@@ -39,8 +44,10 @@ import numpy as np
 from lib.core import stages
 from lib.core.params import Evidence
 from lib.core.record import Status
+from lib.results.stats import envelope_gap
 
 HOLDS, WORSE, UNDECIDED, INCOMPLETE = "holds", "worse", "undecided", "incomplete"
+EARLIER_TOLERANCE = 0.05  # nats: the earlier method's parity rule (run.loss_tolerance when its runs were made)
 FUTILITY_MIN_PAIRS = 3  # the repeat pairs a futility stop needs (module docstring); with fewer, the test runs on
 # The params of the test (params/default.yaml, evidence): a folder measured before they existed is
 # judged with today's values (loader.load), as a new report would be.
@@ -131,6 +138,8 @@ def checks(records: list[dict], evidence: Evidence) -> dict:
     differences per seed, the noise pairs, the interval of each metric, the detectable difference
     and the verdict (evidence: parity_margin, parity_confidence, parity_power)."""
     margin, conf, power = evidence.parity_margin, evidence.parity_confidence, evidence.parity_power
+    earlier = [r for r in records if r.get("kind") == "parity" and "seed_offset" not in r]
+    records = [r for r in records if not (r.get("kind") == "parity" and "seed_offset" not in r)]
     by, attempted = runs(records), runs(records, ok_only=False)
     tests = {}
     for (key, batch), seeds in by.items():
@@ -181,7 +190,52 @@ def checks(records: list[dict], evidence: Evidence) -> dict:
         chosen[key] = c
     for key, c in chosen.items():
         c["other_batches"] = sorted(b for (k, b) in tests if k == key and b != c["batch_size"])
+    for key, c in earlier_checks(earlier).items():
+        chosen.setdefault(key, c)  # a paired test of the stage decides where there is one
     return chosen
+
+
+def earlier_checks(records: list[dict]) -> dict:
+    """stage -> its parity run of the earlier method (module docstring), judged by that method's rule; where it ran
+    at several batch sizes, the one at the larger."""
+    by = runs(records)
+    out = {}
+    for (key, batch), seeds in sorted(by.items(), key=lambda kv: kv[0][1]):
+        ref_key = stages.get(key).reference if key in stages.STAGES else key
+        refs = by.get((ref_key, batch), {}).get(0, [])
+        own = seeds.get(0, [])
+        if ref_key == key or not refs or not own:
+            continue
+        held_refs = [r["held_out_loss"] for r in refs]
+
+        def beyond(run, refs=refs, held_refs=held_refs):  # (training loss, held-out loss) outside the reference's
+            held = run["held_out_loss"]
+            gap = envelope_gap(run.get("losses") or [], [r.get("losses") or [] for r in refs])
+            return gap, max(0.0, min(held_refs) - held, held - max(held_refs))
+
+        worst = max(own, key=lambda r: max(beyond(r)))  # every run of the lever is judged; the worst speaks for it
+        outside, held_outside = beyond(worst)
+        ok = bool(outside <= EARLIER_TOLERANCE and held_outside <= EARLIER_TOLERANCE)
+        out[key] = {
+            "stage": key,
+            "reference": ref_key,
+            "batch_size": batch,
+            "protocol": "earlier",
+            "runs": len(own),
+            "reference_runs": len(refs),
+            "steps": worst.get("steps"),
+            "micro_steps": refs[0].get("micro_steps", 1),
+            "outside": outside,
+            "held_outside": held_outside,
+            "held_out_loss": worst["held_out_loss"],
+            "reference_held_out_loss": held_refs,
+            "tolerance": EARLIER_TOLERANCE,
+            "seeds": [],
+            "verdict": HOLDS if ok else WORSE,
+            "ok": ok,
+            "other_batches": [],
+        }
+    return out
 
 
 def rejected(checks: dict) -> dict:
