@@ -347,3 +347,25 @@ def test_the_pdf_hides_a_check_column_only_in_a_reports_own_claims_table(tmp_pat
         for selector in (s.strip() for rule in hiding for s in rule.split(",")):
             needed = set(re.findall(r"\.([\w-]+)", selector.split()[0]))
             assert not needed <= classes, f"{selector} hides a column of the comparison's {classes} table"
+
+
+def test_code_commits_and_parity_rules_that_differ_are_flagged_and_keep_the_hardware_out(tmp_path):
+    """A comparison said 'no version skew ... same measurement method' and called every difference the hardware's
+    between an H100 report of one commit, whose parity tests were one long run a stage, and a two-H200 report of
+    another commit with paired seeds. The skew table names both, and the attribution no longer claims the
+    hardware where the code differs (the parity rule decides adoption, not speed: it stays out of that)."""
+    a, b = _fake_report(tmp_path, "gpua", "2.11.0", 1.5), _fake_report(tmp_path, "gpub", "2.11.0", 1.5, gain=1.1)
+    _add_repeat(a, 0.02)
+    _add_repeat(b, 0.01)
+    for d, commit in ((a, "a" * 40), (b, "a" * 40)):
+        (d / "run.json").write_text(json.dumps({"code": {"commit": commit}}))
+    reps = compare.load_all(["gpua", "gpub"], tmp_path)
+    assert "differences are the hardware's" in compare_view.attribution_html(reps)
+    (b / "run.json").write_text(json.dumps({"code": {"commit": "b" * 40}}))
+    reps = compare.load_all(["gpua", "gpub"], tmp_path)
+    t = compare.skew(reps).set_index("component")
+    assert t.loc[compare.CODE, "differs"] and t.loc[compare.CODE, "gpub"] == "bbbbbbb"
+    assert not t.loc[compare.PARITY, "differs"]
+    text = compare_view.attribution_html(reps)
+    assert "the hardware's" not in text and "Different code commits" in text
+    assert "No version skew" not in compare_view.skew_html(reps)

@@ -623,3 +623,18 @@ def test_the_launcher_imports_once_what_each_child_would_and_initialises_no_devi
     code = "import torch; from lib.measure import worker; torch.cuda._is_in_bad_fork = lambda: True; worker.preload()"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert out.returncode != 0 and "preloading torch._dynamo left the launcher unable to fork" in out.stderr
+
+
+def test_the_compile_chapter_names_the_sitting_that_compiled_cold():
+    """A warm run quotes the cold compile from the cache's ledger; where that process belongs to another sitting
+    (the one that filled the cache this run started from), its commit and machine are named, so a reader of a
+    one-sitting report sees that figure came from elsewhere (reports/h200-x2 quoted 21.2 s from the earlier run)."""
+    from lib.report.loader import compile_time_text
+
+    here = {"commit": "4e48e808033b", "host_id": "host-cf7df40068d2"}
+    cold = {"first_step_s": 21.2, "finished_at": "2026-11-26T01:05:40", "commit": "f826bfef093d", "host_id": "host-60a"}
+    rec = {"batch_size": 64, "first_step_s": 3.6, "provenance": here, "compile_cache": {"state": "warm", "cold": cold}}
+    text = compile_time_text(rec)
+    assert "21.2 s cold" in text and "by commit f826bfe on host-60a" in text and "took 3.6 s" in text
+    rec["compile_cache"]["cold"] = {**cold, **here}
+    assert "in this sitting" in compile_time_text(rec) and "f826bfe" not in compile_time_text(rec)

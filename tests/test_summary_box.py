@@ -196,7 +196,9 @@ def test_page_one_code_lists_the_levers_in_order_of_worth(tmp_path, monkeypatch)
         row("fused AdamW", 0.006, True),
     ]
     monkeypatch.setattr(summary_box, "recommended", lambda rep: {"stage": "loss_only", "batch_size": 2})
-    monkeypatch.setattr(summary_box.frontier_view, "ablation_rows", lambda rep: ({"batch_size": 2}, rows))
+    monkeypatch.setattr(
+        summary_box.frontier_view, "ablation_rows", lambda rep: ({"stage": "loss_only", "batch_size": 2}, rows)
+    )
     comments = [c for c, _ in summary_box.code_lines(rep)]
     assert comments[:5] == [
         "# torch.compile: without it B=2 does not fit",
@@ -208,6 +210,13 @@ def test_page_one_code_lists_the_levers_in_order_of_worth(tmp_path, monkeypatch)
     assert all(c.endswith("not in the leave-one-out") for c in comments[5:]) and len(comments) == 8
     html = summary_box.code_html(rep)
     assert html.startswith('<pre class="page-one-code">') and "model = torch.compile(model)" in html
+    # The turn-on line names the levers within noise too, as the code under it keeps them (a reviewer found page 1
+    # silent on TF32 while the recommendations adopted it and the code set it).
+    assert (
+        summary_box._turn_on(rep)
+        .split(" (each worth")[0]
+        .endswith("; within noise, kept as the recommendation has them: TF32 (-0.4 %), fused AdamW (+0.6 %)")
+    )
 
 
 def test_a_leave_one_out_cut_off_part_way_names_the_levers_it_did_not_reach(tmp_path, monkeypatch):

@@ -15,7 +15,7 @@ import pandas as pd
 from lib.core import config, stages
 from lib.core.paths import ROOT
 from lib.report import fidelity_view, loader
-from lib.results import decide
+from lib.results import decide, parity
 
 SKEW_KEYS = [
     ("torch", "PyTorch"),
@@ -26,6 +26,7 @@ SKEW_KEYS = [
     ("python", "Python"),
 ]
 METHOD = "measurement method"
+CODE, PARITY = "code commit", "parity test"
 
 
 class CompareError(ValueError):
@@ -61,19 +62,49 @@ def skew(reps: dict[str, loader.Report]) -> pd.DataFrame:
     # How the step was built and timed (lib/record.METHOD): reports of different methods do not compare.
     values = {name: str(rep.params.method) for name, rep in reps.items()}
     rows.append({"component": METHOD, **values, "differs": len(set(values.values())) > 1})
+    # Within one method the code and the loss rule can still differ: a lever's adoption rests on its parity test
+    values = {name: _commits(rep) for name, rep in reps.items()}
+    rows.append({"component": CODE, **values, "differs": len(set(values.values())) > 1})
+    values = {name: _parity_protocol(rep) for name, rep in reps.items()}
+    rows.append({"component": PARITY, **values, "differs": len(set(values.values())) > 1})
     return pd.DataFrame(rows)
+
+
+def _commits(rep) -> str:
+    commits, unrecorded = loader.code_commits(rep)
+    return ", ".join(c[:7] for c in commits) + (f" ({unrecorded} runs recorded none)" if unrecorded else "") or "none"
+
+
+def _parity_protocol(rep) -> str:
+    """How the report's parity tests were run: paired seeds (today's rule), or one long run a stage (the earlier
+    method, judged by its own rule: lib/results/parity.py)."""
+    kinds = {
+        "one long run a stage (earlier rule)" if c.get("protocol") == "earlier" else "paired seeds"
+        for c in parity.checks(rep.decisions, rep.params.evidence).values()
+    }
+    return " and ".join(sorted(kinds)) or "none run"
 
 
 def skew_warnings(reps) -> list[str]:
     """In words, what differs between the reports beside the hardware: software versions, and the
     measurement method (lib/record.METHOD), under which numbers do not compare at all."""
     t = skew(reps)
-    soft = list(t[t["differs"] & (t["component"] != METHOD)]["component"])
+    soft = list(t[t["differs"] & ~t["component"].isin([METHOD, CODE, PARITY])]["component"])
     out = []
     if soft:
         out.append(
             f"Version skew: the GPUs were measured with different {', '.join(soft)}. Part of any difference "
             "below may come from the software, not the hardware."
+        )
+    if t[t["component"] == CODE]["differs"].any():
+        out.append(
+            "Different code commits: a lever or the harness may have changed between the reports, so part of any "
+            "difference below may come from the code."
+        )
+    if t[t["component"] == PARITY]["differs"].any():
+        out.append(
+            "Different parity tests: a lever kept out on one GPU and adopted on another may owe it to the test, not "
+            "the hardware."
         )
     if t[t["component"] == METHOD]["differs"].any():
         methods = ", ".join(f"{n}: {rep.params.method}" for n, rep in reps.items())

@@ -114,7 +114,9 @@ def attribution_html(reps) -> str:
     out = []
     for n in names[1:]:
         pair = {m: reps[m] for m in (names[0], n)}
-        noise, skewed = pair_noise(reps, names[0], n), skew_warnings(pair)
+        # the parity rule decides adoption, not speed: it takes no part in whether a speed difference is the hardware's
+        noise = pair_noise(reps, names[0], n)
+        skewed = [w for w in skew_warnings(pair) if not w.startswith("Different parity tests")]
         if noise is None:
             unmeasured = [m for m in pair if fidelity_view.noise(reps[m])[1] is None]
             text = (
@@ -197,8 +199,13 @@ def ddp_html(reps) -> str:
             cells += (
                 f"<td>{r[f'{n} tokens_per_s']:,.0f} <small>{r['gpus']} × B={int(r[f'{n} per_gpu_batch'])}, "
                 f"{_title(r[f'{n} stage'])}</small></td>"
-                f"<td>{loader.times(r[f'{n} speedup'])} <small>over one GPU's {_title(one['stage'])} "
-                f"B={one['per_gpu_batch']} ({one['tokens_per_s']:,.0f} tok/s)</small>{other}</td>"
+                f"<td>{loader.times(r[f'{n} speedup'])} <small>over "
+                + (
+                    html.escape(one["source"])
+                    if one.get("source")
+                    else f"one GPU's {_title(one['stage'])} B={one['per_gpu_batch']}"
+                )
+                + f" ({one['tokens_per_s']:,.0f} tok/s)</small>{other}</td>"
                 f"<td>{loader.pct(r[f'{n} efficiency'])}</td>"
             )
         body += f"<tr><td>{r['gpus']} GPUs</td>{cells}</tr>"

@@ -128,9 +128,16 @@ def compile_time_text(rec: dict) -> str:
         return head + f"{first:.1f} s" + (" (cold compile)" if cache.get("state") == "cold" else "")
     cold = cache.get("cold")
     if cold:
+        own = rec.get("provenance") or {}
+        where = (
+            "in this sitting"
+            if (cold.get("commit"), cold.get("host_id")) == (own.get("commit"), own.get("host_id"))
+            else f"by commit {str(cold.get('commit'))[:7]} on {cold.get('host_id')}, the sitting that filled the "
+            "compile cache this one started from"
+        )
         return head + (
-            f"{cold['first_step_s']:.1f} s cold (measured {str(cold.get('finished_at'))[:10]}); this process "
-            f"started from the compile cache and took {first:.1f} s"
+            f"{cold['first_step_s']:.1f} s cold (measured {str(cold.get('finished_at'))[:10]} {where}); this "
+            f"process started from the compile cache and took {first:.1f} s"
         )
     return head + f"{first:.1f} s from the compile cache; no cold compile of it on record"
 
@@ -247,8 +254,7 @@ def scaling_curve(rep: Report) -> list[dict]:
     """The data-parallel scaling curve, one row per GPU count, fewest first: the best single-GPU
     configuration itself as the 1-GPU point, then every timed multi-GPU record of the folder (one
     per GPU count, whichever hosts measured them). Each gets its speed-up over that configuration
-    and efficiency = tokens/s / (GPUs x its tokens/s); 100 % is perfect weak scaling, each GPU
-    keeping its own batch. A point that replicates another configuration (the DDP stage skips one
+    and efficiency = tokens/s / (GPUs x its tokens/s); 100 % is perfect scaling. A point that replicates another configuration (the DDP stage skips one
     that leaves too little memory for DDP's buffers) says so in `same_config`. Empty without a
     timed multi-GPU record or a single-GPU configuration to judge it against."""
     single = best_single_gpu(rep)
@@ -274,6 +280,7 @@ def scaling_curve(rep: Report) -> list[dict]:
             "allreduce_share": None,
             "one_rank_efficiency": None,
             "same_config": True,
+            "source": single.get("source"),  # what the record names as its one-GPU reference, where it carries one
         }
     ]
     for gpus, r in sorted(multi.items()):
