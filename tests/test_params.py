@@ -23,7 +23,7 @@ def test_every_profile_round_trips_through_its_dict(profile):
     assert again == params and isinstance(again.evidence, Evidence)
 
 
-@pytest.mark.parametrize("name", ["h100", "h200"])
+@pytest.mark.parametrize("name", ["h100", "h200", "h200-x2"])
 def test_the_committed_records_fingerprints_recompute_from_the_typed_params(name):
     """A measured configuration is found again by its fingerprint: the typed params must hash as the
     dicts they replaced did, or every committed report would be archived and measured again."""
@@ -45,7 +45,8 @@ def test_the_committed_records_fingerprints_recompute_from_the_typed_params(name
 
 
 def test_a_params_json_of_the_first_method_reads_with_what_it_lacks_as_none():
-    params = Params.read(REPORTS / "h200-x2" / "params.json")  # measured before the parity test and the depths
+    # the two-H200 host measured by the first method, before the parity test and the depths (archived)
+    params = Params.read(REPORTS / "archive" / "h200-x2-20261121-200726" / "params.json")
     assert params.method == 1 and params.evidence.parity_steps is None and params.evidence.baseline is None
     assert params.chapters is None and params.not_run == [] and params.run.seq_len == 1024  # None: every chapter
 

@@ -45,8 +45,8 @@ def rule(ev: Evidence) -> str:
         + (
             "The test stops early, undecided, only for futility: when after the repeated seeds its own noise alone "
             f"keeps all {ev.parity_seeds} seeds from detecting the margin with {ev.parity_power * 100:g} % power"
-            if parity.noise_seeds(ev) >= parity.FUTILITY_MIN_PAIRS
-            else f"Every test runs all its seeds: fewer than {parity.FUTILITY_MIN_PAIRS} repeat pairs measure its "
+            if parity.noise_seeds(ev) >= (parity.futility_pairs(ev) or 0)
+            else f"Every test runs all its seeds: fewer than {parity.futility_pairs(ev)} repeat pairs measure its "
             "noise too loosely to stop it early"
         )
     )

@@ -19,7 +19,7 @@ Design (the method section states it before any number):
     whose measured noise alone makes its detectable difference at the full `parity_seeds` larger than the margin
     stops there, undecided (a lever with no effect at all would hold less than `power` of the time: the rest of
     the seeds could not make it decisive, only spend device time). Stopping for futility never adopts a lever,
-    and it needs at least FUTILITY_MIN_PAIRS repeat pairs: a noise estimated from two pairs has two degrees of
+    and it needs at least `parity_futility_pairs` repeat pairs: a noise estimated from two pairs has two degrees of
     freedom and can be off by a factor of three either way (two sittings of the same FP8 lm_head test on an H200
     measured 0.0110 and 0.0209 nats; the first went on and held, the second stopped);
   * a parity run of the earlier method (records without a seed: one long run of the lever, the reference once or
@@ -48,7 +48,6 @@ from lib.results.stats import envelope_gap
 
 HOLDS, WORSE, UNDECIDED, INCOMPLETE = "holds", "worse", "undecided", "incomplete"
 EARLIER_TOLERANCE = 0.05  # nats: the earlier method's parity rule (run.loss_tolerance when its runs were made)
-FUTILITY_MIN_PAIRS = 3  # the repeat pairs a futility stop needs (module docstring); with fewer, the test runs on
 # The params of the test (params/default.yaml, evidence): a folder measured before they existed is
 # judged with today's values (loader.load), as a new report would be.
 RULE_KEYS = ("parity_seeds", "parity_passes", "parity_margin", "parity_confidence", "parity_power")
@@ -124,6 +123,11 @@ def noise_seeds(evidence: Evidence) -> int:
     seed where it is not set (a report measured before it existed)."""
     n = getattr(evidence, "parity_noise_seeds", None)
     return evidence.parity_seeds if n is None else min(n, evidence.parity_seeds)
+
+
+def futility_pairs(evidence: Evidence) -> int | None:
+    """The repeat pairs a futility stop needs; None for a folder measured before the key (its noise seeds)."""
+    return getattr(evidence, "parity_futility_pairs", None)
 
 
 def seeds_run(attempted: dict, key: tuple, ref_key: tuple, evidence: Evidence) -> list[int]:
@@ -246,8 +250,10 @@ def rejected(checks: dict) -> dict:
 
 def futile(noise_sd: float | None, done: list[int], evidence: Evidence) -> bool:
     """The futility stop of the module docstring: the noise seeds have all run twice, and with the noise they
-    measured even the full test could not detect the margin. Fewer than FUTILITY_MIN_PAIRS of them: never."""
-    if noise_sd is None or noise_seeds(evidence) < FUTILITY_MIN_PAIRS:
+    measured even the full test could not detect the margin. Fewer of them than evidence.parity_futility_pairs:
+    never (a folder measured before that key stopped after its noise seeds, whatever their number, and is judged
+    by the rule it ran under)."""
+    if noise_sd is None or noise_seeds(evidence) < (futility_pairs(evidence) or 0):
         return False
     if not set(range(noise_seeds(evidence))) <= set(done):
         return False
