@@ -554,3 +554,30 @@ def test_the_recipe_note_calls_a_difference_a_tie_only_where_the_tie_rule_chose(
     assert "measured before the recommendation moved to it" in frontier_view.recipe_html(rep)
     monkeypatch.setattr(frontier_view, "recommended", lambda rep: {**moved, "chosen_over": {"stage": "vocab"}})
     assert "preferred to the faster one for its memory" in frontier_view.recipe_html(rep)
+
+
+def test_a_leave_one_out_row_that_is_a_stage_timed_in_the_matrix_measures_the_drift_between_them():
+    """reports/h200-x2: "without the loss-only forward" is the BF16 residual stream's configuration, timed in the
+    matrix at 549,088 tokens/s and in the leave-one-out at 555,566 (1.2 % apart, against a 0.86 % floor between
+    processes run back to back). That gap is the noise a worth is judged against; a row with no twin gives none."""
+    from lib.results import noise
+
+    tps = {("bf16_residual", 64): [549_088.0], ("loss_only", 64): [566_930.0, 568_808.0]}
+    twin = {
+        "stage": "loss_only",
+        "batch_size": 64,
+        "status": "ok",
+        "tokens_per_s": 555_566.0,
+        "stage_overrides": {"return_logits": True},
+        "variant": "without loss-only forward",
+    }
+    other = {**twin, "stage_overrides": {"fused_adamw": False}, "tokens_per_s": 562_250.0, "variant": "without fused"}
+    drift = noise.twin_drift([other, twin], tps)
+    assert drift["stage"] == "bf16_residual" and abs(drift["gap"] - 555_566 / 549_088 + 1) < 1e-12
+    assert noise.twin_drift([other], tps) is None
+    full = tps[("loss_only", 64)]
+    worth = lambda r: sum(full) / 2 / r["tokens_per_s"] - 1  # noqa: E731
+    assert 0.0086 < worth(other) < 0.0118  # +1.0 %: beyond the floor alone, within the measured drift
+    assert noise.within_noise(full, [other["tokens_per_s"]], 0.0086, 0.0) is False
+    assert noise.within_noise(full, [other["tokens_per_s"]], 0.0086, drift["gap"]) is True
+    assert "1.2 % apart" in noise.twin_note(drift) and noise.twin_note(None) == ""

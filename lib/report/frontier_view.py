@@ -230,7 +230,7 @@ def ablation_rows(rep: Report) -> tuple[dict | None, list[dict]]:
     )
     tps = decide.throughputs(rep.decisions)
     runs, floor = tps.get((key, batch)) or ([full["tokens_per_s"]] if _ok(full) else []), noise.noise_floor(tps)
-    # the same configuration's processes and the row without a lever on one machine, or the spread between machines
+    drift = (noise.twin_drift(recs, tps) or {}).get("gap", 0.0)  # the same configuration timed in two calls
     timed_on = {
         provenance.machine_of(r)
         for r in rep.decisions
@@ -252,8 +252,7 @@ def ablation_rows(rep: Report) -> tuple[dict | None, list[dict]]:
                     runs,
                     [r["tokens_per_s"]],
                     floor,
-                    # another machine: their offset was not measured
-                    0.0 if {provenance.machine_of(r)} == timed_on else None,
+                    drift if {provenance.machine_of(r)} == timed_on else None,  # another machine: offset unknown
                 )
                 if ran
                 else None,
@@ -329,6 +328,7 @@ def ablation_html(rep: Report) -> str:
         "process each; its worth is the first row's median tokens/s over the configuration without it, "
         'minus one, and "within noise" where that lies inside the measured process-to-process '
         "spread."
+        + noise.twin_note(noise.twin_drift(rep.evidence["ablation"], decide.throughputs(rep.decisions)))
         + (f" The first row was timed {apart}." if (apart := ablation_calls_apart(full, rows)) else "")
         + "</p>"
     )

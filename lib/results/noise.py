@@ -88,3 +88,37 @@ def decision_floor(records: list[dict], groups: dict) -> float | None:
     if machines["spread"] is None:
         return None
     return max(floor or 0.0, machines["spread"])
+
+
+def twin_drift(ablation: list[dict], tps: dict) -> dict | None:
+    """The drift between the leave-one-out's processes and the ones it is compared with, where the run shows it: a
+    row without a lever whose switches are those of a stage timed at the same batch (without the loss-only forward,
+    the loss-only stage is the BF16 residual stream's) is one configuration timed twice, apart in time. The widest
+    such gap {gap, lever, stage, batch}, or None without a twin. A floor measured between processes run back to
+    back does not cover it (reports/h200-x2: the same configuration 1.2 % apart, against a 0.86 % floor)."""
+
+    def switches(stage, overrides=None):
+        return {**{s: getattr(stage, s) for s in stages.SWITCHES}, **(overrides or {})}
+
+    gaps = []
+    for r in ablation:
+        if r.get("status") != Status.OK or r.get("stage") not in stages.STAGES:
+            continue
+        mine = switches(stages.get(r["stage"]), r.get("stage_overrides"))
+        for key in stages.single_gpu(list(stages.STAGES)):
+            runs = tps.get((key, r["batch_size"]))
+            if runs and key != r["stage"] and switches(stages.get(key)) == mine:
+                gap = abs(r["tokens_per_s"] / float(np.median(runs)) - 1)
+                gaps.append({"gap": gap, "lever": r.get("variant", ""), "stage": key, "batch": r["batch_size"]})
+    return max(gaps, key=lambda g: g["gap"]) if gaps else None
+
+
+def twin_note(drift: dict | None) -> str:
+    """The leave-one-out note's sentence on that drift, or nothing."""
+    if not drift:
+        return ""
+    return (
+        f" The row {drift['lever']} is the configuration of {stages.get(drift['stage']).title} at B={drift['batch']}, "
+        f"timed in the matrix too: {drift['gap'] * 100:.1f} % apart, a drift between the two timings that the "
+        "process-to-process spread does not cover, so a worth within it is called within noise too."
+    )
