@@ -369,3 +369,28 @@ def test_code_commits_and_parity_rules_that_differ_are_flagged_and_keep_the_hard
     text = compare_view.attribution_html(reps)
     assert "the hardware's" not in text and "Different code commits" in text
     assert "No version skew" not in compare_view.skew_html(reps)
+
+
+def test_each_gpus_decision_on_every_lever_is_named_with_its_reason_and_differences_called_out(tmp_path, monkeypatch):
+    """The comparison said '13 of 13 stages differ: the hardware's' and never that one GPU had kept a lever out that
+    the other adopted. Each lever now has each GPU's decision and its report's reason; a lever decided differently
+    is named."""
+    _fake_report(tmp_path, "gpua", "2.11.0", 1.5)
+    _fake_report(tmp_path, "gpub", "2.11.0", 1.5)
+    reps = compare.load_all(["gpua", "gpub"], tmp_path)
+    t = compare.decisions_table(reps)
+    assert not t["differs"].any() and set(t["gpua adopted"]) <= {True, False, None}
+    assert "decided alike" in compare_view.decisions_html(reps)
+    best = {n: loader.recommended(rep) for n, rep in reps.items()}
+    kept, why = compare.lever_decision(reps["gpua"], best["gpua"]["stage"], best["gpua"])
+    assert kept is True and why.startswith("adopted")
+    # gpub recommends an earlier stage: the levers after it are kept out there, with the reason its report gives.
+    earlier = reps["gpub"].stage_order[2]
+    original = loader.recommended
+    monkeypatch.setattr(
+        loader, "recommended", lambda rep: {**original(rep), "stage": earlier} if rep is reps["gpub"] else original(rep)
+    )
+    t = compare.decisions_table(reps)
+    later = t[t["stage"] == stages.get(best["gpua"]["stage"]).title].iloc[0]
+    assert later["differs"] and later["gpua adopted"] and not later["gpub adopted"]
+    assert later["gpub why"].startswith(("not in the recommended configuration", "slower"))

@@ -14,8 +14,8 @@ import pandas as pd
 
 from lib.core import config, stages
 from lib.core.paths import ROOT
-from lib.report import fidelity_view, loader
-from lib.results import decide, parity
+from lib.report import fidelity_view, loader, parity_view
+from lib.results import decide, parity, stats
 
 SKEW_KEYS = [
     ("torch", "PyTorch"),
@@ -251,5 +251,41 @@ def ddp_table(reps) -> pd.DataFrame:
                 }
             )
             row[f"{n} one"] = c[0] if c else None
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def lever_decision(rep: loader.Report, key: str, best: dict | None) -> tuple[bool | None, str]:
+    """(adopted, in words why) for one lever stage in one report: adopted where the recommended configuration has
+    its switches; else why not, from the report's own evidence (its parity test, its loss gate, its speed)."""
+    if key not in rep.stage_order or best is None:
+        return None, "not measured"
+    st, prev = stages.get(key), stages.get(decide.previous_stage(key) or key)
+    mine = {k: v for k, v in st.identity().items() if k not in ("key", "peak")}
+    lever = {k: v for k, v in mine.items() if prev.identity().get(k) != v}
+    have = stages.get(best["stage"]).identity()
+    if lever and all(have.get(k) == v for k, v in lever.items()):
+        return True, "adopted: in the recommended configuration"
+    if key in parity_view.rejected(rep):
+        return False, parity_view.short_reason(rep, key)
+    if (rep.df[rep.df["stage"] == key]["loss_verdict"].isin(stats.GATE_FAILS)).any():
+        return False, "loss beyond tolerance"
+    effect = decide.lever_effect(rep.df, key)
+    if effect["median"] is None:
+        return False, "not timed"
+    basis = f"{loader.span(effect['values'].values)} of {stages.get(effect['previous']).title}"
+    return False, ("slower: " if effect["median"] < 1 else "not in the recommended configuration: ") + basis
+
+
+def decisions_table(reps: dict[str, loader.Report]) -> pd.DataFrame:
+    """One row per lever stage after the baseline: each GPU's decision and its reason, and whether they differ."""
+    best = {n: loader.recommended(rep) for n, rep in reps.items()}
+    order = [k for k in stages.single_gpu(stages.ORDER)[1:] if any(k in rep.stage_order for rep in reps.values())]
+    rows = []
+    for key in order:
+        row = {"stage": stages.get(key).title}
+        for n, rep in reps.items():
+            row[f"{n} adopted"], row[f"{n} why"] = lever_decision(rep, key, best[n])
+        row["differs"] = len({row[f"{n} adopted"] for n in reps} - {None}) > 1
         rows.append(row)
     return pd.DataFrame(rows)

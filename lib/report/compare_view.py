@@ -16,6 +16,7 @@ from lib.report.claim_judge import CSS, NOT_MEASURED
 from lib.report.compare import (
     RECOMMENDED,
     ddp_table,
+    decisions_table,
     fp32_best,
     lever_effects,
     pair_noise,
@@ -278,3 +279,29 @@ def claims_html(reps) -> str:
         f'<table class="claims"><tr><th>Claim [source]</th>{head}</tr>{body}</table>'
         f'<p class="note">Sources: {claims.sources_html()}.</p>'
     )
+
+
+def decisions_html(reps) -> str:
+    """Each GPU's decision on every lever, with its report's reason, and in words where the GPUs differ."""
+    t, names = decisions_table(reps), list(reps)
+    if t.empty:
+        return ""
+    word = {True: '<span class="ok">adopted</span>', False: '<span class="warn">kept out</span>', None: "—"}
+    body = ""
+    for r in t.to_dict("records"):
+        cells = "".join(
+            f"<td>{word[r[f'{n} adopted']]}"
+            + ("" if r[f"{n} adopted"] else f"<br><small>{html.escape(r[f'{n} why'])}</small>")
+            + "</td>"
+            for n in names
+        )
+        body += f"<tr><td>{html.escape(r['stage'])}</td>{cells}</tr>"
+    head = "".join(f"<th>{n}</th>" for n in names)
+    differ = [r["stage"] for r in t.to_dict("records") if r["differs"]]
+    note = (
+        f"The GPUs decide differently on {', '.join(differ)}: each cell gives its report's reason."
+        if differ
+        else "Every lever measured on more than one GPU is decided alike; where a reason differs, each cell gives "
+        "its own (a lever kept out on both GPUs may rest on different tests)."
+    )
+    return f'<table class="claims"><tr><th>Lever</th>{head}</tr>{body}</table><p>{html.escape(note, quote=False)}</p>'
