@@ -394,3 +394,31 @@ def test_each_gpus_decision_on_every_lever_is_named_with_its_reason_and_differen
     later = t[t["stage"] == stages.get(best["gpua"]["stage"]).title].iloc[0]
     assert later["differs"] and later["gpua adopted"] and not later["gpub adopted"]
     assert later["gpub why"].startswith(("not in the recommended configuration", "slower"))
+
+
+def test_a_configuration_timed_in_several_processes_is_quoted_by_its_median_wherever_a_ratio_uses_it(tmp_path):
+    """A reviewer found one configuration at two values across the same report (FP8 linear layers 0.93x in the
+    claims and 0.92x in the matrix; FP8 lm_head 12.61x the FP32 baseline on page 2 and 12.65x on page 8): the
+    claims, the 'fastest in the stage matrix' line and the tables beside a stage's rivals took the first process,
+    the matrix's ratios the median. Every ratio now takes the median over processes."""
+    from lib.report import claim_figures, frontier_view, prose
+
+    d = _fake_report(tmp_path, "gpua", "2.11.0", 1.5)
+    params = Params.read(d / "params.json")
+    last = params.stages[-1]
+    rec = read_json(store.record_path(d / "results", last, 4))
+    slow = make_record(params, last, 4, [v * 1.2 for v in rec["step_ms"]], rec["losses"])
+    slow.update(variant="repeat", repeat=1)
+    store.write_atomic(d / "results" / "repeats" / f"{last}__b4__r1.json", slow)
+    rep = loader.load(d)
+    median = (rec["tokens_per_s"] + slow["tokens_per_s"]) / 2
+    fastest = next(line for line in prose.findings(rep) if line.startswith("Fastest in the stage matrix"))
+    assert f"{median:,.0f} tokens/s (median of 2 processes" in fastest
+    prev = decide.previous_stage(last)
+    pair = {"metric": "speedup", "stage": last, "versus": prev}
+    first_prev = read_json(store.record_path(d / "results", prev, 4))["tokens_per_s"]
+    assert claim_figures.per_batch(rep.df, pair)[4] == pytest.approx(median / first_prev)
+    assert rep.df.set_index(["stage", "batch_size"]).at[(last, 4), "speedup_vs_previous"] == pytest.approx(
+        median / first_prev
+    )
+    assert f"{median / first_prev:.2f}×" in frontier_view.versus_html(rep, last, (prev,))

@@ -69,10 +69,12 @@ def per_batch(df: pd.DataFrame, claim: dict) -> pd.Series:
     a = ok[ok["stage"] == claim["stage"]].set_index("batch_size")
     b = ok[ok["stage"] == claim["versus"]].set_index("batch_size")
     common = sorted(set(a.index) & set(b.index))
+    # step times by the median over processes (decide.table's timed tokens/s: one batch, one tokens-per-step)
+    tps = "timed_tokens_per_s"
     if claim["metric"] == "speedup":
-        vals = {n: b.at[n, "median_ms"] / a.at[n, "median_ms"] for n in common}
+        vals = {n: a.at[n, tps] / b.at[n, tps] for n in common}
     elif claim["metric"] == "time_change":
-        vals = {n: a.at[n, "median_ms"] / b.at[n, "median_ms"] - 1 for n in common}
+        vals = {n: b.at[n, tps] / a.at[n, tps] - 1 for n in common}
     else:
         col = LAYERS[claim["layer"]]
         vals = {
@@ -119,7 +121,7 @@ def forms(keys: list[str], df: pd.DataFrame, facts: dict | None) -> tuple[list[d
             )
         else:
             measured.append({**pair, "values": values})
-    return sorted(measured, key=lambda f: -float(np.median(f["values"]))), missing
+    return sorted(measured, key=lambda f: -round(float(np.median(f["values"])), 9)), missing  # ties keep form order
 
 
 def sizes(facts: dict | None) -> str:

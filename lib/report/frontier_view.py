@@ -368,26 +368,26 @@ def recipe_finding(rep: Report) -> str | None:
 
 
 def versus_html(rep: Report, key: str, others: tuple[str, ...]) -> str:
-    """`key` beside the stages it competes with, at every batch size they share: throughput,
-    memory, and kernel time by category from each one's profiled step (where the time moved)."""
-    keys = [k for k in (*others, key) if k in rep.stage_order]
+    """`key` beside its rivals at each shared batch: tokens/s (median over processes), memory, profiled kernel time."""
+    keys, tps = [k for k in (*others, key) if k in rep.stage_order], decide.throughputs(rep.decisions)
     batches = sorted({r["batch_size"] for r in rep.records if r["stage"] == key})
     rows = []
     for b in batches:
-        first = rep.rec(keys[0], b)
+        base = decide.median_of(tps, keys[0], b, r0["tokens_per_s"]) if _ok(r0 := rep.rec(keys[0], b)) else None
         for k in keys:
             r = rep.rec(k, b)
             if not _ok(r):
                 continue
-            cats = (r.get("kernel_profile") or {}).get("categories") or {}
+            cats, t = (
+                (r.get("kernel_profile") or {}).get("categories") or {},
+                decide.median_of(tps, k, b, r["tokens_per_s"]),
+            )
             rows.append(
                 {
                     "stage": stages.get(k).title,
                     "B": b,
-                    "tok/s": f"{r['tokens_per_s']:,.0f}",
-                    f"× {stages.get(keys[0]).title}": f"{r['tokens_per_s'] / first['tokens_per_s']:.2f}×"
-                    if _ok(first)
-                    else "",
+                    "tok/s": f"{t:,.0f}",
+                    f"× {stages.get(keys[0]).title}": f"{t / base:.2f}×" if base else "",
                     **{f"{c} ms": f"{cats[c]:.1f}" if c in cats else "" for c in CATEGORIES},
                     "allocator GiB": gib(r.get("mem_allocator_bytes")),
                 }

@@ -74,6 +74,7 @@ def table(
         float(np.median(processes[(s, b)])) if len((processes or {}).get((s, b)) or []) > 1 else t
         for s, b, t in zip(df["stage"], df["batch_size"], df["tokens_per_s"])
     ]
+    df["timed_tokens_per_s"] = timed  # the figure every ratio takes: the median over processes where several ran
     base = df.assign(timed=timed)[(df["stage"] == stage_order[0]) & ok].set_index("batch_size")
     # Never for the multi-GPU stage: its throughput over one GPU's FP32 is no lever's speed-up.
     df["speedup_vs_baseline"] = [
@@ -166,6 +167,13 @@ def lineage(key: str) -> list[str]:
     while previous_stage(chain[-1]):
         chain.append(previous_stage(chain[-1]))
     return chain[::-1]
+
+
+def median_of(processes: dict, stage: str, batch: int, first: float) -> float:
+    """A configuration's tokens/s as every ratio of a report takes it: the median over the processes that timed
+    it (throughputs), its one process's figure where only one did."""
+    runs = processes.get((stage, batch)) or []
+    return float(np.median(runs)) if len(runs) > 1 else first
 
 
 def lever_effect(df, key: str) -> dict:
