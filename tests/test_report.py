@@ -674,3 +674,11 @@ def test_the_pdf_keeps_the_method_s_rules_and_leaves_how_things_are_measured_to_
     for key in method_text.DETAILS:
         assert f"* **{key}**" in details and f"* **{key}**" not in rules, key
     assert len(rules) + len(details) + 1 == len(text.strip())  # nothing lost: the two parts make the whole
+
+
+def test_the_throughput_chart_says_a_several_gpu_bar_is_all_its_gpus_together(tmp_path, agg_backend):
+    """A reviewer read the DDP bar (1.1 M tokens/s on two H200s) against the single-GPU bars on one axis with nothing
+    to say it was two GPUs' sum; the bar now says so."""
+    rep = build(tmp_path, tf32_ms=BASE_MS / 2, stage_keys=("fp32", "tf32", "ddp"), extra=lambda p: [_ddp_row(p)])
+    fig = charts.plot_throughput(rep)
+    assert [t.get_text() for t in fig.axes[0].texts if "GPUs" in t.get_text()] == [" 2 GPUs together"]

@@ -11,6 +11,7 @@ import numpy as np
 from lib.core import stages
 from lib.core.record import TIMED
 from lib.report.loader import GiB, Report, no_value, scaling_curve
+from lib.results import decide
 
 
 def style():
@@ -92,14 +93,24 @@ def _grouped_rows(ax, rep: Report, groups, value):
                     color="firebrick",
                     transform=ax.get_yaxis_transform(),
                 )
+    return y
 
 
 def plot_throughput(rep: Report):
     plt = style()
-    batches = rep.params.run.batch_sizes
+    batches, tps = rep.params.run.batch_sizes, decide.throughputs(rep.decisions)
     fig, ax = plt.subplots(figsize=(9, 1.0 + 0.14 * len(rep.stage_order) * (len(batches) + 1)))
-    _grouped_rows(ax, rep, [(b, f"B={b}", None) for b in batches], lambda r, _: r["tokens_per_s"])
-    ax.set_xlabel("tokens / s (median step)")
+
+    def value(r, _):  # the median over processes where several timed it, as every ratio of the report takes it
+        return decide.median_of(tps, r["stage"], r["batch_size"], r["tokens_per_s"])
+
+    y = _grouped_rows(ax, rep, [(b, f"B={b}", None) for b in batches], value)
+    for i, key in enumerate(rep.stage_order):  # a several-GPU bar is all its GPUs together: said on the bar
+        recs = [r for b in batches if (r := rep.rec(key, b)) and r["status"] in TIMED and r.get("world_size")]
+        if stages.is_multi_gpu(key) and recs:
+            r = max(recs, key=lambda r: r["tokens_per_s"])
+            ax.text(r["tokens_per_s"], y[i], f" {r['world_size']} GPUs together", va="center", fontsize=7)
+    ax.set_xlabel("tokens / s (median step; median over processes where several ran)")
     ax.set_title("Throughput by stage and batch size", fontsize=10)
     ax.xaxis.set_major_formatter(plt.FuncFormatter(lambda v, _: f"{v:,.0f}"))
     legend_below(fig, *ax.get_legend_handles_labels(), len(batches))
