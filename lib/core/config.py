@@ -333,12 +333,10 @@ def _validate_evidence(ev, where: str) -> None:
         )
     if ev.parity_noise_seeds is not None and not 1 <= ev.parity_noise_seeds <= ev.parity_seeds:
         raise ConfigError(f"{where}: evidence.parity_noise_seeds must lie between 1 and parity_seeds")
-    if ev.parity_futility_pairs is not None and ev.parity_futility_pairs < 2:
-        raise ConfigError(f"{where}: evidence.parity_futility_pairs must be at least 2 (a noise from one pair)")
-    if ev.parity_seeds < 2 or not (0 < ev.parity_confidence < 1 and 0 < ev.parity_power < 1):
-        raise ConfigError(
-            f"{where}: evidence.parity_seeds must be at least 2, parity_confidence and parity_power in (0, 1)"
-        )
+    if min(ev.parity_seeds, ev.parity_futility_pairs or 2) < 2:
+        raise ConfigError(f"{where}: evidence.parity_seeds and parity_futility_pairs must be at least 2")
+    if not 0 < min(ev.parity_confidence, ev.parity_power) <= max(ev.parity_confidence, ev.parity_power) < 1:
+        raise ConfigError(f"{where}: evidence.parity_confidence and parity_power must lie in (0, 1)")
     if ev.seq_timed_steps < MIN_TIMED_STEPS:
         raise ConfigError(
             f"{where}: evidence.seq_timed_steps {ev.seq_timed_steps} is too few for p10/p90 "
