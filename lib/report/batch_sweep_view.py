@@ -13,6 +13,7 @@ from lib.report.evidence_view import OK, none, table
 from lib.report.loader import LAYERS, GiB, Report, gib, price_per_gpu_hour, recommended
 from lib.report.profile_view import top_kernels_html
 from lib.report.recommendation import applied_switches
+from lib.results import decide
 
 
 def _sweeps(rep: Report) -> dict:
@@ -31,17 +32,21 @@ def sweep_html(rep: Report) -> str:
     sweeps = _sweeps(rep)
     if not sweeps:
         return none("The batch-size sweep was not measured for this report.")
-    rows, notes = [], []
+    rows, notes, tps = [], [], decide.throughputs(rep.decisions)
     for key, pts in sweeps.items():
         for r in pts:
             ran = r["status"] in OK
+            k = decide.median_of(tps, key, r["batch_size"], r["tokens_per_s"]) / r["tokens_per_s"] if ran else 1.0
+            n = len(tps.get((key, r["batch_size"])) or [])  # the median over processes where several timed it
             rows.append(
                 {
                     "Stage": r["stage_title"],
                     "B": r["batch_size"],
-                    "ms/step": f"{r['median_ms']:.1f}" if ran else _not_timed(r),
-                    "tok/s": f"{r['tokens_per_s']:,.0f}" if ran else "",
-                    "MFU": f"{r['mfu'] * 100:.1f} %" if ran and r.get("mfu") is not None else ("n/a" if ran else ""),
+                    "ms/step": f"{r['median_ms'] / k:.1f}" if ran else _not_timed(r),
+                    "tok/s": f"{r['tokens_per_s'] * k:,.0f}" + (f" (median of {n})" if n > 1 else "") if ran else "",
+                    "MFU": f"{r['mfu'] * k * 100:.1f} %"
+                    if ran and r.get("mfu") is not None
+                    else ("n/a" if ran else ""),
                     "allocator GiB": gib(r.get("mem_allocator_bytes")),
                     "device GiB": gib(r.get("mem_device_bytes")),
                     "source": "sweep" if r.get("variant") == "batch sweep" else "matrix",
@@ -109,7 +114,14 @@ def plot_sweep(rep: Report):
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(9, 3))
     for i, (key, ran) in enumerate(sweeps.items()):
         b = [r["batch_size"] for r in ran]
-        a1.plot(b, [r["tokens_per_s"] for r in ran], "o-", color=f"C{i}", label=stages.get(key).title)
+        tps = decide.throughputs(rep.decisions)  # each point the median over processes where several timed it
+        a1.plot(
+            b,
+            [decide.median_of(tps, key, x, r["tokens_per_s"]) for x, r in zip(b, ran)],
+            "o-",
+            color=f"C{i}",
+            label=stages.get(key).title,
+        )
         mem = [(r["batch_size"], r.get("mem_allocator_bytes") or r.get("mem_device_bytes")) for r in ran]
         a2.plot(
             [x for x, v in mem if v], [v / GiB for x, v in mem if v], "s-", color=f"C{i}", label=stages.get(key).title

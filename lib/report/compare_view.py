@@ -99,9 +99,8 @@ def same_batch_html(reps) -> str:
     )
     return (
         f'<table class="matrix"><tr><th>Stage</th><th>B</th>{head}</tr>{body}</table>'
-        '<p class="note">Each cell is the stage matrix\'s record (its first process), as every table of a '
-        "report's matrix shows it; a recommended row above is the median over its processes.</p>"
-        + attribution_html(reps)
+        '<p class="note">Each cell is the configuration as its report\'s matrix shows it: the median over the '
+        "processes that timed it where several did, else its one process.</p>" + attribution_html(reps)
     )
 
 

@@ -8,7 +8,6 @@ import json
 import os
 from collections import Counter
 
-import numpy as np
 import pandas as pd
 
 from lib.core import chapters, provenance, record, stages
@@ -26,11 +25,11 @@ def status_cell(row) -> str:
 
 
 def _processes_note(values: list[float] | None) -> str:
-    """Under a matrix row's tokens/s (its first process), the median over every process that timed it, where
-    several did: the figure the summary and the recommendation quote."""
+    """Under a matrix row's tokens/s, where several processes timed it: that it is their median (decide.table), and
+    their range."""
     if not values or len(values) < 2:
         return ""
-    return f"<br><small>median of {len(values)}: {tok(float(np.median(values)))}</small>"
+    return f"<br><small>median of {len(values)} processes, {tok(min(values))}–{tok(max(values))}</small>"
 
 
 def matrix_html(rep: Report, stage: str | None = None) -> str:

@@ -75,6 +75,14 @@ def table(
         for s, b, t in zip(df["stage"], df["batch_size"], df["tokens_per_s"])
     ]
     df["timed_tokens_per_s"] = timed  # the figure every ratio takes: the median over processes where several ran
+    # One figure per configuration: where several processes timed it, the row's throughput, its step time and MFU are
+    # their median's (the first process's own stay in its record); p10-p90 stay the first process's spread.
+    scale = [t / f if o and t and f else 1.0 for t, f, o in zip(timed, df["tokens_per_s"], ok)]
+    df["first_tokens_per_s"] = df["tokens_per_s"]
+    df["tokens_per_s"] = [f * k if f is not None else f for f, k in zip(df["tokens_per_s"], scale)]
+    for col in ("mfu", "achieved_tflops"):
+        df[col] = [v * k if v is not None and not pd.isna(v) else v for v, k in zip(df[col], scale)]
+    df["median_ms"] = [v / k if v is not None and not pd.isna(v) else v for v, k in zip(df["median_ms"], scale)]
     base = df.assign(timed=timed)[(df["stage"] == stage_order[0]) & ok].set_index("batch_size")
     # Never for the multi-GPU stage: its throughput over one GPU's FP32 is no lever's speed-up.
     df["speedup_vs_baseline"] = [
