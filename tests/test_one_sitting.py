@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, describe_proc, read_json, run_cli
+from conftest import ROOT, describe_proc, make_record, read_json, run_cli, tiny_params, write_report_dir
 
 from lib.core import chapters, config, provenance, record
 from lib.measure import compile_cache, worker
@@ -638,3 +638,23 @@ def test_the_compile_chapter_names_the_sitting_that_compiled_cold():
     assert "21.2 s cold" in text and "by commit f826bfe on host-60a" in text and "took 3.6 s" in text
     rec["compile_cache"]["cold"] = {**cold, **here}
     assert "in this sitting" in compile_time_text(rec) and "f826bfe" not in compile_time_text(rec)
+
+
+def test_page_one_says_which_figures_came_from_the_sitting_that_filled_the_compile_cache(tmp_path):
+    """Page 1 said every number was measured on the device it names, while the compile chapter quoted a cold first
+    step from the run that filled the cache (reports/h200-x2: 21.2 s, by commit f826bfe on another machine)."""
+    from lib.report import loader
+
+    params = tiny_params(["fp32", "tf32"])
+    recs = [make_record(params, k, 2, [10.0] * 5, [3.0] * 6) for k in ("fp32", "tf32")]
+    here = {"commit": "4e48e808033b", "host_id": "host-cf7"}
+    for r in recs:
+        r["provenance"] = here
+    rep = loader.load(write_report_dir(tmp_path / "r", params, recs))
+    assert "the sitting that filled its compile cache" not in tables.title_md(rep)
+    recs[1]["compile_cache"] = {
+        "state": "warm",
+        "cold": {"first_step_s": 21.2, "commit": "f826bfef0", "host_id": "h60"},
+    }
+    rep = loader.load(write_report_dir(tmp_path / "s", params, recs))
+    assert "by the sitting that filled its compile cache: commit f826bfe on h60)" in tables.title_md(rep)

@@ -201,7 +201,7 @@ def ddp_html(reps) -> str:
                 f"{_title(r[f'{n} stage'])}</small></td>"
                 f"<td>{loader.times(r[f'{n} speedup'])} <small>over "
                 + (
-                    html.escape(one["source"])
+                    html.escape(one["source"].split(",")[0])  # its configuration; the report says the rest
                     if one.get("source")
                     else f"one GPU's {_title(one['stage'])} B={one['per_gpu_batch']}"
                 )

@@ -65,12 +65,15 @@ def _turn_on(rep: Report) -> str | None:
             + f"{batch} does not fit: "
             + ", ".join(fits)
         )
-    # Levers the recommendation has whose worth is within noise: named, so page 1 lists every switch its code has
-    quiet = [r for r in rows if r["worth"] is not None and r.get("within_noise") is True]
-    if quiet:
-        text += "; within noise, kept as the recommendation has them: " + ", ".join(
-            f"{r['lever']} ({r['worth'] * 100:+.1f} %)" for r in quiet
-        )
+    # Levers the recommendation keeps whose worth is within noise, or unjudged and not paying: named, so page 1
+    # lists every switch its code has
+    within = [r for r in rows if r["worth"] is not None and r.get("within_noise") is True]
+    unjudged_loss = [r for r in rows if r["worth"] is not None and r["worth"] <= 0 and r.get("within_noise") is None]
+    for words, quiet in (("within noise", within), ("not paying, and not judged against noise", unjudged_loss)):
+        if quiet:
+            text += f"; {words}, kept as the recommendation has them: " + ", ".join(
+                f"{r['lever']} ({r['worth'] * 100:+.1f} %)" for r in quiet
+            )
     apart = frontier_view.ablation_calls_apart(full, rows)
     return text + (
         f" (each worth: {stages.get(full['stage']).title} at B={batch} against it without that lever, "

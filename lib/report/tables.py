@@ -191,10 +191,26 @@ def title_md(rep: Report) -> str:
         )
     sub += "\n\n" + provenance_md(rep)
     m = rep.params.model
+    # a warm run quotes its cold compiles from the sitting that filled the cache (loader.compile_time_text)
+    elsewhere = sorted(
+        {
+            f"{str(c.get('commit'))[:7]} on {c.get('host_id')}"
+            for r in rep.records
+            if (c := (r.get("compile_cache") or {}).get("cold"))
+            and (c.get("commit"), c.get("host_id"))
+            != ((r.get("provenance") or {}).get("commit"), (r.get("provenance") or {}).get("host_id"))
+        }
+    )
     return (
         f"# {preset_of(rep.params)} ({m.n_layer} layers, d={m.n_embd}) training step: what each optimisation "
-        f"lever buys\n\n{sub} Every number below was measured by this tool on the device named above; the "
-        "method (section 3) says how."
+        f"lever buys\n\n{sub} Every number below was measured by this tool on the device named above"
+        + (
+            f" (the cold first steps the compile chapter quotes, by the sitting that filled its compile cache: "
+            f"commit {', '.join(elsewhere)})"
+            if elsewhere
+            else ""
+        )
+        + "; the method (section 3) says how."
     )
 
 
