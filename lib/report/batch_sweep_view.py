@@ -7,7 +7,7 @@ from __future__ import annotations
 import html
 
 from lib.core import kernel_categories, record, stages
-from lib.report import parity_view
+from lib.report import export, parity_view
 from lib.report.charts import save, style
 from lib.report.evidence_view import OK, none, table
 from lib.report.loader import LAYERS, GiB, Report, gib, price_per_gpu_hour, recommended
@@ -157,8 +157,11 @@ def recommended_md(rep: Report) -> str:
     st = stages.get(best["stage"])
     ref = rep.rec(st.reference, best["batch_size"])
     parity = parity_view.recommended_check(rep)
-    if parity and parity["stage"] == best["stage"]:
-        delta = parity_view.recommended_md(rep)
+    if parity and parity["stage"] == best["stage"]:  # the PDF has it in its executive summary: a pointer there
+        delta = (
+            f'<span class="html-only">{parity_view.recommended_md(rep)}</span><span class="print-only">its parity '
+            f"test {parity_view.WORDS[parity['verdict']]}, as the executive summary states it</span>"
+        )
     elif ref and ref["status"] in OK and best.get("final_loss") is not None:
         delta = f"{best['final_loss'] - ref['final_loss']:+.3f} nats against {stages.get(st.reference).title} at the same batch"
     else:
@@ -184,9 +187,14 @@ def recommended_md(rep: Report) -> str:
         f"**{st.title} at B={best['batch_size']}** (T={best['seq_len']}): **{p['median']:,.0f} tokens/s**{spread}, "
         f"{best['median_ms']:.1f} ms/step in the first process (p10–p90 {best['p10_ms']:.1f}–{best['p90_ms']:.1f}), "
         f"MFU {mfu}. "
-        f"Memory: {mem}. {energy_and_cost(rep, best)} Loss: {delta.rstrip('.')}.\n\nThe code switches that produce it, in the order they are applied:\n\n```python\n"
-        + "\n".join(switches)
-        + "\n```"
+        f"Memory: {mem}. {energy_and_cost(rep, best)} Loss: {delta.rstrip('.')}.\n\n"
+        + export.html_only_block(
+            "The code switches that produce it, in the order they are applied:\n\n```python\n"
+            + "\n".join(switches)
+            + "\n```",
+            "The code switches that produce it: page 1, in order of their worth.",
+            markdown=True,
+        )
     )
 
 
@@ -207,7 +215,7 @@ def energy_and_cost(rep: Report, best: dict) -> str:
         hours = 1e6 / best["processes"]["median"] / 3600
         parts.append(f"Cost: {price * hours:.3f} per million tokens at {price:g} per GPU-hour.")
     else:
-        parts.append("Cost: no price given (PRICE_PER_GPU_HOUR=, or price_per_gpu_hour in the profile).")
+        parts.append("Cost: no price given (PRICE_PER_GPU_HOUR=).")
     return " ".join(parts)
 
 

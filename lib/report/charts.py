@@ -250,7 +250,7 @@ def plot_ddp_scaling(rep: Report):
         return None
     plt = style()
     gpus = [p["gpus"] for p in curve]
-    fig, (speed, eff) = plt.subplots(1, 2, figsize=(9, 3.2))
+    fig, (speed, eff) = plt.subplots(1, 2, figsize=(9, 2.6))
     counts = np.geomspace(1, gpus[-1], 64)  # dense: on the log axis below the ideal is a curve
     speed.plot(counts, counts * curve[0]["tokens_per_s"], color="grey", lw=0.8, ls="--", label="ideal: GPUs × one GPU")
     speed.plot(gpus, [p["tokens_per_s"] for p in curve], color="C0", marker="o", label="measured")
