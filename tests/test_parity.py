@@ -289,6 +289,7 @@ def test_a_test_whose_own_noise_keeps_it_from_deciding_stops_after_its_noise_see
     check = parity.checks(noisy, ev)["tf32"]
     assert check["futile"] and check["verdict"] == parity.UNDECIDED and not check["ok"] and check["seeds_run"] == 3
     assert "stopped after its 3 noise seeds" in parity_view.summary(check)
+    assert "steps from initialisation" in parity_view.summary(check)  # early training, said where it holds or not
     quiet = [r for r in _test(params, (0.0, 0.0, 0.0), noise=0.001) if r["seed_offset"] < 3]
     assert parity.checks(quiet, ev)["tf32"]["verdict"] == parity.INCOMPLETE  # the rest of its seeds still run
     # A noise seed still owed: no stop, whatever the noise of the others.

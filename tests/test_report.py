@@ -689,3 +689,23 @@ def test_the_throughput_chart_says_a_several_gpu_bar_is_all_its_gpus_together(tm
     rep = build(tmp_path, tf32_ms=BASE_MS / 2, stage_keys=("fp32", "tf32", "ddp"), extra=lambda p: [_ddp_row(p)])
     fig = charts.plot_throughput(rep)
     assert [t.get_text() for t in fig.axes[0].texts if "GPUs" in t.get_text()] == [" 2 GPUs together"]
+
+
+def test_the_environment_says_what_the_clocks_did_during_the_timed_steps(tmp_path):
+    """Every record samples the SM clock, power and throttle reasons over its timed steps; no page said so, though
+    a power cap (sw_power_cap at about 690 W on both Hoppers) sat under every compiled stage's spread."""
+
+    def clocked(params):
+        rec = make_record(params, "tf32", 2, [BASE_MS] * 5, LOSSES)
+        rec["clocks"] = {
+            "sm_mhz": {"median": 1725.0},
+            "throttle_reasons": ["sw_power_cap"],
+            "temperature_c": {"max": 55},
+        }
+        return [rec]
+
+    rep = build(tmp_path, extra=clocked)
+    text = tables.timed_clocks(rep.records)
+    assert "1,725–1,725 MHz over the stage matrix's 1 configurations" in text
+    assert "throttled by sw_power_cap in 1" in text and "at most 55 °C" in text
+    assert tables.timed_clocks([{"clocks": {}}]) is None

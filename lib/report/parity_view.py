@@ -154,7 +154,8 @@ def summary(c: dict) -> str:
     css = "ok" if c["ok"] else "bad"
     return (
         f"**Parity test**: {lever} against {ref} at B={c['batch_size']}, {len(c['seeds'])} paired seeds of "
-        f"{c['steps']} steps{passes}{acc}. Mean paired difference (lever minus reference; the "
+        f"{c['steps']} steps from initialisation{passes}{acc}, so it speaks for the start of training. Mean "
+        "paired difference (lever minus reference; the "
         f"{(2 * c['confidence'] - 1) * 100:g} % interval, each end a one-sided {c['confidence'] * 100:g} % "
         f"bound): held-out loss {_interval(c['intervals']['held_out'])}, final "
         f"training loss {_interval(c['intervals']['final'])}. The test's own noise: {noise}{detect}. Margin "

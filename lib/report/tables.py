@@ -90,6 +90,27 @@ def matrix_html(rep: Report, stage: str | None = None) -> str:
     return pd.DataFrame(rows).to_html(index=False, escape=False, classes="matrix", border=0)
 
 
+def timed_clocks(records: list[dict]) -> str | None:
+    """What the clocks did while the steps were timed, over every record that sampled them (measure/clocks.py): the
+    range of the per-configuration median SM clocks, how many configurations met a throttle reason and which, and
+    the hottest sample. A power cap shows here; it is why compiled steps spread more than eager ones."""
+    got = [c for r in records if (c := r.get("clocks") or {}).get("sm_mhz")]
+    if not got:
+        return None
+    sm = [c["sm_mhz"]["median"] for c in got]
+    reasons = Counter(t for c in got for t in c.get("throttle_reasons") or [])
+    hot = max((c.get("temperature_c") or {}).get("max") or 0 for c in got)
+    return (
+        f"SM clock median {min(sm):,.0f}–{max(sm):,.0f} MHz over the stage matrix's {len(got)} configurations; "
+        + (
+            "throttled by " + ", ".join(f"{t} in {n}" for t, n in reasons.most_common())
+            if reasons
+            else "no throttle reason sampled"
+        )
+        + (f"; at most {hot:.0f} °C" if hot else "")
+    )
+
+
 def environment_html(rep: Report) -> str:
     e, dev = rep.env, rep.env["device"]
     corpus = manifest()
@@ -111,6 +132,7 @@ def environment_html(rep: Report) -> str:
             ("cuDNN", e.get("cudnn")),
             ("Max SM / memory clock", _clocks(e)),
             ("Power limit", f"{e['power_limit_w']:.0f} W" if e.get("power_limit_w") else None),
+            ("During the timed steps", timed_clocks(rep.records)),
         ]
     else:
         rows += [("CPU cores / torch threads", f"{e.get('cpu_cores')} / {e.get('threads')}")]
