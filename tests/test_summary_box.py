@@ -250,3 +250,20 @@ def test_a_leave_one_out_cut_off_part_way_names_the_levers_it_did_not_reach(tmp_
     rows[0]["worth"] = None
     rows[0]["record"] = missing
     assert summary_box._turn_on(rep).startswith("**Turn on:** not decided: no leave-one-out record for padded")
+
+
+def test_what_it_buys_gives_the_ratio_with_its_range_over_the_processes(tmp_path, monkeypatch):
+    """Page 1's ratio against the canonical trainer comes with its uncertainty: its range over every pair of the two
+    sides' processes (issue 33: 'tokens/s against the canonical trainer with its uncertainty')."""
+    keys = ["fp32", "tf32"]
+    p = tiny_params(batch_sizes=(2,))
+    p.stages = keys
+    write_report_dir(tmp_path / "rep", p, [make_record(p, k, 2, [100.0] * 5, [5.0] * 6) for k in keys])
+    rep = loader.load(tmp_path / "rep")
+    mine = {"role": "recommended", "batch": 2, "micro_steps": 4, "median": 110.0, "min": 108.0, "max": 112.0, "n": 2}
+    plain = {"role": "baseline", "batch": 2, "micro_steps": 4, "median": 100.0, "min": 99.0, "max": 101.0, "n": 2}
+    monkeypatch.setattr(summary_box.frontier_view, "recipe_rows", lambda rep: [mine, plain])
+    text = summary_box._buys(rep, {"batch_size": 2})
+    assert "1.100× the canonical trainer" in text and "1.069× to 1.131× over every pair of their processes" in text
+    plain["n"] = 1  # one process a side: no range to give
+    assert "over every pair" not in summary_box._buys(rep, {"batch_size": 2})

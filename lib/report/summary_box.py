@@ -132,12 +132,18 @@ def _buys(rep: Report, best: dict) -> str | None:
     mine, plain = rows.get("recommended"), rows.get("baseline")
     if mine and plain:
         b = rep.params.evidence.baseline
+        # its uncertainty: the ratio's range over every pair of the two sides' processes
+        span = (
+            f"; {mine['min'] / plain['max']:.3f}× to {mine['max'] / plain['min']:.3f}× over every pair of their processes"
+            if mine["n"] > 1 and plain["n"] > 1
+            else ""
+        )
         return (
             f"**What it buys:** at {frontier_view.micro_steps_text(mine)}, "
             f"{mine['median'] / plain['median']:.3f}× the canonical trainer "
             f"({stages.get(b.stage).title} at B={b.batch_size} in a plain nanoGPT-form loop) at GPT-2's "
             f"{rep.params.evidence.global_batch_tokens:,}-token batch, measured in the same run "
-            f"({mine['median']:,.0f} against {plain['median']:,.0f} tokens/s)."
+            f"({mine['median']:,.0f} against {plain['median']:,.0f} tokens/s{span})."
         )
     base = rep.rec(rep.stage_order[0], best["batch_size"])
     if base and base.get("status") == record.Status.OK:
