@@ -29,8 +29,11 @@ def one_rank_text(r) -> str:
     alone); empty for a record whose efficiency already divides by it, or without one."""
     if r.get("efficiency_reference") == ONE_RANK or pd.isna(r.get("one_rank_efficiency")):
         return ""
+    single = r.get("single_gpu_tokens_per_s")
+    # with nothing to reduce, how far DDP alone falls from the one-GPU figure; the rest of the loss is the other ranks'
+    own = f", {r['one_rank_tokens_per_s'] / single * 100:.1f} % of the one-GPU figure" if single else ""
     return (
-        f" One rank of this same DDP job: {r['one_rank_tokens_per_s']:,.0f} tokens/s "
+        f" One rank of this same DDP job: {r['one_rank_tokens_per_s']:,.0f} tokens/s{own} "
         f"({r['one_rank_efficiency'] * 100:.1f} % against it)."
     )
 

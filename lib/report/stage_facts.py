@@ -54,8 +54,7 @@ def stage_summary(rep: Report, key: str) -> str:
             f"{'The most GPUs measured, ' if len(ok) > 1 else ''}{int(r['world_size'])} GPUs at B={r['batch_size']} per GPU"
             f"{micro_text(r)}: {r['tokens_per_s']:,.0f} tokens/s in all, {r['per_gpu_tokens_per_s']:,.0f} per GPU"
             f"{processes_text(r)}; **scaling efficiency {eff}** against {efficiency_reference(r)}. The gradient "
-            f"all-reduce costs **{r['allreduce_share'] * 100:.1f} %** of the step (step time with and without "
-            "gradient synchronisation)." + one_rank_text(r)
+            f"all-reduce costs **{r['allreduce_share'] * 100:.1f} %** of the step." + one_rank_text(r)
         )
 
     for c in fidelity_view.crosscheck_rows(rep):
