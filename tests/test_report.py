@@ -709,3 +709,15 @@ def test_the_environment_says_what_the_clocks_did_during_the_timed_steps(tmp_pat
     assert "1,725–1,725 MHz over the stage matrix's 1 configurations" in text
     assert "throttled by sw_power_cap in 1" in text and "at most 55 °C" in text
     assert tables.timed_clocks([{"clocks": {}}]) is None
+
+
+def test_page_one_of_a_several_gpu_host_says_what_all_its_gpus_gave(tmp_path):
+    """The two-H200 host's page 1 named its one-GPU recommendation and never its DDP figure, the point of that host's
+    report; the box now has a line for it (after what was not measured, which outranks it in a full box)."""
+    from lib.report import summary_box
+
+    rep = build(tmp_path, tf32_ms=BASE_MS / 2, stage_keys=("fp32", "tf32", "ddp"), extra=lambda p: [_ddp_row(p)])
+    line = summary_box._all_gpus(rep)
+    assert line.startswith("**On all 2 GPUs** with DDP, B=4 per GPU: ") and "scaling efficiency of 95.0 %" in line
+    assert line in summary_box.lines(rep)
+    assert summary_box._all_gpus(build(tmp_path / "one", stage_keys=("fp32", "tf32"))) is None

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import html
 
+import pandas as pd
+
 from lib.core import record, stages
 from lib.report import fidelity_view, frontier_view, parity_view, size_sweep_view
-from lib.report.loader import ADOPT_ABOVE, Report, mfu_bf16, recommended, span
+from lib.report.loader import ADOPT_ABOVE, Report, mfu_bf16, recommended, span, widest
 from lib.results import decide, stats
 
 MAX_LINES = 5
@@ -154,6 +156,24 @@ def _buys(rep: Report, best: dict) -> str | None:
     return None
 
 
+def _all_gpus(rep: Report) -> str | None:
+    """On a host of several GPUs, what DDP gave there: the most GPUs measured, and the scaling efficiency against the
+    one-GPU figure its record names (the recipe in the same sitting)."""
+    multi = rep.ok()[rep.ok()["stage"].map(stages.is_multi_gpu)]
+    if multi.empty:
+        return None
+    r = widest(multi)
+    eff = r["scaling_efficiency"]
+    return (
+        f"**On all {int(r['world_size'])} GPUs** with DDP, B={r['batch_size']}"
+        + (f" × {int(r['micro_steps'])} micro-steps" if (r["micro_steps"] or 1) > 1 else "")
+        + f" per GPU: {r['tokens_per_s']:,.0f} tokens/s"
+        + (f", a scaling efficiency of {eff * 100:.1f} % against one GPU" if not pd.isna(eff) else "")
+        + (f" ({r['single_gpu_tokens_per_s']:,.0f} tokens/s)" if not pd.isna(r["single_gpu_tokens_per_s"]) else "")
+        + "."
+    )
+
+
 def _not_measured(rep: Report) -> str | None:
     """Stages of the report with no record at all, each with the reason run.json gives (a run
     stopped in that chapter), else that no run reached it."""
@@ -174,7 +194,8 @@ def lines(rep: Report) -> list[str]:
         return [
             "**No recommendation:** no configuration completed with its loss verified; the findings below say what ran."
         ]
-    out = [_turn_on(rep), _skip(rep), _recommended(rep, best), _buys(rep, best), _not_measured(rep)]
+    # what was not measured outranks the several-GPU line where the box is full
+    out = [_turn_on(rep), _skip(rep), _recommended(rep, best), _buys(rep, best), _not_measured(rep), _all_gpus(rep)]
     return [line for line in out if line][:MAX_LINES]
 
 
