@@ -69,8 +69,8 @@ def per_batch(df: pd.DataFrame, claim: dict) -> pd.Series:
     a = ok[ok["stage"] == claim["stage"]].set_index("batch_size")
     b = ok[ok["stage"] == claim["versus"]].set_index("batch_size")
     common = sorted(set(a.index) & set(b.index))
-    # step times by the median over processes (decide.table's timed tokens/s: one batch, one tokens-per-step)
-    tps = "timed_tokens_per_s"
+    # step times by the median over processes (decide.table's tokens/s: one batch, one tokens-per-step)
+    tps = "tokens_per_s"
     if claim["metric"] == "speedup":
         vals = {n: a.at[n, tps] / b.at[n, tps] for n in common}
     elif claim["metric"] == "time_change":

@@ -15,7 +15,7 @@ import pandas as pd
 from lib.core import config, stages
 from lib.core.paths import ROOT
 from lib.report import fidelity_view, loader, parity_view
-from lib.results import decide, parity, stats
+from lib.results import decide, parity
 
 SKEW_KEYS = [
     ("torch", "PyTorch"),
@@ -266,10 +266,8 @@ def lever_decision(rep: loader.Report, key: str, best: dict | None) -> tuple[boo
     have = stages.get(best["stage"]).identity()
     if lever and all(have.get(k) == v for k, v in lever.items()):
         return True, "adopted: in the recommended configuration"
-    if key in parity_view.rejected(rep):
-        return False, parity_view.short_reason(rep, key)
-    if (rep.df[rep.df["stage"] == key]["loss_verdict"].isin(stats.GATE_FAILS)).any():
-        return False, "loss beyond tolerance"
+    if why := parity_view.loss_reason(rep, key):
+        return False, why
     effect = decide.lever_effect(rep.df, key)
     if effect["median"] is None:
         return False, "not timed"

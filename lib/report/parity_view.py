@@ -9,7 +9,7 @@ import html
 from lib.core import record, stages
 from lib.core.params import Evidence
 from lib.report.loader import Report, recommended
-from lib.results import parity, store
+from lib.results import parity, stats, store
 
 WORDS = {
     parity.HOLDS: "holds",
@@ -211,6 +211,16 @@ def rejected_reason(rep: Report, key: str) -> str:
         f"its parity test against {stages.get(c['reference']).title} at B={c['batch_size']} {found}: "
         f"{why}; so it is not recommended however fast it runs."
     )
+
+
+def loss_reason(rep: Report, key: str) -> str | None:
+    """Why a lever's loss keeps it out, in a few words: its parity test's (short_reason), else the stage loss gate
+    failing; None where its loss held."""
+    if key in rejected(rep):
+        return short_reason(rep, key)
+    if (rep.df[rep.df["stage"] == key]["loss_verdict"].isin(stats.GATE_FAILS)).any():
+        return "loss beyond tolerance"
+    return None
 
 
 def short_reason(rep: Report, key: str) -> str:

@@ -82,27 +82,22 @@ def findings(rep: Report, stages_too: bool = True) -> list[str]:
             out.append(line)
     one_gpu = clean[~clean["stage"].map(stages.is_multi_gpu)]  # several GPUs' aggregate: its own line below
     pool = one_gpu if not one_gpu.empty else clean
-    # by the median over processes where a configuration ran in several, the figure every ratio of the report uses
-    tps = decide.throughputs(rep.decisions)
-    med = {i: decide.median_of(tps, r["stage"], r["batch_size"], r["tokens_per_s"]) for i, r in pool.iterrows()}
-    best = pool.loc[max(med, key=med.get)]
-    n = len(tps.get((best["stage"], best["batch_size"])) or [None])
+    best = pool.loc[pool["tokens_per_s"].idxmax()]  # rep.df: the median over processes where several timed it
+    n = len(decide.throughputs(rep.decisions).get((best["stage"], best["batch_size"])) or [None])
     base = clean[clean["stage"] == order[0]]
     line = (
         f"Fastest in the stage matrix: {best['stage_title']} at B={best['batch_size']}, "
-        f"{med[best.name]:,.0f} tokens/s"
+        f"{best['tokens_per_s']:,.0f} tokens/s"
         + (f" (median of {n} processes" if n > 1 else f" ({best['median_ms']:.1f} ms/step")
     )
     if not pd.isna(best["mfu"]):
-        mfu = best["mfu"] * med[best.name] / best["tokens_per_s"]
-        line += f", MFU {mfu * 100:.1f} % of the {best['peak_precision']} peak"
+        line += f", MFU {best['mfu'] * 100:.1f} % of the {best['peak_precision']} peak"
     line += ")"
     if not base.empty:
-        fp32 = {i: decide.median_of(tps, r["stage"], r["batch_size"], r["tokens_per_s"]) for i, r in base.iterrows()}
-        b0 = base.loc[max(fp32, key=fp32.get)]
+        b0 = base.loc[base["tokens_per_s"].idxmax()]
         line += (
-            f", {med[best.name] / fp32[b0.name]:.2f}× the best FP32 baseline "
-            f"({fp32[b0.name]:,.0f} tokens/s at B={b0['batch_size']})."
+            f", {best['tokens_per_s'] / b0['tokens_per_s']:.2f}× the best FP32 baseline "
+            f"({b0['tokens_per_s']:,.0f} tokens/s at B={b0['batch_size']})."
         )
     out.append(line)
     out += [f"{stages.get(k).title}: {parity_view.rejected_reason(rep, k)}" for k in parity_view.rejected(rep)]

@@ -11,7 +11,7 @@ import pandas as pd
 from lib.core import record, stages
 from lib.report import fidelity_view, frontier_view, parity_view, size_sweep_view
 from lib.report.loader import ADOPT_ABOVE, Report, mfu_bf16, recommended, span, widest
-from lib.results import decide, stats
+from lib.results import decide
 
 MAX_LINES = 5
 
@@ -105,10 +105,8 @@ def _skip(rep: Report) -> str | None:
         if key in paying and key not in parity_view.rejected(rep):
             continue
         # "title: reason", never "title (reason)": titles carry brackets of their own, and page 1 nests none
-        if key in parity_view.rejected(rep):
-            out.append(f"{st.title}: {parity_view.short_reason(rep, key)}")
-        elif (rep.df[rep.df["stage"] == key]["loss_verdict"].isin(stats.GATE_FAILS)).any():
-            out.append(f"{st.title}: loss beyond tolerance")
+        if why := parity_view.loss_reason(rep, key):
+            out.append(f"{st.title}: {why}")
         elif not effect["values"].empty and effect["median"] < 1 and not fidelity_view.noise_note(rep, key):
             larger = f", the size sweep: {pays[st.title]}" if st.title in pays else ""
             out.append(f"{st.title}: {span(effect['values'].values)} of {stages.get(effect['previous']).title}{larger}")

@@ -74,7 +74,6 @@ def table(
         float(np.median(processes[(s, b)])) if len((processes or {}).get((s, b)) or []) > 1 else t
         for s, b, t in zip(df["stage"], df["batch_size"], df["tokens_per_s"])
     ]
-    df["timed_tokens_per_s"] = timed  # the figure every ratio takes: the median over processes where several ran
     # One figure per configuration: where several processes timed it, the row's throughput, its step time and MFU are
     # their median's (the first process's own stay in its record); p10-p90 stay the first process's spread.
     scale = [t / f if o and t and f else 1.0 for t, f, o in zip(timed, df["tokens_per_s"], ok)]
