@@ -17,7 +17,7 @@ import pytest
 from conftest import ROOT, describe_proc, make_record, read_json, run_cli, tiny_params, write_report_dir
 
 from lib.core import chapters, config, provenance, record
-from lib.measure import compile_cache, worker
+from lib.measure import compile_cache
 from lib.report import cost_view, tables
 from lib.results import noise, store
 from lib.run import run_log
@@ -606,21 +606,33 @@ def test_the_report_says_what_measuring_it_cost_and_what_a_warm_re_measure_would
 
 def test_the_launcher_imports_once_what_each_child_would_and_initialises_no_device():
     """torch._dynamo imported in the launcher spares each child its import; nothing preloaded may leave a
-    forked child unable to use the GPU. Inductor's compile_fx did, on two H200s: it stays out, and a preload
-    after which a forked child is in PyTorch's bad-fork state is refused with its name (simulated: no GPU)."""
+    forked child unable to use the GPU. Inductor's compile_fx did, on two H200s: on a GPU backend a throwaway
+    child tries it first and it is left out (once, with the reason in the log) where a child forked after it
+    could not compute on the GPU; a preload after which a forked child is in PyTorch's bad-fork state is
+    refused with its name (both simulated: no GPU here)."""
     code = (
-        "import sys, torch; from lib.measure import worker; worker.preload(); "
-        "print(all(m in sys.modules for m in worker.PRELOADED), torch.cuda.is_initialized())"
+        "import sys, torch; from lib.measure import preload; preload.preload(); "
+        "print(all(m in sys.modules for m in preload.PRELOADED), 'torch._inductor.compile_fx' in sys.modules, "
+        "torch.cuda.is_initialized())"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
-    assert out.stdout.split() == ["True", "False"]
-    assert "torch._inductor.compile_fx" not in worker.PRELOADED
-    # ... but on the CPU backend, which has no GPU to break, Inductor is imported once in the launcher too
-    code = "import sys; from lib.measure import worker; worker.preload('{}'); print('torch._inductor.compile_fx' in sys.modules)"
-    for backend, loaded in (("cpu", "True"), ("cuda", "False")):
+    assert out.stdout.split() == ["True", "False", "False"]  # before the jobs' backend is known: dynamo alone
+    code = "import sys; from lib.measure import preload; preload.preload('{}'); print('torch._inductor.compile_fx' in sys.modules)"
+    for backend in ("cpu", "cuda"):  # the CPU directly; a GPU backend after its trial, clean here
         out = subprocess.run([sys.executable, "-c", code.format(backend)], capture_output=True, text=True, cwd=ROOT)
-        assert out.stdout.split() == [loaded], (backend, out.stderr[-500:])
-    code = "import torch; from lib.measure import worker; torch.cuda._is_in_bad_fork = lambda: True; worker.preload()"
+        assert out.stdout.split() == ["True"], (backend, out.stderr[-500:])
+    code = (
+        "import sys; from lib.measure import preload\n"
+        "preload.fork_is_clean = lambda use_device=False, **k: not use_device  # computing on the GPU fails\n"
+        "trials = []; tried = preload.trial_import\n"
+        "preload.trial_import = lambda name: trials.append(name) or tried(name)\n"
+        "preload.preload('cuda'); preload.preload('cuda')\n"
+        "print('torch._inductor.compile_fx' in sys.modules, len(trials))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert out.stdout.split() == ["False", "1"], out.stderr[-500:]
+    assert "torch._inductor.compile_fx not preloaded: a child forked after it could not use the GPU" in out.stderr
+    code = "import torch; from lib.measure import preload; torch.cuda._is_in_bad_fork = lambda: True; preload.preload()"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert out.returncode != 0 and "preloading torch._dynamo left the launcher unable to fork" in out.stderr
 

@@ -22,7 +22,7 @@ import torch
 
 from lib.core import data, record, stages
 from lib.core.params import Params
-from lib.measure import clocks, compile_cache, energy, faults, gemm_sweep, kernel_profile, protocol
+from lib.measure import clocks, compile_cache, energy, faults, gemm_sweep, kernel_profile, preload, protocol
 from lib.measure.parity_run import is_oom, parity_run
 from lib.measure.series import series_groups
 from lib.results import stats, store
@@ -349,49 +349,14 @@ def serve(jobs: list[dict], timeout_s: float) -> None:
             print(protocol.DONE_PREFIX + json.dumps({"out": job["out"], "verdict": verdict}), flush=True)
 
 
-# torch._inductor.compile_fx is not here. Preloaded (commit 103c013), every forked child on two H200s failed
-# "Cannot re-initialize CUDA in forked subprocess"; without it (f826bfe) they ran. torch.cuda.is_initialized()
-# stayed False after importing it in a plain interpreter there, so the state that breaks a fork is not the one
-# that call reports: fork_is_clean asks a forked child itself.
-PRELOADED = ("torch._dynamo",)
-# On the CPU default there is no GPU to break: Inductor's import once, not in every compiled child (0.9 s each).
-CPU_PRELOADED = ("torch._inductor.compile_fx",)
-
-
-def fork_is_clean() -> bool:
-    """Whether a child forked now could use the GPU: a throwaway child reports PyTorch's bad-fork state."""
-    import torch
-
-    pid = os.fork()
-    if pid == 0:
-        os._exit(1 if torch.cuda._is_in_bad_fork() else 0)
-    _, status = os.waitpid(pid, 0)
-    return os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
-
-
-def preload(backend: str | None = None) -> None:
-    """Import, once in the launcher, what every child would otherwise import for itself: the optimizer's
-    first construction imports torch._dynamo (about 2 s on a small CPU); for a CPU backend, Inductor too. The
-    launcher must leave its forked children a usable device: a preload after which a fork is not clean is
-    refused, with its name."""
-    import importlib
-
-    for name in PRELOADED + (CPU_PRELOADED if backend == "cpu" else ()):
-        if name in sys.modules:
-            continue
-        importlib.import_module(name)
-        if not fork_is_clean():
-            raise RuntimeError(f"preloading {name} left the launcher unable to fork a child that can use the GPU")
-
-
 if __name__ == "__main__":
     die_with_parent()
-    preload()
+    preload.preload()
 
     for line in sys.stdin:  # one batch of jobs per line: the path of its spec file (runner.measure_jobs)
         spec = json.loads(open(line.strip()).read())
         os.environ[faults.VAR] = spec.get("faults", "")
         jobs = [{**job, "params": Params.from_dict(job["params"], lenient=True)} for job in spec["jobs"]]
-        preload(jobs[0]["params"].backend if jobs else None)
+        preload.preload(jobs[0]["params"].backend if jobs else None)
         serve(jobs, spec.get("timeout_s", 1800))
         print(protocol.BATCH_DONE, flush=True)
