@@ -19,7 +19,7 @@ from conftest import ROOT, describe_proc, make_record, read_json, run_cli, tiny_
 from lib.core import chapters, config, provenance, record
 from lib.measure import compile_cache
 from lib.report import cost_view, tables
-from lib.results import noise, store
+from lib.results import decide, noise, store
 from lib.run import run_log
 
 GPU_ENV = {
@@ -670,3 +670,41 @@ def test_page_one_says_which_figures_came_from_the_sitting_that_filled_the_compi
     }
     rep = loader.load(write_report_dir(tmp_path / "s", params, recs))
     assert "by the sitting that filled its compile cache: commit f826bfe on h60)" in tables.title_md(rep)
+
+
+def test_a_record_no_run_of_the_report_measured_takes_no_part_in_it(pipeline_ok, tmp_path):
+    """Seen on an H100 (2026-11-26): between two calls of one sitting, 48 records of another sitting (commit 1459691,
+    another host, the day before) appeared in the run's results/ on the device, with no run.json entry; the next
+    call's measuring code read them (a parity test of a lever this sitting never tested). A record that no run in
+    run.json measured is a stray: decisions, tables and page 1 leave it out, and page 1 says so; nothing is deleted.
+    Here the stray is the recommended stage at a new batch size, ten times faster: taken in, it would win."""
+    import shutil
+
+    from lib.core.params import Params
+    from lib.report import loader
+
+    report = tmp_path / "cpu"
+    shutil.copytree(pipeline_ok.report_dir, report)
+    params = Params.read(report / "params.json")
+    before = decide.best_config(store.decision_records(report / "results"), params)
+    stray = json.loads(json.dumps(before))  # the record decide chose, as another sitting might have left it
+    stray["batch_size"] = before["batch_size"] * 3
+    stray["tokens_per_s"] *= 10
+    stray["provenance"] = {**stray["provenance"], "commit": "1459691" + "0" * 33, "host_id": "host-elsewhere"}
+    store.write_atomic(report / "results" / "sweep" / f"{before['stage']}__b{stray['batch_size']}.json", stray)
+
+    after = decide.best_config(store.decision_records(report / "results"), params)
+    assert (after["stage"], after["batch_size"]) == (before["stage"], before["batch_size"])
+    assert [path.name for path, _ in store.every_record(report)[1]] == [
+        f"{before['stage']}__b{stray['batch_size']}.json"
+    ]
+    rep = loader.load(report)
+    assert all(r.get("provenance", {}).get("host_id") != "host-elsewhere" for r in rep.decisions + rep.records)
+    text = tables.provenance_md(rep)
+    assert (
+        "**Left out:** 1 record in results/ that no run of this report measured (code 1459691 on host-elsewhere" in text
+    )
+    assert (report / "results" / "sweep" / f"{before['stage']}__b{stray['batch_size']}.json").exists()
+    # without a run.json (an older report) a folder's records are taken as they are
+    (report / "run.json").unlink()
+    assert store.every_record(report)[1] == []

@@ -5,13 +5,13 @@ what measuring it again with a warm cache would take. For whoever plans the next
 
 from __future__ import annotations
 
-import json
 import statistics
 
 from lib.core import chapters
 from lib.report import export
 from lib.report.evidence_view import none, table
 from lib.report.loader import Report
+from lib.results import store
 
 
 def chapter_seconds(run: dict) -> dict:
@@ -67,7 +67,7 @@ def cost_html(rep: Report) -> str:
         {"chapter": titles.get(k, k), "seconds": f"{s:,.0f}", "share": f"{s / total:.0%}"} for k, s in seconds.items()
     ]
     rows.append({"chapter": "all chapters", "seconds": f"{total:,.0f}", "share": "100%"})
-    records = [json.loads(p.read_text()) for p in sorted((rep.dir / "results").rglob("*.json"))]
+    records = [rec for _, rec in store.every_record(rep.dir)[0]]
     costs = compile_costs(records)
     cold, warm = costs.get("cold"), costs.get("warm")
     runs = len(rep.run.get("earlier_runs") or []) + 1

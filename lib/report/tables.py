@@ -4,7 +4,6 @@ code switch and the appendix, the title and the failures, as HTML or Markdown.""
 from __future__ import annotations
 
 import html
-import json
 import os
 from collections import Counter
 
@@ -13,7 +12,7 @@ import pandas as pd
 from lib.core import chapters, provenance, record, stages
 from lib.core.config import preset_of
 from lib.report.loader import CV_LIMIT, GiB, Report, code_commits, gib, manifest, pct, short, times, tok
-from lib.results import decide, noise
+from lib.results import decide, noise, store
 
 
 def status_cell(row) -> str:
@@ -260,8 +259,8 @@ def _alive(pid) -> bool:
 def provenance_md(rep: Report) -> str:
     """Page 1's account of where and how the records were measured: machines, commits, runs, what was
     superseded and what this depth left out."""
-    files = sorted((rep.dir / "results").rglob("*.json"))
-    recs = [{**json.loads(p.read_text()), "_folder": p.parent.name} for p in files]
+    mine, strays = store.every_record(rep.dir)
+    recs = [{**rec, "_folder": path.parent.name} for path, rec in mine]
     machines, commits = Counter(provenance.machine_of(r) for r in recs), Counter(provenance.commit_of(r) for r in recs)
     if not any(r.get("provenance") for r in recs):
         return old_method_md(rep) + (
@@ -317,6 +316,13 @@ def provenance_md(rep: Report) -> str:
             if spread["machines"] > 1 and spread["spread"] is not None
             else " No configuration was timed on more than one, so their offset is unknown: a ratio that joins records of "
             "two machines (here the leave-one-out and the recipe against the matrix) is not judged against noise."
+        )
+    if strays:
+        sources = Counter(f"{provenance.commit_of(r)[:7]} on {provenance.machine_of(r)}" for _, r in strays)
+        text += (
+            f" **Left out:** {len(strays)} record{'s' if len(strays) > 1 else ''} in results/ that no run of this "
+            "report measured (" + "; ".join(f"code {s}: {n}" for s, n in sources.most_common()) + "), found in its "
+            "folder, are kept there and take no part in it."
         )
     superseded = sorted((rep.dir / "superseded").rglob("*.json")) if (rep.dir / "superseded").is_dir() else []
     if superseded:

@@ -129,14 +129,63 @@ def jsonable(v):
     raise TypeError(f"not JSON serialisable: {type(v)}")
 
 
+# What makes a record one of a run's: the code it ran (commit and tree) and the machine (not the GPU: a DDP
+# record belongs to every GPU of its host).
+RUN_KEYS = ("commit", "tree_hash", "host_id")
+
+
+def run_stamps(report_dir) -> list[dict] | None:
+    """The code and machine of every measuring run in a report's run.json (the program writes it, from the first
+    configuration of a run on); None where there is none, or its runs predate stamping."""
+    try:
+        run = json.loads((Path(report_dir) / "run.json").read_text())
+    except (OSError, ValueError):
+        return None
+    stamps = [
+        {"commit": (r.get("code") or {}).get("commit"), "tree_hash": (r.get("code") or {}).get("tree_hash"), **r}
+        for r in [*run.get("earlier_runs", []), run]
+        if r.get("host_id")
+    ]
+    return stamps or None
+
+
+def of_its_runs(rec: dict, stamps: list[dict] | None) -> bool:
+    """Whether a record was measured by one of its report's runs. A record in a report's folder that no run of
+    run.json measured (a file restored or copied there from another sitting) is not part of the report: the
+    measuring code never decides on it and the report leaves it out, saying so (strays). Unstamped records
+    (older reports) and folders without a run.json are taken as they are."""
+    mine = rec.get("provenance")
+    return stamps is None or not mine or any(all(mine.get(k) == s.get(k) for k in RUN_KEYS) for s in stamps)
+
+
+def report_of(results_dir) -> Path | None:
+    """The report folder a results folder (or one of its kind folders) belongs to."""
+    path = Path(results_dir).resolve()
+    return next((p.parent for p in [path, *path.parents] if p.name == "results"), None)
+
+
+def _read(path: Path) -> dict:
+    rec = json.loads(path.read_text())
+    if rec.get("schema_version") != SCHEMA_VERSION:
+        raise ValueError(f"{path}: schema version {rec.get('schema_version')}, this code reads {SCHEMA_VERSION}")
+    return rec
+
+
 def load_records(results_dir) -> list[dict]:
-    out = []
-    for path in sorted(Path(results_dir).glob("*.json")):
-        rec = json.loads(path.read_text())
-        if rec.get("schema_version") != SCHEMA_VERSION:
-            raise ValueError(f"{path}: schema version {rec.get('schema_version')}, this code reads {SCHEMA_VERSION}")
-        out.append(rec)
-    return out
+    """The records of one folder of a report's results/ that its runs measured (of_its_runs)."""
+    report = report_of(results_dir)
+    stamps = run_stamps(report) if report else None
+    return [rec for path in sorted(Path(results_dir).glob("*.json")) if of_its_runs(rec := _read(path), stamps)]
+
+
+def every_record(report_dir) -> tuple[list[tuple[Path, dict]], list[tuple[Path, dict]]]:
+    """Every record under a report's results/ as (path, record): those its runs measured, and the strays,
+    which none of them did (of_its_runs)."""
+    stamps, mine, strays = run_stamps(report_dir), [], []
+    for path in sorted((Path(report_dir) / "results").rglob("*.json")):
+        rec = json.loads(path.read_text())  # as they are: page 1 counts every file, whatever its schema
+        (mine if of_its_runs(rec, stamps) else strays).append((path, rec))
+    return mine, strays
 
 
 EVIDENCE_KINDS = (
