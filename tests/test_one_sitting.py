@@ -708,3 +708,16 @@ def test_a_record_no_run_of_the_report_measured_takes_no_part_in_it(pipeline_ok,
     # without a run.json (an older report) a folder's records are taken as they are
     (report / "run.json").unlink()
     assert store.every_record(report)[1] == []
+
+
+def test_what_the_launcher_says_of_its_preloads_reaches_the_run_log(capsys):
+    """The launcher's stderr is kept for error records only; its own notes (whether Inductor was preloaded on a GPU,
+    and why not) must reach the log, or a GPU run cannot show which way it went (the H100 run of e1a43f1 could not)."""
+    import io
+
+    from lib.run import runner
+
+    lines: list[str] = []
+    runner.drain(io.StringIO("W some warning\nlauncher: torch._inductor.compile_fx preloaded (...)\n"), lines)
+    assert len(lines) == 2
+    assert capsys.readouterr().out == "launcher: torch._inductor.compile_fx preloaded (...)\n"

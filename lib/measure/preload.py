@@ -106,3 +106,7 @@ def preload(backend: str | None = None) -> None:
         importlib.import_module(name)
         if not fork_is_clean():
             raise RuntimeError(f"preloading {name} left the launcher unable to fork a child that can use the GPU")
+        if name in TRIED and backend != "cpu":
+            print(
+                f"launcher: {name} preloaded (a child forked after it computed on the GPU)", file=sys.stderr, flush=True
+            )

@@ -206,7 +206,8 @@ def title_md(rep: Report) -> str:
         )
     if (rep.run or {}).get("command"):
         sub += f"\n\nLast measuring command: `{rep.run['command']}`" + (
-            f" (and {len(rep.run.get('earlier_runs', []))} earlier runs, listed in run.json)"
+            f" (and {len(rep.run['earlier_runs'])} earlier run{'s' if len(rep.run['earlier_runs']) > 1 else ''}, "
+            "listed in run.json)"
             if rep.run.get("earlier_runs")
             else ""
         )

@@ -266,9 +266,20 @@ def _launcher(env: dict) -> tuple:
             stderr=subprocess.PIPE,
         )
         lines: list[str] = []
-        threading.Thread(target=lambda: lines.extend(proc.stderr), daemon=True).start()
+        threading.Thread(target=drain, args=(proc.stderr, lines), daemon=True).start()
         _LAUNCHER = (proc, lines, cache)
     return _LAUNCHER[:2]
+
+
+LAUNCHER_NOTE = "launcher: "  # what the launcher says of itself (lib/measure/preload.py): the run's log shows it
+
+
+def drain(stream, lines: list[str]) -> None:
+    """The launcher's stderr, kept for the error record of a job that fails; its own notes also go to the log."""
+    for line in stream:
+        lines.append(line)
+        if line.startswith(LAUNCHER_NOTE):
+            print(line.rstrip(), flush=True)
 
 
 def _collect(params, job, verdict, stderr) -> dict:
