@@ -617,6 +617,11 @@ def test_the_launcher_imports_once_what_each_child_would_and_initialises_no_devi
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
     assert out.stdout.split() == ["True", "False", "False"]  # before the jobs' backend is known: dynamo alone
+    # Asked through the CUDA runtime, 'is CUDA available' left every later fork unable to use an H100's GPU once
+    # Inductor was imported; asked through NVML it did not (tools/probe_preload.py). Set before the first import.
+    code = "import os; from lib.measure import preload; preload.preload(); print(os.environ['PYTORCH_NVML_BASED_CUDA_CHECK'])"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
+    assert out.stdout.split() == ["1"]
     code = "import sys; from lib.measure import preload; preload.preload('{}'); print('torch._inductor.compile_fx' in sys.modules)"
     for backend in ("cpu", "cuda"):  # the CPU directly; a GPU backend after its trial, clean here
         out = subprocess.run([sys.executable, "-c", code.format(backend)], capture_output=True, text=True, cwd=ROOT)

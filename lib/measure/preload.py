@@ -15,8 +15,14 @@ import time
 # one that call reports: fork_is_clean asks a forked child itself.
 PRELOADED = ("torch._dynamo",)
 # Imported once in the launcher where it is safe, which a throwaway child tries first (trial_import): each compiled
-# child otherwise imports Inductor itself (0.9 s on the CPU default, about 2.5 s more build time per compiled
-# process than an eager one on an H100 or H200).
+# child otherwise imports Inductor itself. On an H100 (tools/probe_preload.py, 2026-11-26) that import took 2.2-3.4 s,
+# the whole of the difference between a compiled stage's build phase and an eager one's (about 5 s against 2 s).
+TRIED = ("torch._inductor.compile_fx",)
+# What broke the fork: importing torch._inductor.lowering asks whether CUDA is available, and PyTorch answers that
+# through the CUDA runtime, which marks every later fork unable to use the GPU. With this variable (PyTorch's own,
+# for forked processes) it asks NVML instead; on that H100 a child forked after importing compile_fx then computed
+# on the GPU, and without it could not. The children initialise CUDA as before.
+NVML_CHECK = ("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
 TRIED = ("torch._inductor.compile_fx",)
 
 
@@ -94,6 +100,7 @@ def preload(backend: str | None = None) -> None:
     where it is safe (the CPU has no GPU to break; elsewhere a throwaway child tries it first). The launcher
     must leave its forked children a usable device: a preload after which a fork is not clean is refused, with
     its name; a tried one that would be is left out and the log says why."""
+    os.environ.setdefault(*NVML_CHECK)  # before any import that asks whether CUDA is available
     for name in PRELOADED + (TRIED if backend else ()):
         if name in sys.modules or name in REFUSED:
             continue
