@@ -563,7 +563,7 @@ def test_turn_on_lists_levers_timed_on_another_machine_as_not_judged(monkeypatch
     monkeypatch.setattr(frontier_view, "ablation_calls_apart", lambda full, rows: None)
     monkeypatch.setattr(frontier_view, "row_stage", lambda rep, row: None)
     text = summary_box._turn_on(SimpleNamespace())
-    assert text.index("TF32") < text.index("not judged against noise") < text.index("fused AdamW")
+    assert text.index("TF32") < text.index("Not judged against noise") < text.index("fused AdamW")
 
 
 def test_the_report_says_what_measuring_it_cost_and_what_a_warm_re_measure_would(tmp_path):

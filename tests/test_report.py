@@ -721,3 +721,23 @@ def test_page_one_of_a_several_gpu_host_says_what_all_its_gpus_gave(tmp_path):
     assert line.startswith("**On all 2 GPUs** with DDP, B=4 per GPU: ") and "scaling efficiency of 95.0 %" in line
     assert line in summary_box.lines(rep)
     assert summary_box._all_gpus(build(tmp_path / "one", stage_keys=("fp32", "tf32"))) is None
+
+
+def test_the_padding_under_compile_table_shows_the_matrix_median_over_processes(tmp_path):
+    """A reader of the H100 report found 137.3 ms for torch.compile at 50304 in the padding table (its first process)
+    beside 136.9 ms in the matrix (the median of its two): one figure per configuration, the matrix's."""
+    from lib.report import evidence_view
+    from lib.results import store
+
+    keys = ["flash", "vocab", "compile"]
+    params = tiny_params(keys)
+    recs = [make_record(params, k, 2, [ms] * 6, LOSSES) for k, ms in zip(keys, (100.0, 80.0, 50.0))]
+    d = write_report_dir(tmp_path / "r", params, recs)
+    again = make_record(params, "compile", 2, [40.0] * 6, LOSSES)
+    again.update(variant="repeat", repeat=1)
+    store.write_atomic(d / "results" / "repeats" / "compile__b2__r1.json", again)
+    unpadded = make_record(params, "compile", 2, [54.0] * 6, LOSSES)
+    unpadded.update(variant="unpadded vocab")
+    store.write_atomic(d / "results" / "variants" / "compile-unpadded__b2.json", unpadded)
+    html = evidence_view.compile_vocab_html(loader.load(d))
+    assert "<td>44.4</td>" in html and "1.22×" in html and "<td>50.0</td>" not in html  # tokens/s median of 2

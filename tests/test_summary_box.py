@@ -52,7 +52,7 @@ def test_a_lever_the_leave_one_out_finds_paying_is_turned_on_not_skipped(tmp_pat
     full = {"batch_size": 2, "stage": "bf16"}
     monkeypatch.setattr(summary_box.frontier_view, "ablation_rows", lambda rep: (full, [row]))
     lines = summary_box.lines(rep)
-    assert any(line.startswith("**Turn on:** TF32 (+5.0 %") for line in lines), lines
+    assert any(line.startswith("**Turn on:** TF32 +5.0 %") for line in lines), lines
     assert not any(line.startswith("**Skip here:**") and "TF32" in line for line in lines), lines
 
 
@@ -80,7 +80,7 @@ def test_the_title_names_the_code_and_the_command_from_run_json(tmp_path):
         "earlier_runs": [{"started": "2026-11-01T10:00:00"}],
     }
     title = tables.title_md(_report(tmp_path, tf32_ms=80.0, run=run))
-    assert "`make report GPU=cpu BATCHES=2`" in title and "1 earlier runs" in title
+    assert "`make report GPU=cpu BATCHES=2`" in title and "1 earlier run," in title
     assert "code 0123456789ab (1 of its runs recorded none)" in title  # the earlier run has no commit
     run["earlier_runs"] = [{"code": {"commit": "fedcba9876543210"}}]
     both = tables.title_md(_report(tmp_path / "c", tf32_ms=80.0, run=run))
@@ -214,11 +214,11 @@ def test_page_one_code_lists_the_levers_in_order_of_worth(tmp_path, monkeypatch)
     # silent on TF32 while the recommendations adopted it and the code set it).
     assert (
         summary_box._turn_on(rep)
-        .split(" (each worth")[0]
-        .endswith("; within noise, kept as the recommendation has them: TF32 (-0.4 %), fused AdamW (+0.6 %)")
+        .split(" Each figure")[0]
+        .endswith(" Within noise, kept as the recommendation has them: TF32 -0.4 %; fused AdamW +0.6 %.")
     )
     rows[0]["within_noise"] = None  # timed on another machine (the H100's leave-one-out): named as unjudged
-    assert "; not paying, and not judged against noise, kept as the recommendation has them: TF32 (-0.4 %)" in (
+    assert " Not paying, and not judged against noise, kept as the recommendation has them: TF32 -0.4 %." in (
         summary_box._turn_on(rep)
     )
 
@@ -242,7 +242,7 @@ def test_a_leave_one_out_cut_off_part_way_names_the_levers_it_did_not_reach(tmp_
         summary_box.frontier_view, "ablation_rows", lambda rep: ({"stage": "compile", "batch_size": 2}, rows)
     )
     turn_on = summary_box._turn_on(rep)
-    assert turn_on.endswith("Worth not measured (no leave-one-out record): fused AdamW, torch.compile.")
+    assert turn_on.endswith("Worth not measured, no leave-one-out record: fused AdamW, torch.compile.")
     comments = [c for c, _ in summary_box.code_lines(rep)]
     assert "# Fused AdamW: worth not measured (no leave-one-out record)" in comments
     assert "# torch.compile: worth not measured (no leave-one-out record)" in comments
@@ -267,3 +267,17 @@ def test_what_it_buys_gives_the_ratio_with_its_range_over_the_processes(tmp_path
     assert "1.100× the canonical trainer" in text and "1.069× to 1.131× over every pair of their processes" in text
     plain["n"] = 1  # one process a side: no range to give
     assert "over every pair" not in summary_box._buys(rep, {"batch_size": 2})
+
+
+def test_page_one_s_turn_on_line_nests_no_parentheses():
+    """Issue 33: page 1 nests no parentheses. The H100's turn-on line read 'padded vocabulary (and FP8 lm_head
+    (torchao), which needs it) (+8.5 %)'; a lever's name loses its parentheses there, whatever the record calls it."""
+    assert summary_box.plain_lever("FP8 lm_head (torchao)") == "FP8 lm_head by torchao"
+    assert (
+        summary_box.plain_lever("padded vocabulary (and FP8 lm_head (torchao), which needs it)")
+        == "padded vocabulary together with FP8 lm_head by torchao, which needs it"
+    )
+    assert summary_box.plain_lever("BF16 autocast (and BF16 residual stream, which needs it)") == (
+        "BF16 autocast together with BF16 residual stream, which needs it"
+    )
+    assert summary_box.plain_lever("torch.compile") == "torch.compile"

@@ -5,6 +5,7 @@ defined once before the findings use them. Every line is read from the report's 
 from __future__ import annotations
 
 import html
+import re
 
 import pandas as pd
 
@@ -48,42 +49,53 @@ def _turn_on(rep: Report) -> str | None:
             and not effect["values"].empty
             and (fidelity_view.noise_note(rep, key) or effect["median"] < ADOPT_ABOVE)
         )
-        return (
-            f"{r['lever']} ({r['worth'] * 100:+.1f} %"
-            + (f"; neutral in the stage matrix, {effect['median']:.2f}×" if neutral else "")
-            + ")"
+        return f"{plain_lever(r['lever'])} {r['worth'] * 100:+.1f} %" + (
+            f", neutral in the stage matrix at {effect['median']:.2f}×" if neutral else ""
         )
 
-    text = "**Turn on:** " + ", ".join(worth(r) for r in paying)
+    # One sentence per kind of lever, items apart by semicolons: page 1 nests no parentheses (issue 33).
+    parts = [f"{'; '.join(worth(r) for r in paying)}." if paying else ""]
     if unjudged:
-        text += (
-            ("; " if paying else "") + "not judged against noise, because the rows without them were timed on another "
-            "machine than the row with every lever and the offset between the machines was not measured: "
-            + ", ".join(worth(r) for r in unjudged)
+        parts.append(
+            "Not judged against noise, because the rows without them were timed on another machine than the row "
+            "with every lever and the offset between the machines was not measured: "
+            + "; ".join(worth(r) for r in unjudged)
+            + "."
         )
     if fits:
-        text += (
-            ("; and, without which B=" if paying or unjudged else "without which B=")
-            + f"{batch} does not fit: "
-            + ", ".join(fits)
-        )
+        parts.append(f"Without any one of these, B={batch} does not fit: {'; '.join(map(plain_lever, fits))}.")
     # Levers the recommendation keeps whose worth is within noise, or unjudged and not paying: named, so page 1
     # lists every switch its code has
     within = [r for r in rows if r["worth"] is not None and r.get("within_noise") is True]
     unjudged_loss = [r for r in rows if r["worth"] is not None and r["worth"] <= 0 and r.get("within_noise") is None]
-    for words, quiet in (("within noise", within), ("not paying, and not judged against noise", unjudged_loss)):
+    for words, quiet in (("Within noise", within), ("Not paying, and not judged against noise", unjudged_loss)):
         if quiet:
-            text += f"; {words}, kept as the recommendation has them: " + ", ".join(
-                f"{r['lever']} ({r['worth'] * 100:+.1f} %)" for r in quiet
+            parts.append(
+                f"{words}, kept as the recommendation has them: "
+                + "; ".join(f"{plain_lever(r['lever'])} {r['worth'] * 100:+.1f} %" for r in quiet)
+                + "."
             )
     apart = frontier_view.ablation_calls_apart(full, rows)
-    return text + (
-        f" (each worth: {stages.get(full['stage']).title} at B={batch} against it without that lever, "
-        f"leave-one-out; {'one process' if n == 1 else f'the median of {n} processes'} with all levers"
-        + (f", timed {apart}" if apart else "")
-        + ")."
-        + (f" Worth not measured (no leave-one-out record): {', '.join(unmeasured)}." if unmeasured else "")
+    parts.append(
+        f"Each figure is what {plain_lever(stages.get(full['stage']).title)} at B={batch} gives over the same without "
+        f"that lever alone, leave-one-out: {'one process' if n == 1 else f'the median of {n} processes'} with all "
+        "levers" + (f", timed {apart}" if apart else "") + "."
     )
+    if unmeasured:
+        parts.append(f"Worth not measured, no leave-one-out record: {', '.join(map(plain_lever, unmeasured))}.")
+    return "**Turn on:** " + " ".join(p for p in parts if p)
+
+
+def plain_lever(name: str) -> str:
+    """A lever's name without parentheses, for page 1: 'FP8 lm_head (torchao)' reads 'FP8 lm_head by torchao', and
+    a leave-one-out row's 'padded vocabulary (and FP8 lm_head (torchao), which needs it)' reads 'padded vocabulary
+    together with FP8 lm_head by torchao, which needs it'."""
+    base, needs = (re.match(r"^(.*?) \(and (.*), which needs it\)$", name) or re.match(r"^(.*)()$", name)).groups()
+
+    def by(title: str) -> str:
+        return re.sub(r"^([^()]*) \(([^()]+)\)$", r"\1 by \2", title)
+
+    return by(base) + (f" together with {by(needs)}, which needs it" if needs else "")
 
 
 def _pays(row: dict) -> bool:

@@ -286,7 +286,11 @@ def provenance_md(rep: Report) -> str:
         + ") by code "
         + "; ".join(f"{c}: {n}" for c, n in commits.most_common())
         + f", in {len(runs)} run{'s' if len(runs) != 1 else ''} of the measuring command"
-        + (f" ({stopped} stopped by their time budget or cut off, then resumed)" if stopped else "")
+        + (
+            f" ({stopped} stopped by {'its' if stopped == 1 else 'their'} time budget or cut off, then resumed)"
+            if stopped
+            else ""
+        )
         + "."
     )
     if cut:
