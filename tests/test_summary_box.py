@@ -275,9 +275,9 @@ def test_page_one_s_turn_on_line_nests_no_parentheses():
     assert summary_box.plain_lever("FP8 lm_head (torchao)") == "FP8 lm_head by torchao"
     assert (
         summary_box.plain_lever("padded vocabulary (and FP8 lm_head (torchao), which needs it)")
-        == "padded vocabulary together with FP8 lm_head by torchao, which needs it"
+        == "padded vocabulary, together with FP8 lm_head by torchao, which needs it"
     )
     assert summary_box.plain_lever("BF16 autocast (and BF16 residual stream, which needs it)") == (
-        "BF16 autocast together with BF16 residual stream, which needs it"
+        "BF16 autocast, together with BF16 residual stream, which needs it"
     )
     assert summary_box.plain_lever("torch.compile") == "torch.compile"

@@ -49,8 +49,11 @@ def _turn_on(rep: Report) -> str | None:
             and not effect["values"].empty
             and (fidelity_view.noise_note(rep, key) or effect["median"] < ADOPT_ABOVE)
         )
-        return f"{plain_lever(r['lever'])} {r['worth'] * 100:+.1f} %" + (
-            f", neutral in the stage matrix at {effect['median']:.2f}×" if neutral else ""
+        name, needs = lever_parts(r["lever"])
+        return (
+            f"{name} {r['worth'] * 100:+.1f} %"
+            + (f", neutral in the stage matrix at {effect['median']:.2f}×" if neutral else "")
+            + needs
         )
 
     # One sentence per kind of lever, items apart by semicolons: page 1 nests no parentheses (issue 33).
@@ -71,9 +74,7 @@ def _turn_on(rep: Report) -> str | None:
     for words, quiet in (("Within noise", within), ("Not paying, and not judged against noise", unjudged_loss)):
         if quiet:
             parts.append(
-                f"{words}, kept as the recommendation has them: "
-                + "; ".join(f"{plain_lever(r['lever'])} {r['worth'] * 100:+.1f} %" for r in quiet)
-                + "."
+                f"{words}, kept as the recommendation has them: " + "; ".join(quiet_item(r) for r in quiet) + "."
             )
     apart = frontier_view.ablation_calls_apart(full, rows)
     parts.append(
@@ -86,16 +87,26 @@ def _turn_on(rep: Report) -> str | None:
     return "**Turn on:** " + " ".join(p for p in parts if p)
 
 
-def plain_lever(name: str) -> str:
-    """A lever's name without parentheses, for page 1: 'FP8 lm_head (torchao)' reads 'FP8 lm_head by torchao', and
-    a leave-one-out row's 'padded vocabulary (and FP8 lm_head (torchao), which needs it)' reads 'padded vocabulary
-    together with FP8 lm_head by torchao, which needs it'."""
+def lever_parts(name: str) -> tuple[str, str]:
+    """A lever's name without parentheses, for page 1, and what was left out with it: 'FP8 lm_head (torchao)' reads
+    'FP8 lm_head by torchao', and a leave-one-out row's 'padded vocabulary (and FP8 lm_head (torchao), which needs
+    it)' reads 'padded vocabulary' with ', together with FP8 lm_head by torchao, which needs it' (its figure goes
+    between the two)."""
     base, needs = (re.match(r"^(.*?) \(and (.*), which needs it\)$", name) or re.match(r"^(.*)()$", name)).groups()
 
     def by(title: str) -> str:
         return re.sub(r"^([^()]*) \(([^()]+)\)$", r"\1 by \2", title)
 
-    return by(base) + (f" together with {by(needs)}, which needs it" if needs else "")
+    return by(base), (f", together with {by(needs)}, which needs it" if needs else "")
+
+
+def plain_lever(name: str) -> str:
+    return "".join(lever_parts(name))
+
+
+def quiet_item(row: dict) -> str:
+    name, needs = lever_parts(row["lever"])
+    return f"{name} {row['worth'] * 100:+.1f} %{needs}"
 
 
 def _pays(row: dict) -> bool:
