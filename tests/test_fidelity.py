@@ -203,6 +203,14 @@ def test_between_batch_sizes_within_noise_the_recommendation_takes_the_smaller_m
     assert best["batch_size"] == expected
     assert best["processes"]["n"] == 3
     assert (best["chosen_over"] is not None) == (expected == 2)
+    # The call is stated in numbers (a reviewer could not see why the H100's B=128 beat B=96 by 0.60 % against a
+    # 0.91 % floor: the rule judges against the two configurations' own ranges, 0.53 % there).
+    from lib.report import prose
+
+    line = prose.tie_call(best)
+    other = 4 if expected == 2 else 2
+    assert f"against B={other}" in line and f"({spread * 100:.2f} %, the larger of their" in line
+    assert line.endswith("a tie, settled by memory." if expected == 2 else "not a tie.")
 
 
 def test_a_smaller_batch_timed_once_never_displaces_the_fastest_repeated_one():

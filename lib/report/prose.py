@@ -342,4 +342,20 @@ def recommended_line(rep: Report, best: dict) -> str:
         if c
         else "; the fastest measured setting that passed its loss checks"
     )
-    return line + "."
+    return line + "." + tie_call(best)
+
+
+def tie_call(best: dict) -> str:
+    """The tie rule's nearest call in numbers: the recommendation against the next-fastest batch size of its stage
+    timed in several processes, and the noise the difference was judged against."""
+    a = best.get("against")
+    if not a:
+        return ""
+    gap = f"{(a['ratio'] - 1) * 100:+.2f} % against B={a['batch_size']}"
+    if a["band"] is None:
+        return f" {gap}, not judged against noise: the offset between the machines that timed them is not measured."
+    tie = abs(a["ratio"] - 1) <= a["band"]
+    return (
+        f" {gap}, {'within' if tie else 'beyond'} the noise of the two ({a['band'] * 100:.2f} %, the larger of their "
+        f"process-to-process ranges): {'a tie, settled by memory' if tie else 'not a tie'}."
+    )

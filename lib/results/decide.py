@@ -9,7 +9,7 @@ from lib.core import stages
 from lib.core.record import TIMED, TIMING_VARIANTS, Status
 from lib.core.params import Params
 from lib.results import parity
-from lib.results.noise import across_machines, decision_floor, spread, within_noise
+from lib.results.noise import across_machines, band, decision_floor, spread, within_noise
 from lib.results.stats import GATE_FAILS, loss_gap, loss_noise, spike_step
 
 
@@ -284,8 +284,28 @@ def best_config(records: list[dict], params: Params, eligible=None) -> dict | No
         same_speed or [best],
         key=lambda r: (r.get("mem_allocator_bytes") or r.get("mem_device_bytes") or 0, r["batch_size"]),
     )
+    # The tie rule's nearest call, stated with the recommendation: the next-fastest batch of the same stage timed in
+    # several processes, how far apart the two are and the noise that decided it.
+    rival = next(
+        (
+            r
+            for r in ranked
+            if r["stage"] == pick["stage"] and r is not pick and len(tps[(r["stage"], r["batch_size"])]) > 1
+        ),
+        None,
+    )
+    mine = tps[(pick["stage"], pick["batch_size"])]
+    against = None
+    if rival is not None:
+        theirs = tps[(rival["stage"], rival["batch_size"])]
+        against = {
+            "batch_size": rival["batch_size"],
+            "ratio": float(np.median(mine)) / float(np.median(theirs)),
+            "band": band(mine, theirs, floor, across_machines(records)),
+        }
     return {
         **pick,
-        "processes": spread(tps[(pick["stage"], pick["batch_size"])]),
+        "processes": spread(mine),
         "chosen_over": None if pick is best else {"stage": best["stage"], "batch_size": best["batch_size"]},
+        "against": against,
     }

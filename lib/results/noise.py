@@ -43,11 +43,17 @@ def within_noise(a: list[float], b: list[float], floor: float | None, across: fl
     noise: the larger of their own process-to-process ranges (the report's noise floor for one
     measured only once) and, for records of several machines, `across` (the spread between them;
     None: unknown). None when no noise was measured or the machines' offset is unknown."""
-    bands = [spread(v)["spread"] if len(v) > 1 else floor for v in (a, b)] + ([across] if across != 0.0 else [])
-    if any(x is None for x in bands):
+    width = band(a, b, floor, across)
+    if width is None:
         return None
     ratio = float(np.median(a)) / float(np.median(b))
-    return bool(abs(ratio - 1) <= max(bands))
+    return bool(abs(ratio - 1) <= width)
+
+
+def band(a: list[float], b: list[float], floor: float | None, across: float | None = 0.0) -> float | None:
+    """The noise two configurations' ratio is judged against (within_noise); None where it is unknown."""
+    bands = [spread(v)["spread"] if len(v) > 1 else floor for v in (a, b)] + ([across] if across != 0.0 else [])
+    return None if any(x is None for x in bands) else max(bands)
 
 
 def machine_spread(records: list[dict]) -> dict:
