@@ -209,7 +209,7 @@ def test_between_batch_sizes_within_noise_the_recommendation_takes_the_smaller_m
 
     line = prose.tie_call(best)
     other = 4 if expected == 2 else 2
-    assert f"against B={other}" in line and f"({spread * 100:.2f} %, the larger of their" in line
+    assert f"Against B={other} it is" in line and f"({spread * 100:.2f} %, the larger of their" in line
     assert line.endswith("a tie, settled by memory." if expected == 2 else "not a tie.")
 
 

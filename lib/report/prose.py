@@ -351,7 +351,9 @@ def tie_call(best: dict) -> str:
     a = best.get("against")
     if not a:
         return ""
-    gap = f"{(a['ratio'] - 1) * 100:+.2f} % against B={a['batch_size']}"
+    gap = f"Against B={a['batch_size']} it is {abs(a['ratio'] - 1) * 100:.2f} % " + (
+        "faster" if a["ratio"] >= 1 else "slower"
+    )
     if a["band"] is None:
         return f" {gap}, not judged against noise: the offset between the machines that timed them is not measured."
     tie = abs(a["ratio"] - 1) <= a["band"]
