@@ -94,7 +94,10 @@ def test_energy_and_cost_of_the_recommendation(tmp_path, monkeypatch):
     best["energy"] = {"joules_per_token": 0.002, "method": "NVML total-energy counter", "avg_power_w": 700.0}
     monkeypatch.delenv("PRICE_PER_GPU_HOUR", raising=False)
     text = batch_sweep_view.energy_and_cost(rep, best)
-    assert "2.00 mJ per token" in text and "Cost: no price given" in text
+    assert (
+        "2.00 mJ per token" in text
+        and "Cost: no price per GPU-hour given; `make render PRICE_PER_GPU_HOUR=2.49` adds one." in text
+    )
     monkeypatch.setenv("PRICE_PER_GPU_HOUR", "3.6")
     per_million = 3.6 * 1e6 / best["processes"]["median"] / 3600
     assert f"Cost: {per_million:.3f} per million tokens at 3.6 per GPU-hour" in batch_sweep_view.energy_and_cost(

@@ -215,7 +215,7 @@ def energy_and_cost(rep: Report, best: dict) -> str:
         hours = 1e6 / best["processes"]["median"] / 3600
         parts.append(f"Cost: {price * hours:.3f} per million tokens at {price:g} per GPU-hour.")
     else:
-        parts.append("Cost: no price given (PRICE_PER_GPU_HOUR=).")
+        parts.append("Cost: no price per GPU-hour given; `make render PRICE_PER_GPU_HOUR=2.49` adds one.")
     return " ".join(parts)
 
 
