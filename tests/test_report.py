@@ -741,3 +741,13 @@ def test_the_padding_under_compile_table_shows_the_matrix_median_over_processes(
     store.write_atomic(d / "results" / "variants" / "compile-unpadded__b2.json", unpadded)
     html = evidence_view.compile_vocab_html(loader.load(d))
     assert "<td>44.4</td>" in html and "1.22×" in html and "<td>50.0</td>" not in html  # tokens/s median of 2
+
+
+def test_a_long_table_repeats_its_header_on_every_pdf_page(pipeline_ok):
+    """A reviewer found the claims table running from page 3 onto page 4 with no header there: the PDF (WeasyPrint)
+    repeats a table's <thead> on every page it spans, so the claims table has one, its rows in a <tbody>."""
+    from lib.report import claims
+
+    text = claims.html(loader.load(pipeline_ok.report_dir))
+    assert text.startswith('<table class="claims with-check"><thead><tr><th>Claim</th>')
+    assert "</tr></thead><tbody><tr>" in text and "</tbody></table>" in text

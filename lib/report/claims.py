@@ -195,8 +195,8 @@ def html(rep, path=CLAIMS) -> str:
         for r in t.itertuples()
     )
     return (
-        f'<table class="claims with-check"><tr><th>Claim</th><th>Check (confirms if)</th><th>Measured here</th>'
-        f'<th>Verdict</th></tr>{rows}</table><p class="note">Measured on {stack}, with the {preset_of(rep.params)} '
+        f'<table class="claims with-check"><thead><tr><th>Claim</th><th>Check (confirms if)</th><th>Measured here</th>'
+        f'<th>Verdict</th></tr></thead><tbody>{rows}</tbody></table><p class="note">Measured on {stack}, with the {preset_of(rep.params)} '
         f"model ({rep.params.model.n_layer} layers, d={rep.params.model.n_embd})"
         + ("; the size-sweep chapter measures the FP8 forms at every GPT-2 size" if rep.evidence.get("size") else "")
         + f". Verdicts: {EXPLAINED}. A claim about a chip speaks about every GPU of its family (the H100's about "

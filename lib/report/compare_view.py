@@ -98,7 +98,7 @@ def same_batch_html(reps) -> str:
         for r in t.to_dict("records")
     )
     return (
-        f'<table class="matrix"><tr><th>Stage</th><th>B</th>{head}</tr>{body}</table>'
+        f'<table class="matrix"><thead><tr><th>Stage</th><th>B</th>{head}</tr></thead><tbody>{body}</tbody></table>'
         '<p class="note">Each cell is the configuration as its report\'s matrix shows it: the median over the '
         "processes that timed it where several did, else its one process.</p>" + attribution_html(reps)
     )
@@ -170,7 +170,8 @@ def lever_html(reps) -> str:
         body += f"<tr><td>{stage}</td><td>{int(r['B']) if common else 'each its own'}</td>{cells}</tr>"
     head = "".join(f"<th>{n}</th>" for n in names)
     return (
-        f'<table class="matrix"><tr><th>Stage (over the stage it is added to)</th><th>B</th>{head}</tr>{body}</table>'
+        f'<table class="matrix"><thead><tr><th>Stage (over the stage it is added to)</th><th>B</th>{head}</tr></thead>'
+        f"<tbody>{body}</tbody></table>"
     )
 
 
@@ -275,7 +276,7 @@ def claims_html(reps) -> str:
             f"</td>{cells}</tr>"
         )
     return (
-        f'<table class="claims"><tr><th>Claim [source]</th>{head}</tr>{body}</table>'
+        f'<table class="claims"><thead><tr><th>Claim [source]</th>{head}</tr></thead><tbody>{body}</tbody></table>'
         f'<p class="note">Sources: {claims.sources_html()}.</p>'
     )
 
@@ -303,4 +304,4 @@ def decisions_html(reps) -> str:
         else "Every lever measured on more than one GPU is decided alike; where a reason differs, each cell gives "
         "its own (a lever kept out on both GPUs may rest on different tests)."
     )
-    return f'<table class="claims"><tr><th>Lever</th>{head}</tr>{body}</table><p>{html.escape(note, quote=False)}</p>'
+    return f'<table class="claims"><thead><tr><th>Lever</th>{head}</tr></thead><tbody>{body}</tbody></table><p>{html.escape(note, quote=False)}</p>'
