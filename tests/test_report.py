@@ -751,3 +751,14 @@ def test_a_long_table_repeats_its_header_on_every_pdf_page(pipeline_ok):
     text = claims.html(loader.load(pipeline_ok.report_dir))
     assert text.startswith('<table class="claims with-check"><thead><tr><th>Claim</th>')
     assert "</tr></thead><tbody><tr>" in text and "</tbody></table>" in text
+
+
+def test_the_batch_sweep_s_throughput_axis_starts_at_zero(pipeline_ok, monkeypatch):
+    """A reviewer of the H100 report: the sweep chart's tokens/s axis began at 544,000, so a 1.5 % rise from B=64 to
+    B=128 looked like a steep climb. The axis starts at zero."""
+    from lib.report import batch_sweep_view
+
+    seen = {}
+    monkeypatch.setattr(batch_sweep_view, "save", lambda fig, rep, name: seen.setdefault("fig", fig))
+    batch_sweep_view.plot_sweep(loader.load(pipeline_ok.report_dir))
+    assert seen["fig"].axes[0].get_ylim()[0] == 0
