@@ -9,6 +9,8 @@ import signal
 import sys
 import time
 
+from lib.measure import protocol
+
 # torch._inductor.compile_fx is not in PRELOADED. Preloaded outright (commit 103c013), every forked child on two
 # H200s failed "Cannot re-initialize CUDA in forked subprocess"; without it (f826bfe) they ran.
 # torch.cuda.is_initialized() stayed False after importing it there, so the state that breaks a fork is not the
@@ -23,7 +25,6 @@ TRIED = ("torch._inductor.compile_fx",)
 # for forked processes) it asks NVML instead; on that H100 a child forked after importing compile_fx then computed
 # on the GPU, and without it could not. The children initialise CUDA as before.
 NVML_CHECK = ("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
-TRIED = ("torch._inductor.compile_fx",)
 
 
 def fork_is_clean(use_device: bool = False, timeout_s: float = 120) -> bool:
@@ -50,13 +51,7 @@ def fork_is_clean(use_device: bool = False, timeout_s: float = 120) -> bool:
 
 def trial_import(name: str) -> str | None:
     """Import `name` in a throwaway child and ask whether a child forked after it could still use the GPU
-    (computing on it, not only PyTorch's bad-fork state). None if it could; else why not, with where the child
-    first initialised CUDA when PyTorch's own lazy initialisation did it, so the measure log says what keeps
-    the module out of the launcher."""
-    import traceback
-
-    import torch
-
+    (computing on it, not only PyTorch's bad-fork state). None if it could; else why not, for the run's log."""
     read, write = os.pipe()
     pid = os.fork()
     if pid == 0:
@@ -64,23 +59,8 @@ def trial_import(name: str) -> str | None:
         os.dup2(2, 1)  # the launcher's stdout is its channel to the runner
         verdict = "could not import it"
         try:
-            first: list[str] = []
-            lazy_init = torch.cuda._lazy_init
-
-            def noted(*args, **kwargs):
-                if not first:
-                    frames = [f for f in traceback.extract_stack()[:-1] if "/torch/cuda/" not in f.filename]
-                    first.extend(f"{f.filename.rsplit('site-packages/', 1)[-1]}:{f.lineno}" for f in frames[-3:])
-                return lazy_init(*args, **kwargs)
-
-            torch.cuda._lazy_init = noted
             importlib.import_module(name)
-            verdict = (
-                ""
-                if fork_is_clean(use_device=True)
-                else "a child forked after it could not use the GPU"
-                + (f" (CUDA first initialised from {' <- '.join(reversed(first))})" if first else "")
-            )
+            verdict = "" if fork_is_clean(use_device=True) else "a child forked after it could not use the GPU"
         finally:
             os.write(write, verdict.encode())
             os._exit(0)
@@ -104,16 +84,17 @@ def preload(backend: str | None = None) -> None:
     for name in PRELOADED + (TRIED if backend else ()):
         if name in sys.modules or name in REFUSED:
             continue
-        if name in TRIED and backend != "cpu":
-            why = trial_import(name)
-            if why:
-                REFUSED[name] = why
-                print(f"launcher: {name} not preloaded: {why}", file=sys.stderr, flush=True)
-                continue
+        tried = name in TRIED and backend != "cpu"  # the CPU has no GPU to break
+        if tried and (why := trial_import(name)):
+            REFUSED[name] = why
+            print(f"{protocol.LAUNCHER_NOTE}{name} not preloaded: {why}", file=sys.stderr, flush=True)
+            continue
         importlib.import_module(name)
         if not fork_is_clean():
             raise RuntimeError(f"preloading {name} left the launcher unable to fork a child that can use the GPU")
-        if name in TRIED and backend != "cpu":
+        if tried:
             print(
-                f"launcher: {name} preloaded (a child forked after it computed on the GPU)", file=sys.stderr, flush=True
+                f"{protocol.LAUNCHER_NOTE}{name} preloaded (a child forked after it computed on the GPU)",
+                file=sys.stderr,
+                flush=True,
             )

@@ -356,7 +356,7 @@ def tie_call(best: dict) -> str:
     )
     if a["band"] is None:
         return f" {gap}, not judged against noise: the offset between the machines that timed them is not measured."
-    tie = abs(a["ratio"] - 1) <= a["band"]
+    tie = a["tie"]
     return (
         f" {gap}, {'within' if tie else 'beyond'} the noise of the two ({a['band'] * 100:.2f} %, the larger of their "
         f"process-to-process ranges): {'a tie, settled by memory' if tie else 'not a tie'}."

@@ -92,7 +92,8 @@ def lever_parts(name: str) -> tuple[str, str]:
     'FP8 lm_head by torchao', and a leave-one-out row's 'padded vocabulary (and FP8 lm_head (torchao), which needs
     it)' reads 'padded vocabulary' with ', together with FP8 lm_head by torchao, which needs it' (its figure goes
     between the two)."""
-    base, needs = (re.match(r"^(.*?) \(and (.*), which needs it\)$", name) or re.match(r"^(.*)()$", name)).groups()
+    m = re.match(r"^(.*?) \(and (.*), which needs it\)$", name)
+    base, needs = m.groups() if m else (name, "")
 
     def by(title: str) -> str:
         return re.sub(r"^([^()]*) \(([^()]+)\)$", r"\1 by \2", title)

@@ -302,6 +302,7 @@ def best_config(records: list[dict], params: Params, eligible=None) -> dict | No
             "batch_size": rival["batch_size"],
             "ratio": float(np.median(mine)) / float(np.median(theirs)),
             "band": band(mine, theirs, floor, across_machines(records)),
+            "tie": within_noise(mine, theirs, floor, across_machines(records)),
         }
     return {
         **pick,

@@ -142,7 +142,7 @@ def run_stamps(report_dir) -> list[dict] | None:
     except (OSError, ValueError):
         return None
     stamps = [
-        {"commit": (r.get("code") or {}).get("commit"), "tree_hash": (r.get("code") or {}).get("tree_hash"), **r}
+        {**{k: (r.get("code") or {}).get(k) for k in ("commit", "tree_hash")}, "host_id": r["host_id"]}
         for r in [*run.get("earlier_runs", []), run]
         if r.get("host_id")
     ]

@@ -271,14 +271,11 @@ def _launcher(env: dict) -> tuple:
     return _LAUNCHER[:2]
 
 
-LAUNCHER_NOTE = "launcher: "  # what the launcher says of itself (lib/measure/preload.py): the run's log shows it
-
-
 def drain(stream, lines: list[str]) -> None:
     """The launcher's stderr, kept for the error record of a job that fails; its own notes also go to the log."""
     for line in stream:
         lines.append(line)
-        if line.startswith(LAUNCHER_NOTE):
+        if line.startswith(protocol.LAUNCHER_NOTE):
             print(line.rstrip(), flush=True)
 
 
