@@ -422,3 +422,19 @@ def test_a_configuration_timed_in_several_processes_is_quoted_by_its_median_wher
         median / first_prev
     )
     assert f"{median / first_prev:.2f}×" in frontier_view.versus_html(rep, last, (prev,))
+
+
+def test_a_lever_the_gpus_decide_differently_sets_their_parity_tests_side_by_side():
+    """Issue 30: where the GPUs still disagree, say why with numbers. The H100 adopted the FP8 lm_head (its test at
+    B=128 held) and the H200 kept it out (its test at B=192 stopped for its own noise); the comparison named only
+    that they differ."""
+    held = {"ok": True, "verdict": "holds", "seeds_run": 5, "wanted": 5, "batch_size": 128, "steps": 21}
+    stopped = {"ok": False, "verdict": "undecided", "seeds_run": 3, "wanted": 5, "batch_size": 192, "steps": 14}
+    held["noise_sd"], stopped["noise_sd"] = 0.0049, 0.0178
+    text = compare_view.parity_contrast("fp8_head", {"h100": held, "h200": stopped})
+    assert "h100 at B=128, 21 steps, its own noise 0.0049 nats per paired difference: holds over 5 seeds" in text
+    assert (
+        "h200 at B=192, 14 steps, its own noise 0.0178 nats per paired difference: undecided, stopped after 3" in text
+    )
+    assert compare_view.parity_contrast("fp8_head", {"h100": held}) == ""  # the cell's 'adopted' says it all
+    assert "h200 at B=192" in compare_view.parity_contrast("fp8_head", {"h200": stopped})

@@ -406,3 +406,27 @@ def test_a_lever_that_holds_but_is_measurably_worse_says_so():
     assert "Worse all the same, by less than the margin" in parity_view.summary(worse)
     level = parity.checks(_test(params, (0.001, -0.002, 0.0)), EV)["tf32"]
     assert level["verdict"] == parity.HOLDS and "Worse all the same" not in parity_view.summary(level)
+
+
+def test_page_one_names_a_futility_stop_by_its_noise_and_an_undecided_test_by_the_bound_that_crossed(monkeypatch):
+    """Seen on an H200: the FP8 lm_head's test stopped after its 3 noise seeds, and page 1 quoted the held-out interval
+    of those seeds (upper bound +0.0196, inside the 0.02 margin) as if it were why the lever was skipped."""
+    held = {"n": 3, "mean": -0.0104, "lo": -0.0404, "hi": 0.0196, "sd": 0.02}
+    final = {"n": 3, "mean": 0.001, "lo": -0.03, "hi": 0.032, "sd": 0.02}
+    c = {
+        "verdict": parity.UNDECIDED,
+        "futile": True,
+        "seeds_run": 3,
+        "wanted": 5,
+        "noise_sd": 0.0178,
+        "confidence": 0.95,
+        "power": 0.8,
+        "margin": 0.02,
+        "intervals": {"held_out": held, "final": final},
+    }
+    monkeypatch.setattr(parity_view, "rejected", lambda rep: {"fp8_head": c})
+    why = parity_view.short_reason(None, "fp8_head")
+    assert "stopped undecided after 3 seeds" in why and "0.0178 nats" in why and "no less than 0.0245" in why
+    assert "-0.0404" not in why
+    c.update(futile=False, seeds_run=5)  # complete and undecided: the bound that reached past the margin
+    assert parity_view.short_reason(None, "fp8_head").startswith("parity test undecided: final training loss")

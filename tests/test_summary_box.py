@@ -284,3 +284,10 @@ def test_page_one_s_turn_on_line_nests_no_parentheses():
         "BF16 autocast, together with BF16 residual stream, which needs it"
     )
     assert summary_box.plain_lever("torch.compile") == "torch.compile"
+
+
+def test_a_stage_title_inside_a_sentence_is_not_capitalised_but_an_acronym_keeps_its_case():
+    """Reports/h200's page 1 read 'Each figure is what Loss-only forward at B=64 gives'."""
+    assert summary_box.in_sentence("Loss-only forward") == "loss-only forward"
+    assert summary_box.in_sentence("FP8 lm_head by torchao") == "FP8 lm_head by torchao"
+    assert summary_box.in_sentence("torch.compile") == "torch.compile"

@@ -275,6 +275,13 @@ def lever_decision(rep: loader.Report, key: str, best: dict | None) -> tuple[boo
     return False, ("slower: " if effect["median"] < 1 else "not in the recommended configuration: ") + basis
 
 
+def parity_tests(reps: dict[str, loader.Report], key: str) -> dict[str, dict]:
+    """name -> the paired parity test of lever stage `key` in each report that ran one: where GPUs decide a lever
+    differently, the comparison sets the tests side by side (batch, steps, their own noise, verdict)."""
+    tests = {n: parity_view.checks(rep).get(key) for n, rep in reps.items()}
+    return {n: c for n, c in tests.items() if c and c.get("protocol") != "earlier"}
+
+
 def decisions_table(reps: dict[str, loader.Report]) -> pd.DataFrame:
     """One row per lever stage after the baseline: each GPU's decision and its reason, and whether they differ."""
     best = {n: loader.recommended(rep) for n, rep in reps.items()}

@@ -13,6 +13,7 @@ import pandas as pd
 from lib.core import config, stages
 from lib.report import charts, claims, fidelity_view, loader
 from lib.report.claim_judge import CSS, NOT_MEASURED
+from lib.results import parity
 from lib.report.compare import (
     RECOMMENDED,
     ddp_table,
@@ -20,6 +21,7 @@ from lib.report.compare import (
     fp32_best,
     lever_effects,
     pair_noise,
+    parity_tests,
     same_batch_table,
     skew,
     skew_warnings,
@@ -304,4 +306,28 @@ def decisions_html(reps) -> str:
         else "Every lever measured on more than one GPU is decided alike; where a reason differs, each cell gives "
         "its own (a lever kept out on both GPUs may rest on different tests)."
     )
+    keys = {stages.get(k).title: k for k in stages.ORDER}
+    tests = [parity_contrast(keys[s], parity_tests(reps, keys[s])) for s in differ if s in keys]
+    note += "".join(" " + t for t in tests if t)
     return f'<table class="claims"><thead><tr><th>Lever</th>{head}</tr></thead><tbody>{body}</tbody></table><p>{html.escape(note, quote=False)}</p>'
+
+
+def parity_contrast(key: str, tests: dict[str, dict]) -> str:
+    """Where GPUs decide a lever differently and a parity test decided on one of them: the tests side by side, so
+    the reader sees whether the lever or the test differed."""
+    if not tests or (len(tests) < 2 and all(c["ok"] for c in tests.values())):
+        return ""
+
+    def one(n: str, c: dict) -> str:
+        noise = f"{c['noise_sd']:.4f} nats" if c.get("noise_sd") is not None else "not measured"
+        if c["verdict"] == parity.UNDECIDED and c["seeds_run"] < c["wanted"]:
+            said = f"undecided, stopped after {c['seeds_run']} of {c['wanted']} seeds"
+        else:
+            said = f"{c['verdict']} over {c['seeds_run']} seeds"
+        return f"{n} at B={c['batch_size']}, {c['steps']} steps, its own noise {noise} per paired difference: {said}"
+
+    return (
+        f"{stages.get(key).title}, its parity test on each GPU (one rule; each GPU tests it at the batch size its own sweep chose): "
+        + "; ".join(one(n, c) for n, c in tests.items())
+        + "."
+    )

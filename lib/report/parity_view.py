@@ -241,14 +241,23 @@ def loss_reason(rep: Report, key: str) -> str | None:
 
 
 def short_reason(rep: Report, key: str) -> str:
-    """The summary box's few words: verdict, the held-out interval, the margin."""
+    """The summary box's few words: why the test did not hold, with the figure that decided it."""
     c = rejected(rep)[key]
     if c.get("protocol") == "earlier":
         return (
             f"earlier-method parity run failed: training loss {c['outside']:.3f} nats outside the reference's "
             f"envelope, held-out loss {c['held_outside']:.3f} outside its range, tolerance {c['tolerance']:g}"
         )
-    return f"parity test {c['verdict']}: held-out loss {_interval(c['intervals']['held_out'])}, margin +{c['margin']:g}"
+    if c.get("futile") and c["seeds_run"] < c["wanted"]:  # its interval is of the noise seeds alone: not the reason
+        reach = parity.detectable(c["noise_sd"], c["wanted"], c["confidence"], c["power"])
+        return (
+            f"parity test stopped undecided after {c['seeds_run']} seeds: its own noise, {c['noise_sd']:.4f} nats, "
+            f"lets {c['wanted']} seeds detect no less than {reach:.4f}, beyond the +{c['margin']:g} margin"
+        )
+    # The loss that decided: the highest lower bound where the lever was worse, else the highest upper bound.
+    end = "lo" if c["verdict"] == parity.WORSE else "hi"
+    m = max(c["intervals"], key=lambda k: c["intervals"][k][end])
+    return f"parity test {c['verdict']}: {parity.METRICS[m]} {_interval(c['intervals'][m])}, margin +{c['margin']:g}"
 
 
 def history_md(rep: Report) -> str:

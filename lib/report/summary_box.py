@@ -78,7 +78,7 @@ def _turn_on(rep: Report) -> str | None:
             )
     apart = frontier_view.ablation_calls_apart(full, rows)
     parts.append(
-        f"Each figure is what {plain_lever(stages.get(full['stage']).title)} at B={batch} gives over the same without "
+        f"Each figure is what {in_sentence(plain_lever(stages.get(full['stage']).title))} at B={batch} gives over the same without "
         f"that lever alone, leave-one-out: {'one process' if n == 1 else f'the median of {n} processes'} with all "
         "levers" + (f", timed {apart}" if apart else "") + "."
     )
@@ -103,6 +103,11 @@ def lever_parts(name: str) -> tuple[str, str]:
 
 def plain_lever(name: str) -> str:
     return "".join(lever_parts(name))
+
+
+def in_sentence(name: str) -> str:
+    """A stage title inside a sentence: 'Loss-only forward' reads 'loss-only forward'; 'FP8 lm_head' stays."""
+    return name[0].lower() + name[1:] if name[1:2].islower() else name
 
 
 def quiet_item(row: dict) -> str:
