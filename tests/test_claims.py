@@ -16,6 +16,7 @@ WORDS = (
     "exceeded",
     "fell short",
     "contradicted",
+    "undecided",
     "not applicable",
     "not measured",
 )
@@ -57,9 +58,12 @@ def test_every_claim_in_the_file_has_a_known_metric_an_expectation_and_families(
 def test_the_verdict_words_and_their_colours():
     assert set(claim_judge.CSS) == set(WORDS)
     assert {claim_judge.CSS[w] for w in ("confirmed", "confirmed (within noise)", "exceeded")} == {"ok"}
-    assert [claim_judge.CSS[w] for w in ("fell short", "contradicted", "not applicable", "not measured")] == [
+    assert [
+        claim_judge.CSS[w] for w in ("fell short", "contradicted", "undecided", "not applicable", "not measured")
+    ] == [
         "warn",
         "bad",
+        "warn",
         "note",
         "warn",
     ]

@@ -436,5 +436,6 @@ def test_a_lever_the_gpus_decide_differently_sets_their_parity_tests_side_by_sid
     assert (
         "h200 at B=192, 14 steps, its own noise 0.0178 nats per paired difference: undecided, stopped after 3" in text
     )
+    assert "not shown to be the hardware's" in text  # B=128 and 21 steps against B=192 and 14
     assert compare_view.parity_contrast("fp8_head", {"h100": held}) == ""  # the cell's 'adopted' says it all
     assert "h200 at B=192" in compare_view.parity_contrast("fp8_head", {"h200": stopped})

@@ -211,6 +211,12 @@ def test_between_batch_sizes_within_noise_the_recommendation_takes_the_smaller_m
     other = 4 if expected == 2 else 2
     assert f"Against B={other} it is" in line and f"({spread * 100:.2f} %, the larger of their" in line
     assert line.endswith("a tie, settled by memory." if expected == 2 else "not a tie.")
+    if expected == 4:  # beyond the two's own noise, within a wider floor: that reading stands beside the call
+        assert "Against the report's noise floor (5.00 %" in prose.tie_call(best, 0.05)
+        assert "noise floor" not in prose.tie_call(best, 0.001)
+    # reports/h200: B=64 tied with B=192 and was the faster of the two as well; "settled by memory" undersold it
+    faster = {**best, "against": {**best["against"], "ratio": 1.0044, "tie": True, "band": 0.0057}}
+    assert prose.tie_call(faster).endswith("a tie; it is the faster of the two and needs less memory.")
 
 
 def test_a_smaller_batch_timed_once_never_displaces_the_fastest_repeated_one():
@@ -264,6 +270,7 @@ def test_a_loss_gap_just_beyond_the_tolerance_is_within_noise_when_repeats_drift
     }
     tol = params.run.loss_tolerance  # 0.1: the lever's 0.12 is beyond it
     assert stats.loss_noise(recs) == 0.0 and stats.loss_noise(recs + [again]) == pytest.approx(0.05)
+    assert stats.loss_noise_at(recs + [again])[1:] == ("fp32", 2)  # the method names whose processes drifted
     quiet = decide.table(recs, ["fp32", "tf32"], tol, stats.loss_noise(recs))
     noisy = decide.table(recs, ["fp32", "tf32"], tol, stats.loss_noise(recs + [again]))
     assert quiet.iloc[-1]["loss_verdict"] == "beyond" and noisy.iloc[-1]["loss_verdict"] == "within noise"

@@ -219,6 +219,29 @@ def test_an_interrupted_run_says_so_and_resumes(tmp_path):
     assert set(total) >= {"fp32", "tf32", "bf16", cut} and total[cut] > seconds
 
 
+def test_a_record_a_later_round_lists_again_is_counted_once(tmp_path, cpu_params):
+    """reports/h200's run.json counted 41 measured and 52 kept against 84 records: after the recommendation moved,
+    the repeats round listed nine records again, and each was counted kept a second time."""
+    import atexit
+    import signal
+
+    from lib.run import run_log
+
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
+    log = run_log.RunLog(tmp_path, cpu_params, {"device": {"backend": "cpu", "name": "cpu"}}, [], "make report")
+    atexit.unregister(log._at_exit)  # a run's exit handlers, not the test session's
+    for sig, handler in handlers.items():
+        signal.signal(sig, handler)
+    repeat = {"stage": "compile", "batch_size": 4, "fingerprint": "f", "variant": "repeat", "repeat": 1, "status": "ok"}
+    fresh = {**repeat, "variant": None, "repeat": 0}
+    log.record(repeat, kept=True)
+    log.record(fresh, kept=False)
+    log.record(repeat, kept=True)  # listed again by a later round
+    log.record(fresh, kept=True)  # measured by this run, then listed again
+    counts = read_json(tmp_path / "run.json")["configurations"]
+    assert (counts["measured"], counts["kept"], counts["by_status"]) == (1, 1, {"ok": 2})
+
+
 def test_settle_marks_an_abandoned_run_interrupted():
     """A run.json entry left 'running' by a process that is gone is settled as interrupted after the
     configurations it recorded; a finished one is left as it is."""

@@ -430,3 +430,14 @@ def test_page_one_names_a_futility_stop_by_its_noise_and_an_undecided_test_by_th
     assert "-0.0404" not in why
     c.update(futile=False, seeds_run=5)  # complete and undecided: the bound that reached past the margin
     assert parity_view.short_reason(None, "fp8_head").startswith("parity test undecided: final training loss")
+
+
+def test_a_test_that_holds_beyond_its_detectable_difference_says_the_bounds_decide():
+    """reports/h200: the loss-only forward held while its detectable difference (0.0308) exceeded the margin, and a
+    reviewer read the two as contradicting; the sentence now says which decides."""
+    params = tiny_params(["fp32", "tf32"])
+    ok = parity.checks(_test(params, (-0.01, 0.008, -0.006)), EV)["tf32"]
+    assert ok["verdict"] == parity.HOLDS and ok["detectable"] > ok["margin"]
+    assert "which is what decides" in parity_view.summary(ok)
+    quiet = parity.checks(_test(params, (0.001, 0.002, 0.0)), EV)["tf32"]
+    assert quiet["detectable"] < quiet["margin"] and "which is what decides" not in parity_view.summary(quiet)

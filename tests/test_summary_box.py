@@ -193,7 +193,7 @@ def test_page_one_code_lists_the_levers_in_order_of_worth(tmp_path, monkeypatch)
 
     rows = [
         row("TF32", -0.004, True),
-        row("padded vocabulary", 0.040),
+        row("padded vocabulary (and FP8 lm_head (torchao), which needs it)", 0.040),
         row("BF16 residual stream", 0.048),
         row("torch.compile", None, None, "oom"),
         row("fused AdamW", 0.006, True),
@@ -206,7 +206,7 @@ def test_page_one_code_lists_the_levers_in_order_of_worth(tmp_path, monkeypatch)
     assert comments[:5] == [
         "# torch.compile: without it B=2 does not fit",
         "# BF16 residual stream: +4.8 % at B=2",
-        "# Vocab padded to 50304: +4.0 % at B=2",
+        "# Vocab padded to 50304: +4.0 % at B=2, together with FP8 lm_head by torchao, which needs it",
         "# Fused AdamW: +0.6 % at B=2, within noise",
         "# TF32: -0.4 % at B=2, within noise",
     ]
@@ -291,3 +291,18 @@ def test_a_stage_title_inside_a_sentence_is_not_capitalised_but_an_acronym_keeps
     assert summary_box.in_sentence("Loss-only forward") == "loss-only forward"
     assert summary_box.in_sentence("FP8 lm_head by torchao") == "FP8 lm_head by torchao"
     assert summary_box.in_sentence("torch.compile") == "torch.compile"
+
+
+def test_a_chart_names_a_stage_not_applicable_on_this_host_as_such(tmp_path):
+    """The throughput chart drew one-GPU DDP as 'not measured at this batch' at B=16 (a reviewer): it is not
+    applicable at any batch on this host."""
+    from lib.report import charts
+
+    p = tiny_params(batch_sizes=(2, 4))
+    p.stages = ["fp32", "ddp"]
+    ddp = {**make_record(p, "ddp", 4, [100.0] * 5, [5.0] * 6), "status": "not_applicable"}
+    recs = [make_record(p, "fp32", b, [100.0] * 5, [5.0] * 6) for b in (2, 4)] + [ddp]
+    write_report_dir(tmp_path / "rep", p, recs)
+    rep = loader.load(tmp_path / "rep")
+    assert charts._missing(rep, "ddp", 2) == "B=2: not applicable on this host"
+    assert charts._missing(rep, "ddp", 4) == "B=4: n/a"

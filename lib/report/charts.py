@@ -61,10 +61,11 @@ def stage_rows(ax, keys) -> np.ndarray:
 
 def _missing(rep: Report, key: str, batch: int, name_batch: bool = True) -> str:
     """What a chart writes in a (stage, batch) slot without a value."""
-    rec = rep.rec(key, batch)
-    text = (
-        "not measured at this batch" if rec is None and any(r["stage"] == key for r in rep.records) else no_value(rec)
-    )
+    rec, others = rep.rec(key, batch), [r for r in rep.records if r["stage"] == key]
+    if rec is None and others and all(r["status"] == "not_applicable" for r in others):
+        text = "not applicable on this host"  # DDP on one GPU: at no batch, not just this one
+    else:
+        text = "not measured at this batch" if rec is None and others else no_value(rec)
     return f"B={batch}: {text}" if name_batch else text
 
 

@@ -57,6 +57,7 @@ def facts(rep: Report) -> dict:
             k: f"its parity test {'could not decide' if c['verdict'] == parity.UNDECIDED else 'found it worse'}"
             for k, c in parity_view.rejected(rep).items()
         },
+        "undecided": {k for k, c in parity_view.rejected(rep).items() if c["verdict"] != parity.WORSE},
         "sizes": size_sweep_view.points(rep)
         and {"series": size_sweep_view.speedups(rep), "bands": size_sweep_view.bands(rep)[0]},
     }

@@ -15,6 +15,7 @@ FELL_SHORT = "fell short"  # the claimed direction, beyond the noise of "no chan
 CONTRADICTED = (
     "contradicted"  # no measurable change, or the opposite direction (a claimed fallback kernel: the same kernels)
 )
+UNDECIDED = "undecided"  # the form that could confirm it has a parity test that could not decide
 NOT_APPLICABLE = "not applicable"  # the claim speaks about another chip family, backend or library
 NOT_MEASURED = "not measured"  # the measured column says why
 CSS = {
@@ -23,6 +24,7 @@ CSS = {
     EXCEEDED: "ok",
     FELL_SHORT: "warn",
     CONTRADICTED: "bad",
+    UNDECIDED: "warn",
     NOT_APPLICABLE: "note",
     NOT_MEASURED: "warn",
 }
@@ -32,7 +34,8 @@ EXPLAINED = (
     f"{CONFIRMED}, inside the claimed range; {WITHIN_NOISE}, outside it by less than the measured noise; "
     f"{EXCEEDED}, further from no change than claimed; {FELL_SHORT}, the claimed direction, beyond the measured "
     f"noise of no change, but less than claimed; {CONTRADICTED}, {NO_CHANGE} (within the measured noise of no "
-    "change, where a change was claimed) or the opposite direction"
+    "change, where a change was claimed) or the opposite direction; "
+    f"{UNDECIDED}, the forms whose loss held do not confirm it and a faster form's parity test could not decide"
 )
 
 RATIOS = ("speedup", "kernels", "alignment", "misalignment")  # judged against 1 ("no change"); the others against 0

@@ -14,8 +14,10 @@ from lib.report import claim_figures, gemm_sweep_view
 from lib.report.claim_judge import (
     CONFIRMED,
     CONTRADICTED,
+    EXCEEDED,
     NOT_APPLICABLE,
     NOT_MEASURED,
+    UNDECIDED,
     WITHIN_NOISE,
     judge,
     per_batch_text,
@@ -247,17 +249,30 @@ def forms_verdict(claim: dict, row: dict, df: pd.DataFrame, applies: bool, ev: d
         for f in measured
         if f["stage"] in not_held
     ]
+    # One standard for every form: a form counts where its loss held (the stage gate, and its parity test where it
+    # had one). A faster form whose parity test could not decide leaves a claim the counted forms do not confirm
+    # undecided: it might have confirmed it.
+    order = [f["stage"] for f in measured]  # fastest first
+    undecided = [k for k in order if k in (facts or {}).get("undecided", ())]
     measured = [f for f in measured if f["stage"] not in not_held]
+    faster = [k for k in undecided if not measured or order.index(k) < order.index(measured[0]["stage"])]
     if not measured:
-        return {**row, "measured": "; ".join([*missing, sizes]), "verdict": NOT_MEASURED if applies else NOT_APPLICABLE}
+        word = UNDECIDED if faster and applies else NOT_MEASURED if applies else NOT_APPLICABLE
+        return {**row, "measured": "; ".join([*missing, sizes]), "verdict": word}
     best, model = measured[0], (facts or {}).get("model", "the report's model")
     word, note = verdict_word(
         metric, float(np.median(best["values"])), claim["expect"], ev["band"](best["stage"], best["versus"]), applies
     )
+    if faster and word not in (CONFIRMED, WITHIN_NOISE, EXCEEDED):
+        word = UNDECIDED
     row["measured"] = "; ".join(
         [
-            f"{stages.get(best['stage']).title}: {per_batch_text(metric, best['values'])}{note} (the fastest form at {model} whose loss held: "
-            "the verdict rests on it)"
+            f"{stages.get(best['stage']).title}: {per_batch_text(metric, best['values'])}{note} (the fastest form at {model} whose loss held"
+            + (
+                ": it does not confirm the claim, and a faster form's parity test could not decide, so neither settles it)"
+                if word == UNDECIDED
+                else ": the verdict rests on it)"
+            )
         ]
         + [f"{stages.get(f['stage']).title}: {per_batch_text(metric, f['values'])}" for f in measured[1:]]
         + missing

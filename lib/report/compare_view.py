@@ -326,8 +326,15 @@ def parity_contrast(key: str, tests: dict[str, dict]) -> str:
             said = f"{c['verdict']} over {c['seeds_run']} seeds"
         return f"{n} at B={c['batch_size']}, {c['steps']} steps, its own noise {noise} per paired difference: {said}"
 
+    differ = len({(c["batch_size"], c["steps"]) for c in tests.values()}) > 1
     return (
         f"{stages.get(key).title}, its parity test on each GPU (one rule; each GPU tests it at the batch size its own sweep chose): "
         + "; ".join(one(n, c) for n, c in tests.items())
         + "."
+        + (
+            " The tests differ in batch size and length, and each noise rests on a few repeat pairs: the split is "
+            "the tests', not shown to be the hardware's."
+            if differ
+            else ""
+        )
     )

@@ -104,9 +104,10 @@ def crosscheck_html(rep: Report) -> str:
         "<th>plain loop, synchronised every step</th></tr></thead><tbody>"
         + "".join(body)
         + "</tbody></table>"
-        + '<p class="note">Both figures are means over the timed steps: the harness\'s of its CUDA-event '
+        + '<p class="note">The two compared figures are means over the timed steps: the harness\'s of its CUDA-event '
         "step times (the median of that over its processes), the plain loop's the wall time of its timed "
-        "steps over their number, the host running ahead of the device as in nanoGPT's loop; the last column times each step after a "
+        "steps over their number, the host running ahead of the device as in nanoGPT's loop. The last column is "
+        "the median of the plain loop's steps timed each after a "
         "<code>torch.cuda.synchronize()</code>, as build-nanogpt does, which adds the host's launch gap at the "
         "start of every step.</p>"
     )

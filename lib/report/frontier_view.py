@@ -328,7 +328,9 @@ def ablation_html(rep: Report) -> str:
         "process each; its worth is the first row's median tokens/s over the configuration without it, "
         'minus one, and "within noise" where that lies inside the measured process-to-process '
         "spread."
-        + noise.twin_note(noise.twin_drift(rep.evidence["ablation"], decide.throughputs(rep.decisions)))
+        + noise.twin_note(
+            noise.twin_drift(rep.evidence["ablation"], tps := decide.throughputs(rep.decisions)), noise.noise_floor(tps)
+        )
         + (f" The first row was timed {apart}." if (apart := ablation_calls_apart(full, rows)) else "")
         + "</p>"
     )

@@ -151,6 +151,11 @@ def summary(c: dict) -> str:
     verdict = WORDS[c["verdict"]] + (
         f" ({why_undecided(c)})" if c["verdict"] in (parity.UNDECIDED, parity.INCOMPLETE) else ""
     )
+    if c["ok"] and (c["detectable"] or 0) > c["margin"]:  # the bounds decide; the power only says how often
+        verdict += (
+            ": both upper bounds lie within the margin, which is what decides; the detectable difference beyond it "
+            f"says only that a harmless lever would hold less than {c['power'] * 100:g} % of the time"
+        )
     css = "ok" if c["ok"] else "bad"
     return (
         f"**Parity test**: {lever} against {ref} at B={c['batch_size']}, {len(c['seeds'])} paired seeds of "

@@ -9,7 +9,7 @@ import pandas as pd
 from lib.core import stages
 from lib.report import fidelity_view, frontier_view, parity_view
 from lib.report.loader import ADOPT_ABOVE, CV_LIMIT, ONE_RANK, Report, gib, recommended, span, speedups, widest
-from lib.results import decide, stats
+from lib.results import decide, noise, stats
 
 
 def efficiency_reference(r) -> str:
@@ -342,12 +342,13 @@ def recommended_line(rep: Report, best: dict) -> str:
         if c
         else "; the fastest measured setting that passed its loss checks"
     )
-    return line + "." + tie_call(best)
+    return line + "." + tie_call(best, noise.noise_floor(decide.throughputs(rep.decisions)))
 
 
-def tie_call(best: dict) -> str:
+def tie_call(best: dict, floor: float | None = None) -> str:
     """The tie rule's nearest call in numbers: the recommendation against the next-fastest batch size of its stage
-    timed in several processes, and the noise the difference was judged against."""
+    timed in several processes, and the noise the difference was judged against; where the report's noise floor
+    (the widest spread of any configuration, `floor`) would have called it otherwise, that reading beside it."""
     a = best.get("against")
     if not a:
         return ""
@@ -357,7 +358,21 @@ def tie_call(best: dict) -> str:
     if a["band"] is None:
         return f" {gap}, not judged against noise: the offset between the machines that timed them is not measured."
     tie = a["tie"]
+    call = (
+        "not a tie"
+        if not tie
+        else "a tie; it is the faster of the two and needs less memory"
+        if a["ratio"] >= 1
+        else "a tie, settled by memory"
+    )
+    other = (
+        f" Against the report's noise floor ({floor * 100:.2f} %, the widest spread of any configuration timed in "
+        "several processes) the two would tie; the rule, stated before the numbers, judges the two compared by their "
+        "own ranges."
+        if not tie and floor is not None and abs(a["ratio"] - 1) <= floor
+        else ""
+    )
     return (
         f" {gap}, {'within' if tie else 'beyond'} the noise of the two ({a['band'] * 100:.2f} %, the larger of their "
-        f"process-to-process ranges): {'a tie, settled by memory' if tie else 'not a tie'}."
+        f"process-to-process ranges): {call}.{other}"
     )

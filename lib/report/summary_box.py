@@ -254,7 +254,7 @@ def code_lines(rep: Report) -> list[tuple[str, str]]:
         worth = frontier_view.worth_text(r, full["batch_size"])
         if worth is None:
             return f"# {title}: worth unknown, its leave-one-out {r['record'].get('status', '').replace('_', ' ')}"
-        return f"# {title}: {worth}"
+        return f"# {title}: {worth}{lever_parts(r['lever'])[1]}"  # a joint row says what went with it
 
     return [(comment(k), stages.get(k).switch) for k in sorted(keys, key=rank)]
 

@@ -99,14 +99,20 @@ def loss_noise(records: list[dict]) -> float:
     """How far two processes of the same configuration drift apart on the loss gate's own
     statistic (largest 5-step-average gap after warm-up), the largest over every repeated
     configuration: GPU kernels with atomics are not bitwise repeatable. 0 when nothing repeated."""
+    widest = loss_noise_at(records)
+    return widest[0] if widest else 0.0
+
+
+def loss_noise_at(records: list[dict]) -> tuple[float, str, int] | None:
+    """loss_noise and the configuration it comes from: (gap, stage, batch size), None when nothing repeated."""
     runs: dict = {}
     for r in records:
         if r.get("status") == Status.OK and r.get("variant") in TIMING_VARIANTS and r.get("losses"):
             runs.setdefault((r["stage"], r["batch_size"]), []).append(r)
     gaps = [
-        loss_gap(other["losses"], group[0]["losses"], int(group[0].get("warmup_steps") or 0))
-        for group in runs.values()
+        (loss_gap(other["losses"], group[0]["losses"], int(group[0].get("warmup_steps") or 0)), *key)
+        for key, group in runs.items()
         for other in group[1:]
     ]
-    gaps = [g for g in gaps if np.isfinite(g)]
-    return max(gaps) if gaps else 0.0
+    gaps = [g for g in gaps if np.isfinite(g[0])]
+    return max(gaps, key=lambda g: g[0]) if gaps else None

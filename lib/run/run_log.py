@@ -21,6 +21,8 @@ from lib.core.params import Params
 from lib.results import store
 
 BUDGET_VAR = "MEASURE_FOR"  # seconds this run may measure; then it stops between configurations, resumable
+# What tells one record of a report folder from another (a configuration, its process, its parity seed and run).
+IDENTITY = ("stage", "batch_size", "fingerprint", "variant", "repeat", "replicate", "seed_offset", "kind")
 
 
 class TimeBudgetSpent(BaseException):
@@ -88,6 +90,7 @@ class RunLog:
         self.t0 = time.perf_counter()
         self.estimate, self.source = estimate
         self.chapter_key, self.chapter_t0, self.left_after = None, self.t0, 0.0
+        self.counted: set[tuple] = set()
         budget = os.environ.get(BUDGET_VAR)
         self.budget_s = float(budget) if budget else None
         stamp = provenance.run_stamp(env)
@@ -142,6 +145,12 @@ class RunLog:
     def record(self, rec: dict, kept: bool) -> str:
         """Count a record, rewrite run.json, and return the progress to print beside the record's line."""
         counts = self.run["configurations"]
+        # A record a later round lists again (the repeats, once the recommendation moved) is counted once: kept
+        # counts records of earlier runs, measured this run's, and together they count the folder's records.
+        ident = tuple(rec.get(k) for k in IDENTITY)
+        if kept and ident in self.counted:
+            return ""
+        self.counted.add(ident)
         counts["kept" if kept else "measured"] += 1
         counts["by_status"][rec.get("status")] = counts["by_status"].get(rec.get("status"), 0) + 1
         if not kept and rec.get("compile_cache"):
