@@ -247,6 +247,8 @@ def test_an_fp8_form_whose_parity_test_did_not_hold_is_named_and_not_counted():
         "FP8 linear layers (torchao): 0.93× at B=2 (the fastest form at gpt2 whose loss held: it does not confirm"
     )
     assert f"FP8 lm_head (torchao): 1.04× at B=2, not counted: {why}" in v["measured"]
+    # "FP8 gives about 2x": the undecided form's 1.04x would not confirm it either, so it stays contradicted
+    assert _verdict("fp8-2x-step", df, facts, noise=0.01)["verdict"] == "contradicted"
     worse = {**facts, "not_held": {"fp8_head": "its parity test found it worse"}, "undecided": set()}
     assert _verdict("fp8-hopper", df, worse, noise=0.01)["verdict"] == "contradicted"
     v = _verdict("fp8-hopper", df, {**facts, "not_held": {}, "undecided": set()}, noise=0.01)

@@ -252,24 +252,32 @@ def forms_verdict(claim: dict, row: dict, df: pd.DataFrame, applies: bool, ev: d
     # One standard for every form: a form counts where its loss held (the stage gate, and its parity test where it
     # had one). A faster form whose parity test could not decide leaves a claim the counted forms do not confirm
     # undecided: it might have confirmed it.
+    confirms = (CONFIRMED, WITHIN_NOISE, EXCEEDED)
+
+    def word_of(f: dict) -> tuple[str, str]:
+        med = float(np.median(f["values"]))
+        return verdict_word(metric, med, claim["expect"], ev["band"](f["stage"], f["versus"]), applies)
+
     order = [f["stage"] for f in measured]  # fastest first
-    undecided = [k for k in order if k in (facts or {}).get("undecided", ())]
+    # the undecided forms whose own figure would confirm the claim: they keep it open
+    undecided = [
+        f["stage"] for f in measured if f["stage"] in (facts or {}).get("undecided", ()) and word_of(f)[0] in confirms
+    ]
     measured = [f for f in measured if f["stage"] not in not_held]
     faster = [k for k in undecided if not measured or order.index(k) < order.index(measured[0]["stage"])]
     if not measured:
         word = UNDECIDED if faster and applies else NOT_MEASURED if applies else NOT_APPLICABLE
         return {**row, "measured": "; ".join([*missing, sizes]), "verdict": word}
     best, model = measured[0], (facts or {}).get("model", "the report's model")
-    word, note = verdict_word(
-        metric, float(np.median(best["values"])), claim["expect"], ev["band"](best["stage"], best["versus"]), applies
-    )
-    if faster and word not in (CONFIRMED, WITHIN_NOISE, EXCEEDED):
+    word, note = word_of(best)
+    if faster and word not in confirms:
         word = UNDECIDED
     row["measured"] = "; ".join(
         [
             f"{stages.get(best['stage']).title}: {per_batch_text(metric, best['values'])}{note} (the fastest form at {model} whose loss held"
             + (
-                ": it does not confirm the claim, and a faster form's parity test could not decide, so neither settles it)"
+                ": it does not confirm the claim, and a faster form that would have could not be decided by its parity "
+                "test, so neither settles it)"
                 if word == UNDECIDED
                 else ": the verdict rests on it)"
             )
