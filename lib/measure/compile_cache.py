@@ -5,9 +5,10 @@ comment or a reformatting is not a change). Anything else that changes gives ano
 graph is never reused; within a key, torch's own cache keys (the graph, the inputs' shapes, the
 config) still decide each hit.
 
-AOTAutograd's cache is left at torch's default, which bypasses graphs holding custom autograd
-Functions (torchao's float8, cut-cross-entropy): letting those in did not shorten their warm compile
-in a probe on the H100 and one warm median came out 8 % slower.
+AOTAutograd's cache is left at torch's default. It bypasses torchao's float8 graphs, so about 5-6 s of
+AOT tracing stays in every warm FP8 process. Marking torchao's config classes cacheable only moves the
+bypass on to Dynamo's closure around torchao's autograd Function, which cannot be pickled
+(reports/probes/fp8-warm-h100-2026-11-26).
 
 Each measuring process reports how its compile went (`outcome`): cold (every graph compiled), warm
 (every graph from the cache) or partial. The compile chapter keeps the cold time: the ledger in the
