@@ -224,6 +224,8 @@ def test_the_difference_is_called_the_hardwares_only_beyond_both_reports_noise_a
     reps = compare.load_all(["gpua", "gpub"], tmp_path)
     text = compare_view.attribution_html(reps)
     assert ("the hardware's" in text) is hardware
+    # one machine of each kind: a reviewer asked that the claim say what it cannot cover
+    assert ("the spread between machines of one kind is not in these reports" in text) is hardware
     assert ("differences are the hardware's" in compare_view.skew_html(reps)) is False
     rows = len(compare.same_batch_table(reps))
     if spread == 0.3:

@@ -406,7 +406,7 @@ def test_ablation_worth_is_the_ratio_of_throughputs(tmp_path):
             status=status,
             reason=None if ms else "out of memory",
         )
-        r.update(variant=f"without {lever}", lever=lever)
+        r.update(variant=f"without {lever}", lever=lever, mem_allocator_bytes=r.get("mem_allocator_bytes") or 2**30)
         without.append(r)
     rep = type(
         "Rep",
@@ -424,6 +424,7 @@ def test_ablation_worth_is_the_ratio_of_throughputs(tmp_path):
     assert rows[2]["worth"] == pytest.approx(0.01) and rows[2]["within_noise"] and not rows[0]["within_noise"]
     html = frontier_view.ablation_html(rep)
     assert "+25.0 %" in html and "does not fit at this batch without it" in html
+    assert html.count(" at failure") == 1  # the OOM row's allocator peak is where it failed (a reviewer misread it)
     assert "+1.0 % (within noise)" in html and "1,280 (median of 3 processes)" in html
     # The fused stage's other levers were never run: each is a row that says so, not a silent gap.
     missing = [r["lever"] for r in rows if r["record"]["status"] == "not_measured"]

@@ -267,6 +267,11 @@ def test_matrix_shows_status_and_loss_flags(tmp_path):
     assert "beyond tol" in html
     assert "matrix" in html
     assert "beyond tol" not in tables.matrix_html(build(tmp_path / "clean"))
+    # A gap past the tolerance but inside the measured drift (cut-cross-entropy's 0.061 on both GPUs) says so.
+    rep = build(tmp_path / "drift", tf32_loss_shift=0.06)
+    assert "within noise" not in tables.matrix_html(rep)
+    rep.df.loc[rep.df["stage"] == "tf32", "loss_verdict"] = "within noise"
+    assert "gate 0.060 within noise" in tables.matrix_html(rep)
 
 
 def test_stage_summary_of_a_stage_without_timings_gives_the_reasons(tmp_path):

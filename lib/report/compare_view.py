@@ -137,9 +137,11 @@ def attribution_html(reps) -> str:
             elif skewed:
                 text += f"the other {len(t) - beyond} are within noise." if beyond < len(t) else "none is within noise."
             else:
-                text += "with the same software and measurement method, those differences are the hardware's" + (
-                    f"; the other {len(t) - beyond} are within noise." if beyond < len(t) else "."
-                )
+                text += (
+                    "with the same software and measurement method, those differences are the hardware's, as far as "
+                    "one machine of each kind shows it: the spread between machines of one kind is not in these "
+                    "reports"
+                ) + (f"; the other {len(t) - beyond} are within noise." if beyond < len(t) else ".")
         out.append(" ".join([text, *skewed]))
     return "".join(f"<p>{html.escape(p, quote=False)}</p>" for p in out)
 

@@ -289,8 +289,7 @@ def ablation_html(rep: Report) -> str:
     full, rows = ablation_rows(rep)
     if not rows:
         return none("The leave-one-out ablation was not measured for this report.")
-    p = (full or {}).get("processes")
-    rec = recommended(rep)
+    p, rec, tps = (full or {}).get("processes"), recommended(rep), decide.throughputs(rep.decisions)
     around = f"{stages.get(full['stage']).title} at B={full['batch_size']}" if full else ""
     if full and rec and (rec["stage"], rec["batch_size"]) != (full["stage"], full["batch_size"]):
         around += f", which was the recommendation when the ablation ran (now B={rec['batch_size']})"
@@ -304,6 +303,7 @@ def ablation_html(rep: Report) -> str:
     ]
     for row in rows:
         r = row["record"]
+        oom = r["status"] == "oom"  # its allocator peak is where it failed, short of what it asked for
         shown.append(
             {
                 "removed": row["lever"],
@@ -319,8 +319,8 @@ def ablation_html(rep: Report) -> str:
                     )
                 )
                 if row["worth"] is not None
-                else ("does not fit at this batch without it" if r["status"] == "oom" else short(r.get("reason"))),
-                "allocator GiB": gib(r.get("mem_allocator_bytes")),
+                else ("does not fit at this batch without it" if oom else short(r.get("reason"))),
+                "allocator GiB": gib(mem := r.get("mem_allocator_bytes")) + (" at failure" if oom and mem else ""),
             }
         )
     return table(shown) + (
@@ -328,9 +328,7 @@ def ablation_html(rep: Report) -> str:
         "process each; its worth is the first row's median tokens/s over the configuration without it, "
         'minus one, and "within noise" where that lies inside the measured process-to-process '
         "spread."
-        + noise.twin_note(
-            noise.twin_drift(rep.evidence["ablation"], tps := decide.throughputs(rep.decisions)), noise.noise_floor(tps)
-        )
+        + noise.twin_note(noise.twin_drift(rep.evidence["ablation"], tps), noise.noise_floor(tps))
         + (f" The first row was timed {apart}." if (apart := ablation_calls_apart(full, rows)) else "")
         + "</p>"
     )

@@ -45,6 +45,8 @@ def matrix_html(rep: Report, stage: str | None = None) -> str:
             if not pd.isna(r["loss_delta"]) and r["stage"] != rep.stage_order[0]:
                 flag = "" if r["loss_within_tolerance"] else ' <span class="bad">beyond tol.</span>'
                 gate = "" if pd.isna(r["loss_gap"]) else f"<br>gate {r['loss_gap']:.3f}"
+                if r.get("loss_verdict") == "within noise":  # beyond the tolerance, inside the measured drift
+                    gate += " within noise"
                 delta = round(r["loss_delta"], 3) or 0.0  # never "-0.000"
                 loss += f"<br><small>{delta:+.3f} vs {r['loss_ref']}{gate}{flag}</small>"
         if ran:
