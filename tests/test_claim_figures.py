@@ -244,7 +244,7 @@ def test_an_fp8_form_whose_parity_test_did_not_hold_is_named_and_not_counted():
     v = _verdict("fp8-hopper", df, facts, noise=0.01)
     assert v["verdict"] == "undecided"
     assert v["measured"].startswith(
-        "FP8 linear layers (torchao): 0.93× at B=2 (the fastest form at gpt2 whose loss held: it does not confirm"
+        "FP8 linear layers (torchao): 0.93× at B=2 (the fastest form at gpt2 whose loss held; only a faster form"
     )
     assert f"FP8 lm_head (torchao): 1.04× at B=2, not counted: {why}" in v["measured"]
     # "FP8 gives about 2x": the undecided form's 1.04x would not confirm it either, so it stays contradicted

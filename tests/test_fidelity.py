@@ -216,7 +216,7 @@ def test_between_batch_sizes_within_noise_the_recommendation_takes_the_smaller_m
         assert "noise floor" not in prose.tie_call(best, 0.001)
     # reports/h200: B=64 tied with B=192 and was the faster of the two as well; "settled by memory" undersold it
     faster = {**best, "against": {**best["against"], "ratio": 1.0044, "tie": True, "band": 0.0057}}
-    assert prose.tie_call(faster).endswith("a tie; it is the faster of the two and needs less memory.")
+    assert prose.tie_call(faster).endswith("a tie; it is also the faster.")
 
 
 def test_a_smaller_batch_timed_once_never_displaces_the_fastest_repeated_one():

@@ -438,6 +438,6 @@ def test_a_test_that_holds_beyond_its_detectable_difference_says_the_bounds_deci
     params = tiny_params(["fp32", "tf32"])
     ok = parity.checks(_test(params, (-0.01, 0.008, -0.006)), EV)["tf32"]
     assert ok["verdict"] == parity.HOLDS and ok["detectable"] > ok["margin"]
-    assert "which is what decides" in parity_view.summary(ok)
+    assert "the upper bounds decide" in parity_view.summary(ok)
     quiet = parity.checks(_test(params, (0.001, 0.002, 0.0)), EV)["tf32"]
-    assert quiet["detectable"] < quiet["margin"] and "which is what decides" not in parity_view.summary(quiet)
+    assert quiet["detectable"] < quiet["margin"] and "the upper bounds decide" not in parity_view.summary(quiet)

@@ -193,7 +193,7 @@ def recommended_md(rep: Report) -> str:
             "The code switches that produce it, in the order they are applied:\n\n```python\n"
             + "\n".join(switches)
             + "\n```",
-            "The code switches that produce it: the executive summary (section 1), in order of their worth.",
+            "The code switches that produce it, in order of their worth: section 1.",
             markdown=True,
         )
     )

@@ -35,8 +35,7 @@ EXPLAINED = (
     f"{EXCEEDED}, further from no change than claimed; {FELL_SHORT}, the claimed direction, beyond the measured "
     f"noise of no change, but less than claimed; {CONTRADICTED}, {NO_CHANGE} (within the measured noise of no "
     "change, where a change was claimed) or the opposite direction; "
-    f"{UNDECIDED}, the forms whose loss held do not confirm it, and a faster form whose figure would have could not "
-    "be decided by its parity test"
+    f"{UNDECIDED}, only a form whose parity test could not decide would confirm it"
 )
 
 RATIOS = ("speedup", "kernels", "alignment", "misalignment")  # judged against 1 ("no change"); the others against 0

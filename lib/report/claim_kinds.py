@@ -276,8 +276,7 @@ def forms_verdict(claim: dict, row: dict, df: pd.DataFrame, applies: bool, ev: d
         [
             f"{stages.get(best['stage']).title}: {per_batch_text(metric, best['values'])}{note} (the fastest form at {model} whose loss held"
             + (
-                ": it does not confirm the claim, and a faster form that would have could not be decided by its parity "
-                "test, so neither settles it)"
+                "; only a faster form, undecided by its parity test, would confirm it)"
                 if word == UNDECIDED
                 else ": the verdict rests on it)"
             )

@@ -153,8 +153,7 @@ def summary(c: dict) -> str:
     )
     if c["ok"] and (c["detectable"] or 0) > c["margin"]:  # the bounds decide; the power only says how often
         verdict += (
-            ": both upper bounds lie within the margin, which is what decides; the detectable difference beyond it "
-            f"says only that a harmless lever would hold less than {c['power'] * 100:g} % of the time"
+            f" (the upper bounds decide; a harmless lever would hold here under {c['power'] * 100:g} % of the time)"
         )
     css = "ok" if c["ok"] else "bad"
     return (

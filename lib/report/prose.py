@@ -361,7 +361,7 @@ def tie_call(best: dict, floor: float | None = None) -> str:
     call = (
         "not a tie"
         if not tie
-        else "a tie; it is the faster of the two and needs less memory"
+        else "a tie; it is also the faster"
         if a["ratio"] >= 1
         else "a tie, settled by memory"
     )
