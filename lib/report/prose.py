@@ -358,13 +358,7 @@ def tie_call(best: dict, floor: float | None = None) -> str:
     if a["band"] is None:
         return f" {gap}, not judged against noise: the offset between the machines that timed them is not measured."
     tie = a["tie"]
-    call = (
-        "not a tie"
-        if not tie
-        else "a tie; it is also the faster"
-        if a["ratio"] >= 1
-        else "a tie, settled by memory"
-    )
+    call = "not a tie" if not tie else "a tie; it is also the faster" if a["ratio"] >= 1 else "a tie, settled by memory"
     other = (
         f" Against the report's noise floor ({floor * 100:.2f} %, the widest spread of any configuration timed in "
         "several processes) the two would tie; the rule, stated before the numbers, judges the two compared by their "
