@@ -8,6 +8,7 @@ import logging
 import os
 import shutil
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from lib.core import chapters
@@ -96,17 +97,24 @@ def draw(report_dir: Path, params: Params, failed_before: list[str] = ()) -> tup
     for old in (report_dir / "notebooks").glob("*.ipynb"):
         if old.name not in drawn:
             old.unlink()
-    for i, chapter in enumerate(order, 1):
+
+    def one(i: int, chapter) -> str | None:
         t0 = time.perf_counter()
         print(f"[{i}/{len(order)}] {chapter.title}", flush=True)
-        dest = report_dir / "notebooks" / chapter.notebook
-        err = run_notebook(chapters.TEMPLATE, dest, {**nb_params, "chapter": chapter.key})
-        if err:
-            failures.append(err)
-            print(f"    FAILED: {err}", flush=True)
-        if dest.exists():
-            done.append(dest)
+        err = run_notebook(
+            chapters.TEMPLATE, report_dir / "notebooks" / chapter.notebook, {**nb_params, "chapter": chapter.key}
+        )
         timings[chapter.key] = time.perf_counter() - t0
+        if err:
+            print(f"    FAILED: {err}", flush=True)
+        return err
+
+    # The chapters are independent (each draws its own stage from the records; the summary, after them, draws what
+    # spans them), and a chapter's time is mostly its kernel starting and importing: two at a time on two cores.
+    with ThreadPoolExecutor(max_workers=max(1, min(2, os.cpu_count() or 1))) as pool:
+        errors = list(pool.map(one, range(1, len(order) + 1), order))
+    failures += [e for e in errors if e]
+    done += [d for c in order if (d := report_dir / "notebooks" / c.notebook).exists()]
     t0 = time.perf_counter()
     print("[summary] tables, charts, verdicts", flush=True)
     err = run_notebook(
