@@ -38,3 +38,14 @@ def test_chapters_drawn_side_by_side_come_back_in_order_with_their_failures(tmp_
     assert most[0] == 2  # two at a time
     assert calls[-1] == ("summary", {"summary"})  # alone, after every chapter
     assert set(timings) == {c.key for c in order} | {"summary"}
+
+
+def test_the_closing_line_gives_the_notebooks_wall_time_not_the_sum_of_chapters(pipeline_ok):
+    """Drawn two at a time, the chapters' own seconds add up to more than the drawing took: the line
+    `make report` ends with adds up to its total."""
+    import re
+
+    m = re.search(r"done in (\d+) s \(measurement (\d+) s, notebooks (\d+) s", pipeline_ok.proc.stdout)
+    assert m, pipeline_ok.proc.stdout[-2000:]
+    total, measured, drawn = map(int, m.groups())
+    assert measured + drawn <= total + 1
