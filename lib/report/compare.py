@@ -131,7 +131,7 @@ def stage_table(reps: dict[str, loader.Report]) -> pd.DataFrame:
     order = [k for k in stages.single_gpu(stages.ORDER) if any(k in rep.stage_order for rep in reps.values())]
     base = {name: fp32_best(rep) for name, rep in reps.items()}
     for key in order:
-        row = {"stage": stages.get(key).title}
+        row = {"key": key, "stage": stages.get(key).title}
         for name, rep in reps.items():
             ok = rep.df[(rep.df["stage"] == key) & (rep.df["status"] == "ok")]
             best = ok.loc[ok["tokens_per_s"].idxmax()] if not ok.empty else None
@@ -288,7 +288,7 @@ def decisions_table(reps: dict[str, loader.Report]) -> pd.DataFrame:
     order = [k for k in stages.single_gpu(stages.ORDER)[1:] if any(k in rep.stage_order for rep in reps.values())]
     rows = []
     for key in order:
-        row = {"stage": stages.get(key).title}
+        row = {"key": key, "stage": stages.get(key).title}
         for n, rep in reps.items():
             row[f"{n} adopted"], row[f"{n} why"] = lever_decision(rep, key, best[n])
         row["differs"] = len({row[f"{n} adopted"] for n in reps} - {None}) > 1

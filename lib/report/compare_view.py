@@ -308,8 +308,7 @@ def decisions_html(reps) -> str:
         else "Every lever measured on more than one GPU is decided alike; where a reason differs, each cell gives "
         "its own (a lever kept out on both GPUs may rest on different tests)."
     )
-    keys = {stages.get(k).title: k for k in stages.ORDER}
-    tests = [parity_contrast(keys[s], parity_tests(reps, keys[s])) for s in differ if s in keys]
+    tests = [parity_contrast(r["key"], parity_tests(reps, r["key"])) for r in t.to_dict("records") if r["differs"]]
     note += "".join(" " + t for t in tests if t)
     return f'<table class="claims"><thead><tr><th>Lever</th>{head}</tr></thead><tbody>{body}</tbody></table><p>{html.escape(note, quote=False)}</p>'
 

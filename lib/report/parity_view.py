@@ -64,6 +64,11 @@ def _interval(i: dict) -> str:
     )
 
 
+def _futile_reach(c: dict) -> float:
+    """What a test stopped for futility could have detected at all its seeds, given its own noise."""
+    return parity.detectable(c["noise_sd"], c["wanted"], c["confidence"], c["power"])
+
+
 def why_undecided(c: dict) -> str:
     if c["verdict"] == parity.INCOMPLETE:
         return (
@@ -76,7 +81,7 @@ def why_undecided(c: dict) -> str:
         return (
             f"stopped after its {c['seeds_run']} noise seeds: the test's own noise ({c['noise_sd']:.4f} nats per "
             f"paired difference) would let all {c['wanted']} seeds detect no less than "
-            f"{parity.detectable(c['noise_sd'], c['wanted'], c['confidence'], c['power']):.4f} nats, more than the "
+            f"{_futile_reach(c):.4f} nats, more than the "
             f"+{c['margin']:g} margin, so the rest could not decide it"
         )
     if len(c["seeds"]) < 2:
@@ -253,10 +258,9 @@ def short_reason(rep: Report, key: str) -> str:
             f"envelope, held-out loss {c['held_outside']:.3f} outside its range, tolerance {c['tolerance']:g}"
         )
     if c.get("futile") and c["seeds_run"] < c["wanted"]:  # its interval is of the noise seeds alone: not the reason
-        reach = parity.detectable(c["noise_sd"], c["wanted"], c["confidence"], c["power"])
         return (
             f"parity test stopped undecided after {c['seeds_run']} seeds: its own noise, {c['noise_sd']:.4f} nats, "
-            f"lets {c['wanted']} seeds detect no less than {reach:.4f}, beyond the +{c['margin']:g} margin"
+            f"lets {c['wanted']} seeds detect no less than {_futile_reach(c):.4f}, beyond the +{c['margin']:g} margin"
         )
     # The loss that decided: the highest lower bound where the lever was worse, else the highest upper bound.
     end = "lo" if c["verdict"] == parity.WORSE else "hi"
