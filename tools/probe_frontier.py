@@ -35,10 +35,12 @@ CANDIDATES = {  # name: options
     "split_tail_liger": {"split": True, "tail": True, "liger": True},
     "graphs_tail_liger": {"mode": "reduce-overhead", "tail": True, "liger": True},
     "autotune": {"mode": "max-autotune-no-cudagraphs"},
+    "classifier": {"classifier": True},  # lib/train/fp8_classifier.py in place of torchao's FP8 lm_head
+    "classifier_again": {"classifier": True},
 }
 
 
-def patched_forward(split: bool, liger: bool):
+def patched_forward(split: bool, liger: bool, classifier: bool = False):
     """GPT.forward's loss-only path (lib/train/model.py) with a graph break after the final LayerNorm and/or
     Liger's cross-entropy in place of F.cross_entropy."""
     import torch
@@ -57,6 +59,10 @@ def patched_forward(split: bool, liger: bool):
         x = self.transformer.ln_f(x)
         if split:
             torch._dynamo.graph_break()
+        if classifier:
+            from lib.train.fp8_classifier import fp8_classifier_loss
+
+            return None, fp8_classifier_loss(x, self.lm_head.weight, targets)
         logits = self.lm_head(x)
         flat = logits.view(-1, logits.size(-1))
         loss = liger_cross_entropy(flat, targets.view(-1)) if liger else F.cross_entropy(flat, targets.view(-1))
@@ -78,8 +84,10 @@ def run_one(name: str, batch: int, warmup: int = 5, timed: int = 20) -> dict:
     stage = stages.get("fp8_head")
     if "mode" in o:
         stage = dataclasses.replace(stage, compile_mode=o["mode"])
-    if o.get("split") or o.get("liger"):
-        GPT.forward = patched_forward(o.get("split", False), o.get("liger", False))
+    if o.get("classifier"):
+        stage = dataclasses.replace(stage, fp8_lm_head=None)
+    if o.get("split") or o.get("liger") or o.get("classifier"):
+        GPT.forward = patched_forward(o.get("split", False), o.get("liger", False), o.get("classifier", False))
     out = {"name": name, "batch": batch, "options": o}
     t0 = time.perf_counter()
     train = step.build(params, stage, "cuda")
@@ -147,9 +155,63 @@ def run_one(name: str, batch: int, warmup: int = 5, timed: int = 20) -> dict:
     return out
 
 
+def check(rows: int = 8192) -> dict:
+    """The classifier's kernel against its PyTorch reference, and its loss and gradients against torchao's FP8
+    lm_head with F.cross_entropy and against fp32, on one batch of GPT-2-shaped random activations."""
+    import torch
+    import torch.nn.functional as F
+    from torchao.float8 import Float8LinearConfig, convert_to_float8_training
+
+    from lib.train import fp8_classifier as fc
+
+    torch.manual_seed(0)
+    x = torch.randn(rows, 768, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(50304, 768, device="cuda") * 0.02
+    t = torch.randint(0, 50257, (rows,), device="cuda")
+    logits = (x.float() @ w.T * 8).to(torch.bfloat16)  # a spread of logits wider than at initialisation
+    lse = torch.logsumexp(logits.float(), -1)
+    k, kt = fc.softmax_grad_fp8(logits, lse, t)
+    r, rt = fc.softmax_grad_fp8_reference(logits, lse, t)
+    out = {
+        "kernel_equal": float((k.view(torch.uint8) == r.view(torch.uint8)).float().mean()),
+        "kernel_t_equal": float((kt.view(torch.uint8) == rt.view(torch.uint8)).float().mean()),
+        "kernel_t_is_transpose": bool(torch.equal(kt.view(torch.uint8), k.view(torch.uint8).t())),
+    }
+
+    def grads(fn, weight=None, autocast=True):
+        xs = x.clone().requires_grad_()
+        ws = weight if weight is not None else w.clone().requires_grad_()
+        with torch.autocast("cuda", torch.bfloat16, enabled=autocast):
+            loss = fn(xs, ws)
+        loss.backward()
+        return float(loss), xs.grad.float(), ws.grad.float()
+
+    net = torch.nn.Sequential(torch.nn.Linear(768, 50304, bias=False, device="cuda"))
+    with torch.no_grad():
+        net[0].weight.copy_(w)
+    convert_to_float8_training(net, config=Float8LinearConfig.from_recipe_name("tensorwise"))
+    ref = grads(lambda xs, ws: F.cross_entropy(xs.float() @ ws.T, t), autocast=False)
+    mine = grads(lambda xs, ws: fc.fp8_classifier_loss(xs, ws, t))
+    theirs = grads(lambda xs, ws: F.cross_entropy(net(xs), t), net[0].weight)
+    rel = lambda a, b: float((a - b).norm() / b.norm())  # noqa: E731
+    out.update(
+        loss_fp32=ref[0],
+        loss_classifier=mine[0],
+        loss_torchao=theirs[0],
+        classifier_grad_x_rel=rel(mine[1], ref[1]),
+        classifier_grad_w_rel=rel(mine[2], ref[2]),
+        torchao_grad_x_rel=rel(theirs[1], ref[1]),
+        torchao_grad_w_rel=rel(theirs[2], ref[2]),
+    )
+    return out
+
+
 def main(argv: list[str]) -> None:
     batch = int(argv[0]) if argv and argv[0].isdigit() else 128
     names = [a for a in argv if not a.isdigit()]
+    if names and names[0] == "--check":
+        print(json.dumps({"name": "check", **check()}), flush=True)
+        return
     if names and names[0] == "--one":  # the child
         print(json.dumps(run_one(names[1], batch)), flush=True)
         return
