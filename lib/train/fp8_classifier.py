@@ -60,7 +60,7 @@ def softmax_grad_fp8(logits, lse, targets) -> tuple[torch.Tensor, torch.Tensor]:
     g8_t = torch.empty((v, n), dtype=E5M2, device=logits.device)
     grid = (triton.cdiv(n, BLOCK_N), triton.cdiv(v, BLOCK_V))
     _softmax_grad_kernel[grid](
-        logits, lse, targets, g8, g8_t, n, v, GRAD_SCALE, BLOCK_N=BLOCK_N, BLOCK_V=BLOCK_V, num_warps=8
+        logits, lse, targets, g8, g8_t, n, v, SCALE=GRAD_SCALE, BLOCK_N=BLOCK_N, BLOCK_V=BLOCK_V, num_warps=8
     )
     return g8, g8_t
 
@@ -76,7 +76,10 @@ except ImportError:
 if triton is not None:
 
     @triton.jit
-    def _softmax_grad_kernel(logits, lse, targets, g8, g8_t, N, V, scale, BLOCK_N: tl.constexpr, BLOCK_V: tl.constexpr):
+    def _softmax_grad_kernel(
+        logits, lse, targets, g8, g8_t, N, V, SCALE: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_V: tl.constexpr
+    ):
+        # SCALE is a constant: as an argument, Inductor would pass it as fp64, and fp64 has no cast to fp8.
         # One tile: softmax - one-hot from the logits and each row's logsumexp, scaled, stored in e5m2 twice:
         # row-major for the activations' gradient, transposed for the weight's.
         rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -87,7 +90,7 @@ if triton is not None:
         z = tl.load(logits + r64[:, None] * V + c64[None, :], mask=mask, other=0.0).to(tl.float32)
         m = tl.load(lse + rows, mask=rmask, other=0.0)
         t = tl.load(targets + rows, mask=rmask, other=-1)
-        g = (tl.exp(z - m[:, None]) - tl.where(cols[None, :] == t[:, None], 1.0, 0.0)) * scale
+        g = (tl.exp(z - m[:, None]) - tl.where(cols[None, :] == t[:, None], 1.0, 0.0)) * SCALE
         tl.store(g8 + r64[:, None] * V + c64[None, :], g.to(tl.float8e5, fp_downcast_rounding="rtne"), mask=mask)
         tl.store(
             g8_t + c64[:, None] * N + r64[None, :],
