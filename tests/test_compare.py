@@ -271,7 +271,7 @@ def _hopper_pair(tmp_path: Path, fp8_over_compile: float) -> dict:
         d = _fake_report(tmp_path, name, "2.11.0", 1.5)
         params = Params.read(d / "params.json")
         for b in (2, 4):
-            for form in ("fp8", "fp8_torchao", "fp8_head"):
+            for form in ("fp8", "fp8_torchao", "fp8_head", "fp8_classifier"):
                 base = read_json(store.record_path(d / "results", decide.previous_stage(form), b))
                 rec = make_record(params, form, b, [v * fp8_over_compile for v in base["step_ms"]], base["losses"])
                 store.write_atomic(store.record_path(d / "results", form, b), rec)

@@ -20,16 +20,28 @@ LEVERS = {
     "BF16 residual stream": {"residual_dtype": None},
     "loss-only forward": {"return_logits": True},
     "FP8 lm_head (torchao)": {"fp8_lm_head": None},
+    "FP8 classifier (fused)": {"loss": "cross_entropy"},
+}
+# Levers that share a switch: each is the lever only while the switch holds one of its values.
+WHEN = {
+    "fused linear cross-entropy": {"loss": ("cut_cross_entropy", "cut_cross_entropy_filtered")},
+    "FP8 classifier (fused)": {"loss": ("fp8_classifier",)},
 }
 
 
 # Levers that cannot run without another: removing the one removes them too (a bf16 residual stream
 # into fp32 Linear layers is a dtype error; torch._scaled_mm needs the lm_head's rows a multiple of 16).
-NEEDS = {"BF16 residual stream": "BF16 autocast", "FP8 lm_head (torchao)": "padded vocabulary"}
+NEEDS = {
+    "BF16 residual stream": "BF16 autocast",
+    "FP8 lm_head (torchao)": "padded vocabulary",
+    "FP8 classifier (fused)": "padded vocabulary",
+}
 
 
-def _uses(stage, off: dict) -> bool:
-    return any(getattr(stage, k) != v for k, v in off.items())
+def _uses(stage, name: str) -> bool:
+    if name in WHEN:
+        return all(getattr(stage, k) in values for k, values in WHEN[name].items())
+    return any(getattr(stage, k) != v for k, v in LEVERS[name].items())
 
 
 def levers_of(stage) -> dict[str, dict]:
@@ -38,9 +50,9 @@ def levers_of(stage) -> dict[str, dict]:
     others need is removed with them, and its name says so."""
     out = {}
     for name, off in LEVERS.items():
-        if not _uses(stage, off) or (name == "torch.compile" and stage.compile_mode):
+        if not _uses(stage, name) or (name == "torch.compile" and stage.compile_mode):
             continue
-        with_it = [d for d, needed in NEEDS.items() if needed == name and _uses(stage, LEVERS[d])]
+        with_it = [d for d, needed in NEEDS.items() if needed == name and _uses(stage, d)]
         label = name + (f" (and {', '.join(with_it)}, which needs it)" if with_it else "")
         out[label] = {**off, **{k: v for d in with_it for k, v in LEVERS[d].items()}}
     return out

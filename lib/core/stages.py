@@ -51,7 +51,7 @@ class Stage:
     float8: str | None = None  # torchao's float8 training recipe on the blocks' Linear layers
     fp8_lm_head: str | None = None  # torchao's float8 training recipe on the lm_head alone
     residual_dtype: str | None = None  # the residual stream's dtype; None: fp32 (what autocast leaves it)
-    loss: str = "cross_entropy"  # or "cut_cross_entropy": lm_head + loss fused, no logits in memory
+    loss: str = "cross_entropy"  # or "cut_cross_entropy" (lm_head + loss fused, no logits in memory), "fp8_classifier"
     return_logits: bool = True  # False: the training forward returns the loss alone, no logits output
     backend_flags: tuple = ()  # (("torch.backends.cudnn.benchmark", True), ...): set before the model is built
     devices: str = "one"  # "one" GPU, or "all" of the host's, data parallel (ddp_launch.run_ddp)
@@ -108,12 +108,15 @@ class Stage:
 
 DEFAULTS = {f.name: f.default for f in fields(Stage)}  # every field's value when a stage does not set it
 FP8_SWITCHES = ("fp8", "float8", "fp8_lm_head")  # the switches that put GEMMs in FP8
+FP8_LOSSES = ("fp8_classifier",)  # losses that run the lm_head's GEMMs in FP8 themselves (lib/train/fp8_classifier.py)
 WITHOUT_FP8 = "without FP8"  # the size sweep's variant name for a configuration with every FP8 switch off
 
 
 def fp8_switches(stage) -> dict:
-    """The FP8 switches `stage` sets away from their defaults (empty: a stage without FP8)."""
-    return {s: getattr(stage, s) for s in FP8_SWITCHES if getattr(stage, s) != DEFAULTS[s]}
+    """The FP8 switches `stage` sets away from their defaults (empty: a stage without FP8), its loss among them
+    where that loss runs the lm_head in FP8."""
+    out = {s: getattr(stage, s) for s in FP8_SWITCHES if getattr(stage, s) != DEFAULTS[s]}
+    return out | ({"loss": stage.loss} if stage.loss in FP8_LOSSES else {})
 
 
 def _cumulative() -> list[Stage]:
@@ -274,6 +277,22 @@ def _cumulative() -> list[Stage]:
         switch='convert_to_float8_training(model, config=Float8LinearConfig.from_recipe_name("tensorwise"),\n'
         '    module_filter_fn=lambda module, fqn: fqn == "lm_head")  # torchao.float8',
     )
+    # The FP8 lm_head's backward as the profile shows it: the loss writes the logits' gradient in bf16, then torchao
+    # reads all B x T x V of it for its largest value and again to cast and transpose it. Here the loss's backward
+    # writes it in FP8 itself (one Triton kernel of ours; the GEMMs as torchao's tensorwise recipe does them).
+    fp8_classifier = replace(
+        fp8_head,
+        key="fp8_classifier",
+        title="FP8 classifier (fused)",
+        base="fp8_head",
+        fp8_lm_head=None,
+        loss="fp8_classifier",
+        package="",
+        lever="the lm_head and its loss as one FP8 classifier: the loss's backward writes the logits' gradient in "
+        "FP8 with a fixed scale, no bf16 gradient, no pass for its largest value, no separate cast",
+        switch="_, loss = None, fp8_classifier_loss(x, model.lm_head.weight, y)  # lib/train/fp8_classifier.py "
+        "(ours: one Triton kernel)",
+    )
     # DDP runs whichever single-GPU configuration measured fastest (ddp_launch.run_ddp); its own
     # switches here only describe it.
     ddp = replace(
@@ -303,6 +322,7 @@ def _cumulative() -> list[Stage]:
         bf16_residual,
         loss_only,
         fp8_head,
+        fp8_classifier,
         ddp,
     ]
 

@@ -26,7 +26,14 @@ from lib.results import store
 
 VAR = "COMPILE_CACHE"  # a folder to keep the caches in instead of .cache/compile/
 # The code whose source the compiled graphs are made of (their switches, the model, the step, FP8 layers).
-LEVER_CODE = ("train/model.py", "train/step.py", "core/stages.py", "train/fp8.py", "train/plain_loop.py")
+LEVER_CODE = (
+    "train/model.py",
+    "train/step.py",
+    "core/stages.py",
+    "train/fp8.py",
+    "train/fp8_classifier.py",
+    "train/plain_loop.py",
+)
 LEDGER = "cold_compiles.json"
 
 

@@ -12,7 +12,7 @@ def restartable(stage) -> bool:
     (reports/probes/one-sitting-h100-2026-11-25c) the FP8 lm_head's restarted runs ended 0.017 to 0.114 nats
     from the same seeds run in processes of their own (reports/probes/one-sitting-h100-2026-11-25b), while the
     loss-only and vocab stages' restarted runs matched theirs within 0.002, their run-to-run noise."""
-    return not any(getattr(stage, s) for s in stages.FP8_SWITCHES)
+    return not stages.fp8_switches(stage)
 
 
 def series_groups(jobs: list[dict]) -> list[list[dict]]:

@@ -9,7 +9,7 @@ softmax - one-hot lies in [-1, 1], so multiplying by e5m2's largest value (57344
 with no pass to find the largest one (early in training the largest is within a hair of 1, so torchao's
 dynamic scale is the same number). The loss's 1/N and the upstream gradient go into the GEMM's scale.
 
-On CUDA the gradient is one Triton kernel (`_softmax_grad_kernel`); elsewhere `softmax_grad_fp8_reference`
+On CUDA the gradient is one Triton kernel (`_cross_entropy_grad_fp8_kernel`); elsewhere `softmax_grad_fp8_reference`
 computes the same values in PyTorch, and the GEMMs are dequantised matmuls (tests/test_fp8_classifier.py holds
 both to an fp32 reference, and the kernel to the reference on a GPU)."""
 
@@ -52,14 +52,14 @@ def softmax_grad_fp8_reference(logits, lse, targets) -> tuple[torch.Tensor, torc
 
 
 def softmax_grad_fp8(logits, lse, targets) -> tuple[torch.Tensor, torch.Tensor]:
-    """softmax_grad_fp8_reference's values: on CUDA one pass of `_softmax_grad_kernel` over the logits."""
+    """softmax_grad_fp8_reference's values: on CUDA one pass of `_cross_entropy_grad_fp8_kernel` over the logits."""
     if not logits.is_cuda:
         return softmax_grad_fp8_reference(logits, lse, targets)
     n, v = logits.shape
     g8 = torch.empty((n, v), dtype=E5M2, device=logits.device)
     g8_t = torch.empty((v, n), dtype=E5M2, device=logits.device)
     grid = (triton.cdiv(n, BLOCK_N), triton.cdiv(v, BLOCK_V))
-    _softmax_grad_kernel[grid](
+    _cross_entropy_grad_fp8_kernel[grid](
         logits, lse, targets, g8, g8_t, n, v, SCALE=GRAD_SCALE, BLOCK_N=BLOCK_N, BLOCK_V=BLOCK_V, num_warps=8
     )
     return g8, g8_t
@@ -76,7 +76,7 @@ except ImportError:
 if triton is not None:
 
     @triton.jit
-    def _softmax_grad_kernel(
+    def _cross_entropy_grad_fp8_kernel(
         logits, lse, targets, g8, g8_t, N, V, SCALE: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_V: tl.constexpr
     ):
         # SCALE is a constant: as an argument, Inductor would pass it as fp64, and fp64 has no cast to fp8.

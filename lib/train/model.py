@@ -16,6 +16,10 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from lib.train.fp8_classifier import fp8_classifier_loss
+
+FP8_CLASSIFIER = "fp8_classifier"  # the loss that runs the lm_head in FP8 itself (lib/train/fp8_classifier.py)
+
 
 @dataclass
 class GPTConfig:
@@ -26,7 +30,9 @@ class GPTConfig:
     vocab_size: int = 50257  # rows of the embedding / lm_head (maybe padded)
     real_vocab_size: int = 50257  # tokens the tokenizer can produce (targets are among these)
     attention: str = "naive"  # "naive" or "sdpa"
-    loss: str = "cross_entropy"  # or one of CUT_CROSS_ENTROPY: lm_head and loss fused, no logits tensor
+    loss: str = (
+        "cross_entropy"  # or one of CUT_CROSS_ENTROPY (lm_head and loss fused, no logits tensor), FP8_CLASSIFIER
+    )
     residual_dtype: str | None = None  # e.g. "bfloat16"; None: what autocast leaves it (fp32)
 
     def __post_init__(self):
@@ -34,8 +40,10 @@ class GPTConfig:
             raise ValueError(f"n_embd={self.n_embd} is not divisible by n_head={self.n_head}")
         if self.attention not in ("naive", "sdpa"):
             raise ValueError(f"attention must be 'naive' or 'sdpa', not {self.attention!r}")
-        if self.loss != "cross_entropy" and self.loss not in CUT_CROSS_ENTROPY:
-            raise ValueError(f"loss must be 'cross_entropy' or one of {sorted(CUT_CROSS_ENTROPY)}, not {self.loss!r}")
+        if self.loss not in ("cross_entropy", FP8_CLASSIFIER, *CUT_CROSS_ENTROPY):
+            raise ValueError(
+                f"loss must be 'cross_entropy', {FP8_CLASSIFIER!r} or one of {sorted(CUT_CROSS_ENTROPY)}, not {self.loss!r}"
+            )
         if self.vocab_size < self.real_vocab_size:
             raise ValueError("vocab_size may pad the real vocabulary, never shrink it")
 
@@ -178,6 +186,8 @@ class GPT(nn.Module):
         x = self.transformer.ln_f(x)
         if targets is not None and self.config.loss in CUT_CROSS_ENTROPY:
             return None, fused_linear_cross_entropy(x, self.lm_head.weight, targets, self.config.loss)
+        if targets is not None and self.config.loss == FP8_CLASSIFIER:  # the FP8 lm_head and its loss as one
+            return None, fp8_classifier_loss(x, self.lm_head.weight, targets)
         logits = self.lm_head(x)
         if targets is None:
             return logits, None
