@@ -260,10 +260,14 @@ def test_load_keeps_only_the_stages_and_batches_of_params(tmp_path):
 
 def test_matrix_shows_status_and_loss_flags(tmp_path):
     def oom(params):
-        return [make_record(params, "tf32", 4, status="oom", reason="out of memory: test")]
+        rec = make_record(params, "tf32", 4, status="oom", reason="out of memory: test")
+        return [{**rec, "mem_allocator_bytes": 74 * 2**30, "mem_tensors_bytes": 73 * 2**30}]
 
     html = tables.matrix_html(build(tmp_path, tf32_loss_shift=1.0, extra=oom))
     assert "OOM" in html and "out of memory: test" in html
+    # the OOM row's memory is the process's when its allocation failed, and says so; an OK row's does not
+    assert "74.00<br><small>at failure</small>" in html and "73.00<br><small>at failure</small>" in html
+    assert html.count("at failure") == 2  # not beside a figure the record does not have
     assert "beyond tol" in html
     assert "matrix" in html
     assert "beyond tol" not in tables.matrix_html(build(tmp_path / "clean"))

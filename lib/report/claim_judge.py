@@ -92,12 +92,15 @@ def verdict_word(
     applies: bool,
     what: str = "the measured noise",
     why: str = "",
+    band: str | None = None,
 ) -> tuple[str, str]:
     """The verdict word (judge; not applicable where the claim speaks about other hardware) and, for a
-    contradiction within the noise of no change, the words that say so."""
+    contradiction within the noise of no change, the words that say so: the noise as a symmetric band unless
+    `band` says what it is."""
     word = judge(metric, value, expect, noise)
     note = (
-        f"; {NO_CHANGE}: within {what} of no change (±{noise * 100:.1f} %{': ' + why if why else ''})"
+        f"; {NO_CHANGE}: within {what} of no change "
+        f"({band if band is not None else f'±{noise * 100:.1f} %'}{': ' + why if why else ''})"
         if word == CONTRADICTED and no_change(metric, value, noise)
         else ""
     )

@@ -137,6 +137,8 @@ def alignment_verdict(claim: dict, row: dict, df: pd.DataFrame, applies: bool, e
         "the width-to-width scatter",
         f"the median of the multiples of {mult}, {mine:.2f} ms, lies inside the other multiples of 8's range, "
         f"{min(ms):.2f} to {max(ms):.2f} ms",
+        # one-sided: how far the others' median lies from the end of their range on the ratio's side
+        band=f"{noise * 100:.1f} %, the other multiples' median over the {'fastest' if ratio >= 1 else 'slowest'} of them",
     )
     row["measured"] = "; ".join(
         filter(

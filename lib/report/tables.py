@@ -81,14 +81,20 @@ def matrix_html(rep: Report, stage: str | None = None) -> str:
                     if ran and not pd.isna(r["mfu_bf16"])
                     else ("n/a" if ran else "")
                 ),
-                "tensors<br><small>peak</small> GiB": gib(r["mem_tensors_bytes"]),
-                "allocator<br><small>peak</small> GiB": gib(r["mem_allocator_bytes"]),
-                "device<br><small>after steps</small> GiB": gib(r["mem_device_bytes"]),
+                # an out-of-memory row's memory is what the process held when the allocation failed
+                "tensors<br><small>peak</small> GiB": _memory(r, "mem_tensors_bytes"),
+                "allocator<br><small>peak</small> GiB": _memory(r, "mem_allocator_bytes"),
+                "device<br><small>after steps</small> GiB": _memory(r, "mem_device_bytes"),
                 "first step<br>s": f"{r['first_step_s']:.1f}" if ran and not pd.isna(r.get("first_step_s")) else "",
                 "final loss<br><small>Δ vs ref.</small>": loss,
             }
         )
     return pd.DataFrame(rows).to_html(index=False, escape=False, classes="matrix", border=0)
+
+
+def _memory(r, key: str) -> str:
+    """A memory cell in GiB; an out-of-memory row's says it is what the process held when its allocation failed."""
+    return gib(r[key]) + ("<br><small>at failure</small>" if r["status"] == "oom" and not pd.isna(r[key]) else "")
 
 
 def timed_clocks(records: list[dict]) -> str | None:
