@@ -41,6 +41,7 @@ SINGLE_DEVICE = [
     "bf16_residual",
     "loss_only",
     "fp8_head",
+    "fp8_classifier",
 ]
 NOT_ON_CPU = {
     "compile": "not measured by the cpu profile",
@@ -50,6 +51,7 @@ NOT_ON_CPU = {
     "autotune": "cpu backend",
     "bf16_residual": "not measured by the cpu profile",
     "fp8_head": "cpu backend",
+    "fp8_classifier": "cpu backend",
     "loss_only": "not measured by the cpu profile",
 }
 
