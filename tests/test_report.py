@@ -9,7 +9,7 @@ from html import escape
 import pytest
 from conftest import make_record, tiny_params, write_report_dir
 
-from lib.core import kernel_categories
+from lib.core import kernel_categories, stages
 from lib.report import batch_sweep_view, charts, loader, method_text, prose, stage_facts, tables
 
 BATCHES = (2, 4)
@@ -562,7 +562,9 @@ def test_the_pdf_keeps_a_lever_outside_the_recommendation_to_its_heading_and_fig
     assert not any(chapter_page.aside(rep, k) for k in ("fp32", "tf32", "compile", "ddp"))
     shown = chapter_page.parts(rep, "fp8_torchao", brief=True)
     in_print = [p for hidden, p in shown if not hidden]
-    assert in_print[0] == ("md", "### FP8 linear layers (torchao)")
+    # the heading, and the stage's one line on what it changes: the PDF still says what the lever is
+    lever = stages.get("fp8_torchao").lever
+    assert in_print[0] == ("md", f"### FP8 linear layers (torchao)\n\nWhat it changes: {lever}.")
     assert all(p[0] != "md" or p[1].startswith("###") or "Measured" in p[1] for p in in_print)
     assert any(hidden for hidden, _ in shown)  # the evidence, the introduction and the switch: the HTML's
     full = chapter_page.parts(rep, "fp8_torchao")

@@ -126,7 +126,9 @@ def parts(rep: Report, key: str, brief: bool = False) -> list[tuple[bool, object
         for p in plan(text):
             if brief and not hidden and p[0] == "md" and not out:  # the heading stays; its introduction goes
                 title, _, intro = p[1].partition("\n")
-                out += [(False, ("md", title)), (True, ("md", intro))]
+                # ... but for the stage's one line on what it changes, so the PDF still says what the lever is
+                what = f"\n\nWhat it changes: {stages.get(key).lever}." if key in stages.STAGES else ""
+                out += [(False, ("md", title + what)), (True, ("md", intro))]
                 continue
             hide = hidden or (brief and p[:2] != ("view", "measured"))
             out += [(hide, x) for x in ([p] if p[0] == "md" else VIEWS[p[1]](rep, key, *p[2]))]
