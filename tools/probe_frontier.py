@@ -9,7 +9,10 @@ math shows there) and torch's compile-cache counters. Its numbers choose what be
 Candidates (`CANDIDATES`): the stage as it is; a graph break between the blocks and the lm_head (so the blocks' graph
 can enter AOTAutograd's cache, which torchao's float8 graph bypasses); CUDA graphs (torch.compile's reduce-overhead);
 the step's tail (gradient clipping and AdamW) compiled; Liger-Kernel's one-pass cross-entropy on the FP8 head's logits;
-GEMM autotuning with epilogue fusion (max-autotune without CUDA graphs)."""
+GEMM autotuning with epilogue fusion (max-autotune without CUDA graphs); the FP8 classifier's stage (its first runs
+patched a copy of the forward to call lib/train/fp8_classifier.py; since it is the stage `fp8_classifier`, the probe
+builds that, the same computation). `--check`: its kernel against its PyTorch reference and its gradients against
+torchao's and fp32's."""
 
 from __future__ import annotations
 
@@ -35,12 +38,12 @@ CANDIDATES = {  # name: options
     "split_tail_liger": {"split": True, "tail": True, "liger": True},
     "graphs_tail_liger": {"mode": "reduce-overhead", "tail": True, "liger": True},
     "autotune": {"mode": "max-autotune-no-cudagraphs"},
-    "classifier": {"classifier": True},  # lib/train/fp8_classifier.py in place of torchao's FP8 lm_head
-    "classifier_again": {"classifier": True},
+    "classifier": {"stage": "fp8_classifier"},  # lib/train/fp8_classifier.py in place of torchao's FP8 lm_head
+    "classifier_again": {"stage": "fp8_classifier"},
 }
 
 
-def patched_forward(split: bool, liger: bool, classifier: bool = False):
+def patched_forward(split: bool, liger: bool):
     """GPT.forward's loss-only path (lib/train/model.py) with a graph break after the final LayerNorm and/or
     Liger's cross-entropy in place of F.cross_entropy."""
     import torch
@@ -59,10 +62,6 @@ def patched_forward(split: bool, liger: bool, classifier: bool = False):
         x = self.transformer.ln_f(x)
         if split:
             torch._dynamo.graph_break()
-        if classifier:
-            from lib.train.fp8_classifier import fp8_classifier_loss
-
-            return None, fp8_classifier_loss(x, self.lm_head.weight, targets)
         logits = self.lm_head(x)
         flat = logits.view(-1, logits.size(-1))
         loss = liger_cross_entropy(flat, targets.view(-1)) if liger else F.cross_entropy(flat, targets.view(-1))
@@ -81,13 +80,11 @@ def run_one(name: str, batch: int, warmup: int = 5, timed: int = 20) -> dict:
 
     o = CANDIDATES[name]
     params = config.load("h100")
-    stage = stages.get("fp8_head")
+    stage = stages.get(o.get("stage", "fp8_head"))  # the recommendation's stage, or the candidate's own
     if "mode" in o:
         stage = dataclasses.replace(stage, compile_mode=o["mode"])
-    if o.get("classifier"):
-        stage = dataclasses.replace(stage, fp8_lm_head=None)
-    if o.get("split") or o.get("liger") or o.get("classifier"):
-        GPT.forward = patched_forward(o.get("split", False), o.get("liger", False), o.get("classifier", False))
+    if o.get("split") or o.get("liger"):
+        GPT.forward = patched_forward(o.get("split", False), o.get("liger", False))
     out = {"name": name, "batch": batch, "options": o}
     t0 = time.perf_counter()
     train = step.build(params, stage, "cuda")

@@ -4,6 +4,8 @@ levers means is data here, and lib/run/recipe.py measures it."""
 
 from __future__ import annotations
 
+from lib.core.stages import FP8_LOSSES
+
 # Each lever of a configuration, as the stage switch that turns it off (name -> overrides). Listed
 # in the order the stages add them; a lever the recommended stage does not use is skipped.
 LEVERS = {
@@ -25,7 +27,7 @@ LEVERS = {
 # Levers that share a switch: each is the lever only while the switch holds one of its values.
 WHEN = {
     "fused linear cross-entropy": {"loss": ("cut_cross_entropy", "cut_cross_entropy_filtered")},
-    "FP8 classifier (fused)": {"loss": ("fp8_classifier",)},
+    "FP8 classifier (fused)": {"loss": FP8_LOSSES},
 }
 
 
