@@ -310,12 +310,13 @@ def test_a_test_whose_own_noise_keeps_it_from_deciding_stops_after_its_noise_see
         parity.UNDECIDED
     )
 
-    # The runs: the noise seeds first; the rest only where the test is not futile.
+    # The runs: the first runs of the noise seeds, their repeats, the other seeds, each round only where the test
+    # is not yet futile (here by its noise, after the repeats).
     params.evidence.parity_seeds, params.evidence.parity_noise_seeds = 5, 3
     losses = [5.0 - 0.01 * i for i in range(6)]
     matrix = [make_record(params, "fp32", 4, [10.0] * 5, losses), make_record(params, "tf32", 4, [5.0] * 5, losses)]
     report_dir = write_report_dir(tmp_path / "cpu", params, matrix)
-    for noise, rounds in ((0.016, 1), (0.001, 2)):
+    for noise, rounds in ((0.016, 2), (0.001, 3)):
         calls = []
 
         def fake_measure(jobs, env, force=False, noise=noise, calls=calls):
@@ -333,6 +334,53 @@ def test_a_test_whose_own_noise_keeps_it_from_deciding_stops_after_its_noise_see
             f.unlink()
         parity_runs.measure(params, report_dir)
         assert calls[0] == [0, 1, 2] and len(calls) == rounds, (noise, calls)
+
+
+def test_a_test_whose_seeds_spread_too_far_to_decide_stops_after_their_first_runs(tmp_path, monkeypatch):
+    """Seen on an H100 (reports/h100, a345013): the FP8 classifier's repeat pairs agreed within 0.01 nats, so the
+    noise stop let its test run on, but its paired differences spread by 0.04 from seed to seed and all five seeds
+    could not decide it; eight FP8 processes were spent for that. The test now stops after the first runs of its
+    noise seeds where even the lower bound on their spread keeps the full test from deciding; a test whose seeds
+    agree goes on, and so does one whose spread is wide only by the luck of a few seeds (the bound, not the
+    estimate, decides)."""
+    params = tiny_params(["fp32", "tf32"], batch_sizes=(4,))
+    ev = SimpleNamespace(**{**vars(EV), "parity_seeds": 5, "parity_noise_seeds": 3, "parity_futility_pairs": 3})
+    spread = [r for r in _test(params, (0.034, -0.055, 0.013)) if r["replicate"] == 0]  # the classifier's held-out
+    check = parity.checks(spread, ev)["tf32"]
+    assert check["futile"] == "spread" and check["verdict"] == parity.UNDECIDED and not check["ok"]
+    assert check["spread_floor"] == pytest.approx(0.0465 * 0.578, rel=0.01)  # sqrt(2 / chi2(0.95, 2)) = 0.578
+    why = parity_view.summary(check)
+    assert "stopped after the first runs of 3 seeds" in why and "spread by at least 0.0269 nats" in why
+    assert "no less than 0.0369" in why  # (t(0.95, 4) + t(0.8, 4)) x 0.0269 / sqrt(5)
+    monkeypatch.setattr(parity_view, "rejected", lambda rep: {"tf32": check})
+    assert "after the first runs of 3 seeds" in parity_view.short_reason(None, "tf32")
+    # Seeds that agree, and a spread whose lower bound still lets five seeds detect the margin: the test goes on.
+    for deltas in ((0.001, 0.002, 0.0), (0.011, 0.003, 0.031)):  # the second: the FP8 lm_head's first three seeds
+        runs = [r for r in _test(params, deltas) if r["replicate"] == 0]
+        assert parity.checks(runs, ev)["tf32"]["verdict"] == parity.INCOMPLETE, deltas
+    # Two paired seeds are too few to stop on; a complete test is decided by its bounds, never stopped.
+    assert parity.checks(spread[:4], ev)["tf32"]["verdict"] == parity.INCOMPLETE
+    done = _test(params, (0.034, -0.055, 0.013, 0.0, 0.0))
+    assert parity.checks(done, ev)["tf32"]["verdict"] == parity.UNDECIDED
+
+    # The runner stops before the repeats: one round of first runs, then nothing.
+    params.evidence.parity_seeds, params.evidence.parity_noise_seeds = 5, 3
+    losses = [5.0 - 0.01 * i for i in range(6)]
+    matrix = [make_record(params, "fp32", 4, [10.0] * 5, losses), make_record(params, "tf32", 4, [5.0] * 5, losses)]
+    report_dir = write_report_dir(tmp_path / "cpu", params, matrix)
+    calls = []
+
+    def fake_measure(jobs, env, force=False):
+        calls.append(sorted({(j["seed_offset"], j["replicate"]) for j in jobs}))
+        for j in jobs:
+            delta = (0.034, -0.055, 0.013, 0.0, 0.0)[j["seed_offset"]] if j["stage"] == "tf32" else 0.0
+            rec = _run(params, j["stage"], j["seed_offset"], j["replicate"], 4.0 + delta, 4.0 + delta, batch=4)
+            store.write_atomic(j["out"], {**rec, "fingerprint": j["fingerprint"]})
+        return {}
+
+    monkeypatch.setattr(parity_runs.runner, "measure_jobs", fake_measure)
+    parity_runs.measure(params, report_dir)
+    assert calls == [[(0, 0), (1, 0), (2, 0)]]
 
 
 def test_a_reference_in_micro_batches_says_why_without_naming_a_batch_it_never_ran():
@@ -426,7 +474,7 @@ def test_page_one_names_a_futility_stop_by_its_noise_and_an_undecided_test_by_th
     }
     monkeypatch.setattr(parity_view, "rejected", lambda rep: {"fp8_head": c})
     why = parity_view.short_reason(None, "fp8_head")
-    assert "stopped undecided after 3 seeds" in why and "0.0178 nats" in why and "no less than 0.0245" in why
+    assert "stopped undecided after its 3 noise seeds" in why and "0.0178 nats" in why and "no less than 0.0245" in why
     assert "-0.0404" not in why
     c.update(futile=False, seeds_run=5)  # complete and undecided: the bound that reached past the margin
     assert parity_view.short_reason(None, "fp8_head").startswith("parity test undecided: final training loss")

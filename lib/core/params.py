@@ -83,7 +83,7 @@ class Evidence:
     baseline: Baseline
     size_sweep: SizeSweep
     parity_noise_seeds: int | None = None  # the seeds that run both stages twice (None: every seed)
-    parity_futility_pairs: int | None = None  # repeat pairs a futility stop needs (None: its noise seeds, as before)
+    parity_futility_pairs: int | None = None  # pairs a futility stop needs (None: its noise seeds, as before)
     sweep_oom_margin: float | None = None  # predicted memory beyond the device's by this fraction: not swept
 
 

@@ -43,8 +43,11 @@ def rule(ev: Evidence) -> str:
         "reference by more than the margin (non-inferiority; a lower loss does not fail it). It is **worse** when a "
         "lower bound lies above the margin; otherwise it is **undecided**. Only a lever that holds is adopted. "
         + (
-            "The test stops early, undecided, only for futility: when after the repeated seeds its own noise alone "
-            f"keeps all {ev.parity_seeds} seeds from detecting the margin with {ev.parity_power * 100:g} % power"
+            "The test stops early, undecided, only for futility: when all "
+            f"{ev.parity_seeds} seeds could not detect the margin with {ev.parity_power * 100:g} % power, judged after "
+            f"the first runs of its first {parity.noise_seeds(ev)} seeds by even the lower one-sided "
+            f"{ev.parity_confidence * 100:g} % bound on their paired differences' spread, and after their repeats by "
+            "its own noise alone"
             if parity.noise_seeds(ev) >= (parity.futility_pairs(ev) or 0)
             else f"Every test runs all its seeds: fewer than {parity.futility_pairs(ev)} repeat pairs measure its "
             "noise too loosely to stop it early"
@@ -65,8 +68,20 @@ def _interval(i: dict) -> str:
 
 
 def _futile_reach(c: dict) -> float:
-    """What a test stopped for futility could have detected at all its seeds, given its own noise."""
-    return parity.detectable(c["noise_sd"], c["wanted"], c["confidence"], c["power"])
+    """What a test stopped for futility could have detected at all its seeds, given what stopped it: its own noise,
+    or the lower bound on its seeds' spread."""
+    sd = c["spread_floor"] if c.get("futile") == "spread" else c["noise_sd"]
+    return parity.detectable(sd, c["wanted"], c["confidence"], c["power"])
+
+
+def _futile_cause(c: dict) -> str:
+    """What stopped a futile test, with its figure."""
+    if c.get("futile") == "spread":
+        return (
+            f"the paired differences of its first {len(c['seeds'])} seeds spread by at least "
+            f"{c['spread_floor']:.4f} nats (a one-sided {c['confidence'] * 100:g} % lower bound)"
+        )
+    return f"the test's own noise ({c['noise_sd']:.4f} nats per paired difference)"
 
 
 def why_undecided(c: dict) -> str:
@@ -79,16 +94,23 @@ def why_undecided(c: dict) -> str:
         )
     if c.get("futile") and c["seeds_run"] < c["wanted"]:
         return (
-            f"stopped after its {c['seeds_run']} noise seeds: the test's own noise ({c['noise_sd']:.4f} nats per "
-            f"paired difference) would let all {c['wanted']} seeds detect no less than "
-            f"{_futile_reach(c):.4f} nats, more than the "
-            f"+{c['margin']:g} margin, so the rest could not decide it"
+            f"stopped after {_stopped_after(c)}: {_futile_cause(c)} would let all {c['wanted']} seeds detect no "
+            f"less than {_futile_reach(c):.4f} nats, more than the +{c['margin']:g} margin, so the rest could not "
+            "decide it"
         )
     if len(c["seeds"]) < 2:
         return f"only {len(c['seeds'])} paired seed ran (a bound needs two; the rule asks for {c['wanted']})"
     more = parity.seeds_needed(c)
     return "an upper bound reaches past the margin" + (
         f"; about {more} seeds would settle it if the mean and spread held" if more else ""
+    )
+
+
+def _stopped_after(c: dict) -> str:
+    return (
+        f"the first runs of {len(c['seeds'])} seeds"
+        if c.get("futile") == "spread"
+        else f"its {c['seeds_run']} noise seeds"
     )
 
 
@@ -259,8 +281,8 @@ def short_reason(rep: Report, key: str) -> str:
         )
     if c.get("futile") and c["seeds_run"] < c["wanted"]:  # its interval is of the noise seeds alone: not the reason
         return (
-            f"parity test stopped undecided after {c['seeds_run']} seeds: its own noise, {c['noise_sd']:.4f} nats, "
-            f"lets {c['wanted']} seeds detect no less than {_futile_reach(c):.4f}, beyond the +{c['margin']:g} margin"
+            f"parity test stopped undecided after {_stopped_after(c)}: {_futile_cause(c)} lets {c['wanted']} seeds "
+            f"detect no less than {_futile_reach(c):.4f}, beyond the +{c['margin']:g} margin"
         )
     # The loss that decided: the highest lower bound where the lever was worse, else the highest upper bound.
     end = "lo" if c["verdict"] == parity.WORSE else "hi"

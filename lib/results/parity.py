@@ -15,13 +15,21 @@ Design (the method section states it before any number):
       worse      a lower bound lies above +margin;
       undecided  otherwise;
     only "holds" lets a stage be adopted. A lever that lowers the loss is not failed for it;
-  * futility, the one early stop: once the first `parity_noise_seeds` seeds have run both stages twice, a test
-    whose measured noise alone makes its detectable difference at the full `parity_seeds` larger than the margin
-    stops there, undecided (a lever with no effect at all would hold less than `power` of the time: the rest of
-    the seeds could not make it decisive, only spend device time). Stopping for futility never adopts a lever,
-    and it needs at least `parity_futility_pairs` repeat pairs: a noise estimated from two pairs has two degrees of
-    freedom and can be off by a factor of three either way (two sittings of the same FP8 lm_head test on an H200
-    measured 0.0110 and 0.0209 nats; the first went on and held, the second stopped);
+  * futility, the one early stop, looked at twice (lib/run/parity_runs.py runs the seeds in three rounds: the first
+    runs of the noise seeds, their repeats, the other seeds). A test stops, undecided, where all `parity_seeds`
+    seeds could not detect the margin with `power`, judged
+      by its spread, after the first round: where even the lower one-sided `confidence` bound (chi-square) on the
+        standard deviation of the paired differences so far makes the detectable difference at the full
+        `parity_seeds` larger than the margin. The seeds' spread carries the run-to-run noise and more: an FP8
+        form's runs of one seed in two processes agreed within 0.01 nats on an H100 while its paired differences
+        spread by 0.04 from seed to seed (reports/h100, a345013), and its five seeds then could not decide;
+      by its noise, after the second: where the repeat pairs' noise alone does the same.
+    A lever with no effect at all would then hold less than `power` of the time: the rest of the seeds could not
+    make the test decisive, only spend device time. Stopping for futility never adopts a lever, and it needs at
+    least `parity_futility_pairs` pairs (paired seeds for the spread, repeat pairs for the noise): a spread
+    estimated from two has two degrees of freedom and can be off by a factor of three either way (two sittings of
+    the same FP8 lm_head test on an H200 measured a noise of 0.0110 and 0.0209 nats; the first went on and held,
+    the second stopped);
   * a parity run of the earlier method (records without a seed: one long run of the lever, the reference once or
     twice) is judged by the rule it was measured under, never dropped or left to decide nothing: the lever's
     training loss (5-step average) within EARLIER_TOLERANCE of the envelope of the reference's runs at every step,
@@ -180,7 +188,14 @@ def checks(records: list[dict], evidence: Evidence) -> dict:
             "noise_seeds": noise_seeds(evidence),
             "verdict": verdict(intervals, margin) if paired else UNDECIDED,
         }
-        out["futile"] = futile(noise_sd, done, evidence)
+        out["spread_floor"] = spread_floor(diffs, conf)
+        out["futile"] = (
+            "noise"
+            if futile(noise_sd, done, evidence)
+            else "spread"
+            if spread_futile(out["spread_floor"], len(paired), evidence)
+            else None
+        )
         if out["seeds_run"] < out["wanted"]:
             out["verdict"] = UNDECIDED if out["futile"] else INCOMPLETE
         out["ok"] = out["verdict"] == HOLDS
@@ -258,6 +273,29 @@ def futile(noise_sd: float | None, done: list[int], evidence: Evidence) -> bool:
     if not set(range(noise_seeds(evidence))) <= set(done):
         return False
     reach = detectable(noise_sd, evidence.parity_seeds, evidence.parity_confidence, evidence.parity_power)
+    return reach is not None and reach > evidence.parity_margin
+
+
+def spread_floor(diffs: dict, confidence: float) -> float | None:
+    """The lower one-sided `confidence` bound on the standard deviation of one paired difference, from the seeds'
+    own spread (chi-square with n - 1 degrees of freedom), the larger of the two metrics'; None below two seeds."""
+    from scipy.special import chdtri  # the upper-tail inverse: chdtri(df, 1 - q) is the q quantile
+
+    n = min(len(v) for v in diffs.values())
+    if n < 2:
+        return None
+    return max(
+        float(np.std(v, ddof=1)) * math.sqrt((n - 1) / float(chdtri(n - 1, 1 - confidence))) for v in diffs.values()
+    )
+
+
+def spread_futile(floor: float | None, pairs: int, evidence: Evidence) -> bool:
+    """The futility stop by spread (module docstring): at least evidence.parity_futility_pairs paired seeds, and even
+    their spread's lower bound keeps the full test from detecting the margin. Never for a folder measured before
+    that key (it ran under the noise stop alone)."""
+    if floor is None or futility_pairs(evidence) is None or pairs < futility_pairs(evidence):
+        return False
+    reach = detectable(floor, evidence.parity_seeds, evidence.parity_confidence, evidence.parity_power)
     return reach is not None and reach > evidence.parity_margin
 
 

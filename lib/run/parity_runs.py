@@ -39,18 +39,33 @@ def parity_jobs(params: Params, report_dir) -> list[dict]:
 
 
 def measure(params: Params, report_dir, force: bool = False) -> None:
-    """The parity test's runs in two rounds: the noise seeds first, then the rest unless the test is futile
-    (lib/results/parity.py: its own noise already keeps it from deciding)."""
-    jobs, env = parity_jobs(params, report_dir), runner.environment(report_dir)
+    """The parity test's runs in rounds, the test looked at for futility before each after the first
+    (lib/results/parity.py): the first runs of the noise seeds (its spread), their repeats (its noise), then the
+    other seeds. Where too few noise seeds could stop it by spread, the first two rounds are one."""
+    jobs, env, ev = parity_jobs(params, report_dir), runner.environment(report_dir), params.evidence
     if not jobs:
         return
-    first = [j for j in jobs if j["seed_offset"] < parity.noise_seeds(params.evidence)]
-    runner.measure_jobs(in_series(first, "noise seeds"), env, force=force)
-    checks = parity.checks(store.decision_records(resolve(report_dir) / "results"), params.evidence)
-    if (checks.get(jobs[0]["stage"]) or {}).get("futile"):  # the plan's first job is the lever's
-        print("    parity test stopped after its noise seeds: its own noise keeps it from deciding", flush=True)
-        return
-    runner.measure_jobs(in_series([j for j in jobs if j not in first], "other seeds"), env, force=force)
+    twice = parity.noise_seeds(ev)
+    first = [j for j in jobs if j["seed_offset"] < twice and not j["replicate"]]
+    repeats = [j for j in jobs if j["seed_offset"] < twice and j["replicate"]]
+    rounds = [("first runs", first), ("repeats", repeats)]
+    if parity.futility_pairs(ev) is None or twice < parity.futility_pairs(ev):
+        rounds = [("noise seeds", first + repeats)]
+    rounds.append(("other seeds", [j for j in jobs if j["seed_offset"] >= twice]))
+    for k, (name, round_jobs) in enumerate(rounds):
+        if k:
+            check = parity.checks(store.decision_records(resolve(report_dir) / "results"), ev).get(jobs[0]["stage"])
+            if (check or {}).get("futile"):  # the plan's first job is the lever's
+                print(f"    parity test stopped before its {name}: {FUTILE_WHY[check['futile']]}", flush=True)
+                return
+        if round_jobs:
+            runner.measure_jobs(in_series(round_jobs, name), env, force=force)
+
+
+FUTILE_WHY = {
+    "spread": "its seeds' spread keeps it from deciding",
+    "noise": "its own noise keeps it from deciding",
+}
 
 
 def in_series(jobs: list[dict], round_name: str) -> list[dict]:
