@@ -441,3 +441,13 @@ def test_a_lever_the_gpus_decide_differently_sets_their_parity_tests_side_by_sid
     assert "not shown to be the hardware's" in text  # B=128 and 21 steps against B=192 and 14
     assert compare_view.parity_contrast("fp8_head", {"h100": held}) == ""  # the cell's 'adopted' says it all
     assert "h200 at B=192" in compare_view.parity_contrast("fp8_head", {"h200": stopped})
+
+
+def test_a_lever_one_gpu_did_not_time_says_not_measured_in_the_lever_table():
+    """The reviewer of compare-h100-h200 (3c6c130): the FP8 classifier's row had an empty H200 cell (reports/h200
+    predates the stage), which reads like a rendering fault. Real records: the committed H100 and H200 folders."""
+    from lib.core import paths
+
+    reps = compare.load_all(["h100", "h200"], paths.ROOT / "reports")
+    row = next(r for r in compare_view.lever_html(reps).split("<tr>") if r.startswith("<td>FP8 classifier (fused)"))
+    assert row.count("<td>") == 4 and compare_view.NOT_MEASURED_CELL in row and "1.04×" in row, row

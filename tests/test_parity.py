@@ -354,6 +354,10 @@ def test_a_test_whose_seeds_spread_too_far_to_decide_stops_after_their_first_run
     assert "no less than 0.0369" in why  # (t(0.95, 4) + t(0.8, 4)) x 0.0269 / sqrt(5)
     monkeypatch.setattr(parity_view, "rejected", lambda rep: {"tf32": check})
     assert "after the first runs of 3 seeds" in parity_view.short_reason(None, "tf32")
+    # The method text states the stop a folder ran under: a folder measured before the key, the noise stop alone.
+    assert "by the lower 95 % bound on the spread of its first 3 seeds" in parity_view.rule(ev)
+    before = SimpleNamespace(**{**vars(EV), "parity_seeds": 5, "parity_noise_seeds": 2})
+    assert "after the repeated seeds its own noise alone" in parity_view.rule(before)
     # Seeds that agree, and a spread whose lower bound still lets five seeds detect the margin: the test goes on.
     for deltas in ((0.001, 0.002, 0.0), (0.011, 0.003, 0.031)):  # the second: the FP8 lm_head's first three seeds
         runs = [r for r in _test(params, deltas) if r["replicate"] == 0]

@@ -10,6 +10,7 @@ import pytest
 from conftest import make_record, tiny_params, write_report_dir
 
 from lib.core import kernel_categories, stages
+from lib.core import paths
 from lib.report import batch_sweep_view, charts, loader, method_text, prose, stage_facts, tables
 
 BATCHES = (2, 4)
@@ -773,3 +774,17 @@ def test_the_batch_sweep_s_throughput_axis_starts_at_zero(pipeline_ok, monkeypat
     monkeypatch.setattr(batch_sweep_view, "save", lambda fig, rep, name: seen.setdefault("fig", fig))
     batch_sweep_view.plot_sweep(loader.load(pipeline_ok.report_dir))
     assert seen["fig"].axes[0].get_ylim()[0] == 0
+
+
+def test_a_swept_stage_left_out_says_why_its_test_ran_at_that_batch_size():
+    """The H100 reviewer of reports/h100 (3c6c130): the FP8 classifier's B=128 (568,063 tokens/s) outran its B=96
+    (567,337), yet its test ran at B=96, 'the batch size the sweep chose', and no page said why. The sweep's note
+    now gives the tie rule's call in numbers; a stage that took over at an inherited batch size gets none (its own
+    note says where its batch size came from). Real records: the committed H100 folder."""
+    rep = loader.load(paths.ROOT / "reports" / "h100")
+    note = re.sub(r"\s+", " ", batch_sweep_view.sweep_html(rep))
+    assert (
+        "FP8 classifier (fused), tested at its sweep's choice, B=96 (0.13 % slower than B=128, within their noise of "
+        "0.36 %: a tie, settled by memory), is not recommended" in note
+    )
+    assert "FP8 lm_head (torchao) is not recommended" in note  # inherited B=96: no call of its own

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import html
 
+import numpy as np
+
 from lib.core import kernel_categories, record, stages
 from lib.report import export, parity_view
 from lib.report.charts import save, style
@@ -13,7 +15,7 @@ from lib.report.evidence_view import OK, none, table
 from lib.report.loader import LAYERS, GiB, Report, gib, price_per_gpu_hour, recommended
 from lib.report.profile_view import top_kernels_html
 from lib.report.recommendation import applied_switches
-from lib.results import decide
+from lib.results import decide, noise
 
 
 def _sweeps(rep: Report) -> dict:
@@ -75,11 +77,35 @@ def sweep_html(rep: Report) -> str:
             )
         )
     notes += [
-        f"{stages.get(k).title} is not recommended: {parity_view.rejected_reason(rep, k)}"
+        f"{stages.get(k).title}"
+        + ("" if _inherited(rep, k, sweeps) else _batch_call(rep, k, parity_view.rejected(rep)[k]["batch_size"]))
+        + f" is not recommended: {parity_view.rejected_reason(rep, k)}"
         for k in sweeps
         if k in parity_view.rejected(rep)
     ]
     return table(rows) + '<p class="note">' + html.escape("; ".join(n.rstrip(".") for n in notes)) + ".</p>"
+
+
+def _batch_call(rep: Report, key: str, batch: int) -> str:
+    """Why a stage the recommendation does not use was tested at `batch`: the tie rule's call against its fastest
+    other batch size timed in several processes (lib/results/decide.py best_config, as the sweep made it before the
+    test), in numbers; nothing where no such batch size ran."""
+    tps = decide.throughputs(rep.decisions)
+    mine = tps.get((key, batch))
+    rivals = [(b, v) for (k, b), v in tps.items() if k == key and b != batch and len(v) > 1]
+    if not mine or not rivals:
+        return ""
+    other, theirs = max(rivals, key=lambda bv: float(np.median(bv[1])))
+    floor, across = noise.decision_floor(rep.decisions, tps), noise.across_machines(rep.decisions)
+    width, tie = noise.band(mine, theirs, floor, across), noise.within_noise(mine, theirs, floor, across)
+    if width is None:
+        return ""
+    gap = float(np.median(mine)) / float(np.median(theirs)) - 1
+    return (
+        f", tested at its sweep's choice, B={batch} ({abs(gap) * 100:.2f} % {'faster' if gap >= 0 else 'slower'} "
+        f"than B={other}, {'within' if tie else 'beyond'} their noise of {width * 100:.2f} %"
+        + (": a tie, settled by memory)," if tie and gap < 0 else "),")
+    )
 
 
 def _inherited(rep: Report, key: str, sweeps: dict) -> str | None:
@@ -161,7 +187,7 @@ def recommended_md(rep: Report) -> str:
     if parity and parity["stage"] == best["stage"]:  # the PDF has it in its executive summary: a pointer there
         delta = (
             f'<span class="html-only">{parity_view.recommended_md(rep)}</span><span class="print-only">its parity '
-            f"test {parity_view.WORDS[parity['verdict']]}, as the executive summary states it</span>"
+            f"test {parity_view.WORDS[parity['verdict']]}, as section 1 states it with its interval</span>"
         )
     elif ref and ref["status"] in OK and best.get("final_loss") is not None:
         delta = f"{best['final_loss'] - ref['final_loss']:+.3f} nats against {stages.get(st.reference).title} at the same batch"

@@ -35,7 +35,8 @@ EXPLAINED = (
     f"{EXCEEDED}, further from no change than claimed; {FELL_SHORT}, the claimed direction, beyond the measured "
     f"noise of no change, but less than claimed; {CONTRADICTED}, {NO_CHANGE} (within the measured noise of no "
     "change, where a change was claimed) or the opposite direction; "
-    f"{UNDECIDED}, only a form whose parity test could not decide would confirm it"
+    f"{UNDECIDED}, only a form whose parity test could not decide would confirm it; {NOT_APPLICABLE} or "
+    f"{NOT_MEASURED}: the measured column says why"
 )
 
 RATIOS = ("speedup", "kernels", "alignment", "misalignment")  # judged against 1 ("no change"); the others against 0

@@ -160,13 +160,17 @@ def _untimed_html(rep, title: str) -> str:
     return f'<span class="bad">{", ".join(words) or "no timing"}</span>'
 
 
+NOT_MEASURED_CELL = '<span class="note">not measured</span>'  # a lever one report did not time
+
+
 def lever_html(reps) -> str:
     t, names = lever_effects(reps), list(reps)
     body = ""
     for stage, r in t.iterrows():
         common = not pd.isna(r["B"])
         cells = "".join(
-            f"<td>{loader.times(r[n])}"
+            "<td>"
+            + (loader.times(r[n]) or NOT_MEASURED_CELL)
             + ("" if common or pd.isna(r[n]) else f" <small>B={int(r[f'{n} B'])}</small>")
             + "</td>"
             for n in names

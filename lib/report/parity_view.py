@@ -43,12 +43,13 @@ def rule(ev: Evidence) -> str:
         "reference by more than the margin (non-inferiority; a lower loss does not fail it). It is **worse** when a "
         "lower bound lies above the margin; otherwise it is **undecided**. Only a lever that holds is adopted. "
         + (
-            "The test stops early, undecided, only for futility: when all "
-            f"{ev.parity_seeds} seeds could not detect the margin with {ev.parity_power * 100:g} % power, judged after "
-            f"the first runs of its first {parity.noise_seeds(ev)} seeds by even the lower one-sided "
-            f"{ev.parity_confidence * 100:g} % bound on their paired differences' spread, and after their repeats by "
-            "its own noise alone"
-            if parity.noise_seeds(ev) >= (parity.futility_pairs(ev) or 0)
+            "The test stops early, undecided, only for futility: when after the repeated seeds its own noise alone "
+            f"keeps all {ev.parity_seeds} seeds from detecting the margin with {ev.parity_power * 100:g} % power"
+            if parity.futility_pairs(ev) is None  # measured before the spread stop: the noise stop alone
+            else f"It stops early, undecided, only for futility: where {ev.parity_seeds} seeds could not detect the "
+            f"margin with {ev.parity_power * 100:g} % power, by the lower {ev.parity_confidence * 100:g} % bound on "
+            f"the spread of its first {parity.noise_seeds(ev)} seeds, or after their repeats by its own noise"
+            if parity.noise_seeds(ev) >= parity.futility_pairs(ev)
             else f"Every test runs all its seeds: fewer than {parity.futility_pairs(ev)} repeat pairs measure its "
             "noise too loosely to stop it early"
         )
