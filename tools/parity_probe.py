@@ -2,7 +2,7 @@
 fresh process, stamped records), without the matrix that would normally pick the stage: to see what the
 test measures on a GPU (its noise, its interval, what it can detect) before a report relies on it.
 
-    python tools/parity_probe.py PROFILE STAGE BATCH MICRO FOLDER [SEEDS]
+    python tools/parity_probe.py PROFILE STAGE BATCH MICRO FOLDER [SEEDS] [PASSES]
     e.g. python tools/parity_probe.py h100 fp8_head 128 2 runs/parity-probe 5
 
 MICRO: the micro-batches the reference (an eager stage) accumulates where the batch does not fit at once.
@@ -26,12 +26,14 @@ def main(argv: list[str]) -> int:
     from lib.results import parity
     from lib.run import parity_runs, runner
 
-    if len(argv) not in (5, 6):
+    if len(argv) not in (5, 6, 7):
         sys.exit(__doc__)
     profile, stage, batch, micro, folder = argv[0], argv[1], int(argv[2]), int(argv[3]), Path(argv[4])
     params = config.load(profile, batch_sizes=[batch])
-    if len(argv) == 6:  # more seeds than the profile's rule asks for: to see how the interval narrows
+    if len(argv) >= 6:  # more seeds than the profile's rule asks for: to see how the interval narrows
         params.evidence.parity_seeds = int(argv[5])
+    if len(argv) == 7:  # longer runs than the rule's passes: does the seeds' spread shrink past the early transient?
+        params.evidence.parity_passes = float(argv[6])
     folder.mkdir(parents=True, exist_ok=True)
     if not (folder / "params.json").exists():
         store.write_atomic(folder / "params.json", params)
