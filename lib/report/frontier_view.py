@@ -326,10 +326,8 @@ def ablation_html(rep: Report) -> str:
     return table(shown) + (
         '<p class="note">Each lever switched off alone'
         + (f" at B={full['batch_size']}" if full else " at the first row's micro-batch")
-        + ", one process each; its worth is the first row's (every lever on) median tokens/s over the "
-        "configuration without it, "
-        'minus one, and "within noise" where that lies inside the measured process-to-process '
-        "spread."
+        + ", one process each; its worth is the first row's (every lever on) median tokens/s over the configuration "
+        'without it, minus one, and "within noise" where that lies inside the measured process-to-process spread.'
         + noise.twin_note(noise.twin_drift(rep.evidence["ablation"], tps), noise.noise_floor(tps))
         + (f" The first row was timed {apart}." if (apart := ablation_calls_apart(full, rows)) else "")
         + "</p>"
