@@ -4,7 +4,7 @@ folder from synthetic records (no measurement), then flips the data and checks t
 from __future__ import annotations
 
 import re
-from html import escape
+from html import escape, unescape
 
 import pytest
 from conftest import make_record, tiny_params, write_report_dir
@@ -782,7 +782,7 @@ def test_a_swept_stage_left_out_says_why_its_test_ran_at_that_batch_size():
     now gives the tie rule's call in numbers; a stage that took over at an inherited batch size gets none (its own
     note says where its batch size came from). Real records: the committed H100 folder."""
     rep = loader.load(paths.ROOT / "reports" / "h100")
-    note = re.sub(r"\s+", " ", batch_sweep_view.sweep_html(rep))
+    note = re.sub(r"\s+", " ", unescape(batch_sweep_view.sweep_html(rep)))
     assert (
         "FP8 classifier (fused), tested at its sweep's choice, B=96 (0.13 % slower than B=128, within their noise of "
         "0.36 %: a tie, settled by memory), is not recommended" in note
