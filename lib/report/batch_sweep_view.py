@@ -15,7 +15,7 @@ from lib.report.evidence_view import OK, none, table
 from lib.report.loader import LAYERS, GiB, Report, gib, price_per_gpu_hour, recommended
 from lib.report.profile_view import top_kernels_html
 from lib.report.recommendation import applied_switches
-from lib.results import decide, noise
+from lib.results import decide
 
 
 def _sweeps(rep: Report) -> dict:
@@ -88,23 +88,21 @@ def sweep_html(rep: Report) -> str:
 
 def _batch_call(rep: Report, key: str, batch: int) -> str:
     """Why a stage the recommendation does not use was tested at `batch`: the tie rule's call against its fastest
-    other batch size timed in several processes (lib/results/decide.py best_config, as the sweep made it before the
-    test), in numbers; nothing where no such batch size ran."""
+    other batch size timed in several processes (decide.against, as the sweep made it before the test), in
+    numbers; nothing where no such batch size ran."""
     tps = decide.throughputs(rep.decisions)
-    mine = tps.get((key, batch))
-    rivals = [(b, v) for (k, b), v in tps.items() if k == key and b != batch and len(v) > 1]
-    if not mine or not rivals:
+    rivals = [b for (k, b), v in tps.items() if k == key and b != batch and len(v) > 1]
+    if not tps.get((key, batch)) or not rivals:
         return ""
-    other, theirs = max(rivals, key=lambda bv: float(np.median(bv[1])))
-    floor, across = noise.decision_floor(rep.decisions, tps), noise.across_machines(rep.decisions)
-    width, tie = noise.band(mine, theirs, floor, across), noise.within_noise(mine, theirs, floor, across)
-    if width is None:
+    other = max(rivals, key=lambda b: float(np.median(tps[(key, b)])))
+    a = decide.against(rep.decisions, tps, (key, batch), (key, other))
+    if a["band"] is None:
         return ""
-    gap = float(np.median(mine)) / float(np.median(theirs)) - 1
+    gap = a["ratio"] - 1
     return (
         f", tested at its sweep's choice, B={batch} ({abs(gap) * 100:.2f} % {'faster' if gap >= 0 else 'slower'} "
-        f"than B={other}, {'within' if tie else 'beyond'} their noise of {width * 100:.2f} %"
-        + (": a tie, settled by memory)," if tie and gap < 0 else "),")
+        f"than B={other}, {'within' if a['tie'] else 'beyond'} their noise of {a['band'] * 100:.2f} %"
+        + (": a tie, settled by memory)," if a["tie"] and gap < 0 else "),")
     )
 
 

@@ -294,19 +294,23 @@ def best_config(records: list[dict], params: Params, eligible=None) -> dict | No
         ),
         None,
     )
-    mine = tps[(pick["stage"], pick["batch_size"])]
-    against = None
-    if rival is not None:
-        theirs = tps[(rival["stage"], rival["batch_size"])]
-        against = {
-            "batch_size": rival["batch_size"],
-            "ratio": float(np.median(mine)) / float(np.median(theirs)),
-            "band": band(mine, theirs, floor, across_machines(records)),
-            "tie": within_noise(mine, theirs, floor, across_machines(records)),
-        }
+    mine = (pick["stage"], pick["batch_size"])
     return {
         **pick,
-        "processes": spread(mine),
+        "processes": spread(tps[mine]),
         "chosen_over": None if pick is best else {"stage": best["stage"], "batch_size": best["batch_size"]},
-        "against": against,
+        "against": None if rival is None else against(records, tps, mine, (rival["stage"], rival["batch_size"])),
+    }
+
+
+def against(records: list[dict], tps: dict, mine: tuple, theirs: tuple) -> dict:
+    """The tie rule's call between two configurations (stage, batch) timed in several processes: the batch size of
+    `theirs`, the ratio of the medians (mine over theirs), the noise it is judged against and whether they tie."""
+    floor, across = decision_floor(records, tps), across_machines(records)
+    a, b = tps[mine], tps[theirs]
+    return {
+        "batch_size": theirs[1],
+        "ratio": float(np.median(a)) / float(np.median(b)),
+        "band": band(a, b, floor, across),
+        "tie": within_noise(a, b, floor, across),
     }

@@ -272,7 +272,13 @@ def futile(noise_sd: float | None, done: list[int], evidence: Evidence) -> bool:
         return False
     if not set(range(noise_seeds(evidence))) <= set(done):
         return False
-    reach = detectable(noise_sd, evidence.parity_seeds, evidence.parity_confidence, evidence.parity_power)
+    return _beyond_reach(noise_sd, evidence)
+
+
+def _beyond_reach(sd: float, evidence: Evidence) -> bool:
+    """Whether, with one paired difference spread by `sd`, all evidence.parity_seeds seeds could not detect the margin
+    with evidence.parity_power: what makes a test futile."""
+    reach = detectable(sd, evidence.parity_seeds, evidence.parity_confidence, evidence.parity_power)
     return reach is not None and reach > evidence.parity_margin
 
 
@@ -295,8 +301,7 @@ def spread_futile(floor: float | None, pairs: int, evidence: Evidence) -> bool:
     that key (it ran under the noise stop alone)."""
     if floor is None or futility_pairs(evidence) is None or pairs < futility_pairs(evidence):
         return False
-    reach = detectable(floor, evidence.parity_seeds, evidence.parity_confidence, evidence.parity_power)
-    return reach is not None and reach > evidence.parity_margin
+    return _beyond_reach(floor, evidence)
 
 
 def seeds_needed(check: dict) -> int | None:
