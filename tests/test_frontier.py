@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from conftest import make_record, tiny_params
 
-from lib.core import levers, stages
+from lib.core import levers, record, stages
 from lib.measure import worker
 from lib.report import batch_sweep_view, frontier_view, loader, prose, stage_facts
 from lib.results import decide
@@ -585,3 +585,31 @@ def test_a_leave_one_out_row_that_is_a_stage_timed_in_the_matrix_measures_the_dr
     assert "(0.86 %) does not cover" in noise.twin_note(drift, 0.0086)
     # reports/h200: 0.57 % apart against a 0.60 % spread, and the note said the spread did not cover it
     assert "within the process-to-process spread (1.50 %)" in noise.twin_note(drift, 0.015)
+
+
+def test_a_lever_that_made_the_batch_fit_in_the_matrix_is_not_removed_in_a_process_that_would_run_out_of_memory(
+    tmp_path, monkeypatch
+):
+    """Seen on an H100 (reports/probes/warm-h100-2026-11-26): the ablation's run without SDPA attention at B=64
+    compiled for 36 s and ran out of memory, as the matrix's BF16 stage (the last without SDPA) had at B=64 while the
+    flash stage ran there. Such a lever is now written as predicted out of memory, with why, and no process runs;
+    a lever whose own stage also ran out of memory there (TF32: for want of SDPA) is still measured."""
+    from conftest import write_report_dir
+
+    p = tiny_params(["fp32", "tf32", "bf16", "flash", "vocab"], batch_sizes=(4,))
+    losses = [5.0] * 6
+    matrix = [make_record(p, "fp32", 4, None, None, status="oom", reason="out of memory")]
+    matrix += [make_record(p, k, 4, None, None, status="oom", reason="out of memory") for k in ("tf32", "bf16")]
+    matrix += [make_record(p, k, 4, [50.0] * 5, losses) for k in ("flash", "vocab")]
+    d = write_report_dir(tmp_path / "cpu", p, matrix)
+    monkeypatch.setattr(recipe.runner, "environment", lambda report_dir: {"device": {"backend": "cpu"}})
+    jobs = {j["variant"]: j for j in recipe.ablation_jobs(p, d, {"stage": "vocab", "batch_size": 4})}
+    sdpa = jobs["without SDPA attention"]["not_applicable"]
+    assert sdpa.startswith(record.PREDICTED_OOM) and "this lever made B=4 fit" in sdpa
+    assert "Flash attention (SDPA) ran there, BF16 autocast ran out of memory" in sdpa
+    assert all(j.get("not_applicable") is None for v, j in jobs.items() if v != "without SDPA attention"), jobs
+    # At a batch below the one it made fit, nothing is predicted; the runner writes the prediction as a record.
+    assert recipe.ablation_jobs(p, d, {"stage": "vocab", "batch_size": 2})[2].get("not_applicable") is None
+    monkeypatch.setattr(recipe.runner, "_launcher", lambda env: pytest.fail("no process for a predicted OOM"))
+    rec = recipe.runner.measure_jobs([jobs["without SDPA attention"]], {"device": {"backend": "cpu"}})
+    assert [r["status"] for r in rec.values()] == [record.Status.NOT_APPLICABLE]

@@ -3,6 +3,8 @@ one-sided bounds on the mean paired difference, and one rule that adopts, reject
 
 from __future__ import annotations
 
+import dataclasses
+import json
 from types import SimpleNamespace
 
 import pandas as pd
@@ -256,6 +258,10 @@ def test_the_method_states_the_parity_rule_and_the_batch_tie_rule_before_any_num
         and "a tie goes to the batch size that needs the least memory" in text
     )
     assert "single-step spike" in text
+    assert "tested at that test's batch" in text and "the tests of one report share a batch" in text
+    params.evidence.parity_chain_batch = False  # a folder measured before that rule says what it ran under
+    (d / "params.json").write_text(json.dumps(dataclasses.asdict(params)))
+    assert "size recommended when it ran (the run names it)" in method_text.method_md(loader.load(d))
 
 
 def test_only_the_first_noise_seeds_repeat_and_the_test_completes_without_the_rest(tmp_path):
@@ -358,7 +364,7 @@ def test_a_test_whose_seeds_spread_too_far_to_decide_stops_after_their_first_run
     assert "by the lower 95 % bound on the spread of its first 3 seeds" in parity_view.rule(ev)
     before = SimpleNamespace(**{**vars(EV), "parity_seeds": 5, "parity_noise_seeds": 2})
     assert "after the repeated seeds its own noise alone" in parity_view.rule(before)
-    # Seeds that agree, and a spread whose lower bound still lets five seeds detect the margin: the test goes on.
+    # Seeds that agree, and a spread whose lower bound still lets five seeds detect the margin: no spread stop.
     for deltas in ((0.001, 0.002, 0.0), (0.011, 0.003, 0.031)):  # the second: the FP8 lm_head's first three seeds
         runs = [r for r in _test(params, deltas) if r["replicate"] == 0]
         assert parity.checks(runs, ev)["tf32"]["verdict"] == parity.INCOMPLETE, deltas
@@ -378,6 +384,63 @@ def test_a_test_whose_seeds_spread_too_far_to_decide_stops_after_their_first_run
         calls.append(sorted({(j["seed_offset"], j["replicate"]) for j in jobs}))
         for j in jobs:
             delta = (0.034, -0.055, 0.013, 0.0, 0.0)[j["seed_offset"]] if j["stage"] == "tf32" else 0.0
+            rec = _run(params, j["stage"], j["seed_offset"], j["replicate"], 4.0 + delta, 4.0 + delta, batch=4)
+            store.write_atomic(j["out"], {**rec, "fingerprint": j["fingerprint"]})
+        return {}
+
+    monkeypatch.setattr(parity_runs.runner, "measure_jobs", fake_measure)
+    parity_runs.measure(params, report_dir)
+    assert calls == [[(0, 0), (1, 0), (2, 0)]]
+
+
+def test_a_test_whose_seeds_trend_past_the_margin_stops_and_one_heading_to_hold_goes_on(tmp_path, monkeypatch):
+    """Seen on an H100 (reports/h100 and reports/probes/warm-h100-2026-11-26, 3c6c130): the FP8 lm_head's first three
+    seeds differed by +0.011, +0.003 and +0.031 nats, too little spread for the spread stop, and its test ran all
+    eight FP8 processes a side to come back undecided both times. At that mean and spread five seeds leave the upper
+    bound at about +0.029: the test now stops there. Seeds that agree near zero, or whose spread still leaves five
+    seeds within the margin, go on; a folder measured before the rule keeps the stops it ran under."""
+    params = tiny_params(["fp32", "tf32"], batch_sizes=(4,))
+    ev = SimpleNamespace(
+        **{**vars(EV), "parity_seeds": 5, "parity_noise_seeds": 3, "parity_futility_pairs": 3},
+        parity_futility_trend=True,
+    )
+    head = [r for r in _test(params, (0.011, 0.003, 0.031)) if r["replicate"] == 0]
+    check = parity.checks(head, ev)["tf32"]
+    assert check["futile"] == "trend" and check["verdict"] == parity.UNDECIDED and not check["ok"]
+    bound = parity.projected_bound(check["intervals"]["held_out"], 5, 0.95)
+    assert bound == pytest.approx(0.015 + 2.1318 * 0.014422 / 5**0.5, abs=1e-4)  # t(0.95, 4) = 2.1318
+    why = parity_view.summary(check)
+    assert "stopped after the first runs of 3 seeds" in why and "+0.0150 nats on average, spread 0.0144" in why
+    assert "upper bound at +0.0287 with all 5 seeds, above the +0.02 margin" in why
+    monkeypatch.setattr(parity_view, "rejected", lambda rep: {"tf32": check})
+    assert "upper bound at +0.0287" in parity_view.short_reason(None, "tf32")
+    assert "were they to hold, would leave an upper bound above the margin" in parity_view.rule(ev)
+    # Heading to hold: a small mean, or a wider spread around zero whose projection stays within the margin.
+    for deltas in ((0.001, 0.002, 0.0), (0.004, -0.006, 0.012)):
+        runs = [r for r in _test(params, deltas) if r["replicate"] == 0]
+        assert parity.checks(runs, ev)["tf32"]["verdict"] == parity.INCOMPLETE, deltas
+    # Without the key (a folder measured before it) the same seeds go on; two pairs never stop; a complete test is
+    # judged by its bounds.
+    before = SimpleNamespace(**{k: v for k, v in vars(ev).items() if k != "parity_futility_trend"})
+    assert parity.checks(head, before)["tf32"]["verdict"] == parity.INCOMPLETE
+    assert "trend" not in parity_view.rule(before) and "were they to hold" not in parity_view.rule(before)
+    assert parity.checks(head[:4], ev)["tf32"]["verdict"] == parity.INCOMPLETE
+    done = parity.checks(_test(params, (0.011, 0.003, 0.031, 0.0, 0.0)), ev)["tf32"]
+    assert done["seeds_run"] == 5 and done["verdict"] == parity.UNDECIDED  # its bound: +0.0212
+    assert "stopped" not in parity_view.summary(done)
+
+    # The runner stops after the first round, as it does for the spread.
+    params.evidence.parity_seeds, params.evidence.parity_noise_seeds = 5, 3
+    params.evidence.parity_futility_pairs, params.evidence.parity_futility_trend = 3, True
+    losses = [5.0 - 0.01 * i for i in range(6)]
+    matrix = [make_record(params, "fp32", 4, [10.0] * 5, losses), make_record(params, "tf32", 4, [5.0] * 5, losses)]
+    report_dir = write_report_dir(tmp_path / "cpu", params, matrix)
+    calls = []
+
+    def fake_measure(jobs, env, force=False):
+        calls.append(sorted({(j["seed_offset"], j["replicate"]) for j in jobs}))
+        for j in jobs:
+            delta = (0.011, 0.003, 0.031, 0.0, 0.0)[j["seed_offset"]] if j["stage"] == "tf32" else 0.0
             rec = _run(params, j["stage"], j["seed_offset"], j["replicate"], 4.0 + delta, 4.0 + delta, batch=4)
             store.write_atomic(j["out"], {**rec, "fingerprint": j["fingerprint"]})
         return {}

@@ -8,7 +8,7 @@ import json
 import pytest
 from conftest import make_record, tiny_params, write_parity_test, write_report_dir
 
-from lib.core import cli_args, config
+from lib.core import cli_args, config, record
 from lib.report import batch_sweep_view, loader, summary_box, tables
 from lib.results import decide, store
 
@@ -306,3 +306,24 @@ def test_a_chart_names_a_stage_not_applicable_on_this_host_as_such(tmp_path):
     rep = loader.load(tmp_path / "rep")
     assert charts._missing(rep, "ddp", 2) == "B=2: not applicable on this host"
     assert charts._missing(rep, "ddp", 4) == "B=4: n/a"
+
+
+def test_a_lever_predicted_to_be_needed_for_the_batch_to_fit_is_named_so_and_its_code_comes_first(
+    tmp_path, monkeypatch
+):
+    """The ablation leaves out a run the matrix predicts would run out of memory (lib/run/recipe.py predicted_oom):
+    page 1 names the lever as one without which the batch would not fit, says it was not run, and puts its line of
+    code first, as it does for one that ran out of memory."""
+    rep = _report(tmp_path, tf32_ms=80.0)
+    reason = f"{record.PREDICTED_OOM}: in the matrix this lever made B=2 fit"
+    rows = [
+        {"lever": "TF32", "worth": 0.05, "within_noise": False, "record": {"status": "ok"}},
+        {"lever": "BF16 autocast", "worth": None, "record": {"status": "not_applicable", "reason": reason}},
+    ]
+    monkeypatch.setattr(
+        summary_box.frontier_view, "ablation_rows", lambda rep: ({"batch_size": 2, "stage": "bf16"}, rows)
+    )
+    turn_on = next(line for line in summary_box.lines(rep) if line.startswith("**Turn on:**"))
+    assert "B=2 would not fit, as the matrix predicts, so they were not run: BF16 autocast." in turn_on, turn_on
+    comments = [c for c, _ in summary_box.code_lines(rep)]
+    assert comments[0] == "# BF16 autocast: without it B=2 would not fit, predicted", comments

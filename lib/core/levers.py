@@ -58,3 +58,10 @@ def levers_of(stage) -> dict[str, dict]:
         label = name + (f" (and {', '.join(with_it)}, which needs it)" if with_it else "")
         out[label] = {**off, **{k: v for d in with_it for k, v in LEVERS[d].items()}}
     return out
+
+
+def introduced_by(label: str, chain: list):
+    """The first stage of `chain` (a lineage, first stage first) that uses the lever a levers_of label names (the
+    lever itself, not those that need it); None where none does."""
+    name = next(n for n in LEVERS if label == n or label.startswith(f"{n} (and "))
+    return next((s for s in chain if _uses(s, name)), None)

@@ -25,6 +25,13 @@ TIMING_VARIANTS = (None, "batch sweep", "repeat")  # records that time a (stage,
 # The reason of a batch-sweep point left out because its memory, extended from the points that ran, would not fit
 # (lib/run/evidence.py predicted_oom): a 'not applicable' record, so the report says what was not measured.
 PREDICTED_OOM = "not measured: predicted out of memory"
+
+
+def predicted_oom(rec: dict) -> bool:
+    """Whether `rec` is a configuration not measured because the memory measured before it says it cannot fit."""
+    return rec.get("status") == Status.NOT_APPLICABLE and str(rec.get("reason", "")).startswith(PREDICTED_OOM)
+
+
 # Why a run.json entry left 'running' ended: its process is gone without closing it (lib/run/run_log.py settles it
 # when the next run starts; page 1 says so of the last run, lib/report/tables.py).
 UNCLOSED_RUN = "the process ended without closing its run, killed or its machine gone"

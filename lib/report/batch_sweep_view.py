@@ -122,7 +122,7 @@ def _inherited(rep: Report, key: str, sweeps: dict) -> str | None:
 
 
 def _predicted(r: dict) -> bool:
-    return r["status"] == record.Status.NOT_APPLICABLE and str(r.get("reason", "")).startswith(record.PREDICTED_OOM)
+    return record.predicted_oom(r)
 
 
 def _not_timed(r: dict) -> str:

@@ -210,8 +210,8 @@ def worth_at_recommendation(rep: Report, key: str) -> str | None:
 
 def worth_text(row: dict, batch: int) -> str | None:
     """A leave-one-out row's worth in words ('+4.8 % at B=96', 'without it B=96 does not fit'), or None."""
-    if row["record"].get("status") == record.Status.OOM:
-        return f"without it B={batch} does not fit"
+    if (status := row["record"].get("status")) == record.Status.OOM or record.predicted_oom(row["record"]):
+        return f"without it B={batch} {'does not fit' if status == 'oom' else 'would not fit, predicted'}"
     noise = {True: ", within noise", False: ""}.get(row.get("within_noise"), ", not judged against noise")
     return None if row["worth"] is None else f"{row['worth'] * 100:+.1f} % at B={batch}{noise}"
 

@@ -92,7 +92,7 @@ def _fidelity_method(rep: Report) -> str:
             "carry none of them.\n"
         )
     return f"""* **Parity test**, the rule fixed before any number: {parity_view.rule(ev)}. Each run trains at the batch
-  size recommended when it ran (the run names it) for at most {ev.parity_steps} steps and at most {ev.parity_passes:g}
+  size {_test_batch(ev)} (the run names it) for at most {ev.parity_steps} steps and at most {ev.parity_passes:g}
   passes over the training text (more would measure how fast the model overfits this corpus), with nanoGPT's
   learning-rate shape (linear warm-up over the first quarter, cosine decay to a tenth), the reference
   accumulating gradients over micro-batches where the matrix did not time it at that batch; its held-out loss
@@ -107,6 +107,17 @@ def _fidelity_method(rep: Report) -> str:
   {fidelity_view.noise_sentence(rep)}
 * **Batch size**, the tie rule fixed before any number: {fidelity_view.BATCH_TIE_RULE}
 """
+
+
+def _test_batch(ev) -> str:
+    """Where the parity runs train, as the report's params state it."""
+    if getattr(ev, "parity_chain_batch", False):
+        return (
+            "recommended when the first test began; a stage that takes over after a test that did not let its stage "
+            "stand is tested at that test's batch (where it was timed there), whatever batch the tie rule then "
+            "recommends for it, so the tests of one report share a batch"
+        )
+    return "recommended when it ran"
 
 
 def _series(rep: Report) -> str:

@@ -49,6 +49,12 @@ def rule(ev: Evidence) -> str:
             else f"It stops early, undecided, only for futility: where {ev.parity_seeds} seeds could not detect the "
             f"margin with {ev.parity_power * 100:g} % power, by the lower {ev.parity_confidence * 100:g} % bound on "
             f"the spread of its first {parity.noise_seeds(ev)} seeds, or after their repeats by its own noise"
+            + (
+                "; and, at either point, where the mean and spread of its seeds so far, were they to hold, would "
+                f"leave an upper bound above the margin with all {ev.parity_seeds} seeds"
+                if getattr(ev, "parity_futility_trend", False)
+                else ""
+            )
             if parity.noise_seeds(ev) >= parity.futility_pairs(ev)
             else f"Every test runs all its seeds: fewer than {parity.futility_pairs(ev)} repeat pairs measure its "
             "noise too loosely to stop it early"
@@ -75,6 +81,17 @@ def _futile_reach(c: dict) -> float:
     return parity.detectable(sd, c["wanted"], c["confidence"], c["power"])
 
 
+def _futile_trend(c: dict) -> str:
+    """A test stopped by its trend, in words: the loss whose projected bound crossed the margin, with its figures."""
+    m, i = max(c["intervals"].items(), key=lambda kv: parity.projected_bound(kv[1], c["wanted"], c["confidence"]))
+    return (
+        f"its first {len(c['seeds'])} seeds' paired differences in {parity.METRICS[m]} ({_nats(i['mean'])} nats on "
+        f"average, spread {i['sd']:.4f}) would, were they to hold, leave the upper bound at "
+        f"{_nats(parity.projected_bound(i, c['wanted'], c['confidence']))} with all {c['wanted']} seeds, above the "
+        f"+{c['margin']:g} margin"
+    )
+
+
 def _futile_cause(c: dict) -> str:
     """What stopped a futile test, with its figure."""
     if c.get("futile") == "spread":
@@ -93,6 +110,8 @@ def why_undecided(c: dict) -> str:
             + "; "
             "the run stopped before the rest"
         )
+    if c.get("futile") == "trend" and c["seeds_run"] < c["wanted"]:
+        return f"stopped after {_stopped_after(c)}: {_futile_trend(c)}, so it could not hold"
     if c.get("futile") and c["seeds_run"] < c["wanted"]:
         return (
             f"stopped after {_stopped_after(c)}: {_futile_cause(c)} would let all {c['wanted']} seeds detect no "
@@ -109,9 +128,9 @@ def why_undecided(c: dict) -> str:
 
 def _stopped_after(c: dict) -> str:
     return (
-        f"the first runs of {len(c['seeds'])} seeds"
-        if c.get("futile") == "spread"
-        else f"its {c['seeds_run']} noise seeds"
+        f"its {c['seeds_run']} noise seeds"
+        if c.get("futile") == "noise" or c["seeds_run"]
+        else f"the first runs of {len(c['seeds'])} seeds"
     )
 
 
@@ -280,6 +299,8 @@ def short_reason(rep: Report, key: str) -> str:
             f"earlier-method parity run failed: training loss {c['outside']:.3f} nats outside the reference's "
             f"envelope, held-out loss {c['held_outside']:.3f} outside its range, tolerance {c['tolerance']:g}"
         )
+    if c.get("futile") == "trend" and c["seeds_run"] < c["wanted"]:
+        return f"parity test stopped undecided after {_stopped_after(c)}: {_futile_trend(c)}"
     if c.get("futile") and c["seeds_run"] < c["wanted"]:  # its interval is of the noise seeds alone: not the reason
         return (
             f"parity test stopped undecided after {_stopped_after(c)}: {_futile_cause(c)} lets {c['wanted']} seeds "

@@ -35,9 +35,10 @@ def _turn_on(rep: Report) -> str | None:
     paying = [r for r in gains if _pays(r)]
     unjudged = [r for r in gains if r.get("within_noise") is None]  # timed on another machine: offset not measured
     fits = [r["lever"] for r in rows if r["record"].get("status") == record.Status.OOM]
+    predicted = [r["lever"] for r in rows if record.predicted_oom(r["record"])]  # from the matrix, not run
     # levers whose leave-one-out has no record (a run cut off before it): named, never silently dropped
     unmeasured = [r["lever"] for r in rows if r["record"].get("status") == frontier_view.NOT_MEASURED]
-    if not paying and not fits and not unjudged:
+    if not paying and not fits and not predicted and not unjudged:
         return f"**Turn on:** not decided: no leave-one-out record for {', '.join(unmeasured)}." if unmeasured else None
     batch, n = full["batch_size"], full.get("processes", {}).get("n", 1)
 
@@ -67,6 +68,11 @@ def _turn_on(rep: Report) -> str | None:
         )
     if fits:
         parts.append(f"Without any one of these, B={batch} does not fit: {'; '.join(map(plain_lever, fits))}.")
+    if predicted:
+        parts.append(
+            f"Without any one of these, B={batch} would not fit, as the matrix predicts, so they were not run: "
+            f"{'; '.join(map(plain_lever, predicted))}."
+        )
     # Levers the recommendation keeps whose worth is within noise, or unjudged and not paying: named, so page 1
     # lists every switch its code has
     within = [r for r in rows if r["worth"] is not None and r.get("within_noise") is True]
@@ -239,7 +245,7 @@ def code_lines(rep: Report) -> list[tuple[str, str]]:
 
     def rank(k: str) -> tuple:  # does not fit without it; pays beyond noise; the rest by worth; no worth at all
         r = by_stage.get(k)
-        if r is not None and r["record"].get("status") == record.Status.OOM:
+        if r is not None and (r["record"].get("status") == record.Status.OOM or record.predicted_oom(r["record"])):
             return (0, 0.0)
         if r is None or r["worth"] is None:
             return (3, 0.0)

@@ -24,6 +24,12 @@ Design (the method section states it before any number):
         form's runs of one seed in two processes agreed within 0.01 nats on an H100 while its paired differences
         spread by 0.04 from seed to seed (reports/h100, a345013), and its five seeds then could not decide;
       by its noise, after the second: where the repeat pairs' noise alone does the same.
+    And, at either look, by its trend (evidence.parity_futility_trend): where, were the mean and spread of a loss's
+    paired differences so far to hold, all `parity_seeds` seeds would still leave its upper bound above the margin.
+    On an H100 the FP8 lm_head's first three seeds differed by +0.011, +0.003 and +0.031 nats (a spread too small
+    for the spread stop), needed about 25 seeds at that trend, and its five seeds then came back undecided in both
+    sittings of 3c6c130 after eight FP8 processes a side. This stop costs some power (a lever whose first seeds
+    are unlucky is left undecided) and never adopts or rejects one as worse;
     A lever with no effect at all would then hold less than `power` of the time: the rest of the seeds could not
     make the test decisive, only spend device time. Stopping for futility never adopts a lever, and it needs at
     least `parity_futility_pairs` pairs (paired seeds for the spread, repeat pairs for the noise): a spread
@@ -194,6 +200,8 @@ def checks(records: list[dict], evidence: Evidence) -> dict:
             if futile(noise_sd, done, evidence)
             else "spread"
             if spread_futile(out["spread_floor"], len(paired), evidence)
+            else "trend"
+            if trend_futile(intervals, len(paired), evidence)
             else None
         )
         if out["seeds_run"] < out["wanted"]:
@@ -302,6 +310,22 @@ def spread_futile(floor: float | None, pairs: int, evidence: Evidence) -> bool:
     if floor is None or futility_pairs(evidence) is None or pairs < futility_pairs(evidence):
         return False
     return _beyond_reach(floor, evidence)
+
+
+def projected_bound(i: dict, seeds: int, confidence: float) -> float | None:
+    """The upper bound one metric's interval `i` would reach at `seeds` seeds were its mean and spread to hold."""
+    return None if i["sd"] is None else i["mean"] + _t(confidence, seeds - 1) * i["sd"] / math.sqrt(seeds)
+
+
+def trend_futile(intervals: dict, pairs: int, evidence: Evidence) -> bool:
+    """The futility stop by trend (module docstring): at least evidence.parity_futility_pairs paired seeds, and were
+    the mean and spread of a loss's paired differences so far to hold, all evidence.parity_seeds seeds would leave
+    its upper bound above the margin: the test could not hold, only spend device time. Only for folders measured
+    with evidence.parity_futility_trend (the rule is stated before the numbers)."""
+    if not getattr(evidence, "parity_futility_trend", False) or pairs < (futility_pairs(evidence) or pairs + 1):
+        return False
+    bounds = [projected_bound(i, evidence.parity_seeds, evidence.parity_confidence) for i in intervals.values()]
+    return any(b is not None and b > evidence.parity_margin for b in bounds)
 
 
 def seeds_needed(check: dict) -> int | None:

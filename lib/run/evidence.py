@@ -27,7 +27,7 @@ from lib.core import config, record, stages
 from lib.core.paths import resolve
 from lib.core.params import Params
 from lib.report import claim_params
-from lib.results import decide, noise, parity, store
+from lib.results import decide, noise, store
 from lib.run import ddp_launch, parity_runs, recipe, runner, size_sweep
 from lib.run.jobs import PLAIN_LOOP_SWITCHES, folder, make_job, plain_loop_source, plain_loop_can
 
@@ -233,11 +233,8 @@ def predicted_oom(points: list[dict], batch: int, device_bytes: int | None, para
 
 
 def inherited_batch(params: Params, report_dir) -> int | None:
-    """The batch size a stage that takes over is measured at: that of a parity test that did not let the stage the
-    sweep chose stand (read from the records, so a resumed run takes the same path as one that was not cut);
-    None before any such test."""
-    checks = parity.checks(store.decision_records(resolve(report_dir) / "results"), params.evidence)
-    return next((c["batch_size"] for c in parity.rejected(checks).values()), None)
+    """The batch size a stage that takes over is measured at (parity_runs.inherited_batch)."""
+    return parity_runs.inherited_batch(store.decision_records(resolve(report_dir) / "results"), params)
 
 
 def repeat_configs(params: Params, report_dir) -> list[tuple[str, int]]:
@@ -345,10 +342,11 @@ def measure_chapter(key: str, params: Params, report_dir, force: bool = False):
         swept, after, env = [], None, runner.environment(report_dir)
         # The parity test can leave the stage the sweep chose undecided or worse; the next verified stage is then
         # measured at the batch size the sweep chose (one process, not a sweep of its own: the rule that keeps a
-        # report within its time) and tested in its turn, so the recommendation rests on its own parity test.
+        # report within its time) and tested in its turn at that batch (parity_runs.chain_batch), so the
+        # recommendation rests on its own parity test.
         for _ in stages.single_gpu(params.stages):
             swept = batch_sweep(params, report_dir, force=force, only=inherited_batch(params, report_dir))
-            repeats(params, report_dir, force=force)  # they choose the batch size the parity test runs at
+            repeats(params, report_dir, force=force)  # they choose the batch size the first parity test runs at
             best = decided()
             if best is None:
                 return swept

@@ -26,7 +26,7 @@ def parity_jobs(params: Params, report_dir) -> list[dict]:
     best = decide.best_config(recs, params)
     if best is None or stages.get(best["stage"]).reference == best["stage"]:
         return []
-    key, batch = best["stage"], best["batch_size"]
+    key, batch = best["stage"], chain_batch(recs, params, best)
     ref = stages.get(key).reference
     fits = [
         r["batch_size"]
@@ -36,6 +36,30 @@ def parity_jobs(params: Params, report_dir) -> list[dict]:
     largest = max(fits) if fits else batch
     micro = next(k for k in range(1, batch + 1) if batch % k == 0 and batch // k <= largest)
     return parity_plan(params, env, report_dir, key, batch, micro)
+
+
+def inherited_batch(recs: list[dict], params: Params) -> int | None:
+    """The batch size of a parity test that did not let its stage stand (read from the records, so a resumed run
+    takes the same path as one that was not cut): where the stage that takes over is measured and tested; None
+    before any such test."""
+    return next((c["batch_size"] for c in parity.rejected(parity.checks(recs, params.evidence)).values()), None)
+
+
+def chain_batch(recs: list[dict], params: Params, best: dict) -> int:
+    """The batch size the parity test of `best` runs at: with evidence.parity_chain_batch, inherited_batch where the
+    stage was timed there; else `best`'s own. One batch for every test of a report: the tie rule may recommend another batch of the stage that
+    takes over, and a test there would run more steps on the same tokens (on an H100 the loss-only forward's test
+    moved from B=96 to B=64 on a 1.2 % near-tie between two machines, and stopped there on a spread its B=96 test
+    did not have: reports/probes/warm-h100-2026-11-26)."""
+    earlier = inherited_batch(recs, params) if getattr(params.evidence, "parity_chain_batch", False) else None
+    timed = {
+        r["batch_size"]
+        for r in recs
+        if r["stage"] == best["stage"]
+        and r.get("status") == record.Status.OK
+        and r.get("variant") in record.TIMING_VARIANTS
+    }
+    return earlier if earlier in timed else best["batch_size"]
 
 
 def measure(params: Params, report_dir, force: bool = False) -> None:
@@ -65,6 +89,7 @@ def measure(params: Params, report_dir, force: bool = False) -> None:
 FUTILE_WHY = {
     "spread": "its seeds' spread keeps it from deciding",
     "noise": "its own noise keeps it from deciding",
+    "trend": "its seeds' mean and spread, if they held, would leave it above the margin at all its seeds",
 }
 
 

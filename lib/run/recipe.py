@@ -23,7 +23,8 @@ from pathlib import Path
 
 from lib.core import config, provenance, stages
 from lib.core.paths import resolve
-from lib.core.levers import levers_of
+from lib.core.levers import introduced_by, levers_of
+from lib.core.record import PREDICTED_OOM, Status
 from lib.core.params import Params
 from lib.results import decide, noise, store
 from lib.run import runner
@@ -99,6 +100,7 @@ def recipe_jobs(params: Params, report_dir, best: dict) -> list[dict]:
 
 def ablation_jobs(params: Params, report_dir, best: dict) -> list[dict]:
     env, stage, batch = runner.environment(report_dir), stages.get(best["stage"]), best["batch_size"]
+    matrix = [r for r in store.load_records(resolve(report_dir) / "results") if r.get("variant") is None]
     jobs = []
     for name, off in levers_of(stage).items():
         slug = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
@@ -116,7 +118,30 @@ def ablation_jobs(params: Params, report_dir, best: dict) -> list[dict]:
                 energy=False,
             )
         )
+        jobs[-1]["not_applicable"] = predicted_oom(name, stage, batch, matrix)
     return jobs
+
+
+def predicted_oom(lever: str, stage, batch: int, matrix: list[dict]) -> str | None:
+    """Why the configuration without `lever` is not worth a process, or None: in the matrix, the lever is what made a
+    batch no larger than this one fit (the stage that added it ran there, the stage before it ran out of memory).
+    On an H100 the run without SDPA attention at B=64 compiled for 36 s and then ran out of memory, as the matrix's
+    BF16 stage had (reports/probes/warm-h100-2026-11-26). The run without TF32 is not predicted so: the TF32 stage
+    ran out of memory there too, for want of SDPA, and without TF32 the recommendation fits."""
+    added = introduced_by(lever, [stages.get(k) for k in decide.lineage(stage.key)])
+    before = decide.previous_stage(added.key) if added else None
+    status = {(r["stage"], r["batch_size"]): r.get("status") for r in matrix}
+    fitted = sorted(
+        b
+        for (k, b), st in status.items()
+        if added and k == added.key and st == Status.OK and b <= batch and status.get((before, b)) == Status.OOM
+    )
+    if not fitted:
+        return None
+    return (
+        f"{PREDICTED_OOM}: in the matrix this lever made B={fitted[-1]} fit ({added.title} ran there, "
+        f"{stages.get(before).title} ran out of memory)"
+    )
 
 
 def recipe_config(params: Params, report_dir) -> dict | None:
