@@ -319,6 +319,50 @@ def test_the_plain_loop_cross_checks_only_the_recommendation_its_parity_test_let
     ]
 
 
+def test_a_stage_the_repeats_make_fastest_is_swept_before_its_test_as_a_resumed_run_would(tmp_path, monkeypatch):
+    """Seen on an H100 (reports/h100, 77b616d): the FP8 classifier failed the loss gate in the matrix, so the sweep
+    took the FP8 lm_head; the repeats then measured the loss noise that widened the gate, the call was cut, and the
+    resumed run swept the FP8 classifier before testing it. Uncut, the run would have tested the classifier at once,
+    unswept: the path depended on where the call was cut. Now the uncut run sweeps it first too."""
+    from lib.results import store
+    from lib.run import parity_runs, recipe, runner
+
+    params = tiny_params(["fp32", "fp8_head", "fp8_classifier"], batch_sizes=(2,))
+    state = {"best": {"stage": "fp8_head", "batch_size": 2}}
+    calls = []
+
+    def sweep(*a, **k):
+        calls.append(("sweep", state["best"]["stage"]))
+        return [{"stage": state["best"]["stage"], "batch_size": 2}]
+
+    def repeats(*a, **k):
+        calls.append("repeats")
+        state["best"] = {"stage": "fp8_classifier", "batch_size": 2}  # the gate's noise now lets it stand
+        return []
+
+    monkeypatch.setattr(runner, "environment", lambda report_dir: {"device": {"backend": "cpu"}})
+    monkeypatch.setattr(evidence, "batch_sweep", sweep)
+    monkeypatch.setattr(evidence, "inherited_batch", lambda p, d: None)
+    monkeypatch.setattr(evidence, "repeats", repeats)
+    monkeypatch.setattr(decide, "best_config", lambda recs, p: state["best"])
+    monkeypatch.setattr(store, "decision_records", lambda folder: [])
+    monkeypatch.setattr(
+        parity_runs, "measure", lambda p, d, force=False: calls.append(("parity", state["best"]["stage"]))
+    )
+    monkeypatch.setattr(evidence, "crosscheck_jobs", lambda p, d, configs: [])
+    monkeypatch.setattr(runner, "measure_jobs", lambda jobs, env, force=False: {})
+    monkeypatch.setattr(recipe, "measure", lambda p, d, best, force=False: calls.append(("recipe", best["stage"])))
+    evidence.measure_chapter("batch_sweep", params, tmp_path)
+    assert calls == [
+        ("sweep", "fp8_head"),
+        "repeats",
+        ("sweep", "fp8_classifier"),
+        "repeats",
+        ("parity", "fp8_classifier"),
+        ("recipe", "fp8_classifier"),
+    ]
+
+
 def test_a_resumed_run_measures_the_stage_that_takes_over_where_an_uncut_run_would(tmp_path):
     """Seen on an H100: a run cut after the FP8 lm_head's parity test came back undecided resumed and swept the
     loss-only forward afresh (a cold compile at B=128 and a second parity test) where the uncut run had measured it

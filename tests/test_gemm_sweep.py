@@ -10,20 +10,33 @@ import pytest
 from conftest import ROOT, cli_env, describe_proc
 
 from lib.measure import gemm_sweep
+from lib.run import evidence
 
 M, K = 128, 64
-NS = gemm_sweep.widths(1000, 1024)
+NS = evidence.gemm_widths(1000, 1024)
 
 
 def test_widths_for_gpt2_are_the_multiples_of_8_around_the_padded_vocabulary_plus_the_real_one():
-    ns = gemm_sweep.widths(50257, 50304)
+    ns = evidence.gemm_widths(50257, 50304)
     assert ns == sorted(set(range(50176, 50433, 8)) | {50257})
     assert ns[0] == 50176 and ns[-1] == 50432 and 50304 in ns and 50257 in ns
     assert len(ns) == 33 + 1
 
 
+def test_the_launcher_plans_the_sweep_without_importing_torch():
+    """The sweep's job is planned in `make report`'s own process, which imports no torch; importing gemm_sweep for
+    its widths did, and cost every resumed call of an H100 report 3.3 s in the vocab chapter."""
+    code = (
+        "import sys; from lib.core import config; from lib.run import evidence; "
+        "p = config.load('h100'); evidence.gemm_widths(p.model.vocab_size, p.model.padded_vocab_size); "
+        "assert 'torch' not in sys.modules, 'torch imported'"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=cli_env(), capture_output=True, text=True)
+    assert proc.returncode == 0, describe_proc(proc)
+
+
 def test_widths_when_the_real_vocabulary_is_already_a_multiple_of_8_are_not_duplicated():
-    ns = gemm_sweep.widths(1000, 1024)
+    ns = evidence.gemm_widths(1000, 1024)
     assert ns == list(range(896, 1153, 8))  # 1000 is a multiple of 8: already in the range
     assert len(ns) == len(set(ns)) == 33
 

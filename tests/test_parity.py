@@ -375,22 +375,7 @@ def test_a_test_whose_seeds_spread_too_far_to_decide_stops_after_their_first_run
 
     # The runner stops before the repeats: one round of first runs, then nothing.
     params.evidence.parity_seeds, params.evidence.parity_noise_seeds = 5, 3
-    losses = [5.0 - 0.01 * i for i in range(6)]
-    matrix = [make_record(params, "fp32", 4, [10.0] * 5, losses), make_record(params, "tf32", 4, [5.0] * 5, losses)]
-    report_dir = write_report_dir(tmp_path / "cpu", params, matrix)
-    calls = []
-
-    def fake_measure(jobs, env, force=False):
-        calls.append(sorted({(j["seed_offset"], j["replicate"]) for j in jobs}))
-        for j in jobs:
-            delta = (0.034, -0.055, 0.013, 0.0, 0.0)[j["seed_offset"]] if j["stage"] == "tf32" else 0.0
-            rec = _run(params, j["stage"], j["seed_offset"], j["replicate"], 4.0 + delta, 4.0 + delta, batch=4)
-            store.write_atomic(j["out"], {**rec, "fingerprint": j["fingerprint"]})
-        return {}
-
-    monkeypatch.setattr(parity_runs.runner, "measure_jobs", fake_measure)
-    parity_runs.measure(params, report_dir)
-    assert calls == [[(0, 0), (1, 0), (2, 0)]]
+    assert _rounds(tmp_path, monkeypatch, params, (0.034, -0.055, 0.013, 0.0, 0.0)) == [[(0, 0), (1, 0), (2, 0)]]
 
 
 def test_a_test_whose_seeds_trend_past_the_margin_stops_and_one_heading_to_hold_goes_on(tmp_path, monkeypatch):
@@ -432,6 +417,11 @@ def test_a_test_whose_seeds_trend_past_the_margin_stops_and_one_heading_to_hold_
     # The runner stops after the first round, as it does for the spread.
     params.evidence.parity_seeds, params.evidence.parity_noise_seeds = 5, 3
     params.evidence.parity_futility_pairs, params.evidence.parity_futility_trend = 3, True
+    assert _rounds(tmp_path, monkeypatch, params, (0.011, 0.003, 0.031, 0.0, 0.0)) == [[(0, 0), (1, 0), (2, 0)]]
+
+
+def _rounds(tmp_path, monkeypatch, params, deltas) -> list:
+    """The parity runner's rounds (the seeds and replicates each measured) for a lever `deltas` above its reference."""
     losses = [5.0 - 0.01 * i for i in range(6)]
     matrix = [make_record(params, "fp32", 4, [10.0] * 5, losses), make_record(params, "tf32", 4, [5.0] * 5, losses)]
     report_dir = write_report_dir(tmp_path / "cpu", params, matrix)
@@ -440,14 +430,14 @@ def test_a_test_whose_seeds_trend_past_the_margin_stops_and_one_heading_to_hold_
     def fake_measure(jobs, env, force=False):
         calls.append(sorted({(j["seed_offset"], j["replicate"]) for j in jobs}))
         for j in jobs:
-            delta = (0.011, 0.003, 0.031, 0.0, 0.0)[j["seed_offset"]] if j["stage"] == "tf32" else 0.0
+            delta = deltas[j["seed_offset"]] if j["stage"] == "tf32" else 0.0
             rec = _run(params, j["stage"], j["seed_offset"], j["replicate"], 4.0 + delta, 4.0 + delta, batch=4)
             store.write_atomic(j["out"], {**rec, "fingerprint": j["fingerprint"]})
         return {}
 
     monkeypatch.setattr(parity_runs.runner, "measure_jobs", fake_measure)
     parity_runs.measure(params, report_dir)
-    assert calls == [[(0, 0), (1, 0), (2, 0)]]
+    return calls
 
 
 def test_a_reference_in_micro_batches_says_why_without_naming_a_batch_it_never_ran():

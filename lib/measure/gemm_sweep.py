@@ -69,13 +69,6 @@ CPU_BOOKKEEPING = frozenset(
 )
 
 
-def widths(real_vocab: int, padded_vocab: int) -> list[int]:
-    """Every multiple of 8 within +-128 of the padded width, plus the real (usually odd) width."""
-    lo, hi = padded_vocab - 128, padded_vocab + 128
-    first = -(-lo // 8) * 8  # round lo up to a multiple of 8
-    return sorted(set(range(first, hi + 1, 8)) | {real_vocab})
-
-
 def multiple_of(n: int) -> int:
     """The largest of ALIGNMENTS that divides n: the alignment a GEMM kernel can rely on."""
     return next(a for a in ALIGNMENTS if n % a == 0)
