@@ -12,7 +12,7 @@ from conftest import make_record, tiny_params
 
 from lib.core import levers, record, stages
 from lib.measure import worker
-from lib.report import batch_sweep_view, frontier_view, loader, prose, stage_facts
+from lib.report import ablation_view, batch_sweep_view, frontier_view, loader, prose, stage_facts
 from lib.results import decide
 from lib.run import recipe
 from lib.train.model import GPT, GPTConfig, fused_linear_cross_entropy
@@ -418,18 +418,26 @@ def test_ablation_worth_is_the_ratio_of_throughputs(tmp_path):
             "params": p,
         },
     )()
-    got_full, rows = frontier_view.ablation_rows(rep)
+    got_full, rows = ablation_view.ablation_rows(rep)
     assert got_full["processes"]["n"] == 3 and got_full["processes"]["median"] == pytest.approx(1280.0)
     assert rows[0]["worth"] == pytest.approx(0.25) and rows[1]["worth"] is None
     assert rows[2]["worth"] == pytest.approx(0.01) and rows[2]["within_noise"] and not rows[0]["within_noise"]
-    html = frontier_view.ablation_html(rep)
+    html = ablation_view.ablation_html(rep)
     assert "+25.0 %" in html and "does not fit at this batch without it" in html
     assert html.count(" at failure") == 1  # the OOM row's allocator peak is where it failed (a reviewer misread it)
     assert "+1.0 % (within noise)" in html and "1,280 (median of 3 processes)" in html
     # The fused stage's other levers were never run: each is a row that says so, not a silent gap.
     missing = [r["lever"] for r in rows if r["record"]["status"] == "not_measured"]
     assert missing == ["BF16 autocast", "padded vocabulary"]
-    assert "NOT MEASURED" in html
+    assert "NOT MEASURED" in html and "not run was predicted" not in html
+    # A removal the matrix predicted would not fit: a short cell (its whole reason widened the table past an H100
+    # report's page) and the note says what such a row means.
+    reason = f"{record.PREDICTED_OOM}: in the matrix this lever made B=2 fit (Flash attention (SDPA) ran there, ...)"
+    predicted = make_record(p, "fused", 2, None, None, status="not_applicable", reason=reason)
+    rep.evidence["ablation"] = [*without, {**predicted, "variant": "without BF16 autocast"}]
+    html = ablation_view.ablation_html(rep)
+    assert "NOT RUN" in html and "predicted not to fit at this batch without it" in html and reason not in html
+    assert "A row not run was predicted not to fit" in html
 
 
 def test_a_library_lever_is_judged_against_the_stage_it_is_added_to(tmp_path):
@@ -503,7 +511,6 @@ def test_a_faster_lever_whose_parity_run_left_the_band_is_not_adopted_anywhere(t
 
 
 def test_one_step_an_update_reads_without_micro_steps():
-    from lib.report import frontier_view
 
     assert frontier_view.micro_steps_text({"batch": 8, "micro_steps": 1}) == "B=8"
     assert frontier_view.micro_steps_text({"batch": 64, "micro_steps": 8}) == "B=64 × 8 micro-steps"
@@ -513,8 +520,6 @@ def test_a_side_left_to_full_depth_is_not_shown_from_another_runs_record():
     """A folder measured at full depth and resumed at the default keeps the harness side's old records; the recipe
     table shows only the sides this depth measured, so no row joins another run's processes."""
     from types import SimpleNamespace
-
-    from lib.report import frontier_view
 
     def rec(role, tps):
         return {"variant": f"recipe: {role}", "status": "ok", "stage": "vocab", "batch_size": 2, "tokens_per_s": tps}
@@ -533,8 +538,6 @@ def test_the_recipe_note_calls_a_difference_a_tie_only_where_the_tie_rule_chose(
     global batch); a resumed run moved the recommendation to B=128, and the note said B=128 'was preferred to the
     faster one for its memory, within noise', though it was the faster one and used more memory."""
     from types import SimpleNamespace
-
-    from lib.report import frontier_view
 
     p = tiny_params()
     p.evidence.global_batch_tokens = 4 * p.run.seq_len * 2

@@ -18,7 +18,7 @@ from conftest import ROOT, describe_proc, make_record, read_json, run_cli, tiny_
 
 from lib.core import chapters, config, provenance, record
 from lib.measure import compile_cache
-from lib.report import cost_view, tables
+from lib.report import ablation_view, cost_view, tables
 from lib.results import decide, noise, store
 from lib.run import run_log
 
@@ -549,8 +549,6 @@ def test_a_leave_one_out_row_from_another_machine_is_not_judged_against_noise():
     another machine than the recommendation, with no measured offset, it is not called within noise or beyond it."""
     from types import SimpleNamespace
 
-    from lib.report import frontier_view
-
     def rec(tps, host, variant=None):
         return {
             "stage": "fused",
@@ -567,7 +565,7 @@ def test_a_leave_one_out_row_from_another_machine_is_not_judged_against_noise():
         rep = SimpleNamespace(
             evidence={"ablation": ablation, "sweep": []}, decisions=decisions, rec=lambda key, batch: decisions[0]
         )
-        _, rows = frontier_view.ablation_rows(rep)
+        _, rows = ablation_view.ablation_rows(rep)
         assert rows[0]["within_noise"] is expected, host
 
 
@@ -576,15 +574,15 @@ def test_turn_on_lists_levers_timed_on_another_machine_as_not_judged(monkeypatch
     pay beyond noise, and names it as not judged."""
     from types import SimpleNamespace
 
-    from lib.report import frontier_view, summary_box
+    from lib.report import ablation_view, summary_box
 
     rows = [
         {"lever": "fused AdamW", "worth": 0.002, "within_noise": None, "record": {"status": "ok"}},
         {"lever": "TF32", "worth": 0.05, "within_noise": False, "record": {"status": "ok"}},
     ]
-    monkeypatch.setattr(frontier_view, "ablation_rows", lambda rep: ({"stage": "fused", "batch_size": 4}, rows))
-    monkeypatch.setattr(frontier_view, "ablation_calls_apart", lambda full, rows: None)
-    monkeypatch.setattr(frontier_view, "row_stage", lambda rep, row: None)
+    monkeypatch.setattr(ablation_view, "ablation_rows", lambda rep: ({"stage": "fused", "batch_size": 4}, rows))
+    monkeypatch.setattr(ablation_view, "ablation_calls_apart", lambda full, rows: None)
+    monkeypatch.setattr(ablation_view, "row_stage", lambda rep, row: None)
     text = summary_box._turn_on(SimpleNamespace())
     assert text.index("TF32") < text.index("Not judged against noise") < text.index("fused AdamW")
 

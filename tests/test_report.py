@@ -612,14 +612,14 @@ def test_the_summary_s_findings_leave_each_stage_s_line_to_its_chapter(tmp_path)
 def test_a_lever_s_worth_is_stated_both_ways_in_the_recommendations(tmp_path, monkeypatch):
     """TF32 2.10x over FP32 in the matrix, worth nothing on top of BF16 at the recommendation (seen on an H100):
     the recommendation says both, and a lever without which the batch does not fit says that."""
-    from lib.report import frontier_view
+    from lib.report import ablation_view
 
     rep = _pdf_report(tmp_path)
     rows = [
         {"lever": "TF32", "worth": -0.004, "within_noise": True, "record": {"status": "ok"}},
         {"lever": "SDPA attention", "worth": None, "within_noise": None, "record": {"status": "oom"}},
     ]
-    monkeypatch.setattr(frontier_view, "ablation_rows", lambda rep: ({"stage": "compile", "batch_size": 2}, rows))
+    monkeypatch.setattr(ablation_view, "ablation_rows", lambda rep: ({"stage": "compile", "batch_size": 2}, rows))
     lines = prose.recommendations(rep)
     tf32 = next(line for line in lines if line.startswith("**TF32**"))
     assert tf32.startswith("**TF32**: adopt (median 1.25× over FP32 baseline, loss within tolerance)")
@@ -780,8 +780,8 @@ def test_a_swept_stage_left_out_says_why_its_test_ran_at_that_batch_size():
     """The H100 reviewer of reports/h100 (3c6c130): the FP8 classifier's B=128 (568,063 tokens/s) outran its B=96
     (567,337), yet its test ran at B=96, 'the batch size the sweep chose', and no page said why. The sweep's note
     now gives the tie rule's call in numbers; a stage that took over at an inherited batch size gets none (its own
-    note says where its batch size came from). Real records: the committed H100 folder."""
-    rep = loader.load(paths.ROOT / "reports" / "h100")
+    note says where its batch size came from). Real records: that sitting, archived."""
+    rep = loader.load(paths.ROOT / "reports" / "archive" / "h100-20261126-160840")
     note = re.sub(r"\s+", " ", unescape(batch_sweep_view.sweep_html(rep)))
     assert (
         "FP8 classifier (fused), tested at its sweep's choice, B=96 (0.13 % slower than B=128, within their noise of "

@@ -9,7 +9,7 @@ import pytest
 from conftest import make_record, tiny_params, write_parity_test, write_report_dir
 
 from lib.core import cli_args, config, record
-from lib.report import batch_sweep_view, loader, summary_box, tables
+from lib.report import ablation_view, batch_sweep_view, loader, summary_box, tables
 from lib.results import decide, store
 
 LOSSES = [6.0, 5.9, 5.8, 5.7, 5.6, 5.5]
@@ -50,7 +50,7 @@ def test_a_lever_the_leave_one_out_finds_paying_is_turned_on_not_skipped(tmp_pat
     rep = _report(tmp_path, tf32_ms=130.0, bf16_ms=90.0)
     row = {"lever": "TF32", "worth": 0.05, "within_noise": False, "record": {"status": "ok"}}
     full = {"batch_size": 2, "stage": "bf16"}
-    monkeypatch.setattr(summary_box.frontier_view, "ablation_rows", lambda rep: (full, [row]))
+    monkeypatch.setattr(summary_box.ablation_view, "ablation_rows", lambda rep: (full, [row]))
     lines = summary_box.lines(rep)
     assert any(line.startswith("**Turn on:** TF32 +5.0 %") for line in lines), lines
     assert not any(line.startswith("**Skip here:**") and "TF32" in line for line in lines), lines
@@ -143,7 +143,7 @@ def test_each_recommendation_table_has_one_home_among_the_notebooks():
         return [c for c in cells if c["cell_type"] == "code" and f"{name}(rep)" in "".join(c["source"])]
 
     assert views("recipe") == ["batch_sweep"] and views("ablation") == ["batch_sweep"]
-    assert not calls("frontier_view.recipe_html") and not calls("frontier_view.ablation_html")
+    assert not calls("frontier_view.recipe_html") and not calls("ablation_view.ablation_html")
     assert len(calls("batch_sweep_view.recommended_md")) == 1
 
 
@@ -167,16 +167,15 @@ def test_a_rejected_lever_in_skip_names_the_parity_check_it_failed(tmp_path):
 
 
 def test_a_leave_one_out_whose_rows_were_timed_on_another_day_says_so():
-    from lib.report import frontier_view
 
     full = {"finished_at": "2026-11-22T14:00:00"}
     rows = [{"record": {"finished_at": "2026-11-23T10:00:00"}}, {"record": {"status": "oom"}}]
     assert (
         "in another device call (2026-11-22) than the runs without a lever (2026-11-23)"
-        in frontier_view.ablation_calls_apart(full, rows)
+        in ablation_view.ablation_calls_apart(full, rows)
     )
     rows[0]["record"]["finished_at"] = "2026-11-22T15:00:00"
-    assert frontier_view.ablation_calls_apart(full, rows) is None
+    assert ablation_view.ablation_calls_apart(full, rows) is None
 
 
 def test_page_one_code_lists_the_levers_in_order_of_worth(tmp_path, monkeypatch):
@@ -200,7 +199,7 @@ def test_page_one_code_lists_the_levers_in_order_of_worth(tmp_path, monkeypatch)
     ]
     monkeypatch.setattr(summary_box, "recommended", lambda rep: {"stage": "loss_only", "batch_size": 2})
     monkeypatch.setattr(
-        summary_box.frontier_view, "ablation_rows", lambda rep: ({"stage": "loss_only", "batch_size": 2}, rows)
+        summary_box.ablation_view, "ablation_rows", lambda rep: ({"stage": "loss_only", "batch_size": 2}, rows)
     )
     comments = [c for c, _ in summary_box.code_lines(rep)]
     assert comments[:5] == [
@@ -234,7 +233,7 @@ def test_a_leave_one_out_cut_off_part_way_names_the_levers_it_did_not_reach(tmp_
     p.stages = keys
     write_report_dir(tmp_path / "rep", p, [make_record(p, k, 2, [100.0] * 5, [5.0] * 6) for k in keys])
     rep = loader.load(tmp_path / "rep")
-    missing = {"status": summary_box.frontier_view.NOT_MEASURED, "reason": "not measured: no record of this run"}
+    missing = {"status": summary_box.ablation_view.NOT_MEASURED, "reason": "not measured: no record of this run"}
     rows = [
         {"lever": "padded vocabulary", "worth": 0.10, "within_noise": False, "record": {"status": "ok"}},
         {"lever": "fused AdamW", "worth": None, "within_noise": None, "record": missing},
@@ -242,7 +241,7 @@ def test_a_leave_one_out_cut_off_part_way_names_the_levers_it_did_not_reach(tmp_
     ]
     monkeypatch.setattr(summary_box, "recommended", lambda rep: {"stage": "compile", "batch_size": 2})
     monkeypatch.setattr(
-        summary_box.frontier_view, "ablation_rows", lambda rep: ({"stage": "compile", "batch_size": 2}, rows)
+        summary_box.ablation_view, "ablation_rows", lambda rep: ({"stage": "compile", "batch_size": 2}, rows)
     )
     turn_on = summary_box._turn_on(rep)
     assert turn_on.endswith("Worth not measured, no leave-one-out record: fused AdamW, torch.compile.")
@@ -321,9 +320,9 @@ def test_a_lever_predicted_to_be_needed_for_the_batch_to_fit_is_named_so_and_its
         {"lever": "BF16 autocast", "worth": None, "record": {"status": "not_applicable", "reason": reason}},
     ]
     monkeypatch.setattr(
-        summary_box.frontier_view, "ablation_rows", lambda rep: ({"batch_size": 2, "stage": "bf16"}, rows)
+        summary_box.ablation_view, "ablation_rows", lambda rep: ({"batch_size": 2, "stage": "bf16"}, rows)
     )
     turn_on = next(line for line in summary_box.lines(rep) if line.startswith("**Turn on:**"))
-    assert "B=2 would not fit, as the matrix predicts, so they were not run: BF16 autocast." in turn_on, turn_on
+    assert "Without BF16 autocast, B=2 would not fit, as the matrix predicts, so it was not run." in turn_on, turn_on
     comments = [c for c, _ in summary_box.code_lines(rep)]
     assert comments[0] == "# BF16 autocast: without it B=2 would not fit, predicted", comments

@@ -12,6 +12,7 @@ import re
 
 from lib.core import chapters, record, stages
 from lib.report import (
+    ablation_view,
     batch_sweep_view,
     charts,
     evidence_view,
@@ -69,7 +70,7 @@ VIEWS = {
     "recommended": _recommended,
     "recommended_kernels": lambda rep, key: [("html", batch_sweep_view.recommended_profile_html(rep))],
     "recipe": lambda rep, key: [("html", frontier_view.recipe_html(rep))],
-    "ablation": lambda rep, key: [("html", frontier_view.ablation_html(rep))],
+    "ablation": lambda rep, key: [("html", ablation_view.ablation_html(rep))],
     "ddp_scaling": lambda rep, key: [("html", evidence_view.ddp_curve_html(rep)), charts.plot_ddp_scaling(rep)],
     "size_sweep": lambda rep, key: [("html", size_sweep_view.size_html(rep)), size_sweep_view.plot_size(rep)],
     "size_crossover": lambda rep, key: [("md", size_sweep_view.crossover_md(rep))],

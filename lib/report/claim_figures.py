@@ -13,7 +13,7 @@ import pandas as pd
 
 from lib.core import stages
 from lib.core.config import preset_of
-from lib.report import frontier_view, parity_view, size_sweep_view
+from lib.report import ablation_view, parity_view, size_sweep_view
 from lib.report.evidence_view import OK
 from lib.report.loader import Report
 from lib.report.profile_view import kernel_label
@@ -37,7 +37,7 @@ FA3_CLASS = re.compile(r"sm90\w*wgmma|wgmma\w*sm90|flashattn\w*sm90", re.IGNOREC
 
 def facts(rep: Report) -> dict:
     """What the verdicts read from a report beyond its stage matrix and its GEMM sweep."""
-    full, rows = frontier_view.ablation_rows(rep)
+    full, rows = ablation_view.ablation_rows(rep)
     return {
         "variants": rep.evidence["variants"],
         "stages": rep.params.stages,

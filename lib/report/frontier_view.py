@@ -1,23 +1,22 @@
 """*How the frontier reads*: the SDPA backends forced one by one (flash chapter), cut-cross-
 entropy's default gradient filter against its exact form (fused cross-entropy chapter), and the
-recommendation measured as it would be trained: at GPT-2's global batch against the canonical
-trainer, and with each of its levers removed in turn (batch-sweep chapter). From the report
-folder's records only."""
+recommendation measured as it would be trained, at GPT-2's global batch against the canonical
+trainer (batch-sweep chapter; the leave-one-out beside it is lib/report/ablation_view.py). From the
+report folder's records only."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from lib.core import config, levers, provenance, record, stages
+from lib.core import config, stages
 from lib.core.kernel_categories import CATEGORIES
 from lib.report.evidence_view import OK, none, table
 from lib.report.fidelity_view import repeats_rule
 from lib.report.loader import Report, gib, recommended, short
-from lib.results import decide, noise
+from lib.results import decide
 
 # This project's aim for a profile (about 54 % MFU of the H100's bf16 dense peak), shown as a distance.
 TARGET_TOKENS_PER_S = {"h100": 620_000}
-NOT_MEASURED = "not_measured"  # the status of a leave-one-out row whose run has no record (a run cut off before it)
 
 
 def _ok(r: dict | None) -> bool:
@@ -184,154 +183,6 @@ def recipe_html(rep: Report) -> str:
             f"{target / best['median']:.2f}× the first row's median."
         )
     return table(shown) + f'<p class="note">{note}</p>'
-
-
-def row_stage(rep: Report, row: dict) -> str | None:
-    """The report's stage that adds the lever of a leave-one-out row (its name may add "(and ..., which needs
-    it)"): the first whose switches differ from the stage it is added to."""
-    off = levers.LEVERS.get(row["lever"].split(" (and ")[0], {})
-    return next(
-        (
-            k
-            for k in rep.stage_order[1:]
-            if decide.previous_stage(k)
-            and any(getattr(stages.get(k), f) != getattr(stages.get(decide.previous_stage(k)), f) for f in off)
-        ),
-        None,
-    )
-
-
-def worth_at_recommendation(rep: Report, key: str) -> str | None:
-    """Stage `key`'s lever's worth on top of the recommendation's other levers (its leave-one-out row), or None."""
-    full, rows = ablation_rows(rep)
-    row = next((r for r in rows if row_stage(rep, r) == key), None)
-    return None if row is None or full is None else worth_text(row, full["batch_size"])
-
-
-def worth_text(row: dict, batch: int) -> str | None:
-    """A leave-one-out row's worth in words ('+4.8 % at B=96', 'without it B=96 does not fit'), or None."""
-    if (status := row["record"].get("status")) == record.Status.OOM or record.predicted_oom(row["record"]):
-        return f"without it B={batch} {'does not fit' if status == 'oom' else 'would not fit, predicted'}"
-    noise = {True: ", within noise", False: ""}.get(row.get("within_noise"), ", not judged against noise")
-    return None if row["worth"] is None else f"{row['worth'] * 100:+.1f} % at B={batch}{noise}"
-
-
-def ablation_rows(rep: Report) -> tuple[dict | None, list[dict]]:
-    """The recommendation's own record (matrix or sweep) with `processes`, the spread of every process
-    that timed it, and, per lever removed, its record, the lever's worth (the recommendation's median
-    tokens/s over the configuration without it, minus 1; None where that did not run) and whether
-    that worth lies inside the measured noise (noise.within_noise: one process against the median)."""
-    recs = rep.evidence["ablation"]
-    if not recs:
-        return None, []
-    key, batch = recs[0]["stage"], recs[0]["batch_size"]
-    full = rep.rec(key, batch) or next(
-        (r for r in rep.evidence["sweep"] if r["stage"] == key and r["batch_size"] == batch), None
-    )
-    tps = decide.throughputs(rep.decisions)
-    runs, floor = tps.get((key, batch)) or ([full["tokens_per_s"]] if _ok(full) else []), noise.noise_floor(tps)
-    drift = (noise.twin_drift(recs, tps) or {}).get("gap", 0.0)  # the same configuration timed in two calls
-    timed_on = {
-        provenance.machine_of(r)
-        for r in rep.decisions
-        if (r["stage"], r["batch_size"]) == (key, batch)
-        and r.get("status") == "ok"
-        and r.get("variant") in record.TIMING_VARIANTS
-    }
-    if runs:
-        full = {**full, "processes": noise.spread(runs)}
-    rows = []
-    for r in recs:
-        ran = bool(runs) and _ok(r)
-        rows.append(
-            {
-                "lever": r.get("lever") or r.get("variant", "").removeprefix("without "),
-                "record": r,
-                "worth": full["processes"]["median"] / r["tokens_per_s"] - 1 if ran else None,
-                "within_noise": noise.within_noise(
-                    runs,
-                    [r["tokens_per_s"]],
-                    floor,
-                    drift if {provenance.machine_of(r)} == timed_on else None,  # another machine: offset unknown
-                )
-                if ran
-                else None,
-            }
-        )
-    # A lever of the configuration whose run is missing (a measurement stopped early) is a row that says so.
-    done = {row["lever"] for row in rows}
-    rows += [
-        {
-            "lever": name,
-            "record": {"status": NOT_MEASURED, "reason": "not measured: no record of this run"},
-            "worth": None,
-        }
-        for name in levers.levers_of(stages.get(key))
-        if name not in done
-    ]
-    return full, rows
-
-
-def ablation_calls_apart(full: dict | None, rows: list[dict]) -> str | None:
-    """'in another device call (date) than ...' where the configuration with all levers and the rows
-    without one finished on different days: their ratio then holds the drift between calls too."""
-    days = {(r["record"].get("finished_at") or "")[:10] for r in rows} - {""}
-    mine = ((full or {}).get("finished_at") or "")[:10]
-    if not mine or not days or days == {mine}:
-        return None
-    return (
-        f"in another device call ({mine}) than the runs without a lever ({', '.join(sorted(days))}), so each "
-        "worth also holds the drift between those calls"
-    )
-
-
-def ablation_html(rep: Report) -> str:
-    full, rows = ablation_rows(rep)
-    if not rows:
-        return none("The leave-one-out ablation was not measured for this report.")
-    p, rec, tps = (full or {}).get("processes"), recommended(rep), decide.throughputs(rep.decisions)
-    around = f"{stages.get(full['stage']).title} at B={full['batch_size']}" if full else ""
-    if full and rec and (rec["stage"], rec["batch_size"]) != (full["stage"], full["batch_size"]):
-        around += f", which was the recommendation when the ablation ran (now B={rec['batch_size']})"
-    shown = [
-        {
-            "removed": f"nothing ({around})",
-            "tok/s": (f"{p['median']:,.0f}" + (f" (median of {p['n']} processes)" if p["n"] > 1 else "")) if p else "",
-            "the lever's worth": "",
-            "allocator GiB": gib(full.get("mem_allocator_bytes")) if full else "",
-        }
-    ]
-    for row in rows:
-        r = row["record"]
-        oom = r["status"] == "oom"  # its allocator peak is where it failed, short of what it asked for
-        shown.append(
-            {
-                "removed": row["lever"],
-                "tok/s": f"{r['tokens_per_s']:,.0f}" if _ok(r) else r["status"].upper().replace("_", " "),
-                "the lever's worth": (
-                    f"{row['worth'] * 100:+.1f} %"
-                    + (
-                        " (within noise)"
-                        if row["within_noise"]
-                        else " (not judged: another machine, offset not measured)"
-                        if row["within_noise"] is None
-                        else ""
-                    )
-                )
-                if row["worth"] is not None
-                else ("does not fit at this batch without it" if oom else short(r.get("reason"))),
-                "allocator GiB": gib(mem := r.get("mem_allocator_bytes")) + (" at failure" if oom and mem else ""),
-            }
-        )
-    return table(shown) + (
-        '<p class="note">Each lever switched off alone'
-        + (f" at B={full['batch_size']}" if full else " at the first row's micro-batch")
-        + ", one process each; its worth is the first row's (every lever on) median tokens/s over the configuration "
-        'without it, minus one, and "within noise" where that lies inside the measured process-to-process spread.'
-        + noise.twin_note(noise.twin_drift(rep.evidence["ablation"], tps), noise.noise_floor(tps))
-        + (f" The first row was timed {apart}." if (apart := ablation_calls_apart(full, rows)) else "")
-        + "</p>"
-    )
 
 
 def micro_steps_text(row: dict) -> str:  # 'B=8' for one step an update, 'B=64 × 8 micro-steps' where they accumulate

@@ -92,11 +92,11 @@ def _fidelity_method(rep: Report) -> str:
             "carry none of them.\n"
         )
     return f"""* **Parity test**, the rule fixed before any number: {parity_view.rule(ev)}. Each run trains at the batch
-  size {_test_batch(ev)} (the run names it) for at most {ev.parity_steps} steps and at most {ev.parity_passes:g}
+  size recommended when {_test_batch(ev)} (the run names it) for at most {ev.parity_steps} steps and at most {ev.parity_passes:g}
   passes over the training text (more would measure how fast the model overfits this corpus), with nanoGPT's
   learning-rate shape (linear warm-up over the first quarter, cosine decay to a tenth), the reference
   accumulating gradients over micro-batches where the matrix did not time it at that batch; its held-out loss
-  is read on {ev.held_out_batches} batches from the last {int(data.HELD_OUT * 100)} % of the corpus, which no run trains on.{_series(rep)}
+  is read on {ev.held_out_batches} batches from the last {int(data.HELD_OUT * 100)} % of the corpus, which no run trains on.{_shared_batch(ev)}{_series(rep)}
 * **Cross-check**: a plain training loop in nanoGPT's form (`lib/train/plain_loop.py`: its own model, only the
   data shared) runs beside the harness at the flash and vocab stages and at the configuration recommended
   when it ran (table below). Its figure is the wall time of its timed steps over their number, the host running ahead of
@@ -110,14 +110,19 @@ def _fidelity_method(rep: Report) -> str:
 
 
 def _test_batch(ev) -> str:
-    """Where the parity runs train, as the report's params state it."""
-    if getattr(ev, "parity_chain_batch", False):
-        return (
-            "recommended when the first test began; a stage that takes over after a test that did not let its stage "
-            "stand is tested at that test's batch (where it was timed there), whatever batch the tie rule then "
-            "recommends for it, so the tests of one report share a batch"
-        )
-    return "recommended when it ran"
+    """When the batch a parity run trains at was recommended, as the report's params state it."""
+    return "the report's first test began" if getattr(ev, "parity_chain_batch", False) else "it ran"
+
+
+def _shared_batch(ev) -> str:
+    """The rule that puts a stage that takes over at the batch of the test before it, where the params state it."""
+    if not getattr(ev, "parity_chain_batch", False):
+        return ""
+    return (
+        " A stage that takes over after a test that did not let its stage stand is tested at that test's batch,"
+        " where it was timed there, whatever batch the tie rule then recommends for it: the tests of one report share"
+        " a batch."
+    )
 
 
 def _series(rep: Report) -> str:

@@ -111,7 +111,7 @@ def why_undecided(c: dict) -> str:
             "the run stopped before the rest"
         )
     if c.get("futile") == "trend" and c["seeds_run"] < c["wanted"]:
-        return f"stopped after {_stopped_after(c)}: {_futile_trend(c)}, so it could not hold"
+        return f"stopped after {_stopped_after(c)}: {_futile_trend(c)}"
     if c.get("futile") and c["seeds_run"] < c["wanted"]:
         return (
             f"stopped after {_stopped_after(c)}: {_futile_cause(c)} would let all {c['wanted']} seeds detect no "

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pandas as pd
 
 from lib.core import stages
-from lib.report import fidelity_view, frontier_view, parity_view
+from lib.report import ablation_view, fidelity_view, frontier_view, parity_view
 from lib.report.loader import ADOPT_ABOVE, CV_LIMIT, ONE_RANK, Report, gib, recommended, span, speedups, widest
 from lib.results import decide, noise, stats
 
@@ -282,7 +282,7 @@ def recommendations(rep: Report) -> list[str]:
         elif med >= ADOPT_ABOVE:
             keep.append(st.title)
             # its worth stated both ways: over the stage it is added to, and on top of every other lever
-            alone = frontier_view.worth_at_recommendation(rep, key)
+            alone = ablation_view.worth_at_recommendation(rep, key)
             out.append(
                 f"**{st.title}**: adopt (median {med:.2f}× over {stages.get(effect['previous']).title}, "
                 "loss within tolerance)"

@@ -10,7 +10,7 @@ import re
 import pandas as pd
 
 from lib.core import record, stages
-from lib.report import fidelity_view, frontier_view, parity_view, size_sweep_view
+from lib.report import ablation_view, fidelity_view, frontier_view, parity_view, size_sweep_view
 from lib.report.loader import ADOPT_ABOVE, Report, mfu_bf16, recommended, span, widest
 from lib.results import decide
 
@@ -30,20 +30,20 @@ GLOSSARY = (
 def _turn_on(rep: Report) -> str | None:
     """The levers of the leave-one-out (around the recommendation when it was measured) that pay
     beyond noise, largest first, or without which the batch does not fit; its batch and processes named."""
-    full, rows = frontier_view.ablation_rows(rep)
+    full, rows = ablation_view.ablation_rows(rep)
     gains = sorted((r for r in rows if r["worth"] is not None and r["worth"] > 0), key=lambda r: -r["worth"])
     paying = [r for r in gains if _pays(r)]
     unjudged = [r for r in gains if r.get("within_noise") is None]  # timed on another machine: offset not measured
     fits = [r["lever"] for r in rows if r["record"].get("status") == record.Status.OOM]
     predicted = [r["lever"] for r in rows if record.predicted_oom(r["record"])]  # from the matrix, not run
     # levers whose leave-one-out has no record (a run cut off before it): named, never silently dropped
-    unmeasured = [r["lever"] for r in rows if r["record"].get("status") == frontier_view.NOT_MEASURED]
+    unmeasured = [r["lever"] for r in rows if r["record"].get("status") == ablation_view.NOT_MEASURED]
     if not paying and not fits and not predicted and not unjudged:
         return f"**Turn on:** not decided: no leave-one-out record for {', '.join(unmeasured)}." if unmeasured else None
     batch, n = full["batch_size"], full.get("processes", {}).get("n", 1)
 
     def worth(r):  # where the stage that adds the lever was neutral in the matrix, say so beside its worth here
-        key = frontier_view.row_stage(rep, r)
+        key = ablation_view.row_stage(rep, r)
         effect = decide.lever_effect(rep.df, key) if key else None
         neutral = (
             effect is not None
@@ -70,8 +70,13 @@ def _turn_on(rep: Report) -> str | None:
         parts.append(f"Without any one of these, B={batch} does not fit: {'; '.join(map(plain_lever, fits))}.")
     if predicted:
         parts.append(
-            f"Without any one of these, B={batch} would not fit, as the matrix predicts, so they were not run: "
-            f"{'; '.join(map(plain_lever, predicted))}."
+            (f"Without {plain_lever(predicted[0])}" if len(predicted) == 1 else "Without any one of these")
+            + f", B={batch} would not fit, as the matrix predicts, so "
+            + (
+                "it was not run."
+                if len(predicted) == 1
+                else f"they were not run: {'; '.join(map(plain_lever, predicted))}."
+            )
         )
     # Levers the recommendation keeps whose worth is within noise, or unjudged and not paying: named, so page 1
     # lists every switch its code has
@@ -82,7 +87,7 @@ def _turn_on(rep: Report) -> str | None:
             parts.append(
                 f"{words}, kept as the recommendation has them: " + "; ".join(quiet_item(r) for r in quiet) + "."
             )
-    apart = frontier_view.ablation_calls_apart(full, rows)
+    apart = ablation_view.ablation_calls_apart(full, rows)
     parts.append(
         f"Each figure is what {in_sentence(plain_lever(stages.get(full['stage']).title))} at B={batch} gives over the same without "
         f"that lever alone, leave-one-out: {'one process' if n == 1 else f'the median of {n} processes'} with all "
@@ -128,7 +133,7 @@ def _pays(row: dict) -> bool:
 
 def _paying(rep: Report) -> set[str]:
     """The stages whose lever the leave-one-out at the recommendation finds paying beyond noise (the Turn-on line)."""
-    return {frontier_view.row_stage(rep, r) for r in frontier_view.ablation_rows(rep)[1] if _pays(r)}
+    return {ablation_view.row_stage(rep, r) for r in ablation_view.ablation_rows(rep)[1] if _pays(r)}
 
 
 def _skip(rep: Report) -> str | None:
@@ -239,8 +244,8 @@ def code_lines(rep: Report) -> list[tuple[str, str]]:
     best = recommended(rep)
     if best is None:
         return []
-    full, rows = frontier_view.ablation_rows(rep)
-    by_stage = {k: r for r in rows if (k := frontier_view.row_stage(rep, r))}
+    full, rows = ablation_view.ablation_rows(rep)
+    by_stage = {k: r for r in rows if (k := ablation_view.row_stage(rep, r))}
     keys = [k for k in decide.lineage(best["stage"])[1:] if stages.get(k).switch]
 
     def rank(k: str) -> tuple:  # does not fit without it; pays beyond noise; the rest by worth; no worth at all
@@ -255,9 +260,9 @@ def code_lines(rep: Report) -> list[tuple[str, str]]:
         r, title = by_stage.get(k), stages.get(k).title
         if r is None:
             return f"# {title}: not in the leave-one-out"
-        if r["record"].get("status") == frontier_view.NOT_MEASURED:
+        if r["record"].get("status") == ablation_view.NOT_MEASURED:
             return f"# {title}: worth not measured (no leave-one-out record)"
-        worth = frontier_view.worth_text(r, full["batch_size"])
+        worth = ablation_view.worth_text(r, full["batch_size"])
         if worth is None:
             return f"# {title}: worth unknown, its leave-one-out {r['record'].get('status', '').replace('_', ' ')}"
         return f"# {title}: {worth}{lever_parts(r['lever'])[1]}"  # a joint row says what went with it
