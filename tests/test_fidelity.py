@@ -209,7 +209,7 @@ def test_between_batch_sizes_within_noise_the_recommendation_takes_the_smaller_m
 
     line = prose.tie_call(best)
     other = 4 if expected == 2 else 2
-    assert f"Against B={other} it is" in line and f"({spread * 100:.2f} %, the larger of their" in line
+    assert f"Against B={other} it is" in line and f"their noise of {spread * 100:.2f} %" in line
     assert line.endswith("a tie, settled by memory." if expected == 2 else "not a tie.")
     if expected == 4:  # beyond the two's own noise, within a wider floor: that reading stands beside the call
         assert "Against the report's noise floor (5.00 %" in prose.tie_call(best, 0.05)

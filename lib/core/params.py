@@ -85,6 +85,7 @@ class Evidence:
     parity_noise_seeds: int | None = None  # the seeds that run both stages twice (None: every seed)
     parity_futility_pairs: int | None = None  # pairs a futility stop needs (None: its noise seeds, as before)
     parity_futility_trend: bool = False  # the futility stop by the seeds' trend too (False: a folder measured before)
+    batch_min_gain: float | None = None  # a batch size must be faster by more than this to beat a smaller (None: noise)
     parity_chain_batch: bool = False  # a stage that takes over is tested at the rejected test's batch (False: its own)
     sweep_oom_margin: float | None = None  # predicted memory beyond the device's by this fraction: not swept
 

@@ -9,7 +9,7 @@ import html
 import numpy as np
 
 from lib.core import kernel_categories, record, stages
-from lib.report import export, parity_view
+from lib.report import export, fidelity_view, parity_view
 from lib.report.charts import save, style
 from lib.report.evidence_view import OK, none, table
 from lib.report.loader import LAYERS, GiB, Report, gib, price_per_gpu_hour, recommended
@@ -95,13 +95,15 @@ def _batch_call(rep: Report, key: str, batch: int) -> str:
     if not tps.get((key, batch)) or not rivals:
         return ""
     other = max(rivals, key=lambda b: float(np.median(tps[(key, b)])))
-    a = decide.against(rep.decisions, tps, (key, batch), (key, other))
+    a = decide.against(
+        rep.decisions, tps, (key, batch), (key, other), getattr(rep.params.evidence, "batch_min_gain", None)
+    )
     if a["band"] is None:
         return ""
     gap = a["ratio"] - 1
     return (
         f", tested at its sweep's choice, B={batch} ({abs(gap) * 100:.2f} % {'faster' if gap >= 0 else 'slower'} "
-        f"than B={other}, {'within' if a['tie'] else 'beyond'} their noise of {a['band'] * 100:.2f} %"
+        f"than B={other}, {'within' if a['tie'] else 'beyond'} {fidelity_view.tie_basis(a)}"
         + (": a tie, settled by memory)," if a["tie"] and gap < 0 else "),")
     )
 

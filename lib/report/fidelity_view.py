@@ -174,13 +174,29 @@ def repeats_html(rep: Report) -> str:
 
 
 # How decide.best_config chooses among the batch sizes of the recommended stage (the method states it).
-BATCH_TIE_RULE = (
-    "the fastest batch size of the recommended stage by its median tokens/s, unless another batch size "
-    "of that stage, timed in at least two processes, lies within the noise of the two figures compared "
-    "(the larger of their own process-to-process ranges, widened to the spread between machines where "
-    "they were timed on different ones): that is a tie, and a tie goes to the batch size that needs the "
-    "least memory."
-)
+def batch_tie_rule(ev) -> str:
+    """The tie rule between batch sizes, as the report's params state it (evidence.batch_min_gain)."""
+    gain = getattr(ev, "batch_min_gain", None)
+    return (
+        "the fastest batch size of the recommended stage by its median tokens/s, unless another batch size "
+        "of that stage, timed in at least two processes, lies within the noise of the two figures compared "
+        "(the larger of their own process-to-process ranges, widened to the spread between machines where "
+        "they were timed on different ones)"
+        + (
+            f" or within {gain * 100:g} % of it (a smaller gain need not repeat on the next GPU of the kind)"
+            if gain
+            else ""
+        )
+        + ": that is a tie, and a tie goes to the batch size that needs the least memory."
+    )
+
+
+def tie_basis(a: dict) -> str:
+    """What a tie call between two batch sizes (decide.against) was judged against, in words."""
+    gain = a.get("min_gain") or 0.0
+    if gain > a["band"]:
+        return f"the {gain * 100:g} % a batch size must gain (their noise: {a['band'] * 100:.2f} %)"
+    return f"their noise of {a['band'] * 100:.2f} %"
 
 
 def noise_sentence(rep: Report) -> str:

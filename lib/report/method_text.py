@@ -105,7 +105,7 @@ def _fidelity_method(rep: Report) -> str:
 * **Repeats and noise**: the recommended configuration, its runner-up and both sides of the timing claims
   the runs knew of run in a second fresh process{fidelity_view.repeats_rule(ev)} (the section "Process-to-process spread" below says which);
   {fidelity_view.noise_sentence(rep)}
-* **Batch size**, the tie rule fixed before any number: {fidelity_view.BATCH_TIE_RULE}
+* **Batch size**, the tie rule fixed before any number: {fidelity_view.batch_tie_rule(ev)}
 """
 
 

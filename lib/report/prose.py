@@ -366,7 +366,4 @@ def tie_call(best: dict, floor: float | None = None) -> str:
         if not tie and floor is not None and abs(a["ratio"] - 1) <= floor
         else ""
     )
-    return (
-        f" {gap}, {'within' if tie else 'beyond'} the noise of the two ({a['band'] * 100:.2f} %, the larger of their "
-        f"process-to-process ranges): {call}.{other}"
-    )
+    return f" {gap}, {'within' if tie else 'beyond'} {fidelity_view.tie_basis(a)}: {call}.{other}"

@@ -266,18 +266,19 @@ def best_config(records: list[dict], params: Params, eligible=None) -> dict | No
     if not ranked:
         return None
     tps = throughputs(records)
-    floor = decision_floor(records, tps)
+    floor, gain = decision_floor(records, tps), getattr(params.evidence, "batch_min_gain", None)
     best = ranked[0]
     same_speed = [
         r
         for r in ranked
         if r["stage"] == best["stage"]
         and (r is best or len(tps[(r["stage"], r["batch_size"])]) > 1)
-        and within_noise(
+        and ties(
             tps[(r["stage"], r["batch_size"])],
             tps[(best["stage"], best["batch_size"])],
             floor,
             across_machines(records),
+            gain,
         )
     ]
     pick = min(
@@ -299,18 +300,32 @@ def best_config(records: list[dict], params: Params, eligible=None) -> dict | No
         **pick,
         "processes": spread(tps[mine]),
         "chosen_over": None if pick is best else {"stage": best["stage"], "batch_size": best["batch_size"]},
-        "against": None if rival is None else against(records, tps, mine, (rival["stage"], rival["batch_size"])),
+        "against": None if rival is None else against(records, tps, mine, (rival["stage"], rival["batch_size"]), gain),
     }
 
 
-def against(records: list[dict], tps: dict, mine: tuple, theirs: tuple) -> dict:
+def against(records: list[dict], tps: dict, mine: tuple, theirs: tuple, min_gain: float | None = None) -> dict:
     """The tie rule's call between two configurations (stage, batch) timed in several processes: the batch size of
-    `theirs`, the ratio of the medians (mine over theirs), the noise it is judged against and whether they tie."""
+    `theirs`, the ratio of the medians (mine over theirs), the noise it is judged against, the least gain that
+    counts (evidence.batch_min_gain) and whether they tie."""
     floor, across = decision_floor(records, tps), across_machines(records)
     a, b = tps[mine], tps[theirs]
     return {
         "batch_size": theirs[1],
         "ratio": float(np.median(a)) / float(np.median(b)),
         "band": band(a, b, floor, across),
-        "tie": within_noise(a, b, floor, across),
+        "min_gain": min_gain,
+        "tie": ties(a, b, floor, across, min_gain),
     }
+
+
+def ties(
+    a: list[float], b: list[float], floor: float | None, across: float | None, min_gain: float | None
+) -> bool | None:
+    """The tie rule between two batch sizes' throughputs: within their noise (noise.within_noise), or, with
+    `min_gain`, no more than that fraction apart (a gain the next H100 may not repeat). None where the noise is
+    unknown."""
+    within = within_noise(a, b, floor, across)
+    if within is None or within or min_gain is None:
+        return within
+    return abs(float(np.median(a)) / float(np.median(b)) - 1) <= min_gain
