@@ -3,6 +3,8 @@ folder from synthetic records (no measurement), then flips the data and checks t
 
 from __future__ import annotations
 
+import html
+
 import re
 from html import escape, unescape
 
@@ -763,6 +765,20 @@ def test_a_long_table_repeats_its_header_on_every_pdf_page(pipeline_ok):
     text = claims.html(loader.load(pipeline_ok.report_dir))
     assert text.startswith('<table class="claims with-check"><thead><tr><th>Claim</th>')
     assert "</tr></thead><tbody><tr>" in text and "</tbody></table>" in text
+
+
+def test_the_pdf_shows_the_check_under_each_claim_s_verdict(pipeline_ok):
+    """The H100 reviewer of reports/h100 (77b616d): 'padding gives 1.56x to 1.63x' read confirmed at 1.53x, and no
+    PDF page gave the range it was tested against (1.53x to 1.66x): the check column is the HTML's alone. Under each
+    verdict the PDF now prints the check it applied."""
+    from lib.report import claims
+
+    rep = loader.load(pipeline_ok.report_dir)
+    table = claims.for_report(rep)
+    text = claims.html(rep)
+    checked = [r for r in table.itertuples() if r.check]
+    assert checked and all(f'<small class="print-only">{html.escape(r.check)}</small>' in text for r in checked)
+    assert "Under each verdict, the check it applied" in text
 
 
 def test_the_batch_sweep_s_throughput_axis_starts_at_zero(pipeline_ok, monkeypatch):

@@ -191,7 +191,9 @@ def html(rep, path=CLAIMS) -> str:
     )
     rows = "".join(
         f"<tr><td>{_html.escape(r.claim)} <small>[{r.source}]</small></td><td>{_html.escape(r.check)}</td><td>{_html.escape(r.measured or '—')}</td>"
-        f'<td><span class="{CSS[r.verdict]}">{r.verdict}</span></td></tr>'
+        f'<td><span class="{CSS[r.verdict]}">{r.verdict}</span>'
+        + (f'<small class="print-only">{_html.escape(r.check)}</small>' if r.check else "")
+        + "</td></tr>"
         for r in t.itertuples()
     )
     return (
@@ -204,6 +206,6 @@ def html(rep, path=CLAIMS) -> str:
         "figure, the compiled one beside it; a claim about FP8 rests on the fastest FP8 form at the report's model, "
         f"the other forms and sizes beside it. Claims, thresholds and these rules: <code>params/claims.yaml</code>; "
         f"sources: {sources_html(path)}.</p>"
-        '<p class="print-only note">The check each verdict applies (what would confirm the claim) is a column of '
-        "this table in the HTML report.</p>"
+        '<p class="print-only note">Under each verdict, the check it applied: what would confirm the claim (a '
+        "column of this table in the HTML report).</p>"
     )
