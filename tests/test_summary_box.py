@@ -310,7 +310,7 @@ def test_a_chart_names_a_stage_not_applicable_on_this_host_as_such(tmp_path):
 def test_a_lever_predicted_to_be_needed_for_the_batch_to_fit_is_named_so_and_its_code_comes_first(
     tmp_path, monkeypatch
 ):
-    """The ablation leaves out a run the matrix predicts would run out of memory (lib/run/recipe.py predicted_oom):
+    """The ablation leaves out a run the matrix predicts would run out of memory (lib/run/recipe.py removal_cannot_fit):
     page 1 names the lever as one without which the batch would not fit, says it was not run, and puts its line of
     code first, as it does for one that ran out of memory."""
     rep = _report(tmp_path, tf32_ms=80.0)

@@ -27,9 +27,14 @@ TIMING_VARIANTS = (None, "batch sweep", "repeat")  # records that time a (stage,
 PREDICTED_OOM = "not measured: predicted out of memory"
 
 
-def predicted_oom(rec: dict) -> bool:
+def is_predicted_oom(rec: dict) -> bool:
     """Whether `rec` is a configuration not measured because the memory measured before it says it cannot fit."""
     return rec.get("status") == Status.NOT_APPLICABLE and str(rec.get("reason", "")).startswith(PREDICTED_OOM)
+
+
+def cannot_fit(rec: dict) -> bool:
+    """Whether `rec` ran out of memory, or was not run because it was predicted to."""
+    return rec.get("status") == Status.OOM or is_predicted_oom(rec)
 
 
 # Why a run.json entry left 'running' ended: its process is gone without closing it (lib/run/run_log.py settles it

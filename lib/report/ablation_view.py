@@ -5,7 +5,7 @@ rows that did not run and why. From the report folder's records only."""
 from __future__ import annotations
 
 from lib.core import levers, provenance, record, stages
-from lib.report.evidence_view import OK, none, table
+from lib.report.evidence_view import none, ok, table
 from lib.report.loader import Report, gib, recommended, short
 from lib.results import decide, noise
 
@@ -14,10 +14,6 @@ PREDICTED_NOTE = (
     " stage that added it ran there, the stage before it ran out of memory)."
 )
 NOT_MEASURED = "not_measured"  # the status of a leave-one-out row whose run has no record (a run cut off before it)
-
-
-def _ok(r: dict | None) -> bool:
-    return bool(r) and r.get("status") in OK
 
 
 def row_stage(rep: Report, row: dict) -> str | None:
@@ -44,8 +40,8 @@ def worth_at_recommendation(rep: Report, key: str) -> str | None:
 
 def worth_text(row: dict, batch: int) -> str | None:
     """A leave-one-out row's worth in words ('+4.8 % at B=96', 'without it B=96 does not fit'), or None."""
-    if (status := row["record"].get("status")) == record.Status.OOM or record.predicted_oom(row["record"]):
-        return f"without it B={batch} {'does not fit' if status == 'oom' else 'would not fit, predicted'}"
+    if record.cannot_fit(r := row["record"]):
+        return f"without it B={batch} " + ("would not fit, predicted" if record.is_predicted_oom(r) else "does not fit")
     noise = {True: ", within noise", False: ""}.get(row.get("within_noise"), ", not judged against noise")
     return None if row["worth"] is None else f"{row['worth'] * 100:+.1f} % at B={batch}{noise}"
 
@@ -63,7 +59,7 @@ def ablation_rows(rep: Report) -> tuple[dict | None, list[dict]]:
         (r for r in rep.evidence["sweep"] if r["stage"] == key and r["batch_size"] == batch), None
     )
     tps = decide.throughputs(rep.decisions)
-    runs, floor = tps.get((key, batch)) or ([full["tokens_per_s"]] if _ok(full) else []), noise.noise_floor(tps)
+    runs, floor = tps.get((key, batch)) or ([full["tokens_per_s"]] if ok(full) else []), noise.noise_floor(tps)
     drift = (noise.twin_drift(recs, tps) or {}).get("gap", 0.0)  # the same configuration timed in two calls
     timed_on = {
         provenance.machine_of(r)
@@ -76,7 +72,7 @@ def ablation_rows(rep: Report) -> tuple[dict | None, list[dict]]:
         full = {**full, "processes": noise.spread(runs)}
     rows = []
     for r in recs:
-        ran = bool(runs) and _ok(r)
+        ran = bool(runs) and ok(r)
         rows.append(
             {
                 "lever": r.get("lever") or r.get("variant", "").removeprefix("without "),
@@ -123,14 +119,14 @@ NOISE_NOTE = {True: " (within noise)", None: " (not judged: another machine, off
 
 
 def _status_cell(r: dict) -> str:
-    return "NOT RUN" if record.predicted_oom(r) else r["status"].upper().replace("_", " ")
+    return "NOT RUN" if record.is_predicted_oom(r) else r["status"].upper().replace("_", " ")
 
 
 def _no_worth(r: dict) -> str:
     """Why a leave-one-out row has no worth, in a few words (a whole reason would widen the table past the page)."""
     if r["status"] == "oom":
         return "does not fit at this batch without it"
-    return "predicted not to fit at this batch without it" if record.predicted_oom(r) else short(r.get("reason"))
+    return "predicted not to fit at this batch without it" if record.is_predicted_oom(r) else short(r.get("reason"))
 
 
 def ablation_html(rep: Report) -> str:
@@ -155,7 +151,7 @@ def ablation_html(rep: Report) -> str:
         shown.append(
             {
                 "removed": row["lever"],
-                "tok/s": f"{r['tokens_per_s']:,.0f}" if _ok(r) else _status_cell(r),
+                "tok/s": f"{r['tokens_per_s']:,.0f}" if ok(r) else _status_cell(r),
                 "the lever's worth": f"{row['worth'] * 100:+.1f} %{NOISE_NOTE[row['within_noise']]}"
                 if row["worth"] is not None
                 else _no_worth(r),
@@ -167,7 +163,7 @@ def ablation_html(rep: Report) -> str:
         + (f" at B={full['batch_size']}" if full else " at the first row's micro-batch")
         + ", one process each; its worth is the first row's (every lever on) median tokens/s over the configuration "
         'without it, minus one, and "within noise" where that lies inside the measured process-to-process spread.'
-        + (PREDICTED_NOTE if any(record.predicted_oom(r["record"]) for r in rows) else "")
+        + (PREDICTED_NOTE if any(record.is_predicted_oom(r["record"]) for r in rows) else "")
         + noise.twin_note(noise.twin_drift(rep.evidence["ablation"], tps), noise.noise_floor(tps))
         + (f" The first row was timed {apart}." if (apart := ablation_calls_apart(full, rows)) else "")
         + "</p>"

@@ -59,7 +59,7 @@ def sweep_html(rep: Report) -> str:
             notes.append(f"{stages.get(key).title}: {heir}")
             continue
         oom = next((r["batch_size"] for r in pts if r["status"] == "oom"), None)
-        predicted = next((r for r in pts if _predicted(r)), None)
+        predicted = next((r for r in pts if record.is_predicted_oom(r)), None)
         last = max(r["batch_size"] for r in pts)
         largest = max((r["batch_size"] for r in pts if r["status"] in OK), default=None)
         notes.append(
@@ -123,12 +123,8 @@ def _inherited(rep: Report, key: str, sweeps: dict) -> str | None:
     return None
 
 
-def _predicted(r: dict) -> bool:
-    return record.predicted_oom(r)
-
-
 def _not_timed(r: dict) -> str:
-    return "predicted OOM" if _predicted(r) else r["status"].upper().replace("_", " ")
+    return "predicted OOM" if record.is_predicted_oom(r) else r["status"].upper().replace("_", " ")
 
 
 def plot_sweep(rep: Report):

@@ -16,6 +16,11 @@ from lib.report.loader import DEVICE_PEAK, LAYERS, GiB, Report, best_single_gpu,
 OK = ("ok", "diverged")
 
 
+def ok(r: dict | None) -> bool:
+    """Whether `r` is a record that timed its steps (status ok or diverged)."""
+    return bool(r) and r.get("status") in OK
+
+
 def table(rows: list[dict], cls: str = "matrix") -> str:
     """Rows of formatted cells; a cell a row does not have (a stage with no profile) is blank, never NaN."""
     return pd.DataFrame(rows).fillna("").to_html(index=False, escape=False, classes=cls, border=0) if rows else ""

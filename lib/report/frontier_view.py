@@ -10,17 +10,13 @@ import numpy as np
 
 from lib.core import config, stages
 from lib.core.kernel_categories import CATEGORIES
-from lib.report.evidence_view import OK, none, table
+from lib.report.evidence_view import none, ok, table
 from lib.report.fidelity_view import repeats_rule
 from lib.report.loader import Report, gib, recommended, short
 from lib.results import decide
 
 # This project's aim for a profile (about 54 % MFU of the H100's bf16 dense peak), shown as a distance.
 TARGET_TOKENS_PER_S = {"h100": 620_000}
-
-
-def _ok(r: dict | None) -> bool:
-    return bool(r) and r.get("status") in OK
 
 
 def sdpa_html(rep: Report) -> str:
@@ -30,7 +26,7 @@ def sdpa_html(rep: Report) -> str:
     batch = forced[0]["batch_size"]
     default = rep.rec("flash", batch)
     rows = []
-    if _ok(default):
+    if ok(default):
         rows.append(
             {
                 "SDPA backend": f"PyTorch's choice ({default.get('sdpa_backend') or 'unknown'})",
@@ -42,7 +38,7 @@ def sdpa_html(rep: Report) -> str:
         )
     for r in forced:
         name = r.get("variant", "").removeprefix("SDPA ")
-        if not _ok(r):
+        if not ok(r):
             rows.append(
                 {
                     "SDPA backend": f"{name} (forced)",
@@ -58,7 +54,7 @@ def sdpa_html(rep: Report) -> str:
                 "SDPA backend": f"{name} (forced)",
                 "ms/step": f"{r['median_ms']:.1f}",
                 "tok/s": f"{r['tokens_per_s']:,.0f}",
-                "× PyTorch's choice": f"{r['tokens_per_s'] / default['tokens_per_s']:.2f}×" if _ok(default) else "",
+                "× PyTorch's choice": f"{r['tokens_per_s'] / default['tokens_per_s']:.2f}×" if ok(default) else "",
                 "allocator GiB": gib(r.get("mem_allocator_bytes")),
             }
         )
@@ -84,7 +80,7 @@ def ce_filter_html(rep: Report) -> str:
     ):
         if not r:
             continue
-        ran = _ok(r)
+        ran = ok(r)
         rows.append(
             {
                 "loss": label,
@@ -101,7 +97,7 @@ def ce_filter_html(rep: Report) -> str:
 
 
 def _group(recs: list[dict], role: str) -> list[dict]:
-    return [r for r in recs if r.get("variant") == f"recipe: {role}" and _ok(r)]
+    return [r for r in recs if r.get("variant") == f"recipe: {role}" and ok(r)]
 
 
 def recipe_rows(rep: Report) -> list[dict]:
@@ -224,10 +220,10 @@ def versus_html(rep: Report, key: str, others: tuple[str, ...]) -> str:
     batches = sorted({r["batch_size"] for r in rep.records if r["stage"] == key})
     rows = []
     for b in batches:
-        base = decide.median_of(tps, keys[0], b, r0["tokens_per_s"]) if _ok(r0 := rep.rec(keys[0], b)) else None
+        base = decide.median_of(tps, keys[0], b, r0["tokens_per_s"]) if ok(r0 := rep.rec(keys[0], b)) else None
         for k in keys:
             r = rep.rec(k, b)
-            if not _ok(r):
+            if not ok(r):
                 continue
             cats, t = (
                 (r.get("kernel_profile") or {}).get("categories") or {},

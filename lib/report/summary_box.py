@@ -35,7 +35,7 @@ def _turn_on(rep: Report) -> str | None:
     paying = [r for r in gains if _pays(r)]
     unjudged = [r for r in gains if r.get("within_noise") is None]  # timed on another machine: offset not measured
     fits = [r["lever"] for r in rows if r["record"].get("status") == record.Status.OOM]
-    predicted = [r["lever"] for r in rows if record.predicted_oom(r["record"])]  # from the matrix, not run
+    predicted = [r["lever"] for r in rows if record.is_predicted_oom(r["record"])]  # from the matrix, not run
     # levers whose leave-one-out has no record (a run cut off before it): named, never silently dropped
     unmeasured = [r["lever"] for r in rows if r["record"].get("status") == ablation_view.NOT_MEASURED]
     if not paying and not fits and not predicted and not unjudged:
@@ -250,7 +250,7 @@ def code_lines(rep: Report) -> list[tuple[str, str]]:
 
     def rank(k: str) -> tuple:  # does not fit without it; pays beyond noise; the rest by worth; no worth at all
         r = by_stage.get(k)
-        if r is not None and (r["record"].get("status") == record.Status.OOM or record.predicted_oom(r["record"])):
+        if r is not None and record.cannot_fit(r["record"]):
             return (0, 0.0)
         if r is None or r["worth"] is None:
             return (3, 0.0)

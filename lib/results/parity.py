@@ -322,7 +322,8 @@ def trend_futile(intervals: dict, pairs: int, evidence: Evidence) -> bool:
     the mean and spread of a loss's paired differences so far to hold, all evidence.parity_seeds seeds would leave
     its upper bound above the margin: the test could not hold, only spend device time. Only for folders measured
     with evidence.parity_futility_trend (the rule is stated before the numbers)."""
-    if not getattr(evidence, "parity_futility_trend", False) or pairs < (futility_pairs(evidence) or pairs + 1):
+    needed = futility_pairs(evidence)
+    if not getattr(evidence, "parity_futility_trend", False) or needed is None or pairs < needed:
         return False
     bounds = [projected_bound(i, evidence.parity_seeds, evidence.parity_confidence) for i in intervals.values()]
     return any(b is not None and b > evidence.parity_margin for b in bounds)

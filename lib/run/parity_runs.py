@@ -28,12 +28,7 @@ def parity_jobs(params: Params, report_dir) -> list[dict]:
         return []
     key, batch = best["stage"], chain_batch(recs, params, best)
     ref = stages.get(key).reference
-    fits = [
-        r["batch_size"]
-        for r in recs
-        if r["stage"] == ref and r.get("status") == record.Status.OK and r.get("variant") in record.TIMING_VARIANTS
-    ]  # timed at that batch in one go, not a parity run
-    largest = max(fits) if fits else batch
+    largest = max(timed_batches(recs, ref), default=batch)  # timed at that batch in one go, not a parity run
     micro = next(k for k in range(1, batch + 1) if batch % k == 0 and batch // k <= largest)
     return parity_plan(params, env, report_dir, key, batch, micro)
 
@@ -47,19 +42,21 @@ def inherited_batch(recs: list[dict], params: Params) -> int | None:
 
 def chain_batch(recs: list[dict], params: Params, best: dict) -> int:
     """The batch size the parity test of `best` runs at: with evidence.parity_chain_batch, inherited_batch where the
-    stage was timed there; else `best`'s own. One batch for every test of a report: the tie rule may recommend another batch of the stage that
-    takes over, and a test there would run more steps on the same tokens (on an H100 the loss-only forward's test
-    moved from B=96 to B=64 on a 1.2 % near-tie between two machines, and stopped there on a spread its B=96 test
-    did not have: reports/probes/warm-h100-2026-11-26)."""
+    stage was timed there; else `best`'s own. One batch for every test of a report: the tie rule may recommend
+    another batch of the stage that takes over, and a test there would run more steps on the same tokens (on an H100
+    the loss-only forward's test moved from B=96 to B=64 on a 1.2 % near-tie between two machines, and stopped there
+    on a spread its B=96 test did not have: reports/probes/warm-h100-2026-11-26)."""
     earlier = inherited_batch(recs, params) if getattr(params.evidence, "parity_chain_batch", False) else None
-    timed = {
+    return earlier if earlier in timed_batches(recs, best["stage"]) else best["batch_size"]
+
+
+def timed_batches(recs: list[dict], stage: str) -> set[int]:
+    """The batch sizes `stage` was timed at (matrix, sweep or repeat), completed."""
+    return {
         r["batch_size"]
         for r in recs
-        if r["stage"] == best["stage"]
-        and r.get("status") == record.Status.OK
-        and r.get("variant") in record.TIMING_VARIANTS
+        if r["stage"] == stage and r.get("status") == record.Status.OK and r.get("variant") in record.TIMING_VARIANTS
     }
-    return earlier if earlier in timed else best["batch_size"]
 
 
 def measure(params: Params, report_dir, force: bool = False) -> None:

@@ -118,11 +118,11 @@ def ablation_jobs(params: Params, report_dir, best: dict) -> list[dict]:
                 energy=False,
             )
         )
-        jobs[-1]["not_applicable"] = predicted_oom(name, stage, batch, matrix)
+        jobs[-1]["not_applicable"] = removal_cannot_fit(name, stage, batch, matrix)
     return jobs
 
 
-def predicted_oom(lever: str, stage, batch: int, matrix: list[dict]) -> str | None:
+def removal_cannot_fit(lever: str, stage, batch: int, matrix: list[dict]) -> str | None:
     """Why the configuration without `lever` is not worth a process, or None: in the matrix, the lever is what made a
     batch no larger than this one fit (the stage that added it ran there, the stage before it ran out of memory).
     On an H100 the run without SDPA attention at B=64 compiled for 36 s and then ran out of memory, as the matrix's
