@@ -616,3 +616,25 @@ def test_a_lever_that_made_the_batch_fit_in_the_matrix_is_not_removed_in_a_proce
     monkeypatch.setattr(recipe.runner, "_launcher", lambda env: pytest.fail("no process for a predicted OOM"))
     rec = recipe.runner.measure_jobs([jobs["without SDPA attention"]], {"device": {"backend": "cpu"}})
     assert [r["status"] for r in rec.values()] == [record.Status.NOT_APPLICABLE]
+
+
+def test_a_leave_one_out_row_belongs_to_the_stage_that_adds_its_lever_even_where_two_share_a_switch():
+    """The FP8 classifier and cut-cross-entropy both set `loss`: the classifier's row was read as cut-cross-entropy's
+    (the first stage whose loss differed from the stage before it), so page 1 would have put the classifier's worth
+    on the wrong line had it been recommended. The row now goes where levers.introduced_by puts it, the rule the
+    ablation's runs use; every other lever lands where it did."""
+    from types import SimpleNamespace
+
+    rep = SimpleNamespace(stage_order=list(stages.ORDER))
+    expected = {
+        "FP8 classifier (fused)": "fp8_classifier",
+        "fused linear cross-entropy": "fused_ce",
+        "padded vocabulary (and FP8 classifier (fused), which needs it)": "vocab",
+        "BF16 autocast (and BF16 residual stream, which needs it)": "bf16",
+        "SDPA attention": "flash",
+        "torch.compile": "compile",
+        "FP8 lm_head (torchao)": "fp8_head",
+        "loss-only forward": "loss_only",
+        "not a lever": None,
+    }
+    assert {lever: ablation_view.row_stage(rep, {"lever": lever}) for lever in expected} == expected

@@ -62,6 +62,6 @@ def levers_of(stage) -> dict[str, dict]:
 
 def introduced_by(label: str, chain: list):
     """The first stage of `chain` (a lineage, first stage first) that uses the lever a levers_of label names (the
-    lever itself, not those that need it); None where none does."""
-    name = next(n for n in LEVERS if label == n or label.startswith(f"{n} (and "))
-    return next((s for s in chain if _uses(s, name)), None)
+    lever itself, not those that need it); None where none does or the label names no lever."""
+    name = next((n for n in LEVERS if label == n or label.startswith(f"{n} (and ")), None)
+    return next((s for s in chain if _uses(s, name)), None) if name else None

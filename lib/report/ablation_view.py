@@ -18,17 +18,9 @@ NOT_MEASURED = "not_measured"  # the status of a leave-one-out row whose run has
 
 def row_stage(rep: Report, row: dict) -> str | None:
     """The report's stage that adds the lever of a leave-one-out row (its name may add "(and ..., which needs
-    it)"): the first whose switches differ from the stage it is added to."""
-    off = levers.LEVERS.get(row["lever"].split(" (and ")[0], {})
-    return next(
-        (
-            k
-            for k in rep.stage_order[1:]
-            if decide.previous_stage(k)
-            and any(getattr(stages.get(k), f) != getattr(stages.get(decide.previous_stage(k)), f) for f in off)
-        ),
-        None,
-    )
+    it)"): the first of the report's stages that uses it (levers.introduced_by, which the ablation's runs read too)."""
+    added = levers.introduced_by(row["lever"], [stages.get(k) for k in rep.stage_order])
+    return added.key if added else None
 
 
 def worth_at_recommendation(rep: Report, key: str) -> str | None:
