@@ -303,92 +303,91 @@ def test_compiled_padding_has_a_control_with_inductors_own_shape_padding_off(tmp
         inductor.shape_padding = before
 
 
-def test_the_plain_loop_cross_checks_only_the_recommendation_its_parity_test_let_stand(tmp_path, monkeypatch):
-    """The parity test runs right after the sweep and its repeats; the plain loop's cross-check (a process of its
-    own) waits for the stage the test lets stand. Seen on an H100: the FP8 lm_head's test came back undecided and
-    the cross-check spent on it served nothing. The stage that takes over is measured at the batch size the first
-    sweep chose (a sweep of its own cost 2 cold compiles and a new reference side of the parity test)."""
+def _flow(monkeypatch, params, tmp_path, outcomes):
+    """measure_chapter('batch_sweep') with its measurements stubbed: `outcomes` maps a tested stage to whether its
+    parity test holds; the order of the stages, fastest first, is the order of `outcomes`. Returns the calls."""
     from lib.results import store
-    from lib.run import parity_runs, recipe, runner
+    from lib.run import parity_runs, recipe, repeat_runs, runner
 
-    params = tiny_params(["fp32", "loss_only", "fp8_head"], batch_sizes=(2,))
-    order = iter([{"stage": "fp8_head", "batch_size": 2}, {"stage": "loss_only", "batch_size": 2}])
-    state = {"best": next(order)}
+    order = list(outcomes)
+    state = {"left": list(order)}
     calls = []
+
+    def best(recs, p):
+        return {"stage": state["left"][0], "batch_size": 2} if state["left"] else None
+
+    def parity(p, d, force=False):
+        stage = state["left"][0]
+        calls.append(("parity", stage))
+        if not outcomes[stage]:
+            state["left"].pop(0)  # its test did not hold: the next stage leads
+
     monkeypatch.setattr(runner, "environment", lambda report_dir: {"device": {"backend": "cpu"}})
-    monkeypatch.setattr(evidence, "batch_sweep", lambda *a, **k: calls.append(("sweep", k.get("only"))) or [])
-    monkeypatch.setattr(evidence, "inherited_batch", lambda p, d: 2 if state["best"]["stage"] == "loss_only" else None)
-    monkeypatch.setattr(evidence, "repeats", lambda *a, **k: calls.append("repeats") or [])
-    monkeypatch.setattr(decide, "best_config", lambda recs, p: state["best"])
+    monkeypatch.setattr(evidence, "batch_sweep", lambda *a, **k: calls.append(("sweep", state["left"][0])) or [])
+    monkeypatch.setattr(repeat_runs, "measure", lambda *a, **k: calls.append("repeats") or [])
+    monkeypatch.setattr(decide, "best_config", best)
     monkeypatch.setattr(store, "decision_records", lambda folder: [])
-    monkeypatch.setattr(
-        parity_runs, "measure", lambda p, d, force=False: runner.measure_jobs([{"parity": state["best"]["stage"]}], {})
-    )
+    monkeypatch.setattr(parity_runs, "measure", parity)
     monkeypatch.setattr(evidence, "crosscheck_jobs", lambda p, d, configs: [{"crosscheck": s} for s, b in configs])
-
-    def measure_jobs(jobs, env, force=False):
-        calls.extend(jobs)
-        if jobs and "parity" in jobs[0] and jobs[0]["parity"] == "fp8_head":
-            state["best"] = next(order)  # its test did not hold: the next stage leads
-        return {}
-
-    monkeypatch.setattr(runner, "measure_jobs", measure_jobs)
+    monkeypatch.setattr(runner, "measure_jobs", lambda jobs, env, force=False: calls.extend(jobs) or {})
     monkeypatch.setattr(recipe, "measure", lambda p, d, best, force=False: calls.append(("recipe", best["stage"])))
     evidence.measure_chapter("batch_sweep", params, tmp_path)
+    return calls
+
+
+def test_only_the_stage_whose_parity_test_holds_is_swept_and_cross_checked(tmp_path, monkeypatch):
+    """Seen on an H100 (reports/h100, 77b616d): the FP8 classifier and the FP8 lm_head were each swept and their
+    sweep points repeated (about 150 s of fresh processes) before their parity tests stopped undecided; neither could
+    be recommended. Each stage is now tested first, at the matrix's batch, and only the one whose test holds is
+    swept; the plain loop's cross-check and the recipe wait for it too."""
+    params = tiny_params(["fp32", "loss_only", "fp8_head", "fp8_classifier"], batch_sizes=(2,))
+    calls = _flow(monkeypatch, params, tmp_path, {"fp8_classifier": False, "fp8_head": False, "loss_only": True})
     assert calls == [
-        ("sweep", None),
         "repeats",
-        {"parity": "fp8_head"},
-        ("sweep", 2),  # the stage that takes over is measured at the batch the sweep chose, not swept again
+        ("parity", "fp8_classifier"),
+        "repeats",  # the ranking read again, with its noise, before the next test
+        ("parity", "fp8_head"),
         "repeats",
-        {"parity": "loss_only"},
+        ("parity", "loss_only"),
+        ("sweep", "loss_only"),
+        "repeats",  # the sweep's points, for the tie rule
         {"crosscheck": "loss_only"},
         ("recipe", "loss_only"),
     ]
 
 
-def test_a_stage_the_repeats_make_fastest_is_swept_before_its_test_as_a_resumed_run_would(tmp_path, monkeypatch):
-    """Seen on an H100 (reports/h100, 77b616d): the FP8 classifier failed the loss gate in the matrix, so the sweep
-    took the FP8 lm_head; the repeats then measured the loss noise that widened the gate, the call was cut, and the
-    resumed run swept the FP8 classifier before testing it. Uncut, the run would have tested the classifier at once,
-    unswept: the path depended on where the call was cut. Now the uncut run sweeps it first too."""
+def test_no_stage_is_swept_where_no_test_holds(tmp_path, monkeypatch):
+    params = tiny_params(["fp32", "fp8_head"], batch_sizes=(2,))
+    calls = _flow(monkeypatch, params, tmp_path, {"fp8_head": False})
+    assert calls == ["repeats", ("parity", "fp8_head")]
+
+
+def test_the_test_runs_at_the_matrixs_largest_batch_and_a_resumed_run_after_the_sweep_plans_the_same_test(tmp_path):
+    """The stage to test and its batch come from the matrix's records: the sweep that follows a test that held may
+    find the stage faster at a larger batch, and a run resumed after it must not plan a second test there."""
     from lib.results import store
-    from lib.run import parity_runs, recipe, runner
+    from lib.run import parity_runs
 
-    params = tiny_params(["fp32", "fp8_head", "fp8_classifier"], batch_sizes=(2,))
-    state = {"best": {"stage": "fp8_head", "batch_size": 2}}
-    calls = []
-
-    def sweep(*a, **k):
-        calls.append(("sweep", state["best"]["stage"]))
-        return [{"stage": state["best"]["stage"], "batch_size": 2}]
-
-    def repeats(*a, **k):
-        calls.append("repeats")
-        state["best"] = {"stage": "fp8_classifier", "batch_size": 2}  # the gate's noise now lets it stand
-        return []
-
-    monkeypatch.setattr(runner, "environment", lambda report_dir: {"device": {"backend": "cpu"}})
-    monkeypatch.setattr(evidence, "batch_sweep", sweep)
-    monkeypatch.setattr(evidence, "inherited_batch", lambda p, d: None)
-    monkeypatch.setattr(evidence, "repeats", repeats)
-    monkeypatch.setattr(decide, "best_config", lambda recs, p: state["best"])
-    monkeypatch.setattr(store, "decision_records", lambda folder: [])
-    monkeypatch.setattr(
-        parity_runs, "measure", lambda p, d, force=False: calls.append(("parity", state["best"]["stage"]))
-    )
-    monkeypatch.setattr(evidence, "crosscheck_jobs", lambda p, d, configs: [])
-    monkeypatch.setattr(runner, "measure_jobs", lambda jobs, env, force=False: {})
-    monkeypatch.setattr(recipe, "measure", lambda p, d, best, force=False: calls.append(("recipe", best["stage"])))
-    evidence.measure_chapter("batch_sweep", params, tmp_path)
-    assert calls == [
-        ("sweep", "fp8_head"),
-        "repeats",
-        ("sweep", "fp8_classifier"),
-        "repeats",
-        ("parity", "fp8_classifier"),
-        ("recipe", "fp8_classifier"),
+    params = tiny_params(["vocab", "loss_only"], batch_sizes=(2, 4))
+    params.evidence.parity_seeds, params.evidence.parity_noise_seeds = 3, 3
+    losses = [5.0 - 0.01 * i for i in range(6)]
+    matrix = [
+        make_record(params, s, b, [ms * b] * 6, losses)
+        for s, ms in (("vocab", 40.0), ("loss_only", 10.0))
+        for b in (2, 4)
     ]
+    d = write_report_dir(tmp_path / "cpu", params, matrix)
+    assert {(j["stage"], j["batch_size"]) for j in parity_runs.parity_jobs(params, d)} == {
+        ("loss_only", 4),
+        ("vocab", 4),
+    }
+    swept = make_record(params, "loss_only", 8, [60.0] * 6, losses)  # faster per sequence than anything above
+    swept["variant"] = record.SWEEP
+    store.write_atomic(d / "results" / "sweep" / "loss_only__b8.json", swept)
+    assert decide.best_config(store.decision_records(d / "results"), params)["batch_size"] == 8
+    assert {j["batch_size"] for j in parity_runs.parity_jobs(params, d)} == {4}
+    params.evidence.parity_before_sweep = False  # a folder measured before the rule: the sweep's choice
+    assert {j["batch_size"] for j in parity_runs.parity_jobs(params, d)} == {8}
 
 
 def test_a_resumed_run_measures_the_stage_that_takes_over_where_an_uncut_run_would(tmp_path):
@@ -398,17 +397,18 @@ def test_a_resumed_run_measures_the_stage_that_takes_over_where_an_uncut_run_wou
     from test_parity import _run
 
     from lib.results import store
+    from lib.run import parity_runs
 
     params = tiny_params(["vocab", "loss_only", "fp8_head"], batch_sizes=(4,))
     params.evidence.parity_seeds, params.evidence.parity_noise_seeds = 3, 3
     d = write_report_dir(tmp_path / "cpu", params, [])
-    assert evidence.inherited_batch(params, d) is None  # no parity test yet: a whole sweep
+    assert parity_runs.inherited_batch(store.decision_records(d / "results"), params) is None  # no test yet
     for seed in range(3):
         for stage, held in (("vocab", 4.0), ("fp8_head", 4.1)):  # worse by 0.1 nats at every seed
             for k in (0, 1):
                 rec = _run(params, stage, seed, k, held + seed, held + seed, batch=96)
                 store.write_atomic(d / "results" / "parity" / f"{stage}__b96__s{seed}__r{k}.json", rec)
-    assert evidence.inherited_batch(params, d) == 96
+    assert parity_runs.inherited_batch(store.decision_records(d / "results"), params) == 96
 
 
 def test_the_stage_that_takes_over_is_tested_at_the_rejected_tests_batch_whatever_batch_it_is_recommended_at(tmp_path):
@@ -432,7 +432,8 @@ def test_the_stage_that_takes_over_is_tested_at_the_rejected_tests_batch_whateve
     ]
     d = write_report_dir(tmp_path / "cpu", params, matrix)
     assert decide.best_config(store.decision_records(d / "results"), params)["batch_size"] == 4
-    assert {j["batch_size"] for j in parity_runs.parity_jobs(params, d)} == {4}  # no test rejected yet: its own
+    # no test rejected yet: the largest batch the matrix timed it at, not the tie rule's choice
+    assert {j["batch_size"] for j in parity_runs.parity_jobs(params, d)} == {8}
     for seed in range(3):
         for stage, held in (("vocab", 4.0), ("fp8_head", 4.1)):  # worse by 0.1 nats at every seed
             for k in (0, 1):
@@ -442,9 +443,41 @@ def test_the_stage_that_takes_over_is_tested_at_the_rejected_tests_batch_whateve
     assert (best["stage"], best["batch_size"]) == ("loss_only", 4)
     jobs = parity_runs.parity_jobs(params, d)
     assert {j["batch_size"] for j in jobs} == {8} and {j["stage"] for j in jobs} == {"loss_only", "vocab"}
-    params.evidence.parity_chain_batch = False  # a folder measured before the rule: tested at its own batch
+    params.evidence.parity_chain_batch = False  # without the rule: the largest batch the matrix timed it at ...
+    assert {j["batch_size"] for j in parity_runs.parity_jobs(params, d)} == {8}
+    params.evidence.parity_before_sweep = False  # ... and, in a folder measured before both, its own batch
     assert {j["batch_size"] for j in parity_runs.parity_jobs(params, d)} == {4}
-    params.evidence.parity_chain_batch = True
+    params.evidence.parity_chain_batch = params.evidence.parity_before_sweep = True
     # Where the stage that takes over was not timed at that batch (it ran out of memory there), its own batch.
     (d / "results" / "loss_only__b8.json").unlink()
     assert {j["batch_size"] for j in parity_runs.parity_jobs(params, d)} == {4}
+
+
+@pytest.mark.parametrize(
+    "tf32_ms, margin, repeated",
+    [
+        (50.0, 3, False),  # 2.0x against a claimed 2.34x-2.86x: 'fell short' anywhere within 3 floors of 2.0x
+        (43.0, 3, True),  # 2.33x: 0.4 % short of the range, within 3 floors (1 %) of it: a second process may move it
+        (50.0, None, True),  # a folder measured before the rule: every claim's sides
+    ],
+)
+def test_a_claims_sides_repeat_only_where_one_process_may_not_decide_its_verdict(
+    tmp_path, monkeypatch, tf32_ms, margin, repeated
+):
+    """Seen on an H100 (reports/h100): TF32 against FP32 measured 2.09x against a claimed 2.34x-2.86x, 27 noise floors
+    from the range, and its second processes (fp32 and tf32 at B=16, about 25 s) could not have changed its verdict;
+    about 70 s of an H100 report went to such repeats. A claim near a bound its verdict turns on is still repeated."""
+    from lib.results import store
+    from lib.run import repeat_runs
+
+    params = tiny_params(["fp32", "tf32", "fused"], batch_sizes=(2,))
+    params.name = "h100"  # a profile the TF32 claim speaks about
+    params.evidence.claim_repeat_margin = margin
+    losses = [5.0 - 0.01 * i for i in range(6)]
+    fused = [make_record(params, "fused", 2, [ms] * 6, losses) for ms in (10.0, 10.0 * 1.0033)]  # floor 0.33 %
+    fused[1]["variant"] = "repeat"
+    recs = [make_record(params, "fp32", 2, [100.0] * 6, losses), make_record(params, "tf32", 2, [tf32_ms] * 6, losses)]
+    monkeypatch.setattr(store, "decision_records", lambda folder: recs + fused)
+    assert (("tf32", 2) in repeat_runs.claim_configs(params, tmp_path)) is repeated
+    monkeypatch.setattr(store, "decision_records", lambda folder: recs)  # no floor measured yet: every claim's sides
+    assert ("tf32", 2) in repeat_runs.claim_configs(params, tmp_path)

@@ -377,7 +377,7 @@ def test_within_noise_honours_the_spread_between_machines():
 
 
 def test_third_process_only_where_the_first_two_disagree(pipeline_ok):
-    """evidence.repeats: a configuration gets a third process (__r2) exactly where its first two
+    """repeat_runs.measure: a configuration gets a third process (__r2) exactly where its first two
     (the matrix's or sweep's record and __r1) differ by more than evidence.repeat_tolerance."""
     res, tolerance = pipeline_ok.results_dir, pipeline_ok.params.evidence.repeat_tolerance
     repeats = sorted((res / "repeats").glob("*__r*.json"))
@@ -401,10 +401,10 @@ def test_third_process_only_where_the_first_two_disagree(pipeline_ok):
 
 
 def test_repeat_rule_runs_a_third_process_only_beyond_the_tolerance(tmp_path, monkeypatch, cpu_params):
-    """evidence.repeats, with the launcher replaced: every configuration gets a second process; only the
+    """repeat_runs.measure, with the launcher replaced: every configuration gets a second process; only the
     one whose first two processes differ by more than repeat_tolerance (5 % against 0.5 %, tolerance
     1 %) gets a third; without a tolerance every configuration gets one."""
-    from lib.run import evidence
+    from lib.run import repeat_runs
 
     env = {"device": {"name": "x", "backend": "cpu"}, "torch": "t", "packages": {}}
     timed = [
@@ -414,21 +414,21 @@ def test_repeat_rule_runs_a_third_process_only_beyond_the_tolerance(tmp_path, mo
         _rec("tf32", 105.0, "host-a", "repeat", batch=2),
     ]
     launched = []
-    monkeypatch.setattr(evidence.runner, "environment", lambda report_dir: env)
-    monkeypatch.setattr(evidence, "repeat_configs", lambda params, report_dir: [("fp32", 2), ("tf32", 2)])
-    monkeypatch.setattr(evidence.store, "decision_records", lambda results_dir: timed)
+    monkeypatch.setattr(repeat_runs.runner, "environment", lambda report_dir: env)
+    monkeypatch.setattr(repeat_runs, "repeat_configs", lambda params, report_dir: [("fp32", 2), ("tf32", 2)])
+    monkeypatch.setattr(repeat_runs.store, "decision_records", lambda results_dir: timed)
     monkeypatch.setattr(
-        evidence.runner,
+        repeat_runs.runner,
         "measure_jobs",
         lambda jobs, env, force=False: launched.extend((j["stage"], j["repeat"]) for j in jobs) or {},
     )
     cpu_params.evidence.repeats, cpu_params.evidence.repeat_tolerance = 3, 0.01
-    evidence.repeats(cpu_params, tmp_path)
+    repeat_runs.measure(cpu_params, tmp_path)
     assert sorted(launched) == [("fp32", 1), ("tf32", 1), ("tf32", 2)]
 
     launched.clear()
     cpu_params.evidence.repeat_tolerance = None  # as a report's params.json from before the rule
-    evidence.repeats(cpu_params, tmp_path)
+    repeat_runs.measure(cpu_params, tmp_path)
     assert sorted(launched) == [("fp32", 1), ("fp32", 2), ("tf32", 1), ("tf32", 2)]
 
 
@@ -436,22 +436,22 @@ def test_a_configuration_the_repeats_lift_into_the_top_two_is_repeated_too(tmp_p
     """The repeats move the medians the top two were read from (CI saw it on a CPU: the leader's second
     process was slower, a third configuration became the recommendation, and it had run once). The
     ranking is read again after each round, and whatever it names anew is repeated; nothing twice."""
-    from lib.run import evidence
+    from lib.run import repeat_runs
 
     env = {"device": {"name": "x", "backend": "cpu"}, "torch": "t", "packages": {}}
     rankings, launched = [[("fp32", 2), ("tf32", 2)], [("tf32", 2), ("bf16", 2)]], []  # before, after the repeats
-    monkeypatch.setattr(evidence.runner, "environment", lambda report_dir: env)
+    monkeypatch.setattr(repeat_runs.runner, "environment", lambda report_dir: env)
     monkeypatch.setattr(
-        evidence, "repeat_configs", lambda params, report_dir: rankings.pop(0) if len(rankings) > 1 else rankings[0]
+        repeat_runs, "repeat_configs", lambda params, report_dir: rankings.pop(0) if len(rankings) > 1 else rankings[0]
     )
-    monkeypatch.setattr(evidence.store, "decision_records", lambda results_dir: [])
+    monkeypatch.setattr(repeat_runs.store, "decision_records", lambda results_dir: [])
     monkeypatch.setattr(
-        evidence.runner,
+        repeat_runs.runner,
         "measure_jobs",
         lambda jobs, env, force=False: launched.extend((j["stage"], j["repeat"]) for j in jobs) or {},
     )
     cpu_params.evidence.repeats = 2
-    evidence.repeats(cpu_params, tmp_path)
+    repeat_runs.measure(cpu_params, tmp_path)
     assert sorted(launched) == [("bf16", 1), ("fp32", 1), ("tf32", 1)]
 
 

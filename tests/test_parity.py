@@ -258,9 +258,12 @@ def test_the_method_states_the_parity_rule_and_the_batch_tie_rule_before_any_num
         and "a tie goes to the batch size that needs the least memory" in text
     )
     assert "single-step spike" in text
-    assert "size recommended when the report's first test began" in text
+    assert "the largest batch size the matrix timed the stage at, before any sweep" in text
     assert "tested at that test's batch" in text and "the tests of one report share a batch" in text
-    params.evidence.parity_chain_batch = False  # a folder measured before that rule says what it ran under
+    params.evidence.parity_before_sweep = False  # a folder measured before each rule says what it ran under
+    (d / "params.json").write_text(json.dumps(dataclasses.asdict(params)))
+    assert "size recommended when the report's first test began" in method_text.method_md(loader.load(d))
+    params.evidence.parity_chain_batch = False
     (d / "params.json").write_text(json.dumps(dataclasses.asdict(params)))
     assert "size recommended when it ran (the run names it)" in method_text.method_md(loader.load(d))
 

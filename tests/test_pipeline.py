@@ -227,6 +227,12 @@ def test_sdpa_stages_record_their_backend_and_naive_stages_do_not(pipeline_ok):
         "vocab",
         "fused",
     }
+    # Not where no view reads it: a repeat, a sweep point, the recipe, the ablation (an eager forward under the
+    # profiler, 0.2-0.6 s a process on an H100, about 10 s of a report)
+    for kind in ("repeats", "sweep", "recipe", "ablation"):
+        for path in (pipeline_ok.results_dir / kind).glob("*.json"):
+            rec = read_json(path)
+            assert "sdpa_backend" not in rec and "sdpa_probe" not in (rec.get("phases_s") or {}), path
 
 
 def test_executed_notebooks_one_per_chapter_plus_summary_each_its_chapter_drawn_from_the_template(pipeline_ok):

@@ -21,7 +21,8 @@ class Status:
 
 STATUSES = (Status.OK, Status.OOM, Status.DIVERGED, Status.ERROR, Status.NOT_APPLICABLE)
 TIMED = (Status.OK, Status.DIVERGED)  # records with step times
-TIMING_VARIANTS = (None, "batch sweep", "repeat")  # records that time a (stage, batch) the matrix's way
+SWEEP = "batch sweep"  # the variant of the batch sweep's records
+TIMING_VARIANTS = (None, SWEEP, "repeat")  # records that time a (stage, batch) the matrix's way
 # The reason of a batch-sweep point left out because its memory, extended from the points that ran, would not fit
 # (lib/run/evidence.py predicted_oom): a 'not applicable' record, so the report says what was not measured.
 PREDICTED_OOM = "not measured: predicted out of memory"

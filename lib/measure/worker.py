@@ -171,8 +171,9 @@ def run(job: dict) -> dict:
         rec.update(memory(dev))
         rec["losses"] = [float(v) for v in torch.stack(losses).float().cpu()]
         phases.mark("readback")
-        if stage.attention == "sdpa":
-            # eager (no recompile), on one micro-batch: the eager logits of a whole accumulated batch would not fit
+        if stage.attention == "sdpa" and job.get("sdpa_probe", True):
+            # eager (no recompile), on one micro-batch: the eager logits of a whole accumulated batch would not fit.
+            # Not where no view reads it (a repeat, a sweep point, the recipe, the ablation): 0.2-0.6 s a process.
             rec["sdpa_backend"] = sdpa_backend(train.model, xs[0][:batch], ys[0][:batch], train.autocast)
             phases.mark("sdpa_probe")
         if job.get("profile", True):

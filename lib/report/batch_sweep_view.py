@@ -83,6 +83,12 @@ def sweep_html(rep: Report) -> str:
         for k in sweeps
         if k in parity_view.rejected(rep)
     ]
+    first = " before the sweep" if getattr(rep.params.evidence, "parity_before_sweep", False) else ""
+    notes += [  # a stage whose test did not hold, never swept
+        f"{stages.get(k).title}, tested{first}, was not swept: " + parity_view.rejected_reason(rep, k)
+        for k in parity_view.rejected(rep)
+        if k not in sweeps
+    ]
     return table(rows) + '<p class="note">' + html.escape("; ".join(n.rstrip(".") for n in notes)) + ".</p>"
 
 

@@ -79,14 +79,20 @@ def family_profiles(families) -> list[str]:
     return [p for p in profiles() if profile_family(p) in families]
 
 
-def timed_claim_pairs(profile: str, path=CLAIMS) -> list[tuple[str, str]]:
-    """(stage, versus) of every claim judged by step time that speaks about `profile`'s family (each
-    form of an FP8 claim against the stage it is added to): the configurations the report runs in
-    several processes so the verdict can tell a figure from noise."""
+def timed_claim_checks(profile: str, path=CLAIMS) -> list[dict]:
+    """{stage, versus, metric, expect} of every claim judged by step time that speaks about `profile`'s family (each
+    form of an FP8 claim against the stage it is added to, with the claim's range): what the repeats ask of a figure
+    before they give it a second process (lib/run/evidence.py claim_configs)."""
     from lib.results.decide import previous_stage
 
     family, out = profile_family(profile), []
     for c in load_claims(path)["claims"]:
         if c["metric"] in ("speedup", "time_change") and family in c["families"]:
-            out += [(k, previous_stage(k)) for k in c["forms"]] if "forms" in c else [(c["stage"], c["versus"])]
-    return list(dict.fromkeys(out))
+            pairs = [(k, previous_stage(k)) for k in c["forms"]] if "forms" in c else [(c["stage"], c["versus"])]
+            out += [{"stage": s, "versus": v, "metric": c["metric"], "expect": c["expect"]} for s, v in pairs]
+    return out
+
+
+def timed_claim_pairs(profile: str, path=CLAIMS) -> list[tuple[str, str]]:
+    """(stage, versus) of every timed claim of timed_claim_checks, once each."""
+    return list(dict.fromkeys((c["stage"], c["versus"]) for c in timed_claim_checks(profile, path)))

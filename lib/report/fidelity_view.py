@@ -38,6 +38,19 @@ def repeats_rule(ev: Evidence) -> str:
     )
 
 
+def claim_repeats_rule(ev: Evidence) -> str:
+    """Which timing claims' sides get a second process, as the params state it (lib/run/evidence.py claim_configs)."""
+    margin = getattr(ev, "claim_repeat_margin", None)
+    if margin is None:
+        return "both sides of the timing claims the runs knew of"
+    return (
+        "both sides of each timing claim whose verdict one process may not decide: where its figure, moved by up to "
+        f"{margin:g} times the noise floor measured on the first two, could get another verdict (no change, the "
+        "claimed range's ends, within noise of them); a claim farther from all of them is judged on one process a "
+        "side against that floor"
+    )
+
+
 def within_noise(rep: Report, a: tuple[str, int], b: tuple[str, int]) -> bool | None:
     tps, floor = noise(rep)
     if a not in tps or b not in tps:

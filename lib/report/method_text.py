@@ -91,8 +91,7 @@ def _fidelity_method(rep: Report) -> str:
             "the padding), the plain-loop cross-check, the repeats and the parity run existed; its figures "
             "carry none of them.\n"
         )
-    return f"""* **Parity test**, the rule fixed before any number: {parity_view.rule(ev)}. Each run trains at the batch
-  size recommended when {_test_batch(ev)} (the run names it) for at most {ev.parity_steps} steps and at most {ev.parity_passes:g}
+    return f"""* **Parity test**, the rule fixed before any number: {parity_view.rule(ev)}. Each run trains at {_test_batch(ev)} (the run names it) for at most {ev.parity_steps} steps and at most {ev.parity_passes:g}
   passes over the training text (more would measure how fast the model overfits this corpus), with nanoGPT's
   learning-rate shape (linear warm-up over the first quarter, cosine decay to a tenth), the reference
   accumulating gradients over micro-batches where the matrix did not time it at that batch; its held-out loss
@@ -102,22 +101,34 @@ def _fidelity_method(rep: Report) -> str:
   when it ran (table below). Its figure is the wall time of its timed steps over their number, the host running ahead of
   the device as in nanoGPT's loop; it also times each step after `torch.cuda.synchronize()`, as
   build-nanogpt does.
-* **Repeats and noise**: the recommended configuration, its runner-up and both sides of the timing claims
-  the runs knew of run in a second fresh process{fidelity_view.repeats_rule(ev)} (the section "Process-to-process spread" below says which);
+* **Repeats and noise**: the recommended configuration, its runner-up and {fidelity_view.claim_repeats_rule(ev)}
+  run in a second fresh process{fidelity_view.repeats_rule(ev)} (the section "Process-to-process spread" below says which);
   {fidelity_view.noise_sentence(rep)}
 * **Batch size**, the tie rule fixed before any number: {fidelity_view.batch_tie_rule(ev)}
 """
 
 
 def _test_batch(ev) -> str:
-    """When the batch a parity run trains at was recommended, as the report's params state it."""
-    return "the report's first test began" if getattr(ev, "parity_chain_batch", False) else "it ran"
+    """The batch a parity run trains at, as the report's params state the rule."""
+    if getattr(ev, "parity_before_sweep", False):
+        return (
+            "the largest batch size the matrix timed the stage at, before any sweep: only the stage whose test holds"
+            " is swept, so a stage that cannot be recommended is never swept"
+        )
+    when = "the report's first test began" if getattr(ev, "parity_chain_batch", False) else "it ran"
+    return f"the batch size recommended when {when}"
 
 
 def _shared_batch(ev) -> str:
     """The rule that puts a stage that takes over at the batch of the test before it, where the params state it."""
     if not getattr(ev, "parity_chain_batch", False):
         return ""
+    if getattr(ev, "parity_before_sweep", False):
+        return (
+            " A stage that takes over after a test that did not let its stage stand is tested at that test's batch,"
+            " where the matrix timed it there: the tests of one report share a batch, and the sweep that follows the"
+            " test that holds may recommend another."
+        )
     return (
         " A stage that takes over after a test that did not let its stage stand is tested at that test's batch,"
         " where it was timed there, whatever batch the tie rule then recommends for it: the tests of one report share"

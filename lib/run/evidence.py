@@ -26,9 +26,8 @@ import copy
 from lib.core import config, record, stages
 from lib.core.paths import resolve
 from lib.core.params import Params
-from lib.report import claim_params
-from lib.results import decide, noise, store
-from lib.run import ddp_launch, parity_runs, recipe, runner, size_sweep
+from lib.results import decide, store
+from lib.run import ddp_launch, parity_runs, recipe, repeat_runs, runner, size_sweep
 from lib.run.jobs import PLAIN_LOOP_SWITCHES, folder, make_job, plain_loop_source, plain_loop_can
 
 
@@ -180,13 +179,12 @@ SHAPE_PADDING = "torch._inductor.config.shape_padding"
 NO_SHAPE_PADDING = "unpadded vocab, Inductor shape padding off"
 
 
-def batch_sweep(params: Params, report_dir, force: bool = False, only: int | None = None) -> list[dict]:
+def batch_sweep(params: Params, report_dir, force: bool = False) -> list[dict]:
     """The fastest verified single-GPU stage at the batch sizes of evidence.sweep_batch_sizes above the largest
     the matrix measured for it (below it the matrix's own points draw the curve), ascending, one process each,
     until the first that runs out of memory or that the memory measured so far says cannot fit
     (predicted_oom: written as a record that says it was not measured, and why). Verified includes the parity
-    runs measured so far: a stage whose test did not let it stand is not swept again. With `only`, that batch
-    size alone (where the matrix has not measured it): a stage that takes over after a parity test."""
+    runs measured so far: the stage whose test held (recommend)."""
     report_dir = resolve(report_dir)
     env = runner.environment(report_dir)
     matrix = store.load_records(report_dir / "results")
@@ -198,8 +196,16 @@ def batch_sweep(params: Params, report_dir, force: bool = False, only: int | Non
     if any(r["status"] == record.Status.OOM for r in out):
         return out
     top = max((r["batch_size"] for r in out), default=0)
-    for b in sorted(b for b in ([only] if only else params.evidence.sweep_batch_sizes) if b > top):
-        job = make_job(params, env, key, b, folder(report_dir, "sweep") / f"{key}__b{b}.json", variant="batch sweep")
+    for b in sorted(b for b in params.evidence.sweep_batch_sizes if b > top):
+        job = make_job(
+            params,
+            env,
+            key,
+            b,
+            folder(report_dir, "sweep") / f"{key}__b{b}.json",
+            variant=record.SWEEP,
+            sdpa_probe=False,
+        )
         job["not_applicable"] = predicted_oom(out, b, (env.get("device") or {}).get("memory_bytes"), params)
         rec = runner.measure_jobs([job], env, force=force)[job["out"]]
         out.append(rec)
@@ -239,68 +245,6 @@ def predicted_oom(points: list[dict], batch: int, device_bytes: int | None, para
     )
 
 
-def inherited_batch(params: Params, report_dir) -> int | None:
-    """The batch size a stage that takes over is measured at (parity_runs.inherited_batch)."""
-    return parity_runs.inherited_batch(store.decision_records(resolve(report_dir) / "results"), params)
-
-
-def repeat_configs(params: Params, report_dir) -> list[tuple[str, int]]:
-    """What runs in several processes: the two fastest verified configurations (the
-    recommendation and its runner-up) and both sides of every timing claim at the smallest batch
-    size where both ran."""
-    recs = store.decision_records(resolve(report_dir) / "results")
-    chosen = [(r["stage"], r["batch_size"]) for r in decide.ranked_configs(recs, params)[:2]]
-    ok = {
-        (r["stage"], r["batch_size"]) for r in recs if r.get("status") == record.Status.OK and r.get("variant") is None
-    }
-    for stage, versus in claim_params.timed_claim_pairs(params.name):
-        common = sorted(b for (s, b) in ok if s == stage and (versus, b) in ok)
-        if common:
-            chosen += [(stage, common[0]), (versus, common[0])]
-    return list(dict.fromkeys(chosen))
-
-
-def repeats(params: Params, report_dir, force: bool = False) -> list[dict]:
-    """Each of repeat_configs in up to evidence.repeats - 1 more fresh processes (the first is the
-    matrix's or the sweep's own), so the report can state the process-to-process spread. The rule,
-    fixed before any number: a second process always; a further one only where the processes so
-    far differ by more than evidence.repeat_tolerance (absent: always). The repeats move the medians
-    the ranking was read from, so a configuration can enter the top two only after them: the ranking
-    is read again until every configuration it names has been repeated (each once, so this ends)."""
-    out, done = [], set()
-    while configs := [c for c in repeat_configs(params, report_dir) if c not in done]:
-        done.update(configs)
-        out += _repeat(params, report_dir, configs, force)
-    return out
-
-
-def _repeat(params: Params, report_dir, configs: list[tuple[str, int]], force: bool) -> list[dict]:
-    env, ev = runner.environment(report_dir), params.evidence
-    tolerance, out = ev.repeat_tolerance, []
-    for k in range(1, ev.repeats):
-        if k > 1 and tolerance is not None:
-            tps = decide.throughputs(store.decision_records(resolve(report_dir) / "results"))
-            configs = [c for c in configs if noise.another_process(tps.get(c) or [1.0], tolerance)]
-        jobs = []
-        for stage, batch in configs:
-            job = make_job(
-                params,
-                env,
-                stage,
-                batch,
-                folder(report_dir, "repeats") / f"{stage}__b{batch}__r{k}.json",
-                variant="repeat",
-                repeat=k,
-                profile=False,
-                energy=False,
-            )
-            job["fingerprint"] += f"-r{k}"
-            jobs.append(job)
-        recs = runner.measure_jobs(jobs, env, force=force)
-        out += [recs[j["out"]] for j in jobs if j["out"] in recs]
-    return out
-
-
 def crosscheck_jobs(params: Params, report_dir, configs: list[tuple[str, int]]) -> list[dict]:
     """The plain loop (lib/train/plain_loop.py) at each (stage, batch) of `configs`, in fresh processes.
     Stages the plain loop cannot express (plain_loop_can) are left out."""
@@ -333,6 +277,44 @@ def crosscheck_batch(params: Params) -> int:
     return b if b in params.run.batch_sizes else params.run.batch_sizes[0]
 
 
+def recommend(params: Params, report_dir, force: bool = False) -> list[dict]:
+    """The batch-sweep chapter: what the recommendation rests on, in the order of evidence.parity_before_sweep. The
+    repeats read the ranking with its noise (and measure the loss noise the matrix's gate allows for); the fastest
+    verified stage takes its parity test at the largest batch the matrix timed it at; where the test does not let it
+    stand, the next verified stage is tested in its turn at that batch (parity_runs.chain_batch). Only the stage
+    whose test holds is swept, its sweep's points repeated by the same rule, and the tie rule names its batch: a
+    stage that cannot be recommended is never swept (on an H100 the two FP8 stages' sweeps and their repeats cost
+    about 150 s of a report). Then, for that stage alone, the plain loop beside the harness and the recipe with its
+    leave-one-out. Every step reads the records, so a run cut anywhere resumes on the same path."""
+    env = runner.environment(report_dir)
+
+    def decided():
+        return decide.best_config(store.decision_records(resolve(report_dir) / "results"), params)
+
+    held = None
+    for _ in stages.single_gpu(params.stages):
+        repeat_runs.measure(params, report_dir, force=force)
+        best = decided()
+        if best is None:
+            return []
+        parity_runs.measure(params, report_dir, force=force)
+        held = decided()
+        if held is None or held["stage"] == best["stage"]:
+            break
+    if held is None:
+        return []
+    swept = batch_sweep(params, report_dir, force=force)
+    repeat_runs.measure(
+        params, report_dir, force=force
+    )  # the sweep's points enter the ranking, and the tie rule reads them
+    held = decided()
+    # The plain loop beside the harness only at the recommendation the parity test let stand (on an H100 the FP8
+    # lm_head's test came back undecided, and a cross-check spent on it served nothing).
+    runner.measure_jobs(crosscheck_jobs(params, report_dir, [(held["stage"], held["batch_size"])]), env, force=force)
+    recipe.measure(params, report_dir, held, force=force)
+    return swept
+
+
 def measure_chapter(key: str, params: Params, report_dir, force: bool = False):
     """Everything one chapter measures: its stage's configurations and the evidence behind its
     explanation. `make report` calls this for every chapter before it draws them; a notebook run by
@@ -341,37 +323,8 @@ def measure_chapter(key: str, params: Params, report_dir, force: bool = False):
     params_file = resolve(report_dir) / "params.json"
     if not params_file.exists():
         store.write_atomic(params_file, params)
-    if key == "batch_sweep":  # then what the recommendation rests on: repeats, parity, cross-check, recipe
-
-        def decided():
-            return decide.best_config(store.decision_records(resolve(report_dir) / "results"), params)
-
-        swept, after, env = [], None, runner.environment(report_dir)
-        # The parity test can leave the stage the sweep chose undecided or worse; the next verified stage is then
-        # measured at the batch size the sweep chose (one process, not a sweep of its own: the rule that keeps a
-        # report within its time) and tested in its turn at that batch (parity_runs.chain_batch), so the
-        # recommendation rests on its own parity test.
-        for _ in stages.single_gpu(params.stages):
-            swept = batch_sweep(params, report_dir, force=force, only=inherited_batch(params, report_dir))
-            repeats(params, report_dir, force=force)  # they choose the batch size the first parity test runs at
-            best = decided()
-            if best is None:
-                return swept
-            if swept and swept[0]["stage"] != best["stage"]:
-                # The repeats moved the ranking (their medians, and the loss gate's noise they measure): the new
-                # fastest stage is swept before it is tested, as a run cut here would do when resumed.
-                continue
-            parity_runs.measure(params, report_dir, force=force)
-            after = decided()
-            if after is None or after["stage"] == best["stage"]:
-                break
-        if after:
-            # The plain loop beside the harness only at the recommendation the parity test let stand (on an
-            # H100 the FP8 lm_head's test came back undecided, and its cross-check had been spent for nothing).
-            checks = crosscheck_jobs(params, report_dir, [(after["stage"], after["batch_size"])])
-            runner.measure_jobs(checks, env, force=force)
-            recipe.measure(params, report_dir, after, force=force)
-        return swept
+    if key == "batch_sweep":
+        return recommend(params, report_dir, force)
     if key == "size_sweep":
         return size_sweep.measure(params, report_dir, force=force)
     if stages.get(key).multi_gpu:

@@ -1,7 +1,7 @@
 """The parity test's runs (lib/results/parity.py decides on them): the recommended stage and its reference
 stage, paired per seed on the same weights and data order (at the first seeds each twice), then their loss on
 held-out text.
-Run by the batch-sweep chapter (lib/run/evidence.py) once the sweep has named the recommendation."""
+Run by the batch-sweep chapter (lib/run/evidence.py recommend) before the sweep, on the fastest verified stage."""
 
 from __future__ import annotations
 
@@ -15,15 +15,15 @@ from lib.run.jobs import folder, make_job
 
 
 def parity_jobs(params: Params, report_dir) -> list[dict]:
-    """The parity test of the recommended configuration (lib/results/parity.py): at each of evidence.parity_seeds
-    seeds, the recommended stage and its reference stage at the same batch, from the same weights on the same
+    """The parity test of the fastest verified stage (lib/results/parity.py), at the batch chain_batch names: at each
+    of evidence.parity_seeds seeds, that stage and its reference stage at the same batch, from the same weights on the same
     data order, a second time each at the first evidence.parity_noise_seeds seeds (the test's own noise), then their loss on held-out text. Each run is as long as
     evidence.parity_steps allows within evidence.parity_passes passes over the training text (more
     would measure how fast the model overfits this corpus). Where the reference ran out of memory at
     that batch in the matrix, it accumulates gradients over micro-batches that fit (the same update)."""
     env = runner.environment(report_dir)
     recs = store.decision_records(resolve(report_dir) / "results")
-    best = decide.best_config(recs, params)
+    best = decide.best_config(candidates(recs, params), params)
     if best is None or stages.get(best["stage"]).reference == best["stage"]:
         return []
     key, batch = best["stage"], chain_batch(recs, params, best)
@@ -31,6 +31,15 @@ def parity_jobs(params: Params, report_dir) -> list[dict]:
     largest = max(timed_batches(recs, ref), default=batch)  # timed at that batch in one go, not a parity run
     micro = next(k for k in range(1, batch + 1) if batch % k == 0 and batch // k <= largest)
     return parity_plan(params, env, report_dir, key, batch, micro)
+
+
+def candidates(recs: list[dict], params: Params) -> list[dict]:
+    """The records the stage to test, and its batch, are chosen from: with evidence.parity_before_sweep, all but the
+    batch sweep's, which runs only once a test has held (so a resumed run after the sweep plans the same test);
+    else all."""
+    if not getattr(params.evidence, "parity_before_sweep", False):
+        return recs
+    return [r for r in recs if r.get("variant") != record.SWEEP]
 
 
 def inherited_batch(recs: list[dict], params: Params) -> int | None:
@@ -42,12 +51,21 @@ def inherited_batch(recs: list[dict], params: Params) -> int | None:
 
 def chain_batch(recs: list[dict], params: Params, best: dict) -> int:
     """The batch size the parity test of `best` runs at: with evidence.parity_chain_batch, inherited_batch where the
-    stage was timed there; else `best`'s own. One batch for every test of a report: the tie rule may recommend
+    stage was timed there; else, with evidence.parity_before_sweep, the largest batch the matrix timed it at (the
+    sweep comes after the test); else `best`'s own. One batch for every test of a report: the tie rule may recommend
     another batch of the stage that takes over, and a test there would run more steps on the same tokens (on an H100
     the loss-only forward's test moved from B=96 to B=64 on a 1.2 % near-tie between two machines, and stopped there
     on a spread its B=96 test did not have: reports/probes/warm-h100-2026-11-26)."""
     earlier = inherited_batch(recs, params) if getattr(params.evidence, "parity_chain_batch", False) else None
-    return earlier if earlier in timed_batches(recs, best["stage"]) else best["batch_size"]
+    if earlier in timed_batches(recs, best["stage"]):
+        return earlier
+    if getattr(params.evidence, "parity_before_sweep", False):  # the largest batch the matrix timed it at
+        return max(
+            r["batch_size"]
+            for r in recs
+            if r["stage"] == best["stage"] and r.get("status") == record.Status.OK and r.get("variant") is None
+        )
+    return best["batch_size"]
 
 
 def timed_batches(recs: list[dict], stage: str) -> set[int]:

@@ -91,6 +91,7 @@ def recipe_jobs(params: Params, report_dir, best: dict) -> list[dict]:
                 repeat=k,
                 profile=False,
                 energy=False,
+                sdpa_probe=False,
                 **extra,
             )
             job["fingerprint"] += f"-accum{micro}-r{k}" + (f"-{source}" if extra else "")
@@ -116,6 +117,7 @@ def ablation_jobs(params: Params, report_dir, best: dict) -> list[dict]:
                 stage_overrides=off,
                 profile=False,
                 energy=False,
+                sdpa_probe=False,
             )
         )
         jobs[-1]["not_applicable"] = removal_cannot_fit(name, stage, batch, matrix)
