@@ -362,14 +362,19 @@ def test_no_stage_is_swept_where_no_test_holds(tmp_path, monkeypatch):
     assert calls == ["repeats", ("parity", "fp8_head")]
 
 
-def test_the_test_runs_at_the_matrixs_largest_batch_and_a_resumed_run_after_the_sweep_plans_the_same_test(tmp_path):
-    """The stage to test and its batch come from the matrix's records: the sweep that follows a test that held may
-    find the stage faster at a larger batch, and a run resumed after it must not plan a second test there."""
+def test_every_test_runs_at_the_params_batch_in_micro_batches_and_a_resumed_run_after_the_sweep_plans_the_same(
+    tmp_path,
+):
+    """Seen on an H100 (reports/probes/parity-first-b64-h100-2026-11-26): tested at the matrix's B=64 (43 steps), one
+    configuration's runs of one seed differed by 0.023 nats, and no test could decide; at B=128 (21 steps) by 0.003.
+    Every test now trains with evidence.parity_batch sequences a step, each side accumulating micro-batches of the
+    largest batch the matrix timed it at; the sweep that follows a test that held changes neither the stage nor the
+    plan, so a run resumed after it plans no second test."""
     from lib.results import store
     from lib.run import parity_runs
 
     params = tiny_params(["vocab", "loss_only"], batch_sizes=(2, 4))
-    params.evidence.parity_seeds, params.evidence.parity_noise_seeds = 3, 3
+    params.evidence.parity_seeds, params.evidence.parity_noise_seeds, params.evidence.parity_batch = 3, 3, 8
     losses = [5.0 - 0.01 * i for i in range(6)]
     matrix = [
         make_record(params, s, b, [ms * b] * 6, losses)
@@ -377,16 +382,21 @@ def test_the_test_runs_at_the_matrixs_largest_batch_and_a_resumed_run_after_the_
         for b in (2, 4)
     ]
     d = write_report_dir(tmp_path / "cpu", params, matrix)
-    assert {(j["stage"], j["batch_size"]) for j in parity_runs.parity_jobs(params, d)} == {
-        ("loss_only", 4),
-        ("vocab", 4),
+    planned = {
+        (j["stage"], j["batch_size"], j["micro_steps"], j["fingerprint"]) for j in parity_runs.parity_jobs(params, d)
     }
+    assert {p[:3] for p in planned} == {("loss_only", 8, 2), ("vocab", 8, 2)}
     swept = make_record(params, "loss_only", 8, [60.0] * 6, losses)  # faster per sequence than anything above
     swept["variant"] = record.SWEEP
     store.write_atomic(d / "results" / "sweep" / "loss_only__b8.json", swept)
     assert decide.best_config(store.decision_records(d / "results"), params)["batch_size"] == 8
+    again = {
+        (j["stage"], j["batch_size"], j["micro_steps"], j["fingerprint"]) for j in parity_runs.parity_jobs(params, d)
+    }
+    assert again == planned
+    params.evidence.parity_batch = None  # without a fixed batch: the largest the matrix timed the stage at
     assert {j["batch_size"] for j in parity_runs.parity_jobs(params, d)} == {4}
-    params.evidence.parity_before_sweep = False  # a folder measured before the rule: the sweep's choice
+    params.evidence.parity_before_sweep = False  # a folder measured before both rules: the sweep's choice
     assert {j["batch_size"] for j in parity_runs.parity_jobs(params, d)} == {8}
 
 
@@ -424,6 +434,7 @@ def test_the_stage_that_takes_over_is_tested_at_the_rejected_tests_batch_whateve
 
     params = tiny_params(["vocab", "loss_only", "fp8_head"], batch_sizes=(4,))
     params.evidence.parity_seeds, params.evidence.parity_noise_seeds = 3, 3
+    params.evidence.parity_batch = None  # the chain's rule where no batch is fixed for every test
     losses = [5.0 - 0.01 * i for i in range(6)]
     matrix = [
         make_record(params, "vocab", 4, [40.0] * 6, losses),

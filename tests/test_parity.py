@@ -258,9 +258,13 @@ def test_the_method_states_the_parity_rule_and_the_batch_tie_rule_before_any_num
         and "a tie goes to the batch size that needs the least memory" in text
     )
     assert "single-step spike" in text
+    assert "B=8, fixed for every test and every GPU" in text and "before any sweep" in text
+    params.evidence.parity_batch = None  # a folder measured before each rule says what it ran under
+    (d / "params.json").write_text(json.dumps(dataclasses.asdict(params)))
+    text = method_text.method_md(loader.load(d))
     assert "the largest batch size the matrix timed the stage at, before any sweep" in text
     assert "tested at that test's batch" in text and "the tests of one report share a batch" in text
-    params.evidence.parity_before_sweep = False  # a folder measured before each rule says what it ran under
+    params.evidence.parity_before_sweep = False
     (d / "params.json").write_text(json.dumps(dataclasses.asdict(params)))
     assert "size recommended when the report's first test began" in method_text.method_md(loader.load(d))
     params.evidence.parity_chain_batch = False
@@ -450,7 +454,12 @@ def test_a_reference_in_micro_batches_says_why_without_naming_a_batch_it_never_r
     params = tiny_params(["fp32", "tf32"])
     check = {**parity.checks(_test(params, (0.0, 0.0, 0.0)), EV)["tf32"], "micro_steps": 2, "batch_size": 96}
     text = parity_view.summary(check)
-    assert "2 micro-batches of B=48 (the matrix timed it at no batch as large as B=96)" in text
+    assert (
+        "the reference accumulating 2 micro-batches of B=48 (the matrix timed it at no batch as large as B=96)" in text
+    )
+    both = parity_view.summary({**check, "lever_micro_steps": 2})  # a batch fixed for every test: both sides
+    assert "the lever accumulating 2 micro-batches of B=48 and the reference accumulating 2" in both
+    assert "(the matrix timed neither at a batch as large as B=96)" in both
 
 
 def test_a_stage_tested_at_two_batches_is_judged_by_the_test_that_decided():

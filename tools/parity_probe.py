@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
 def main(argv: list[str]) -> int:
-    from lib.core import config
+    from lib.core import config, stages
     from lib.results import parity
     from lib.run import parity_runs, runner
 
@@ -38,7 +38,8 @@ def main(argv: list[str]) -> int:
     if not (folder / "params.json").exists():
         store.write_atomic(folder / "params.json", params)
     env = runner.environment(folder)
-    recs = runner.measure_jobs(parity_runs.parity_plan(params, env, folder, stage, batch, micro), env)
+    sides = {stage: 1, stages.get(stage).reference: micro}  # the lever at once, the reference in micro-batches
+    recs = runner.measure_jobs(parity_runs.parity_plan(params, env, folder, stage, batch, sides), env)
     failed = [
         f"{r['stage']} seed {r.get('seed_offset')}: {r['status']} {r.get('reason')}"
         for r in recs.values()

@@ -88,6 +88,7 @@ class Evidence:
     batch_min_gain: float | None = None  # a batch size must be faster by more than this to beat a smaller (None: noise)
     parity_chain_batch: bool = False  # a stage that takes over is tested at the rejected test's batch (False: its own)
     parity_before_sweep: bool = False  # a stage is tested at the matrix's batch before it is swept (False: swept first)
+    parity_batch: int | None = None  # sequences per optimizer step of every test, each side in micro-batches that fit
     claim_repeat_margin: float | None = None  # a timing claim's sides repeat only where its verdict could move within
     # this many noise floors of its figure (None: always)
     sweep_oom_margin: float | None = None  # predicted memory beyond the device's by this fraction: not swept

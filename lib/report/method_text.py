@@ -110,6 +110,12 @@ def _fidelity_method(rep: Report) -> str:
 
 def _test_batch(ev) -> str:
     """The batch a parity run trains at, as the report's params state the rule."""
+    if getattr(ev, "parity_batch", None):
+        return (
+            f"B={ev.parity_batch}, fixed for every test and every GPU (each side accumulates micro-batches of the"
+            " largest batch the matrix timed it at that divides it: the same update), before any sweep: only the stage"
+            " whose test holds is swept, so a stage that cannot be recommended is never swept"
+        )
     if getattr(ev, "parity_before_sweep", False):
         return (
             "the largest batch size the matrix timed the stage at, before any sweep: only the stage whose test holds"
@@ -121,7 +127,7 @@ def _test_batch(ev) -> str:
 
 def _shared_batch(ev) -> str:
     """The rule that puts a stage that takes over at the batch of the test before it, where the params state it."""
-    if not getattr(ev, "parity_chain_batch", False):
+    if not getattr(ev, "parity_chain_batch", False) or getattr(ev, "parity_batch", None):
         return ""
     if getattr(ev, "parity_before_sweep", False):
         return (

@@ -175,10 +175,15 @@ def summary(c: dict) -> str:
     if c.get("protocol") == "earlier":
         return earlier_summary(c)
     ref, lever = stages.get(c["reference"]).title, stages.get(c["stage"]).title
+    sides = [
+        f"{who} accumulating {m} micro-batches of B={c['batch_size'] // m}"
+        for who, m in (("the lever", c.get("lever_micro_steps", 1)), ("the reference", c["micro_steps"]))
+        if m > 1
+    ]
     acc = (
-        f", the reference accumulating {c['micro_steps']} micro-batches of B={c['batch_size'] // c['micro_steps']} "
-        f"(the matrix timed it at no batch as large as B={c['batch_size']})"
-        if c["micro_steps"] > 1
+        f", {' and '.join(sides)} (the matrix timed {'neither at a' if len(sides) > 1 else 'it at no'} batch as large "
+        f"as B={c['batch_size']})"
+        if sides
         else ""
     )
     passes = f", {c['passes']:.2g} passes over the training text" if c.get("passes") else ""

@@ -181,6 +181,7 @@ def checks(records: list[dict], evidence: Evidence) -> dict:
             "seeds": paired,
             "steps": seeds[paired[0]][0]["steps"] if paired else None,
             "micro_steps": refs[paired[0]][0].get("micro_steps", 1) if paired else 1,
+            "lever_micro_steps": seeds[paired[0]][0].get("micro_steps", 1) if paired else 1,
             "passes": seeds[paired[0]][0].get("passes") if paired else None,
             "diffs": diffs,
             "noise_sd": noise_sd,

@@ -280,8 +280,9 @@ def crosscheck_batch(params: Params) -> int:
 def recommend(params: Params, report_dir, force: bool = False) -> list[dict]:
     """The batch-sweep chapter: what the recommendation rests on, in the order of evidence.parity_before_sweep. The
     repeats read the ranking with its noise (and measure the loss noise the matrix's gate allows for); the fastest
-    verified stage takes its parity test at the largest batch the matrix timed it at; where the test does not let it
-    stand, the next verified stage is tested in its turn at that batch (parity_runs.chain_batch). Only the stage
+    verified stage takes its parity test at the batch parity_runs.chain_batch names (evidence.parity_batch, in
+    micro-batches that fit); where the test does not let it stand, the next verified stage is tested in its turn at
+    that batch. Only the stage
     whose test holds is swept, its sweep's points repeated by the same rule, and the tie rule names its batch: a
     stage that cannot be recommended is never swept (on an H100 the two FP8 stages' sweeps and their repeats cost
     about 150 s of a report). Then, for that stage alone, the plain loop beside the harness and the recipe with its

@@ -27,10 +27,21 @@ def parity_jobs(params: Params, report_dir) -> list[dict]:
     if best is None or stages.get(best["stage"]).reference == best["stage"]:
         return []
     key, batch = best["stage"], chain_batch(recs, params, best)
-    ref = stages.get(key).reference
-    largest = max(timed_batches(recs, ref), default=batch)  # timed at that batch in one go, not a parity run
-    micro = next(k for k in range(1, batch + 1) if batch % k == 0 and batch // k <= largest)
+    # Before the sweep, the matrix's batches: a resumed run after the sweep plans the same runs.
+    sized = (
+        [r for r in recs if r.get("variant") is None]
+        if getattr(params.evidence, "parity_before_sweep", False)
+        else recs
+    )
+    micro = {s: micro_steps(sized, s, batch) for s in (key, stages.get(key).reference)}
     return parity_plan(params, env, report_dir, key, batch, micro)
+
+
+def micro_steps(recs: list[dict], stage: str, batch: int) -> int:
+    """How many micro-batches `stage` accumulates to train at `batch`: the fewest whose size it was timed at or below
+    (in one go, not a parity run), so that it fits; 1 where it was timed at `batch` itself."""
+    largest = max(timed_batches(recs, stage), default=batch)
+    return next(k for k in range(1, batch + 1) if batch % k == 0 and batch // k <= largest)
 
 
 def candidates(recs: list[dict], params: Params) -> list[dict]:
@@ -50,12 +61,15 @@ def inherited_batch(recs: list[dict], params: Params) -> int | None:
 
 
 def chain_batch(recs: list[dict], params: Params, best: dict) -> int:
-    """The batch size the parity test of `best` runs at: with evidence.parity_chain_batch, inherited_batch where the
-    stage was timed there; else, with evidence.parity_before_sweep, the largest batch the matrix timed it at (the
-    sweep comes after the test); else `best`'s own. One batch for every test of a report: the tie rule may recommend
+    """The batch size the parity test of `best` runs at: evidence.parity_batch where the params fix one (each side in
+    micro-batches that fit: micro_steps); else, with evidence.parity_chain_batch, inherited_batch where the stage was
+    timed there; else, with evidence.parity_before_sweep, the largest batch the matrix timed it at (the sweep comes
+    after the test); else `best`'s own. One batch for every test of a report: the tie rule may recommend
     another batch of the stage that takes over, and a test there would run more steps on the same tokens (on an H100
     the loss-only forward's test moved from B=96 to B=64 on a 1.2 % near-tie between two machines, and stopped there
     on a spread its B=96 test did not have: reports/probes/warm-h100-2026-11-26)."""
+    if getattr(params.evidence, "parity_batch", None):  # one batch for every test, in micro-batches that fit
+        return params.evidence.parity_batch
     earlier = inherited_batch(recs, params) if getattr(params.evidence, "parity_chain_batch", False) else None
     if earlier in timed_batches(recs, best["stage"]):
         return earlier
@@ -123,8 +137,8 @@ def in_series(jobs: list[dict], round_name: str) -> list[dict]:
     ]
 
 
-def parity_plan(params: Params, env: dict, report_dir, key: str, batch: int, micro: int) -> list[dict]:
-    """The parity test's runs of stage `key` at `batch`, its reference accumulating `micro` micro-batches."""
+def parity_plan(params: Params, env: dict, report_dir, key: str, batch: int, micro: dict) -> list[dict]:
+    """The parity test's runs of stage `key` at `batch`, each side accumulating `micro[side]` micro-batches."""
     ev, ref = params.evidence, stages.get(key).reference
     train_tokens = len(data.split(data.load_tokens(params.model.vocab_size))[0])
     per_step = batch * params.run.seq_len
@@ -135,7 +149,7 @@ def parity_plan(params: Params, env: dict, report_dir, key: str, batch: int, mic
         # adding seeds later leaves the earlier ones' runs valid.
         start = int((seed * 0.6180339887498949) % 1.0 * train_tokens)
         replicates = (0, 1) if seed < parity.noise_seeds(ev) else (0,)  # the repeat pairs: the test's own noise
-        for s, m, k in [(key, 1, k) for k in replicates] + [(ref, micro, k) for k in replicates]:
+        for s, m, k in [(key, micro[key], k) for k in replicates] + [(ref, micro[ref], k) for k in replicates]:
             name = f"{s}__b{batch}" + (f"__s{seed}" if seed else "") + (f"__r{k}" if k else "")
             j = make_job(
                 params,
