@@ -219,6 +219,25 @@ def test_between_batch_sizes_within_noise_the_recommendation_takes_the_smaller_m
     assert prose.tie_call(faster).endswith("a tie; it is also the faster.")
 
 
+def test_a_tie_by_the_least_gain_is_not_called_within_noise():
+    """reports/h100 (9337cdf): B=96 was 0.96 % slower than B=128, beyond their 0.34 % noise and within the 1 % a batch
+    size must gain; the recommendation's sentence read 'within noise of the fastest measured setting'."""
+    from types import SimpleNamespace
+
+    from lib.report import prose
+
+    params = tiny_params(["fp32"], batch_sizes=(2, 4))
+    params.evidence.batch_min_gain = 0.01
+    recs = _repeats(params, "fp32", 2, [1000.0, 1001.0, 1002.0], 1 << 20) + _repeats(
+        params, "fp32", 4, [1009.0, 1010.0, 1011.0], 2 << 20
+    )
+    best = decide.best_config(recs, params)
+    assert best["batch_size"] == 2 and best["against"]["tie"] and best["against"]["band"] < 0.009
+    line = prose.recommended_line(SimpleNamespace(decisions=recs), best)
+    assert "within noise" not in line and "tied by the tie rule" in line
+    assert "within the 1 % a batch size must gain" in line
+
+
 def test_a_smaller_batch_timed_once_never_displaces_the_fastest_repeated_one():
     """B=2 ran once, 1 % slower than B=4's three processes, inside a 10 % spread: one process says
     too little to call them equal, so the fastest (repeated) configuration stays the recommendation."""
@@ -285,6 +304,7 @@ def test_a_resumed_parity_plan_keeps_the_references_micro_batches(tmp_path):
     from lib.run import parity_runs
 
     params = tiny_params(["fp32", "tf32"], batch_sizes=(2, 4))
+    params.evidence.parity_batch = None  # tested at the stage's own largest batch, B=4
     losses = [5.0 - 0.01 * i for i in range(6)]
     recs = [
         make_record(params, "fp32", 2, [10.0] * 5, losses),

@@ -171,6 +171,8 @@ def plot_sweep(rep: Report):
     a1.set_ylim(bottom=0)  # from zero: an axis cut near the data made a 1.5 % rise look steep (a reviewer, H100)
     a1.yaxis.set_major_formatter(plt.FuncFormatter(lambda v, _: f"{v:,.0f}"))
     a2.set_ylabel("peak allocator memory (GiB)" if rep.on_gpu else "process peak memory (GiB)")
+    a2.set_ylim(bottom=0)  # from zero, as the throughput: growth toward the device's memory at its true slope
+    a1.set_ylim(0, a1.get_ylim()[1] * 1.06)  # the top points clear of the frame
     for ax, title in ((a1, "Throughput"), (a2, "Memory")):
         ax.set_xlabel("batch size B (sequences of T tokens)")
         ax.set_title(title, fontsize=9)

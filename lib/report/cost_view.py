@@ -75,7 +75,8 @@ def cost_html(rep: Report) -> str:
     if cold:
         text += (
             f" {cold['processes']} processes compiled their graphs cold: {_with_first_step(cold)} took "
-            f"{cold['first_step_s']:,.0f} s in it, {cold['first_step_s'] / total:.0%} of the whole."
+            f"{cold['first_step_s']:,.0f} s in it, {cold['first_step_s'] / total:.0%} of the {total:,.0f} s the chapters "
+            "recorded."
         )
     if warm and warm["first_steps"]:
         text += (

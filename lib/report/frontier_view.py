@@ -154,7 +154,7 @@ def recipe_html(rep: Report) -> str:
     note = (
         "Every step is one optimizer update over the global batch of "
         f"{rep.params.evidence.global_batch_tokens:,} tokens (gradients accumulated over the micro-steps, "
-        "the optimizer step amortised as in training); the processes of these rows alternate in one run: two a side"
+        "the optimizer step amortised as in training); the processes of these rows alternate in the same sitting: two a side"
         f"{repeats_rule(rep.params.evidence)}."
     )
     best = next((r for r in rows if r["role"] == "recommended"), None)
@@ -202,7 +202,7 @@ def recipe_finding(rep: Report) -> str | None:
             if best["n"] == plain["n"]
             else f"medians of {best['n']} and {plain['n']} processes"
         )
-        + " in the same run)"
+        + " in the same sitting)"
     )
     if harness:
         line += (

@@ -337,8 +337,8 @@ def recommended_line(rep: Report, best: dict) -> str:
         )
     c = best.get("chosen_over")
     line += (
-        f"; within noise of the fastest measured setting that passed its loss checks, B={c['batch_size']}, and preferred "
-        "to it for its smaller memory footprint"
+        f"; tied by the tie rule (section 3) with the fastest measured setting that passed its loss checks, "
+        f"B={c['batch_size']}, and preferred to it for its smaller memory footprint"
         if c
         else "; the fastest measured setting that passed its loss checks"
     )
