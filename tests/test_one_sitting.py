@@ -242,6 +242,32 @@ def test_a_record_a_later_round_lists_again_is_counted_once(tmp_path, cpu_params
     assert (counts["measured"], counts["kept"], counts["by_status"]) == (1, 1, {"ok": 2})
 
 
+def test_a_run_a_signal_stops_keeps_the_seconds_of_the_chapter_it_cut(tmp_path, cpu_params):
+    """Seen on an H100 (reports/h100, 9337cdf): a call's time limit sent SIGTERM 39 s into the batch-sweep chapter;
+    run.json said 'stopped by SIGTERM' but kept no seconds for that chapter, so the chapters' sum (1,285 s) fell short
+    of the runs' (1,324 s). A stop keeps the cut chapter's seconds so far, as the time budget's stop does."""
+    import atexit
+    import signal
+
+    from lib.core import chapters
+    from lib.run import run_log
+
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
+    log = run_log.RunLog(tmp_path, cpu_params, {"device": {"backend": "cpu", "name": "cpu"}}, [], "make report")
+    atexit.unregister(log._at_exit)
+    for sig, handler in handlers.items():
+        signal.signal(sig, handler)
+    order = chapters.order(cpu_params.stages, cpu_params.chapters)
+    log.chapter(1, order)
+    log.chapter_done(order[0].key, 1.5)
+    log.chapter(2, order)
+    log.stop("stopped by SIGTERM")
+    run = read_json(tmp_path / "run.json")
+    assert run["state"] == "interrupted" and "SIGTERM" in run["interrupted"]
+    assert set(run["cut_timings_s"]) == {order[1].key} and run["cut_timings_s"][order[1].key] >= 0
+    assert run["timings_s"][order[0].key] == 1.5
+
+
 def test_settle_marks_an_abandoned_run_interrupted():
     """A run.json entry left 'running' by a process that is gone is settled as interrupted after the
     configurations it recorded; a finished one is left as it is."""

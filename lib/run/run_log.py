@@ -201,6 +201,9 @@ class RunLog:
         """Close the run as interrupted, with why (a time budget, a signal, an early exit)."""
         if self.run["state"] != "running":
             return
+        key = self.chapter_key
+        if key is not None and key not in self.run["timings_s"]:  # the chapter it cut: its seconds so far (chapter_cut)
+            self.run.setdefault("cut_timings_s", {})[key] = time.perf_counter() - self.chapter_t0
         n = self.run["configurations"]["measured"]
         self.run.update(
             state="interrupted",
