@@ -76,17 +76,18 @@ def sweep_html(rep: Report) -> str:
                 )
             )
         )
+    rejected = parity_view.rejected(rep)
     notes += [
         f"{stages.get(k).title}"
-        + ("" if _inherited(rep, k, sweeps) else _batch_call(rep, k, parity_view.rejected(rep)[k]["batch_size"]))
+        + ("" if _inherited(rep, k, sweeps) else _batch_call(rep, k, rejected[k]["batch_size"]))
         + f" is not recommended: {parity_view.rejected_reason(rep, k)}"
         for k in sweeps
-        if k in parity_view.rejected(rep)
+        if k in rejected
     ]
     first = " before the sweep" if getattr(rep.params.evidence, "parity_before_sweep", False) else ""
     notes += [  # a stage whose test did not hold, never swept
         f"{stages.get(k).title}, tested{first}, was not swept: " + parity_view.rejected_reason(rep, k)
-        for k in parity_view.rejected(rep)
+        for k in rejected
         if k not in sweeps
     ]
     return table(rows) + '<p class="note">' + html.escape("; ".join(n.rstrip(".") for n in notes)) + ".</p>"

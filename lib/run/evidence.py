@@ -278,15 +278,15 @@ def crosscheck_batch(params: Params) -> int:
 
 
 def recommend(params: Params, report_dir, force: bool = False) -> list[dict]:
-    """The batch-sweep chapter: what the recommendation rests on, in the order of evidence.parity_before_sweep. The
-    repeats read the ranking with its noise (and measure the loss noise the matrix's gate allows for); the fastest
-    verified stage takes its parity test at the batch parity_runs.chain_batch names (evidence.parity_batch, in
-    micro-batches that fit); where the test does not let it stand, the next verified stage is tested in its turn at
-    that batch. Only the stage
-    whose test holds is swept, its sweep's points repeated by the same rule, and the tie rule names its batch: a
-    stage that cannot be recommended is never swept (on an H100 the two FP8 stages' sweeps and their repeats cost
-    about 150 s of a report). Then, for that stage alone, the plain loop beside the harness and the recipe with its
-    leave-one-out. Every step reads the records, so a run cut anywhere resumes on the same path."""
+    """The batch-sweep chapter: what the recommendation rests on, tested before it is swept (the order
+    evidence.parity_before_sweep states). The repeats read the ranking with its noise (and measure the loss noise the
+    matrix's gate allows for); the fastest verified stage takes its parity test at the batch parity_runs.chain_batch
+    names (evidence.parity_batch, in micro-batches that fit); where the test does not let it stand, the next verified
+    stage is tested in its turn at that batch. Only the stage whose test holds is swept, its sweep's points repeated
+    by the same rule, and the tie rule names its batch: a stage that cannot be recommended is never swept (on an H100
+    the two FP8 stages' sweeps and their repeats cost about 150 s of a report). Then, for that stage alone, the plain
+    loop beside the harness and the recipe with its leave-one-out. Every step reads the records, so a run cut
+    anywhere resumes on the same path."""
     env = runner.environment(report_dir)
 
     def decided():
@@ -305,9 +305,8 @@ def recommend(params: Params, report_dir, force: bool = False) -> list[dict]:
     if held is None:
         return []
     swept = batch_sweep(params, report_dir, force=force)
-    repeat_runs.measure(
-        params, report_dir, force=force
-    )  # the sweep's points enter the ranking, and the tie rule reads them
+    # The sweep's points enter the ranking, and the tie rule reads them.
+    repeat_runs.measure(params, report_dir, force=force)
     held = decided()
     # The plain loop beside the harness only at the recommendation the parity test let stand (on an H100 the FP8
     # lm_head's test came back undecided, and a cross-check spent on it served nothing).

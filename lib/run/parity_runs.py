@@ -28,11 +28,7 @@ def parity_jobs(params: Params, report_dir) -> list[dict]:
         return []
     key, batch = best["stage"], chain_batch(recs, params, best)
     # Before the sweep, the matrix's batches: a resumed run after the sweep plans the same runs.
-    sized = (
-        [r for r in recs if r.get("variant") is None]
-        if getattr(params.evidence, "parity_before_sweep", False)
-        else recs
-    )
+    sized = matrix(recs) if getattr(params.evidence, "parity_before_sweep", False) else recs
     micro = {s: micro_steps(sized, s, batch) for s in (key, stages.get(key).reference)}
     return parity_plan(params, env, report_dir, key, batch, micro)
 
@@ -74,12 +70,13 @@ def chain_batch(recs: list[dict], params: Params, best: dict) -> int:
     if earlier in timed_batches(recs, best["stage"]):
         return earlier
     if getattr(params.evidence, "parity_before_sweep", False):  # the largest batch the matrix timed it at
-        return max(
-            r["batch_size"]
-            for r in recs
-            if r["stage"] == best["stage"] and r.get("status") == record.Status.OK and r.get("variant") is None
-        )
+        return max(timed_batches(matrix(recs), best["stage"]))
     return best["batch_size"]
+
+
+def matrix(recs: list[dict]) -> list[dict]:
+    """The stage x batch matrix's own records: no sweep point, no repeat, no evidence variant."""
+    return [r for r in recs if r.get("variant") is None]
 
 
 def timed_batches(recs: list[dict], stage: str) -> set[int]:
