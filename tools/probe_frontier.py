@@ -40,12 +40,21 @@ CANDIDATES = {  # name: options
     "autotune": {"mode": "max-autotune-no-cudagraphs"},
     "classifier": {"stage": "fp8_classifier"},  # lib/train/fp8_classifier.py in place of torchao's FP8 lm_head
     "classifier_again": {"stage": "fp8_classifier"},
+    # Ceilings, not levers: a step with a part of its work taken out times what no fusion of that part can beat.
+    # no_gelu: the MLP's GELU is the identity (what fusing GELU into the GEMMs' epilogues could save at most);
+    # no_ce: the loss reads one column of the logits (what any fused classifier could save at most: the lm_head
+    # GEMMs and the write of the logits' gradient stay). Their losses are not GPT-2's: timings only.
+    "loss_only": {"stage": "loss_only"},
+    "loss_only_no_gelu": {"stage": "loss_only", "no_gelu": True},
+    "loss_only_no_ce": {"stage": "loss_only", "no_ce": True},
+    "loss_only_no_gelu_no_ce": {"stage": "loss_only", "no_gelu": True, "no_ce": True},
+    "classifier_no_gelu": {"stage": "fp8_classifier", "no_gelu": True},
 }
 
 
-def patched_forward(split: bool, liger: bool):
-    """GPT.forward's loss-only path (lib/train/model.py) with a graph break after the final LayerNorm and/or
-    Liger's cross-entropy in place of F.cross_entropy."""
+def patched_forward(split: bool, liger: bool, no_ce: bool = False):
+    """GPT.forward's loss-only path (lib/train/model.py) with a graph break after the final LayerNorm, and/or
+    Liger's cross-entropy in place of F.cross_entropy, or (no_ce, a ceiling) a loss that reads one column."""
     import torch
     import torch.nn.functional as F
 
@@ -63,6 +72,8 @@ def patched_forward(split: bool, liger: bool):
         if split:
             torch._dynamo.graph_break()
         logits = self.lm_head(x)
+        if no_ce:
+            return None, logits[..., 0].float().mean()
         flat = logits.view(-1, logits.size(-1))
         loss = liger_cross_entropy(flat, targets.view(-1)) if liger else F.cross_entropy(flat, targets.view(-1))
         return None, loss
@@ -83,12 +94,15 @@ def run_one(name: str, batch: int, warmup: int = 5, timed: int = 20) -> dict:
     stage = stages.get(o.get("stage", "fp8_head"))  # the recommendation's stage, or the candidate's own
     if "mode" in o:
         stage = dataclasses.replace(stage, compile_mode=o["mode"])
-    if o.get("split") or o.get("liger"):
-        GPT.forward = patched_forward(o.get("split", False), o.get("liger", False))
+    if o.get("split") or o.get("liger") or o.get("no_ce"):
+        GPT.forward = patched_forward(o.get("split", False), o.get("liger", False), o.get("no_ce", False))
     out = {"name": name, "batch": batch, "options": o}
     t0 = time.perf_counter()
     train = step.build(params, stage, "cuda")
     model = train.model
+    if o.get("no_gelu"):  # before the first step, so torch.compile traces the MLPs without it
+        for block in model.transformer.h:
+            block.mlp.gelu = torch.nn.Identity()
     if o.get("tail"):  # clipping and AdamW compiled (foreach, which Inductor fuses), as one graph
         decay = [p for p in model.parameters() if p.dim() >= 2]
         rest = [p for p in model.parameters() if p.dim() < 2]
