@@ -49,10 +49,12 @@ CANDIDATES = {  # name: options
     "loss_only_no_ce": {"stage": "loss_only", "no_ce": True},
     "loss_only_no_gelu_no_ce": {"stage": "loss_only", "no_gelu": True, "no_ce": True},
     "classifier_no_gelu": {"stage": "fp8_classifier", "no_gelu": True},
+    # Liger-Kernel's fused linear cross-entropy (chunked lm_head GEMM and loss; no B x T x V logits tensor)
+    "liger_flce": {"stage": "loss_only", "flce": True},
 }
 
 
-def patched_forward(split: bool, liger: bool, no_ce: bool = False):
+def patched_forward(split: bool, liger: bool, no_ce: bool = False, flce: bool = False):
     """GPT.forward's loss-only path (lib/train/model.py) with a graph break after the final LayerNorm, and/or
     Liger's cross-entropy in place of F.cross_entropy, or (no_ce, a ceiling) a loss that reads one column."""
     import torch
@@ -60,6 +62,8 @@ def patched_forward(split: bool, liger: bool, no_ce: bool = False):
 
     if liger:
         from liger_kernel.transformers.functional import liger_cross_entropy
+    if flce:
+        from liger_kernel.transformers.functional import liger_fused_linear_cross_entropy
 
     def forward(self, idx, targets=None, return_logits=True):
         pos = torch.arange(idx.size(1), device=idx.device)
@@ -71,6 +75,9 @@ def patched_forward(split: bool, liger: bool, no_ce: bool = False):
         x = self.transformer.ln_f(x)
         if split:
             torch._dynamo.graph_break()
+        if flce:  # the operands in the autocast dtype, as the lm_head GEMM would see them
+            w = self.lm_head.weight.to(torch.bfloat16)
+            return None, liger_fused_linear_cross_entropy(x.to(torch.bfloat16).flatten(0, 1), w, targets.view(-1))
         logits = self.lm_head(x)
         if no_ce:
             return None, logits[..., 0].float().mean()
@@ -94,8 +101,8 @@ def run_one(name: str, batch: int, warmup: int = 5, timed: int = 20) -> dict:
     stage = stages.get(o.get("stage", "fp8_head"))  # the recommendation's stage, or the candidate's own
     if "mode" in o:
         stage = dataclasses.replace(stage, compile_mode=o["mode"])
-    if o.get("split") or o.get("liger") or o.get("no_ce"):
-        GPT.forward = patched_forward(o.get("split", False), o.get("liger", False), o.get("no_ce", False))
+    if o.get("split") or o.get("liger") or o.get("no_ce") or o.get("flce"):
+        GPT.forward = patched_forward(*(o.get(k, False) for k in ("split", "liger", "no_ce", "flce")))
     out = {"name": name, "batch": batch, "options": o}
     t0 = time.perf_counter()
     train = step.build(params, stage, "cuda")
