@@ -516,6 +516,31 @@ def test_one_step_an_update_reads_without_micro_steps():
     assert frontier_view.micro_steps_text({"batch": 64, "micro_steps": 8}) == "B=64 × 8 micro-steps"
 
 
+def test_the_recipe_times_both_sides_by_their_mean_step_as_the_plain_loop_does():
+    """Issue 33: 'what it buys' set the harness's median step against the plain loop's wall-clock mean. A harness
+    side now enters by its mean of CUDA-event steps (reports/h100's recommended side: 538,959 tokens/s by its median
+    step, 538,813 by its mean); the plain loop's figure is its mean already."""
+    from types import SimpleNamespace
+
+    harness = {
+        "variant": "recipe: recommended",
+        "status": "ok",
+        "stage": "vocab",
+        "batch_size": 2,
+        "tokens_per_step": 1000,
+        "median_ms": 100.0,
+        "mean_ms": 125.0,
+        "tokens_per_s": 10_000.0,  # 1000 tokens / 100 ms: the median step's
+    }
+    plain = {"variant": "recipe: baseline", "status": "ok", "stage": "vocab", "batch_size": 2, "tokens_per_s": 7_000.0}
+    rows = {
+        r["role"]: r
+        for r in frontier_view.recipe_rows(SimpleNamespace(params=tiny_params(), evidence={"recipe": [harness, plain]}))
+    }
+    assert rows["recommended"]["median"] == 8_000.0  # 1000 tokens / 125 ms
+    assert rows["baseline"]["median"] == 7_000.0
+
+
 def test_a_side_left_to_full_depth_is_not_shown_from_another_runs_record():
     """A folder measured at full depth and resumed at the default keeps the harness side's old records; the recipe
     table shows only the sides this depth measured, so no row joins another run's processes."""

@@ -45,6 +45,13 @@ class Report:
     run: dict | None = None  # run.json: the runs that measured the folder, the code's commit, the command
 
     @property
+    def loss_noise_from(self) -> str:
+        """Whose two processes drifted by loss_noise: the widest of the repeated configurations, which need not be
+        the stage a loss gate judges (a reviewer: the fused linear cross-entropy passed only by the FP8 lm_head's)."""
+        widest = stats.loss_noise_at(self.decisions)
+        return f"{stages.get(widest[1]).title} at B={widest[2]}" if widest else ""
+
+    @property
     def stage_order(self) -> list[str]:
         return self.params.stages
 

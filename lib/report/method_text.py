@@ -25,6 +25,7 @@ def method_md(rep: Report) -> str:
         if rep.on_gpu
         else "`time.perf_counter` around each step, after a device synchronize"
     )
+    drift_from = f", between two processes of {rep.loss_noise_from}" if rep.loss_noise_from else ""
     return f"""
 * **Stages**: {tables.stages_md(rep)}
 * **Model**: GPT-2, {m.n_layer} layers, {m.n_head} heads, d={m.n_embd}, T={r.seq_len},
@@ -52,7 +53,7 @@ def method_md(rep: Report) -> str:
 * **Loss gate**: every step after warm-up is compared with the stage's reference at the same batch
   size (same seed, same batches): a stage passes when the {stats.LOSS_GATE_WINDOW}-step moving average
   of the loss difference never leaves ±{r.loss_tolerance:g} nats; a gap beyond it by less than the drift of the
-  same statistic between two processes of one configuration ({rep.loss_noise:.3f} nats here{_drift_source(rep)}) is *within noise*, so
+  same statistic between two processes of one configuration ({rep.loss_noise:.3f} nats here{drift_from}) is *within noise*, so
   the gate catches only a departure larger than {r.loss_tolerance + rep.loss_noise:.3f} nats (the parity test judges finer); a
   gap that one step's loss makes (the rest of the curve within half the gate) is reported as a *single-step spike* at that step; it fails the gate all the same.
   References: {_by_stage(rep, "reference")}.
@@ -152,12 +153,6 @@ def _series(rep: Report) -> str:
         " would (each run's record names the process's first run). A side with FP8 GEMMs keeps a process a run:"
         " restarted that way, its runs did not reproduce their seeds on an H100."
     )
-
-
-def _drift_source(rep: Report) -> str:
-    """Which configuration's two processes drifted that far (a reviewer: the H100's came from the recommended lever)."""
-    widest = stats.loss_noise_at(rep.decisions)
-    return f", between two processes of {stages.get(widest[1]).title} at B={widest[2]}" if widest else ""
 
 
 def _by_stage(rep: Report, fact: str) -> str:

@@ -233,7 +233,12 @@ def _loss_gate_text(rep: Report, key: str) -> str | None:
         if at:
             parts.append(
                 f"loss {label} {ref} (largest 5-step-average gap after warm-up: {at}; tolerance {tol:g} nats"
-                + (f", run-to-run noise {rep.loss_noise:.3f}" if verdict != "within" else "")
+                + (
+                    f", run-to-run noise {rep.loss_noise:.3f}, "
+                    f"the widest drift of a repeated configuration here: {rep.loss_noise_from}"
+                    if verdict != "within"
+                    else ""
+                )
                 + ")"
             )
     return "; ".join(parts) or None
