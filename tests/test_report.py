@@ -655,8 +655,28 @@ def test_a_matrix_row_timed_in_several_processes_shows_their_median_and_says_so(
     html = tables.matrix_html(loader.load(d))
     first, second = recs[1]["tokens_per_s"], again["tokens_per_s"]
     lo, hi = sorted((first, second))
-    assert f"{(first + second) / 2:,.0f}<br><small>median of 2 processes, {lo:,.0f}–{hi:,.0f}" in html
+    assert f"{(first + second) / 2:,.0f}<br><small>median of 2 processes,<br>{lo:,.0f}–{hi:,.0f}" in html
     assert html.count("median of 2") == 1  # fp32 ran in one process: nothing beneath it
+
+
+def test_the_stage_matrix_fits_the_pdf_page_s_width():
+    """The stage matrix of reports/h100's PDF ran about 19 pt past the page's right margin, its loss column cut off:
+    the processes' range beside 'median of 2 processes' under tok/s made that column the widest. Laid out with
+    report.css on the PDF's page (WeasyPrint, here in the test's process), no text of it passes the margin. Real
+    records: an H100 sitting, archived (its matrix ran 22 px over before the range got a line of its own)."""
+    from weasyprint import HTML
+    from weasyprint.formatting_structure.boxes import TextBox
+
+    from lib.report import export
+
+    rep = loader.load(paths.ROOT / "reports" / "archive" / "h100-20261126-160840")
+    doc = (
+        f'<html><head><meta charset="utf-8"><style>{export.CSS.read_text()}</style></head>'
+        f'<body><main class="report">{tables.matrix_html(rep)}</main></body></html>'
+    )
+    page = HTML(string=doc).render().pages[0]._page_box  # every page of the table has the same column widths
+    texts = [b for b in page.descendants() if isinstance(b, TextBox)]
+    assert texts and max(b.position_x + b.margin_width() for b in texts) <= page.content_box_x() + page.width + 0.01
 
 
 def test_a_lever_s_speed_up_divides_the_medians_over_processes_where_several_timed_it(tmp_path):
