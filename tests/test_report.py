@@ -3,8 +3,6 @@ folder from synthetic records (no measurement), then flips the data and checks t
 
 from __future__ import annotations
 
-import html
-
 import re
 from html import escape, unescape
 
@@ -797,7 +795,7 @@ def test_the_pdf_shows_the_check_under_each_claim_s_verdict(pipeline_ok):
     table = claims.for_report(rep)
     text = claims.html(rep)
     checked = [r for r in table.itertuples() if r.check]
-    assert checked and all(f'<small class="print-only">{html.escape(r.check)}</small>' in text for r in checked)
+    assert checked and all(f'<small class="print-only">{claims.breakable(r.check)}</small>' in text for r in checked)
     assert "Under each verdict, the check it applied" in text
 
 
