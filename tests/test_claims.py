@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import yaml
 from conftest import make_record, tiny_params, write_report_dir
 
-from lib.core import config, record
+from lib.core import config, paths, record
 from lib.report import claim_judge, claim_params, claims, gemm_sweep_view, loader
 from lib.results import decide, store
 
@@ -438,3 +440,25 @@ def test_flash_attention_3_without_a_kernel_profile_is_not_measured_and_says_so(
     assert fa3["verdict"] == "not measured" and "no kernel profile of a stage that runs SDPA" in fa3["measured"]
     assert fa3["measured"].endswith("forced at B=2: cudnn 3,000 tok/s, flash 2,000 tok/s, efficient not applicable")
     assert "the report forced no SDPA backend" in _verdict("fa3-hopper", _df({}))["measured"]
+
+
+def test_a_kernel_name_in_the_claims_table_breaks_between_its_tokens_never_inside_one():
+    """reports/h100's PDF split cutlass_75_tensorop_bf16_s1688gemm_bf16_128x|128_tn_align1 and ..._coopB_TN|N: report.css
+    let a claims cell break anywhere. A cell now breaks at spaces and at the <wbr> after each separator of an
+    identifier (_ :: < and a comma outside a number), and the stylesheet breaks a token elsewhere only if it cannot
+    fit a line. Real records: an H100 sitting, archived."""
+    from lib.report import export
+
+    text = claims.breakable(
+        "at 50304: nvjet_sm90_tst_192x192_64x4_2x1_v_bz_coopB_TNN); 1,979 TFLOPS, at::native::k<a,b>"
+    )
+    assert "nvjet_<wbr>sm90_<wbr>tst_<wbr>192x192_<wbr>64x4_<wbr>2x1_<wbr>v_<wbr>bz_<wbr>coopB_<wbr>TNN);" in text
+    assert "1,979 TFLOPS, at::<wbr>native::<wbr>k&lt;<wbr>a,<wbr>b&gt;" in text  # a number stays whole
+    rep = loader.load(paths.ROOT / "reports" / "archive" / "h100-20261126-160840")
+    table = claims.html(rep)
+    kernel = "cutlass_75_tensorop_bf16_s1688gemm_bf16_128x128_tn_align1"
+    assert kernel not in table and kernel.replace("_", "_<wbr>") in table
+    # every opportunity follows a separator: none inside a token
+    assert table.count("<wbr>") > 20 and not re.search(r"[^_:<,]<wbr>", table)
+    cell = re.search(r"table\.claims td \{([^}]*)\}", export.CSS.read_text()).group(1)
+    assert "overflow-wrap: break-word" in cell

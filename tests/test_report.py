@@ -3,8 +3,6 @@ folder from synthetic records (no measurement), then flips the data and checks t
 
 from __future__ import annotations
 
-import html
-
 import re
 from html import escape, unescape
 
@@ -655,8 +653,37 @@ def test_a_matrix_row_timed_in_several_processes_shows_their_median_and_says_so(
     html = tables.matrix_html(loader.load(d))
     first, second = recs[1]["tokens_per_s"], again["tokens_per_s"]
     lo, hi = sorted((first, second))
-    assert f"{(first + second) / 2:,.0f}<br><small>median of 2 processes, {lo:,.0f}–{hi:,.0f}" in html
+    assert f"{(first + second) / 2:,.0f}<br><small>median of 2 processes,<br>{lo:,.0f}–{hi:,.0f}" in html
     assert html.count("median of 2") == 1  # fp32 ran in one process: nothing beneath it
+
+
+H100_ARCHIVE = paths.ROOT / "reports" / "archive" / "h100-20261126-160840"  # a real sitting's records
+
+
+def _pdf_pages(body: str) -> list:
+    """`body` laid out on the PDF's pages with report.css (WeasyPrint, here in the test's process): each page's box
+    tree."""
+    from weasyprint import HTML
+
+    from lib.report import export
+
+    doc = (
+        f'<html><head><meta charset="utf-8"><style>{export.CSS.read_text()}</style></head>'
+        f'<body><main class="report">{body}</main></body></html>'
+    )
+    return [page._page_box for page in HTML(string=doc).render().pages]
+
+
+def test_the_stage_matrix_fits_the_pdf_page_s_width():
+    """The stage matrix of reports/h100's PDF ran about 19 pt past the page's right margin, its loss column cut off:
+    the processes' range beside 'median of 2 processes' under tok/s made that column the widest. Laid out with
+    report.css on the PDF's page, no text of it passes the margin (this archived sitting's ran 22 px over before the
+    range got a line of its own)."""
+    from weasyprint.formatting_structure.boxes import TextBox
+
+    page = _pdf_pages(tables.matrix_html(loader.load(H100_ARCHIVE)))[0]  # every page of it has the same columns
+    texts = [b for b in page.descendants() if isinstance(b, TextBox)]
+    assert texts and max(b.position_x + b.margin_width() for b in texts) <= page.content_box_x() + page.width + 0.01
 
 
 def test_a_lever_s_speed_up_divides_the_medians_over_processes_where_several_timed_it(tmp_path):
@@ -777,7 +804,7 @@ def test_the_pdf_shows_the_check_under_each_claim_s_verdict(pipeline_ok):
     table = claims.for_report(rep)
     text = claims.html(rep)
     checked = [r for r in table.itertuples() if r.check]
-    assert checked and all(f'<small class="print-only">{html.escape(r.check)}</small>' in text for r in checked)
+    assert checked and all(f'<small class="print-only">{claims.breakable(r.check)}</small>' in text for r in checked)
     assert "Under each verdict, the check it applied" in text
 
 
@@ -804,3 +831,14 @@ def test_a_swept_stage_left_out_says_why_its_test_ran_at_that_batch_size():
         "0.36 %: a tie, settled by memory), is not recommended" in note
     )
     assert "FP8 lm_head (torchao) is not recommended" in note  # inherited B=96: no call of its own
+
+
+def test_the_batch_sweep_table_is_kept_on_one_page_when_it_fits_one():
+    """reports/h100's PDF split the batch-sweep table, two rows at the foot of page 18 and two on page 19. Laid out
+    with report.css (WeasyPrint, here in the test's process) where only its first rows fit the page, the table moves
+    whole to the next."""
+    from weasyprint.formatting_structure.boxes import TableBox
+
+    # an A4 page holds 267 mm: under 240 mm, room for the table's header and two rows
+    pages = _pdf_pages('<div style="height: 240mm"></div>' + batch_sweep_view.sweep_html(loader.load(H100_ARCHIVE)))
+    assert [i for i, page in enumerate(pages) if any(isinstance(b, TableBox) for b in page.descendants())] == [1]

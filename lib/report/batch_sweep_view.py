@@ -90,7 +90,9 @@ def sweep_html(rep: Report) -> str:
         for k in rejected
         if k not in sweeps
     ]
-    return table(rows) + '<p class="note">' + html.escape("; ".join(n.rstrip(".") for n in notes)) + ".</p>"
+    note = '<p class="note">' + html.escape("; ".join(n.rstrip(".") for n in notes)) + ".</p>"
+    # on one page (report.css): reports/h100's PDF split its rows two and two over pages 18 and 19
+    return table(rows, "matrix keep-together") + note
 
 
 def _batch_call(rep: Report, key: str, batch: int) -> str:

@@ -7,6 +7,7 @@ verdicts that read more than one stage pair from lib/report/claim_kinds.py."""
 from __future__ import annotations
 
 import html as _html
+import re
 
 import numpy as np
 import pandas as pd
@@ -25,6 +26,18 @@ from lib.report.claim_judge import (
 from lib.report.claim_params import CLAIMS, METRICS  # noqa: F401 (METRICS: what a claim may be judged by)
 from lib.report.claim_params import load_claims as load
 from lib.results import noise as noise_stats
+
+
+# After '::', '_' or '<', or a comma not inside a number (1,979), where a non-space follows: the places a kernel
+# or config name (cutlass_75_tensorop_bf16_s1688gemm_bf16_128x128_tn_align1) may wrap without splitting a token.
+_TOKEN_END = re.compile(r"(?:(?<=::)|(?<=[_<])|(?<=,)(?!\d))(?=\S)")
+
+
+def breakable(text: str) -> str:
+    """`text` escaped, with a line-break opportunity (<wbr>) at each _TOKEN_END: report.css breaks a claims cell
+    there and at spaces (elsewhere only a token too long for a whole line), so a kernel name wraps between its
+    tokens, never inside one."""
+    return "<wbr>".join(_html.escape(part) for part in _TOKEN_END.split(text))
 
 
 def command(families) -> str:
@@ -190,9 +203,9 @@ def html(rep, path=CLAIMS) -> str:
         f", CUDA {env['cuda']}, cuBLAS {env.get('cublas')}, cuDNN {env.get('cudnn')}" if env.get("cuda") else ""
     )
     rows = "".join(
-        f"<tr><td>{_html.escape(r.claim)} <small>[{r.source}]</small></td><td>{_html.escape(r.check)}</td><td>{_html.escape(r.measured or '—')}</td>"
+        f"<tr><td>{breakable(r.claim)} <small>[{r.source}]</small></td><td>{breakable(r.check)}</td><td>{breakable(r.measured or '—')}</td>"
         f'<td><span class="{CSS[r.verdict]}">{r.verdict}</span>'
-        + (f'<small class="print-only">{_html.escape(r.check)}</small>' if r.check else "")
+        + (f'<small class="print-only">{breakable(r.check)}</small>' if r.check else "")
         + "</td></tr>"
         for r in t.itertuples()
     )

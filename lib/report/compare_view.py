@@ -269,18 +269,18 @@ def claims_html(reps) -> str:
     for i, r in enumerate(first.itertuples()):
         if families & set(by_id[r.id]["families"]):
             cells = "".join(
-                f"<td>{html.escape(t.iloc[i]['measured'] or '—')}<br>"
+                f"<td>{claims.breakable(t.iloc[i]['measured'] or '—')}<br>"
                 f'<small class="{CSS[t.iloc[i]["verdict"]]}">{t.iloc[i]["verdict"]}</small></td>'
                 for t in tables.values()
             )
         else:
             why = f"no report compared here is of its hardware; {claims.elsewhere(by_id[r.id])}"
             cells = (
-                f'<td colspan="{len(reps)}">{html.escape(why)}<br>'
+                f'<td colspan="{len(reps)}">{claims.breakable(why)}<br>'
                 f'<small class="{CSS[NOT_MEASURED]}">{NOT_MEASURED}</small></td>'
             )
         body += (
-            f"<tr><td>{html.escape(r.claim)} <small>[{r.source}]</small><br><small>{html.escape(r.check)}</small>"
+            f"<tr><td>{claims.breakable(r.claim)} <small>[{r.source}]</small><br><small>{claims.breakable(r.check)}</small>"
             f"</td>{cells}</tr>"
         )
     return (

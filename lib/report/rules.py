@@ -88,9 +88,9 @@ def table(reps: dict) -> pd.DataFrame:
 def html_table(reps: dict) -> str:
     t = table(reps)
     body = "".join(
-        f"<tr><td><code>{html.escape(r.rule)}</code> <small>{html.escape(', '.join(filter(None, [r.comment, r.architecture])))}"
+        f"<tr><td><code>{claims.breakable(r.rule)}</code> <small>{html.escape(', '.join(filter(None, [r.comment, r.architecture])))}"
         f"</small></td><td>{html.escape(r.gpu)}"
-        f'</td><td>{html.escape(r.measured)}</td><td><span class="{claim_judge.CSS[r.verdict]}">{r.verdict}</span></td></tr>'
+        f'</td><td>{claims.breakable(r.measured)}</td><td><span class="{claim_judge.CSS[r.verdict]}">{r.verdict}</span></td></tr>'
         for r in t.itertuples()
     )
     data = claim_params.load_rules()

@@ -28,7 +28,8 @@ def _processes_note(values: list[float] | None) -> str:
     their range."""
     if not values or len(values) < 2:
         return ""
-    return f"<br><small>median of {len(values)} processes, {tok(min(values))}–{tok(max(values))}</small>"
+    # the range on a line of its own: beside the words, it made tok/s so wide that the matrix ran past the PDF's margin
+    return f"<br><small>median of {len(values)} processes,<br>{tok(min(values))}–{tok(max(values))}</small>"
 
 
 def matrix_html(rep: Report, stage: str | None = None) -> str:
