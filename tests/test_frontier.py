@@ -8,12 +8,12 @@ import dataclasses
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import make_record, tiny_params
+from conftest import make_record, tiny_params, write_report_dir
 
 from lib.core import levers, record, stages
 from lib.measure import worker
 from lib.report import ablation_view, batch_sweep_view, frontier_view, loader, prose, stage_facts
-from lib.results import decide
+from lib.results import decide, store
 from lib.run import recipe
 from lib.train.model import GPT, GPTConfig, fused_linear_cross_entropy
 
@@ -516,29 +516,15 @@ def test_one_step_an_update_reads_without_micro_steps():
     assert frontier_view.micro_steps_text({"batch": 64, "micro_steps": 8}) == "B=64 × 8 micro-steps"
 
 
-def test_the_recipe_times_both_sides_by_their_mean_step_as_the_plain_loop_does():
-    """Issue 33: 'what it buys' set the harness's median step against the plain loop's wall-clock mean. A harness
-    side now enters by its mean of CUDA-event steps (reports/h100's recommended side: 538,959 tokens/s by its median
-    step, 538,813 by its mean); the plain loop's figure is its mean already."""
-    from types import SimpleNamespace
-
-    harness = {
-        "variant": "recipe: recommended",
-        "status": "ok",
-        "stage": "vocab",
-        "batch_size": 2,
-        "tokens_per_step": 1000,
-        "median_ms": 100.0,
-        "mean_ms": 125.0,
-        "tokens_per_s": 10_000.0,  # 1000 tokens / 100 ms: the median step's
-    }
-    plain = {"variant": "recipe: baseline", "status": "ok", "stage": "vocab", "batch_size": 2, "tokens_per_s": 7_000.0}
-    rows = {
-        r["role"]: r
-        for r in frontier_view.recipe_rows(SimpleNamespace(params=tiny_params(), evidence={"recipe": [harness, plain]}))
-    }
-    assert rows["recommended"]["median"] == 8_000.0  # 1000 tokens / 125 ms
-    assert rows["baseline"]["median"] == 7_000.0
+def test_the_recipe_says_how_each_side_was_timed(tmp_path):
+    """Issue 33: 'what it buys' set the harness's median step against the plain loop's wall-clock mean and did not
+    say so. The recipe's table now names both bases (page 1's line: tests/test_summary_box.py)."""
+    p = tiny_params(["fp32", "vocab"])
+    d = write_report_dir(tmp_path / "rep", p, [make_record(p, k, 2, [100.0] * 5, [5.0] * 6) for k in p.stages])
+    for role, tps in (("recommended", 10.0), ("baseline", 8.0)):
+        rec = make_record(p, "vocab", 2, [100.0] * 5, [5.0] * 6) | {"variant": f"recipe: {role}", "tokens_per_s": tps}
+        store.write_atomic(d / "results" / "recipe" / f"{role}__vocab__b2__r0.json", rec)
+    assert frontier_view.RECIPE_BASIS in frontier_view.recipe_html(loader.load(d))
 
 
 def test_a_side_left_to_full_depth_is_not_shown_from_another_runs_record():

@@ -267,6 +267,7 @@ def test_what_it_buys_gives_the_ratio_with_its_range_over_the_processes(tmp_path
     monkeypatch.setattr(summary_box.frontier_view, "recipe_rows", lambda rep: [mine, plain])
     text = summary_box._buys(rep, {"batch_size": 2})
     assert "1.100× the canonical trainer" in text and "1.069× to 1.131× over every pair of their processes" in text
+    assert "the harness by its median step, the plain loop by its wall-clock mean" in text
     plain["n"] = 1  # one process a side: no range to give
     assert "over every pair" not in summary_box._buys(rep, {"batch_size": 2})
 
@@ -346,4 +347,4 @@ def test_a_loss_gate_passed_by_noise_names_whose_drift_that_was(tmp_path):
     rep = loader.load(d)
     text = prose._loss_gate_text(rep, "tf32")
     assert "within noise" in text
-    assert "the widest drift of a repeated configuration here: FP32 baseline at B=2" in text
+    assert "the widest drift here, FP32 baseline at B=2's" in text

@@ -234,8 +234,7 @@ def _loss_gate_text(rep: Report, key: str) -> str | None:
             parts.append(
                 f"loss {label} {ref} (largest 5-step-average gap after warm-up: {at}; tolerance {tol:g} nats"
                 + (
-                    f", run-to-run noise {rep.loss_noise:.3f}, "
-                    f"the widest drift of a repeated configuration here: {rep.loss_noise_from}"
+                    f", run-to-run noise {rep.loss_noise:.3f}: the widest drift here, {rep.loss_noise_from}'s"
                     if verdict != "within"
                     else ""
                 )

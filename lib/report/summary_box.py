@@ -182,8 +182,9 @@ def _buys(rep: Report, best: dict) -> str | None:
             f"**What it buys:** at {frontier_view.micro_steps_text(mine)}, "
             f"{mine['median'] / plain['median']:.3f}× the canonical trainer "
             f"({stages.get(b.stage).title} at B={b.batch_size} in a plain nanoGPT-form loop) at GPT-2's "
-            f"{rep.params.evidence.global_batch_tokens:,}-token batch, measured in the same sitting, each side by its "
-            f"mean step time ({mine['median']:,.0f} against {plain['median']:,.0f} tokens/s{span})."
+            f"{rep.params.evidence.global_batch_tokens:,}-token batch, measured in the same sitting "
+            f"({mine['median']:,.0f} against {plain['median']:,.0f} tokens/s{span}; the harness by its median step, "
+            "the plain loop by its wall-clock mean)."
         )
     base = rep.rec(rep.stage_order[0], best["batch_size"])
     if base and base.get("status") == record.Status.OK:
