@@ -453,7 +453,11 @@ def test_a_kernel_name_in_the_claims_table_breaks_between_its_tokens_never_insid
         "at 50304: nvjet_sm90_tst_192x192_64x4_2x1_v_bz_coopB_TNN); 1,979 TFLOPS, at::native::k<a,b>"
     )
     assert "nvjet_<wbr>sm90_<wbr>tst_<wbr>192x192_<wbr>64x4_<wbr>2x1_<wbr>v_<wbr>bz_<wbr>coopB_<wbr>TNN);" in text
-    assert "1,979 TFLOPS, at::<wbr>native::<wbr>k&lt;<wbr>a,<wbr>b&gt;" in text  # a number stays whole
+    assert "1,979 TFLOPS, at::native::k&lt;a,b&gt;" in text  # a number stays whole, and a short word
+    # a reviewer: lm_|head and CHAPTERS=size_|sweep read as two words and broke a copied command
+    assert claims.breakable("make report GPU=h100 CHAPTERS=size_sweep, lm_head") == (
+        "make report GPU=h100 CHAPTERS=size_sweep, lm_head"
+    )
     rep = loader.load(paths.ROOT / "reports" / "archive" / "h100-20261126-160840")
     table = claims.html(rep)
     kernel = "cutlass_75_tensorop_bf16_s1688gemm_bf16_128x128_tn_align1"

@@ -364,7 +364,10 @@ def test_a_test_whose_seeds_spread_too_far_to_decide_stops_after_their_first_run
     assert check["futile"] == "spread" and check["verdict"] == parity.UNDECIDED and not check["ok"]
     assert check["spread_floor"] == pytest.approx(0.0465 * 0.578, rel=0.01)  # sqrt(2 / chi2(0.95, 2)) = 0.578
     why = parity_view.summary(check)
-    assert "stopped after the first runs of 3 seeds" in why and "spread by at least 0.0269 nats" in why
+    assert (
+        "stopped after the first runs of 3 seeds" in why
+        and "the spread of the paired differences of its first 3 seeds (at least 0.0269 nats" in why
+    )
     assert "no less than 0.0369" in why  # (t(0.95, 4) + t(0.8, 4)) x 0.0269 / sqrt(5)
     monkeypatch.setattr(parity_view, "rejected", lambda rep: {"tf32": check})
     assert "after the first runs of 3 seeds" in parity_view.short_reason(None, "tf32")
@@ -455,11 +458,12 @@ def test_a_reference_in_micro_batches_says_why_without_naming_a_batch_it_never_r
     check = {**parity.checks(_test(params, (0.0, 0.0, 0.0)), EV)["tf32"], "micro_steps": 2, "batch_size": 96}
     text = parity_view.summary(check)
     assert (
-        "the reference accumulating 2 micro-batches of B=48 (the matrix timed it at no batch as large as B=96)" in text
+        "the reference accumulating 2 micro-batches of B=48 (the matrix, which the test follows and the batch sweep "
+        "does not, timed it at no batch as large as B=96)" in text
     )
     both = parity_view.summary({**check, "lever_micro_steps": 2})  # a batch fixed for every test: both sides
     assert "the lever accumulating 2 micro-batches of B=48 and the reference accumulating 2" in both
-    assert "(the matrix timed neither at a batch as large as B=96)" in both
+    assert "the batch sweep does not, timed neither at a batch as large as B=96)" in both
 
 
 def test_a_stage_tested_at_two_batches_is_judged_by_the_test_that_decided():

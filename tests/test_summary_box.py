@@ -205,7 +205,7 @@ def test_page_one_code_lists_the_levers_in_order_of_worth(tmp_path, monkeypatch)
     assert comments[:5] == [
         "# torch.compile: without it B=2 does not fit",
         "# BF16 residual stream: +4.8 % at B=2",
-        "# Vocab padded to 50304: +4.0 % at B=2, together with FP8 lm_head by torchao, which needs it",
+        "# Vocab padded to 50304: +4.0 % at B=2, with FP8 lm_head by torchao removed too, since it needs it",
         "# Fused AdamW: +0.6 % at B=2, within noise",
         "# TF32: -0.4 % at B=2, within noise",
     ]
@@ -278,10 +278,10 @@ def test_page_one_s_turn_on_line_nests_no_parentheses():
     assert summary_box.plain_lever("FP8 lm_head (torchao)") == "FP8 lm_head by torchao"
     assert (
         summary_box.plain_lever("padded vocabulary (and FP8 lm_head (torchao), which needs it)")
-        == "padded vocabulary, together with FP8 lm_head by torchao, which needs it"
+        == "padded vocabulary, with FP8 lm_head by torchao removed too, since it needs it"
     )
     assert summary_box.plain_lever("BF16 autocast (and BF16 residual stream, which needs it)") == (
-        "BF16 autocast, together with BF16 residual stream, which needs it"
+        "BF16 autocast, with BF16 residual stream removed too, since it needs it"
     )
     assert summary_box.plain_lever("torch.compile") == "torch.compile"
 

@@ -33,11 +33,19 @@ from lib.results import noise as noise_stats
 _TOKEN_END = re.compile(r"(?:(?<=::)|(?<=[_<])|(?<=,)(?!\d))(?=\S)")
 
 
+# A word no longer than this stays whole: lm_head, fp8_head or CHAPTERS=size_sweep broken at its underscore reads as
+# two words and breaks a copied command (a reviewer of reports/h100's PDF); only kernel names run longer.
+WHOLE_WORD = 24
+
+
 def breakable(text: str) -> str:
-    """`text` escaped, with a line-break opportunity (<wbr>) at each _TOKEN_END: report.css breaks a claims cell
-    there and at spaces (elsewhere only a token too long for a whole line), so a kernel name wraps between its
-    tokens, never inside one."""
-    return "<wbr>".join(_html.escape(part) for part in _TOKEN_END.split(text))
+    """`text` escaped, with a line-break opportunity (<wbr>) at each _TOKEN_END of a word longer than WHOLE_WORD:
+    report.css breaks a claims cell there and at spaces (elsewhere only a token too long for a whole line), so a
+    kernel name wraps between its tokens, never inside one, and a short identifier not at all."""
+    return "".join(
+        "<wbr>".join(_html.escape(p) for p in _TOKEN_END.split(word)) if len(word) > WHOLE_WORD else _html.escape(word)
+        for word in re.split(r"(\s+)", text)
+    )
 
 
 def command(families) -> str:

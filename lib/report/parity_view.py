@@ -96,8 +96,8 @@ def _futile_cause(c: dict) -> str:
     """What stopped a futile test, with its figure."""
     if c.get("futile") == "spread":
         return (
-            f"the paired differences of its first {len(c['seeds'])} seeds spread by at least "
-            f"{c['spread_floor']:.4f} nats (a one-sided {c['confidence'] * 100:g} % lower bound)"
+            f"the spread of the paired differences of its first {len(c['seeds'])} seeds (at least "
+            f"{c['spread_floor']:.4f} nats, a one-sided {c['confidence'] * 100:g} % lower bound)"
         )
     return f"the test's own noise ({c['noise_sd']:.4f} nats per paired difference)"
 
@@ -181,8 +181,8 @@ def summary(c: dict) -> str:
         if m > 1
     ]
     acc = (
-        f", {' and '.join(sides)} (the matrix timed {'neither at a' if len(sides) > 1 else 'it at no'} batch as large "
-        f"as B={c['batch_size']})"
+        f", {' and '.join(sides)} (the matrix, which the test follows and the batch sweep does not, timed "
+        f"{'neither at a' if len(sides) > 1 else 'it at no'} batch as large as B={c['batch_size']})"
         if sides
         else ""
     )
