@@ -72,7 +72,7 @@ def test_with_a_recipe_ddp_keeps_its_global_batch_and_is_judged_against_it(vocab
     params = dataclasses.replace(params, stages=["vocab", "ddp"])  # vocab the baseline: verified, so recommended
     folder = tmp_path / "rep"
     shutil.copytree(report_dir, folder, ignore=shutil.ignore_patterns("ddp__b*.json"))
-    assert recipe.micro_steps(params, 2) == 4
+    assert params.micro_steps(2) == 4
     for k, tps in enumerate((8_000.0, 9_000.0, 9_500.0)):
         rec = make_record(params, "vocab", 2, times_ms=[512 / tps * 1e3] * 5, losses=[5.0] * 7)
         rec.update(variant="recipe: recommended", micro_steps=4, repeat=k, tokens_per_s=tps)

@@ -308,7 +308,7 @@ def test_micro_steps_reach_the_global_batch():
     p = tiny_params()
     p.evidence.global_batch_tokens = 524288
     p.run.seq_len = 1024
-    assert [recipe.micro_steps(p, b) for b in (16, 64, 128, 96)] == [32, 8, 4, None]
+    assert [p.micro_steps(b) for b in (16, 64, 128, 96)] == [32, 8, 4, None]
 
 
 def test_recipe_jobs_alternate_the_sides_in_fresh_processes(tmp_path):

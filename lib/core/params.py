@@ -132,6 +132,13 @@ class Params:
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
 
+    def micro_steps(self, batch: int) -> int | None:
+        """Gradient-accumulation steps that make `batch` sequences per micro-step reach the global batch
+        (evidence.global_batch_tokens), or None when the global batch is not a multiple of the micro-batch's
+        tokens: the recipe measures there, and the report says why it does not measure elsewhere."""
+        tokens, per_micro = self.evidence.global_batch_tokens, batch * self.run.seq_len
+        return tokens // per_micro if tokens % per_micro == 0 else None
+
     @classmethod
     def from_dict(cls, data: dict, where: str = "params", lenient: bool = False) -> Params:
         """The params of a merged dict (config.load) or of a report's params.json (lenient: a report from

@@ -172,7 +172,7 @@ def recipe_html(rep: Report) -> str:
             f"the recommendation, B={rec['batch_size']}, "
             + (
                 f"does not ({steps:.2f} micro-steps)."
-                if steps != int(steps)
+                if not rep.params.micro_steps(rec["batch_size"])
                 else "divides it too, and was preferred to the faster one for its memory, within noise."
                 if rec.get("chosen_over")
                 else "divides it too, but the recipe was measured before the recommendation moved to it: the "

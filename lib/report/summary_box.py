@@ -198,8 +198,7 @@ def _buys(rep: Report, best: dict) -> str | None:
 def _recipe_batch(rep: Report, best: dict, mine: dict) -> str:
     """Why the recipe's micro-batch is not the recommendation's, where it is not (a reviewer: page 1 recommended B=96
     and priced B=128 × 4 without saying why)."""
-    tokens, per = rep.params.evidence.global_batch_tokens, best["batch_size"] * rep.params.run.seq_len
-    if mine["batch"] == best["batch_size"] or tokens % per == 0:
+    if mine["batch"] == best["batch_size"] or rep.params.micro_steps(best["batch_size"]):
         return ""
     return (
         f" B={best['batch_size']} does not divide that batch, so the recipe trains the fastest verified micro-batch "

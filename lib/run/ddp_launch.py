@@ -275,7 +275,7 @@ def recipe_target(params: Params, report_dir: Path, gpus: int, roomy) -> dict | 
     paths = [recipe.side_path(report_dir, "recommended", key, batch, k) for k in range(params.evidence.repeats)]
     found = [json.loads(p.read_text()) for p in paths if p.exists()]
     timed = [r for r in found if r.get("status") == record.Status.OK]
-    micro = recipe.micro_steps(params, batch)
+    micro = params.micro_steps(batch)
     if not timed or micro % gpus:
         return None
     spread = noise.spread([r["tokens_per_s"] for r in timed])

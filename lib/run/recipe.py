@@ -31,13 +31,6 @@ from lib.run import runner
 from lib.run.jobs import PLAIN_LOOP_SWITCHES, folder, make_job, plain_loop_source
 
 
-def micro_steps(params: Params, batch: int) -> int | None:
-    """Gradient-accumulation steps that make `batch` sequences per micro-step reach the global
-    batch, or None when the global batch is not a multiple of the micro-batch's tokens."""
-    tokens, per_micro = params.evidence.global_batch_tokens, batch * params.run.seq_len
-    return tokens // per_micro if tokens % per_micro == 0 else None
-
-
 def recipe_params(params: Params) -> Params:
     """Fewer steps than the matrix: each one is a whole global batch."""
     ev = params.evidence
@@ -77,7 +70,7 @@ def recipe_jobs(params: Params, report_dir, best: dict) -> list[dict]:
     jobs = []
     for k in range(n):  # interleaved, so a slow minute of the device hits both sides alike
         for role, key, batch, extra in plans:
-            micro = micro_steps(params, batch)
+            micro = params.micro_steps(batch)
             if micro is None:
                 continue
             job = make_job(
@@ -150,7 +143,7 @@ def recipe_config(params: Params, report_dir) -> dict | None:
     """What the recipe trains: the fastest verified configuration whose micro-batch divides the
     global batch (the recommendation itself where it does; B=96 of T=1024 does not divide 524,288)."""
     ranked = decide.ranked_configs(store.decision_records(resolve(report_dir) / "results"), params)
-    return next((r for r in ranked if micro_steps(params, r["batch_size"])), None)
+    return next((r for r in ranked if params.micro_steps(r["batch_size"])), None)
 
 
 def measure(params: Params, report_dir, best: dict, force: bool = False) -> None:
