@@ -445,11 +445,64 @@ def test_a_lever_the_gpus_decide_differently_sets_their_parity_tests_side_by_sid
     assert "h200 at B=192" in compare_view.parity_contrast("fp8_head", {"h200": stopped})
 
 
-def test_a_lever_one_gpu_did_not_time_says_not_measured_in_the_lever_table():
+def test_a_lever_one_gpu_did_not_time_says_not_measured_in_the_lever_table(tmp_path):
     """The reviewer of compare-h100-h200 (3c6c130): the FP8 classifier's row had an empty H200 cell (reports/h200
-    predates the stage), which reads like a rendering fault. Real records: the committed H100 and H200 folders."""
+    predated the stage), which reads like a rendering fault. Real records: the committed H100 folder and the archived
+    H200 sitting of 72ea57d, which has no FP8 classifier."""
     from lib.core import paths
 
-    reps = compare.load_all(["h100", "h200"], paths.ROOT / "reports")
+    (tmp_path / "h100").symlink_to(paths.ROOT / "reports" / "h100")
+    (tmp_path / "h200").symlink_to(paths.ROOT / "reports" / "archive" / "h200-20261126-100121")
+    reps = compare.load_all(["h100", "h200"], tmp_path)
     row = next(r for r in compare_view.lever_html(reps).split("<tr>") if r.startswith("<td>FP8 classifier (fused)"))
     assert row.count("<td>") == 4 and compare_view.NOT_MEASURED_CELL in row and "1.04×" in row, row
+
+
+def _git_history(root: Path) -> list[str]:
+    """A repository of four commits: the first, then one each changing a README, lib/report and lib/train."""
+    import subprocess
+
+    def git(*args):
+        return subprocess.run(["git", *args], cwd=root, check=True, capture_output=True, text=True).stdout.strip()
+
+    root.mkdir()
+    git("init", "-q")
+    git("config", "user.email", "t@example.com")
+    git("config", "user.name", "t")
+    commits = []
+    for i, path in enumerate(["README.md", "README.md", "lib/report/view.py", "lib/train/model.py"]):
+        (root / path).parent.mkdir(parents=True, exist_ok=True)
+        (root / path).write_text(f"# {i}\n")
+        git("add", "-A")
+        git("commit", "-qm", f"c{i}")
+        commits.append(git("rev-parse", "HEAD"))
+    return commits
+
+
+def test_different_commits_say_what_git_changed_in_the_measuring_code(tmp_path, monkeypatch):
+    """reports/h100 (9337cdf) and reports/h200 (247293e) differ in commit, and the comparison said only that 'a lever
+    or the harness may have changed'. It now says what git changed between them: nothing of the measuring code (the
+    commits are then no second variable, and a difference beyond noise is the hardware's), files outside the step's
+    own code, or files that build and time the step, named; where git cannot tell, it says so."""
+    first, readme, report, train = _git_history(tmp_path / "repo")
+    monkeypatch.setattr(compare, "ROOT", tmp_path / "repo")
+    a, b = _fake_report(tmp_path, "gpua", "2.11.0", 1.5), _fake_report(tmp_path, "gpub", "2.11.0", 1.5, gain=1.1)
+    _add_repeat(a, 0.02)
+    _add_repeat(b, 0.01)
+    (a / "run.json").write_text(json.dumps({"code": {"commit": first}}))
+
+    def compared(commit):
+        (b / "run.json").write_text(json.dumps({"code": {"commit": commit}}))
+        reps = compare.load_all(["gpua", "gpub"], tmp_path)
+        return compare_view.skew_html(reps), compare_view.attribution_html(reps)
+
+    skew_text, attribution = compared(readme)
+    assert "git changes no file of the measuring code" in skew_text and "differences are the hardware's" in attribution
+    skew_text, attribution = compared(report)
+    assert "git changes 1 file of the measuring code (lib, params), none in lib/train or lib/measure" in skew_text
+    assert "the hardware's" not in attribution
+    skew_text, attribution = compared(train)
+    assert "git changes 2 files" in skew_text and "1 of them in lib/train or lib/measure" in skew_text
+    assert "(lib/train/model.py)" in skew_text and "the hardware's" not in attribution
+    skew_text, attribution = compared("f" * 40)
+    assert "which git cannot compare here" in skew_text and "the hardware's" not in attribution

@@ -65,6 +65,26 @@ def code_version() -> dict:
     return {"commit": commit, "modified": modified, "tree_hash": here, "source": "git"}
 
 
+# The code that builds and times one configuration's step: the model, the levers' kernels, the worker and its clocks.
+STEP_CODE = ("lib/train", "lib/measure")
+
+
+def measuring_changes(a: str, b: str, root: Path = ROOT) -> list[str] | None:
+    """The files of the measuring code (CODE_FOLDERS) that differ between commits a and b, by git; None where git
+    cannot tell (no .git here, or a commit this clone does not have)."""
+    try:
+        out = subprocess.run(
+            ["git", "diff", "--name-only", a, b, "--", *CODE_FOLDERS],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            timeout=20,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.split() if out.returncode == 0 else None
+
+
 def host_id() -> str:
     """A hash that names this host and boot without naming it: machine-id, boot id and hostname.
     A new virtual machine from the same image has another boot id, so it is another host."""

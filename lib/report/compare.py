@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from lib.core import config, stages
+from lib.core import config, provenance, stages
 from lib.core.paths import ROOT
 from lib.report import fidelity_view, loader, parity_view
 from lib.results import decide, parity
@@ -63,8 +63,10 @@ def skew(reps: dict[str, loader.Report]) -> pd.DataFrame:
     values = {name: str(rep.params.method) for name, rep in reps.items()}
     rows.append({"component": METHOD, **values, "differs": len(set(values.values())) > 1})
     # Within one method the code and the loss rule can still differ: a lever's adoption rests on its parity test
+    # commits that git shows to hold the same measuring code are not a second variable
     values = {name: _commits(rep) for name, rep in reps.items()}
-    rows.append({"component": CODE, **values, "differs": len(set(values.values())) > 1})
+    differs = len(set(values.values())) > 1 and code_changes(reps)[1] != []
+    rows.append({"component": CODE, **values, "differs": differs})
     values = {name: _parity_protocol(rep) for name, rep in reps.items()}
     rows.append({"component": PARITY, **values, "differs": len(set(values.values())) > 1})
     return pd.DataFrame(rows)
@@ -97,10 +99,7 @@ def skew_warnings(reps) -> list[str]:
             "below may come from the software, not the hardware."
         )
     if t[t["component"] == CODE]["differs"].any():
-        out.append(
-            "Different code commits: a lever or the harness may have changed between the reports, so part of any "
-            "difference below may come from the code."
-        )
+        out.append(code_difference(reps))
     if t[t["component"] == PARITY]["differs"].any():
         out.append(
             "Different parity tests: a lever kept out on one GPU and adopted on another may owe it to the test, not "
@@ -113,6 +112,50 @@ def skew_warnings(reps) -> list[str]:
             "numbers below do not compare like with like."
         )
     return out
+
+
+def code_changes(reps) -> tuple[list[str], list[str] | None]:
+    """The reports' distinct commits and the measuring code's files (provenance.CODE_FOLDERS) that git changes
+    between the first and each other; None where git cannot tell."""
+    recorded = [loader.code_commits(rep) for rep in reps.values()]
+    commits = list(dict.fromkeys(c for cs, _ in recorded for c in cs))
+    if any(unrecorded or not cs for cs, unrecorded in recorded):  # a run that recorded no commit: unknown code
+        return commits, None
+    changes = [provenance.measuring_changes(commits[0], c, ROOT) for c in commits[1:]]
+    return commits, None if None in changes else sorted(set().union(*map(set, changes)))
+
+
+def code_difference(reps) -> str:
+    """In words, what git says changed in the measuring code between the reports' commits: how many files, and
+    whether any builds or times the step (provenance.STEP_CODE). Code outside the step still counts as a second
+    variable: it decides what is measured, with which settings, and what is adopted."""
+    commits, files = code_changes(reps)
+    named = ", ".join(c[:7] for c in commits) or "unrecorded"
+    if files is None:
+        return (
+            f"Different code commits ({named}), which git cannot compare here (a commit this clone lacks, or no "
+            ".git): a lever or the harness may have changed between the reports, so part of any difference below "
+            "may come from the code."
+        )
+    step = [f for f in files if f.startswith(tuple(d + "/" for d in provenance.STEP_CODE))]
+    where = " or ".join(provenance.STEP_CODE)
+    counted = f"{len(files)} files" if len(files) > 1 else "1 file"
+    head = (
+        f"Different code commits ({named}): between them git changes {counted} of the measuring code "
+        f"({', '.join(provenance.CODE_FOLDERS)}), "
+    )
+    if step:
+        listed = ", ".join(step[:6]) + (f" and {len(step) - 6} more" if len(step) > 6 else "")
+        share = f"{len(step)} of them" if len(files) > 1 else "it"
+        return (
+            head
+            + f"{share} in {where}, which build and time the step ({listed}): part of any difference below "
+            + ("may come from the code.")
+        )
+    return head + (
+        f"none in {where}, which build and time the step; the others decide what is measured, with which settings, "
+        "and what is adopted, so part of any difference below may still come from the code."
+    )
 
 
 def fp32_best(rep):

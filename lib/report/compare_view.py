@@ -16,6 +16,7 @@ from lib.report.claim_judge import CSS, NOT_MEASURED
 from lib.results import parity
 from lib.report.compare import (
     RECOMMENDED,
+    code_changes,
     ddp_table,
     decisions_table,
     fp32_best,
@@ -43,6 +44,9 @@ def skew_html(reps) -> str:
         f'<table class="kv"><tr><th></th>{head}<th></th></tr><tr><th>Device</th>{devices}<td></td></tr>{body}</table>'
     )
     warnings = skew_warnings(reps)
+    commits, files = code_changes(reps)
+    if len(commits) > 1 and files == []:
+        table += "<p>The code commits differ, but git changes no file of the measuring code between them.</p>"
     return table + (
         "".join(f'<p class="bad">{w}</p>' for w in warnings)
         if warnings
