@@ -348,3 +348,23 @@ def test_a_loss_gate_passed_by_noise_names_whose_drift_that_was(tmp_path):
     text = prose._loss_gate_text(rep, "tf32")
     assert "within noise" in text
     assert "the widest drift here, FP32 baseline at B=2's" in text
+
+
+def test_a_faster_lever_whose_parity_test_is_undecided_is_not_yet_not_skip_with_its_speed(tmp_path):
+    """Page 1 of reports/h200 put the FP8 lm_head and the FP8 classifier, both faster than the stage before them
+    but undecided by their parity tests, under Skip here beside levers that were slower, and never said they were
+    faster. They are now under Not yet, each with its speed in the matrix; a lever whose test found it worse stays
+    under Skip here."""
+    p = tiny_params(batch_sizes=(2,))
+    p.stages = ["fp32", "vocab", "compile", "bf16_residual"]
+    ms = {"fp32": 400.0, "vocab": 200.0, "compile": 100.0, "bf16_residual": 90.0}
+    write_report_dir(tmp_path / "rep", p, [make_record(p, k, 2, [v] * 5, [5.0] * 6) for k, v in ms.items()])
+    write_parity_test(tmp_path / "rep", p, "bf16_residual", lever_held=4.0, ref_held=4.0)
+    for f in (tmp_path / "rep" / "results" / "parity").glob("bf16_residual__*.json"):
+        rec = json.loads(f.read_text())  # seeds that disagree: a spread too wide to decide either way
+        rec["held_out_loss"] = 4.0 + [0.06, -0.04, 0.02][rec["seed_offset"]] + 0.001 * rec["replicate"]
+        store.write_atomic(f, rec)
+    lines = summary_box.lines(loader.load(tmp_path / "rep"))
+    line = next(x for x in lines if "BF16 residual stream" in x and "parity test" in x)
+    assert line.startswith("**Not yet:** BF16 residual stream: 1.11× of torch.compile in the matrix, but its parity")
+    assert "**Skip here:**" not in line

@@ -12,7 +12,7 @@ import pandas as pd
 from lib.core import record, stages
 from lib.report import ablation_view, fidelity_view, frontier_view, parity_view, size_sweep_view
 from lib.report.loader import ADOPT_ABOVE, Report, mfu_bf16, recommended, span, widest
-from lib.results import decide
+from lib.results import decide, parity
 
 MAX_LINES = 5
 
@@ -136,21 +136,40 @@ def _paying(rep: Report) -> set[str]:
     return {ablation_view.row_stage(rep, r) for r in ablation_view.ablation_rows(rep)[1] if _pays(r)}
 
 
+def _undecided_and_faster(rep: Report, key: str, effect: dict) -> bool:
+    """A lever faster than the stage before it beyond noise whose parity test could decide neither way: not
+    adopted, yet not a lever to skip (a longer test may let it in)."""
+    test = parity_view.rejected(rep).get(key) or {}
+    faster = not effect["values"].empty and effect["median"] > 1 and not fidelity_view.noise_note(rep, key)
+    return test.get("verdict") == parity.UNDECIDED and test.get("protocol") != "earlier" and faster
+
+
 def _skip(rep: Report) -> str | None:
     """Levers measured slower beyond noise, or whose loss did not hold; not one the leave-one-out at the
-    recommendation finds paying (the Turn-on line names it, with its matrix figure beside it)."""
-    out, pays, paying = [], size_sweep_view.pays_from(rep), _paying(rep)
+    recommendation finds paying (the Turn-on line names it, with its matrix figure beside it). A faster lever
+    whose parity test stopped undecided is named apart, under Not yet, with its speed: page 1 put it beside the
+    slower levers as if it were one."""
+    out, later, pays, paying = [], [], size_sweep_view.pays_from(rep), _paying(rep)
     for key in stages.single_gpu(rep.stage_order)[1:]:
         st, effect = stages.get(key), decide.lever_effect(rep.df, key)
         if key in paying and key not in parity_view.rejected(rep):
             continue
+        speed = (
+            f"{span(effect['values'].values)} of {stages.get(effect['previous']).title}"
+            if not effect["values"].empty
+            else ""
+        )
         # "title: reason", never "title (reason)": titles carry brackets of their own, and page 1 nests none
         if why := parity_view.loss_reason(rep, key):
-            out.append(f"{st.title}: {why}")
+            if _undecided_and_faster(rep, key, effect):
+                later.append(f"{st.title}: {speed} in the matrix, but its {why}")
+            else:
+                out.append(f"{st.title}: {why}")
         elif not effect["values"].empty and effect["median"] < 1 and not fidelity_view.noise_note(rep, key):
             larger = f", the size sweep: {pays[st.title]}" if st.title in pays else ""
-            out.append(f"{st.title}: {span(effect['values'].values)} of {stages.get(effect['previous']).title}{larger}")
-    return "**Skip here:** " + "; ".join(out) + "." if out else None
+            out.append(f"{st.title}: {speed}{larger}")
+    parts = [f"**Skip here:** {'; '.join(out)}." if out else "", f"**Not yet:** {'; '.join(later)}." if later else ""]
+    return " ".join(p for p in parts if p) or None
 
 
 def _recommended(rep: Report, best: dict) -> str:
