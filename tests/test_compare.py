@@ -11,7 +11,7 @@ from conftest import describe_proc, make_record, read_json, run_cli, write_repor
 
 from lib.core import config, record, stages
 from lib.core.params import Params
-from lib.report import claim_params, compare, compare_view, loader, rules
+from lib.report import claim_params, claims, compare, compare_view, loader, rules
 from lib.results import decide, stats, store
 
 PEAKS = {"fp32": 10.0, "tf32": 40.0, "bf16": 80.0, "fp8": 160.0}  # a synthetic datasheet, TFLOP/s
@@ -315,11 +315,15 @@ def test_the_rule_table_names_the_rules_no_compared_gpu_runs_under(tmp_path):
     assert (row["gpu"], row["verdict"]) == ("gpua", "not applicable") and "no architecture" in row["measured"]
 
 
-def test_a_claim_about_hardware_no_compared_gpu_is_not_measured_with_its_command(tmp_path):
-    html = compare_view.claims_html(_hopper_pair(tmp_path, 0.8))
+def test_a_claim_about_hardware_no_compared_gpu_is_not_applicable_with_its_command(tmp_path):
+    """The comparison called the A100 claims 'not measured' where each Hopper report calls them 'not applicable'."""
+    reps = _hopper_pair(tmp_path, 0.8)
+    html = compare_view.claims_html(reps)
     rows = {r.split("<br>")[0]: r for r in html.split("<tr>")[2:]}
     a100 = next(r for c, r in rows.items() if "up to 3x" in c and "[001]" in c)
-    assert 'colspan="2"' in a100 and "make report GPU=a100 measures it" in a100 and ">not measured<" in a100
+    assert 'colspan="2"' in a100 and "make report GPU=a100 measures it" in a100 and ">not applicable<" in a100
+    own = claims.for_report(reps["h100"]).set_index("claim")
+    assert own.loc[next(c for c in own.index if "up to 3x" in c), "verdict"] == "not applicable"
     fp8 = next(r for c, r in rows.items() if "use FP8" in c)
     assert fp8.count(">confirmed<") == 2  # judged on each Hopper report
     assert "(get_optimal_config: use_fp8 True)" in fp8  # breaks between tokens (claims.breakable)

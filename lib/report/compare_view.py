@@ -12,7 +12,7 @@ import pandas as pd
 
 from lib.core import config, stages
 from lib.report import charts, claims, fidelity_view, loader
-from lib.report.claim_judge import CSS, NOT_MEASURED
+from lib.report.claim_judge import CSS, NOT_APPLICABLE
 from lib.results import parity
 from lib.report.compare import (
     RECOMMENDED,
@@ -263,8 +263,8 @@ def title_md(reps) -> str:
 
 
 def claims_html(reps) -> str:
-    """Each claim's verdict per GPU; a claim about chips none of the GPUs is, not measured, with the
-    command that would measure it."""
+    """Each claim's verdict per GPU; a claim about chips none of the GPUs is, not applicable (as each report
+    says it), with the command that would measure it."""
     tables = {name: claims.for_report(rep) for name, rep in reps.items()}
     first, by_id = next(iter(tables.values())), {c["id"]: c for c in claims.load()["claims"]}
     families = {config.profile_family(rep.params.name) for rep in reps.values()}
@@ -281,7 +281,7 @@ def claims_html(reps) -> str:
             why = f"no report compared here is of its hardware; {claims.elsewhere(by_id[r.id])}"
             cells = (
                 f'<td colspan="{len(reps)}">{claims.breakable(why)}<br>'
-                f'<small class="{CSS[NOT_MEASURED]}">{NOT_MEASURED}</small></td>'
+                f'<small class="{CSS[NOT_APPLICABLE]}">{NOT_APPLICABLE}</small></td>'
             )
         body += (
             f"<tr><td>{claims.breakable(r.claim)} <small>[{r.source}]</small><br><small>{claims.breakable(r.check)}</small>"
