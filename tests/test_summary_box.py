@@ -205,7 +205,7 @@ def test_page_one_code_lists_the_levers_in_order_of_worth(tmp_path, monkeypatch)
     assert comments[:5] == [
         "# torch.compile: without it B=2 does not fit",
         "# BF16 residual stream: +4.8 % at B=2",
-        "# Vocab padded to 50304: +4.0 % at B=2, with FP8 lm_head by torchao removed too, since it needs it",
+        "# Vocab padded to 50304: +4.0 % at B=2, with FP8 lm_head by torchao removed too, since that lever needs it",
         "# Fused AdamW: +0.6 % at B=2, within noise",
         "# TF32: -0.4 % at B=2, within noise",
     ]
@@ -219,6 +219,14 @@ def test_page_one_code_lists_the_levers_in_order_of_worth(tmp_path, monkeypatch)
         .split(" Each figure")[0]
         .endswith(" Within noise, kept as the recommendation has them: TF32 -0.4 %; fused AdamW +0.6 %.")
     )
+    # reports/h100's page 1 said "Without any one of these, B=96 does not fit: ..." after the paying levers, which
+    # read as if those were the ones it could not do without
+    turn_on = summary_box._turn_on(rep)
+    assert "Needed as well, since B=2 does not fit without any one of them: torch.compile." in turn_on
+    assert "any one of these" not in turn_on
+    rows[0]["worth"] = -0.00007  # reports/h100's TF32: -0.007 %, printed "-0.0 %"
+    assert "TF32 0.0 %" in summary_box._turn_on(rep) and "-0.0 %" not in summary_box._turn_on(rep)
+    rows[0]["worth"] = -0.004
     rows[0]["within_noise"] = None  # timed on another machine (the H100's leave-one-out): named as unjudged
     assert " Not paying, and not judged against noise, kept as the recommendation has them: TF32 -0.4 %." in (
         summary_box._turn_on(rep)
@@ -278,10 +286,10 @@ def test_page_one_s_turn_on_line_nests_no_parentheses():
     assert summary_box.plain_lever("FP8 lm_head (torchao)") == "FP8 lm_head by torchao"
     assert (
         summary_box.plain_lever("padded vocabulary (and FP8 lm_head (torchao), which needs it)")
-        == "padded vocabulary, with FP8 lm_head by torchao removed too, since it needs it"
+        == "padded vocabulary, with FP8 lm_head by torchao removed too, since that lever needs it"
     )
     assert summary_box.plain_lever("BF16 autocast (and BF16 residual stream, which needs it)") == (
-        "BF16 autocast, with BF16 residual stream removed too, since it needs it"
+        "BF16 autocast, with BF16 residual stream removed too, since that lever needs it"
     )
     assert summary_box.plain_lever("torch.compile") == "torch.compile"
 
@@ -324,7 +332,9 @@ def test_a_lever_predicted_to_be_needed_for_the_batch_to_fit_is_named_so_and_its
         summary_box.ablation_view, "ablation_rows", lambda rep: ({"batch_size": 2, "stage": "bf16"}, rows)
     )
     turn_on = next(line for line in summary_box.lines(rep) if line.startswith("**Turn on:**"))
-    assert "Without BF16 autocast, B=2 would not fit, as the matrix predicts, so it was not run." in turn_on, turn_on
+    assert "BF16 autocast is needed as well: the matrix predicts B=2 would not fit without it, so it was not run." in (
+        turn_on
+    ), turn_on
     comments = [c for c, _ in summary_box.code_lines(rep)]
     assert comments[0] == "# BF16 autocast: without it B=2 would not fit, predicted", comments
 

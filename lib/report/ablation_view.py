@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from lib.core import levers, provenance, record, stages
 from lib.report.evidence_view import none, ok, table
-from lib.report.loader import Report, gib, recommended, short
+from lib.report.loader import Report, gib, recommended, short, signed_pct
 from lib.results import decide, noise
 
 PREDICTED_NOTE = (
@@ -35,7 +35,7 @@ def worth_text(row: dict, batch: int) -> str | None:
     if record.cannot_fit(r := row["record"]):
         return f"without it B={batch} " + ("would not fit, predicted" if record.is_predicted_oom(r) else "does not fit")
     noise = {True: ", within noise", False: ""}.get(row.get("within_noise"), ", not judged against noise")
-    return None if row["worth"] is None else f"{row['worth'] * 100:+.1f} % at B={batch}{noise}"
+    return None if row["worth"] is None else f"{signed_pct(row['worth'])} at B={batch}{noise}"
 
 
 def ablation_rows(rep: Report) -> tuple[dict | None, list[dict]]:
@@ -144,7 +144,7 @@ def ablation_html(rep: Report) -> str:
             {
                 "removed": row["lever"],
                 "tok/s": f"{r['tokens_per_s']:,.0f}" if ok(r) else _status_cell(r),
-                "the lever's worth": f"{row['worth'] * 100:+.1f} %{NOISE_NOTE[row['within_noise']]}"
+                "the lever's worth": f"{signed_pct(row['worth'])}{NOISE_NOTE[row['within_noise']]}"
                 if row["worth"] is not None
                 else _no_worth(r),
                 "allocator GiB": gib(mem := r.get("mem_allocator_bytes")) + (" at failure" if oom and mem else ""),

@@ -173,6 +173,12 @@ def pct(v, digits=1) -> str:
     return "n/a" if v is None or pd.isna(v) else f"{v * 100:.{digits}f} %"
 
 
+def signed_pct(x: float) -> str:
+    """A signed percentage of one decimal; a value that rounds to zero reads 0.0 %, never -0.0 %."""
+    text = f"{x * 100:+.1f} %"
+    return "0.0 %" if text[1:] == "0.0 %" else text
+
+
 def tok(v) -> str:
     return "" if v is None or pd.isna(v) else f"{v:,.0f}"
 

@@ -11,7 +11,7 @@ import pandas as pd
 
 from lib.core import record, stages
 from lib.report import ablation_view, fidelity_view, frontier_view, parity_view, size_sweep_view
-from lib.report.loader import ADOPT_ABOVE, Report, mfu_bf16, recommended, span, widest
+from lib.report.loader import ADOPT_ABOVE, Report, mfu_bf16, recommended, signed_pct, span, widest
 from lib.results import decide, parity
 
 MAX_LINES = 5
@@ -52,7 +52,7 @@ def _turn_on(rep: Report) -> str | None:
         )
         name, needs = lever_parts(r["lever"])
         return (
-            f"{name} {r['worth'] * 100:+.1f} %"
+            f"{name} {signed_pct(r['worth'])}"
             + (f", neutral in the stage matrix at {effect['median']:.2f}×" if neutral else "")
             + needs
         )
@@ -66,17 +66,18 @@ def _turn_on(rep: Report) -> str | None:
             + "; ".join(worth(r) for r in unjudged)
             + "."
         )
+    # "Needed as well" and the levers after the colon: "without any one of these" read as the paying levers before it
     if fits:
-        parts.append(f"Without any one of these, B={batch} does not fit: {'; '.join(map(plain_lever, fits))}.")
+        parts.append(
+            f"Needed as well, since B={batch} does not fit without any one of them: {'; '.join(map(plain_lever, fits))}."
+        )
     if predicted:
         parts.append(
-            (f"Without {plain_lever(predicted[0])}" if len(predicted) == 1 else "Without any one of these")
-            + f", B={batch} would not fit, as the matrix predicts, so "
-            + (
-                "it was not run."
-                if len(predicted) == 1
-                else f"they were not run: {'; '.join(map(plain_lever, predicted))}."
-            )
+            f"{plain_lever(predicted[0])} is needed as well: the matrix predicts B={batch} would not fit without it, "
+            "so it was not run."
+            if len(predicted) == 1
+            else f"Needed as well, since the matrix predicts B={batch} would not fit without any one of them, so they "
+            f"were not run: {'; '.join(map(plain_lever, predicted))}."
         )
     # Levers the recommendation keeps whose worth is within noise, or unjudged and not paying: named, so page 1
     # lists every switch its code has
@@ -101,7 +102,7 @@ def _turn_on(rep: Report) -> str | None:
 def lever_parts(name: str) -> tuple[str, str]:
     """A lever's name without parentheses, for page 1, and what was left out with it: 'FP8 lm_head (torchao)' reads
     'FP8 lm_head by torchao', and a leave-one-out row's 'padded vocabulary (and FP8 lm_head (torchao), which needs
-    it)' reads 'padded vocabulary' with ', with FP8 lm_head by torchao removed too, since it needs it' (its figure goes
+    it)' reads 'padded vocabulary' with ', with FP8 lm_head by torchao removed too, since that lever needs it' (its figure goes
     between the two)."""
     m = re.match(r"^(.*?) \(and (.*), which needs it\)$", name)
     base, needs = m.groups() if m else (name, "")
@@ -109,7 +110,7 @@ def lever_parts(name: str) -> tuple[str, str]:
     def by(title: str) -> str:
         return re.sub(r"^([^()]*) \(([^()]+)\)$", r"\1 by \2", title)
 
-    return by(base), (f", with {by(needs)} removed too, since it needs it" if needs else "")
+    return by(base), (f", with {by(needs)} removed too, since that lever needs it" if needs else "")
 
 
 def plain_lever(name: str) -> str:
@@ -123,7 +124,7 @@ def in_sentence(name: str) -> str:
 
 def quiet_item(row: dict) -> str:
     name, needs = lever_parts(row["lever"])
-    return f"{name} {row['worth'] * 100:+.1f} %{needs}"
+    return f"{name} {signed_pct(row['worth'])}{needs}"
 
 
 def _pays(row: dict) -> bool:
