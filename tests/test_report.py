@@ -574,6 +574,22 @@ def test_the_pdf_keeps_a_lever_outside_the_recommendation_to_its_heading_and_fig
     )  # the HTML loses nothing: the same parts, the heading split from its introduction
 
 
+def test_a_brief_chapter_opens_with_its_heading_and_measured_table_in_one_block_the_pdf_keeps_whole(tmp_path):
+    """reports/h100's and reports/h200's PDFs left the heading of the fused cross-entropy chapter and its one line
+    alone at the foot of page 15, its measured table on page 16. The heading, that line, the measured text and its
+    table are one block kept on one page; the introduction sits inside it for the HTML only, in reading order."""
+    from lib.report import chapter_page
+
+    rep = _pdf_report(tmp_path)
+    shown = chapter_page.parts(rep, "fp8_torchao", brief=True)
+    block = chapter_page.opening(shown)
+    assert block.startswith('<div class="keep-together">') and block.count("<table") == 1
+    heading, intro, table = (block.index(x) for x in ("FP8 linear layers (torchao)</h3>", "html-only", "<table"))
+    assert heading < intro < table and "What it changes" in block
+    rest = shown[chapter_page.opening_length(shown) :]
+    assert not any(not hidden and isinstance(p, tuple) and "Measured" in p[1] for hidden, p in rest)
+
+
 def test_a_chapter_that_timed_nothing_is_its_heading_and_why_in_the_pdf(tmp_path):
     from lib.report import chapter_page
 

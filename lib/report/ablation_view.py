@@ -150,13 +150,16 @@ def ablation_html(rep: Report) -> str:
                 "allocator GiB": gib(mem := r.get("mem_allocator_bytes")) + (" at failure" if oom and mem else ""),
             }
         )
-    return table(shown) + (
-        '<p class="note">Each lever switched off alone'
-        + (f" at B={full['batch_size']}" if full else " at the first row's micro-batch")
-        + ", one process each; its worth is the first row's (every lever on) median tokens/s over the configuration "
-        'without it, minus one, and "within noise" where that lies inside the measured process-to-process spread.'
-        + (PREDICTED_NOTE if any(record.is_predicted_oom(r["record"]) for r in rows) else "")
-        + noise.twin_note(noise.twin_drift(rep.evidence["ablation"], tps), noise.noise_floor(tps))
-        + (f" The first row was timed {apart}." if (apart := ablation_calls_apart(full, rows)) else "")
-        + "</p>"
+    return (
+        table(shown, "matrix keep-together")
+        + (  # its ten rows split 4 and 5 over two pages of reports/h200
+            '<p class="note">Each lever switched off alone'
+            + (f" at B={full['batch_size']}" if full else " at the first row's micro-batch")
+            + ", one process each; its worth is the first row's (every lever on) median tokens/s over the configuration "
+            'without it, minus one, and "within noise" where that lies inside the measured process-to-process spread.'
+            + (PREDICTED_NOTE if any(record.is_predicted_oom(r["record"]) for r in rows) else "")
+            + noise.twin_note(noise.twin_drift(rep.evidence["ablation"], tps), noise.noise_floor(tps))
+            + (f" The first row was timed {apart}." if (apart := ablation_calls_apart(full, rows)) else "")
+            + "</p>"
+        )
     )

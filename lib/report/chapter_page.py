@@ -187,6 +187,23 @@ def print_heading_only(shown: list, why: str) -> list:
     return [(False, ("md", title)), (False, ("html", note)), (True, ("md", intro))] + [(True, p) for _, p in rest]
 
 
+def opening_length(shown: list) -> int:
+    """How many parts a brief chapter's opening holds: its heading, through its first table."""
+    tables = [i for i, (hidden, p) in enumerate(shown) if not hidden and isinstance(p, tuple) and p[0] == "html"]
+    return tables[0] + 1 if tables else 0
+
+
+def opening(shown: list) -> str | None:
+    """A brief chapter's heading, its one line and its measured text and table as one block the PDF keeps on one
+    page (class keep-together): the heading had stood alone at a page's foot. Its introduction stays in the block,
+    for the HTML only, so the HTML reads in the same order."""
+    n = opening_length(shown)
+    if not n:
+        return None
+    inner = "".join(f'<div class="html-only">{_as_html(p)}</div>' if hidden else _as_html(p) for hidden, p in shown[:n])
+    return f'<div class="keep-together">{inner}</div>'
+
+
 def show(rep: Report, key: str) -> None:
     """Display the chapter in a notebook: text as Markdown, tables as HTML, each figure where it belongs; a
     stretch for the HTML only as one block the PDF leaves out, with a line there saying where it is. A chapter
@@ -199,6 +216,12 @@ def show(rep: Report, key: str) -> None:
     shown = parts(rep, key, brief=brief)
     if why:
         shown = print_heading_only(shown, why)
+    if brief and (head := opening(shown)):
+        display(HTML(head))
+        for _, p in shown[: opening_length(shown)]:
+            if not isinstance(p, tuple):
+                plt.close(p)
+        shown = shown[opening_length(shown) :]
     for hidden, run in itertools.groupby(shown, key=lambda x: x[0]):
         run = [p for _, p in run]
         if hidden:  # consecutive stretches for the HTML only make one block
