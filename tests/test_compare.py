@@ -510,3 +510,40 @@ def test_different_commits_say_what_git_changed_in_the_measuring_code(tmp_path, 
     assert "(lib/train/model.py)" in skew_text and "the hardware's" not in attribution
     skew_text, attribution = compared("f" * 40)
     assert "which git cannot compare here" in skew_text and "the hardware's" not in attribution
+
+
+def test_the_recipe_at_gpt2s_batch_is_compared_with_the_canonical_trainer_on_each_gpu(tmp_path):
+    """The reviewer of compare-h100-h200: the comparison never set the configurations a team would train with side
+    by side (H200 over H100 is 1.037× by the recipes, 1.084× by the canonical trainer). Each GPU's recipe and the
+    canonical trainer, both against the first GPU's; a GPU without a recipe says not measured."""
+    for name, scale in (("gpua", 1.0), ("gpub", 1.1)):
+        d = _fake_report(tmp_path, name, "2.11.0", 1.5)
+        params = Params.read(d / "params.json")
+        for role, stage, tps in (("recommended", "compile", 540.0), ("baseline", "fused", 480.0)):
+            for k, spread in enumerate((0.0, 0.002)):
+                rec = make_record(params, stage, 4, [1.0] * 5, [3.0] * 5)
+                rec.update(variant=f"recipe: {role}", micro_steps=2, tokens_per_s=tps * scale * (1 + spread))
+                store.write_atomic(d / "results" / "recipe" / f"{role}__{stage}__b4__r{k}.json", rec)
+    reps = compare.load_all(["gpua", "gpub"], tmp_path)
+    t = compare.recipe_table(reps).set_index("gpu")
+    assert t.loc["gpub", "ratio"] == pytest.approx(540 / 480)
+    assert t.loc["gpub", "recipe vs first"] == pytest.approx(1.1) and t.loc["gpub", "plain vs first"] == pytest.approx(
+        1.1
+    )
+    html = compare_view.recipe_html(reps)
+    assert "B=4 × 2 micro-steps" in html and "1.125×" in html and "1.100×" in html and "2 processes" in html
+    # and the comparison's first lines say it, with whether the GPUs decide alike
+    title = compare_view.title_md(reps)
+    assert (
+        "**gpub against gpua**, each trained as GPT-2 is, one machine of each: 1.100× by its own recommended" in title
+    )
+    assert "1.100× by the canonical trainer" in title and "**Decisions:**" in title
+    for f in (tmp_path / "gpub" / "results" / "recipe").iterdir():
+        f.unlink()
+    html = compare_view.recipe_html(compare.load_all(["gpua", "gpub"], tmp_path))
+    assert compare_view.NOT_MEASURED_CELL in html
+
+
+def test_the_environment_table_says_what_its_measurement_method_is():
+    """The comparison's environment table printed 'measurement method 2' and never said what 2 is."""
+    assert set(record.METHODS) >= {1, record.METHOD}

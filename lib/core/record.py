@@ -131,6 +131,9 @@ class Record(TypedDict, total=False):
 
 # How a step is built and timed, recorded in every report's params (config.load) and part of every
 # fingerprint, so results measured another way are never kept and a report of another method is
-# archived, not resumed. 1 (unrecorded): before; 2: the canonical loss path, one step core, static
-# torch.compile.
+# archived, not resumed. In words, as the comparison's environment table explains its figure:
+METHODS = {
+    1: "unrecorded, before 2026-11-22: the loss copied the logits to fp32",
+    2: "the canonical loss path, one step core, static torch.compile",
+}
 METHOD = 2

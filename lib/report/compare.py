@@ -14,7 +14,7 @@ import pandas as pd
 
 from lib.core import config, provenance, stages
 from lib.core.paths import ROOT
-from lib.report import fidelity_view, loader, parity_view
+from lib.report import fidelity_view, frontier_view, loader, parity_view
 from lib.results import decide, parity
 
 SKEW_KEYS = [
@@ -96,7 +96,7 @@ def skew_warnings(reps) -> list[str]:
     if soft:
         out.append(
             f"Version skew: the GPUs were measured with different {', '.join(soft)}. Part of any difference "
-            "below may come from the software, not the hardware."
+            "in this comparison may come from the software, not the hardware."
         )
     if t[t["component"] == CODE]["differs"].any():
         out.append(code_difference(reps))
@@ -109,7 +109,7 @@ def skew_warnings(reps) -> list[str]:
         methods = ", ".join(f"{n}: {rep.params.method}" for n, rep in reps.items())
         out.append(
             f"Different measurement methods ({methods}): the step was built or timed another way, so the "
-            "numbers below do not compare like with like."
+            "numbers of this comparison do not compare like with like."
         )
     return out
 
@@ -134,8 +134,8 @@ def code_difference(reps) -> str:
     if files is None:
         return (
             f"Different code commits ({named}), which git cannot compare here (a commit this clone lacks, or no "
-            ".git): a lever or the harness may have changed between the reports, so part of any difference below "
-            "may come from the code."
+            ".git): a lever or the harness may have changed between the reports, so part of any difference in this "
+            "comparison may come from the code."
         )
     step = [f for f in files if f.startswith(tuple(d + "/" for d in provenance.STEP_CODE))]
     where = " or ".join(provenance.STEP_CODE)
@@ -149,12 +149,12 @@ def code_difference(reps) -> str:
         share = f"{len(step)} of them" if len(files) > 1 else "it"
         return (
             head
-            + f"{share} in {where}, which build and time the step ({listed}): part of any difference below "
-            + ("may come from the code.")
+            + f"{share} in {where}, which build and time the step ({listed}): part of any difference in this "
+            + "comparison may come from the code."
         )
     return head + (
         f"none in {where}, which build and time the step; the others decide what is measured, with which settings, "
-        "and what is adopted, so part of any difference below may still come from the code."
+        "and what is adopted, so part of any difference in this comparison may still come from the code."
     )
 
 
@@ -218,6 +218,33 @@ def _cells(name: str, best, base, peaks: dict | None) -> dict:
         f"{name} precision": best.get("peak_precision"),
         f"{name} GiB": mem / loader.GiB if not pd.isna(mem) else np.nan,
     }
+
+
+def recipe_table(reps: dict[str, loader.Report]) -> pd.DataFrame:
+    """Per GPU, its report's recipe at GPT-2's global batch: the recommendation with its accumulation steps and
+    the canonical trainer in the plain loop, each the median over its processes, their ratio, and each against
+    the first GPU's same row (the configuration one would train with, where the stage table has micro-batches)."""
+    rows = []
+    for name, rep in reps.items():
+        sides = {r["role"]: r for r in frontier_view.recipe_rows(rep)}
+        best, plain = sides.get("recommended"), sides.get("baseline")
+        rows.append(
+            {
+                "gpu": name,
+                "configuration": f"{stages.get(best['stage']).title}, {frontier_view.micro_steps_text(best)}"
+                if best
+                else None,
+                "recipe": best,
+                "plain": plain,
+                "ratio": best["median"] / plain["median"] if best and plain else None,
+            }
+        )
+    first = rows[0] if rows else None
+    for row in rows:
+        for side in ("recipe", "plain"):
+            mine, theirs = row[side], first[side]
+            row[f"{side} vs first"] = mine["median"] / theirs["median"] if mine and theirs else None
+    return pd.DataFrame(rows)
 
 
 def pair_noise(reps, a: str, b: str) -> float | None:

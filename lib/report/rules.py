@@ -95,12 +95,9 @@ def html_table(reps: dict) -> str:
     )
     data = claim_params.load_rules()
     compared = {config.profile_family(rep.params.name) for rep in reps.values()}
+    # named with the command that would measure them, their switches left to the file (the note filled a page)
     others = [
-        f"{a['name']} ({a['when']}: "
-        + ", ".join(f"{r['switch']} = {r['value']}" for r in a["rules"])
-        + "; "
-        + (claims.command(a["families"]) if a["families"] else "no profile here")
-        + ")"
+        f"{a['name']} ({claims.command(a['families']) if a['families'] else 'no profile here'})"
         for a in data["architectures"]
         if not compared & set(a["families"])
     ]
@@ -108,6 +105,10 @@ def html_table(reps: dict) -> str:
         f'<table class="claims rules"><tr><th>Rule (architecture)</th><th>GPU</th><th>What its report measured</th>'
         f'<th>Verdict</th></tr>{body}</table><p class="note">Rules: <code>params/rules.yaml</code>, from '
         f"{html.escape(claims.load()['sources'][data['source']])}. "
-        + (f"The rules for {html.escape('; '.join(others))} apply to no GPU compared here." if others else "")
+        + (
+            f"The rules for {html.escape(', '.join(others[:-1]) + ' and ' + others[-1] if len(others) > 1 else others[0])} apply to no GPU compared here."
+            if others
+            else ""
+        )
         + "</p>"
     )
