@@ -322,6 +322,7 @@ def test_a_claim_about_hardware_no_compared_gpu_is_not_applicable_with_its_comma
     rows = {r.split("<br>")[0]: r for r in html.split("<tr>")[2:]}
     a100 = next(r for c, r in rows.items() if "up to 3x" in c and "[001]" in c)
     assert 'colspan="2"' in a100 and "make report GPU=a100 measures it" in a100 and ">not applicable<" in a100
+    assert "the claim speaks about Ampere GPUs" in a100  # a family is a name: it read "ampere GPUs"
     own = claims.for_report(reps["h100"]).set_index("claim")
     assert own.loc[next(c for c in own.index if "up to 3x" in c), "verdict"] == "not applicable"
     fp8 = next(r for c, r in rows.items() if "use FP8" in c)

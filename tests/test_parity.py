@@ -458,12 +458,16 @@ def test_a_reference_in_micro_batches_says_why_without_naming_a_batch_it_never_r
     check = {**parity.checks(_test(params, (0.0, 0.0, 0.0)), EV)["tf32"], "micro_steps": 2, "batch_size": 96}
     text = parity_view.summary(check)
     assert (
-        "the reference accumulating 2 micro-batches of B=48 (the matrix, which the test follows and the batch sweep "
-        "does not, timed it at no batch as large as B=96)" in text
+        "the reference accumulating 2 micro-batches of B=48, since the matrix timed it at no batch as large as B=96 "
+        "(the test follows the matrix; the batch sweep comes after it)" in text
     )
     both = parity_view.summary({**check, "lever_micro_steps": 2})  # a batch fixed for every test: both sides
-    assert "the lever accumulating 2 micro-batches of B=48 and the reference accumulating 2" in both
-    assert "the batch sweep does not, timed neither at a batch as large as B=96)" in both
+    # the review of reports/h100 and h200: "(the matrix, which the test follows and the batch sweep does not, timed
+    # neither at a batch as large as B=128)" was nearly unparseable
+    assert (
+        "each side accumulating 2 micro-batches of B=48, since the matrix timed neither stage at a batch as large as "
+        "B=96 (the test follows the matrix; the batch sweep comes after it)" in both
+    )
 
 
 def test_a_stage_tested_at_two_batches_is_judged_by_the_test_that_decided():

@@ -858,3 +858,24 @@ def test_the_batch_sweep_table_is_kept_on_one_page_when_it_fits_one():
     # an A4 page holds 267 mm: under 240 mm, room for the table's header and two rows
     pages = _pdf_pages('<div style="height: 240mm"></div>' + batch_sweep_view.sweep_html(loader.load(H100_ARCHIVE)))
     assert [i for i, page in enumerate(pages) if any(isinstance(b, TableBox) for b in page.descendants())] == [1]
+
+
+def test_the_step_time_stability_line_counts_the_leave_one_out_and_claims_no_outliers(tmp_path):
+    """reports/h200 counted CV above 2 % in 11 of 32 processes and left out the six leave-one-out processes behind
+    page 1's percentages (CV up to 4.5 %), then called the spread outliers, though it was on every compiled stage."""
+    from lib.report import prose
+
+    params = tiny_params(["fp32", "tf32"])
+    recs = [make_record(params, k, 2, [100.0, 100.0, 100.0, 100.0, 100.0, 100.0], [5.0] * 6) for k in params.stages]
+    rep = loader.load(write_report_dir(tmp_path / "r", params, recs))
+    without = make_record(params, "tf32", 2, [90.0, 100.0, 110.0, 90.0, 100.0, 110.0], [5.0] * 6)
+    without.update(variant="without TF32", cv=0.08)
+    rep.evidence["ablation"] = [without]
+    line = prose._stability(rep)
+    assert "in 1 of 3 timed processes" in line and "(without TF32) 8.0 %" in line
+    assert "outliers" not in line and "judged against the spread between processes" in line
+    # the noisiest named, the rest counted with their range
+    rep.evidence["ablation"] = [{**without, "variant": f"without {k}", "cv": 0.03 + k / 1000} for k in range(9)]
+    line = prose._stability(rep)
+    assert "in 9 of 11 timed processes" in line and line.count("(without") == prose.SHOWN_NOISY
+    assert "(without 8) 3.8 %" in line and "and 3 more of 3.0 to 3.2 %" in line

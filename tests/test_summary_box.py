@@ -312,8 +312,16 @@ def test_a_chart_names_a_stage_not_applicable_on_this_host_as_such(tmp_path):
     recs = [make_record(p, "fp32", b, [100.0] * 5, [5.0] * 6) for b in (2, 4)] + [ddp]
     write_report_dir(tmp_path / "rep", p, recs)
     rep = loader.load(tmp_path / "rep")
-    assert charts._missing(rep, "ddp", 2) == "B=2: not applicable on this host"
-    assert charts._missing(rep, "ddp", 4) == "B=4: n/a"
+    assert charts._missing(rep, "ddp", 2, name_batch=False) == "not applicable on this host"
+    # one label for the row, with no batch: reports/h200's chart read "B=16: not applicable on this host" and
+    # "B=64: n/a", reports/h100's named B=16 and B=64 beside a matrix row at B=128
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots()
+    charts._grouped_rows(ax, rep, [(2, "B=2", None), (4, "B=4", None)], lambda r, _: r["tokens_per_s"])
+    labels = [t.get_text() for t in ax.texts]
+    plt.close(fig)
+    assert labels == ["not applicable on this host"], labels
 
 
 def test_a_lever_predicted_to_be_needed_for_the_batch_to_fit_is_named_so_and_its_code_comes_first(

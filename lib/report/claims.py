@@ -58,7 +58,8 @@ def command(families) -> str:
 
 def elsewhere(claim: dict) -> str:
     """Where a claim that does not apply to this hardware would be measured."""
-    return f"the claim speaks about {' and '.join(claim['families'])} GPUs: {command(claim['families'])} measures it"
+    names = " and ".join({"cdna3": "CDNA3", "cpu": "CPU"}.get(f, f.capitalize()) for f in claim["families"])
+    return f"the claim speaks about {names} GPUs: {command(claim['families'])} measures it"
 
 
 def verdict(

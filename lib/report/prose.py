@@ -152,12 +152,15 @@ def stage_findings(rep: Report) -> list[str]:
     return out
 
 
+SHOWN_NOISY = 6  # the noisiest processes named; the rest counted with their range (17 named filled a page)
+
+
 def _stability(rep: Report) -> str:
-    """Step-time CV over every timed process of the report: matrix, sweep, repeats, variants."""
+    """Step-time CV over every timed process of the report: matrix, sweep, repeats, variants, leave-one-out."""
     ev = rep.evidence
     timed = [
         r
-        for r in rep.records + ev["sweep"] + ev["repeats"] + ev["variants"]
+        for r in rep.records + ev["sweep"] + ev["repeats"] + ev["variants"] + ev["ablation"]
         if r.get("status") == "ok" and r.get("cv") is not None and not stages.is_multi_gpu(r.get("stage"))
     ]
     noisy = [r for r in timed if r["cv"] > CV_LIMIT]
@@ -166,14 +169,19 @@ def _stability(rep: Report) -> str:
             f"Step times are stable: every timed GPU process has CV ≤ {CV_LIMIT * 100:.0f} % "
             f"(largest {max(r['cv'] for r in timed) * 100:.2f} %)."
         )
+    noisy.sort(key=lambda r: -r["cv"])
+    shown, rest = noisy[:SHOWN_NOISY], noisy[SHOWN_NOISY:]
     return (
         f"Step-time CV above {CV_LIMIT * 100:.0f} % in {len(noisy)} of {len(timed)} timed processes: "
         + ", ".join(
             f"{r['stage_title']} B={r['batch_size']}{' (' + r['variant'] + ')' if r.get('variant') else ''} "
             f"{r['cv'] * 100:.1f} %"
-            for r in noisy
+            for r in shown
         )
-        + "; the medians are robust to such outliers."
+        + (f" and {len(rest)} more of {rest[-1]['cv'] * 100:.1f} to {rest[0]['cv'] * 100:.1f} %" if rest else "")
+        # not "robust to outliers": a CV of 3-4 % on every compiled stage of reports/h200 is no outlier
+        + "; each process's figure is its median step, and every decision is judged against the spread between "
+        "processes, not against this spread within one."
     )
 
 
