@@ -585,6 +585,7 @@ def test_a_brief_chapter_opens_with_its_heading_and_measured_table_in_one_block_
     block = chapter_page.opening(shown)
     assert block.startswith('<div class="keep-together">') and block.count("<table") == 1
     heading, intro, table = (block.index(x) for x in ("FP8 linear layers (torchao)</h3>", "html-only", "<table"))
+    assert '<h3 id="FP8-linear-layers-(torchao)">' in block  # linkable as nbconvert's headings are
     assert heading < intro < table and "What it changes" in block
     rest = shown[chapter_page.opening_length(shown) :]
     assert not any(not hidden and isinstance(p, tuple) and "Measured" in p[1] for hidden, p in rest)

@@ -201,6 +201,10 @@ def opening(shown: list) -> str | None:
     if not n:
         return None
     inner = "".join(f'<div class="html-only">{_as_html(p)}</div>' if hidden else _as_html(p) for hidden, p in shown[:n])
+    # the id nbconvert gives a Markdown heading, so the chapter stays linkable like the others
+    inner = re.sub(
+        r"<h3>([^<]*)</h3>", lambda m: f'<h3 id="{m.group(1).replace(" ", "-")}">{m.group(1)}</h3>', inner, 1
+    )
     return f'<div class="keep-together">{inner}</div>'
 
 
