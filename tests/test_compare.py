@@ -535,9 +535,9 @@ def test_the_recipe_at_gpt2s_batch_is_compared_with_the_canonical_trainer_on_eac
     assert "B=4 × 2 micro-steps" in html and "1.125×" in html and "1.100×" in html and "2 processes" in html
     # and the comparison's first lines say it, with whether the GPUs decide alike
     title = compare_view.title_md(reps)
-    assert (
-        "**gpub against gpua**, each trained as GPT-2 is, one machine of each: 1.100× by its own recommended" in title
-    )
+    assert "**gpub against gpua**, each trained as GPT-2 is: 1.100× by its own recipe, B=4 × 2 against B=4 × 2" in title
+    assert "recommended recipe" not in title  # the H100's recipe (B=128 × 4) is not its recommendation (B=96)
+    assert "neither ratio is shown to be the hardware's alone" in title
     assert "1.100× by the canonical trainer" in title and "**Decisions:**" in title
     for f in (tmp_path / "gpub" / "results" / "recipe").iterdir():
         f.unlink()

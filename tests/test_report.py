@@ -873,10 +873,10 @@ def test_the_step_time_stability_line_counts_the_leave_one_out_and_claims_no_out
     without.update(variant="without TF32", cv=0.08)
     rep.evidence["ablation"] = [without]
     line = prose._stability(rep)
-    assert "in 1 of 3 timed processes" in line and "(without TF32) 8.0 %" in line
+    assert "in 1 of 3 timed processes" in line and "the leave-one-out at B=2 without TF32 8.0 %" in line
     assert "outliers" not in line and "judged against the spread between processes" in line
     # the noisiest named, the rest counted with their range
     rep.evidence["ablation"] = [{**without, "variant": f"without {k}", "cv": 0.03 + k / 1000} for k in range(9)]
     line = prose._stability(rep)
-    assert "in 9 of 11 timed processes" in line and line.count("(without") == prose.SHOWN_NOISY
-    assert "(without 8) 3.8 %" in line and "and 3 more of 3.0 to 3.2 %" in line
+    assert "in 9 of 11 timed processes" in line and line.count("leave-one-out at B=2 without") == prose.SHOWN_NOISY
+    assert "without 8 3.8 %" in line and "and 3 more of 3.0 to 3.2 %" in line

@@ -15,7 +15,7 @@ from lib.core import stages
 from lib.core.config import preset_of
 from lib.report import ablation_view, parity_view, size_sweep_view
 from lib.report.evidence_view import OK
-from lib.report.loader import Report
+from lib.report.loader import Report, signed_pct
 from lib.report.profile_view import kernel_label
 from lib.results import decide, parity
 
@@ -173,7 +173,7 @@ def on_top(facts: dict | None, lever: str) -> str:
         if row.get("within_noise") is None
         else ""
     )
-    return f"on top of the recommendation's other levers, BF16 autocast among them ({where}): {row['worth'] * 100:+.1f} %{judged}"
+    return f"on top of the recommendation's other levers, BF16 autocast among them ({where}): {signed_pct(row['worth'])}{judged}"
 
 
 def attention(stage: str, facts: dict | None, sdpa: list | None, versus: str) -> dict:

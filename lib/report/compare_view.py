@@ -69,7 +69,7 @@ def recipe_html(reps) -> str:
         return "<p>No report compared here measured the recipe at GPT-2's global batch.</p>"
 
     def cell(side) -> str:
-        return f"{side['median']:,.0f} <small>{side['n']} processes, {side['min']:,.0f}–{side['max']:,.0f}</small>"
+        return f"{side['median']:,.0f}<br><small>{side['n']} processes, {side['min']:,.0f}–{side['max']:,.0f}</small>"
 
     body = ""
     for r in t.to_dict("records"):
@@ -84,14 +84,15 @@ def recipe_html(reps) -> str:
             + "</tr>"
         )
     head = (
-        "<tr><th>GPU</th><th>recipe (its recommendation)</th><th>recipe tok/s</th><th>canonical trainer tok/s</th>"
+        "<tr><th>GPU</th><th>its recipe</th><th>recipe tok/s</th><th>canonical trainer tok/s</th>"
         f"<th>× canonical</th><th>recipe vs {names[0]}</th><th>canonical vs {names[0]}</th></tr>"
     )
     ev = next(iter(reps.values())).params.evidence
     return (
         f'<table class="matrix keep-together"><thead>{head}</thead><tbody>{body}</tbody></table>'
         f'<p class="note">Each GPU trained as GPT-2 is, one update per {ev.global_batch_tokens:,} tokens: its '
-        "report's recommendation with the accumulation steps that reach that batch, and the canonical trainer "
+        "report's recipe, the recommended stage at a micro-batch that divides that batch (each report's page 1 "
+        "says which, and why where it is not the recommended one), with the accumulation steps that reach it; and the canonical trainer "
         f"({stages.get(ev.baseline.stage).title} at B={ev.baseline.batch_size} in a plain nanoGPT-form loop), in "
         f"the same sitting; {frontier_view.RECIPE_BASIS}; medians over processes, their range beside them. One "
         "machine of each kind: the spread between machines of one kind is not in these reports.</p>"
@@ -306,6 +307,11 @@ def title_md(reps) -> str:
     )
 
 
+def micro(row: dict) -> str:
+    """A recipe row's micro-batch and accumulation steps: 'B=128 × 4'."""
+    return f"B={row['recipe']['batch']} × {row['recipe']['micro_steps']}"
+
+
 def headline(reps) -> list[str]:
     """The comparison in a line a GPU: what it trains at against the first GPU, by each report's recipe and by the
     canonical trainer (section 3 has both), and whether the GPUs decide every lever alike (section 2)."""
@@ -319,15 +325,18 @@ def headline(reps) -> list[str]:
         if isinstance(r.get("recipe"), dict) and isinstance(rows[names[0]].get("recipe"), dict):
             mine, first = r["recipe"]["median"], rows[names[0]]["recipe"]["median"]
             line = (
-                f"**{n} against {names[0]}**, each trained as GPT-2 is, one machine of each: {r['recipe vs first']:.3f}× by its own "
-                f"recommended recipe ({mine:,.0f} against {first:,.0f} tokens/s)"
+                f"**{n} against {names[0]}**, each trained as GPT-2 is: {r['recipe vs first']:.3f}× by its own recipe, "
+                f"{micro(r)} against {micro(rows[names[0]])} ({mine:,.0f} against {first:,.0f} tokens/s)"
             )
             if isinstance(r.get("plain"), dict) and isinstance(rows[names[0]].get("plain"), dict):
                 line += (
                     f", {r['plain vs first']:.3f}× by the canonical trainer ({r['plain']['median']:,.0f} against "
                     f"{rows[names[0]]['plain']['median']:,.0f})"
                 )
-            out.append(line + "; section 3 sets them side by side.")
+            out.append(
+                line + "; section 3 sets them side by side. One machine of each kind: the spread between machines "
+                "of one kind is not in these reports, so neither ratio is shown to be the hardware's alone."
+            )
     out.append(
         f"**Decisions:** the GPUs decide {', '.join(differ)} differently (section 2)."
         if differ

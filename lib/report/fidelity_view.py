@@ -182,7 +182,7 @@ def repeats_html(rep: Report) -> str:
             "table in the HTML report.",
         )
         + f'<p class="note">Noise floor of this report (the largest range / median among them): '
-        f"{floor * 100:.2f} %. A ratio closer to 1 than that is reported as within noise.</p>"
+        f"{floor * 100:.2f} %: the within-noise rule (the method) uses it where a configuration ran once.</p>"
     )
 
 

@@ -184,7 +184,7 @@ def recipe_html(rep: Report) -> str:
             f" This project's aim for the device, {target:,} tok/s (about 54 % MFU of the bf16 dense peak), is "
             f"{target / best['median']:.2f}× the first row's median."
         )
-    return table(shown) + f'<p class="note">{note}</p>'
+    return table(shown, "matrix keep-together") + f'<p class="note">{note}</p>'  # two rows split 1 and 1 over pages
 
 
 def micro_steps_text(row: dict) -> str:  # 'B=8' for one step an update, 'B=64 × 8 micro-steps' where they accumulate

@@ -152,6 +152,14 @@ def stage_findings(rep: Report) -> list[str]:
     return out
 
 
+def _process_name(r: dict) -> str:
+    """A timed process in a few words; a leave-one-out's by what it left out (it read "Loss-only forward B=64
+    (without loss-only forward)")."""
+    if str(r.get("variant", "")).startswith("without "):
+        return f"the leave-one-out at B={r['batch_size']} {r['variant']}"
+    return f"{r['stage_title']} B={r['batch_size']}" + (f" ({r['variant']})" if r.get("variant") else "")
+
+
 SHOWN_NOISY = 6  # the noisiest processes named; the rest counted with their range (17 named filled a page)
 
 
@@ -173,11 +181,7 @@ def _stability(rep: Report) -> str:
     shown, rest = noisy[:SHOWN_NOISY], noisy[SHOWN_NOISY:]
     return (
         f"Step-time CV above {CV_LIMIT * 100:.0f} % in {len(noisy)} of {len(timed)} timed processes: "
-        + ", ".join(
-            f"{r['stage_title']} B={r['batch_size']}{' (' + r['variant'] + ')' if r.get('variant') else ''} "
-            f"{r['cv'] * 100:.1f} %"
-            for r in shown
-        )
+        + ", ".join(f"{_process_name(r)} {r['cv'] * 100:.1f} %" for r in shown)
         + (f" and {len(rest)} more of {rest[-1]['cv'] * 100:.1f} to {rest[0]['cv'] * 100:.1f} %" if rest else "")
         # not "robust to outliers": a CV of 3-4 % on every compiled stage of reports/h200 is no outlier
         + "; each process's figure is its median step, and every decision is judged against the spread between "
