@@ -11,7 +11,7 @@ from conftest import describe_proc, make_record, read_json, run_cli, write_repor
 
 from lib.core import config, record, stages
 from lib.core.params import Params
-from lib.report import claim_params, claims, compare, compare_view, loader, rules
+from lib.report import claim_params, claims, compare, compare_summary, compare_view, loader, rules
 from lib.results import decide, stats, store
 
 PEAKS = {"fp32": 10.0, "tf32": 40.0, "bf16": 80.0, "fp8": 160.0}  # a synthetic datasheet, TFLOP/s
@@ -526,22 +526,22 @@ def test_the_recipe_at_gpt2s_batch_is_compared_with_the_canonical_trainer_on_eac
                 rec.update(variant=f"recipe: {role}", micro_steps=2, tokens_per_s=tps * scale * (1 + spread))
                 store.write_atomic(d / "results" / "recipe" / f"{role}__{stage}__b4__r{k}.json", rec)
     reps = compare.load_all(["gpua", "gpub"], tmp_path)
-    t = compare.recipe_table(reps).set_index("gpu")
+    t = compare_summary.recipe_table(reps).set_index("gpu")
     assert t.loc["gpub", "ratio"] == pytest.approx(540 / 480)
     assert t.loc["gpub", "recipe vs first"] == pytest.approx(1.1) and t.loc["gpub", "plain vs first"] == pytest.approx(
         1.1
     )
-    html = compare_view.recipe_html(reps)
+    html = compare_summary.recipe_html(reps)
     assert "B=4 × 2 micro-steps" in html and "1.125×" in html and "1.100×" in html and "2 processes" in html
     # and the comparison's first lines say it, with whether the GPUs decide alike
-    title = compare_view.title_md(reps)
+    title = compare_summary.title_md(reps)
     assert "**gpub against gpua**, each trained as GPT-2 is: 1.100× by its own recipe, B=4 × 2 against B=4 × 2" in title
     assert "recommended recipe" not in title  # the H100's recipe (B=128 × 4) is not its recommendation (B=96)
     assert "neither ratio is shown to be the hardware's alone" in title
     assert "1.100× by the canonical trainer" in title and "**Decisions:**" in title
     for f in (tmp_path / "gpub" / "results" / "recipe").iterdir():
         f.unlink()
-    html = compare_view.recipe_html(compare.load_all(["gpua", "gpub"], tmp_path))
+    html = compare_summary.recipe_html(compare.load_all(["gpua", "gpub"], tmp_path))
     assert compare_view.NOT_MEASURED_CELL in html
 
 

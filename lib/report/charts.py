@@ -59,19 +59,11 @@ def stage_rows(ax, keys) -> np.ndarray:
     return y
 
 
-def _inapplicable(rep: Report, key: str) -> bool:
-    """A stage not applicable here at every batch it has a record for (DDP on one GPU): one label for its row."""
-    recs = [r for r in rep.records if r["stage"] == key]
-    return bool(recs) and all(r["status"] == "not_applicable" for r in recs)
-
-
 def _missing(rep: Report, key: str, batch: int, name_batch: bool = True) -> str:
     """What a chart writes in a (stage, batch) slot without a value."""
     rec, others = rep.rec(key, batch), [r for r in rep.records if r["stage"] == key]
-    if _inapplicable(rep, key):
-        text = "not applicable on this host"  # DDP on one GPU: at no batch, not just this one
-    else:
-        text = "not measured at this batch" if rec is None and others else no_value(rec)
+    text = "not measured at this batch" if rec is None and others else no_value(rec)
+    text = "not applicable on this host" if rep.inapplicable(key) else text  # DDP on one GPU: at no batch
     return f"B={batch}: {text}" if name_batch else text
 
 
@@ -90,9 +82,7 @@ def _grouped_rows(ax, rep: Report, groups, value):
         vals = [value(r, arg) if r and r["status"] in TIMED else None for r in recs]
         ax.barh(y + off, [np.nan if v is None else v for v in vals], h, color=f"C{j}", label=label)
         for i, (key, r) in enumerate(zip(keys, recs)):
-            # once per row, with no batch, where the stage applies at none (the H100's DDP row read "B=16: not
-            # applicable on this host / B=64: not applicable ..." beside a matrix row at B=128)
-            whole_row = one_batch or _inapplicable(rep, key)
+            whole_row = one_batch or rep.inapplicable(key)  # the H100's DDP row named B=16 and 64, its record 128
             if not (r and r["status"] in TIMED) and (j == 0 or not whole_row):
                 ax.text(
                     0.005,

@@ -14,7 +14,7 @@ import pandas as pd
 
 from lib.core import config, provenance, stages
 from lib.core.paths import ROOT
-from lib.report import fidelity_view, frontier_view, loader, parity_view
+from lib.report import fidelity_view, loader, parity_view
 from lib.results import decide, parity
 
 SKEW_KEYS = [
@@ -218,33 +218,6 @@ def _cells(name: str, best, base, peaks: dict | None) -> dict:
         f"{name} precision": best.get("peak_precision"),
         f"{name} GiB": mem / loader.GiB if not pd.isna(mem) else np.nan,
     }
-
-
-def recipe_table(reps: dict[str, loader.Report]) -> pd.DataFrame:
-    """Per GPU, its report's recipe at GPT-2's global batch: the recommendation with its accumulation steps and
-    the canonical trainer in the plain loop, each the median over its processes, their ratio, and each against
-    the first GPU's same row (the configuration one would train with, where the stage table has micro-batches)."""
-    rows = []
-    for name, rep in reps.items():
-        sides = {r["role"]: r for r in frontier_view.recipe_rows(rep)}
-        best, plain = sides.get("recommended"), sides.get("baseline")
-        rows.append(
-            {
-                "gpu": name,
-                "configuration": f"{stages.get(best['stage']).title}, {frontier_view.micro_steps_text(best)}"
-                if best
-                else None,
-                "recipe": best,
-                "plain": plain,
-                "ratio": best["median"] / plain["median"] if best and plain else None,
-            }
-        )
-    first = rows[0] if rows else None
-    for row in rows:
-        for side in ("recipe", "plain"):
-            mine, theirs = row[side], first[side]
-            row[f"{side} vs first"] = mine["median"] / theirs["median"] if mine and theirs else None
-    return pd.DataFrame(rows)
 
 
 def pair_noise(reps, a: str, b: str) -> float | None:

@@ -66,6 +66,11 @@ class Report:
     def rec(self, stage: str, batch: int) -> dict | None:
         return next((r for r in self.records if r["stage"] == stage and r["batch_size"] == batch), None)
 
+    def inapplicable(self, stage: str) -> bool:
+        """A stage not applicable here at every batch it has a record for (DDP on one GPU)."""
+        recs = [r for r in self.records if r["stage"] == stage]
+        return bool(recs) and all(r["status"] == "not_applicable" for r in recs)
+
     @property
     def layers(self) -> tuple:
         return LAYERS if self.on_gpu else CPU_LAYERS
