@@ -69,9 +69,10 @@ def code_version() -> dict:
 STEP_CODE = ("lib/train", "lib/measure")
 
 
-def measuring_changes(a: str, b: str, root: Path = ROOT) -> list[str] | None:
+@functools.lru_cache(maxsize=32)
+def measuring_changes(a: str, b: str, root: Path = ROOT) -> tuple[str, ...] | None:
     """The files of the measuring code (CODE_FOLDERS) that differ between commits a and b, by git; None where git
-    cannot tell (no .git here, or a commit this clone does not have)."""
+    cannot tell (no .git here, or a commit this clone does not have). Cached: a comparison asks once a table."""
     try:
         out = subprocess.run(
             ["git", "diff", "--name-only", a, b, "--", *CODE_FOLDERS],
@@ -82,7 +83,7 @@ def measuring_changes(a: str, b: str, root: Path = ROOT) -> list[str] | None:
         )
     except (OSError, subprocess.SubprocessError):
         return None
-    return out.stdout.split() if out.returncode == 0 else None
+    return tuple(out.stdout.split()) if out.returncode == 0 else None
 
 
 def host_id() -> str:

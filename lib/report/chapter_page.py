@@ -222,10 +222,11 @@ def show(rep: Report, key: str) -> None:
         shown = print_heading_only(shown, why)
     if brief and (head := opening(shown)):
         display(HTML(head))
-        for _, p in shown[: opening_length(shown)]:
+        n = opening_length(shown)
+        for _, p in shown[:n]:
             if not isinstance(p, tuple):
                 plt.close(p)
-        shown = shown[opening_length(shown) :]
+        shown = shown[n:]
     for hidden, run in itertools.groupby(shown, key=lambda x: x[0]):
         run = [p for _, p in run]
         if hidden:  # consecutive stretches for the HTML only make one block

@@ -101,14 +101,11 @@ def html_table(reps: dict) -> str:
         for a in data["architectures"]
         if not compared & set(a["families"])
     ]
+    listed = ", ".join(others[:-1]) + " and " + others[-1] if len(others) > 1 else "".join(others)
     return (
         f'<table class="claims rules"><tr><th>Rule (architecture)</th><th>GPU</th><th>What its report measured</th>'
         f'<th>Verdict</th></tr>{body}</table><p class="note">Rules: <code>params/rules.yaml</code>, from '
         f"{html.escape(claims.load()['sources'][data['source']])}. "
-        + (
-            f"The rules for {html.escape(', '.join(others[:-1]) + ' and ' + others[-1] if len(others) > 1 else others[0])} apply to no GPU compared here."
-            if others
-            else ""
-        )
+        + (f"The rules for {html.escape(listed)} apply to no GPU compared here." if others else "")
         + "</p>"
     )
