@@ -595,24 +595,6 @@ def test_a_leave_one_out_row_from_another_machine_is_not_judged_against_noise():
         assert rows[0]["within_noise"] is expected, host
 
 
-def test_turn_on_lists_levers_timed_on_another_machine_as_not_judged(monkeypatch):
-    """Page 1's 'Turn on' keeps a lever whose leave-one-out row was timed on another machine out of the levers that
-    pay beyond noise, and names it as not judged."""
-    from types import SimpleNamespace
-
-    from lib.report import ablation_view, summary_box
-
-    rows = [
-        {"lever": "fused AdamW", "worth": 0.002, "within_noise": None, "record": {"status": "ok"}},
-        {"lever": "TF32", "worth": 0.05, "within_noise": False, "record": {"status": "ok"}},
-    ]
-    monkeypatch.setattr(ablation_view, "ablation_rows", lambda rep: ({"stage": "fused", "batch_size": 4}, rows))
-    monkeypatch.setattr(ablation_view, "ablation_calls_apart", lambda full, rows: None)
-    monkeypatch.setattr(ablation_view, "row_stage", lambda rep, row: None)
-    text = summary_box._turn_on(SimpleNamespace())
-    assert text.index("TF32") < text.index("Not judged against noise") < text.index("fused AdamW")
-
-
 def test_the_report_says_what_measuring_it_cost_and_what_a_warm_re_measure_would(tmp_path):
     """Seconds per chapter over every run (a cut chapter's parts added), the cold processes' compile time, and the
     estimate of a warm re-measure: each cold first step replaced by the warm processes' median first step."""

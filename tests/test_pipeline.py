@@ -392,25 +392,6 @@ def test_every_stage_started_from_the_same_weights(pipeline_ok):
     assert "identical for every stage" in (pipeline_ok.report_dir / "report.html").read_text()
 
 
-def test_page_one_gives_the_recommendation_as_code(pipeline_ok, report_html):
-    """Every switch of the recommended stage as code to paste, in the executive summary; none where the
-    recommendation is the baseline itself (it can be, on a CPU). tests/test_summary_box.py holds the order."""
-    import html as html_lib
-
-    from lib.report import loader, recommendation, summary_box
-
-    rep = loader.load(pipeline_ok.report_dir)
-    best = loader.recommended(rep)
-    pairs = summary_box.code_lines(rep)
-    assert sorted(code for _, code in pairs) == sorted(recommendation.applied_switches(best["stage"]))
-    if not pairs:
-        assert 'class="page-one-code"' not in report_html
-        return
-    block = report_html.index('class="page-one-code"')
-    assert report_html.index("Executive summary") < block < report_html.index("Verdicts on the prevailing claims")
-    assert all(html_lib.escape(code, quote=False) in report_html[block:] for _, code in pairs)
-
-
 def test_the_pdf_leaves_the_summary_s_html_only_sections_to_the_html_and_names_them(pipeline_ok, report_html):
     """Sections tagged html-only in the summary notebook are hidden in print (report.css) and a print-only line
     after the findings names each one, so a PDF reader knows what the HTML has."""

@@ -769,18 +769,6 @@ def test_the_environment_says_what_the_clocks_did_during_the_timed_steps(tmp_pat
     assert tables.timed_clocks([{"clocks": {}}]) is None
 
 
-def test_page_one_of_a_several_gpu_host_says_what_all_its_gpus_gave(tmp_path):
-    """The two-H200 host's page 1 named its one-GPU recommendation and never its DDP figure, the point of that host's
-    report; the box now has a line for it (after what was not measured, which outranks it in a full box)."""
-    from lib.report import summary_box
-
-    rep = build(tmp_path, tf32_ms=BASE_MS / 2, stage_keys=("fp32", "tf32", "ddp"), extra=lambda p: [_ddp_row(p)])
-    line = summary_box._all_gpus(rep)
-    assert line.startswith("**On all 2 GPUs** with DDP, B=4 per GPU: ") and "scaling efficiency of 95.0 %" in line
-    assert line in summary_box.lines(rep)
-    assert summary_box._all_gpus(build(tmp_path / "one", stage_keys=("fp32", "tf32"))) is None
-
-
 def test_the_padding_under_compile_table_shows_the_matrix_median_over_processes(tmp_path):
     """A reader of the H100 report found 137.3 ms for torch.compile at 50304 in the padding table (its first process)
     beside 136.9 ms in the matrix (the median of its two): one figure per configuration, the matrix's."""

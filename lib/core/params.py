@@ -91,6 +91,8 @@ class Evidence:
     parity_batch: int | None = None  # sequences per optimizer step of every test, each side in micro-batches that fit
     claim_repeat_margin: float | None = None  # a timing claim's sides repeat only where its verdict could move within
     # this many noise floors of its figure (None: always)
+    token_budget: int | None = None  # tokens a team trains on: the recipe's hours and cost are quoted for it
+    check_stage: str | None = None  # a pipeline check (the CPU default): the one stage recommended, whatever its noise
     sweep_oom_margin: float | None = None  # predicted memory beyond the device's by this fraction: not swept
 
 

@@ -4,16 +4,16 @@ rows that did not run and why. From the report folder's records only."""
 
 from __future__ import annotations
 
-from lib.core import levers, provenance, record, stages
+from lib.core import levers, record, stages
 from lib.report.evidence_view import none, ok, table
 from lib.report.loader import Report, gib, recommended, short, signed_pct
-from lib.results import decide, noise
+from lib.results import decide, leave_one_out, noise
 
 PREDICTED_NOTE = (
     " A row not run was predicted not to fit: in the matrix its lever made a batch no larger than this one fit (the"
     " stage that added it ran there, the stage before it ran out of memory)."
 )
-NOT_MEASURED = "not_measured"  # the status of a leave-one-out row whose run has no record (a run cut off before it)
+NOT_MEASURED = leave_one_out.NOT_MEASURED
 
 
 def row_stage(rep: Report, row: dict) -> str | None:
@@ -39,59 +39,9 @@ def worth_text(row: dict, batch: int) -> str | None:
 
 
 def ablation_rows(rep: Report) -> tuple[dict | None, list[dict]]:
-    """The recommendation's own record (matrix or sweep) with `processes`, the spread of every process
-    that timed it, and, per lever removed, its record, the lever's worth (the recommendation's median
-    tokens/s over the configuration without it, minus 1; None where that did not run) and whether
-    that worth lies inside the measured noise (noise.within_noise: one process against the median)."""
-    recs = rep.evidence["ablation"]
-    if not recs:
-        return None, []
-    key, batch = recs[0]["stage"], recs[0]["batch_size"]
-    full = rep.rec(key, batch) or next(
-        (r for r in rep.evidence["sweep"] if r["stage"] == key and r["batch_size"] == batch), None
-    )
-    tps = decide.throughputs(rep.decisions)
-    runs, floor = tps.get((key, batch)) or ([full["tokens_per_s"]] if ok(full) else []), noise.noise_floor(tps)
-    drift = (noise.twin_drift(recs, tps) or {}).get("gap", 0.0)  # the same configuration timed in two calls
-    timed_on = {
-        provenance.machine_of(r)
-        for r in rep.decisions
-        if (r["stage"], r["batch_size"]) == (key, batch)
-        and r.get("status") == "ok"
-        and r.get("variant") in record.TIMING_VARIANTS
-    }
-    if runs:
-        full = {**full, "processes": noise.spread(runs)}
-    rows = []
-    for r in recs:
-        ran = bool(runs) and ok(r)
-        rows.append(
-            {
-                "lever": r.get("lever") or r.get("variant", "").removeprefix("without "),
-                "record": r,
-                "worth": full["processes"]["median"] / r["tokens_per_s"] - 1 if ran else None,
-                "within_noise": noise.within_noise(
-                    runs,
-                    [r["tokens_per_s"]],
-                    floor,
-                    drift if {provenance.machine_of(r)} == timed_on else None,  # another machine: offset unknown
-                )
-                if ran
-                else None,
-            }
-        )
-    # A lever of the configuration whose run is missing (a measurement stopped early) is a row that says so.
-    done = {row["lever"] for row in rows}
-    rows += [
-        {
-            "lever": name,
-            "record": {"status": NOT_MEASURED, "reason": "not measured: no record of this run"},
-            "worth": None,
-        }
-        for name in levers.levers_of(stages.get(key))
-        if name not in done
-    ]
-    return full, rows
+    """The leave-one-out of the report (lib/results/leave_one_out.py): the configuration with every lever, and a row
+    per lever removed."""
+    return leave_one_out.leave_one_out(rep.decisions, rep.evidence["ablation"])
 
 
 def ablation_calls_apart(full: dict | None, rows: list[dict]) -> str | None:

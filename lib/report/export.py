@@ -50,9 +50,10 @@ def html_only_block(body: str, note: str, markdown: bool = False) -> str:
 
 
 def assemble(summary_path, chapter_paths, out_path) -> nbformat.NotebookNode:
-    """The report notebook: summary cells, with every chapter's cells inserted at the summary
-    cell tagged `chapters`; parameter cells and cells tagged `report-hide` are left out. After the cell
-    tagged `html-only-index`, a line for the PDF alone names the summary's sections it leaves to the HTML."""
+    """The report notebook: summary cells, with every chapter's cells inserted at the summary cell tagged `chapters`;
+    parameter cells and cells tagged `report-hide` are left out. The chapters are the HTML report's depth: their
+    cells are tagged `html-only`, and the PDF has one line in their place naming the summary's sections it leaves
+    to the HTML."""
     summary = nbformat.read(summary_path, as_version=4)
     chapters = [nbformat.read(p, as_version=4) for p in chapter_paths]
     cells = []
@@ -60,16 +61,21 @@ def assemble(summary_path, chapter_paths, out_path) -> nbformat.NotebookNode:
         if _tags(cell) & HIDDEN_TAGS:
             continue
         cells.append(cell)
-        if "html-only-index" in _tags(cell) and (titles := html_only_titles(summary.cells)):
-            note = "*In the HTML report (report.html, beside this PDF), not in this PDF:* " + "; ".join(titles) + "."
-            cells.append(nbformat.v4.new_markdown_cell(note, metadata={"tags": ["pdf-only"]}))
-        if "chapters" in _tags(cell):
-            for path, nb in zip(chapter_paths, chapters):
-                # every chapter is drawn from one template: its cells are told apart by the chapter's name
-                cells.extend(
-                    nbformat.from_dict({**c, "id": f"{Path(path).stem}-{c.id}"})
-                    for c in nb.cells
-                    if not _tags(c) & HIDDEN_TAGS
+        if "chapters" not in _tags(cell):
+            continue
+        titles = ["the chapter of each lever"] + html_only_titles(summary.cells)
+        note = "*In the HTML report (report.html, beside this PDF), not in this PDF:* " + "; ".join(titles) + "."
+        cells.append(nbformat.v4.new_markdown_cell(note, metadata={"tags": ["pdf-only"]}))
+        for path, nb in zip(chapter_paths, chapters):
+            # every chapter is drawn from one template: its cells are told apart by the chapter's name
+            for c in nb.cells:
+                if _tags(c) & HIDDEN_TAGS:
+                    continue
+                tags = sorted(_tags(c) | {"html-only"})
+                cells.append(
+                    nbformat.from_dict(
+                        {**c, "id": f"{Path(path).stem}-{c.id}", "metadata": {**c.get("metadata", {}), "tags": tags}}
+                    )
                 )
     report = nbformat.v4.new_notebook(cells=cells, metadata=summary.metadata)
     nbformat.write(report, out_path)

@@ -4,6 +4,7 @@ every view uses. Tables, prose and charts live in report_tables, report_text and
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from dataclasses import dataclass
@@ -15,9 +16,9 @@ import pandas as pd
 from lib.core import cli_args, config, data, kernel_categories, record, stages
 from lib.core.params import Params
 from lib.core.paths import resolve
-from lib.results import decide, parity, stats, store
+from lib.report.formats import GiB, gib, pct, signed_pct, span, times, tok  # noqa: F401 (the views import them from here too)
+from lib.results import decide, decisions, parity, stats, store
 
-GiB = 2**30
 CV_LIMIT = 0.02  # step-time spread above this on a GPU is called out
 ADOPT_ABOVE = 1.02  # a lever's median speed-up from which the advice says adopt (below: neutral, or slower under 0.98)
 # The memory layers of a GPU record as every view names them (lib/measure/worker.py takes them after the timed
@@ -50,6 +51,13 @@ class Report:
         the stage a loss gate judges (a reviewer: the fused linear cross-entropy passed only by the FP8 lm_head's)."""
         widest = stats.loss_noise_at(self.decisions)
         return f"{stages.get(widest[1]).title} at B={widest[2]}" if widest else ""
+
+    @functools.cached_property
+    def decided(self) -> dict:
+        """Every decision of the report (lib/results/decisions.py: the recipe, each lever's, the next experiment),
+        computed once; recommendation.write keeps it beside the results as decisions.json."""
+        evidence = {**self.evidence, "matrix": self.records}
+        return decisions.compute(self.decisions, evidence, self.params, self.env, price_per_gpu_hour(self))
 
     @property
     def stage_order(self) -> list[str]:
@@ -84,7 +92,7 @@ def load(report_dir) -> Report:
     params = Params.read(d / "params.json")
     try:  # the parity rule, added after some folders were measured, judges them with today's values
         today = config.load(params.name).evidence
-        for key in (k for k in parity.RULE_KEYS if getattr(params.evidence, k) is None):
+        for key in (k for k in (*parity.RULE_KEYS, "token_budget") if getattr(params.evidence, k) is None):
             setattr(params.evidence, key, getattr(today, key))
     except config.ConfigError:
         pass
@@ -166,36 +174,6 @@ def no_value(rec: dict | None) -> str:
     return {"oom": "OOM", "not_applicable": "n/a", "error": "error"}.get(rec["status"], rec["status"])
 
 
-def gib(v) -> str:
-    return "n/a" if v is None or pd.isna(v) else f"{v / GiB:.2f}"
-
-
-def times(v) -> str:
-    return "" if v is None or pd.isna(v) else f"{v:.2f}×"
-
-
-def pct(v, digits=1) -> str:
-    return "n/a" if v is None or pd.isna(v) else f"{v * 100:.{digits}f} %"
-
-
-def signed_pct(x: float) -> str:
-    """A signed percentage of one decimal; a value that rounds to zero reads 0.0 %, never -0.0 %."""
-    text = f"{x * 100:+.1f} %"
-    return "0.0 %" if text[1:] == "0.0 %" else text
-
-
-def tok(v) -> str:
-    return "" if v is None or pd.isna(v) else f"{v:,.0f}"
-
-
-def span(values, fmt="{:.2f}×") -> str:
-    values = list(values)
-    if not values:
-        return "n/a"
-    lo, hi = fmt.format(min(values)), fmt.format(max(values))
-    return lo if lo == hi else f"{lo}–{hi}"
-
-
 def speedups(rep: Report, stage: str, col: str) -> pd.Series:
     rows = rep.ok()[rep.ok()["stage"] == stage]
     return rows.set_index("batch_size")[col].dropna()
@@ -218,7 +196,7 @@ def manifest() -> dict:
 def recommended(rep: Report) -> dict | None:
     """The recommended configuration (decide.best_config) over the matrix, the batch sweep,
     the repeats and the parity runs."""
-    return decide.best_config(rep.decisions, rep.params)
+    return decide.recommended(rep.decisions, rep.params)
 
 
 def widest(rows: pd.DataFrame) -> pd.Series:

@@ -72,14 +72,15 @@ def method_md(rep: Report) -> str:
 
 # How things are measured, for the reader who checks (the HTML): the PDF keeps the rules that decide
 # (stages, timing, MFU, the loss gate, the parity test, the cross-check, repeats, batch size).
-DETAILS = ("Isolation", "Initial weights", "Compilation", "Memory", "Kernel profile", "Energy", "Failures are results")
+# The bullets the PDF keeps (its one page of environment and method); the rest are the HTML report's.
+BRIEF = ("Model", "Timing", "MFU", "Batch size")
 
 
 def split(method: str) -> tuple[str, str]:
-    """(the bullets that decide, the DETAILS bullets) of method_md's text."""
+    """(the BRIEF bullets, the others) of method_md's text."""
     items = re.split(r"\n(?=\* \*\*)", method.strip())
-    detail = [i for i in items if any(i.startswith(f"* **{k}**") for k in DETAILS)]
-    return "\n".join(i for i in items if i not in detail), "\n".join(detail)
+    brief = [i for i in items if any(i.startswith(f"* **{k}**") for k in BRIEF)]
+    return "\n".join(brief), "\n".join(i for i in items if i not in brief)
 
 
 def _fidelity_method(rep: Report) -> str:

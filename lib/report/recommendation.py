@@ -6,12 +6,11 @@ training script. Everything here is read from the report; nothing is a rule."""
 from __future__ import annotations
 
 from lib.core import stages
-from lib.report.frontier_view import recipe_rows
-from lib.report.loader import Report, code_commits, mfu_bf16, recommended
-from lib.results import decide, store
+from lib.report.loader import Report, code_commits
+from lib.results import decide, decisions, store
 
 FILE = "recommended.json"
-SCHEMA = 1
+SCHEMA = 2  # 2: one answer, the recipe (micro_batch, accumulation_steps); 1 carried batch_size beside it
 SOFTWARE = ("torch", "cuda", "cudnn", "cublas", "driver", "python", "hip")
 
 
@@ -24,17 +23,15 @@ def applied_switches(key: str) -> list[str]:
 
 
 def record(rep: Report) -> dict | None:
-    """The recommendation as recommended.json holds it; None where the report has none."""
-    best = recommended(rep)
-    if best is None:
+    """The recommendation as recommended.json holds it: the recipe of the report's decisions (one stage, one
+    micro-batch, its accumulation steps at the global batch), its switches and code, what it measured, and the
+    software and code it was measured with; None where the report has no recipe."""
+    r = rep.decided["recipe"]
+    if r is None:
         return None
-    st, p = stages.get(best["stage"]), best["processes"]
+    st = stages.get(r["stage"])
     switches = {k: v for k, v in st.identity().items() if k not in ("key", "peak")}
-    # an older report (measurement method 1) has no global batch in its params
-    seq_len, tokens = rep.params.run.seq_len, rep.params.evidence.global_batch_tokens
-    recipe = next((r for r in recipe_rows(rep) if r["role"] == "recommended"), None) if tokens else None
-    micro = recipe["batch"] if recipe else best["batch_size"]
-    mfu = mfu_bf16(rep, best.get("mfu"), best.get("peak_precision"))
+    alone = r["micro_batch_alone"]
     return {
         "schema": SCHEMA,
         "profile": rep.params.name,
@@ -44,28 +41,21 @@ def record(rep: Report) -> dict | None:
         "title": st.title,
         "switches": switches,
         "code": applied_switches(st.key),
-        "batch_size": best["batch_size"],
-        "seq_len": seq_len,
-        "global_batch": {
-            "tokens": tokens,
-            "micro_batch": micro,
-            "accumulation_steps": tokens // (micro * seq_len) if tokens and tokens % (micro * seq_len) == 0 else None,
-            "tokens_per_s": recipe["median"] if recipe else None,
-            "note": (
-                "measured at this micro-batch and accumulation (the report's recipe)"
-                if recipe
-                else "not measured at the global batch in this report"
-            ),
-        },
+        "micro_batch": r["micro_batch"],
+        "accumulation_steps": r["accumulation"],
+        "seq_len": r["seq_len"],
+        "global_batch_tokens": r["global_batch_tokens"],
         "measured": {
-            "tokens_per_s": p["median"],
-            "processes": p["n"],
-            "range": [p["lo"], p["hi"]],
-            "mfu_bf16": mfu * p["median"] / best["tokens_per_s"] if mfu is not None else None,
-            "mem_allocator_bytes": best.get("mem_allocator_bytes"),
-            "mem_tensors_bytes": best.get("mem_tensors_bytes"),
-            "joules_per_token": (best.get("energy") or {}).get("joules_per_token"),
+            "tokens_per_s": r["tokens_per_s"],
+            "as_trained": r["measured_as_trained"],
+            "range": [r["recipe"]["lo"], r["recipe"]["hi"]] if r["recipe"] else [alone["lo"], alone["hi"]],
+            "processes": (r["recipe"] or alone)["n"],
+            "vs_canonical": r["ratio"],
+            "mfu_bf16": r["mfu_bf16"],
+            "mem_allocator_bytes": r["mem_allocator_bytes"],
+            "mem_device_peak_bytes": r["mem_device_peak_bytes"],
         },
+        "ddp": r["ddp"],
         "software": {
             **{k: rep.env.get(k) for k in SOFTWARE if rep.env.get(k) is not None},
             "packages": rep.env.get("packages") or {},
@@ -77,8 +67,9 @@ def record(rep: Report) -> dict | None:
 
 
 def write(rep: Report) -> dict | None:
-    """Write recommended.json beside the report (or remove a stale one where there is no
-    recommendation any more). Returns what was written."""
+    """Write the report's decisions (decisions.json) and recommended.json beside it (or remove a stale
+    recommended.json where there is no recipe any more). Returns what recommended.json holds."""
+    store.write_atomic(rep.dir / decisions.FILE, rep.decided)
     rec, path = record(rep), rep.dir / FILE
     if rec is None:
         path.unlink(missing_ok=True)

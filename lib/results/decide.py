@@ -259,34 +259,16 @@ def ranked_configs(records: list[dict], params: Params, eligible=None) -> list[d
 
 
 def best_config(records: list[dict], params: Params, eligible=None) -> dict | None:
-    """The recommended configuration: the fastest of ranked_configs; where another batch size of the
-    same stage, timed in several processes, is within the measured noise of it, the one that needs the
-    least memory. The record comes back with `processes`: its tokens/s over the processes that timed it."""
+    """The fastest of ranked_configs, with `processes` (its tokens/s over the processes that timed it) and `against`,
+    the tie rule's call against the next-fastest batch of the same stage timed in several processes (how far apart,
+    the noise that decides, whether they tie): a tie is stated, and a smaller batch that ties is a memory saver
+    (lib/results/decisions.py), never the pick."""
     ranked = ranked_configs(records, params, eligible)
     if not ranked:
         return None
     tps = throughputs(records)
-    floor, gain = decision_floor(records, tps), getattr(params.evidence, "batch_min_gain", None)
-    best = ranked[0]
-    same_speed = [
-        r
-        for r in ranked
-        if r["stage"] == best["stage"]
-        and (r is best or len(tps[(r["stage"], r["batch_size"])]) > 1)
-        and ties(
-            tps[(r["stage"], r["batch_size"])],
-            tps[(best["stage"], best["batch_size"])],
-            floor,
-            across_machines(records),
-            gain,
-        )
-    ]
-    pick = min(
-        same_speed or [best],
-        key=lambda r: (r.get("mem_allocator_bytes") or r.get("mem_device_bytes") or 0, r["batch_size"]),
-    )
-    # The tie rule's nearest call, stated with the recommendation: the next-fastest batch of the same stage timed in
-    # several processes, how far apart the two are and the noise that decided it.
+    gain = getattr(params.evidence, "batch_min_gain", None)
+    pick = ranked[0]
     rival = next(
         (
             r
@@ -299,9 +281,24 @@ def best_config(records: list[dict], params: Params, eligible=None) -> dict | No
     return {
         **pick,
         "processes": spread(tps[mine]),
-        "chosen_over": None if pick is best else {"stage": best["stage"], "batch_size": best["batch_size"]},
         "against": None if rival is None else against(records, tps, mine, (rival["stage"], rival["batch_size"]), gain),
     }
+
+
+def recommended(records: list[dict], params: Params, eligible=None) -> dict | None:
+    """The recommendation, which is the recipe a team trains with: best_config among the micro-batches that reach the
+    global batch by whole accumulation steps (Params.micro_steps), and on a profile that names a check stage (the CPU
+    default, whose timings are noise) that stage alone, so every chapter is exercised whatever the noise decides."""
+    fixed = getattr(params.evidence, "check_stage", None)
+
+    def fits(r):
+        return (
+            params.micro_steps(r["batch_size"]) is not None
+            and (fixed is None or r["stage"] == fixed)
+            and (eligible is None or eligible(r))
+        )
+
+    return best_config(records, params, fits)
 
 
 def against(records: list[dict], tps: dict, mine: tuple, theirs: tuple, min_gain: float | None = None) -> dict:

@@ -158,7 +158,7 @@ def run_ddp(
     # the device, so the replicated one fits.
     total = env["device"].get("memory_bytes")
     roomy = lambda r: not total or (r.get("mem_device_bytes") or 0) < DDP_MEMORY_SHARE * total  # noqa: E731
-    best = decide.best_config(decided, params, eligible=roomy)
+    best = decide.recommended(decided, params, eligible=roomy)
     if best is None:  # nothing verified (a report without the baseline): the fastest that ran
         ran = [
             r

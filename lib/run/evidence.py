@@ -188,7 +188,7 @@ def batch_sweep(params: Params, report_dir, force: bool = False) -> list[dict]:
     report_dir = resolve(report_dir)
     env = runner.environment(report_dir)
     matrix = store.load_records(report_dir / "results")
-    best = decide.best_config(store.decision_records(report_dir / "results"), params)
+    best = decide.recommended(store.decision_records(report_dir / "results"), params)
     if best is None:
         return []
     key = best["stage"]
@@ -196,7 +196,8 @@ def batch_sweep(params: Params, report_dir, force: bool = False) -> list[dict]:
     if any(r["status"] == record.Status.OOM for r in out):
         return out
     top = max((r["batch_size"] for r in out), default=0)
-    for b in sorted(b for b in params.evidence.sweep_batch_sizes if b > top):
+    # a micro-batch that cannot reach the global batch by whole accumulation steps is never the recipe: not swept
+    for b in sorted(b for b in params.evidence.sweep_batch_sizes if b > top and params.micro_steps(b)):
         job = make_job(
             params,
             env,
@@ -290,7 +291,7 @@ def recommend(params: Params, report_dir, force: bool = False) -> list[dict]:
     env = runner.environment(report_dir)
 
     def decided():
-        return decide.best_config(store.decision_records(resolve(report_dir) / "results"), params)
+        return decide.recommended(store.decision_records(resolve(report_dir) / "results"), params)
 
     held = None
     for _ in stages.single_gpu(params.stages):

@@ -23,7 +23,7 @@ def parity_jobs(params: Params, report_dir) -> list[dict]:
     that batch in the matrix, it accumulates gradients over micro-batches that fit (the same update)."""
     env = runner.environment(report_dir)
     recs = store.decision_records(resolve(report_dir) / "results")
-    best = decide.best_config(candidates(recs, params), params)
+    best = decide.recommended(candidates(recs, params), params)
     if best is None or stages.get(best["stage"]).reference == best["stage"]:
         return []
     key, batch = best["stage"], chain_batch(recs, params, best)

@@ -140,10 +140,8 @@ def removal_cannot_fit(lever: str, stage, batch: int, matrix: list[dict]) -> str
 
 
 def recipe_config(params: Params, report_dir) -> dict | None:
-    """What the recipe trains: the fastest verified configuration whose micro-batch divides the
-    global batch (the recommendation itself where it does; B=96 of T=1024 does not divide 524,288)."""
-    ranked = decide.ranked_configs(store.decision_records(resolve(report_dir) / "results"), params)
-    return next((r for r in ranked if params.micro_steps(r["batch_size"])), None)
+    """What the recipe trains: the recommendation, whose micro-batch reaches the global batch (decide.recommended)."""
+    return decide.recommended(store.decision_records(resolve(report_dir) / "results"), params)
 
 
 def measure(params: Params, report_dir, best: dict, force: bool = False) -> None:

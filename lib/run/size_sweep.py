@@ -142,7 +142,7 @@ def _jobs(params: Params, report_dir, recommended: str, name: str, repeat: int) 
 def measure(params: Params, report_dir, force: bool = False) -> list[dict]:
     """Every preset's configurations, smallest preset first (a host short of time has the small
     end of the curve). Nothing before the batch-size sweep has chosen a recommendation."""
-    best = decide.best_config(store.decision_records(resolve(report_dir) / "results"), params)
+    best = decide.recommended(store.decision_records(resolve(report_dir) / "results"), params)
     if best is None:
         return []
     todo = jobs(params, report_dir, best["stage"])

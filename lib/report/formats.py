@@ -1,0 +1,67 @@
+"""Number formats and status labels, one home for each: every view writes a figure through these, so a figure reads
+the same wherever it stands (GiB, ×, %, tokens/s, hours, nats) and a decision's label is spelt once."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+GiB = 2**30
+# The label and the colour of each lever decision (lib/results/decisions.py) on page 1 and in its chart.
+DECISIONS = {
+    "adopt": ("adopt", "#1b7f3b"),
+    "neutral": ("neutral", "#6b6b6b"),
+    "not yet": ("not yet", "#b26b00"),
+    "skip": ("skip", "#a4262c"),
+    "not applicable": ("n/a", "#6b6b6b"),
+    "not measured": ("not measured", "#6b6b6b"),
+}
+
+
+def gib(v) -> str:
+    return "n/a" if v is None or pd.isna(v) else f"{v / GiB:.2f}"
+
+
+def times(v) -> str:
+    return "" if v is None or pd.isna(v) else f"{v:.2f}×"
+
+
+def pct(v, digits=1) -> str:
+    return "n/a" if v is None or pd.isna(v) else f"{v * 100:.{digits}f} %"
+
+
+def signed_pct(x: float) -> str:
+    """A signed percentage of one decimal; a value that rounds to zero reads 0.0 %, never -0.0 %."""
+    text = f"{x * 100:+.1f} %"
+    return "0.0 %" if text[1:] == "0.0 %" else text
+
+
+def tok(v) -> str:
+    return "" if v is None or pd.isna(v) else f"{v:,.0f}"
+
+
+def span(values, fmt="{:.2f}×") -> str:
+    values = list(values)
+    if not values:
+        return "n/a"
+    lo, hi = fmt.format(min(values)), fmt.format(max(values))
+    return lo if lo == hi else f"{lo}–{hi}"
+
+
+def nats(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:+.4f}"
+
+
+def tokens(n: float) -> str:
+    """A token count in words a reader scans: 2.8M, 10B."""
+    for unit, div in (("B", 1e9), ("M", 1e6), ("k", 1e3)):
+        if n >= div:
+            return f"{n / div:.3g}{unit}"
+    return f"{n:.0f}"
+
+
+def hours(h: float) -> str:
+    return f"{h:.1f} h" if h < 48 else f"{h / 24:.1f} days"
+
+
+def money(x: float) -> str:
+    return f"${x:,.0f}"

@@ -1,0 +1,277 @@
+"""Page 1, laid out from the report's decisions (lib/results/decisions.py) and nothing else: the provenance line,
+the recipe a team trains with and what it buys, one row per lever (adopt / neutral / not yet / skip, its worth and
+its quality verdict with the horizon it speaks for), the cumulative speed-up as a chart, and three action lines.
+Every figure is stated here once; the chapters of the HTML report hold the depth."""
+
+from __future__ import annotations
+
+import html
+
+from lib.core import stages
+from lib.report import formats as fmt
+from lib.report.loader import Report, code_commits
+
+NOT_A_GPU = (
+    "This is the CPU default: it runs every chapter of the pipeline on a tiny GPT to check that the pipeline works "
+    "end to end. Its timings mean nothing for a GPU, and its verdicts are judged against this machine's own noise."
+)
+LEGEND = (
+    "Worth: of a lever in the recipe, what leaving it out costs; of one outside it, its speed-up over the stage it "
+    "is added to. adopt: costs beyond noise to leave out, or needed to fit · neutral: within noise · not yet: faster "
+    "beyond noise, quality undecided · skip: slower, no gain beyond noise, or quality failed. Quality: a parity test's "
+    "held-out difference (nats, margin {margin}) and horizon; else the matrix's divergence check (±{tolerance} nats)."
+)
+
+
+def provenance_line(rep: Report) -> str:
+    """One line: device, software, code, when and how long it took to measure, and the command that reproduces it."""
+    dev, run = rep.env["device"], rep.run or {}
+    count = dev.get("count") or 1
+    commits, _ = code_commits(rep)
+    runs = [r for r in [*run.get("earlier_runs", []), run] if r]
+    seconds = sum((r.get("timings_s") or {}).get("total_s") or 0 for r in runs)
+    calls, started = len(runs), min((r.get("started") or "" for r in runs), default="")
+    parts = [
+        f"{count} × {dev['name']}" if count > 1 else dev["name"],
+        f"PyTorch {rep.env.get('torch')}" + (f", CUDA {rep.env['cuda']}" if rep.env.get("cuda") else ""),
+        "code " + ", ".join(c[:9] for c in commits) if commits else "code commit not recorded",
+        f"measured {started[:10]}" if started else "",
+        f"{seconds:,.0f} s of measuring in {calls} call{'s' if calls > 1 else ''}" if seconds else "",
+        f"reproduce: make report GPU={rep.params.name}",
+    ]
+    return " · ".join(html.escape(p) for p in parts if p)
+
+
+def _recipe_name(r: dict) -> str:
+    acc = f" × {r['accumulation']}" if (r.get("accumulation") or 1) > 1 else ""
+    return f"{r['title']}, B={r['micro_batch']}{acc}"
+
+
+def recipe_table(rep: Report) -> str:
+    """The recipe's row: micro-batch × accumulation (× GPUs), its tokens/s with range, × the canonical trainer in the
+    same sitting, MFU, memory, and the hours (and cost) of the token budget."""
+    r = rep.decided["recipe"]
+    if r is None:
+        return "<p><strong>No recipe:</strong> no configuration completed with its loss verified.</p>"
+    tokens = f"{r['global_batch_tokens']:,}-token batch"
+    side = r["recipe"] or r["micro_batch_alone"]
+    rng = (
+        f"<br><span class='note'>{side['lo']:,.0f}–{side['hi']:,.0f}, {side['n']} processes</span>"
+        if side["n"] > 1
+        else ""
+    )
+    canon = r["canonical"]
+    if r["ratio"]:
+        b = rep.params.evidence.baseline
+        versus = (
+            f"{r['ratio']:.3f}×<br><span class='note'>{r['ratio_range'][0]:.3f}–{r['ratio_range'][1]:.3f}; "
+            f"canonical trainer ({stages.get(b.stage).title}, B={b.batch_size}, plain loop): "
+            f"{canon['median']:,.0f}</span>"
+        )
+    else:
+        versus = "not measured at the global batch"
+    mem = (
+        f"{fmt.gib(r['mem_device_peak_bytes'])} of {fmt.gib(r['device_memory_bytes'])} GiB"
+        if r["mem_device_peak_bytes"] and r["device_memory_bytes"]
+        else fmt.gib(r["mem_allocator_bytes"]) + " GiB"
+    )
+    budget = "n/a"
+    if r["hours"]:
+        budget = f"{fmt.hours(r['hours'])}" + (f" on {r['gpus']} GPUs" if r["gpus"] > 1 else "")
+        budget += f", {fmt.money(r['cost'])}" if r["cost"] else ""
+    cells = [
+        f"<strong>{html.escape(_recipe_name(r))}</strong>",
+        f"{r['tokens_per_s']:,.0f}{rng}",
+        versus,
+        fmt.pct(r["mfu_bf16"]) if r["mfu_bf16"] else "n/a",
+        mem,
+        budget,
+    ]
+    head = ["Recipe (one GPU)", "tokens/s", "× canonical trainer", "MFU (bf16)", "device memory", "time"]
+    rows = [cells]
+    for d in r["ddp"]:
+        acc = f" × {d['accumulation']}" if d["accumulation"] > 1 else ""
+        rows.append(
+            [
+                f"on {d['gpus']} GPUs (DDP), B={d['micro_batch']}{acc} per GPU",
+                f"{d['tokens_per_s']:,.0f}",
+                f"scaling {fmt.pct(d['efficiency'])} of {d['gpus']} × one GPU" if d["efficiency"] else "",
+                "",
+                "",
+                "",
+            ]
+        )
+    notes = [
+        f"At GPT-2's {tokens}; time: {fmt.tokens(r['token_budget'])} tokens"
+        if r["token_budget"]
+        else f"At GPT-2's {tokens}"
+    ]
+    if not r["cost"]:
+        notes.append("cost: set PRICE_PER_GPU_HOUR")
+    if not r["measured_as_trained"]:
+        notes.append(f"tokens/s of B={r['micro_batch']} alone: the global batch was not measured for this recipe")
+    if r["memory_saver"]:
+        m = r["memory_saver"]
+        notes.append(
+            f"memory saver, level with it by the tie rule: B={m['micro_batch']} × {m['accumulation']}, "
+            f"{m['tokens_per_s']:,.0f} tokens/s, {fmt.gib(m['mem_allocator_bytes'])} GiB allocator peak"
+        )
+    body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" for row in rows)
+    return (
+        '<table class="recipe-row"><thead><tr>'
+        + "".join(f"<th>{h}</th>" for h in head)
+        + f"</tr></thead><tbody>{body}</tbody></table><p class='note'>{html.escape('; '.join(notes))}.</p>"
+    )
+
+
+def worth_text(row: dict) -> str:
+    """A lever's worth: on top of the recipe (leave-one-out) where it is in it, else over the stage it is added to in
+    the matrix."""
+    loo, m = row["leave_one_out"], row["matrix"]
+    if loo:
+        if loo["cannot_fit"]:
+            return f"needed to fit B={loo['batch']}" + (" (predicted)" if loo["predicted"] else "")
+        if loo["worth"] is not None:
+            noise = {True: ", within noise", None: ", not judged"}.get(loo["within_noise"], "")
+            return f"{fmt.signed_pct(loo['worth'])} at B={loo['batch']}{noise}"
+    if m:
+        noise = ", within noise" if m["within_noise"] else ""
+        return f"{m['ratio']:.2f}× {stages.get(m['against']).title}, B={m['batch']}{noise}"
+    return html.escape(row["reason"] or "")
+
+
+def quality_text(q: dict | None) -> str:
+    """The quality verdict and what it speaks for: a parity test's steps, tokens, passes and seeds, or the matrix's
+    divergence check and its steps."""
+    if q is None:
+        return "no loss comparison"
+    if q["test"] == "divergence check":
+        return f"divergence check {q['verdict']}, {q['steps']} steps"
+    horizon = f"{q['steps']} steps, {fmt.tokens(q['tokens'])} tok" if q.get("tokens") else "earlier method"
+    if q.get("passes"):
+        horizon += f", {q['passes']:.1f} passes"
+    seeds = f", {q['seeds']} seeds" if q.get("seeds") else ""
+    held = q.get("held_out")
+    diff = f" {fmt.nats(held['mean'])} nats" if held and held.get("mean") is not None else ""
+    more = f"; ~{q['seeds_needed']} would decide" if q.get("seeds_needed") else ""
+    old = "; by an earlier rule" if not q.get("current_rule") else ""
+    return f"<strong>{q['verdict']}</strong>{diff}: {horizon}{seeds}{more}{old}"
+
+
+def lever_table(rep: Report) -> str:
+    rows = []
+    for row in rep.decided["levers"]:
+        label, colour = fmt.DECISIONS[row["decision"]]
+        rows.append(
+            f"<tr><td>{html.escape(row['title'])}</td>"
+            f"<td><strong style='color:{colour}'>{label}</strong></td>"
+            f"<td>{worth_text(row)}</td><td>{quality_text(row['quality'])}</td></tr>"
+        )
+    batch, recipe = rep.decided["leave_one_out_batch"], rep.decided["recipe"]
+    legend = LEGEND.format(margin=rep.params.evidence.parity_margin, tolerance=rep.params.run.loss_tolerance)
+    lacks = (
+        f" The leave-one-out of these records ran at B={batch}, not the recipe's B={recipe['micro_batch']} (they "
+        "were measured before the recommendation was the recipe); a re-measure puts it at the recipe."
+        if batch and recipe and batch != recipe["micro_batch"]
+        else ""
+    )
+    return (
+        '<table class="levers"><thead><tr><th>Lever</th><th>Decision</th><th>Worth</th>'
+        f"<th>Quality (horizon)</th></tr></thead><tbody>{''.join(rows)}</tbody></table>"
+        f"<p class='note'>{html.escape(legend + lacks)}</p>"
+    )
+
+
+def actions(rep: Report) -> list[str]:
+    """Use, skip, next: three lines, each naming what a team does."""
+    d, p = rep.decided, rep.params.name
+    out = []
+    if d["recipe"]:
+        out.append(
+            f"<strong>Use</strong> {html.escape(_recipe_name(d['recipe']))}: <code>from lib.optimal import "
+            f"optimal_config</code> or reports/{html.escape(rep.dir.name)}/recommended.json."
+        )
+    skip = [r["title"] for r in d["levers"] if r["decision"] == "skip"]
+    if skip:
+        out.append(f"<strong>Skip</strong> {html.escape('; '.join(skip))}.")
+    nxt = d["next"]
+    if nxt:
+        q = next(r["quality"] for r in d["levers"] if r["stage"] == nxt["stage"]) or {}
+        seeds = nxt["seeds_needed"] or max(2 * (nxt["seeds_run"] or 5), 10)
+        micro = q.get("reference_micro_steps") or 1
+        command = (
+            f"python tools/parity_probe.py {p} {nxt['stage']} {nxt['batch']} {micro} runs/parity-{nxt['stage']} {seeds}"
+        )
+        said = f"stopped undecided after {nxt['seeds_run']} seeds" if q.get("test") == "parity" else "not tested"
+        out.append(
+            f"<strong>Next</strong> decide {html.escape(nxt['title'])}, {nxt['over_recipe']['ratio']:.2f}× the recipe's "
+            f"stage at B={nxt['over_recipe']['batch']}: its quality test {said}; "
+            f"<code>{html.escape(command)}</code>"
+        )
+    return out
+
+
+def page_html(rep: Report) -> str:
+    """Page 1 below its title: what a CPU run is, provenance, the recipe, the levers, and the actions (the chart is
+    drawn by its own cell, between the levers and the actions)."""
+    first = f"<p class='cpu-note'><strong>{NOT_A_GPU}</strong></p>" if not rep.on_gpu else ""
+    return f"{first}<p class='provenance'>{provenance_line(rep)}</p>" + recipe_table(rep) + lever_table(rep)
+
+
+def actions_html(rep: Report) -> str:
+    return "<ul class='actions'>" + "".join(f"<li>{a}</li>" for a in actions(rep)) + "</ul>"
+
+
+def plot_waterfall(rep: Report):
+    """The cumulative speed-up from the first stage to the recipe's, lever by lever (each lever at the largest batch
+    it and the stage before it ran, named on its bar), coloured by the lever's decision."""
+    import matplotlib.pyplot as plt
+
+    from lib.report.charts import save
+
+    steps = rep.decided["waterfall"]
+    if not steps:
+        return None
+    decision = {r["stage"]: r["decision"] for r in rep.decided["levers"]}
+    fig, ax = plt.subplots(figsize=(7.2, 0.17 * len(steps) + 0.55))
+    y = list(range(len(steps)))
+    prev = 1.0
+    for i, s in enumerate(steps):
+        if s["cumulative"] is None:
+            ax.text(prev, i, "  not measured", va="center", fontsize=7)
+            continue
+        colour = fmt.DECISIONS.get(decision.get(s["stage"]), ("", "#4c72b0"))[1] if i else "#4c72b0"
+        ax.barh(i, s["cumulative"] - prev if i else 1.0, left=prev if i else 0.0, color=colour, height=0.6)
+        label = f"{s['cumulative']:.2f}×" + (f"  ({s['ratio']:.2f}× at B={s['batch']})" if i else "")
+        ax.text(max(s["cumulative"], prev), i, "  " + label, va="center", fontsize=7)
+        prev = s["cumulative"]
+    ax.set_yticks(y, [s["title"] for s in steps], fontsize=7)
+    ax.set_ylim(len(steps) - 0.5, -0.5)
+    ax.set_xlim(0, prev * 1.35)
+    ax.set_xlabel(f"speed-up over {steps[0]['title']} (product of each lever's own)", fontsize=7)
+    ax.tick_params(axis="x", labelsize=7)
+    ax.grid(axis="y", visible=False)
+    fig.tight_layout()
+    return save(fig, rep, "waterfall")
+
+
+def title_md(rep: Report) -> str:
+    """The report's title: the model, the device, and the question."""
+    dev = rep.env["device"]
+    count = dev.get("count") or 1
+    device = f"{count} × {dev['name']}" if count > 1 else dev["name"]
+    return f"# {rep.params.model_preset} training on {device}: what each lever buys"
+
+
+def code_html(rep: Report) -> str:
+    """The recipe as code to paste: each of its levers' switch with its worth (page 1's figure), the ones that pay
+    first; torch.compile goes last whatever its worth, since it wraps the model after every other change."""
+    d = rep.decided
+    if not d["recipe"]:
+        return ""
+    rows = {r["stage"]: r for r in d["levers"] if r["in_recipe"]}
+    keys = [k for k in rows if stages.get(k).switch]
+    keys.sort(key=lambda k: (k == "compile", rows[k]["decision"] != "adopt"))
+    lines = [f"# {_recipe_name(d['recipe'])}: its levers, each with its worth on top of the others"]
+    lines += [f"# {rows[k]['title']}: {worth_text(rows[k])}\n{stages.get(k).switch}" for k in keys]
+    return f'<pre class="page-one-code"><code>{html.escape(chr(10).join(lines))}</code></pre>'

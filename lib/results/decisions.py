@@ -1,0 +1,364 @@
+"""What a report decides, as data computed once from its records: the recipe a team trains with (stage, micro-batch,
+accumulation and GPUs at the global batch), each lever adopted, neutral, skipped or not yet with its worth and its
+quality verdict and the horizon that verdict speaks for, the cumulative speed-up lever by lever, and the next
+experiment. lib/run writes it to decisions.json after measuring and on every render; the report lays it out,
+recommended.json hands it on, a comparison sets two side by side. No sentence is made here."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from lib.core import config, record, stages
+from lib.core.params import Params
+from lib.results import decide, noise, parity
+from lib.results.leave_one_out import leave_one_out
+from lib.results.stats import loss_noise
+
+FILE = "decisions.json"
+SCHEMA = 1
+ADOPT, NEUTRAL, SKIP, NOT_YET, NOT_APPLICABLE, NOT_MEASURED = (
+    "adopt",
+    "neutral",
+    "skip",
+    "not yet",
+    "not applicable",
+    "not measured",
+)
+# The order page 1 lists levers in: what to turn on first, what to leave for later last.
+DECISION_ORDER = (ADOPT, NEUTRAL, NOT_YET, SKIP, NOT_APPLICABLE, NOT_MEASURED)
+
+
+def recipe_sides(recipe: list[dict], params: Params) -> dict:
+    """role -> {stage, batch, micro_steps, median, lo, hi, n} of each side of the recipe at the global batch: the
+    recommendation ('recommended'), the canonical trainer in the plain loop ('baseline') and, at full depth, in this
+    harness ('baseline-harness'). A harness side's tokens/s come from its median step, the plain loop's from its
+    wall-clock mean, as nanoGPT times it."""
+    out = {}
+    for role in ("recommended", "baseline-harness", "baseline"):
+        if role == "baseline-harness" and not config.runs_evidence(params, "recipe_harness"):
+            continue  # left to DEPTH=full: a record of it is another run's, not this one's
+        runs = [r for r in recipe if r.get("variant") == f"recipe: {role}" and r.get("status") == record.Status.OK]
+        if runs:
+            s = noise.spread([r["tokens_per_s"] for r in runs])
+            out[role] = {
+                "stage": runs[0]["stage"],
+                "batch": runs[0]["batch_size"],
+                "micro_steps": runs[0].get("micro_steps", 1),
+                **{k: s[k] for k in ("median", "lo", "hi", "n")},
+            }
+    return out
+
+
+def _mfu_bf16(params: Params, rec: dict, tokens_per_s: float) -> float | None:
+    """The MFU of `rec`'s configuration at `tokens_per_s`, against the bf16 dense peak (every stage on one scale)."""
+    peaks, mfu = params.peak_tflops or {}, rec.get("mfu")
+    if not mfu or not peaks.get("bf16") or not peaks.get(rec.get("peak_precision")) or not rec.get("tokens_per_s"):
+        return None
+    return float(mfu) * peaks[rec["peak_precision"]] / peaks["bf16"] * tokens_per_s / rec["tokens_per_s"]
+
+
+def make_recipe(records: list[dict], evidence: dict, params: Params, env: dict, price: float | None) -> dict | None:
+    """The recipe (decide.recommended) with what it buys: its tokens/s at the global batch where measured (else its
+    micro-batch's own), × the canonical trainer in the same sitting with the range over every pair of processes, MFU,
+    memory, the hours and cost of evidence.token_budget, the tie rule's call and a memory-saving micro-batch that
+    ties with it, and DDP over the host's GPUs where measured."""
+    best = decide.recommended(records, params)
+    if best is None:
+        return None
+    sides = recipe_sides(evidence.get("recipe") or [], params)
+    mine, canon = sides.get("recommended"), sides.get("baseline")
+    if mine and (mine["stage"], mine["batch"]) != (best["stage"], best["batch_size"]):
+        mine = None  # measured for another configuration (an earlier rule): not this recipe's figure
+    tps = mine["median"] if mine else best["processes"]["median"]
+    budget, dev = params.evidence.token_budget, (env or {}).get("device") or {}
+    ddp = [
+        {
+            "gpus": int(r["world_size"]),
+            "nnodes": r.get("nnodes") or 1,
+            "micro_batch": r["batch_size"],
+            "accumulation": r.get("micro_steps") or 1,
+            "tokens_per_s": r["tokens_per_s"],
+            "efficiency": r.get("scaling_efficiency"),
+            "allreduce_share": r.get("allreduce_share"),
+            "reference_tokens_per_s": r.get("single_gpu_tokens_per_s"),
+        }
+        for r in records_multi_gpu(evidence.get("matrix") or [])
+    ]
+    gpus = max([d["gpus"] for d in ddp], default=1)
+    host_tps = max([d["tokens_per_s"] for d in ddp], default=tps)
+    hours = budget / host_tps / 3600 if budget and host_tps else None
+    saver = _memory_saver(records, params, best)
+    return {
+        "stage": best["stage"],
+        "title": stages.get(best["stage"]).title,
+        "micro_batch": best["batch_size"],
+        "accumulation": params.micro_steps(best["batch_size"]),
+        "seq_len": params.run.seq_len,
+        "global_batch_tokens": params.evidence.global_batch_tokens,
+        "tokens_per_s": tps,
+        "measured_as_trained": mine is not None,
+        "recipe": mine,
+        "micro_batch_alone": best["processes"],
+        "canonical": canon,
+        "ratio": tps / canon["median"] if canon and mine else None,
+        "ratio_range": [mine["lo"] / canon["hi"], mine["hi"] / canon["lo"]] if canon and mine else None,
+        "mfu_bf16": _mfu_bf16(params, best, tps),
+        "mem_allocator_bytes": best.get("mem_allocator_bytes"),
+        "mem_device_peak_bytes": best.get("mem_device_sampled_peak_bytes") or best.get("mem_device_bytes"),
+        "device_memory_bytes": dev.get("memory_bytes"),
+        "token_budget": budget,
+        "gpus": gpus,
+        "hours": hours,
+        "gpu_hours": hours * gpus if hours else None,
+        "price_per_gpu_hour": price,
+        "cost": hours * gpus * price if hours and price else None,
+        "against": best.get("against"),
+        "memory_saver": saver,
+        "ddp": ddp,
+    }
+
+
+def records_multi_gpu(matrix: list[dict]) -> list[dict]:
+    """The timed multi-GPU records, one per GPU count (the later file wins), fewest GPUs first."""
+    by = {
+        int(r["world_size"]): r
+        for r in matrix
+        if stages.is_multi_gpu(r.get("stage"))
+        and r.get("status") == record.Status.OK
+        and (r.get("world_size") or 0) > 1
+    }
+    return [by[g] for g in sorted(by)]
+
+
+def _memory_saver(records: list[dict], params: Params, best: dict) -> dict | None:
+    """A smaller micro-batch of the recipe's stage, dividing the global batch too, that the tie rule puts level with
+    it and that needs less memory: listed beside the recipe, never as it."""
+    tps = decide.throughputs(records)
+    floor, across, gain = (
+        noise.decision_floor(records, tps),
+        noise.across_machines(records),
+        params.evidence.batch_min_gain,
+    )
+    mine = tps[(best["stage"], best["batch_size"])]
+    level = [
+        r
+        for r in decide.ranked_configs(records, params, lambda r: params.micro_steps(r["batch_size"]) is not None)
+        if r["stage"] == best["stage"]
+        and r["batch_size"] < best["batch_size"]
+        and len(tps[(r["stage"], r["batch_size"])]) > 1
+        and decide.ties(mine, tps[(r["stage"], r["batch_size"])], floor, across, gain)
+        and (r.get("mem_allocator_bytes") or 0) < (best.get("mem_allocator_bytes") or 0)
+    ]
+    if not level:
+        return None
+    r = min(level, key=lambda r: r["batch_size"])
+    return {
+        "micro_batch": r["batch_size"],
+        "accumulation": params.micro_steps(r["batch_size"]),
+        "tokens_per_s": float(np.median(tps[(r["stage"], r["batch_size"])])),
+        "mem_allocator_bytes": r.get("mem_allocator_bytes"),
+    }
+
+
+def _quality(key: str, checks: dict, df, params: Params) -> dict | None:
+    """The quality verdict a lever rests on and what it speaks for: its parity test (verdict, held-out difference
+    with its interval, seeds, steps, tokens, passes, margin) where it had one, else the matrix's loss gate, a
+    divergence check of the timed steps against the stage's reference (its steps and tolerance)."""
+    c = checks.get(key)
+    if c:
+        held = (c.get("intervals") or {}).get("held_out") or {}
+        batch = c["batch_size"]
+        return {
+            "test": "parity",
+            "verdict": c["verdict"],
+            "protocol": c.get("protocol", "paired"),
+            "reference": c["reference"],
+            "batch": batch,
+            "reference_micro_steps": c.get("micro_steps", 1),
+            "steps": c.get("steps"),
+            "tokens": c["steps"] * batch * params.run.seq_len if c.get("steps") else None,
+            "passes": c.get("passes"),
+            "seeds": len(c.get("seeds") or []) or c.get("runs"),
+            "margin": c.get("margin", c.get("tolerance")),
+            "confidence": c.get("confidence"),
+            "held_out": {k: held.get(k) for k in ("mean", "lo", "hi")} if held else None,
+            "seeds_needed": parity.seeds_needed(c) if c.get("intervals") and c["verdict"] == parity.UNDECIDED else None,
+            "current_rule": c.get("protocol") != "earlier" and c.get("steps") is not None,
+        }
+    rows = df[(df["stage"] == key) & df["loss_verdict"].notna()]
+    if rows.empty:
+        return None
+    return {
+        "test": "divergence check",
+        "verdict": "passed" if all(v is True for v in rows["loss_within_tolerance"]) else "failed",
+        "reference": rows["loss_ref"].iloc[0],
+        "steps": params.run.warmup_steps + params.run.timed_steps,
+        "batches": sorted(int(b) for b in rows["batch_size"]),
+        "tolerance": params.run.loss_tolerance,
+    }
+
+
+def _matrix_worth(key: str, df, tps: dict, records: list[dict]) -> dict | None:
+    """A lever's speed-up over the stage it is added to at the largest batch both ran, judged against the noise."""
+    rows = df[(df["stage"] == key) & df["speedup_vs_previous"].notna()]
+    if rows.empty:
+        return None
+    row = rows.loc[rows["batch_size"].idxmax()]
+    b, prev = int(row["batch_size"]), row["previous_stage"]
+    floor, across = noise.decision_floor(records, tps), noise.across_machines(records)
+    mine, theirs = tps.get((key, b)) or [row["tokens_per_s"]], tps.get((prev, b)) or []
+    return {
+        "basis": "matrix",
+        "ratio": float(row["speedup_vs_previous"]),
+        "batch": b,
+        "against": prev,
+        "within_noise": noise.within_noise(mine, theirs, floor, across) if theirs else None,
+    }
+
+
+def _not_run(key: str, df) -> tuple[str, str] | None:
+    """(decision, reason) for a stage with no timed record: not applicable here (its reason), or not measured."""
+    rows = df[df["stage"] == key]
+    if rows["status"].isin(record.TIMED).any():
+        return None
+    if rows.empty:
+        return NOT_MEASURED, "no record"
+    na = rows[rows["status"] == record.Status.NOT_APPLICABLE]
+    if not na.empty:
+        return NOT_APPLICABLE, str(na["reason"].iloc[0] or "")
+    return NOT_MEASURED, str(rows["status"].iloc[0])
+
+
+def lever_rows(records: list[dict], df, params: Params, recipe: dict | None, loo: tuple) -> list[dict]:
+    """One row per single-GPU lever of the report (every stage after the first): its decision, worth and quality.
+    In the recipe: adopt where leaving it out costs beyond noise or does not fit, else neutral (kept as the recipe
+    has it). Outside it: skip where slower, no faster beyond noise, or its quality failed; not yet where faster
+    beyond noise and its quality undecided or untested."""
+    tps, checks = decide.throughputs(records), parity.checks(records, params.evidence)
+    in_recipe = set(decide.lineage(recipe["stage"])[1:]) if recipe else set()
+    full, rows = loo
+    by_stage = {r["stage"]: r for r in rows if r.get("stage")}
+    out = []
+    for key in stages.single_gpu(params.stages)[1:]:
+        st = stages.get(key)
+        row = {"stage": key, "title": st.title, "in_recipe": key in in_recipe, "reason": None}
+        row["quality"] = _quality(key, checks, df, params)
+        row["matrix"] = _matrix_worth(key, df, tps, records)
+        off = by_stage.get(key)
+        row["leave_one_out"] = (
+            {
+                "worth": off["worth"],
+                "batch": full["batch_size"],
+                "within_noise": off.get("within_noise"),
+                "cannot_fit": record.cannot_fit(off["record"]),
+                "predicted": record.is_predicted_oom(off["record"]),
+                "status": off["record"].get("status"),
+                "removed_with": off["lever"],
+            }
+            if off and full
+            else None
+        )
+        row["over_recipe"] = _over(tps, key, recipe["stage"]) if recipe and key not in in_recipe else None
+        row["decision"], row["reason"] = _decide(row, _not_run(key, df))
+        out.append(row)
+    return out
+
+
+def _over(tps: dict, key: str, recipe_stage: str) -> dict | None:
+    """A stage's median tokens/s over the recipe's stage at the largest batch both were timed at: what turning the
+    lever on would add to the recipe, as far as the matrix shows."""
+    common = sorted(b for (k, b) in tps if k == key and (recipe_stage, b) in tps)
+    if not common:
+        return None
+    b = common[-1]
+    return {"ratio": float(np.median(tps[(key, b)])) / float(np.median(tps[(recipe_stage, b)])), "batch": b}
+
+
+def _decide(row: dict, not_run: tuple | None) -> tuple[str, str | None]:
+    if not_run:
+        return not_run
+    q, m, loo = row["quality"] or {}, row["matrix"], row["leave_one_out"]
+    failed = q.get("verdict") in (parity.WORSE, "failed")
+    if row["in_recipe"]:
+        if loo and (
+            loo["cannot_fit"] or (loo["worth"] is not None and loo["worth"] > 0 and loo["within_noise"] is False)
+        ):
+            return ADOPT, "needed to fit" if loo["cannot_fit"] else "pays"
+        if loo is None and m and m["ratio"] > 1 and m["within_noise"] is False:
+            return ADOPT, "pays in the matrix"
+        return NEUTRAL, "within noise" if loo and loo["within_noise"] else "not shown to pay"
+    if failed:
+        return SKIP, "quality"
+    if m is None:
+        return NOT_MEASURED, "no speed-up measured"
+    if m["ratio"] <= 1 or m["within_noise"]:  # unknown noise (None) leaves a faster lever to be decided
+        return SKIP, "slower" if m["ratio"] < 1 and m["within_noise"] is False else "no gain beyond noise"
+    if q.get("verdict") == parity.HOLDS:
+        return NOT_YET, "faster, held, not on the recipe's path"
+    return NOT_YET, "quality undecided" if q.get("test") == "parity" else "quality not tested"
+
+
+def waterfall(df, recipe: dict | None, first: str) -> list[dict]:
+    """The cumulative speed-up from the first stage to the recipe's stage, lever by lever: each lever's ratio over
+    the stage it is added to at the largest batch both ran (named), their running product."""
+    if not recipe:
+        return []
+    out, total = [], 1.0
+    for key in decide.lineage(recipe["stage"])[1:]:
+        rows = df[(df["stage"] == key) & df["speedup_vs_previous"].notna()]
+        if rows.empty:
+            out.append({"stage": key, "title": stages.get(key).title, "ratio": None, "batch": None, "cumulative": None})
+            continue
+        row = rows.loc[rows["batch_size"].idxmax()]
+        total *= float(row["speedup_vs_previous"])
+        out.append(
+            {
+                "stage": key,
+                "title": stages.get(key).title,
+                "ratio": float(row["speedup_vs_previous"]),
+                "batch": int(row["batch_size"]),
+                "cumulative": total,
+            }
+        )
+    return [{"stage": first, "title": stages.get(first).title, "ratio": 1.0, "batch": None, "cumulative": 1.0}, *out]
+
+
+def next_experiment(levers_: list[dict], recipe: dict | None) -> dict | None:
+    """What to measure next: the fastest lever not yet decided (its quality test, with the seeds its spread so far
+    asks for), else none."""
+    later = [r for r in levers_ if r["decision"] == NOT_YET and r["over_recipe"]]
+    if not later:
+        return None
+    pick = max(later, key=lambda r: r["over_recipe"]["ratio"])
+    q = pick["quality"] or {}
+    return {
+        "stage": pick["stage"],
+        "title": pick["title"],
+        "over_recipe": pick["over_recipe"],
+        "seeds_run": q.get("seeds"),
+        "seeds_needed": q.get("seeds_needed"),
+        "batch": q.get("batch") or (recipe or {}).get("micro_batch"),
+    }
+
+
+def compute(records: list[dict], evidence: dict, params: Params, env: dict, price: float | None = None) -> dict:
+    """Every decision of a report folder (records: store.decision_records; evidence: store.load_evidence with the
+    matrix's records under 'matrix')."""
+    order = params.stages
+    matrix = [r for r in evidence.get("matrix") or [] if r.get("stage") in order]
+    df = decide.table(matrix, order, params.run.loss_tolerance, loss_noise(records), decide.throughputs(records))
+    recipe = make_recipe(records, evidence, params, env, price)
+    loo = leave_one_out(records, evidence.get("ablation") or [])
+    levers_ = lever_rows(records, df, params, recipe, loo)
+    full = loo[0]
+    return {
+        "schema": SCHEMA,
+        "profile": params.name,
+        "backend": params.backend,
+        "recipe": recipe,
+        "levers": sorted(levers_, key=lambda r: DECISION_ORDER.index(r["decision"])),
+        "leave_one_out_batch": full["batch_size"] if full else None,
+        "waterfall": waterfall(df, recipe, order[0]),
+        "next": next_experiment(levers_, recipe),
+        "noise_floor": noise.decision_floor(records, decide.throughputs(records)),
+    }

@@ -1,0 +1,127 @@
+"""What a report decides, as data (lib/results/decisions.py): each lever's decision flips with its records, the
+recommendation is a recipe whose micro-batch reaches the global batch, and the waterfall and the next experiment
+follow from the same records. No wording is asserted here; page 1 lays these out."""
+
+from __future__ import annotations
+
+import json
+
+from conftest import make_record, tiny_params, write_parity_test, write_report_dir
+
+from lib.report import loader, recommendation
+from lib.results import decide, decisions, store
+
+LOSSES = [5.0] * 6
+
+
+def _folder(tmp_path, ms: dict, batch_sizes=(2,)):
+    p = tiny_params(list(ms), batch_sizes=batch_sizes)
+    recs = [make_record(p, k, b, [v] * 5, LOSSES) for k, v in ms.items() for b in batch_sizes]
+    return write_report_dir(tmp_path, p, recs), p
+
+
+def _levers(report_dir) -> dict:
+    return {r["stage"]: r for r in loader.load(report_dir).decided["levers"]}
+
+
+def test_a_lever_outside_the_recipe_is_skipped_when_slower_and_not_yet_when_faster_but_untested(tmp_path):
+    d, _ = _folder(tmp_path / "a", {"fp32": 400.0, "vocab": 200.0, "compile": 100.0, "bf16_residual": 130.0})
+    row = _levers(d)["bf16_residual"]
+    assert (row["decision"], row["in_recipe"]) == (decisions.SKIP, False)
+    assert row["matrix"]["ratio"] < 1
+    # the same lever faster, its quality untested: not yet (it would be the recipe only once its test held)
+    d, p = _folder(tmp_path / "b", {"fp32": 400.0, "vocab": 200.0, "compile": 100.0, "bf16_residual": 90.0})
+    _undecided(d, p, "bf16_residual")
+    row = _levers(d)["bf16_residual"]
+    assert row["decision"] == decisions.NOT_YET and row["quality"]["verdict"] == "undecided"
+    assert row["quality"]["steps"] and row["quality"]["seeds"] == 3
+
+
+def test_a_lever_whose_parity_test_finds_it_worse_is_skipped_whatever_its_speed(tmp_path):
+    d, p = _folder(tmp_path, {"fp32": 400.0, "vocab": 200.0, "compile": 100.0, "bf16_residual": 90.0})
+    write_parity_test(d, p, "bf16_residual", lever_held=4.5, ref_held=4.0)
+    row = _levers(d)["bf16_residual"]
+    assert (row["decision"], row["quality"]["verdict"]) == (decisions.SKIP, "worse")
+    assert row["matrix"]["ratio"] > 1
+
+
+def test_the_recipe_s_levers_are_adopted_by_their_leave_one_out_and_neutral_within_noise(tmp_path, monkeypatch):
+    d, _ = _folder(tmp_path, {"fp32": 100.0, "tf32": 80.0, "bf16": 50.0})
+    rows = [
+        {"lever": "TF32", "stage": "tf32", "worth": 0.001, "within_noise": True, "record": {"status": "ok"}},
+        {"lever": "BF16 autocast", "stage": "bf16", "worth": 0.3, "within_noise": False, "record": {"status": "ok"}},
+    ]
+    monkeypatch.setattr(
+        decisions, "leave_one_out", lambda records, ablation: ({"stage": "bf16", "batch_size": 2}, rows)
+    )
+    levers = _levers(d)
+    assert levers["bf16"]["decision"] == decisions.ADOPT and levers["tf32"]["decision"] == decisions.NEUTRAL
+    rows[0]["within_noise"], rows[0]["worth"] = False, 0.05
+    assert _levers(d)["tf32"]["decision"] == decisions.ADOPT
+    rows[0]["record"], rows[0]["worth"] = {"status": "oom"}, None  # the micro-batch does not fit without it
+    assert _levers(d)["tf32"]["leave_one_out"]["cannot_fit"] and _levers(d)["tf32"]["decision"] == decisions.ADOPT
+
+
+def test_the_recommendation_is_a_micro_batch_that_reaches_the_global_batch(tmp_path):
+    """B=3 of T=64 does not divide the CPU profile's 512-token batch: never the recipe, however fast."""
+    p = tiny_params(["fp32", "tf32"], batch_sizes=(2, 3))
+    recs = [
+        make_record(p, "fp32", 2, [100.0] * 5, LOSSES),
+        make_record(p, "fp32", 3, [100.0] * 5, LOSSES),
+        make_record(p, "tf32", 2, [80.0] * 5, LOSSES),
+        make_record(p, "tf32", 3, [60.0] * 5, LOSSES),  # the fastest tokens/s of all
+    ]
+    d = write_report_dir(tmp_path, p, recs)
+    assert decide.best_config(store.decision_records(d / "results"), p)["batch_size"] == 3
+    rep = loader.load(d)
+    recipe = rep.decided["recipe"]
+    assert (recipe["stage"], recipe["micro_batch"], recipe["accumulation"]) == ("tf32", 2, 4)
+    written = recommendation.record(rep)
+    assert (written["micro_batch"], written["accumulation_steps"]) == (2, 4)
+    assert written["micro_batch"] * written["accumulation_steps"] * p.run.seq_len == p.evidence.global_batch_tokens
+
+
+def test_a_check_stage_is_recommended_whatever_the_noise_says(tmp_path):
+    """The CPU default names its stage, so its parity test, recipe and leave-one-out run on every machine."""
+    p = tiny_params(["fp32", "tf32", "bf16"])
+    recs = [make_record(p, k, 2, [v] * 5, LOSSES) for k, v in {"fp32": 50.0, "tf32": 80.0, "bf16": 90.0}.items()]
+    write_report_dir(tmp_path, p, recs)
+    records = store.decision_records(tmp_path / "results")
+    assert decide.recommended(records, p)["stage"] == "fp32"
+    p.evidence.check_stage = "tf32"
+    assert decide.recommended(records, p)["stage"] == "tf32"
+
+
+def test_the_waterfall_is_the_running_product_of_each_lever_s_own_speed_up(tmp_path):
+    d, _ = _folder(tmp_path, {"fp32": 100.0, "tf32": 50.0, "bf16": 40.0})
+    steps = loader.load(d).decided["waterfall"]
+    assert [s["stage"] for s in steps] == ["fp32", "tf32", "bf16"]
+    assert abs(steps[-1]["cumulative"] - steps[1]["ratio"] * steps[2]["ratio"]) < 1e-9
+    assert abs(steps[-1]["cumulative"] - 2.5) < 0.01
+
+
+def _undecided(d, p, lever: str) -> None:
+    write_parity_test(d, p, lever, lever_held=4.0, ref_held=4.0)
+    for f in (d / "results" / "parity").glob(f"{lever}__*.json"):
+        rec = json.loads(f.read_text())  # seeds that disagree: too wide a spread to decide
+        rec["held_out_loss"] = 4.0 + [0.06, -0.04, 0.02][rec["seed_offset"]] + 0.001 * rec["replicate"]
+        store.write_atomic(f, rec)
+
+
+def test_the_next_experiment_is_the_not_yet_lever_that_would_add_most_to_the_recipe(tmp_path):
+    d, p = _folder(
+        tmp_path, {"fp32": 400.0, "vocab": 200.0, "compile": 100.0, "bf16_residual": 90.0, "loss_only": 60.0}
+    )
+    _undecided(d, p, "loss_only")
+    decided = loader.load(d).decided
+    assert decided["recipe"]["stage"] == "bf16_residual"
+    nxt = decided["next"]
+    assert nxt["stage"] == "loss_only" and abs(nxt["over_recipe"]["ratio"] - 1.5) < 0.01
+    assert decisions.next_experiment([], None) is None
+
+
+def test_decisions_json_is_written_beside_the_results_and_equals_what_the_report_read(tmp_path):
+    d, _ = _folder(tmp_path, {"fp32": 100.0, "tf32": 50.0})
+    rep = loader.load(d)
+    recommendation.write(rep)
+    assert json.loads((d / decisions.FILE).read_text()) == json.loads(json.dumps(rep.decided, default=store.jsonable))

@@ -1,0 +1,199 @@
+"""Page 1 (lib/report/page_one.py), the MFU restated against the bf16 peak, the title's provenance,
+the recommendation's energy and cost: each read from the records, and flipping with them."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import make_record, tiny_params, write_report_dir
+
+from lib.core import cli_args, config
+from lib.report import ablation_view, batch_sweep_view, loader, page_one, tables
+from lib.results import decide, store
+
+LOSSES = [6.0, 5.9, 5.8, 5.7, 5.6, 5.5]
+
+
+def _report(tmp_path, tf32_ms: float, bf16_ms: float = 50.0, run: dict | None = None):
+    params = tiny_params(["fp32", "tf32", "bf16"])
+    params.peak_tflops = {"fp32": 10.0, "tf32": 50.0, "bf16": 100.0}
+    recs = [
+        make_record(params, "fp32", 2, [100.0] * 6, LOSSES),
+        make_record(params, "tf32", 2, [tf32_ms] * 6, LOSSES),
+        make_record(params, "bf16", 2, [bf16_ms] * 6, LOSSES),
+    ]
+    d = write_report_dir(tmp_path / "r", params, recs)
+    if run:
+        store.write_atomic(d / "run.json", run)
+    return loader.load(d)
+
+
+def test_mfu_is_restated_against_the_bf16_peak_for_every_stage(tmp_path):
+    rep = _report(tmp_path, tf32_ms=80.0)
+    fp32 = rep.df[rep.df["stage"] == "fp32"].iloc[0]
+    assert fp32["peak_precision"] == "fp32"
+    assert fp32["mfu_bf16"] == pytest.approx(fp32["mfu"] * 10.0 / 100.0)
+    html = tables.matrix_html(rep)
+    assert f"{fp32['mfu_bf16'] * 100:.1f} %" in html and f"{fp32['mfu'] * 100:.1f} % of fp32" in html
+    bf16 = rep.df[rep.df["stage"] == "bf16"].iloc[0]
+    assert bf16["mfu_bf16"] == pytest.approx(bf16["mfu"])  # its own precision: nothing to restate
+
+
+def test_the_title_names_the_code_and_the_command_from_run_json(tmp_path):
+    run = {
+        "code": {"commit": "0123456789abcdef0123", "modified": False, "source": "git"},
+        "command": "make report GPU=cpu BATCHES=2",
+        "earlier_runs": [{"started": "2026-11-01T10:00:00"}],
+    }
+    title = tables.title_md(_report(tmp_path, tf32_ms=80.0, run=run))
+    assert "`make report GPU=cpu BATCHES=2`" in title and "1 earlier run," in title
+    assert "code 0123456789ab (1 of its runs recorded none)" in title  # the earlier run has no commit
+    run["earlier_runs"] = [{"code": {"commit": "fedcba9876543210"}}]
+    both = tables.title_md(_report(tmp_path / "c", tf32_ms=80.0, run=run))
+    assert "code fedcba987654, 0123456789ab" in both and "recorded none" not in both
+    assert "code" not in tables.title_md(_report(tmp_path / "b", tf32_ms=80.0))  # no run.json: nothing to say
+
+
+def test_energy_and_cost_of_the_recommendation(tmp_path, monkeypatch):
+    rep = _report(tmp_path, tf32_ms=80.0)
+    best = loader.recommended(rep)
+    best["energy"] = {"joules_per_token": 0.002, "method": "NVML total-energy counter", "avg_power_w": 700.0}
+    monkeypatch.delenv("PRICE_PER_GPU_HOUR", raising=False)
+    text = batch_sweep_view.energy_and_cost(rep, best)
+    assert (
+        "2.00 mJ per token" in text
+        and "Cost: no price per GPU-hour given; `make render PRICE_PER_GPU_HOUR=2.49` adds one." in text
+    )
+    monkeypatch.setenv("PRICE_PER_GPU_HOUR", "3.6")
+    per_million = 3.6 * 1e6 / best["processes"]["median"] / 3600
+    assert f"Cost: {per_million:.3f} per million tokens at 3.6 per GPU-hour" in batch_sweep_view.energy_and_cost(
+        rep, best
+    )
+    best["energy"] = {"reason": "NVML is not available"}
+    assert "Energy: not measured (NVML is not available)" in batch_sweep_view.energy_and_cost(rep, best)
+
+
+@pytest.mark.parametrize("text", ["abc", "0", "-2", "inf", "nan"])
+def test_a_bad_price_is_refused_in_one_line(text):
+    with pytest.raises(config.UsageError, match="PRICE_PER_GPU_HOUR .* is not a positive number"):
+        cli_args.parse_price(text)
+    assert cli_args.parse_price("2.49") == 2.49 and cli_args.parse_price("") is None
+
+
+def test_a_multi_gpu_row_gets_no_speed_up_over_one_gpus_fp32(tmp_path):
+    params = tiny_params(["fp32", "ddp"])
+    fp32 = make_record(params, "fp32", 2, [100.0] * 6, LOSSES)
+    ddp = make_record(params, "ddp", 2, [100.0] * 6, LOSSES)
+    ddp.update(world_size=2, tokens_per_s=2 * fp32["tokens_per_s"])
+    df = decide.table([fp32, ddp], ["fp32", "ddp"])
+    assert df[df["stage"] == "ddp"]["speedup_vs_baseline"].isna().all()
+    assert json.loads(json.dumps(df[df["stage"] == "fp32"]["speedup_vs_baseline"].tolist())) == [1.0]
+
+
+def test_each_recommendation_table_has_one_home_among_the_notebooks():
+    """The sweep, the recipe and the leave-one-out tables are drawn once, in the summary's section 2 (the PDF
+    keeps it; the chapters are the HTML's), and the recommended configuration's block in the batch-size chapter."""
+    from lib.core import chapters
+    from lib.core.paths import NOTEBOOKS
+    from lib.report import chapter_page
+
+    def views(name):
+        return [
+            k
+            for k in chapters.CHAPTERS
+            if any(p[0] == "view" and p[1] == name for p in chapter_page.plan(chapter_page.text_of(k)))
+        ]
+
+    def calls(name):
+        cells = json.loads((NOTEBOOKS / "summary.ipynb").read_text())["cells"]
+        return [c for c in cells if c["cell_type"] == "code" and f"{name}(rep)" in "".join(c["source"])]
+
+    assert not views("recipe") and not views("ablation") and not views("batch_sweep")
+    assert all(len(calls(f)) == 1 for f in ("frontier_view.recipe_html", "ablation_view.ablation_html"))
+    assert len(calls("batch_sweep_view.sweep_html")) == 1 and not calls("batch_sweep_view.recommended_md")
+
+
+def test_a_report_of_a_several_gpu_host_says_so_in_its_title(tmp_path):
+    rep = _report(tmp_path, tf32_ms=80.0)
+    assert "a host of" not in tables.title_md(rep)
+    rep.env["device"]["count"] = 2
+    assert "device **a host of 2 × x**" in tables.title_md(rep)
+
+
+def test_a_leave_one_out_whose_rows_were_timed_on_another_day_says_so():
+
+    full = {"finished_at": "2026-11-22T14:00:00"}
+    rows = [{"record": {"finished_at": "2026-11-23T10:00:00"}}, {"record": {"status": "oom"}}]
+    assert (
+        "in another device call (2026-11-22) than the runs without a lever (2026-11-23)"
+        in ablation_view.ablation_calls_apart(full, rows)
+    )
+    rows[0]["record"]["finished_at"] = "2026-11-22T15:00:00"
+    assert ablation_view.ablation_calls_apart(full, rows) is None
+
+
+def test_a_chart_names_a_stage_not_applicable_on_this_host_as_such(tmp_path):
+    """The throughput chart drew one-GPU DDP as 'not measured at this batch' at B=16 (a reviewer): it is not
+    applicable at any batch on this host."""
+    from lib.report import charts
+
+    p = tiny_params(batch_sizes=(2, 4))
+    p.stages = ["fp32", "ddp"]
+    ddp = {**make_record(p, "ddp", 4, [100.0] * 5, [5.0] * 6), "status": "not_applicable"}
+    recs = [make_record(p, "fp32", b, [100.0] * 5, [5.0] * 6) for b in (2, 4)] + [ddp]
+    write_report_dir(tmp_path / "rep", p, recs)
+    rep = loader.load(tmp_path / "rep")
+    assert charts._missing(rep, "ddp", 2, name_batch=False) == "not applicable on this host"
+    # one label for the row, with no batch: reports/h200's chart read "B=16: not applicable on this host" and
+    # "B=64: n/a", reports/h100's named B=16 and B=64 beside a matrix row at B=128
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots()
+    charts._grouped_rows(ax, rep, [(2, "B=2", None), (4, "B=4", None)], lambda r, _: r["tokens_per_s"])
+    labels = [t.get_text() for t in ax.texts]
+    plt.close(fig)
+    assert labels == ["not applicable on this host"], labels
+
+
+def test_a_loss_gate_passed_by_noise_names_whose_drift_that_was(tmp_path):
+    """Issue 33: the fused linear cross-entropy's loss gate passed only by the run-to-run drift of another stage, the
+    FP8 lm_head's (the widest repeated configuration in reports/h100), and its line said 'run-to-run noise 0.049' as if
+    it were its own. The line now names the configuration the allowance comes from."""
+    from lib.report import prose
+
+    params = tiny_params(["fp32", "tf32"])
+    tol = params.run.loss_tolerance
+    shifted = [x + tol * 1.2 for x in LOSSES]  # beyond the tolerance, within it plus the drift below
+    drifted = [x + tol * 0.5 for x in LOSSES]
+    repeat = make_record(params, "fp32", 2, [100.0] * 6, drifted)
+    repeat["variant"] = "repeat"
+    recs = [make_record(params, "fp32", 2, [100.0] * 6, LOSSES), make_record(params, "tf32", 2, [80.0] * 6, shifted)]
+    d = write_report_dir(tmp_path / "r", params, recs)
+    store.write_atomic(d / "results" / "repeats" / "fp32__b2__r1.json", repeat)
+    rep = loader.load(d)
+    text = prose._loss_gate_text(rep, "tf32")
+    assert "within noise" in text
+    assert "the widest drift here, FP32 baseline at B=2's" in text
+
+
+def test_page_one_has_a_row_per_lever_with_its_decision_and_the_recipe_row(tmp_path):
+    """Page 1 lays out the decisions: one row per lever in the decisions' order, labelled by formats.DECISIONS, and
+    the recipe's name with its micro-batch and accumulation."""
+    from lib.report import formats
+
+    rep = _report(tmp_path, tf32_ms=130.0, bf16_ms=90.0)
+    page = page_one.page_html(rep)
+    rows = page.split('<table class="levers">')[1].split("<tbody>")[1].split("</tbody>")[0].split("<tr>")[1:]
+    assert len(rows) == len(rep.decided["levers"])
+    for row, lever in zip(rows, rep.decided["levers"]):
+        assert lever["title"] in row and formats.DECISIONS[lever["decision"]][0] in row
+    recipe = rep.decided["recipe"]
+    assert f"B={recipe['micro_batch']} × {recipe['accumulation']}" in page
+
+
+def test_the_cpu_default_says_in_its_first_line_what_it_is(tmp_path):
+    rep = _report(tmp_path, tf32_ms=80.0)
+    assert page_one.page_html(rep).startswith(f"<p class='cpu-note'><strong>{page_one.NOT_A_GPU}")
+    rep.params.backend = "cuda"
+    assert page_one.NOT_A_GPU not in page_one.page_html(rep)
