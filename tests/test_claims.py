@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import re
 
 import pytest
@@ -9,7 +10,7 @@ import yaml
 from conftest import make_record, tiny_params, write_report_dir
 
 from lib.core import config, paths, record
-from lib.report import claim_judge, claim_params, claims, gemm_sweep_view, loader
+from lib.report import claim_figures, claim_judge, claim_params, claims, gemm_sweep_view, loader
 from lib.results import decide, store
 
 WORDS = (
@@ -55,6 +56,7 @@ def test_every_claim_in_the_file_has_a_known_metric_an_expectation_and_families(
     for c in data["claims"]:  # a loss-gate claim's expectation is the report's own loss tolerance
         assert c["metric"] in claims.METRICS and (c.get("expect") or c["metric"] == "loss_gate")
         assert c["families"] and set(c["families"]) <= set(config.FAMILIES)
+        assert c["quote"] and c["cite"] and not c["cite"].isdigit()  # a source cited by what it is, never "[000]"
 
 
 def test_the_verdict_words_and_their_colours():
@@ -84,8 +86,8 @@ def test_the_verdict_words_and_their_colours():
 )
 def test_a_speedup_claim_gets_each_word_as_the_data_moves(tf32_ms, noise, expected):
     v = _verdict("tf32-speedup", _df({"fp32": 1000.0, "tf32": tf32_ms}), noise=noise)
-    assert v["verdict"] == expected
-    assert v["measured"].startswith(f"{1000.0 / tf32_ms:.2f}×")
+    assert v["verdict"] == v["figure"]["word"] == expected
+    assert v["figure"]["value"] == pytest.approx(1000.0 / tf32_ms)
 
 
 @pytest.mark.parametrize(
@@ -115,14 +117,14 @@ SAMPLED = "mem_device_sampled_peak_bytes"
 def test_the_fp32_device_memory_claim_is_judged_from_the_sampled_device_memory(fp32_bytes, expected):
     df = _df({"fp32": 1000.0, "tf32": 400.0}, **{SAMPLED: {"fp32": fp32_bytes, "tf32": 10e9}})
     v = _verdict("fp32-device-memory", df)
-    assert v["verdict"] == expected and v["measured"].startswith(f"{(fp32_bytes / 10e9 - 1) * 100:+.1f} %")
+    assert v["verdict"] == expected and v["figure"]["value"] == pytest.approx(fp32_bytes / 10e9 - 1)
 
 
 @pytest.mark.parametrize("columns", [{}, {SAMPLED: {}}])  # the field missing (older records), or None (no NVML)
 def test_the_fp32_device_memory_claim_is_not_measured_without_sampled_device_memory(columns):
     v = _verdict("fp32-device-memory", _df({"fp32": 1000.0, "tf32": 400.0}, **columns))
-    assert v["verdict"] == "not measured"
-    assert "device memory was not sampled during the step" in v["measured"]
+    assert v["verdict"] == "not measured" and v["figure"] is None
+    assert v["why"] == claim_figures.NO_LAYER["device_sampled"]
 
 
 @pytest.mark.parametrize(
@@ -137,16 +139,16 @@ def test_not_applicable_and_not_measured(profile, backend, status, expected):
     df = _df({"flash": 140.0, "vocab": 100.0 if status == "ok" else None})
     v = claims.verdict(_claim("vocab-h100"), df, profile, backend)
     assert v["verdict"] == expected
-    if expected == "not applicable":
-        assert v["measured"].startswith("1.40×")  # the figure is still shown
+    if expected == "not applicable":  # the figure is still shown, and where the claim would be measured
+        assert v["figure"]["value"] == pytest.approx(1.40) and claims.command(["hopper"]) in v["why"]
     else:
-        assert "vocab at B=2: oom" in v["measured"]
+        assert v["figure"] is None and v["why"] == claim_figures.why_unmeasured(df, _claim("vocab-h100"))
 
 
 def test_not_measured_always_says_why():
     for cid in (c["id"] for c in claims.load()["claims"] if "hopper" in c["families"]):
         v = _verdict(cid, _df({}))
-        assert v["verdict"] == "not measured" and v["measured"], cid
+        assert v["verdict"] == "not measured" and v["figure"] is None and v["why"], cid
 
 
 @pytest.mark.parametrize(
@@ -170,13 +172,13 @@ def test_the_bf16_prose_and_table_claims_are_judged_apart(bf16_ms, prose, table)
 
 
 def test_the_table_claims_quote_the_write_ups_own_figures():
-    """The write-up's table (shared/seeds/000): flash attention 87.7, 167, 322 ms and padded 56.2,
-    103, 197 ms at B=16, 32, 64; TF32 133 ms and BF16 103 ms at B=16. Each claim's range holds them."""
+    """The write-up's table (a hand-written GPT-2 report): flash attention 87.7, 167, 322 ms and padded 56.2,
+    103, 197 ms at B=16, 32, 64; TF32 133 ms and BF16 103 ms at B=16. Each claim quotes them, its range holds them."""
     vocab, bf16 = _claim("vocab-h100-table"), _claim("bf16-time-table")
-    assert all(s in vocab["claim"] for s in ("1.56x", "87.7 → 56.2 ms", "322 → 197"))
+    assert all(s in vocab["quote"] for s in ("87.7", "167", "322", "56.2", "103", "197"))
     for ratio in (87.7 / 56.2, 167 / 103, 322 / 197):
         assert vocab["expect"]["min"] <= ratio <= vocab["expect"]["max"]
-    assert "22.6 %" in bf16["claim"] and "133 → 103 ms" in bf16["claim"]
+    assert "133 ms" in bf16["quote"] and "103 ms" in bf16["quote"]
     assert bf16["expect"]["min"] <= 103 / 133 - 1 <= bf16["expect"]["max"]
 
 
@@ -262,10 +264,8 @@ def _sweep(aligned_ms, other_ms, real_ms=30.0) -> dict:
 )
 def test_the_multiples_of_128_claim_flips_with_the_sweep(others, expected, no_change):
     v = _verdict("hopper-multiples-of-128", _df({}), gemm=_sweep((1.0, 1.0, 1.0), others))
-    assert v["verdict"] == expected
-    assert ("no measurable change: within the width-to-width scatter" in v["measured"]) is no_change
-    if no_change:  # a one-sided band, named: the others' median (1.03 ms) over the fastest of them (1.0 ms)
-        assert "(3.0 %, the other multiples' median over the fastest of them:" in v["measured"]
+    assert v["verdict"] == expected and v["figure"]["value"] == pytest.approx(others[1])
+    assert v["figure"]["no_change"] is no_change
     assert (
         _verdict("hopper-multiples-of-128", _df({}), "a100", _sweep((1.0,) * 3, others))["verdict"] == "not applicable"
     )
@@ -278,7 +278,7 @@ def test_50257_is_not_among_the_other_multiples_of_8():
     aligned, other = gemm_sweep_view.alignment_groups(gemm, "bf16")
     assert [p["n"] for p in aligned] == list(ALIGNED) and [p["n"] for p in other] == list(OTHERS)
     v = _verdict("hopper-multiples-of-128", _df({}), gemm=gemm)
-    assert v["verdict"] == "contradicted" and "n=50257, not a multiple of 8, in neither" in v["measured"]
+    assert v["verdict"] == "contradicted" and v["figure"]["value"] == pytest.approx(1.05)
 
 
 def test_the_vocab_chapter_reads_the_sweep_without_50257(tmp_path):
@@ -301,10 +301,13 @@ def test_the_vocab_chapter_reads_the_sweep_without_50257(tmp_path):
 
 def test_the_kernel_claim_says_not_measured_and_why():
     v = _verdict("lm-head-kernel", _df({}))
-    assert v["verdict"] == "not measured" and v["measured"] == "the lm_head GEMM sweep was not measured for this report"
+    assert v["verdict"] == "not measured" and v["figure"] is None and v["why"]
+    slower = _verdict("lm-head-kernel", _df({}), gemm=_sweep((1.0,) * 3, (1.0,) * 3))
+    assert slower["verdict"] == "confirmed" and slower["figure"]["kernels_differ"]  # 30x the time, other kernels
     same = _sweep((1.0,) * 3, (1.0,) * 3)
     same["kernels"]["bf16"]["50304"] = same["kernels"]["bf16"]["50257"]
-    assert _verdict("lm-head-kernel", _df({}), gemm=same)["verdict"] == "contradicted"  # no fallback kernel
+    v = _verdict("lm-head-kernel", _df({}), gemm=same)  # 30x the time still, but no fallback kernel
+    assert v["verdict"] == "contradicted" and not v["figure"]["kernels_differ"]
 
 
 # ---------------------------------------------------------------- the claims of seeds 001 and 002
@@ -313,12 +316,15 @@ def test_the_kernel_claim_says_not_measured_and_why():
 def test_every_claim_names_its_source_and_an_unmeasurable_one_says_why(tmp_params_dir):
     data = claims.load()
     assert {c["source"] for c in data["claims"]} == {"000", "001", "002"} == set(data["sources"])
+    assert len({c["cite"] for c in data["claims"]}) == 3  # each source cited by what it is
     assert all(c["reason"] for c in data["claims"] if c["metric"] == "none")
     path = tmp_params_dir / "claims.yaml"
     for cid, change, message in [
         ("fp8-2x-gemm", {"reason": None}, "must say why"),
         ("tf32-quality", {"versus": "bf16"}, "the loss gate of tf32 is against fp32"),
         ("fp8-hopper", {"source": "009"}, "names no source"),
+        ("fp8-hopper", {"quote": ""}, "quotes no sentence"),
+        ("tf32-speedup", {"explain": "GEMMs"}, "is no kernel category"),
     ]:
         broken = yaml.safe_load(path.read_text())
         next(c for c in broken["claims"] if c["id"] == cid).update(change)
@@ -342,12 +348,11 @@ def test_the_fp8_claims_flip_with_the_fastest_fp8_form(fp8_ms, noise, hopper, tw
     against the loss-only forward; the fastest decides (here the hand-written one, the others slower)."""
     df = _df({"compile": 100.0, "fp8": fp8_ms, "fp8_torchao": 120.0, "loss_only": 80.0, "fp8_head": 90.0})
     v = _verdict("fp8-hopper", df, noise=noise)
-    assert v["verdict"] == hopper and v["pair"] == ("fp8", "compile")
+    assert v["verdict"] == hopper and v["pair"] == ("fp8", "compile") and v["figure"]["form"] == "fp8"
     assert _verdict("fp8-2x-step", df, noise=noise)["verdict"] == twice
-    assert v["measured"].startswith(f"FP8 linear layers: {100.0 / fp8_ms:.2f}× at B=2")
-    assert "the verdict rests on it" in v["measured"] and "FP8 linear layers (torchao): 0.83×" in v["measured"]
-    assert "FP8 lm_head (torchao): 0.89×" in v["measured"]
-    assert ("no measurable change" in v["measured"]) is (fp8_ms == 101.0)
+    assert v["figure"]["value"] == pytest.approx(100.0 / fp8_ms) and v["figure"]["no_change"] is (fp8_ms == 101.0)
+    others = {b["form"]: b["value"] for b in v["beside"] if "form" in b}
+    assert others == pytest.approx({"fp8_torchao": 100 / 120, "fp8_head": 80 / 90})
     assert _verdict("fp8-hopper", df, "a100")["verdict"] == "not applicable"  # use_fp8 is Hopper's rule
 
 
@@ -357,15 +362,13 @@ def test_the_fp8_claim_rests_on_the_form_that_pays_and_names_the_ones_not_measur
     df = _df({"compile": 100.0, "fp8": 110.0, "loss_only": 100.0, "fp8_head": 80.0})
     v = _verdict("fp8-hopper", df, noise=0.01)
     assert v["verdict"] == "confirmed" and v["pair"] == ("fp8_head", "loss_only")
-    assert v["measured"].startswith("FP8 lm_head (torchao): 1.25× at B=2")
-    assert "FP8 linear layers: 0.91× at B=2" in v["measured"]
-    assert (
-        "FP8 linear layers (torchao): not measured, no batch size where both fp8_torchao and compile" in v["measured"]
-    )
+    assert v["figure"]["value"] == pytest.approx(1.25)
+    assert [b["value"] for b in v["beside"] if b.get("form") == "fp8"] == pytest.approx([100 / 110])
+    assert len(v["beside"]) == 4  # the hand-written layers, torchao's not measured (and why), the classifier, sizes
     assert _verdict("fp8-hopper", _df({"compile": 100.0, "fp8": 110.0}), noise=0.01)["verdict"] == "contradicted"
     none = _verdict("fp8-hopper", _df({"compile": 100.0, "fp8": None}))
-    assert none["verdict"] == "not measured" and "FP8 linear layers: not measured" in none["measured"]
-    assert "fp8 at B=2: oom" in none["measured"] and "the size sweep: not measured" in none["measured"]
+    assert none["verdict"] == "not measured" and none["figure"] is None
+    assert "fp8 at B=2: oom" in none["measured"]  # each form not measured says why
 
 
 def _gated(tf32_offset: float, tf32=True):
@@ -386,15 +389,17 @@ def _gated(tf32_offset: float, tf32=True):
 )
 def test_the_tf32_quality_claim_flips_with_the_loss_gate(offset, expected, words):
     v = claims.verdict(_claim("tf32-quality"), _gated(offset), "h100", "cuda", tolerance=0.05)
-    assert v["verdict"] == expected and words in v["measured"] and f"{offset:.4f} nats" in v["measured"]
+    assert v["verdict"] == expected and v["figure"]["value"] == pytest.approx(offset)
     assert "tolerance of 0.05 nats" in v["check"]
 
 
 def test_the_tf32_quality_claim_without_a_gate_says_why():
-    v = _verdict("tf32-quality", _gated(0.0, tf32=False))
-    assert v["verdict"] == "not measured" and "tf32 at B=2: oom" in v["measured"]
-    v = _verdict("tf32-quality", _df({"fp32": 100.0, "tf32": 40.0}))  # a table without a tolerance: no gate
-    assert v["verdict"] == "not measured" and v["measured"] == "no loss gate of tf32 against fp32 was computed"
+    df = _gated(0.0, tf32=False)
+    v = _verdict("tf32-quality", df)
+    assert v["verdict"] == "not measured" and v["why"] == claim_figures.why_unmeasured(df, _claim("tf32-quality"))
+    df = _df({"fp32": 100.0, "tf32": 40.0})  # a table without a tolerance: no gate
+    v = _verdict("tf32-quality", df)
+    assert v["verdict"] == "not measured" and v["why"] == claim_figures.why_unmeasured(df, _claim("tf32-quality"))
 
 
 @pytest.mark.parametrize(
@@ -407,10 +412,10 @@ def test_the_tf32_quality_claim_without_a_gate_says_why():
 )
 def test_the_tf32_a100_claim_speaks_about_ampere_and_names_the_command_elsewhere(profile, tf32_ms, expected):
     v = _verdict("tf32-a100", _df({"fp32": 1000.0, "tf32": tf32_ms}), profile)
-    assert v["verdict"] == expected
-    assert ("make report GPU=a100" in v["measured"]) is (expected == "not applicable")
+    assert v["verdict"] == expected and v["figure"]["value"] == pytest.approx(1000.0 / tf32_ms)
+    assert (claims.command(["ampere"]) in v["why"]) is (expected == "not applicable")
     oom = _verdict("tf32-a100", _df({"fp32": 1000.0, "tf32": None}), "a100")
-    assert oom["verdict"] == "not measured" and "tf32 at B=2: oom" in oom["measured"]
+    assert oom["verdict"] == "not measured" and oom["figure"] is None
 
 
 def _sdpa(**tokens_per_s) -> list[dict]:
@@ -429,7 +434,7 @@ def _sdpa(**tokens_per_s) -> list[dict]:
 
 def test_the_claims_this_tool_cannot_check_are_not_measured_and_say_why():
     gemm = _verdict("fp8-2x-gemm", _df({}))
-    assert gemm["verdict"] == "not measured" and "no FP8 GEMM micro-benchmark" in gemm["measured"]
+    assert gemm["verdict"] == "not measured" and gemm["why"] == _claim("fp8-2x-gemm")["reason"]
     assert _verdict("fp8-2x-gemm", _df({}), "a100")["verdict"] == "not applicable"
 
 
@@ -437,9 +442,8 @@ def test_flash_attention_3_without_a_kernel_profile_is_not_measured_and_says_so(
     fa3 = claims.verdict(
         _claim("fa3-hopper"), _df({}), "h200", "cuda", sdpa=_sdpa(flash=2000.0, cudnn=3000.0, efficient=None)
     )
-    assert fa3["verdict"] == "not measured" and "no kernel profile of a stage that runs SDPA" in fa3["measured"]
-    assert fa3["measured"].endswith("forced at B=2: cudnn 3,000 tok/s, flash 2,000 tok/s, efficient not applicable")
-    assert "the report forced no SDPA backend" in _verdict("fa3-hopper", _df({}))["measured"]
+    assert fa3["verdict"] == "not measured" and fa3["figure"] is None and fa3["ran"] is None
+    assert fa3["why"].endswith("forced at B=2: cudnn 3,000 tok/s, flash 2,000 tok/s, efficient not applicable")
 
 
 def test_a_kernel_name_in_the_claims_table_breaks_between_its_tokens_never_inside_one():
@@ -466,3 +470,15 @@ def test_a_kernel_name_in_the_claims_table_breaks_between_its_tokens_never_insid
     assert table.count("<wbr>") > 20 and not re.search(r"[^_:<,]<wbr>", table)
     cell = re.search(r"table\.claims td \{([^}]*)\}", export.CSS.read_text()).group(1)
     assert "overflow-wrap: break-word" in cell
+
+
+def test_the_claims_table_cites_each_source_by_what_it_is_and_quotes_each_claim():
+    """The claims cited "[000]", a write-up no clone contains: each source is now a row saying what it is, each claim
+    carries the sentence it is read from. Real records: an H100 sitting, archived."""
+    rep = loader.load(paths.ROOT / "reports" / "archive" / "h100-20261126-160840")
+    data, table = claims.load(), claims.html(rep)
+    assert all(claims.breakable(c["quote"]) in table for c in data["claims"])
+    assert all(html.escape(what) in table for what in data["sources"].values())
+    assert not re.search(r"\[\d{3}\]", table)
+    rows = claims.for_report(rep)
+    assert set(rows["source"]) == {c["cite"] for c in data["claims"]} and all(rows["quote"])

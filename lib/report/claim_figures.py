@@ -15,7 +15,7 @@ from lib.core import stages
 from lib.core.config import preset_of
 from lib.report import ablation_view, parity_view, size_sweep_view
 from lib.report.evidence_view import OK
-from lib.report.loader import Report, signed_pct
+from lib.report.loader import Report, recommended, signed_pct
 from lib.report.profile_view import kernel_label
 from lib.results import decide, parity
 
@@ -30,15 +30,20 @@ NO_LAYER = {
     "device_sampled": "device memory was not sampled during the step in this report's records "
     "(records older than the sampling, or NVML unavailable)"
 }
-# FlashAttention-3's class of kernel (params/claims.yaml states the rule): built for Hopper's warpgroup
-# MMA (wgmma, sm90), as cuDNN's Hopper flash attention is, or FlashAttention-3's own FlashAttn*Sm90.
-FA3_CLASS = re.compile(r"sm90\w*wgmma|wgmma\w*sm90|flashattn\w*sm90", re.IGNORECASE)
+# FlashAttention-3's own kernels (FlashAttn*Sm90), and its class: kernels built for Hopper's warpgroup MMA (wgmma,
+# sm90), as cuDNN's Hopper flash attention is. A claim that names FlashAttention-3 is judged on its own kernels only
+# (params/claims.yaml states the rule); one of its class is another implementation, named beside.
+FA3_OWN = re.compile(r"flashattn\w*sm90", re.IGNORECASE)
+FA3_CLASS = re.compile(r"sm90\w*wgmma|wgmma\w*sm90|" + FA3_OWN.pattern, re.IGNORECASE)
 
 
 def facts(rep: Report) -> dict:
     """What the verdicts read from a report beyond its stage matrix and its GEMM sweep."""
     full, rows = ablation_view.ablation_rows(rep)
+    rec = recommended(rep)
     return {
+        # whether the recommendation's stage is compiled: the stack a padding claim is judged on (None: none)
+        "compiled": rec and stages.get(rec["stage"]).compile,
         "variants": rep.evidence["variants"],
         "stages": rep.params.stages,
         "not_run": rep.params.not_run or [],
@@ -156,30 +161,30 @@ def compiled_padding(df: pd.DataFrame, facts: dict | None, variant: str) -> tupl
     return var["median_ms"] / float(padded["median_ms"].iloc[0]), var["batch_size"]
 
 
-def on_top(facts: dict | None, lever: str) -> str:
-    """A lever's worth on top of the recommendation's other levers: its leave-one-out row."""
-    loo = (facts or {}).get("leave_one_out")
+def on_top(facts: dict | None, lever: str) -> dict:
+    """A lever's worth on top of the recommendation's other levers, its leave-one-out row: {text, value}."""
+    loo, what = (facts or {}).get("leave_one_out"), "on top of the recommendation's other levers (leave-one-out"
     if not loo:
-        return "on top of the recommendation's other levers: not measured, no leave-one-out run in this report"
-    row = loo["rows"].get(lever)
-    where = f"{stages.get(loo['stage']).title} at B={loo['batch_size']} without {lever}, leave-one-out"
+        return {"text": f"{what}): not measured, no leave-one-out run in this report", "value": None}
+    row, where = loo["rows"].get(lever), f"{what} at {stages.get(loo['stage']).title}, B={loo['batch_size']})"
     if not row or row["worth"] is None:
         rec = (row or {}).get("record") or {}
-        return f"on top of the recommendation's other levers ({where}): not measured, {rec.get('reason') or rec.get('status', 'no such row')}"
-    judged = (
-        " (within noise)"
-        if row.get("within_noise")
-        else " (not judged against noise: another machine, offset not measured)"
-        if row.get("within_noise") is None
-        else ""
-    )
-    return f"on top of the recommendation's other levers, BF16 autocast among them ({where}): {signed_pct(row['worth'])}{judged}"
+        return {
+            "text": f"{where}: not measured, {rec.get('reason') or rec.get('status', 'no such row')}",
+            "value": None,
+        }
+    judged = {True: " (within noise)", None: " (not judged against noise: another machine, offset not measured)"}
+    return {
+        "text": f"{where}: {signed_pct(row['worth'])}{judged.get(row.get('within_noise'), '')}",
+        "value": row["worth"],
+    }
 
 
 def attention(stage: str, facts: dict | None, sdpa: list | None, versus: str) -> dict:
     """The attention kernel that ran (the largest of a profiled SDPA stage: `stage` at the batch the
     backends were forced at if it has one) and, where SDPA's backends were forced, what it is worth
-    against backend `versus` (FlashAttention-2): {"kernel", "record", "fa3"} with "step", the step-
+    against backend `versus` (FlashAttention-2): {"kernel", "record", "fa3": of FA3's class, "own": FA3's own
+    kernel} with "step", the step-
     time ratio, and "kernels", the attention kernels' time ratio, estimated as the profiled attention
     time plus the forced steps' difference; or {"why"}."""
     forced = {r.get("variant", "").removeprefix("SDPA "): r for r in sdpa or [] if r.get("status") in OK}
@@ -197,7 +202,8 @@ def attention(stage: str, facts: dict | None, sdpa: list | None, versus: str) ->
     rec = max(ran, key=lambda r: (r["stage"] == stage, r["batch_size"] == batch, r["batch_size"]))
     kernels = [k for k in rec["kernel_profile"]["kernels"] if k["category"] == "attention"]
     fa3 = [k for k in kernels if FA3_CLASS.search(k["name"])]
-    out = {"record": rec, "kernel": kernel_label((fa3 or kernels)[0]["name"], 100), "fa3": bool(fa3)}
+    name = (fa3 or kernels)[0]["name"]
+    out = {"record": rec, "kernel": kernel_label(name, 100), "fa3": bool(fa3), "own": bool(FA3_OWN.search(name))}
     mine = next((r for r in forced.values() if r.get("sdpa_backend") == rec.get("sdpa_backend")), None)
     other = forced.get(versus)
     if mine is None or other is None or rec["batch_size"] != batch:
@@ -228,3 +234,18 @@ def sdpa_measured(sdpa: list | None) -> str:
         + (f"{r['tokens_per_s']:,.0f} tok/s" if r["status"] == "ok" else r["status"].replace("_", " "))
         for r in recs
     )
+
+
+def cause(facts: dict | None, stage: str, versus: str, category: str) -> dict | None:
+    """What a timing figure rests on, from the kernel profiles of both stages at the smallest batch size both were
+    profiled at: the time in `category` (the kernels the lever changes) and in the rest of the step, each stage's
+    (ms); None without such a pair of profiles."""
+    cats = {(r["stage"], r["batch_size"]): r["kernel_profile"]["categories"] for r in (facts or {}).get("profiles", [])}
+    both = sorted(n for s, n in cats if s == stage and (versus, n) in cats)
+    if not both:
+        return None
+    ms = {k: (cats[(k, both[0])].get(category, 0.0), sum(cats[(k, both[0])].values())) for k in (versus, stage)}
+    ms = {k: (mine, total - mine) for k, (mine, total) in ms.items()}
+    (a, ra), (b, rb) = ms[versus], ms[stage]
+    text = f"kernel profile at B={both[0]}: {category} {a:.0f} → {b:.0f} ms, the rest {ra:.0f} → {rb:.0f} ms"
+    return {"batch": both[0], "category": category, "ms": ms, "text": text}

@@ -17,7 +17,7 @@ CONTRADICTED = (
 )
 UNDECIDED = "undecided"  # the form that could confirm it has a parity test that could not decide
 NOT_APPLICABLE = "not applicable"  # the claim speaks about another chip family, backend or library
-NOT_MEASURED = "not measured"  # the measured column says why
+NOT_MEASURED = "not measured"  # the measured column says why (a named implementation that did not run: what ran)
 CSS = {
     CONFIRMED: "ok",
     WITHIN_NOISE: "ok",
@@ -36,7 +36,7 @@ EXPLAINED = (
     f"noise of no change, but less than claimed; {CONTRADICTED}, {NO_CHANGE} (within the measured noise of no "
     "change, where a change was claimed) or the opposite direction; "
     f"{UNDECIDED}, only a form whose parity test could not decide would confirm it; {NOT_APPLICABLE} or "
-    f"{NOT_MEASURED}: the measured column says why"
+    f"{NOT_MEASURED}: the measured column says why (for a claim that names an implementation, which one ran)"
 )
 
 RATIOS = ("speedup", "kernels", "alignment", "misalignment")  # judged against 1 ("no change"); the others against 0
@@ -85,27 +85,33 @@ def judge(metric: str, value: float, expect: dict, noise: float | None = None) -
     return FELL_SHORT if ((value > neutral) if up else (value < neutral)) else CONTRADICTED
 
 
-def verdict_word(
+# The order in which the words rank a claim's figures where several could carry it (params/claims.yaml forms).
+CONFIRMS = (CONFIRMED, WITHIN_NOISE, EXCEEDED)
+RANK = {**dict.fromkeys(CONFIRMS, 0), UNDECIDED: 1, FELL_SHORT: 2, CONTRADICTED: 3}
+
+
+def figure(
+    text: str,
     metric: str,
     value: float,
     expect: dict,
     noise: float | None,
-    applies: bool,
     what: str = "the measured noise",
     why: str = "",
     band: str | None = None,
-) -> tuple[str, str]:
-    """The verdict word (judge; not applicable where the claim speaks about other hardware) and, for a
-    contradiction within the noise of no change, the words that say so: the noise as a symmetric band unless
-    `band` says what it is."""
+) -> dict:
+    """A measured figure as a verdict reads it: {text, value, word (judge), no_change, note}; `note` says so where
+    the word is a contradiction within the noise of no change (the noise as a symmetric band unless `band` says what it
+    is). Whether the claim applies to this hardware is the caller's (claims.verdict)."""
     word = judge(metric, value, expect, noise)
+    still = word == CONTRADICTED and no_change(metric, value, noise)
     note = (
         f"; {NO_CHANGE}: within {what} of no change "
         f"({band if band is not None else f'±{noise * 100:.1f} %'}{': ' + why if why else ''})"
-        if word == CONTRADICTED and no_change(metric, value, noise)
+        if still
         else ""
     )
-    return (word, note) if applies else (NOT_APPLICABLE, "")
+    return {"text": text, "value": value, "word": word, "note": note, "no_change": still}
 
 
 def per_batch_text(metric: str, values: pd.Series) -> str:

@@ -27,17 +27,27 @@ METRICS = (
 
 def load_claims(path=CLAIMS) -> dict:
     """The write-ups' claims (params/claims.yaml), each with a known metric, its source among the
-    file's `sources` and the chip families it speaks about; a claim this tool cannot check
+    file's `sources`, the sentence it quotes and the chip families it speaks about; a claim this tool cannot check
     (metric none) says why, and a loss-gate claim is judged against its stage's own loss reference."""
     from lib.core import levers, stages
 
+    from lib.core.kernel_categories import CATEGORIES
+
     data = yaml.safe_load(Path(path).read_text())
+    # each source as what it is (`sources`, which params/rules.yaml names too), and each claim's as it cites it
+    raw = data.get("sources", {})
+    data["sources"] = {k: v["what"] for k, v in raw.items()}
     for c in data["claims"]:
         where = f"{path}: claim {c.get('id')!r}"
         if c.get("metric") not in METRICS:
             raise ConfigError(f"{where} has unknown metric {c.get('metric')!r}")
-        if c.get("source") not in data.get("sources", {}):
-            raise ConfigError(f"{where} names no source among {', '.join(data.get('sources', {}))}")
+        if c.get("source") not in raw:
+            raise ConfigError(f"{where} names no source among {', '.join(raw)}")
+        c["cite"] = raw[c["source"]]["cite"]
+        if not c.get("quote"):
+            raise ConfigError(f"{where} quotes no sentence of its source (quote:)")
+        if c.get("explain", CATEGORIES[0]) not in CATEGORIES:
+            raise ConfigError(f"{where}: explain {c['explain']!r} is no kernel category ({', '.join(CATEGORIES)})")
         if not c.get("families"):
             raise ConfigError(f"{where} names no chip families (families: {', '.join(FAMILIES)})")
         for family in c["families"]:

@@ -1,28 +1,18 @@
-"""Verdicts on the write-ups' claims (params/claims.yaml) from one report's measurements, each
-with the measured figure, or with the reason it could not be measured: one claim's row (verdict),
-every claim's (table, for_report), and the summary's table of them (html). The figures come from
-lib/report/claim_figures.py, the words and how a figure earns one from lib/report/claim_judge.py, the
-verdicts that read more than one stage pair from lib/report/claim_kinds.py."""
+"""Verdicts on the write-ups' claims (params/claims.yaml) from one report's measurements, as data: one claim's row
+(verdict), every claim's (table, for_report), then in words (measured_text) and the summary's table of them (html).
+The figures come from lib/report/claim_figures.py, how each kind of claim is judged from lib/report/claim_kinds.py,
+the words and how a figure earns one from lib/report/claim_judge.py."""
 
 from __future__ import annotations
 
 import html as _html
 import re
 
-import numpy as np
 import pandas as pd
 
 from lib.core.config import preset_of, profile_family
 from lib.report import claim_figures, claim_kinds, claim_params, fidelity_view
-from lib.report.claim_judge import (
-    CSS,
-    EXPLAINED,
-    NOT_APPLICABLE,
-    NOT_MEASURED,
-    per_batch_text,
-    range_text,
-    verdict_word,
-)
+from lib.report.claim_judge import CSS, EXPLAINED, NOT_APPLICABLE, NOT_MEASURED, range_text
 from lib.report.claim_params import CLAIMS, METRICS  # noqa: F401 (METRICS: what a claim may be judged by)
 from lib.report.claim_params import load_claims as load
 from lib.results import noise as noise_stats
@@ -73,110 +63,65 @@ def verdict(
     tolerance: float | None = None,
     facts: dict | None = None,
 ) -> dict:
-    """`noise`: the relative process-to-process range behind a timing figure (judge), one number or a
-    function of the stages compared (none: the report's floor); `sdpa`: the report's forced-backend
-    records; `tolerance`: its loss gate's, in nats; `facts`: claim_figures.facts, what else the report
-    measured. `pair`: the stages a timing verdict rests on. A claim about other hardware says where
-    it would be measured."""
+    """One claim's row, as data: the verdict word, `figure` (the measured figure it rests on: text, value, the word
+    it earns), `beside` (the other figures, each {text, value?, word?}), `why` (why there is no figure, or where a
+    claim about other hardware would be measured), the claim with its source (`source`: what the write-up is) and
+    `quote`, the `check` that would confirm it, `pair` (the stages a timing verdict rests on) and `measured`, all
+    of it in words. `noise`: the relative process-to-process range behind a timing figure (judge), one number or
+    a function of the stages compared (none: the report's floor); `sdpa`: the report's forced-backend records;
+    `tolerance`: its loss gate's, in nats; `facts`: claim_figures.facts, what else the report measured."""
     applies = profile_family(profile) in claim["families"] and backend in ("cuda", "rocm")
-    ev = {
-        "gemm": gemm,
-        "band": noise if callable(noise) else (lambda *_: noise),
-        "sdpa": sdpa,
-        "tolerance": tolerance,
-        "facts": facts,
-    }
-    row = _judged(
-        claim,
-        {
-            "id": claim["id"],
-            "source": claim.get("source"),
-            "claim": claim["claim"],
-            "check": "",
-            "measured": "",
-            "verdict": "",
-            "pair": None,
-        },
-        df,
-        applies,
-        ev,
-    )
-    if not applies:
-        row["measured"] = "; ".join(filter(None, [row["measured"], elsewhere(claim)]))
-    return row
-
-
-def _judged(claim: dict, row: dict, df: pd.DataFrame, applies: bool, ev: dict) -> dict:
+    ev = {"gemm": gemm, "band": noise if callable(noise) else (lambda *_: noise), "sdpa": sdpa, "facts": facts}
     metric = claim["metric"]
-    if metric in ("kernels", "misalignment"):
-        return claim_kinds.gemm_pair_verdict(claim, row, applies, ev)
-    if metric == "alignment":
-        return claim_kinds.alignment_verdict(claim, row, df, applies, ev)
-    if metric == "loss_gate":
-        return claim_kinds.loss_gate_verdict(claim, row, df, applies, ev["tolerance"])
-    if metric == "attention":
-        return claim_kinds.attention_verdict(claim, row, applies, ev)
     if metric == "none":
-        return {
-            **row,
-            "check": f"{claim['check']}: {range_text('speedup', claim['expect'])}",
-            "measured": claim["reason"],
-            "verdict": NOT_MEASURED if applies else NOT_APPLICABLE,
-        }
-    if "forms" in claim:
-        return claim_kinds.forms_verdict(claim, row, df, applies, ev)
-    row["check"] = (
-        f"{claim['stage']} vs {claim['versus']}"
-        + (f", {claim['layer'].replace('_', ' ')} memory" if metric == "memory_change" else "")
-        + f": {range_text(metric, claim['expect'])}"
-    )
-    values = claim_figures.per_batch(df, claim)
-    if values.empty:
-        row.update(
-            measured=claim_figures.why_unmeasured(df, claim), verdict=NOT_APPLICABLE if not applies else NOT_MEASURED
-        )
-        return row
-    word, note = verdict_word(
-        metric, float(np.median(values)), claim["expect"], ev["band"](claim["stage"], claim["versus"]), applies
-    )
-    # A padding claim of a write-up that timed eager steps rests on the eager figure, the compiled one
-    # beside it; a lever's claim rests on its own comparison, its worth on top of the others beside it.
-    label = (
-        f" eager ({claim['stage']} vs {claim['versus']})"
-        if claim.get("compiled")
-        else f" alone over {claim['versus']}"
-        if claim.get("leave_one_out")
-        # the PDF drops the check column: the figure names what it compares (and, for memory, the layer)
-        else (f", {claim['layer'].replace('_', ' ')} memory" if metric == "memory_change" else "")
-        + f" ({claim['stage']} vs {claim['versus']})"
-    )
-    beside = [
-        claim_kinds.compiled_padding_text(claim, df, ev, judged=True) if claim.get("compiled") else "",
-        claim_figures.on_top(ev["facts"], claim["leave_one_out"]) if claim.get("leave_one_out") else "",
-    ]
-    return {
-        **row,
-        "measured": "; ".join(filter(None, [per_batch_text(metric, values) + label + note, *beside])),
-        "verdict": word,
-        "pair": (claim["stage"], claim["versus"]) if metric in ("speedup", "time_change") else None,
+        got = {"check": f"{claim['check']}: {range_text('speedup', claim['expect'])}", "why": claim["reason"]}
+    elif metric in ("kernels", "misalignment"):
+        got = claim_kinds.gemm_pair(claim, ev)
+    elif metric == "alignment":
+        got = claim_kinds.alignment(claim, df, ev)
+    elif metric == "loss_gate":
+        got = claim_kinds.loss_gate(claim, df, tolerance)
+    elif metric == "attention":
+        got = claim_kinds.attention(claim, ev)
+    else:
+        got = claim_kinds.forms(claim, df, ev) if "forms" in claim else claim_kinds.pair(claim, df, ev)
+    fig, beside = got.get("figure"), got.get("beside", [])
+    word = got.get("verdict") or (fig["word"] if fig else NOT_MEASURED)
+    why = "; ".join(filter(None, [got.get("why", ""), "" if applies else elsewhere(claim)]))
+    row = {
+        "id": claim["id"],
+        "source": claim.get("cite", ""),
+        "claim": claim["claim"],
+        "quote": claim.get("quote", ""),
+        "check": got["check"],
+        "verdict": word if applies else NOT_APPLICABLE,
+        "figure": fig,
+        "beside": beside,
+        "why": why,
+        "ran": got.get("ran"),
+        "pair": got.get("pair"),
     }
+    return {**row, "measured": measured_text(row)}
 
 
-def table(
-    df: pd.DataFrame,
-    profile: str,
-    backend: str,
-    path=CLAIMS,
-    gemm: dict | None = None,
-    noise=None,
-    sdpa: list | None = None,
-    tolerance: float | None = None,
-    facts: dict | None = None,
-) -> pd.DataFrame:
-    """`noise`, as verdict takes it."""
-    return pd.DataFrame(
-        [verdict(c, df, profile, backend, gemm, noise, sdpa, tolerance, facts) for c in load(path)["claims"]]
-    )
+def measured_text(row: dict, html: bool = False) -> str:
+    """A row's figures in words: the one the verdict rests on (or why there is none), then the ones beside it, each
+    with the word it would earn alone where the claim applies here; `html`: escaped, what is beside in small type
+    on a line of its own (in bold the figure would keep WeasyPrint from breaking a kernel name at its <wbr>)."""
+    fig, words, esc = row["figure"], row["verdict"] != NOT_APPLICABLE, breakable if html else str
+    head = [esc(t) for t in (fig and fig["text"] + fig["note"], row["why"]) if t]
+    tail = [
+        esc(b["text"] + b.get("note", "") + (f" (alone: {b['word']})" if words and b.get("word") else ""))
+        for b in row["beside"]
+    ]
+    if not html or not tail:
+        return "; ".join(head + tail)
+    return "; ".join(head) + f"<br><small>{'; '.join(tail)}</small>"
+
+
+def table(df: pd.DataFrame, profile: str, backend: str, path=CLAIMS, **evidence) -> pd.DataFrame:
+    """Every claim's row (verdict); `evidence`: verdict's keyword arguments (gemm, noise, sdpa, tolerance, facts)."""
+    return pd.DataFrame([verdict(c, df, profile, backend, **evidence) for c in load(path)["claims"]])
 
 
 def for_report(rep, path=CLAIMS) -> pd.DataFrame:
@@ -201,33 +146,49 @@ def for_report(rep, path=CLAIMS) -> pd.DataFrame:
 
 
 def sources_html(path=CLAIMS) -> str:
-    """The write-ups the claims come from, by the number each claim names."""
-    return "; ".join(f"[{k}] {_html.escape(v)}" for k, v in load(path)["sources"].items())
+    """The write-ups the claims come from, each as what it is."""
+    return "; ".join(_html.escape(v) for v in load(path)["sources"].values())
+
+
+# The rules behind the figure a verdict rests on, stated once (params/claims.yaml states them in full).
+RULES = (
+    "A measured cell gives first the figure the verdict rests on, then in small type the others. A padding claim is "
+    "judged on the recommendation's stack (compiled, where it is), the eager figure beside; a claim about FP8 on the "
+    "best verdict of a form its parity test did not find worse (undecided where only a form whose test could not "
+    "decide would confirm it); a claim that names an implementation only where that one ran. Each GPU is judged on "
+    "its own figure; beside TF32's, its GEMM time and the rest of the step, which TF32 leaves: the measured cause "
+    "where two GPUs of one family differ."
+)
 
 
 def html(rep, path=CLAIMS) -> str:
-    t = for_report(rep, path)
-    env = rep.env
+    """The claims table, by source (a row that says what the write-up is, then its claims): each claim with the
+    sentence it quotes, the check that would confirm it, what was measured (measured_text; a row that measured the
+    same as the one above says so) and the verdict. The PDF drops the check column and prints the check under the
+    verdict."""
+    t, env, sources = for_report(rep, path), rep.env, load(path)["sources"]
     stack = f"{env['device']['name']}, PyTorch {env.get('torch')}" + (
         f", CUDA {env['cuda']}, cuBLAS {env.get('cublas')}, cuDNN {env.get('cudnn')}" if env.get("cuda") else ""
     )
-    rows = "".join(
-        f"<tr><td>{breakable(r.claim)} <small>[{r.source}]</small></td><td>{breakable(r.check)}</td><td>{breakable(r.measured or '—')}</td>"
-        f'<td><span class="{CSS[r.verdict]}">{r.verdict}</span>'
-        + (f'<small class="print-only">{breakable(r.check)}</small>' if r.check else "")
-        + "</td></tr>"
-        for r in t.itertuples()
-    )
+    rows, last, cited = [], None, {c["id"]: c["source"] for c in load(path)["claims"]}
+    for r in t.to_dict("records"):
+        key, cell = cited.get(r["id"]), measured_text(r, html=True)
+        if last is None or key != last[0]:
+            rows.append(f'<tr><td colspan="4"><b>From {_html.escape(sources.get(key, r["source"]))}</b></td></tr>')
+        same = last is not None and cell == last[1] and r["verdict"] != NOT_APPLICABLE
+        rows.append(
+            f'<tr><td style="width: 30%">{breakable(r["claim"])}<br><small>“{breakable(r["quote"])}”</small></td>'
+            f"<td>{breakable(r['check'])}</td><td>{'the same figures as the row above' if same else cell}</td>"
+            f'<td><span class="{CSS[r["verdict"]]}">{r["verdict"]}</span>'
+            + (f'<small class="print-only">{breakable(r["check"])}</small>' if r["check"] else "")
+            + "</td></tr>"
+        )
+        last = (key, cell)
     return (
-        f'<table class="claims with-check"><thead><tr><th>Claim</th><th>Check (confirms if)</th><th>Measured here</th>'
-        f'<th>Verdict</th></tr></thead><tbody>{rows}</tbody></table><p class="note">Measured on {stack}, with the {preset_of(rep.params)} '
-        f"model ({rep.params.model.n_layer} layers, d={rep.params.model.n_embd})"
-        + ("; the size-sweep chapter measures the FP8 forms at every GPT-2 size" if rep.evidence.get("size") else "")
-        + f". Verdicts: {EXPLAINED}. A claim about a chip speaks about every GPU of its family (the H100's about "
-        "the H200 too: both are GH100). A padding claim of a write-up that timed eager steps rests on the eager "
-        "figure, the compiled one beside it; a claim about FP8 rests on the fastest FP8 form at the report's model, "
-        f"the other forms and sizes beside it. Claims, thresholds and these rules: <code>params/claims.yaml</code>; "
-        f"sources: {sources_html(path)}.</p>"
+        '<table class="claims with-check"><thead><tr><th>Claim</th><th>Check (confirms if)</th><th>Measured here</th>'
+        f'<th>Verdict</th></tr></thead><tbody>{"".join(rows)}</tbody></table><p class="note">Measured on {stack}, '
+        f"with the {preset_of(rep.params)} model ({rep.params.model.n_layer} layers, d={rep.params.model.n_embd}). "
+        f"Verdicts: {EXPLAINED}. {RULES} Claims, thresholds and rules: <code>params/claims.yaml</code>.</p>"
         '<p class="print-only note">Under each verdict, the check it applied: what would confirm the claim (a '
         "column of this table in the HTML report).</p>"
     )
