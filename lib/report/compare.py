@@ -1,12 +1,14 @@
 """One report across GPUs: loading the reports and lining up the same stages side by side, as tables
 of data (compare_view.py shows them). A ratio between GPUs is taken at a batch size they all measured,
 or its cells name their batch; every speed-up names its basis; DDP stands against the same GPU's best
-single-GPU configuration; and a difference is put down to the hardware only where it exceeds both
-reports' measured process-to-process spread and the software and the measurement method are the same
-(version skew is flagged, never hidden)."""
+single-GPU configuration; a ratio is judged against the spread between machines of each GPU's kind, measured
+from this repository's repeat sittings (lib/results/machine_spread.py), and put down to the hardware only beyond
+it, with the same software, measurement method and measuring code (version skew is flagged, never hidden)."""
 
 from __future__ import annotations
 
+import json
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
@@ -15,7 +17,7 @@ import pandas as pd
 from lib.core import config, provenance, stages
 from lib.core.paths import ROOT
 from lib.report import fidelity_view, loader, parity_view
-from lib.results import decide, parity
+from lib.results import decide, machine_spread, parity
 
 SKEW_KEYS = [
     ("torch", "PyTorch"),
@@ -54,6 +56,26 @@ def load_all(names: list[str], reports_root=None) -> dict[str, loader.Report]:
     return out
 
 
+CLOCK_KEYS = ("start_time", "end_time", "duration")  # papermill's, per cell and per notebook
+
+
+def without_clock(path) -> None:
+    """Drop from an executed notebook what only says when it ran (papermill's and nbclient's timestamps, and the
+    random id papermill gives the cell it injects), so the comparison's committed notebooks change only where what
+    they show does."""
+    import nbformat
+
+    nb = nbformat.read(path, as_version=4)
+    for cell in nb.cells:
+        if "injected-parameters" in cell.metadata.get("tags", []):
+            cell.id = "injected-parameters"
+    for meta in [nb.metadata, *(c.metadata for c in nb.cells)]:
+        meta.pop("execution", None)
+        for key in CLOCK_KEYS:
+            meta.get("papermill", {}).pop(key, None)
+    nbformat.write(nb, path)
+
+
 def skew(reps: dict[str, loader.Report]) -> pd.DataFrame:
     rows = []
     for key, label in SKEW_KEYS:
@@ -78,13 +100,30 @@ def _commits(rep) -> str:
 
 
 def _parity_protocol(rep) -> str:
-    """How the report's parity tests were run: paired seeds (today's rule), or one long run a stage (the earlier
-    method, judged by its own rule: lib/results/parity.py)."""
-    kinds = {
-        "one long run a stage (earlier rule)" if c.get("protocol") == "earlier" else "paired seeds"
-        for c in parity.checks(rep.decisions, rep.params.evidence).values()
-    }
+    """How the report's parity tests were run: paired seeds (under today's rule or an earlier one, parity_rule), or
+    one long run a stage (the earliest method, judged by its own rule: lib/results/parity.py)."""
+    tests = parity.checks(rep.decisions, rep.params.evidence).values()
+    kinds = {"one long run a stage (earlier rule)" if c.get("protocol") == "earlier" else "paired seeds" for c in tests}
+    rule = parity_rule(rep)
+    if rule["earlier"] and tests:
+        kinds = {k for k in kinds if k != "paired seeds"} | {"paired seeds (earlier rule)"}
     return " and ".join(sorted(kinds)) or "none run"
+
+
+def parity_rule(rep) -> dict:
+    """The parity rule a report was measured under against today's for its profile: {earlier: whether a rule key of
+    its params.json is missing or differs from today's (a folder measured before 9337cdf has no parity_batch, so
+    each test ran at its own batch), changed: key -> (its value, None where missing; today's), tests: (batch, steps)
+    of its paired tests}. Read from params.json as written, before loader.load fills a missing key with today's."""
+    try:
+        raw = json.loads((rep.dir / "params.json").read_text()).get("evidence") or {}
+        today = asdict(config.load(rep.params.name).evidence)
+    except (OSError, ValueError, config.ConfigError):
+        return {"earlier": False, "changed": {}, "tests": []}
+    changed = {k: (raw.get(k), v) for k, v in today.items() if k.startswith("parity") and raw.get(k) != v}
+    checks = parity.checks(rep.decisions, rep.params.evidence).values()
+    tests = sorted({(c["batch_size"], c["steps"]) for c in checks if c.get("protocol") != "earlier" and c["steps"]})
+    return {"earlier": bool(changed), "changed": changed, "tests": tests}
 
 
 def skew_warnings(reps) -> list[str]:
@@ -169,7 +208,8 @@ def stage_table(reps: dict[str, loader.Report]) -> pd.DataFrame:
     """Per single-GPU stage and GPU: best tokens/s over batch sizes and its batch, that over the
     GPU's own best FP32 tokens/s (fp32_best), MFU against the GPU's dense BF16 peak and against
     the peak of the stage's own precision, and allocator memory at that batch. The multi-GPU
-    stage is ddp_table's: its throughput over a single-GPU figure is no per-GPU speed-up."""
+    stage is ddp_table's: its throughput over a single-GPU figure is no per-GPU speed-up. What each GPU trains
+    with is its recipe (compare_summary.recipe_table), not a row here."""
     rows = []
     order = [k for k in stages.single_gpu(stages.ORDER) if any(k in rep.stage_order for rep in reps.values())]
     base = {name: fp32_best(rep) for name, rep in reps.items()}
@@ -180,23 +220,7 @@ def stage_table(reps: dict[str, loader.Report]) -> pd.DataFrame:
             best = ok.loc[ok["tokens_per_s"].idxmax()] if not ok.empty else None
             row.update(_cells(name, best, base[name], rep.params.peak_tflops))
         rows.append(row)
-    # Each report's recommended configuration, which its batch sweep may have found beyond the matrix.
-    row = {"stage": RECOMMENDED}
-    for name, rep in reps.items():
-        rec = loader.recommended(rep)
-        if rec is not None:  # the median over its processes, as its own report quotes it
-            scale = rec["processes"]["median"] / rec["tokens_per_s"]
-            rec = {
-                **rec,
-                "tokens_per_s": rec["processes"]["median"],
-                **{k: rec[k] * scale for k in ("achieved_tflops", "mfu") if rec.get(k) is not None},
-            }
-        row.update(_cells(name, pd.Series(rec) if rec is not None else None, base[name], rep.params.peak_tflops))
-    rows.append(row)
     return pd.DataFrame(rows)
-
-
-RECOMMENDED = "Recommended configuration"
 
 
 def _cells(name: str, best, base, peaks: dict | None) -> dict:
@@ -220,6 +244,22 @@ def _cells(name: str, best, base, peaks: dict | None) -> dict:
     }
 
 
+def machine_spreads(reps) -> dict[str, dict]:
+    """name -> the spread between machines of its GPU model (machine_spread.of_device), from every sitting in the
+    reports folder it was loaded from (and its archive/); read once a loaded report."""
+    for rep in reps.values():
+        if not hasattr(rep, "machine_spread"):
+            rep.machine_spread = machine_spread.of_device(rep.dir.parent, rep.env["device"]["name"])
+    return {n: rep.machine_spread for n, rep in reps.items()}
+
+
+def judge(reps, a: str, b: str, ratio) -> dict:
+    """machine_spread.judge of a ratio of b over a: against the spread between machines of both GPUs' kinds and the
+    larger process-to-process spread of the two reports."""
+    kinds = machine_spreads({n: reps[n] for n in (a, b)})
+    return machine_spread.judge(ratio, list(kinds.values()), pair_noise(reps, a, b))
+
+
 def pair_noise(reps, a: str, b: str) -> float | None:
     """The larger of two reports' noise floors (their largest process-to-process range of tokens/s
     over the median, fidelity_view.noise); None where either ran no configuration twice."""
@@ -229,11 +269,10 @@ def pair_noise(reps, a: str, b: str) -> float | None:
 
 def same_batch_table(reps: dict[str, loader.Report]) -> pd.DataFrame:
     """Per single-GPU stage: tokens/s of every GPU at the largest batch size they all measured
-    with a timing, each GPU against the first one, and whether that ratio lies within the larger
-    noise floor of the two reports (None: not measured). The best-over-batches table lets a GPU
-    with more memory win by a larger batch; this one holds the batch fixed."""
+    with a timing, each GPU against the first one, and that ratio judged (judge: `<gpu> within`, None where no
+    spread is measured, and the band). The best-over-batches table lets a GPU with more memory win by a larger
+    batch; this one holds the batch fixed."""
     names, rows = list(reps), []
-    noise = {n: pair_noise(reps, names[0], n) for n in names[1:]}
     for key in [k for k in stages.single_gpu(stages.ORDER) if all(k in rep.stage_order for rep in reps.values())]:
         timed = [reps[n].df[(reps[n].df["stage"] == key) & (reps[n].df["status"] == "ok")] for n in names]
         common = set.intersection(*(set(t["batch_size"]) for t in timed))
@@ -242,16 +281,15 @@ def same_batch_table(reps: dict[str, loader.Report]) -> pd.DataFrame:
         b = max(common)
         tok = dict(zip(names, [float(t[t["batch_size"] == b]["tokens_per_s"].iloc[0]) for t in timed]))
         ratio = {n: tok[n] / tok[names[0]] for n in names[1:]}
+        judged = {n: judge(reps, names[0], n, ratio[n]) for n in names[1:]}
         rows.append(
             {
                 "stage": stages.get(key).title,
                 "B": int(b),
                 **{f"{n} tok/s": v for n, v in tok.items()},
                 **{f"{n} / {names[0]}": v for n, v in ratio.items()},
-                **{
-                    f"{n} within noise": None if noise[n] is None else bool(abs(ratio[n] - 1) <= noise[n])
-                    for n in names[1:]
-                },
+                **{f"{n} within": j["within"] for n, j in judged.items()},
+                **{f"{n} band": j["band"] for n, j in judged.items()},
             }
         )
     return pd.DataFrame(rows)

@@ -1,6 +1,6 @@
 """*The comparison's first lines, and GPT-2's global batch*: its title with a line a GPU on what it trains at against
 the first (headline), and each GPU's recipe (its report's recommended stage at a micro-batch that divides the
-batch, with its accumulation steps) beside the canonical trainer, both against the first GPU's (section 3)."""
+batch, with its accumulation steps) beside the canonical trainer, both against the first GPU's (section 1)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import html
 import pandas as pd
 
 from lib.core import stages
-from lib.report import frontier_view, loader
+from lib.report import compare, frontier_view, loader
 from lib.report.compare import decisions_table
-from lib.report.compare_view import NOT_MEASURED_CELL
+from lib.report.compare_view import NOT_MEASURED_CELL, spread_words, verdict_words
 
 
 def recipe_table(reps: dict[str, loader.Report]) -> pd.DataFrame:
@@ -74,8 +74,8 @@ def recipe_html(reps) -> str:
         "report's recipe, the recommended stage at a micro-batch that divides that batch (each report's page 1 "
         "says which, and why where it is not the recommended one), with the accumulation steps that reach it; and the canonical trainer "
         f"({stages.get(ev.baseline.stage).title} at B={ev.baseline.batch_size} in a plain nanoGPT-form loop), in "
-        f"the same sitting; {frontier_view.RECIPE_BASIS}; medians over processes, their range beside them. One "
-        "machine of each kind: the spread between machines of one kind is not in these reports.</p>"
+        f"the same sitting; {frontier_view.RECIPE_BASIS}; medians over processes, their range beside them. Spread "
+        f"between machines of one kind: {spread_words(list(compare.machine_spreads(reps).values()))}.</p>"
     )
 
 
@@ -86,34 +86,58 @@ def micro(row: dict) -> str:
 
 def headline(reps) -> list[str]:
     """The comparison in a line a GPU: what it trains at against the first GPU, by each report's recipe and by the
-    canonical trainer (section 3 has both), and whether the GPUs decide every lever alike (section 2)."""
+    canonical trainer (section 1 has both), each ratio judged against the spread between machines (compare.judge);
+    a report measured under an earlier parity rule, named; and whether the GPUs decide every lever alike."""
     t, names = recipe_table(reps), list(reps)
     rows = {r["gpu"]: r for r in t.to_dict("records")} if not t.empty else {}
     decisions = decisions_table(reps)
     differ = [r["stage"] for r in decisions.to_dict("records") if r["differs"]] if not decisions.empty else []
-    out = []
+    first, out = rows.get(names[0]) or {}, []
     for n in names[1:]:
         r = rows.get(n) or {}
-        if isinstance(r.get("recipe"), dict) and isinstance(rows[names[0]].get("recipe"), dict):
-            mine, first = r["recipe"]["median"], rows[names[0]]["recipe"]["median"]
-            line = (
-                f"**{n} against {names[0]}**, each trained as GPT-2 is: {r['recipe vs first']:.3f}× by its own recipe, "
-                f"{micro(r)} against {micro(rows[names[0]])} ({mine:,.0f} against {first:,.0f} tokens/s)"
+        if not (isinstance(r.get("recipe"), dict) and isinstance(first.get("recipe"), dict)):
+            continue
+        ratios = [r["recipe vs first"]]
+        line = (
+            f"**{n} against {names[0]}**, each trained as GPT-2 is: {ratios[0]:.3f}× by its own recipe, {micro(r)} "
+            f"against {micro(first)} ({r['recipe']['median']:,.0f} against {first['recipe']['median']:,.0f} tokens/s)"
+        )
+        if isinstance(r.get("plain"), dict) and isinstance(first.get("plain"), dict):
+            ratios.append(r["plain vs first"])
+            line += (
+                f", {ratios[1]:.3f}× by the canonical trainer ({r['plain']['median']:,.0f} against "
+                f"{first['plain']['median']:,.0f})"
             )
-            if isinstance(r.get("plain"), dict) and isinstance(rows[names[0]].get("plain"), dict):
-                line += (
-                    f", {r['plain vs first']:.3f}× by the canonical trainer ({r['plain']['median']:,.0f} against "
-                    f"{rows[names[0]]['plain']['median']:,.0f})"
-                )
-            out.append(
-                line + "; section 3 sets them side by side. One machine of each kind: the spread between machines "
-                "of one kind is not in these reports, so neither ratio is shown to be the hardware's alone."
-            )
+        said = [verdict_words(compare.judge(reps, names[0], n, x)) for x in ratios]
+        said = [("both " if len(said) > 1 else "") + said[0]] if len(set(said)) == 1 else [f"{said[0]} and {said[1]}"]
+        kinds = compare.machine_spreads({m: reps[m] for m in (names[0], n)})
+        out.append(f"{line}: {said[0]} ({spread_words(list(kinds.values()))}).")
+    out += earlier_rules(reps)
     out.append(
         f"**Decisions:** the GPUs decide {', '.join(differ)} differently (section 2)."
         if differ
         else "**Decisions:** every lever measured on more than one GPU is decided alike (section 2)."
     )
+    return out
+
+
+def earlier_rules(reps) -> list[str]:
+    """A line for each report measured under an earlier parity rule (compare.parity_rule): what its tests were, what
+    today's rule does instead, and that its adoptions rest on the earlier one."""
+    out = []
+    for n, rep in reps.items():
+        rule = compare.parity_rule(rep)
+        if not rule["earlier"]:
+            continue
+        tests = "; ".join(f"B={b}, {s} steps" for b, s in rule["tests"]) or "no paired test"
+        batch = rule["changed"].get("parity_batch", (None, None))[1]
+        out.append(
+            f"**{n} was measured under an earlier parity rule**: its tests trained at {tests}, each at the batch its "
+            "own sweep chose"
+            + (f", where today's rule trains every test at B={batch}" if batch else "")
+            + f" ({len(rule['changed'])} settings of the rule missing or different in its params.json). Its "
+            "adoptions, and the recipe built on them, rest on that rule until it is measured again."
+        )
     return out
 
 

@@ -1,27 +1,23 @@
 """*How the comparison across GPUs reads*: compare.py's tables as HTML (version skew, best throughput
-per stage, the same batch size with what may be put down to the hardware, lever effects, DDP), the
-throughput chart, the title, and each claim's verdict per GPU."""
+per stage, the same batch size judged against the spread between machines and what may be put down to the
+hardware, the sittings behind that spread, lever effects, each GPU's decisions, DDP), and each claim's verdict per
+GPU."""
 
 from __future__ import annotations
 
 import html
-from pathlib import Path
-
-import numpy as np
 import pandas as pd
 
 from lib.core import config, record, stages
-from lib.report import charts, claims, fidelity_view, loader
+from lib.report import claims, compare, fidelity_view, loader
 from lib.report.claim_judge import CSS, NOT_APPLICABLE
-from lib.results import parity
+from lib.results import machine_spread, parity
 from lib.report.compare import (
-    RECOMMENDED,
     code_changes,
     ddp_table,
     decisions_table,
     fp32_best,
     lever_effects,
-    pair_noise,
     parity_tests,
     same_batch_table,
     skew,
@@ -80,7 +76,7 @@ def stage_html(reps) -> str:
             if pd.isna(tok):
                 cells += f'<td colspan="5">{_untimed_html(reps[n], r["stage"])}</td>'
                 continue
-            where = f"B={int(r[f'{n} B'])}" if r["stage"] != RECOMMENDED else f"{r[f'{n} stage']}, B={int(r[f'{n} B'])}"
+            where = f"B={int(r[f'{n} B'])}"
             cells += (
                 f"<td>{tok:,.0f} <small>{where}</small></td><td>{loader.times(r[f'{n} × own FP32'])}</td>"
                 f"<td>{loader.pct(r[f'{n} MFU bf16'])}</td>"
@@ -97,69 +93,125 @@ def same_batch_html(reps) -> str:
         return '<p class="note">No stage was timed at a batch size common to every report.</p>'
     names = list(reps)
     head = "".join(f"<th>{n} tok/s</th>" for n in names) + "".join(f"<th>{n} / {names[0]}</th>" for n in names[1:])
+    word = {True: " <small>within spread</small>", False: "", None: " <small>not judged</small>"}
     body = "".join(
         f"<tr><td>{r['stage']}</td><td>{r['B']}</td>"
         + "".join(f"<td>{r[f'{n} tok/s']:,.0f}</td>" for n in names)
-        + "".join(
-            f"<td>{loader.times(r[f'{n} / {names[0]}'])}"
-            + (" <small>within noise</small>" if r[f"{n} within noise"] else "")
-            + "</td>"
-            for n in names[1:]
-        )
+        + "".join(f"<td>{loader.times(r[f'{n} / {names[0]}'])}{word[r[f'{n} within']]}</td>" for n in names[1:])
         + "</tr>"
         for r in t.to_dict("records")
     )
     return (
-        f'<table class="matrix"><thead><tr><th>Stage</th><th>B</th>{head}</tr></thead><tbody>{body}</tbody></table>'
-        '<p class="note">Each cell is the configuration as its report\'s matrix shows it: the median over the '
-        "processes that timed it where several did, else its one process.</p>" + attribution_html(reps)
+        f'<table class="matrix keep-together"><thead><tr><th>Stage</th><th>B</th>{head}</tr></thead><tbody>{body}'
+        '</tbody></table><p class="note">Each cell is the configuration as its report\'s matrix shows it: the median '
+        "over the processes that timed it where several did, else its one process.</p>" + attribution_html(reps)
+    )
+
+
+def kind_name(kind: dict) -> str:
+    return str(kind.get("device") or "unknown GPU").removeprefix("NVIDIA ")
+
+
+def spread_words(kinds: list[dict]) -> str:
+    """Each GPU kind's spread between machines with what it rests on: 'H200 3.4 %, the widest over 4 sittings and 46
+    configurations'."""
+    out = []
+    for k in {kind_name(k): k for k in kinds}.values():
+        n = len(k["sittings"])
+        if k["spread"] is None:
+            out.append(
+                f"{kind_name(k)}: " + ("one sitting" if n < 2 else f"no configuration timed in two of {n} sittings")
+            )
+        else:
+            out.append(
+                f"{kind_name(k)} {loader.pct(k['spread'])}, the widest over {len(k['paired'])} sittings and "
+                f"{k['configurations']} configurations"
+            )
+    return "; ".join(out)
+
+
+def verdict_words(j: dict) -> str:
+    """A judged ratio (compare.judge) in a few words: within or beyond the band it must clear, and what that is."""
+    if j["within"] is None:
+        return "not judged, no spread measured"
+    side = "within" if j["within"] else "beyond"
+    if j["basis"] == "machines":
+        return f"{side} the {loader.pct(j['band'])} spread between machines of one kind"
+    unmeasured = " and ".join(kind_name({"device": d}) for d in dict.fromkeys(j["unmeasured"]))
+    return f"{side} the {loader.pct(j['band'])} measured, the spread between machines of {unmeasured} not measured" + (
+        "" if j["within"] else ", so not shown to be the hardware's"
     )
 
 
 def attribution_html(reps) -> str:
-    """Per GPU against the first, in words: how many same-batch differences exceed the larger noise
-    floor of the two reports, and whether those may be called the hardware's: only with noise
-    measured in both, a difference beyond it, and the same software and measurement method."""
+    """Per GPU against the first, in words: how many same-batch ratios lie beyond the spread they must clear
+    (compare.judge), and whether those may be called the hardware's: only beyond the spread between machines of
+    both kinds, with the same software, measurement method and measuring code."""
     t, names = same_batch_table(reps), list(reps)
     if t.empty:
         return ""
+    kinds = compare.machine_spreads(reps)
     out = []
     for n in names[1:]:
         pair = {m: reps[m] for m in (names[0], n)}
-        # the parity rule decides adoption, not speed: it takes no part in whether a speed difference is the hardware's
-        noise = pair_noise(reps, names[0], n)
+        j = compare.judge(reps, names[0], n, 1.0)
         skewed = [w for w in skew_warnings(pair) if not w.startswith("Different parity tests")]
-        if noise is None:
-            unmeasured = [m for m in pair if fidelity_view.noise(reps[m])[1] is None]
-            text = (
-                f"{n} against {names[0]}: no configuration of {' or '.join(unmeasured)} ran in more than one "
-                "process, so no difference here can be told from noise."
+        floors = ", ".join(f"{m} {loader.pct(fidelity_view.noise(reps[m])[1], 2)}" for m in pair)
+        beyond = sum(v is False for v in t[f"{n} within"])
+        text = (
+            f"{n} against {names[0]} at the same batch size: {beyond} of {len(t)} stages lie beyond the "
+            f"{loader.pct(j['band'])} they must clear"
+            if j["band"] is not None
+            else f"{n} against {names[0]}: not judged"
+        )
+        text += (
+            f" (between machines of one kind, from this repository's sittings: {spread_words([kinds[m] for m in pair])}; "
+            f"between processes within each report: {floors})."
+        )
+        if beyond and not skewed and j["basis"] == "machines":
+            text += (
+                " With the same software, measurement method and measuring code, those differences are the hardware's."
             )
-        else:
-            beyond = sum(not v for v in t[f"{n} within noise"])
-            floors = ", ".join(f"{m} {loader.pct(fidelity_view.noise(reps[m])[1], 2)}" for m in pair)
-            text = (
-                f"{n} against {names[0]} at the same batch size: {beyond} of {len(t)} stages differ by more "
-                f"than the larger process-to-process spread of the two reports ({floors}); "
-            )
-            if not beyond:
-                text += "every difference is within noise."
-            elif skewed:
-                text += f"the other {len(t) - beyond} are within noise." if beyond < len(t) else "none is within noise."
-            else:
-                text += (
-                    "with the same software and measurement method, those differences are the hardware's, as far as "
-                    "one machine of each kind shows it: the spread between machines of one kind is not in these "
-                    "reports"
-                ) + (f"; the other {len(t) - beyond} are within noise." if beyond < len(t) else ".")
+        elif beyond and j["basis"] != "machines":
+            text += " Without the spread between machines, none is shown to be the hardware's."
         out.append(" ".join([text, *skewed]))
     return "".join(f"<p>{html.escape(p, quote=False)}</p>" for p in out)
 
 
+def sittings_html(reps) -> str:
+    """Each GPU kind's sittings behind its spread between machines, and the configuration that sets it."""
+    body = ""
+    for k in {kind_name(k): k for k in compare.machine_spreads(reps).values()}.values():
+        w = k["widest"]
+        at = (
+            f"{stages.get(w['stage']).title} B={w['batch']}"
+            + (f" ({w['variant']})" if w["variant"] else "")
+            + ": "
+            + ", ".join(f"{s} {v:,.0f}" for s, v in w["medians"].items())
+            if w
+            else "no configuration timed in two sittings"
+        )
+        machines = len([m for m in k["machines"] if m != "unrecorded"])
+        body += (
+            f"<tr><td>{html.escape(kind_name(k))}</td><td>{', '.join(k['paired'] or k['sittings']) or 'none'}"
+            f"<br><small>{machines} machines recorded</small></td>"
+            f"<td>{k['configurations']}</td><td>{loader.pct(k['spread'])}</td><td>{html.escape(at)}</td>"
+            f"<td>{k['unsteady']}</td></tr>"
+        )
+    return (
+        '<table class="matrix"><thead><tr><th>GPU</th><th>sittings (report folders)</th><th>configurations in two '
+        "or more</th><th>spread</th><th>widest at (tok/s, median over a sitting's processes)</th><th>processes "
+        f"left out</th></tr></thead><tbody>{body}</tbody></table>"
+        '<p class="note">A sitting is one report folder (reports/ and reports/archive/) measured on that GPU model; a '
+        "configuration is the same in two sittings where its fingerprint is (workload, software, stage, batch). Its "
+        "spread is the range of the sittings' medians over their median; the GPU's, the widest of them. A process "
+        f"whose step times vary by more than {loader.pct(machine_spread.UNSTEADY_CV, 0)} (coefficient of variation) is left "
+        "out, and counted.</p>"
+    )
+
+
 def _untimed_html(rep, title: str) -> str:
     """What a report recorded for a row with no timing: not in it, not applicable, OOM, error..."""
-    if title == RECOMMENDED:
-        return '<span class="bad">none verified</span>'
     key = next(k for k in stages.ORDER if stages.get(k).title == title)
     if key not in rep.stage_order:
         return '<span class="note">not in this report</span>'
@@ -234,28 +286,6 @@ def ddp_html(reps) -> str:
         for _ in names
     )
     return f'<table class="matrix"><tr><th></th>{head}</tr><tr><th>GPUs</th>{sub}</tr>{body}</table>'
-
-
-def plot_throughput(reps, out_dir: Path):
-    """Tokens/s per stage and GPU at the batch size they all measured (same_batch_table), named under each bar group."""
-    plt = charts.style()
-    t = same_batch_table(reps)
-    names = list(reps)
-    fig, ax = plt.subplots(figsize=(9, 3.6))
-    x = np.arange(len(t))
-    width = 0.8 / len(names)
-    for j, n in enumerate(names):
-        ax.bar(x + (j - (len(names) - 1) / 2) * width, t[f"{n} tok/s"] if len(t) else [], width, label=n, color=f"C{j}")
-    ax.set_xticks(
-        x, [f"{s} (B={b})" for s, b in zip(t.get("stage", []), t.get("B", []))], fontsize=7, rotation=25, ha="right"
-    )
-    ax.set_ylabel("tokens / s at the same batch size")
-    ax.yaxis.set_major_formatter(plt.FuncFormatter(lambda v, _: f"{v:,.0f}"))
-    ax.legend(frameon=False)
-    ax.set_title("Throughput by stage, per GPU, at the largest batch size all GPUs measured")
-    out_dir.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out_dir / "throughput.png", bbox_inches="tight")
-    return fig
 
 
 def claims_html(reps) -> str:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -335,6 +336,8 @@ def compare(args) -> int:
     err = notebook_runner.run_notebook(
         chapters.COMPARE, nb, {"gpus": names, "reports_root": str(root), "out_dir": str(out_dir)}
     )
+    cmp.without_clock(nb)  # committed: a render of unchanged reports must leave git clean
+    os.environ.setdefault("SOURCE_DATE_EPOCH", "0")  # so do the PDF's embedded fonts (fontTools stamps them)
     failures = [err] if err else []
     timings = export.export(out_dir, [], nb, f"GPT-2 training step across GPUs: {' vs '.join(names)}", t_start)
     if timings.get("pdf_error"):
