@@ -125,3 +125,27 @@ def test_decisions_json_is_written_beside_the_results_and_equals_what_the_report
     rep = loader.load(d)
     recommendation.write(rep)
     assert json.loads((d / decisions.FILE).read_text()) == json.loads(json.dumps(rep.decided, default=store.jsonable))
+
+
+def test_a_faster_lever_whose_loss_leaves_the_tolerance_is_skipped_and_just_inside_is_not(tmp_path):
+    """The divergence check at the report's tolerance decides: inside it the faster lever is in the recipe, beyond
+    it the lever is skipped however fast it is."""
+    p = tiny_params(["fp32", "tf32"])
+    tol = p.run.loss_tolerance
+    for name, shift, expected in (("in", 0.5 * tol, decisions.ADOPT), ("out", 3 * tol, decisions.SKIP)):
+        recs = [
+            make_record(p, "fp32", 2, [100.0] * 5, LOSSES),
+            make_record(p, "tf32", 2, [50.0] * 5, [x + shift for x in LOSSES]),
+        ]
+        d = write_report_dir(tmp_path / name, p, recs)
+        row = _levers(d)["tf32"]
+        assert row["quality"]["test"] == "divergence check"
+        assert row["decision"] in (expected, decisions.NEUTRAL if expected == decisions.ADOPT else expected), name
+        assert (row["quality"]["verdict"] == "passed") == (expected != decisions.SKIP)
+
+
+def test_a_lever_of_the_same_speed_outside_the_recipe_is_skipped_for_no_gain(tmp_path):
+    d, p = _folder(tmp_path, {"fp32": 400.0, "vocab": 200.0, "compile": 100.0, "bf16_residual": 100.0})
+    row = _levers(d)["bf16_residual"]
+    assert row["decision"] in (decisions.SKIP, decisions.NEUTRAL)
+    assert row["matrix"]["ratio"] == 1.0

@@ -99,4 +99,4 @@ def test_a_report_whose_params_name_no_global_batch_still_gets_its_recommendatio
     del params["evidence"]["global_batch_tokens"]  # as an older report's params.json (measurement method 1)
     (d / "params.json").write_text(json.dumps(params))
     rec = recommendation.write(loader.load(d))
-    assert rec["stage"] == "tf32" and rec["global_batch"]["accumulation_steps"] is None
+    assert rec["stage"] == "tf32" and rec["accumulation_steps"] is None and rec["micro_batch"]

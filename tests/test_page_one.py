@@ -156,27 +156,6 @@ def test_a_chart_names_a_stage_not_applicable_on_this_host_as_such(tmp_path):
     assert labels == ["not applicable on this host"], labels
 
 
-def test_a_loss_gate_passed_by_noise_names_whose_drift_that_was(tmp_path):
-    """Issue 33: the fused linear cross-entropy's loss gate passed only by the run-to-run drift of another stage, the
-    FP8 lm_head's (the widest repeated configuration in reports/h100), and its line said 'run-to-run noise 0.049' as if
-    it were its own. The line now names the configuration the allowance comes from."""
-    from lib.report import prose
-
-    params = tiny_params(["fp32", "tf32"])
-    tol = params.run.loss_tolerance
-    shifted = [x + tol * 1.2 for x in LOSSES]  # beyond the tolerance, within it plus the drift below
-    drifted = [x + tol * 0.5 for x in LOSSES]
-    repeat = make_record(params, "fp32", 2, [100.0] * 6, drifted)
-    repeat["variant"] = "repeat"
-    recs = [make_record(params, "fp32", 2, [100.0] * 6, LOSSES), make_record(params, "tf32", 2, [80.0] * 6, shifted)]
-    d = write_report_dir(tmp_path / "r", params, recs)
-    store.write_atomic(d / "results" / "repeats" / "fp32__b2__r1.json", repeat)
-    rep = loader.load(d)
-    text = prose._loss_gate_text(rep, "tf32")
-    assert "within noise" in text
-    assert "the widest drift here, FP32 baseline at B=2's" in text
-
-
 def test_page_one_has_a_row_per_lever_with_its_decision_and_the_recipe_row(tmp_path):
     """Page 1 lays out the decisions: one row per lever in the decisions' order, labelled by formats.DECISIONS, and
     the recipe's name with its micro-batch and accumulation."""

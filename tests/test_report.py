@@ -11,7 +11,7 @@ from conftest import make_record, tiny_params, write_report_dir
 
 from lib.core import kernel_categories, stages
 from lib.core import paths
-from lib.report import batch_sweep_view, charts, loader, method_text, prose, stage_facts, tables
+from lib.report import batch_sweep_view, charts, loader, method_text, stage_facts, tables
 
 BATCHES = (2, 4)
 LOSSES = [6.0, 5.0, 4.0, 3.5, 3.0, 3.0]
@@ -38,164 +38,10 @@ def build(tmp_path, tf32_ms=BASE_MS, tf32_loss_shift=0.0, extra=(), stage_keys=(
     return loader.load(tmp_path / "cpu")
 
 
-def recommendation_for(rep, title):
-    lines = [r for r in prose.recommendations(rep) if r.startswith(f"**{title}**")]
-    assert len(lines) == 1, prose.recommendations(rep)
-    return lines[0]
-
-
-def findings_text(rep):
-    return "\n".join(prose.findings(rep))
-
-
 # ---------------------------------------------------------------- recommendations
 
 
-def test_faster_lever_within_tolerance_is_adopted(tmp_path):
-    line = recommendation_for(build(tmp_path, tf32_ms=BASE_MS / 2), "TF32")
-    assert line.startswith("**TF32**: adopt")
-    assert "2.00×" in line
-
-
-def test_slower_lever_is_not_adopted(tmp_path):
-    line = recommendation_for(build(tmp_path, tf32_ms=BASE_MS * 2), "TF32")
-    assert "slower" in line and "0.50×" in line
-    assert not line.startswith("**TF32**: adopt")
-
-
-def test_lever_of_the_same_speed_is_neutral(tmp_path):
-    line = recommendation_for(build(tmp_path, tf32_ms=BASE_MS), "TF32")
-    assert "neutral" in line
-    assert "slower" not in line and not line.startswith("**TF32**: adopt")
-
-
-def test_faster_lever_that_moves_the_loss_beyond_tolerance_is_not_adopted(tmp_path):
-    rep = build(tmp_path, tf32_ms=BASE_MS / 2, tf32_loss_shift=1.0)
-    assert rep.params.run.loss_tolerance < 1.0
-    line = recommendation_for(rep, "TF32")
-    assert "do not adopt" in line and "1.000" in line
-
-
-def test_loss_just_inside_tolerance_is_adopted_and_just_outside_is_not(tmp_path):
-    tol = tiny_params().run.loss_tolerance
-    inside = build(tmp_path / "a", tf32_ms=BASE_MS / 2, tf32_loss_shift=tol * 0.9)
-    outside = build(tmp_path / "b", tf32_ms=BASE_MS / 2, tf32_loss_shift=tol * 1.1)
-    assert recommendation_for(inside, "TF32").startswith("**TF32**: adopt")
-    assert "do not adopt" in recommendation_for(outside, "TF32")
-
-
-def test_lever_without_any_timing_gets_no_recommendation(tmp_path):
-    line = recommendation_for(build(tmp_path, tf32_status="oom"), "TF32")
-    assert "no measurement (OOM)" in line and "no recommendation" in line
-
-
-def test_recommended_configuration_is_the_fastest_within_tolerance(tmp_path):
-    fast = prose.recommendations(build(tmp_path / "a", tf32_ms=BASE_MS / 2))[0]
-    assert fast.startswith("**Recommended configuration: TF32") and "B=4" in fast
-    slow = prose.recommendations(build(tmp_path / "b", tf32_ms=BASE_MS * 2))[0]
-    assert slow.startswith("**Recommended configuration: FP32 baseline")
-    off = prose.recommendations(build(tmp_path / "c", tf32_ms=BASE_MS / 2, tf32_loss_shift=1.0))[0]
-    assert off.startswith("**Recommended configuration: FP32 baseline")
-
-
 # ---------------------------------------------------------------- findings
-
-
-def test_findings_name_the_recommended_configuration(tmp_path):
-    assert prose.findings(build(tmp_path / "a", tf32_ms=BASE_MS / 2))[0].startswith(
-        "**Recommended configuration: TF32 at B="
-    )
-    assert prose.findings(build(tmp_path / "b", tf32_ms=BASE_MS * 2))[0].startswith(
-        "**Recommended configuration: FP32 baseline at B="
-    )
-    # A faster stage whose loss moved beyond tolerance is never the recommendation.
-    assert prose.findings(build(tmp_path / "c", tf32_ms=BASE_MS / 2, tf32_loss_shift=1.0))[0].startswith(
-        "**Recommended configuration: FP32 baseline at B="
-    )
-
-
-def test_findings_give_the_speedup_over_the_previous_stage(tmp_path):
-    text = findings_text(build(tmp_path, tf32_ms=BASE_MS / 4))
-    assert "**TF32**" in text and "4.00× the speed of FP32 baseline" in text
-
-
-def test_findings_say_whether_the_loss_is_within_tolerance(tmp_path):
-    assert "loss within tolerance of FP32 baseline (largest 5-step-average gap after warm-up" in findings_text(
-        build(tmp_path / "a")
-    )
-    assert "loss **beyond** tolerance" in findings_text(build(tmp_path / "b", tf32_loss_shift=1.0))
-
-
-def test_oom_row_appears_in_rows_without_a_timing(tmp_path):
-    def oom(params):
-        return [make_record(params, "tf32", 4, status="oom", reason="out of memory: test")]
-
-    rep = build(tmp_path, tf32_ms=BASE_MS / 2, extra=oom)
-    rows = [f for f in prose.findings(rep) if f.startswith("**Rows without a timing**")]
-    assert len(rows) == 1
-    assert "tf32 b=4: oom" in rows[0].lower()
-    assert "B=2" not in rows[0] and "FP32" not in rows[0]
-    # the other batch size still gives a recommendation
-    assert recommendation_for(rep, "TF32").startswith("**TF32**: adopt")
-
-
-def test_diverged_lever_is_not_adopted_even_when_faster(tmp_path):
-    def diverged(params):
-        return [make_record(params, "tf32", 4, [BASE_MS / 4] * 5, LOSSES[:-1] + [float("nan")])]
-
-    rep = build(tmp_path, tf32_ms=BASE_MS / 2, extra=diverged)
-    assert rep.rec("tf32", 4)["status"] == "diverged"
-    assert "do not adopt" in recommendation_for(rep, "TF32")
-    assert not prose.findings(rep)[0].startswith("**Recommended configuration: TF32 at B=4")
-
-
-def test_no_rows_without_a_timing_when_everything_ran(tmp_path):
-    assert "Rows without a timing" not in findings_text(build(tmp_path))
-
-
-def test_findings_of_a_cpu_report_say_its_timings_are_not_gpu_timings(tmp_path):
-    assert "its timings say nothing about any GPU" in findings_text(build(tmp_path))
-
-
-def test_findings_when_nothing_completed(tmp_path):
-    def all_oom(params):
-        return [make_record(params, "fp32", b, status="oom", reason="oom") for b in BATCHES]
-
-    rep = build(tmp_path, tf32_status="oom", extra=all_oom)
-    assert prose.findings(rep) == ["No configuration completed; see the matrix for each row's status."]
-
-
-def test_ddp_is_judged_against_one_gpu_at_its_own_setting(tmp_path):
-    """DDP runs once, at a batch outside the stage matrix: the summary compares it with one GPU
-    at that setting, and its aggregate never counts as the fastest single-GPU row."""
-
-    def ddp(params):
-        rec = make_record(params, "ddp", 8, [BASE_MS] * 5, LOSSES)  # 2 GPUs x B=8 per step
-        rec["tokens_per_s"] *= 2
-        rec.update(
-            world_size=2,
-            base_stage="tf32",
-            single_gpu_tokens_per_s=rec["tokens_per_s"] / 1.9,
-            scaling_efficiency=0.95,
-            allreduce_share=0.03,
-        )
-        return [rec]
-
-    text = findings_text(build(tmp_path / "a", tf32_ms=BASE_MS / 2, stage_keys=("fp32", "tf32", "ddp"), extra=ddp))
-    assert "2 GPUs × B=8 (TF32)" in text and "1.90× one GPU at the same setting" in text
-    assert "scaling efficiency 95.0 %" in text and "all-reduce costs 3.0 %" in text
-    assert "Fastest in the stage matrix: TF32 at B=4" in text and "no measurement" not in text
-
-    def ddp_with_one_rank(params):  # the efficiency measured against one rank of the same job
-        rec = ddp(params)[0]
-        rec.update(
-            one_rank_tokens_per_s=1234.0, scaling_efficiency=0.9, efficiency_reference="one rank of this DDP job"
-        )
-        return [rec]
-
-    text = findings_text(build(tmp_path / "b", stage_keys=("fp32", "tf32", "ddp"), extra=ddp_with_one_rank))
-    assert "1.80× one rank of the same DDP job (1,234 tokens/s; the single-GPU row:" in text
-    assert "scaling efficiency 90.0 %" in text
 
 
 def _ddp_row(params):
@@ -210,12 +56,6 @@ def _ddp_row(params):
         init_checksum="same",
     )
     return rec
-
-
-def test_a_measured_ddp_row_gets_a_recommendation_not_not_measured(tmp_path):
-    rep = build(tmp_path, tf32_ms=BASE_MS / 2, stage_keys=("fp32", "tf32", "ddp"), extra=lambda p: [_ddp_row(p)])
-    line = recommendation_for(rep, "DDP across the host's GPUs")
-    assert "not measured" not in line and "2 GPUs" in line and "95.0 %" in line
 
 
 def test_the_ddp_loss_chart_plots_rank_0_next_to_the_configuration_it_replicates(tmp_path, agg_backend):
@@ -331,28 +171,6 @@ def test_charts_are_drawn_with_an_oom_row(tmp_path, agg_backend):
     charts.plot_losses(rep, "tf32")
     names = {p.name for p in (rep.dir / "figures").glob("*.png")}
     assert names == {"throughput.png", "memory.png", "step_spread.png", "loss_tf32.png"}
-
-
-def test_a_lever_whose_previous_stage_was_not_measured_is_not_credited_anywhere(tmp_path):
-    """STAGES="fp32 vocab": the vocab stage adds one lever to flash attention, which this report did
-    not measure. The summary, the recommendations and the comparison all say so, none credits
-    vocab with the four levers between FP32 and it."""
-    from lib.report import compare
-
-    params = tiny_params(stage_keys=("fp32", "vocab"), batch_sizes=BATCHES)
-    recs = [
-        make_record(params, key, b, [BASE_MS * (1 if key == "fp32" else 0.5)] * 5, LOSSES)
-        for key in ("fp32", "vocab")
-        for b in BATCHES
-    ]
-    write_report_dir(tmp_path / "cpu", params, recs)
-    rep = loader.load(tmp_path / "cpu")
-    text = findings_text(rep)
-    assert "**Vocab padded to 50304**: not judged" in text and "Flash attention (SDPA)" in text
-    assert "the previous stage" not in text and "2.00× the speed" not in text
-    assert "not judged" in recommendation_for(rep, "Vocab padded to 50304")
-    effects = compare.lever_effects({"a": rep})
-    assert effects.isna().all().all()
 
 
 def test_the_recommended_code_compiles_the_model_after_converting_it(tmp_path):
@@ -614,39 +432,6 @@ def test_every_chapter_leaves_its_switch_to_the_html():
             assert not any(not hidden and "<!-- view: switch -->" in t for hidden, t in chapter_page.regions(text))
 
 
-def test_the_summary_s_findings_leave_each_stage_s_line_to_its_chapter(tmp_path):
-    rep = _pdf_report(tmp_path)
-    everything, general, per_stage = (
-        prose.findings(rep),
-        prose.findings(rep, stages_too=False),
-        prose.stage_findings(rep),
-    )
-    assert per_stage and all(line in everything for line in per_stage + general)
-    assert not set(per_stage) & set(general) and len(everything) == len(general) + len(per_stage)
-    assert any(line.startswith("**torch.compile**") for line in per_stage)
-
-
-def test_a_lever_s_worth_is_stated_both_ways_in_the_recommendations(tmp_path, monkeypatch):
-    """TF32 2.10x over FP32 in the matrix, worth nothing on top of BF16 at the recommendation (seen on an H100):
-    the recommendation says both, and a lever without which the batch does not fit says that."""
-    from lib.report import ablation_view
-
-    rep = _pdf_report(tmp_path)
-    rows = [
-        {"lever": "TF32", "worth": -0.004, "within_noise": True, "record": {"status": "ok"}},
-        {"lever": "SDPA attention", "worth": None, "within_noise": None, "record": {"status": "oom"}},
-    ]
-    monkeypatch.setattr(ablation_view, "ablation_rows", lambda rep: ({"stage": "compile", "batch_size": 2}, rows))
-    lines = prose.recommendations(rep)
-    tf32 = next(line for line in lines if line.startswith("**TF32**"))
-    assert tf32.startswith("**TF32**: adopt (median 1.25× over FP32 baseline, loss within tolerance)")
-    assert tf32.endswith("on top of the recommendation's other levers (leave-one-out): -0.4 % at B=2, within noise.")
-    flash = next(line for line in lines if line.startswith("**Flash attention"))
-    assert flash.endswith("(leave-one-out): without it B=2 does not fit.")
-    bf16 = next(line for line in lines if line.startswith("**BF16 autocast**"))
-    assert "leave-one-out" not in bf16  # no row: nothing claimed
-
-
 def test_the_cpu_default_s_pdf_holds_the_argument_in_at_most_20_pages(pipeline_ok):
     """Issue: a PDF of at most 20 pages (the committed H100 report's ran to 45, then 28). The CPU default measures every
     stage and chapter of the default depth, so its PDF carries the same sections."""
@@ -734,11 +519,11 @@ def test_the_pdf_keeps_the_method_s_rules_and_leaves_how_things_are_measured_to_
     rep = _pdf_report(tmp_path)
     text = method_text.method_md(rep)
     rules, details = method_text.split(text)
-    for key in ("Stages", "Timing", "MFU", "Loss gate", "Batch size"):
+    for key in method_text.BRIEF:
         assert f"* **{key}**" in rules and f"* **{key}**" not in details, key
-    for key in method_text.DETAILS:
+    for key in ("Stages", "Loss gate", "Parity test", "Isolation", "Energy"):
         assert f"* **{key}**" in details and f"* **{key}**" not in rules, key
-    assert len(rules) + len(details) + 1 == len(text.strip())  # nothing lost: the two parts make the whole
+    assert sorted(rules.split("\n") + details.split("\n")) == sorted(text.strip().split("\n"))  # nothing lost
 
 
 def test_the_throughput_chart_says_a_several_gpu_bar_is_all_its_gpus_together(tmp_path, agg_backend):
@@ -847,24 +632,3 @@ def test_the_batch_sweep_table_is_kept_on_one_page_when_it_fits_one():
     # an A4 page holds 267 mm: under 240 mm, room for the table's header and two rows
     pages = _pdf_pages('<div style="height: 240mm"></div>' + batch_sweep_view.sweep_html(loader.load(H100_ARCHIVE)))
     assert [i for i, page in enumerate(pages) if any(isinstance(b, TableBox) for b in page.descendants())] == [1]
-
-
-def test_the_step_time_stability_line_counts_the_leave_one_out_and_claims_no_outliers(tmp_path):
-    """reports/h200 counted CV above 2 % in 11 of 32 processes and left out the six leave-one-out processes behind
-    page 1's percentages (CV up to 4.5 %), then called the spread outliers, though it was on every compiled stage."""
-    from lib.report import prose
-
-    params = tiny_params(["fp32", "tf32"])
-    recs = [make_record(params, k, 2, [100.0, 100.0, 100.0, 100.0, 100.0, 100.0], [5.0] * 6) for k in params.stages]
-    rep = loader.load(write_report_dir(tmp_path / "r", params, recs))
-    without = make_record(params, "tf32", 2, [90.0, 100.0, 110.0, 90.0, 100.0, 110.0], [5.0] * 6)
-    without.update(variant="without TF32", cv=0.08)
-    rep.evidence["ablation"] = [without]
-    line = prose._stability(rep)
-    assert "in 1 of 3 timed processes" in line and "the leave-one-out at B=2 without TF32 8.0 %" in line
-    assert "outliers" not in line and "judged against the spread between processes" in line
-    # the noisiest named, the rest counted with their range
-    rep.evidence["ablation"] = [{**without, "variant": f"without {k}", "cv": 0.03 + k / 1000} for k in range(9)]
-    line = prose._stability(rep)
-    assert "in 9 of 11 timed processes" in line and line.count("leave-one-out at B=2 without") == prose.SHOWN_NOISY
-    assert "without 8 3.8 %" in line and "and 3 more of 3.0 to 3.2 %" in line

@@ -139,7 +139,7 @@ class Params:
         (evidence.global_batch_tokens), or None when the global batch is not a multiple of the micro-batch's
         tokens: the recipe measures there, and the report says why it does not measure elsewhere."""
         tokens, per_micro = self.evidence.global_batch_tokens, batch * self.run.seq_len
-        return tokens // per_micro if tokens % per_micro == 0 else None
+        return tokens // per_micro if tokens and tokens % per_micro == 0 else None
 
     @classmethod
     def from_dict(cls, data: dict, where: str = "params", lenient: bool = False) -> Params:

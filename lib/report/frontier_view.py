@@ -168,16 +168,8 @@ def recipe_html(rep: Report) -> str:
     if best and rec and (rec["stage"], rec["batch_size"]) != (best["stage"], best["batch"]):
         steps = rep.params.evidence.global_batch_tokens / (rec["batch_size"] * seq)
         note += (
-            " The first row is the fastest verified configuration whose micro-batch divides the global batch; "
-            f"the recommendation, B={rec['batch_size']}, "
-            + (
-                f"does not ({steps:.2f} micro-steps)."
-                if not rep.params.micro_steps(rec["batch_size"])
-                else "divides it too, and was preferred to the faster one for its memory, within noise."
-                if rec.get("chosen_over")
-                else "divides it too, but the recipe was measured before the recommendation moved to it: the "
-                "first row speaks for its own configuration only."
-            )
+            f" The first row was measured for another configuration than the recommendation, B={rec['batch_size']} "
+            f"({steps:.2f} micro-steps): it speaks for its own configuration only."
         )
     if target and best:
         note += (

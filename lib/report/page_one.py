@@ -175,6 +175,12 @@ def lever_table(rep: Report) -> str:
         if batch and recipe and batch != recipe["micro_batch"]
         else ""
     )
+    earlier = [r for r in rep.decided["levers"] if (r["quality"] or {}).get("current_rule") is False]
+    if earlier:
+        lacks += (
+            " Verdicts marked 'by an earlier rule' come from parity tests measured before today's rule (its batch and "
+            "horizon are in section 3): the recipe rests on them until the report is re-measured."
+        )
     return (
         '<table class="levers"><thead><tr><th>Lever</th><th>Decision</th><th>Worth</th>'
         f"<th>Quality (horizon)</th></tr></thead><tbody>{''.join(rows)}</tbody></table>"

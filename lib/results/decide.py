@@ -289,11 +289,11 @@ def recommended(records: list[dict], params: Params, eligible=None) -> dict | No
     """The recommendation, which is the recipe a team trains with: best_config among the micro-batches that reach the
     global batch by whole accumulation steps (Params.micro_steps), and on a profile that names a check stage (the CPU
     default, whose timings are noise) that stage alone, so every chapter is exercised whatever the noise decides."""
-    fixed = getattr(params.evidence, "check_stage", None)
+    fixed, tokens = getattr(params.evidence, "check_stage", None), params.evidence.global_batch_tokens
 
-    def fits(r):
+    def fits(r):  # a report measured before the global batch existed (method 1) recommends any batch
         return (
-            params.micro_steps(r["batch_size"]) is not None
+            (tokens is None or params.micro_steps(r["batch_size"]) is not None)
             and (fixed is None or r["stage"] == fixed)
             and (eligible is None or eligible(r))
         )

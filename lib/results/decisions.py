@@ -183,7 +183,8 @@ def _quality(key: str, checks: dict, df, params: Params) -> dict | None:
             "confidence": c.get("confidence"),
             "held_out": {k: held.get(k) for k in ("mean", "lo", "hi")} if held else None,
             "seeds_needed": parity.seeds_needed(c) if c.get("intervals") and c["verdict"] == parity.UNDECIDED else None,
-            "current_rule": c.get("protocol") != "earlier" and c.get("steps") is not None,
+            # measured by today's rule: paired seeds at the rule's batch (reports/h200-x2's ran at B=64, 43 steps)
+            "current_rule": c.get("protocol") != "earlier" and batch == params.evidence.parity_batch,
         }
     rows = df[(df["stage"] == key) & df["loss_verdict"].notna()]
     if rows.empty:
