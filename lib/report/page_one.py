@@ -43,8 +43,10 @@ def provenance_line(rep: Report) -> str:
 
 
 def _recipe_name(r: dict) -> str:
-    acc = f" × {r['accumulation']}" if (r.get("accumulation") or 1) > 1 else ""
-    return f"{r['title']}, B={r['micro_batch']}{acc}"
+    """'Loss-only forward, B=128 × 4 accumulation steps × 1 GPU': every factor of the global batch named."""
+    acc = r.get("accumulation") or 1
+    steps = f" × {acc} accumulation step{'s' if acc > 1 else ''}" if r.get("accumulation") else ""
+    return f"{r['title']}, B={r['micro_batch']}{steps} × {r['gpus']} GPU{'s' if r['gpus'] > 1 else ''}"
 
 
 def recipe_table(rep: Report) -> str:
@@ -53,7 +55,7 @@ def recipe_table(rep: Report) -> str:
     r = rep.decided["recipe"]
     if r is None:
         return "<p><strong>No recipe:</strong> no configuration completed with its loss verified.</p>"
-    tokens = f"{r['global_batch_tokens']:,}-token batch"
+    tokens = f"{r['global_batch_tokens']:,}-token batch (B sequences of T={r['seq_len']} tokens)"
     side = r["recipe"] or r["micro_batch_alone"]
     rng = (
         f"<br><span class='note'>{side['lo']:,.0f}–{side['hi']:,.0f}, {side['n']} processes</span>"
@@ -87,7 +89,7 @@ def recipe_table(rep: Report) -> str:
         mem,
         budget,
     ]
-    head = ["Recipe (one GPU)", "tokens/s", "× canonical trainer", "MFU (bf16)", "device memory", "time"]
+    head = ["Recipe", "tokens/s", "× canonical trainer", "MFU (bf16)", "device memory", "time"]
     rows = [cells]
     for d in r["ddp"]:
         acc = f" × {d['accumulation']}" if d["accumulation"] > 1 else ""
@@ -106,8 +108,8 @@ def recipe_table(rep: Report) -> str:
         if r["token_budget"]
         else f"At GPT-2's {tokens}"
     ]
-    if not r["cost"]:
-        notes.append("cost: set PRICE_PER_GPU_HOUR")
+    if r["gpu_hours"] and not r["cost"]:
+        notes.append(f"{r['gpu_hours']:,.1f} GPU-hours; PRICE_PER_GPU_HOUR= adds the cost")
     if not r["measured_as_trained"]:
         notes.append(f"tokens/s of B={r['micro_batch']} alone: the global batch was not measured for this recipe")
     if r["memory_saver"]:
@@ -169,6 +171,8 @@ def lever_table(rep: Report) -> str:
         )
     batch, recipe = rep.decided["leave_one_out_batch"], rep.decided["recipe"]
     legend = LEGEND.format(margin=rep.params.evidence.parity_margin, tolerance=rep.params.run.loss_tolerance)
+    floor = rep.decided["noise_floor"]
+    legend += f" Noise: {fmt.pct(floor, 2)} between fresh processes, the widest measured." if floor else ""
     lacks = (
         f" The leave-one-out of these records ran at B={batch}, not the recipe's B={recipe['micro_batch']} (they "
         "were measured before the recommendation was the recipe); a re-measure puts it at the recipe."
@@ -211,8 +215,9 @@ def actions(rep: Report) -> list[str]:
         said = f"stopped undecided after {nxt['seeds_run']} seeds" if q.get("test") == "parity" else "not tested"
         out.append(
             f"<strong>Next</strong> decide {html.escape(nxt['title'])}, {nxt['over_recipe']['ratio']:.2f}× the recipe's "
-            f"stage at B={nxt['over_recipe']['batch']}: its quality test {said}; "
-            f"<code>{html.escape(command)}</code>"
+            f"stage ({html.escape(d['recipe']['title'])}) at B={nxt['over_recipe']['batch']} in the matrix: its quality "
+            f"test {said}. Its parity test with {seeds} seeds, B={nxt['batch']} a step, the reference accumulating "
+            f"{micro} micro-batches: <code>{html.escape(command)}</code>"
         )
     return out
 
@@ -254,7 +259,11 @@ def plot_waterfall(rep: Report):
     ax.set_yticks(y, [s["title"] for s in steps], fontsize=7)
     ax.set_ylim(len(steps) - 0.5, -0.5)
     ax.set_xlim(0, prev * 1.35)
-    ax.set_xlabel(f"speed-up over {steps[0]['title']} (product of each lever's own)", fontsize=7)
+    ax.set_xlabel(
+        f"speed-up over {steps[0]['title']}: the product of each lever's own, each at the largest batch it and the "
+        "stage before it both ran; coloured by the lever's decision in the recipe",
+        fontsize=7,
+    )
     ax.tick_params(axis="x", labelsize=7)
     ax.grid(axis="y", visible=False)
     fig.tight_layout()
