@@ -78,7 +78,10 @@ def ablation_html(rep: Report) -> str:
     p, rec, tps = (full or {}).get("processes"), recommended(rep), decide.throughputs(rep.decisions)
     around = f"{stages.get(full['stage']).title} at B={full['batch_size']}" if full else ""
     if full and rec and (rec["stage"], rec["batch_size"]) != (full["stage"], full["batch_size"]):
-        around += f", which was the recommendation when the ablation ran (now B={rec['batch_size']})"
+        around += (
+            f", the recommendation of the rule this ablation ran under (a micro-batch that need not divide GPT-2's "
+            f"batch); the recipe is now B={rec['batch_size']}"
+        )
     shown = [
         {
             "removed": f"nothing ({around})",

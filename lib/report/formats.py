@@ -48,7 +48,11 @@ def span(values, fmt="{:.2f}×") -> str:
 
 
 def nats(x: float | None) -> str:
-    return "n/a" if x is None else f"{x:+.4f}"
+    """A loss difference in nats, signed; one that rounds to zero reads 0.0000, never -0.0000."""
+    if x is None:
+        return "n/a"
+    text = f"{x:+.4f}"
+    return "0.0000" if text[1:] == "0.0000" else text
 
 
 def tokens(n: float) -> str:

@@ -68,7 +68,7 @@ def recipe_table(rep: Report) -> str:
         versus = (
             f"{r['ratio']:.3f}×<br><span class='note'>{r['ratio_range'][0]:.3f}–{r['ratio_range'][1]:.3f}; "
             f"canonical trainer ({stages.get(b.stage).title}, B={b.batch_size}, plain loop): "
-            f"{canon['median']:,.0f}</span>"
+            f"{canon['median']:,.0f}; the harness by its median step, the plain loop by its wall-clock mean</span>"
         )
     else:
         versus = "not measured at the global batch"
@@ -89,7 +89,7 @@ def recipe_table(rep: Report) -> str:
         mem,
         budget,
     ]
-    head = ["Recipe", "tokens/s", "× canonical trainer", "MFU (bf16)", "device memory", "time"]
+    head = ["Recipe", "tokens/s", "× canonical trainer", "MFU (bf16)", "device peak (NVML)", "time"]
     rows = [cells]
     for d in r["ddp"]:
         acc = f" × {d['accumulation']}" if d["accumulation"] > 1 else ""
@@ -110,7 +110,10 @@ def recipe_table(rep: Report) -> str:
     ]
     if r["gpu_hours"] and not r["cost"]:
         notes.append(f"{r['gpu_hours']:,.1f} GPU-hours; PRICE_PER_GPU_HOUR= adds the cost")
-    if not r["measured_as_trained"]:
+    if r["measured_as_trained"]:
+        st = r["recipe_steps"]
+        notes.append(f"each side timed over {st['timed']} steps of the global batch after {st['warmup']} warm-up steps")
+    else:
         notes.append(f"tokens/s of B={r['micro_batch']} alone: the global batch was not measured for this recipe")
     if r["memory_saver"]:
         m = r["memory_saver"]
@@ -174,8 +177,8 @@ def lever_table(rep: Report) -> str:
     floor = rep.decided["noise_floor"]
     legend += f" Noise: {fmt.pct(floor, 2)} between fresh processes, the widest measured." if floor else ""
     lacks = (
-        f" The leave-one-out of these records ran at B={batch}, not the recipe's B={recipe['micro_batch']} (they "
-        "were measured before the recommendation was the recipe); a re-measure puts it at the recipe."
+        f" The leave-one-out of these records ran at B={batch}, not the recipe's B={recipe['micro_batch']}: they "
+        "were measured under an earlier rule, which recommended micro-batches that need not divide GPT-2's batch."
         if batch and recipe and batch != recipe["micro_batch"]
         else ""
     )
@@ -198,7 +201,8 @@ def actions(rep: Report) -> list[str]:
     out = []
     if d["recipe"]:
         out.append(
-            f"<strong>Use</strong> {html.escape(_recipe_name(d['recipe']))}: <code>from lib.optimal import "
+            f"<strong>Use</strong> {html.escape(_recipe_name(d['recipe']))}, every lever marked adopt or neutral "
+            "above: <code>from lib.optimal import "
             f"optimal_config</code> or reports/{html.escape(rep.dir.name)}/recommended.json."
         )
     skip = [r["title"] for r in d["levers"] if r["decision"] == "skip"]
@@ -252,16 +256,25 @@ def plot_waterfall(rep: Report):
             ax.text(prev, i, "  not measured", va="center", fontsize=7)
             continue
         colour = fmt.DECISIONS.get(decision.get(s["stage"]), ("", "#4c72b0"))[1] if i else "#4c72b0"
-        ax.barh(i, s["cumulative"] - prev if i else 1.0, left=prev if i else 0.0, color=colour, height=0.6)
-        label = f"{s['cumulative']:.2f}×" + (f"  ({s['ratio']:.2f}× at B={s['batch']})" if i else "")
+        left, width = (min(prev, s["cumulative"]), abs(s["cumulative"] - prev)) if i else (0.0, 1.0)
+        ax.barh(i, width, left=left, color=colour, height=0.6, hatch=None if s.get("direct", True) else "///")
+        label = f"{s['cumulative']:.2f}×" + (
+            (
+                f" at B={s['batch']}"
+                if s.get("direct", True)
+                else f", chained: {s['ratio']:.2f}× over the one above at B={s['batch']}"
+            )
+            if i
+            else ""
+        )
         ax.text(max(s["cumulative"], prev), i, "  " + label, va="center", fontsize=7)
         prev = s["cumulative"]
     ax.set_yticks(y, [s["title"] for s in steps], fontsize=7)
     ax.set_ylim(len(steps) - 0.5, -0.5)
-    ax.set_xlim(0, prev * 1.35)
+    ax.set_xlim(0, max(x["cumulative"] or 0 for x in steps) * 1.6)
     ax.set_xlabel(
-        f"speed-up over {steps[0]['title']}: the product of each lever's own, each at the largest batch it and the "
-        "stage before it both ran; coloured by the lever's decision in the recipe",
+        f"speed-up over {steps[0]['title']} as the matrix measures it (at the batch named); hatched: a stage the first "
+        "never ran beside, chained by its ratio over the one above. Colour: the lever's decision in the recipe",
         fontsize=7,
     )
     ax.tick_params(axis="x", labelsize=7)

@@ -1,5 +1,5 @@
 """Decisions from the records: the tidy table every chapter reads, which stages held their loss, and
-the recommended configuration (fastest verified, the least memory among those within noise)."""
+the recommendation (the fastest verified micro-batch that reaches the global batch: the recipe)."""
 
 from __future__ import annotations
 
