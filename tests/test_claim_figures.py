@@ -262,9 +262,9 @@ def test_the_fp8_claim_names_the_size_sweep_and_where_fp8_starts_to_pay():
     }
     v = _verdict("fp8-hopper", _df({"compile": 100.0, "fp8_torchao": 120.0}), facts, noise=0.01)
     assert v["verdict"] == "contradicted" and v["figure"]["form"] == "fp8_torchao"
-    assert (
-        "FP8 linear layers: not measured, left to the full report (make report GPU=h100 DEPTH=full CHAPTERS=fp8)"
-        in v["measured"]
+    assert (  # the hand-written layers, named apart from torchao's, and why the default depth left them out
+        "FP8 linear layers (hand-written): not measured at the default depth, left to DEPTH=full (make report "
+        "GPU=h100 DEPTH=full CHAPTERS=fp8)" in v["measured"]
     )
     assert "FP8 lm_head (torchao): not measured, not among this report's stages" in v["measured"]
     assert (
@@ -275,7 +275,8 @@ def test_the_fp8_claim_names_the_size_sweep_and_where_fp8_starts_to_pay():
         "FP8 lm_head (torchao) gpt2 1.01×, gpt2-medium not measured (oom: out of memory) (faster beyond noise at no size)"
         in v["measured"]
     )
-    assert "FP8 linear layers not measured at any size (not applicable: no FP8)" in v["measured"]
+    assert "FP8 linear layers (hand-written) not measured at any size (not applicable: no FP8)" in v["measured"]
+    assert "the size sweep: not measured" not in v["measured"]
 
 
 @pytest.mark.parametrize(
@@ -313,7 +314,42 @@ def test_a_faster_undecided_form_does_not_hide_a_slower_form_that_confirms():
     assert v["verdict"] == "confirmed" and v["figure"]["form"] == "fp8_torchao"
     assert (
         _verdict("fp8-2x-step", df, facts, noise=0.01)["figure"]["form"] == "fp8_head"
-    )  # both fall short: the fastest
+    )  # both fall short: the larger speed-up
+
+
+@pytest.mark.parametrize(
+    "classifier_ms, rests_on",
+    [
+        # reports/h100: the classifier (over the FP8 lm_head) runs faster, 1.04x on 1.04x, its own speed-up smaller
+        (92.5, "fp8_head"),
+        (90.0, "fp8_classifier"),  # its speed-up over the FP8 lm_head now the larger
+    ],
+)
+def test_the_fp8_verdict_rests_on_the_largest_speed_up_of_the_best_word_and_names_it(classifier_ms, rests_on):
+    """Both forms undecided: the row called the FP8 lm_head "the fastest form with the best verdict" while the
+    classifier ran more tokens/s. The rule picks by speed-up over the stage a form is added to; the cell names that
+    form first, with that stage, and states no rule of its own (claims.RULES states it once)."""
+    df = _df({"loss_only": 100.0, "fp8_head": 96.0, "fp8_classifier": classifier_ms})
+    why = "its parity test could not decide"
+    facts = {"not_held": {"fp8_head": why, "fp8_classifier": why}, "undecided": {"fp8_head", "fp8_classifier"}}
+    v = _verdict("fp8-2x-step", df, facts, noise=0.01)
+    assert v["verdict"] == "fell short" and v["figure"]["form"] == rests_on
+    first = {"fp8_head": "FP8 lm_head (torchao) over Loss-only forward: 1.04×", "fp8_classifier": "FP8 classifier"}
+    assert v["measured"].startswith(first[rests_on]) and "fastest" not in v["measured"]
+    assert "FP8 classifier (fused) over FP8 lm_head (torchao)" in v["measured"]
+    assert "largest speed-up, over the stage it is added to, of the forms earning the best verdict" in claims.RULES
+
+
+def test_each_fp8_form_is_named_by_its_title_with_what_tells_it_from_another():
+    """A reviewer read "FP8 linear layers (torchao): 0.92x; FP8 linear layers: not measured" as one form twice."""
+    names = claim_figures.form_names(["fp8", "fp8_torchao", "fp8_head", "fp8_classifier"])
+    assert names == {
+        "fp8": "FP8 linear layers (hand-written)",
+        "fp8_torchao": "FP8 linear layers (torchao)",
+        "fp8_head": "FP8 lm_head (torchao)",
+        "fp8_classifier": "FP8 classifier (fused)",
+    }
+    assert claim_figures.form_names(["fp8", "fp8_head"])["fp8"] == "FP8 linear layers"  # no other form to tell apart
 
 
 def test_every_fp8_form_is_repeated_so_its_verdict_can_tell_it_from_noise():

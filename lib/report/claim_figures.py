@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import re
 
-import numpy as np
 import pandas as pd
 
 from lib.core import stages
@@ -91,53 +90,74 @@ def per_batch(df: pd.DataFrame, claim: dict) -> pd.Series:
     return pd.Series(vals, dtype=float)
 
 
+def title(key: str) -> str:
+    """A stage as a reader knows it: its title, never its key (a reviewer found fp8_torchao in the PDF)."""
+    return stages.get(key).title
+
+
+def pair_text(stage: str, versus: str) -> str:
+    return f"{title(stage)} vs {title(versus)}"
+
+
+def form_names(keys: list[str]) -> dict[str, str]:
+    """Each FP8 form's name: its stage title, followed by its implementation (its package, else hand-written) where
+    the title alone would read as another form's (FP8 linear layers beside FP8 linear layers (torchao))."""
+    titles = {k: title(k) for k in keys}
+    base = {k: re.sub(r" \([^)]*\)$", "", t) for k, t in titles.items()}
+    clash = {k for k in keys if titles[k] == base[k] and list(base.values()).count(base[k]) > 1}
+    return {k: f"{t} ({stages.get(k).package or 'hand-written'})" if k in clash else t for k, t in titles.items()}
+
+
 def why_unmeasured(df: pd.DataFrame, claim: dict) -> str:
     ok = df[df["status"] == "ok"]
     timed = [set(ok[ok["stage"] == s]["batch_size"]) for s in (claim["stage"], claim["versus"])]
+    a, b = title(claim["stage"]), title(claim["versus"])
     if timed[0] & timed[1]:
         if claim["metric"] == "loss_gate":
-            return f"no loss gate of {claim['stage']} against {claim['versus']} was computed"
+            return f"no loss gate of {a} against {b} was computed"
         return NO_LAYER.get(claim.get("layer"), f"the {claim.get('layer')} memory layer was not recorded")
     other = df[df["stage"].isin([claim["stage"], claim["versus"]]) & (df["status"] != "ok")]
-    return f"no batch size where both {claim['stage']} and {claim['versus']} have a timing" + "".join(
-        f"; {r.stage} at B={r.batch_size}: {str(r.status).replace('_', ' ')}" for r in other.itertuples()
+    return f"no batch size where both {a} and {b} have a timing" + "".join(
+        f"; {title(r.stage)} at B={r.batch_size}: {str(r.status).replace('_', ' ')}" for r in other.itertuples()
     )
 
 
 def _left_out(facts: dict | None, key: str) -> str | None:
-    """Why the report did not run stage or chapter `key`, if it left it out."""
+    """Why stage or chapter `key` is not measured, in words that start "not measured", where the report did not run
+    it: what the default depth leaves to DEPTH=full (lib/core/config.py not_run), with the command that runs it."""
     left = next((n for n in (facts or {}).get("not_run", []) if n["key"] == key), None)
     if left:
-        return f"left to the full report ({left['command']})"
-    return (
-        None if key in (facts or {}).get("stages", [key]) or key == "size_sweep" else "not among this report's stages"
-    )
+        to = "" if left.get("kind") == "chapter" else ", left to DEPTH=full"
+        return f"not measured at the default depth{to} ({left['command']})"
+    if key in (facts or {}).get("stages", [key]) or key == "size_sweep":
+        return None
+    return "not measured, not among this report's stages"
 
 
 def forms(keys: list[str], df: pd.DataFrame, facts: dict | None) -> tuple[list[dict], list[str]]:
-    """Each FP8 form (a stage) against the stage it is added to at the report's model, fastest first:
-    [{stage, versus, values: its speed-up per batch size}], and for each form without a figure, why."""
-    measured, missing = [], []
+    """Each FP8 form (a stage) against the stage it is added to at the report's model, in the claim's order:
+    [{stage, versus, name (form_names), values: its speed-up per batch size}], and for each form without a figure,
+    why. Which one a verdict rests on is claim_kinds.forms's."""
+    measured, missing, names = [], [], form_names(keys)
     for key in keys:
         pair = {"metric": "speedup", "stage": key, "versus": decide.previous_stage(key)}
         values = per_batch(df, pair)
         if values.empty:
-            missing.append(
-                f"{stages.get(key).title}: not measured, " + (_left_out(facts, key) or why_unmeasured(df, pair))
-            )
+            missing.append(f"{names[key]}: " + (_left_out(facts, key) or f"not measured, {why_unmeasured(df, pair)}"))
         else:
-            measured.append({**pair, "values": values})
-    return sorted(measured, key=lambda f: -round(float(np.median(f["values"])), 9)), missing  # ties keep form order
+            measured.append({**pair, "name": names[key], "values": values})
+    return measured, missing
 
 
-def sizes(facts: dict | None) -> str:
-    """The size sweep's FP8 forms, each over the same size without FP8, and from which size each is
-    faster beyond its size's noise (size_sweep_view.crossover)."""
+def sizes(facts: dict | None, names: dict | None = None) -> str:
+    """The size sweep's FP8 forms (variants by stage title; `names`: {title: the form's name}), each over the same
+    size without FP8, and from which size each is faster beyond its size's noise (size_sweep_view.crossover)."""
     s = (facts or {}).get("sizes")
     if not s:
-        return "the size sweep: not measured, " + (_left_out(facts, "size_sweep") or "no record of it in this report")
+        return "the size sweep: " + (_left_out(facts, "size_sweep") or "not measured, no record of it in this report")
     out = []
     for form, series in s["series"].items():
+        form = (names or {}).get(form, form)
         if all(r is None for _, r, _ in series):
             out.append(f"{form} not measured at any size ({series[0][2]})")
             continue
@@ -157,7 +177,7 @@ def compiled_padding(df: pd.DataFrame, facts: dict | None, variant: str) -> tupl
         return "not measured, " + (f"its run ended {var['status']}" if var else "no record of it in this report")
     padded = df[(df["stage"] == var["stage"]) & (df["batch_size"] == var["batch_size"]) & (df["status"] == "ok")]
     if padded.empty:
-        return f"not measured, no {var['stage']} timing at B={var['batch_size']}"
+        return f"not measured, no {title(var['stage'])} timing at B={var['batch_size']}"
     return var["median_ms"] / float(padded["median_ms"].iloc[0]), var["batch_size"]
 
 
@@ -229,7 +249,7 @@ def sdpa_measured(sdpa: list | None) -> str:
     if not sdpa:
         return "the report forced no SDPA backend (results/sdpa is empty)"
     recs = sorted(sdpa, key=lambda r: -(r.get("tokens_per_s") or 0))
-    return f"the {recs[0]['stage']} stage with each SDPA backend forced at B={recs[0]['batch_size']}: " + ", ".join(
+    return f"{title(recs[0]['stage'])} with each SDPA backend forced at B={recs[0]['batch_size']}: " + ", ".join(
         f"{r['variant'].removeprefix('SDPA ')} "
         + (f"{r['tokens_per_s']:,.0f} tok/s" if r["status"] == "ok" else r["status"].replace("_", " "))
         for r in recs

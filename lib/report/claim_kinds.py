@@ -25,7 +25,7 @@ from lib.report.claim_judge import (
     per_batch_text,
     range_text,
 )
-from lib.results import decide, stats
+from lib.results import stats
 
 
 def _no_sweep(gemm: dict | None, what: str) -> str:
@@ -47,16 +47,17 @@ def pair(claim: dict, df: pd.DataFrame, ev: dict) -> dict:
     rest's (`explain`), the measured cause of a figure that differs between GPUs of one family."""
     metric, stage, versus, facts = claim["metric"], claim["stage"], claim["versus"], ev["facts"] or {}
     layer = f", {claim['layer'].replace('_', ' ')} memory" if metric == "memory_change" else ""
-    out = {"check": f"{stage} vs {versus}{layer}: {range_text(metric, claim['expect'])}", "beside": [], "why": ""}
-    values = claim_figures.per_batch(df, claim)
-    text = f"{per_batch_text(metric, values)}{layer} ({stage} vs {versus})" if not values.empty else ""
+    check = f"{claim_figures.pair_text(stage, versus)}{layer}: {range_text(metric, claim['expect'])}"
+    out = {"check": check, "beside": [], "why": ""}
+    values = claim_figures.per_batch(df, claim)  # the pair is the check's, named once
+    text = f"{per_batch_text(metric, values)}{layer}" if not values.empty else ""
     noise = ev["band"](stage, versus)
     eager = figure(text, metric, float(np.median(values)), claim["expect"], noise) if text else None
     out["figure"], out["pair"] = eager, (stage, versus) if metric in ("speedup", "time_change") else None
     out["why"] = "" if eager else claim_figures.why_unmeasured(df, claim)
     if claim.get("compiled"):
         got = claim_figures.compiled_padding(df, facts, claim["compiled"])
-        where = "compiled (the compile stage, unpadded vs padded"
+        where = f"compiled ({claim_figures.title('compile')}, unpadded vs padded"
         compiled = None
         if not isinstance(got, str):
             text = f"{got[0]:.2f}× at B={got[1]} {where})"
@@ -164,25 +165,31 @@ def alignment(claim: dict, df: pd.DataFrame, ev: dict) -> dict:
 
 
 def loss_gate(claim: dict, df: pd.DataFrame, tolerance: float | None) -> dict:
-    """The report's loss gate of the claim's stage against its loss reference (decide.table):
-    held at every batch size confirms "no measurable impact", failed at any contradicts it."""
+    """The report's loss gate of the claim's stage against its loss reference (decide.table) at each batch size it
+    was computed at, named in the check (a reviewer read "every batch size" where TF32 ran at one): held at each
+    confirms "no measurable impact", failed at any contradicts it; where the stage did not run, and why, follows."""
     tol = f" of {tolerance:g} nats" if tolerance is not None else ""
+    gated = df[(df["stage"] == claim["stage"]) & (df["status"] == "ok")]
+    gated = gated[gated["loss_verdict"].notna()] if "loss_verdict" in df else gated.iloc[:0]
+    at = f"B={', '.join(map(str, gated['batch_size']))}" if len(gated) else "each batch size both ran"
     out = {
-        "check": f"{claim['stage']} vs {claim['versus']}: the loss gate holds at every batch size (5-step average "
-        f"of the loss difference after warm-up within the report's tolerance{tol})",
+        "check": f"{claim_figures.pair_text(claim['stage'], claim['versus'])}: the loss gate holds at {at} (5-step "
+        f"average of the loss difference after warm-up within the report's tolerance{tol})",
         "figure": None,
         "beside": [],
     }
-    gated = df[(df["stage"] == claim["stage"]) & (df["status"] == "ok")]
-    gated = gated[gated["loss_verdict"].notna()] if "loss_verdict" in df else gated.iloc[:0]
     if gated.empty:
         return {**out, "why": claim_figures.why_unmeasured(df, claim)}
     worst = gated.loc[gated["loss_gap"].idxmax()]
     failed = list(gated[gated["loss_verdict"].isin(stats.GATE_FAILS)]["batch_size"])
-    text = f"largest gap {worst.loss_gap:.4f} nats (B={worst.batch_size}); the gate " + (
-        f"failed at B={', '.join(map(str, failed))}"
-        if failed
-        else f"held at B={', '.join(map(str, gated['batch_size']))}"
+    skipped = df[(df["stage"] == claim["stage"]) & (df["status"] != "ok")]  # where it ran no gate
+    text = (
+        f"largest gap {worst.loss_gap:.4f} nats (B={worst.batch_size}); the gate "
+        + (f"failed at B={', '.join(map(str, failed))}" if failed else f"held at {at}")
+        + "".join(
+            f" ({claim_figures.title(r.stage)} at B={r.batch_size}: {str(r.status).replace('_', ' ')})"
+            for r in skipped.itertuples()
+        )
     )
     within = (gated["loss_verdict"] == "within noise").any()
     word = CONTRADICTED if failed else WITHIN_NOISE if within else CONFIRMS[0]
@@ -246,38 +253,46 @@ def attention(claim: dict, ev: dict) -> dict:
     }
 
 
+def rests_on(form: dict) -> tuple:
+    """The order of an FP8 claim's forms, the first the one its verdict rests on (stated once, here; claims.RULES
+    and params/claims.yaml `forms` say it in words): the best word, then the largest speed-up over the stage it is
+    added to (a tie keeps the claim's order); a form not counted has no word and comes after."""
+    return RANK.get(form.get("word"), len(RANK)), -round(form["value"], 9)
+
+
 def forms(claim: dict, df: pd.DataFrame, ev: dict) -> dict:
     """A claim about FP8 on every FP8 form and size the report measured (params/claims.yaml states the rule): a form
     its parity test found worse is not counted; each other earns a word by its figure, a confirming one becoming
-    undecided where its parity test could not decide; the verdict is the best word, on the fastest form earning it.
-    The other forms, the ones not measured and the size sweep are beside it."""
-    metric, facts = claim["metric"], ev["facts"] or {}
-    pairs = ", ".join(f"{k} vs {decide.previous_stage(k)}" for k in claim["forms"])
-    out = {"check": f"each FP8 form against the stage it is added to ({pairs}): {range_text(metric, claim['expect'])}"}
+    undecided where its parity test could not decide; the verdict rests on the first form by rests_on. The other
+    forms, the ones not measured and the size sweep are beside it. Each form is named as claim_figures.form_names."""
+    metric, facts, names = claim["metric"], ev["facts"] or {}, claim_figures.form_names(claim["forms"])
+    out = {"check": f"each FP8 form over the stage it is added to: {range_text(metric, claim['expect'])}"}
     out.update(figure=None, pair=None)
-    measured, missing = claim_figures.forms(claim["forms"], df, facts)  # fastest first
-    not_held, undecided, counted, beside = facts.get("not_held") or {}, facts.get("undecided") or set(), [], []
+    measured, missing = claim_figures.forms(claim["forms"], df, facts)
+    not_held, undecided, judged = facts.get("not_held") or {}, facts.get("undecided") or set(), []
     for f in measured:
-        text = f"{stages.get(f['stage']).title}: {per_batch_text(metric, f['values'])}"
+        text = f"{f['name']} over {claim_figures.title(f['versus'])}: {per_batch_text(metric, f['values'])}"
+        value = float(np.median(f["values"]))
         if f["stage"] in not_held and f["stage"] not in undecided:  # found worse: not one to train with
-            value, why = float(np.median(f["values"])), not_held[f["stage"]]
-            beside.append({"text": f"{text}, not counted: {why}", "form": f["stage"], "value": value, "counted": False})
+            text = f"{text}, not counted: {not_held[f['stage']]}"
+            judged.append({"text": text, "form": f["stage"], "value": value, "counted": False})
             continue
-        got = figure(text, metric, float(np.median(f["values"])), claim["expect"], ev["band"](f["stage"], f["versus"]))
+        got = figure(text, metric, value, claim["expect"], ev["band"](f["stage"], f["versus"]))
         if f["stage"] in undecided:  # its loss may yet fail: a confirming word waits on it, any other stands
             why = not_held.get(f["stage"], "its parity test could not decide")
             got.update(text=f"{text}, {why}", word=UNDECIDED if got["word"] in CONFIRMS else got["word"])
-        counted.append({**got, "form": f["stage"], "versus": f["versus"]})
-    if counted:
-        best = min(counted, key=lambda f: RANK[f["word"]])  # the best word, on the fastest form (min keeps the first)
-        model = facts.get("model", "the report's model")
-        text = f"{best['text']} (the fastest form with the best verdict, at {model})"
-        out.update(figure={**best, "text": text}, pair=(best["form"], best["versus"]))
-        # the other forms' figures, each with the word it earns as data (`earns`), not shown
-        others = [{k: v for k, v in f.items() if k != "word"} | {"earns": f["word"]} for f in counted if f is not best]
-        beside = others + beside
+        judged.append({**got, "form": f["stage"], "versus": f["versus"]})
+    judged.sort(key=rests_on)
+    best = judged[0] if judged and "word" in judged[0] else None
+    if best:
+        out.update(figure=best, pair=(best["form"], best["versus"]))
+    # the other forms' figures, each with the word it earns as data (`earns`), not shown
+    beside = [{k: v for k, v in f.items() if k != "word"} | {"earns": f["word"]} if "word" in f else f for f in judged]
+    names_by_title = {claim_figures.title(k): n for k, n in names.items()}
     return {
         **out,
-        "beside": beside + [{"text": m} for m in missing] + [{"text": claim_figures.sizes(facts)}],
-        "why": "" if counted else "every FP8 form measured was found worse" if measured else "no FP8 form has a figure",
+        "beside": beside[1 if best else 0 :]
+        + [{"text": m} for m in missing]
+        + [{"text": claim_figures.sizes(facts, names_by_title)}],
+        "why": "" if best else "every FP8 form measured was found worse" if measured else "no FP8 form has a figure",
     }

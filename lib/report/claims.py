@@ -152,12 +152,13 @@ def sources_html(path=CLAIMS) -> str:
 
 # The rules behind the figure a verdict rests on, stated once (params/claims.yaml states them in full).
 RULES = (
-    "A measured cell gives first the figure the verdict rests on, then in small type the others. A padding claim is "
-    "judged on the recommendation's stack (compiled, where it is), the eager figure beside; a claim about FP8 on the "
-    "best verdict of a form its parity test did not find worse (undecided where only a form whose test could not "
-    "decide would confirm it); a claim that names an implementation only where that one ran. Each GPU is judged on "
-    "its own figure; beside TF32's, its GEMM time and the rest of the step, which TF32 leaves: the measured cause "
-    "where two GPUs of one family differ."
+    "A cell gives first the figure the verdict rests on (its stages in the check), then in small type the others. A "
+    "padding claim is judged on the recommendation's stack (compiled, where it is), the eager figure beside; a claim "
+    "about FP8 on the largest speed-up, over the stage it is added to, of the forms earning the best verdict (one its "
+    "parity test found worse not counted; undecided where only a form whose test could not decide would confirm it); "
+    "a claim that names an implementation only where that one ran. Each GPU is judged on its own figure; beside "
+    "TF32's, its GEMM time and the rest of the step, which TF32 leaves: the measured cause where two GPUs of one "
+    "family differ."
 )
 
 
