@@ -156,7 +156,7 @@ def test_lm_head_kernel_claim_flips_with_the_data():
     claim = next(c for c in claims.load()["claims"] if c["metric"] == "kernels")
     df = decide.table([], ["fp32"])
     slow = claims.verdict(claim, df, "h100", "cuda", _gemm("cutlass_align1", "nvjet_tst", 29.9, 5.4))
-    assert slow["verdict"] == "confirmed" and "5.54× the time" in slow["measured"]
+    assert slow["verdict"] == claim_judge.EXCEEDED and "5.54× the time" in slow["measured"]  # claimed 30-40 % slower
     same = claims.verdict(claim, df, "h100", "cuda", _gemm("nvjet_tst", "nvjet_tst", 5.5, 5.4))
     assert same["verdict"] == claim_judge.CONTRADICTED and "kernels identical" in same["measured"]
     fast = claims.verdict(claim, df, "h100", "cuda", _gemm("cutlass_align1", "nvjet_tst", 5.45, 5.4))
