@@ -105,6 +105,7 @@ def main(argv=None) -> int:
                 model=given.get("MODEL") or None,
                 depth=given.get("DEPTH") or None,
             )
+            pipeline.check_device(given.get("GPU") or None)
             return 0
         except (config.ConfigError, data.DataError) as e:
             print(f"error: {e}")

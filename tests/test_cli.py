@@ -151,6 +151,27 @@ def test_every_chapter_has_its_own_text_and_every_view_it_names_exists():
         assert all(all(a in stages.STAGES for a in p[2]) for p in plan if p[0] == "view"), key  # arguments are stages
 
 
+# GPT-2's figures: its vocabulary, padded vocabulary, padding rows, width and global batch
+GPT2_FIGURES = ("50257", "50304", "47 rows", "47 extra", "768", "3072", "524,288", "524288")
+
+
+def test_stage_texts_and_chapters_name_gpt2s_figures_only_as_gpt2s():
+    """The CPU default's tiny model (vocabulary 1000 padded to 1024, a 512-token global batch: params/cpu.yaml) was
+    described with GPT-2's figures ('GPTConfig(vocab_size=50304)  # 47 rows that are never targets', 'the recommendation
+    at GPT-2's 524,288-token batch'). A stage's lever and switch name no model's figures; a chapter names GPT-2's only
+    in a clause that says they are GPT-2's."""
+    import re
+
+    for st in stages.STAGES.values():
+        for text in (st.lever, st.switch):
+            assert not any(f in text for f in GPT2_FIGURES), (st.key, text)
+    for key, chapter in chapters.CHAPTERS.items():
+        text = " ".join(chapter.text.read_text().split())
+        for clause in re.split(r"(?<=[.;:])\s", text):
+            named = [f for f in GPT2_FIGURES if f in clause]
+            assert not named or "GPT-2" in clause, (key, named, clause)
+
+
 def test_a_view_the_registry_lacks_is_an_error_that_lists_the_views():
     from lib.report import chapter_page
 
@@ -221,6 +242,22 @@ def test_a_bad_input_to_make_report_is_the_last_line_printed(var, value, message
     lines = [ln for ln in (proc.stdout + proc.stderr).splitlines() if ln.strip()]
     assert proc.returncode == 2 and message in lines[-1], describe_proc(proc)
     assert not any("run phase" in ln for ln in lines)
+
+
+def test_a_profile_for_another_backend_is_refused_by_make_in_one_line():
+    """`make report GPU=h100` on a machine without a CUDA device printed three lines (setup's data line, the
+    refusal, make's 'Error 2'): the early check looks at the device where GPU= names a profile, and the refusal is
+    all that is printed."""
+    import torch
+
+    if not any((ROOT / stamp).exists() for stamp in (".venv/.stamp", ".deps/.stamp")):
+        pytest.skip("make checks inputs early once its environment exists (make test creates it first)")
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a CUDA device")
+    proc = _make("report", "GPU=h100")
+    lines = [ln for ln in (proc.stdout + proc.stderr).splitlines() if ln.strip()]
+    assert proc.returncode == 2 and len(lines) == 1, describe_proc(proc)
+    assert "profile 'h100' is for cuda devices" in lines[0] and "OVERRIDE" not in lines[0]
 
 
 # ---------------------------------------------------------------- the DDP stage's nodes

@@ -335,3 +335,54 @@ def test_a_stage_is_data_the_core_applies_its_backend_flags_and_compile_mode(mon
         torch.backends.cudnn.benchmark = before
     with pytest.raises(ValueError, match="under torch"):
         step.build(params, dataclasses.replace(lever, backend_flags=(("os.environ", 1),)), "cpu")
+
+
+def _crosscheck_report(tmp_path, plain_mean_ms: float, synced_ms: list[float], harness_ms=(100.0, 101.0, 99.0)):
+    """A report of one configuration timed by the harness and by the plain loop, from chosen step times."""
+    from conftest import write_report_dir
+
+    from lib.report import loader
+
+    params = tiny_params(["fp32"])
+    rec = make_record(params, "fp32", 2, list(harness_ms) * 2, [6.0, 5.9, 5.8, 5.7, 5.6, 5.5])
+    d = write_report_dir(tmp_path / "cpu", params, [rec])
+    plain = {
+        "schema_version": store.SCHEMA_VERSION,
+        "kind": "plain",
+        "stage": "fp32",
+        "batch_size": 2,
+        "status": "ok",
+        "ms_per_step": plain_mean_ms,
+        "synced_step_ms": synced_ms,
+        "synced_median_ms": float(sorted(synced_ms)[len(synced_ms) // 2]),
+    }
+    store.write_atomic(d / "results" / "crosscheck" / "fp32__b2.json", plain)
+    return loader.load(d)
+
+
+def test_a_crosscheck_inside_the_plain_loops_own_noise_is_no_failure(tmp_path):
+    """The CPU default on a loaded 2-core machine: the plain loop's unsynchronised steps ran 11x slower than its
+    synchronised ones (the same steps on a CPU), so a -91 % difference says nothing about the harness; it read as a
+    bold red 'Cross-check failed' on a run that exited 0."""
+    from lib.report import fidelity_view
+
+    rep = _crosscheck_report(tmp_path, plain_mean_ms=1100.0, synced_ms=[95.0, 100.0, 105.0, 98.0, 102.0])
+    (row,) = fidelity_view.crosscheck_rows(rep)
+    assert row["difference"] < -0.9 and row["verdict"] == "within noise" and row["noise"] > abs(row["difference"])
+    finding = fidelity_view.crosscheck_finding(rep)
+    assert "failed" not in finding and 'class="bad"' not in finding and "within noise" in finding
+    assert 'class="bad"' not in fidelity_view.crosscheck_html(rep)
+
+
+def test_a_crosscheck_beyond_both_sides_noise_fails(tmp_path):
+    """Steady steps on both sides (a GPU's): 20 % apart is beyond their noise, and the report says so in red."""
+    from lib.report import fidelity_view
+
+    rep = _crosscheck_report(tmp_path, plain_mean_ms=83.0, synced_ms=[83.0, 84.0, 83.5, 84.2, 83.8])
+    (row,) = fidelity_view.crosscheck_rows(rep)
+    assert row["verdict"] == "differs" and row["noise"] < 0.03
+    assert "Cross-check failed" in fidelity_view.crosscheck_finding(rep)
+    assert 'class="bad"' in fidelity_view.crosscheck_html(rep)
+    close = _crosscheck_report(tmp_path / "b", plain_mean_ms=99.0, synced_ms=[100.0, 100.5, 101.0, 100.2, 100.8])
+    assert fidelity_view.crosscheck_rows(close)[0]["verdict"] == "matches"
+    assert fidelity_view.crosscheck_finding(close).startswith("**Cross-check**: the harness's step time is within 3 %")

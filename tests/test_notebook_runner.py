@@ -3,6 +3,7 @@ the summary, which spans them, runs after all of them."""
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 
@@ -18,7 +19,7 @@ def test_chapters_drawn_side_by_side_come_back_in_order_with_their_failures(tmp_
     running, most, calls = set(), [0], []
     lock = threading.Lock()
 
-    def fake(src, dest, parameters):
+    def fake(src, dest, parameters, inputs=None):
         key = parameters.get("chapter", "summary")
         with lock:
             running.add(key)
@@ -32,12 +33,76 @@ def test_chapters_drawn_side_by_side_come_back_in_order_with_their_failures(tmp_
 
     monkeypatch.setattr(notebook_runner, "run_notebook", fake)
     monkeypatch.setattr(notebook_runner.os, "cpu_count", lambda: 2)
-    failures, done, timings = notebook_runner.draw(tmp_path, params)
-    assert [d.name for d in done] == [c.notebook for c in order]
+    failures, done, timings, kept = notebook_runner.draw(tmp_path, params)
+    assert [d.name for d in done] == [c.notebook for c in order] and not kept
     assert failures[0] == f"{order[1].notebook}: broken"
     assert most[0] == 2  # two at a time
     assert calls[-1] == ("summary", {"summary"})  # alone, after every chapter
     assert set(timings) == {c.key for c in order} | {"summary"}
+
+
+def test_a_notebook_drawn_from_unchanged_inputs_is_kept(tmp_path, monkeypatch, capsys):
+    """A resume that measured nothing re-ran every notebook (about 60 s on two cores): a notebook whose records,
+    params, run.json's measuring account and code are those it was drawn from is kept, and the report with it."""
+    from conftest import write_report_dir
+
+    from lib.results import store
+
+    params = tiny_params(["fp32", "tf32"], batch_sizes=(2,))
+    report_dir = write_report_dir(tmp_path / "cpu", params, [])
+    store.write_atomic(report_dir / "run.json", {"state": "completed", "timings_s": {"fp32": 1.0}})
+    code = tmp_path / "code.py"
+    code.write_text("x = 1\n")
+    monkeypatch.setattr(notebook_runner, "CODE", (str(code),))
+    monkeypatch.delenv("PRICE_PER_GPU_HOUR", raising=False)
+    ran = []
+
+    def fake(src, dest, parameters, inputs=None):
+        ran.append(dest.name)
+        dest.write_text(json.dumps({"cells": [], "metadata": {}}))
+        notebook_runner._stamp(dest, inputs)
+
+    monkeypatch.setattr(notebook_runner, "run_notebook", fake)
+    every = [c.notebook for c in chapters.order(params.stages, params.chapters)] + ["summary.ipynb"]
+
+    def draw() -> tuple[list[str], bool]:
+        ran.clear()
+        *_, kept = notebook_runner.draw(report_dir, params)
+        return sorted(ran), kept
+
+    assert draw() == (sorted(every), False)
+    assert draw() == ([], True)
+    assert "[notebooks] " + f"{len(every)} of {len(every)} kept" in capsys.readouterr().out
+    # what drawing adds to run.json changes nothing the notebooks read
+    store.write_atomic(
+        report_dir / "run.json",
+        {"state": "completed", "timings_s": {"fp32": 1.0, "html_s": 2.0}, "notebooks_s": {}, "renders": [{}]},
+    )
+    assert draw() == ([], True)
+    for change in (
+        lambda: store.write_atomic(report_dir / "results" / "tf32__b2.json", {"stage": "tf32"}),  # a record
+        lambda: code.write_text("x = 2\n"),  # the code that draws them
+        lambda: monkeypatch.setenv("PRICE_PER_GPU_HOUR", "2.5"),  # what the report reads while it draws
+    ):
+        change()
+        assert draw() == (sorted(every), False)
+        assert draw() == ([], True)
+    assert notebook_runner.draw(report_dir, params, keep=False)[-1] is False  # make render draws afresh
+
+
+def test_the_report_is_kept_only_where_it_was_exported_after_its_notebooks(tmp_path):
+    notebooks = [tmp_path / "a.ipynb", tmp_path / "summary.ipynb"]
+    for p in notebooks:
+        p.write_text("{}")
+    assert not notebook_runner.exported_from(tmp_path, notebooks)  # no report yet
+    for name in ("report.pdf", "report.html"):
+        (tmp_path / name).write_text("x")
+    assert notebook_runner.exported_from(tmp_path, notebooks)
+    import os
+
+    later = (tmp_path / "report.html").stat().st_mtime + 5
+    os.utime(notebooks[0], (later, later))  # drawn again after the export
+    assert not notebook_runner.exported_from(tmp_path, notebooks)
 
 
 def test_the_closing_line_gives_the_notebooks_wall_time_not_the_sum_of_chapters(pipeline_ok):
@@ -49,3 +114,28 @@ def test_the_closing_line_gives_the_notebooks_wall_time_not_the_sum_of_chapters(
     assert m, pipeline_ok.proc.stdout[-2000:]
     total, measured, drawn = map(int, m.groups())
     assert measured + drawn <= total + 1
+
+
+def test_a_kernel_is_shut_down_without_an_interrupt(monkeypatch):
+    """jupyter_client sends SIGINT to a kernel before asking it to shut down, and ipykernel logged it as
+    '[IPKernelApp] ERROR | KeyboardInterrupt caught in kernel.' on the console of a run that succeeded."""
+    import asyncio
+    import signal
+
+    manager = notebook_runner._kernel_manager()
+    sent, real = [], manager._async_signal_kernel
+
+    async def spy(self, signum):
+        sent.append(signum)
+        await real(self, signum)
+
+    monkeypatch.setattr(manager, "_async_signal_kernel", spy)
+
+    async def start_and_stop() -> bool:
+        km = manager(kernel_name="python3")
+        await km.start_kernel()
+        await km.shutdown_kernel()
+        return await km.is_alive()
+
+    assert asyncio.run(start_and_stop()) is False  # the shutdown request alone stopped it
+    assert signal.SIGINT not in sent

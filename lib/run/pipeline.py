@@ -64,6 +64,21 @@ def choose_profile(gpu: str | None, device: dict, allow_mismatch: bool) -> tuple
     return gpu, None
 
 
+def check_device(gpu: str | None) -> None:
+    """The early check's part that needs the device (`make report GPU=...`): a profile of another backend than this
+    machine's is refused here, in one line before anything else is printed (OVERRIDE=1 cannot run it either). A
+    device of the profile's backend that the profile does not name is the run's to refuse, which knows OVERRIDE."""
+    if gpu is None:
+        return
+    from lib.measure.environment import detect  # torch, imported only where GPU= names a profile
+
+    try:
+        device = detect()
+    except Exception:  # a device that cannot be inspected: the run says why (detect_environment)
+        return
+    choose_profile(gpu, device, allow_mismatch=True)
+
+
 def _title(params: Params, report_dir: Path) -> str:
     """The document's title: the model preset and the device; a host of several GPUs says so (its
     DDP stage used them all)."""
@@ -196,20 +211,20 @@ def report(args) -> int:
         )
         return report_folder.exit_code(report_dir, failures)
     t_measure = time.perf_counter() - t_start
-    drawn_failures, drawn, draw_s = notebook_runner.draw(report_dir, params, failures)
+    log.measured(completed=complete)  # a resume that measured nothing new keeps the earlier run's account
+    drawn_failures, drawn, draw_s, all_kept = notebook_runner.draw(report_dir, params, failures)
     t_draw = time.perf_counter() - t_start - t_measure  # wall time: the chapters are drawn two at a time
-    failures += drawn_failures
-    print("[export] report.html, report.pdf", flush=True)
-    timings.update(
-        export.export(
-            report_dir, drawn, report_dir / "notebooks" / "summary.ipynb", _title(params, report_dir), t_start
-        )
-    )
+    summary = report_dir / "notebooks" / "summary.ipynb"
+    if all_kept and notebook_runner.exported_from(report_dir, [*drawn, summary]):
+        print("[export] report.html and report.pdf kept: exported from these notebooks before", flush=True)
+        timings.update(html_s=0.0, pdf_s=0.0, pdf_error=None, total_s=time.perf_counter() - t_start)
+    else:
+        print("[export] report.html, report.pdf", flush=True)
+        timings.update(export.export(report_dir, drawn, summary, _title(params, report_dir), t_start))
     if timings.get("pdf_error"):
-        failures.append(timings["pdf_error"])
-    log.run["failures"] = failures
-    log.run["timings_s"].update({k: v for k, v in timings.items() if k != "total_s"})  # the export's too
-    log.finish(completed=complete, measure_only=False, notebooks_s=draw_s)
+        drawn_failures.append(timings["pdf_error"])
+    log.rendered(timings, draw_s, drawn_failures)
+    failures += drawn_failures
     recommendation.write(report_view.load(report_dir))
     print(
         f"done in {timings['total_s']:.0f} s (measurement {t_measure:.0f} s, notebooks {t_draw:.0f} s, "
@@ -234,7 +249,7 @@ def measure_chapters(
     runner.OBSERVERS[:] = [log]
     for i, chapter in enumerate(order, 1):
         t0 = time.perf_counter()
-        print(log.chapter(i, order), flush=True)
+        log.chapter(i, order)  # printed with the chapter's first measured record (a resume keeps the rest quiet)
         failure = None
         try:
             if chapter.key == "ddp" and launch and launch["nnodes"] > 1:  # this node's part of a multi-node job
@@ -247,9 +262,12 @@ def measure_chapters(
         except Exception as e:  # recorded; the other chapters still measure
             failure = f"{chapter.key}: {type(e).__name__}: {e}"
             failures.append(failure)
+            log.announce()
             print(f"    FAILED: {failure}", flush=True)
         timings[chapter.key] = time.perf_counter() - t0
         log.chapter_done(chapter.key, timings[chapter.key], failure)
+    if kept := log.kept_line():
+        print(kept, flush=True)
     timings["total_s"] = log.elapsed()
     return failures, timings
 
@@ -268,7 +286,7 @@ def render(args) -> int:
     run_path = report_dir / "run.json"
     measured = json.loads(run_path.read_text()) if run_path.exists() else {}
     t_start = time.perf_counter()
-    failures, drawn, timings = notebook_runner.draw(report_dir, params)
+    failures, drawn, timings, _ = notebook_runner.draw(report_dir, params, keep=False)  # asked for: drawn afresh
     total = report_folder.measured_seconds(measured)
     runs = len(measured.get("earlier_runs", [])) + 1
     note = (

@@ -4,7 +4,12 @@ time and what is left, per chapter and for the run). Only this program writes ru
 
 A run that is killed outright cannot write its end: its run.json then says "running", and the next
 program to open the folder (a resumed run, a render) settles it as interrupted after the
-configurations it recorded."""
+configurations it recorded.
+
+The measuring part of a run is its account (measuring_account); what drawing the report adds (the notebooks'
+and the export's seconds, their failures, the re-renders) is kept beside it, so a notebook's inputs do not change
+when only the drawing did (lib/run/notebook_runner.py). A resume that measured nothing new is no measuring run:
+run.json keeps the account of the run before it and lists the drawing among its renders."""
 
 from __future__ import annotations
 
@@ -23,6 +28,17 @@ from lib.results import store
 BUDGET_VAR = "MEASURE_FOR"  # seconds this run may measure; then it stops between configurations, resumable
 # What tells one record of a report folder from another (a configuration, its process, its parity seed and run).
 IDENTITY = ("stage", "batch_size", "fingerprint", "variant", "repeat", "replicate", "seed_offset", "kind")
+# What drawing the report adds to a run's entry after its measuring (RunLog.rendered), and its re-renders.
+DRAWING_KEYS = ("notebooks_s", "drawing_failures", "renders")
+DRAWING_TIMINGS = ("html_s", "pdf_s", "pdf_error")
+
+
+def measuring_account(run: dict) -> dict:
+    """run.json without what drawing the report added to it: what the report's notebooks are drawn from."""
+    out = {k: v for k, v in run.items() if k not in DRAWING_KEYS}
+    if isinstance(out.get("timings_s"), dict):
+        out["timings_s"] = {k: v for k, v in out["timings_s"].items() if k not in DRAWING_TIMINGS}
+    return out
 
 
 class TimeBudgetSpent(BaseException):
@@ -90,7 +106,11 @@ class RunLog:
         self.t0 = time.perf_counter()
         self.estimate, self.source = estimate
         self.chapter_key, self.chapter_t0, self.left_after = None, self.t0, 0.0
+        self.heading, self.chapter_kept = None, 0  # the chapter's line, printed with its first measured record
         self.counted: set[tuple] = set()
+        # the run.json this run resumes, as it was: a resume that measures nothing goes back to it (measured)
+        self.before = load(report_dir) if earlier else None
+        self.render: dict | None = None  # set when it did (measured)
         budget = os.environ.get(BUDGET_VAR)
         self.budget_s = float(budget) if budget else None
         stamp = provenance.run_stamp(env)
@@ -118,13 +138,16 @@ class RunLog:
             signal.signal(sig, self._on_signal)
 
     def write(self) -> None:
-        self.run["timings_s"]["total_s"] = time.perf_counter() - self.t0
+        if self.run.get("state") == "running":  # the run's seconds: of its measuring, once that is over
+            self.run["timings_s"]["total_s"] = time.perf_counter() - self.t0
         store.write_atomic(self.path, self.run)
 
     # ---------------------------------------------------------------- progress
 
     def chapter(self, index: int, order: list) -> str:
-        """The chapter's heading line: what it is expected to take and what is left for the run."""
+        """The chapter's heading line: what it is expected to take and what is left for the run. It is printed
+        with the chapter's first record measured in this run (announce), so a resume lists only the chapters
+        that measure something; the records it keeps are counted in one line at the end (kept_line)."""
         chapter = order[index - 1]
         self.chapter_key, self.chapter_t0 = chapter.key, time.perf_counter()
         self.left_after = sum(self.estimate.get(c.key, 0) for c in order[index:])
@@ -134,9 +157,27 @@ class RunLog:
             if own is not None and chapter.key in self.source
             else "no estimate"
         )
-        return (
+        self.heading = (
             f"[measure {index}/{len(order)}] {chapter.title} ({guess}; {_clock(self.elapsed())} elapsed, "
             f"~{_clock((own or 0) + self.left_after)} left in the run)"
+        )
+        self.chapter_kept = 0
+        return self.heading
+
+    def announce(self) -> None:
+        """Print the chapter's heading, once: before its first measured record or its failure."""
+        if self.heading:
+            print(self.heading, flush=True)
+            self.heading = None
+
+    def kept_line(self) -> str | None:
+        """One line for every record this run kept from earlier runs (none is printed on its own)."""
+        counts = self.run["configurations"]
+        if not counts["kept"]:
+            return None
+        return (
+            f"kept {counts['kept']} configuration{'s' if counts['kept'] != 1 else ''} measured by an earlier run "
+            f"(FORCE=1 re-measures them){'; nothing new to measure' if not counts['measured'] else ''}"
         )
 
     def elapsed(self) -> float:
@@ -151,6 +192,10 @@ class RunLog:
         if kept and ident in self.counted:
             return ""
         self.counted.add(ident)
+        if kept:
+            self.chapter_kept += 1
+        else:
+            self.announce()
         counts["kept" if kept else "measured"] += 1
         counts["by_status"][rec.get("status")] = counts["by_status"].get(rec.get("status"), 0) + 1
         if not kept and rec.get("compile_cache"):
@@ -173,6 +218,9 @@ class RunLog:
             raise TimeBudgetSpent(self.run["interrupted"])
 
     def chapter_done(self, key: str, seconds: float, failure: str | None = None) -> None:
+        if not self.chapter_kept:  # a chapter that measured nothing and kept nothing still shows that it ran
+            self.announce()
+        self.heading = None
         self.run["timings_s"][key] = seconds
         if failure:
             self.run["failures"].append(failure)
@@ -187,6 +235,8 @@ class RunLog:
     # ---------------------------------------------------------------- the end
 
     def finish(self, completed: bool, measure_only: bool, **extra) -> None:
+        """Close the run's measuring as completed (`completed`: every chapter of the report has run)."""
+        self.write()  # its seconds, up to now
         self.run.update(
             state="completed",
             ended=dt.datetime.now().isoformat(timespec="seconds"),
@@ -195,6 +245,45 @@ class RunLog:
             **extra,
         )
         self.run.pop("pid", None)
+        self.write()
+
+    def measured(self, completed: bool) -> bool:
+        """The measuring is over and the report is drawn next: the run's account closes as completed (rendered
+        adds the drawing). A resume that measured nothing new and failed nowhere, after a completed run that drew
+        its report, is no measuring run: run.json goes back to that run's account as it was, and this run is one
+        of its renders. Returns whether it went back."""
+        last, counts = self.before, self.run["configurations"]
+        if (
+            last
+            and not counts["measured"]
+            and not self.run["failures"]
+            and last.get("state") == "completed"
+            and not last.get("measure_only")
+            and (last.get("completed") or not completed)
+        ):
+            self.render = {
+                "date": self.run["started"],
+                "command": self.run["command"],
+                "code": self.run["code"],
+                "kept": counts["kept"],
+                "measured_s": self.elapsed(),
+            }
+            self.run = last
+            self.write()
+            return True
+        self.finish(completed=completed, measure_only=False)
+        return False
+
+    def rendered(self, timings: dict, notebooks_s: dict, failures: list[str]) -> None:
+        """What drawing the report took (the notebooks drawn, the export's seconds, their failures), beside the
+        measuring's account: under the run's renders where it measured nothing new (measured)."""
+        timings = {k: timings.get(k) for k in DRAWING_TIMINGS}
+        if self.render is not None:
+            self.render.update(timings_s={**timings, "total_s": self.elapsed()}, notebooks_s=notebooks_s)
+            self.run.setdefault("renders", []).append({**self.render, "failures": failures})
+        else:
+            self.run["timings_s"].update(timings)
+            self.run.update(notebooks_s=notebooks_s, drawing_failures=failures)
         self.write()
 
     def stop(self, why: str) -> None:

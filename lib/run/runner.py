@@ -58,7 +58,9 @@ def child_env(device_env: dict | None = None) -> dict:
     return env
 
 
-OBSERVERS: list = []  # who hears of each record as the run goes (run_log.RunLog); set by the pipeline
+# Who hears of each record as the run goes (run_log.RunLog); set by the pipeline. An observer counts the records
+# kept from earlier runs and says so in one line (RunLog.kept_line), so none of them has a line of its own.
+OBSERVERS: list = []
 
 
 def _finished(env: dict, rec: dict, kept: bool = False) -> None:
@@ -66,7 +68,11 @@ def _finished(env: dict, rec: dict, kept: bool = False) -> None:
     if not kept:
         compile_cache.remember(env, rec)
     notes = [observer.record(rec, kept) for observer in OBSERVERS]
-    print(describe(rec) + ("  (kept from an earlier run)" if kept else "") + "".join(n for n in notes if n), flush=True)
+    if not (kept and OBSERVERS):
+        print(
+            describe(rec) + ("  (kept from an earlier run)" if kept else "") + "".join(n for n in notes if n),
+            flush=True,
+        )
     for observer in OBSERVERS:
         observer.check_budget()
 
