@@ -69,3 +69,14 @@ def hours(h: float) -> str:
 
 def money(x: float) -> str:
     return f"${x:,.0f}"
+
+
+GPT2_BATCH_TOKENS = 524_288  # GPT-2's batch: 512 sequences of 1,024 tokens
+
+
+def global_batch(tokens: int) -> str:
+    """The global batch a recipe reaches, named for what it is: GPT-2's where it is GPT-2's, else the profile's own
+    (the CPU default's tiny model trains a 512-token one)."""
+    if tokens == GPT2_BATCH_TOKENS:
+        return f"GPT-2's {tokens:,}-token batch"
+    return f"this profile's {tokens:,}-token global batch"

@@ -55,7 +55,7 @@ def recipe_table(rep: Report) -> str:
     r = rep.decided["recipe"]
     if r is None:
         return "<p><strong>No recipe:</strong> no configuration completed with its loss verified.</p>"
-    tokens = f"{r['global_batch_tokens']:,}-token batch (B sequences of T={r['seq_len']} tokens)"
+    tokens = f"{fmt.global_batch(r['global_batch_tokens'])} (B sequences of T={r['seq_len']} tokens)"
     side = r["recipe"] or r["micro_batch_alone"]
     rng = (
         f"<br><span class='note'>{side['lo']:,.0f}–{side['hi']:,.0f}, {side['n']} processes</span>"
@@ -103,11 +103,7 @@ def recipe_table(rep: Report) -> str:
                 "",
             ]
         )
-    notes = [
-        f"At GPT-2's {tokens}; time: {fmt.tokens(r['token_budget'])} tokens"
-        if r["token_budget"]
-        else f"At GPT-2's {tokens}"
-    ]
+    notes = [f"At {tokens}; time: {fmt.tokens(r['token_budget'])} tokens" if r["token_budget"] else f"At {tokens}"]
     if r["gpu_hours"] and not r["cost"]:
         notes.append(f"{r['gpu_hours']:,.1f} GPU-hours; PRICE_PER_GPU_HOUR= adds the cost")
     if r["measured_as_trained"]:
@@ -178,7 +174,7 @@ def lever_table(rep: Report) -> str:
     legend += f" Noise: {fmt.pct(floor, 2)} between fresh processes, the widest measured." if floor else ""
     lacks = (
         f" The leave-one-out of these records ran at B={batch}, not the recipe's B={recipe['micro_batch']}: they "
-        "were measured under an earlier rule, which recommended micro-batches that need not divide GPT-2's batch."
+        "were measured under an earlier rule, which recommended micro-batches that need not divide the global batch."
         if batch and recipe and batch != recipe["micro_batch"]
         else ""
     )

@@ -66,7 +66,7 @@ def recommended_line(rep: Report, best: dict) -> str:
         line += (
             f", MFU {best['mfu'] * p['median'] / best['tokens_per_s'] * 100:.1f} % of the {best['peak_precision']} peak"
         )
-    line += "; the fastest verified micro-batch that reaches GPT-2's batch by whole accumulation steps"
+    line += "; the fastest verified micro-batch that reaches the global batch by whole accumulation steps"
     return line + "." + tie_call(best, noise.noise_floor(decide.throughputs(rep.decisions)))
 
 
