@@ -16,10 +16,10 @@ NOT_A_GPU = (
     "end to end. Its timings mean nothing for a GPU, and its verdicts are judged against this machine's own noise."
 )
 LEGEND = (
-    "Worth: of a lever in the recipe, what leaving it out costs; of one outside it, its speed-up over the stage it "
-    "is added to. adopt: costs beyond noise to leave out, or needed to fit · neutral: within noise · not yet: faster "
-    "beyond noise, quality undecided · skip: slower, no gain beyond noise, or quality failed. Quality: a parity test's "
-    "held-out difference (nats, margin {margin}) and horizon; else the matrix's divergence check (±{tolerance} nats)."
+    "Worth: in the recipe, what leaving the lever out costs; outside it, its speed-up over the stage it is added to. "
+    "adopt: costs beyond noise{noise} or needed to fit · neutral: within noise · not yet: faster, quality undecided · "
+    "skip: slower, no gain, or quality failed. Quality: a parity test's held-out difference (margin {margin} nats) "
+    "and horizon, else the matrix's divergence check (±{tolerance} nats)."
 )
 
 
@@ -68,7 +68,7 @@ def recipe_table(rep: Report) -> str:
         versus = (
             f"{r['ratio']:.3f}×<br><span class='note'>{r['ratio_range'][0]:.3f}–{r['ratio_range'][1]:.3f}; "
             f"canonical trainer ({stages.get(b.stage).title}, B={b.batch_size}, plain loop): "
-            f"{canon['median']:,.0f}; the harness by its median step, the plain loop by its wall-clock mean</span>"
+            f"{canon['median']:,.0f}</span>"
         )
     else:
         versus = "not measured at the global batch"
@@ -104,11 +104,14 @@ def recipe_table(rep: Report) -> str:
             ]
         )
     notes = [f"At {tokens}; time: {fmt.tokens(r['token_budget'])} tokens" if r["token_budget"] else f"At {tokens}"]
-    if r["gpu_hours"] and not r["cost"]:
+    if r["gpu_hours"] and not r["cost"] and r["gpus"] > 1:
         notes.append(f"{r['gpu_hours']:,.1f} GPU-hours; PRICE_PER_GPU_HOUR= adds the cost")
     if r["measured_as_trained"]:
         st = r["recipe_steps"]
-        notes.append(f"each side timed over {st['timed']} steps of the global batch after {st['warmup']} warm-up steps")
+        notes.append(
+            f"each side timed over {st['timed']} global-batch steps after {st['warmup']} warm-up, the harness by its "
+            "median step, the plain loop by its wall-clock mean"
+        )
     else:
         notes.append(f"tokens/s of B={r['micro_batch']} alone: the global batch was not measured for this recipe")
     if r["memory_saver"]:
@@ -169,9 +172,12 @@ def lever_table(rep: Report) -> str:
             f"<td>{worth_text(row)}</td><td>{quality_text(row['quality'])}</td></tr>"
         )
     batch, recipe = rep.decided["leave_one_out_batch"], rep.decided["recipe"]
-    legend = LEGEND.format(margin=rep.params.evidence.parity_margin, tolerance=rep.params.run.loss_tolerance)
     floor = rep.decided["noise_floor"]
-    legend += f" Noise: {fmt.pct(floor, 2)} between fresh processes, the widest measured." if floor else ""
+    legend = LEGEND.format(
+        margin=rep.params.evidence.parity_margin,
+        tolerance=rep.params.run.loss_tolerance,
+        noise=f" ({fmt.pct(floor, 2)} between processes, the widest measured)" if floor else "",
+    )
     lacks = (
         f" The leave-one-out of these records ran at B={batch}, not the recipe's B={recipe['micro_batch']}: they "
         "were measured under an earlier rule, which recommended micro-batches that need not divide the global batch."
@@ -197,9 +203,8 @@ def actions(rep: Report) -> list[str]:
     out = []
     if d["recipe"]:
         out.append(
-            f"<strong>Use</strong> {html.escape(_recipe_name(d['recipe']))}, every lever marked adopt or neutral "
-            "above: <code>from lib.optimal import "
-            f"optimal_config</code> or reports/{html.escape(rep.dir.name)}/recommended.json."
+            f"<strong>Use</strong> {html.escape(_recipe_name(d['recipe']))} (its adopt and neutral levers): "
+            f"<code>optimal_config()</code> or reports/{html.escape(rep.dir.name)}/recommended.json."
         )
     skip = [r["title"] for r in d["levers"] if r["decision"] == "skip"]
     if skip:
@@ -215,9 +220,8 @@ def actions(rep: Report) -> list[str]:
         said = f"stopped undecided after {nxt['seeds_run']} seeds" if q.get("test") == "parity" else "not tested"
         out.append(
             f"<strong>Next</strong> decide {html.escape(nxt['title'])}, {nxt['over_recipe']['ratio']:.2f}× the recipe's "
-            f"stage ({html.escape(d['recipe']['title'])}) at B={nxt['over_recipe']['batch']} in the matrix: its quality "
-            f"test {said}. Its parity test with {seeds} seeds, B={nxt['batch']} a step, the reference accumulating "
-            f"{micro} micro-batches: <code>{html.escape(command)}</code>"
+            f"stage at B={nxt['over_recipe']['batch']}; its quality test {said}: <code>{html.escape(command)}</code> "
+            f"({seeds} seeds, B={nxt['batch']} a step, the reference in {micro} micro-batches)"
         )
     return out
 
@@ -244,7 +248,7 @@ def plot_waterfall(rep: Report):
     if not steps:
         return None
     decision = {r["stage"]: r["decision"] for r in rep.decided["levers"]}
-    fig, ax = plt.subplots(figsize=(7.2, 0.17 * len(steps) + 0.55))
+    fig, ax = plt.subplots(figsize=(7.2, 0.15 * len(steps) + 0.5))
     y = list(range(len(steps)))
     prev = 1.0
     for i, s in enumerate(steps):
@@ -258,7 +262,7 @@ def plot_waterfall(rep: Report):
             (
                 f" at B={s['batch']}"
                 if s.get("direct", True)
-                else f", chained: {s['ratio']:.2f}× over the one above at B={s['batch']}"
+                else f" at B={s['batch']} (chained, {s['ratio']:.2f}× the one above)"
             )
             if i
             else ""
@@ -268,11 +272,7 @@ def plot_waterfall(rep: Report):
     ax.set_yticks(y, [s["title"] for s in steps], fontsize=7)
     ax.set_ylim(len(steps) - 0.5, -0.5)
     ax.set_xlim(0, max(x["cumulative"] or 0 for x in steps) * 1.6)
-    ax.set_xlabel(
-        f"speed-up over {steps[0]['title']} as the matrix measures it (at the batch named); hatched: a stage the first "
-        "never ran beside, chained by its ratio over the one above. Colour: the lever's decision in the recipe",
-        fontsize=7,
-    )
+    ax.set_xlabel(f"× {steps[0]['title']}, as the matrix measures it at the batch named; hatched: chained", fontsize=7)
     ax.tick_params(axis="x", labelsize=7)
     ax.grid(axis="y", visible=False)
     fig.tight_layout()
@@ -284,7 +284,7 @@ def title_md(rep: Report) -> str:
     dev = rep.env["device"]
     count = dev.get("count") or 1
     device = f"{count} × {dev['name']}" if count > 1 else dev["name"]
-    return f"# {rep.params.model_preset} training on {device}: what each lever buys"
+    return f"# {rep.params.model_preset} on {device}: what each lever buys"
 
 
 def code_html(rep: Report) -> str:
