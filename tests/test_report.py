@@ -521,7 +521,7 @@ def test_the_pdf_keeps_the_method_s_rules_and_leaves_how_things_are_measured_to_
     rules, details = method_text.split(text)
     for key in method_text.BRIEF:
         assert f"* **{key}**" in rules and f"* **{key}**" not in details, key
-    for key in ("Stages", "Loss gate", "Parity test", "Isolation", "Energy"):
+    for key in ("Stages", "Isolation", "Cross-check", "Energy"):
         assert f"* **{key}**" in details and f"* **{key}**" not in rules, key
     assert sorted(rules.split("\n") + details.split("\n")) == sorted(text.strip().split("\n"))  # nothing lost
 

@@ -84,12 +84,9 @@ def sweep_html(rep: Report) -> str:
         for k in sweeps
         if k in rejected
     ]
-    first = " before the sweep" if getattr(rep.params.evidence, "parity_before_sweep", False) else ""
-    notes += [  # a stage whose test did not hold, never swept
-        f"{stages.get(k).title}, tested{first}, was not swept: " + parity_view.rejected_reason(rep, k)
-        for k in rejected
-        if k not in sweeps
-    ]
+    unswept = [stages.get(k).title for k in rejected if k not in sweeps]
+    if unswept:  # their tests' figures are in section 3, once
+        notes.append(f"not swept, since their parity tests did not let them stand (section 3): {', '.join(unswept)}")
     note = '<p class="note">' + html.escape("; ".join(n.rstrip(".") for n in notes)) + ".</p>"
     # on one page (report.css): reports/h100's PDF split its rows two and two over pages 18 and 19
     return table(rows, "matrix keep-together") + note

@@ -42,7 +42,8 @@ def method_md(rep: Report) -> str:
   time and the coefficient of variation (CV = standard deviation / mean); tokens/s = B·T / median.
 * **MFU** = FLOPs per token × tokens/s ÷ peak, with FLOPs per token = 6N + 12·L·d·T (N without
   position embeddings), against the bf16 dense peak for every stage, and beside it the peak of the precision
-  its GEMMs run in ({_by_stage(rep, "peak")}). Peaks: {peak_txt}.
+  the stage's MFU is quoted against ({_by_stage(rep, "peak")}; an FP8 form whose attention and other GEMMs stay
+  in bf16 is quoted against the bf16 peak). Peaks: {peak_txt}.
 * **Compilation**: the first step of every configuration (which pays for `torch.compile`, cuBLAS
   heuristics and allocator growth) is timed on its own and reported as "first step"; it is a warm-up step.
 * **Memory**, three layers: *tensors* = `max_memory_allocated` (live tensors at their peak),
@@ -73,7 +74,7 @@ def method_md(rep: Report) -> str:
 # How things are measured, for the reader who checks (the HTML): the PDF keeps the rules that decide
 # (stages, timing, MFU, the loss gate, the parity test, the cross-check, repeats, batch size).
 # The bullets the PDF keeps (its one page of environment and method); the rest are the HTML report's.
-BRIEF = ("Model", "Timing", "MFU", "Batch size")
+BRIEF = ("Model", "Timing", "MFU", "Loss gate", "Parity test", "Batch size")
 
 
 def split(method: str) -> tuple[str, str]:

@@ -16,10 +16,11 @@ NOT_A_GPU = (
     "end to end. Its timings mean nothing for a GPU, and its verdicts are judged against this machine's own noise."
 )
 LEGEND = (
-    "Worth: in the recipe, what leaving the lever out costs; outside it, its speed-up over the stage it is added to. "
+    "Worth: in the recipe, what leaving the lever out costs at its micro-batch; outside it, its speed-up over the stage "
+    "it is added to. "
     "adopt: costs beyond noise{noise} or needed to fit · neutral: within noise · not yet: faster, quality undecided · "
     "skip: slower, no gain, or quality failed. Quality: a parity test's held-out difference (margin {margin} nats) "
-    "and horizon, else the matrix's divergence check (±{tolerance} nats)."
+    "and horizon (passes: times the test saw its training text), else the matrix's divergence check (±{tolerance} nats)."
 )
 
 
@@ -150,6 +151,11 @@ def quality_text(q: dict | None) -> str:
     if q is None:
         return "no loss comparison"
     if q["test"] == "divergence check":
+        if q["verdict"] == "passed within noise":
+            return (
+                f"divergence check passed within noise: gap {q['gap']:.3f} nats, beyond ±{q['tolerance']} by less "
+                f"than the drift between two processes of one configuration ({q['drift']:.3f}), {q['steps']} steps"
+            )
         return f"divergence check {q['verdict']}, {q['steps']} steps"
     horizon = f"{q['steps']} steps, {fmt.tokens(q['tokens'])} tok" if q.get("tokens") else "earlier method"
     if q.get("passes"):
@@ -220,7 +226,9 @@ def actions(rep: Report) -> list[str]:
         said = f"stopped undecided after {nxt['seeds_run']} seeds" if q.get("test") == "parity" else "not tested"
         out.append(
             f"<strong>Next</strong> decide {html.escape(nxt['title'])}, {nxt['over_recipe']['ratio']:.2f}× the recipe's "
-            f"stage at B={nxt['over_recipe']['batch']}; its quality test {said}: <code>{html.escape(command)}</code> "
+            f"stage at B={nxt['over_recipe']['batch']}"
+            + (f" (with {html.escape(', '.join(nxt['with']))}, also not yet)" if nxt.get("with") else "")
+            + f"; its quality test {said}: <code>{html.escape(command)}</code> "
             f"({seeds} seeds, B={nxt['batch']} a step, the reference in {micro} micro-batches)"
         )
     return out
@@ -262,7 +270,7 @@ def plot_waterfall(rep: Report):
             (
                 f" at B={s['batch']}"
                 if s.get("direct", True)
-                else f" at B={s['batch']} (chained, {s['ratio']:.2f}× the one above)"
+                else f" projected (chained: {s['ratio']:.2f}× the one above at B={s['batch']})"
             )
             if i
             else ""

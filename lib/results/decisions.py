@@ -213,6 +213,8 @@ def _quality(key: str, checks: dict, df, params: Params) -> dict | None:
         "steps": params.run.warmup_steps + params.run.timed_steps,
         "batches": sorted(int(b) for b in rows["batch_size"]),
         "tolerance": params.run.loss_tolerance,
+        "gap": float(rows["loss_gap"].max()),  # the largest 5-step-average gap to the reference after warm-up
+        "drift": float(df.attrs.get("loss_noise", 0.0)),  # what a gap may pass the tolerance by: run-to-run drift
     }
 
 
@@ -355,10 +357,14 @@ def next_experiment(levers_: list[dict], recipe: dict | None) -> dict | None:
         return None
     pick = max(later, key=lambda r: r["over_recipe"]["ratio"])
     q = pick["quality"] or {}
+    # the other undecided levers its figure over the recipe includes (the FP8 classifier is built on the FP8 lm_head)
+    undecided = {r["stage"] for r in later}
+    with_ = [k for k in decide.lineage(pick["stage"]) if k in undecided and k != pick["stage"]]
     return {
         "stage": pick["stage"],
         "title": pick["title"],
         "over_recipe": pick["over_recipe"],
+        "with": [stages.get(k).title for k in with_],
         "seeds_run": q.get("seeds"),
         "seeds_needed": q.get("seeds_needed"),
         "batch": q.get("batch") or (recipe or {}).get("micro_batch"),
@@ -370,7 +376,9 @@ def compute(records: list[dict], evidence: dict, params: Params, env: dict, pric
     matrix's records under 'matrix')."""
     order = params.stages
     matrix = [r for r in evidence.get("matrix") or [] if r.get("stage") in order]
-    df = decide.table(matrix, order, params.run.loss_tolerance, loss_noise(records), decide.throughputs(records))
+    drift = loss_noise(records)
+    df = decide.table(matrix, order, params.run.loss_tolerance, drift, decide.throughputs(records))
+    df.attrs["loss_noise"] = drift
     recipe = make_recipe(records, evidence, params, env, price)
     loo = leave_one_out(records, evidence.get("ablation") or [])
     levers_ = lever_rows(records, df, params, recipe, loo)
