@@ -6,6 +6,7 @@ Every figure is stated here once; the chapters of the HTML report hold the depth
 from __future__ import annotations
 
 import html
+import re
 
 from lib.core import stages
 from lib.report import formats as fmt
@@ -76,7 +77,9 @@ def recipe_table(rep: Report) -> str:
     mem = (
         f"{fmt.gib(r['mem_device_peak_bytes'])} of {fmt.gib(r['device_memory_bytes'])} GiB"
         if r["mem_device_peak_bytes"] and r["device_memory_bytes"]
-        else fmt.gib(r["mem_allocator_bytes"]) + " GiB"
+        else f"{fmt.gib(r['mem_allocator_bytes'])} GiB"
+        if r["mem_allocator_bytes"]
+        else "n/a"
     )
     budget = "n/a"
     if r["hours"]:
@@ -142,7 +145,8 @@ def worth_text(row: dict) -> str:
     if m:
         noise = ", within noise" if m["within_noise"] else ""
         return f"{m['ratio']:.2f}× {stages.get(m['against']).title}, B={m['batch']}{noise}"
-    return html.escape(row["reason"] or "")
+    # the reason's first clause: the chapter of the lever says the rest
+    return html.escape(re.split(r"[:;]", row["reason"] or "", maxsplit=1)[0].strip())
 
 
 def quality_text(q: dict | None) -> str:
@@ -159,7 +163,7 @@ def quality_text(q: dict | None) -> str:
         return f"divergence check {q['verdict']}, {q['steps']} steps"
     horizon = f"{q['steps']} steps, {fmt.tokens(q['tokens'])} tok" if q.get("tokens") else "earlier method"
     if q.get("passes"):
-        horizon += f", {q['passes']:.1f} passes"
+        horizon += f", {q['passes']:.2g} passes"
     seeds = f", {q['seeds']} seeds" if q.get("seeds") else ""
     held = q.get("held_out")
     diff = f" {fmt.nats(held['mean'])} nats" if held and held.get("mean") is not None else ""

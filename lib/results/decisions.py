@@ -251,9 +251,9 @@ def _not_run(key: str, df) -> tuple[str, str] | None:
 
 def lever_rows(records: list[dict], df, params: Params, recipe: dict | None, loo: tuple) -> list[dict]:
     """One row per single-GPU lever of the report (every stage after the first): its decision, worth and quality.
-    In the recipe: adopt where leaving it out costs beyond noise or does not fit, else neutral (kept as the recipe
-    has it). Outside it: skip where slower, no faster beyond noise, or its quality failed; not yet where faster
-    beyond noise and its quality undecided or untested."""
+    In the recipe: adopt where leaving it out costs beyond noise or does not fit, skip where the recipe is faster
+    without it beyond noise, else neutral (kept as the recipe has it). Outside it: skip where slower, no faster
+    beyond noise, or its quality failed; not yet where faster beyond noise and its quality undecided or untested."""
     tps, checks = decide.throughputs(records), parity.checks(records, params.evidence)
     in_recipe = set(decide.lineage(recipe["stage"])[1:]) if recipe else set()
     full, rows = loo
@@ -306,6 +306,8 @@ def _decide(row: dict, not_run: tuple | None) -> tuple[str, str | None]:
             return ADOPT, "needed to fit" if loo["cannot_fit"] else "pays"
         if loo is None and m and m["ratio"] > 1 and m["within_noise"] is False:
             return ADOPT, "pays in the matrix"
+        if loo and loo["worth"] is not None and loo["worth"] < 0 and loo["within_noise"] is False:
+            return SKIP, "the recipe is faster without it"
         return NEUTRAL, "within noise" if loo and loo["within_noise"] else "not shown to pay"
     if failed:
         return SKIP, "quality"
