@@ -271,6 +271,28 @@ def test_the_multiples_of_128_claim_flips_with_the_sweep(others, expected, no_ch
     )
 
 
+@pytest.mark.parametrize(
+    "others, scatter",
+    [
+        # reports/h100 read "(8.1 %: 5.40 ms, the multiples of 128' median, inside the others' ...)": what the 8.1 %
+        # is, said: the others' median over their fastest, the side the ratio lies on
+        ((1.0, 1.06, 1.08), "their median of 1.06 ms lying 6.0 % above the fastest of them"),
+        ((0.95, 0.98, 1.02), "their median of 0.98 ms lying 3.9 % below the slowest of them"),  # faster than 128
+    ],
+)
+def test_the_multiples_of_128_scatter_says_what_it_is(others, scatter):
+    v = _verdict("hopper-multiples-of-128", _df({}), gemm=_sweep((1.0, 1.0, 1.0), others))
+    assert v["verdict"] == "contradicted" and v["figure"]["no_change"]
+    lo, hi = f"{min(others):.2f}", f"{max(others):.2f}"
+    assert v["figure"]["note"] == (
+        f"; no measurable change: within the width-to-width scatter of no change (the other multiples of 8 take {lo}"
+        f" to {hi} ms, {scatter}; the median of the multiples of 128, 1.00 ms, lies inside that range)"
+    )
+    assert "'" not in v["measured"]
+    clear = _verdict("hopper-multiples-of-128", _df({}), gemm=_sweep((1.0, 1.0, 1.0), (1.12, 1.2, 1.3)))
+    assert clear["verdict"] == "confirmed" and not clear["figure"]["note"]  # outside the others' range: no scatter
+
+
 def test_50257_is_not_among_the_other_multiples_of_8():
     """Other multiples of 8 at 1.0, 1.05 and 1.2 ms: median 1.05, no measurable change (1.0 ms lies in
     their range). Counted among them, 50257's 30 ms would lift the median to 1.125 and confirm the claim."""
@@ -534,3 +556,57 @@ def test_the_claims_table_cites_each_source_by_what_it_is_and_quotes_each_claim(
     assert not re.search(r"\[\d{3}\]", table)
     rows = claims.for_report(rep)
     assert set(rows["source"]) == {c["cite"] for c in data["claims"]} and all(rows["quote"])
+
+
+# ---------------------------------------------------------------- how a quoted figure becomes its range
+
+
+def _rule(rule: str, x) -> tuple[float, float]:
+    """The range claims.RANGES gives a quoted figure `x` (a quoted range: a pair)."""
+    lo, hi = x if isinstance(x, tuple) else (x, x)
+    if rule == "prose":  # X ± 10 % of X
+        return min(x * 0.9, x * 1.1), max(x * 0.9, x * 1.1)
+    if rule == "up to":  # a best case
+        return x * 0.9, x + 0.03
+    if rule == "only about":  # a small gain: faster, up to X + 0.03
+        return 1.0, 1 + x + 0.03
+    return lo - 0.03, hi + 0.03  # widened for rounding
+
+
+# Each claim with a closed range, the rule of RANGES its quote falls under and the figure it quotes.
+QUOTED = {
+    "tf32-speedup": ("prose", 2.6),
+    "bf16-time": ("prose", -0.15),
+    "bf16-time-table": ("rounding", -0.226),
+    "bf16-memory": ("prose", -0.24),
+    "flash-time": ("rounding", (-0.20, -0.15)),
+    "vocab-h100": ("rounding", (1.30, 1.40)),
+    "vocab-h100-table": ("rounding", (1.56, 1.63)),
+    "vocab-a100": ("only about", 0.03),
+    "lm-head-kernel": ("rounding", (1.30, 1.40)),  # 30-40 % slower: 1 + X/100 times the time
+    "overall-speedup": ("prose", 5.8),
+    "overall-memory": ("prose", -0.45),
+    "tf32-a100": ("up to", 3.0),
+    "fp8-2x-step": ("prose", 2.0),
+    "fp8-2x-gemm": ("prose", 2.0),
+    "fa3-2x": ("prose", 2.0),
+}
+
+
+@pytest.mark.parametrize("cid", sorted(QUOTED))
+def test_each_closed_range_is_the_one_the_tables_note_gives_its_quoted_figure(cid):
+    """The tolerance varied from claim to claim (about 15 %: -16.5 to -13.5 %; 22.6 %: -25.6 to -19.6 %; up to 3x:
+    2.70x to 3.03x) and its rule lived only in params/claims.yaml: the table's note states it (RANGES), and every
+    closed range follows it, so a reader of the PDF can check each one."""
+    expect, (rule, x) = _claim(cid)["expect"], QUOTED[cid]
+    assert (expect["min"], expect["max"]) == pytest.approx(_rule(rule, x), abs=1e-9)
+
+
+def test_the_claims_tables_note_states_how_a_quoted_figure_becomes_its_range():
+    closed = {c["id"] for c in claims.load()["claims"] if {"min", "max"} <= set(c.get("expect", {}))}
+    assert closed == set(QUOTED)  # a new closed range names its rule here
+    assert _rule("rounding", -0.15) != pytest.approx(_rule("prose", -0.15))  # -18 to -12 % is not about 15 %'s range
+    for words in ("X ± 10 % of X", "widened by 0.03 (3 points) for rounding", "X − 10 % to X + 0.03", "1 + X/100"):
+        assert words in claims.RANGES
+    rep = loader.load(paths.ROOT / "reports" / "archive" / "h100-20261126-160840")
+    assert html.escape(claims.RANGES) in claims.html(rep)

@@ -142,7 +142,10 @@ def alignment(claim: dict, df: pd.DataFrame, ev: dict) -> dict:
     ms = [p["total_ms"] for p in other]
     mine, theirs = float(np.median([p["total_ms"] for p in aligned])), float(np.median(ms))
     ratio = theirs / mine
-    noise = theirs / min(ms) - 1 if ratio >= 1 else 1 - theirs / max(ms)  # the edge of the others' range on its side
+    # the scatter: how far the others' median lies from the end of their range on the ratio's side, so that the
+    # ratio is within it while the multiples' median lies inside the others' range
+    noise = theirs / min(ms) - 1 if ratio >= 1 else 1 - theirs / max(ms)
+    edge = "above the fastest" if ratio >= 1 else "below the slowest"
     odd = sorted({p["n"] for p in ev["gemm"].get("points", []) if p["dtype"] == dt and p["n"] % 8})
     out["figure"] = figure(
         f"{ratio:.2f}× the time ({len(other)} other multiples of 8 against {len(aligned)} multiples of {mult}"
@@ -153,9 +156,9 @@ def alignment(claim: dict, df: pd.DataFrame, ev: dict) -> dict:
         claim["expect"],
         noise,
         "the width-to-width scatter",
-        f"{mine:.2f} ms, the multiples of {mult}' median, inside the others' {min(ms):.2f} to {max(ms):.2f} ms",
-        # one-sided: how far the others' median lies from the end of their range on the ratio's side
-        band=f"{noise * 100:.1f} %",
+        band=f"the other multiples of 8 take {min(ms):.2f} to {max(ms):.2f} ms, their median of {theirs:.2f} ms lying "
+        f"{noise * 100:.1f} % {edge} of them; the median of the multiples of {mult}, {mine:.2f} ms, lies inside that "
+        "range",
     )
     if claim.get("compiled"):  # context only: a whole step cannot tell a multiple of 128 from one of 8
         got = claim_figures.compiled_padding(df, ev["facts"], claim["compiled"])

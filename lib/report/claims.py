@@ -161,6 +161,14 @@ RULES = (
     "family differ."
 )
 
+# How a quoted figure becomes the range that confirms it (the check), as params/claims.yaml `expect` states it.
+RANGES = (
+    "Ranges in the check: a figure of the write-up's prose (about X, X×, X %), X ± 10 % of X; a quoted range or a "
+    "figure of its own table, widened by 0.03 (3 points) for rounding; up to X (a best case), X − 10 % to X + 0.03; "
+    "X % slower, 1 + X/100 times the time; faster or use X, any speed-up; only about 3 %, 1.00× to 1.06×; no figure, "
+    "the check's threshold."
+)
+
 
 def html(rep, path=CLAIMS) -> str:
     """The claims table, by source (a row that says what the write-up is, then its claims): each claim with the
@@ -189,7 +197,8 @@ def html(rep, path=CLAIMS) -> str:
         '<table class="claims with-check"><thead><tr><th>Claim</th><th>Check (confirms if)</th><th>Measured here</th>'
         f'<th>Verdict</th></tr></thead><tbody>{"".join(rows)}</tbody></table><p class="note">Measured on {stack}, '
         f"with the {preset_of(rep.params)} model ({rep.params.model.n_layer} layers, d={rep.params.model.n_embd}). "
-        f"Verdicts: {EXPLAINED}. {RULES} Claims, thresholds and rules: <code>params/claims.yaml</code>.</p>"
+        f"Verdicts: {EXPLAINED}. {RULES} {_html.escape(RANGES)} Claims, thresholds and rules: "
+        "<code>params/claims.yaml</code>.</p>"
         '<p class="print-only note">Under each verdict, the check it applied: what would confirm the claim (a '
         "column of this table in the HTML report).</p>"
     )
