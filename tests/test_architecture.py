@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import pytest
@@ -27,6 +28,7 @@ def _module(path: Path) -> str:
     return ".".join(path.relative_to(LIB).with_suffix("").parts)
 
 
+@functools.lru_cache(maxsize=1)  # every parametrised test reads it: parsing lib/ once keeps the suite fast
 def _imports() -> dict[str, set[str]]:
     """module ("core.stages") -> the lib modules it imports (any import, at the top or inside a function)."""
     modules = {_module(p) for p in LIB.rglob("*.py") if p.name != "__init__.py"}

@@ -106,6 +106,7 @@ def test_fused_adamw_is_the_same_update():
     assert fused["energy"] == {"unavailable": "the cpu backend exposes no power sensor to this process"}
 
 
+@pytest.mark.slow  # it compiles the tiny model (about 45 s on two cores): make test runs it, make test-fast does not
 def test_compile_and_fp8_train_like_the_vocab_stage(tmp_path, monkeypatch):
     """torch.compile (inductor's C++ backend here) and FP8 GEMMs on the CPU: both must train to
     within the tolerance of the vocab stage they are added to, and time the compile separately."""
