@@ -10,11 +10,9 @@ import pandas as pd
 # The verdict words (their one home) and the CSS class each is shown in.
 CONFIRMED = "confirmed"  # inside the claimed range
 WITHIN_NOISE = "confirmed (within noise)"  # outside it by less than the measured process-to-process noise
-EXCEEDED = "exceeded"  # further from "no change" than the range: a bigger speed-up or cut, or beyond an "at most"
+EXCEEDED = "exceeded"  # further from "no change" than the range: a bigger speed-up or cut than claimed
 FELL_SHORT = "fell short"  # the claimed direction, beyond the noise of "no change", but less than the range
-CONTRADICTED = (
-    "contradicted"  # no measurable change, or the opposite direction (a claimed fallback kernel: the same kernels)
-)
+CONTRADICTED = "contradicted"  # no measurable change, the opposite direction, or past a claimed "at most" (a fallback: same kernels)
 UNDECIDED = "undecided"  # the form that could confirm it has a parity test that could not decide
 NOT_APPLICABLE = "not applicable"  # the claim speaks about another chip family, backend or library
 NOT_MEASURED = "not measured"  # the measured column says why (a named implementation that did not run: what ran)
@@ -34,7 +32,7 @@ EXPLAINED = (
     f"{CONFIRMED}, inside the claimed range; {WITHIN_NOISE}, outside it by less than the measured noise; "
     f"{EXCEEDED}, further from no change than claimed; {FELL_SHORT}, the claimed direction, beyond the measured "
     f"noise of no change, but less than claimed; {CONTRADICTED}, {NO_CHANGE} (within the measured noise of no "
-    "change, where a change was claimed) or the opposite direction; "
+    'change, where a change was claimed), the opposite direction, or past a claimed "at most"; '
     f"{UNDECIDED}, only a form whose parity test could not decide would confirm it; {NOT_APPLICABLE} or "
     f"{NOT_MEASURED}: the measured column says why (for a claim that names an implementation, which one ran)"
 )
@@ -66,9 +64,9 @@ def judge(metric: str, value: float, expect: dict, noise: float | None = None) -
     figure (a timing's process-to-process range). A figure within it of no change shows no
     measurable change: it contradicts any claimed change (a range that does not straddle no change);
     a figure outside the range by less than the noise is within noise. A range that straddles no change
-    (a claimed "at most") is confirmed by no change, and a figure beyond its bound is a bigger change than
-    claimed in that bound's direction: exceeded, never contradicted (a reviewer found 5.56x the time
-    "contradicted" against "only a few percent slower", at most 1.06x)."""
+    (a claimed "at most") is confirmed by no change, and a figure past its bound contradicts it: the claim was a
+    bound, and the bound does not hold (5.56x the time against "only a few percent slower", at most 1.06x; the
+    legend, EXPLAINED, says so, so the word follows it and is never shown as confirming)."""
     lo, hi = expect.get("min", -np.inf), expect.get("max", np.inf)
     neutral = 1.0 if metric in RATIOS else 0.0
     at_most = lo < neutral < hi
@@ -83,8 +81,8 @@ def judge(metric: str, value: float, expect: dict, noise: float | None = None) -
         and any(abs((value + shift) / (bound + shift) - 1) <= noise for bound in (lo, hi) if np.isfinite(bound))
     ):
         return WITHIN_NOISE
-    if at_most:  # outside a range on both sides of no change: past the bound on its side
-        return EXCEEDED
+    if at_most:  # outside a range on both sides of no change: past the bound the claim set
+        return CONTRADICTED
     up = np.isfinite(lo) and lo >= neutral  # a claimed increase (speed-up, more memory); else a cut
     if (value > hi) if up else (value < lo):
         return EXCEEDED
