@@ -84,10 +84,15 @@ def test_optimal_config_reads_the_report_of_the_model_asked_for(tmp_path):
 
 def test_the_cpu_pipeline_writes_the_recommendation_optimal_config_returns(pipeline_ok):
     cfg = optimal.optimal_config({"name": "x86_64", "backend": "cpu"}, reports=pipeline_ok.reports)
-    best = loader.recommended(loader.load(pipeline_ok.report_dir))
-    assert cfg["stage"] == best["stage"] and cfg["measured"]["tokens_per_s"] == pytest.approx(
-        best["processes"]["median"]
+    rep = loader.load(pipeline_ok.report_dir)
+    best, recipe = loader.recommended(rep), rep.decided["recipe"]
+    # one answer: the recommendation is the recipe, quoted as trained (its micro-batch with its accumulation steps)
+    assert (cfg["stage"], cfg["micro_batch"], cfg["accumulation_steps"]) == (
+        best["stage"],
+        best["batch_size"],
+        recipe["accumulation"],
     )
+    assert cfg["measured"]["tokens_per_s"] == pytest.approx(recipe["tokens_per_s"])
     assert cfg["switches"] == {
         k: v for k, v in stages.get(best["stage"]).identity().items() if k not in ("key", "peak")
     }

@@ -44,11 +44,19 @@ def provenance_line(rep: Report) -> str:
     return " · ".join(html.escape(p) for p in parts if p)
 
 
-def _recipe_name(r: dict) -> str:
-    """'Loss-only forward, B=128 × 4 accumulation steps × 1 GPU': every factor of the global batch named."""
+def _recipe_name(title: str, r: dict) -> str:
+    """'Loss-only forward, B=128 × 4 accumulation steps × 1 GPU': every factor of the global batch named (`r`: the
+    recipe, or one of its DDP entries)."""
     acc = r.get("accumulation") or 1
     steps = f" × {acc} accumulation step{'s' if acc > 1 else ''}" if r.get("accumulation") else ""
-    return f"{r['title']}, B={r['micro_batch']}{steps} × {r['gpus']} GPU{'s' if r['gpus'] > 1 else ''}"
+    gpus = r.get("gpus") or 1
+    return f"{title}, B={r['micro_batch']}{steps} × {gpus} GPU{'s' if gpus > 1 else ''}"
+
+
+def _time_cell(r: dict) -> str:
+    if not r.get("hours"):
+        return "n/a"
+    return fmt.hours(r["hours"]) + (f", {fmt.money(r['cost'])}" if r.get("cost") else "")
 
 
 def recipe_table(rep: Report) -> str:
@@ -81,35 +89,30 @@ def recipe_table(rep: Report) -> str:
         if r["mem_allocator_bytes"]
         else "n/a"
     )
-    budget = "n/a"
-    if r["hours"]:
-        budget = f"{fmt.hours(r['hours'])}" + (f" on {r['gpus']} GPUs" if r["gpus"] > 1 else "")
-        budget += f", {fmt.money(r['cost'])}" if r["cost"] else ""
     cells = [
-        f"<strong>{html.escape(_recipe_name(r))}</strong>",
+        f"<strong>{html.escape(_recipe_name(r['title'], r))}</strong>",
         f"{r['tokens_per_s']:,.0f}{rng}",
         versus,
         fmt.pct(r["mfu_bf16"]) if r["mfu_bf16"] else "n/a",
         mem,
-        budget,
+        _time_cell(r),
     ]
     head = ["Recipe", "tokens/s", "× canonical trainer", "MFU (bf16)", "device peak (NVML)", "time"]
     rows = [cells]
     for d in r["ddp"]:
-        acc = f" × {d['accumulation']}" if d["accumulation"] > 1 else ""
         rows.append(
             [
-                f"on {d['gpus']} GPUs (DDP), B={d['micro_batch']}{acc} per GPU",
+                f"<strong>{html.escape(_recipe_name(r['title'], d))}</strong> (DDP)",
                 f"{d['tokens_per_s']:,.0f}",
                 f"scaling {fmt.pct(d['efficiency'])} of {d['gpus']} × one GPU" if d["efficiency"] else "",
                 "",
                 "",
-                "",
+                _time_cell(d),
             ]
         )
     notes = [f"At {tokens}; time: {fmt.tokens(r['token_budget'])} tokens" if r["token_budget"] else f"At {tokens}"]
-    if r["gpu_hours"] and not r["cost"] and r["gpus"] > 1:
-        notes.append(f"{r['gpu_hours']:,.1f} GPU-hours; PRICE_PER_GPU_HOUR= adds the cost")
+    if r["gpu_hours"] and not r["cost"]:
+        notes.append("PRICE_PER_GPU_HOUR= adds the cost")
     if r["measured_as_trained"]:
         st = r["recipe_steps"]
         notes.append(
@@ -213,7 +216,8 @@ def actions(rep: Report) -> list[str]:
     out = []
     if d["recipe"]:
         out.append(
-            f"<strong>Use</strong> {html.escape(_recipe_name(d['recipe']))} (its adopt and neutral levers): "
+            f"<strong>Use</strong> {html.escape(_recipe_name(d['recipe']['title'], d['recipe']['host'] or d['recipe']))} "
+            "(its adopt and neutral levers): "
             f"<code>optimal_config()</code> or reports/{html.escape(rep.dir.name)}/recommended.json."
         )
     skip = [r["title"] for r in d["levers"] if r["decision"] == "skip"]
@@ -308,6 +312,8 @@ def code_html(rep: Report) -> str:
     rows = {r["stage"]: r for r in d["levers"] if r["in_recipe"]}
     keys = [k for k in rows if stages.get(k).switch]
     keys.sort(key=lambda k: (k == "compile", rows[k]["decision"] != "adopt"))
-    lines = [f"# {_recipe_name(d['recipe'])}: its levers, each with its worth on top of the others"]
+    lines = [
+        f"# {_recipe_name(d['recipe']['title'], d['recipe'])}: its levers, each with its worth on top of the others"
+    ]
     lines += [f"# {rows[k]['title']}: {worth_text(rows[k])}\n{stages.get(k).switch}" for k in keys]
     return f'<pre class="page-one-code"><code>{html.escape(chr(10).join(lines))}</code></pre>'

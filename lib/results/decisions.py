@@ -89,12 +89,10 @@ def make_recipe(records: list[dict], evidence: dict, params: Params, env: dict, 
             "efficiency": r.get("scaling_efficiency"),
             "allreduce_share": r.get("allreduce_share"),
             "reference_tokens_per_s": r.get("single_gpu_tokens_per_s"),
+            **_time(budget, r["tokens_per_s"], int(r["world_size"]), price),
         }
         for r in records_multi_gpu(evidence.get("matrix") or [])
     ]
-    gpus = max([d["gpus"] for d in ddp], default=1)
-    host_tps = max([d["tokens_per_s"] for d in ddp], default=tps)
-    hours = budget / host_tps / 3600 if budget and host_tps else None
     saver = _memory_saver(records, params, best)
     return {
         "stage": best["stage"],
@@ -119,14 +117,23 @@ def make_recipe(records: list[dict], evidence: dict, params: Params, env: dict, 
         "recipe_steps": {"warmup": params.evidence.recipe_warmup_steps, "timed": params.evidence.recipe_timed_steps},
         "device_memory_bytes": dev.get("memory_bytes"),
         "token_budget": budget,
-        "gpus": gpus,
-        "hours": hours,
-        "gpu_hours": hours * gpus if hours else None,
+        "gpus": 1,  # the recipe on one GPU; `ddp` holds it on the host's GPUs, `host` the widest of them
+        **_time(budget, tps, 1, price),
         "price_per_gpu_hour": price,
-        "cost": hours * gpus * price if hours and price else None,
         "against": best.get("against"),
         "memory_saver": saver,
         "ddp": ddp,
+        "host": ddp[-1] if ddp else None,
+    }
+
+
+def _time(budget: int | None, tokens_per_s: float, gpus: int, price: float | None) -> dict:
+    """What training `budget` tokens takes at `tokens_per_s` on `gpus` GPUs: hours, GPU-hours, and cost at `price`."""
+    hours = budget / tokens_per_s / 3600 if budget and tokens_per_s else None
+    return {
+        "hours": hours,
+        "gpu_hours": hours * gpus if hours else None,
+        "cost": hours * gpus * price if hours and price else None,
     }
 
 
