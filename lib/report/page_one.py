@@ -18,10 +18,10 @@ NOT_A_GPU = (
 )
 LEGEND = (
     "Worth: in the recipe, what leaving the lever out costs at its micro-batch; outside it, its speed-up over the stage "
-    "it is added to. "
-    "adopt: costs beyond noise{noise} or needed to fit · neutral: within noise · not yet: faster, quality undecided · "
-    "skip: slower, no gain, or quality failed. Quality: a parity test's held-out difference (margin {margin} nats) "
-    "and horizon (passes: times the test saw its training text), else the matrix's divergence check (±{tolerance} nats)."
+    "it is added to. adopt: costs beyond noise{noise} or needed to fit · neutral: within noise · not yet: faster, "
+    "quality undecided · skip: slower, no gain, or quality failed. Quality: a parity test's held-out difference "
+    "(margin {margin} nats) over its horizon (passes: times it saw its text), else the matrix's divergence check "
+    "(±{tolerance} nats, or the drift between two processes beyond it)."
 )
 
 
@@ -65,7 +65,6 @@ def recipe_table(rep: Report) -> str:
     r = rep.decided["recipe"]
     if r is None:
         return "<p><strong>No recipe:</strong> no configuration completed with its loss verified.</p>"
-    tokens = f"{fmt.global_batch(r['global_batch_tokens'])} (B sequences of T={r['seq_len']} tokens)"
     side = r["recipe"] or r["micro_batch_alone"]
     rng = (
         f"<br><span class='note'>{side['lo']:,.0f}–{side['hi']:,.0f}, {side['n']} processes</span>"
@@ -110,14 +109,17 @@ def recipe_table(rep: Report) -> str:
                 _time_cell(d),
             ]
         )
-    notes = [f"At {tokens}; time: {fmt.tokens(r['token_budget'])} tokens" if r["token_budget"] else f"At {tokens}"]
-    if r["gpu_hours"] and not r["cost"]:
-        notes.append("PRICE_PER_GPU_HOUR= adds the cost")
+    notes = [f"B × accumulation × GPUs × T={r['seq_len']} = {fmt.global_batch(r['global_batch_tokens'])}"]
+    if r["token_budget"]:
+        notes.append(
+            f"time for {fmt.tokens(r['token_budget'])} tokens"
+            + ("" if r["cost"] else " (PRICE_PER_GPU_HOUR= adds cost)")
+        )
     if r["measured_as_trained"]:
         st = r["recipe_steps"]
         notes.append(
-            f"each side timed over {st['timed']} global-batch steps after {st['warmup']} warm-up, the harness by its "
-            "median step, the plain loop by its wall-clock mean"
+            f"{st['timed']} timed global-batch steps after {st['warmup']} warm-up; harness: median step, plain loop: "
+            "wall-clock mean"
         )
     else:
         notes.append(f"tokens/s of B={r['micro_batch']} alone: the global batch was not measured for this recipe")
@@ -160,8 +162,8 @@ def quality_text(q: dict | None) -> str:
     if q["test"] == "divergence check":
         if q["verdict"] == "passed within noise":
             return (
-                f"divergence check passed within noise: gap {q['gap']:.3f} nats, beyond ±{q['tolerance']} by less "
-                f"than the drift between two processes of one configuration ({q['drift']:.3f}), {q['steps']} steps"
+                f"divergence check passed within noise: gap {q['gap']:.3f} nats, the drift between two processes "
+                f"{q['drift']:.3f}, {q['steps']} steps"
             )
         return f"divergence check {q['verdict']}, {q['steps']} steps"
     horizon = f"{q['steps']} steps, {fmt.tokens(q['tokens'])} tok" if q.get("tokens") else "earlier method"
@@ -189,7 +191,7 @@ def lever_table(rep: Report) -> str:
     legend = LEGEND.format(
         margin=rep.params.evidence.parity_margin,
         tolerance=rep.params.run.loss_tolerance,
-        noise=f" ({fmt.pct(floor, 2)} between processes, the widest measured)" if floor else "",
+        noise=f" ({fmt.pct(floor, 2)}, the widest spread between processes)" if floor else "",
     )
     lacks = (
         f" The leave-one-out of these records ran at B={batch}, not the recipe's B={recipe['micro_batch']}: they "
@@ -200,8 +202,8 @@ def lever_table(rep: Report) -> str:
     earlier = [r for r in rep.decided["levers"] if (r["quality"] or {}).get("current_rule") is False]
     if earlier:
         lacks += (
-            " Verdicts marked 'by an earlier rule' come from parity tests measured before today's rule (its batch and "
-            "horizon are in section 3): the recipe rests on them until the report is re-measured."
+            " 'By an earlier rule': a parity test measured before today's rule (section 3); the recipe rests on it "
+            "until the report is re-measured."
         )
     return (
         '<table class="levers"><thead><tr><th>Lever</th><th>Decision</th><th>Worth</th>'
@@ -264,7 +266,7 @@ def plot_waterfall(rep: Report):
     if not steps:
         return None
     decision = {r["stage"]: r["decision"] for r in rep.decided["levers"]}
-    fig, ax = plt.subplots(figsize=(7.2, 0.15 * len(steps) + 0.5))
+    fig, ax = plt.subplots(figsize=(7.2, 0.13 * len(steps) + 0.45))
     y = list(range(len(steps)))
     prev = 1.0
     for i, s in enumerate(steps):
@@ -278,7 +280,7 @@ def plot_waterfall(rep: Report):
             (
                 f" at B={s['batch']}"
                 if s.get("direct", True)
-                else f" projected (chained: {s['ratio']:.2f}× the one above at B={s['batch']})"
+                else f" projected ({s['ratio']:.2f}× the one above, B={s['batch']})"
             )
             if i
             else ""
