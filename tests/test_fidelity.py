@@ -369,20 +369,16 @@ def test_a_crosscheck_inside_the_plain_loops_own_noise_is_no_failure(tmp_path):
     rep = _crosscheck_report(tmp_path, plain_mean_ms=1100.0, synced_ms=[95.0, 100.0, 105.0, 98.0, 102.0])
     (row,) = fidelity_view.crosscheck_rows(rep)
     assert row["difference"] < -0.9 and row["verdict"] == "within noise" and row["noise"] > abs(row["difference"])
-    finding = fidelity_view.crosscheck_finding(rep)
-    assert "failed" not in finding and 'class="bad"' not in finding and "within noise" in finding
     assert 'class="bad"' not in fidelity_view.crosscheck_html(rep)
 
 
 def test_a_crosscheck_beyond_both_sides_noise_fails(tmp_path):
-    """Steady steps on both sides (a GPU's): 20 % apart is beyond their noise, and the report says so in red."""
+    """Steady steps on both sides (a GPU's): 20 % apart is beyond their noise, and the table says so in red."""
     from lib.report import fidelity_view
 
     rep = _crosscheck_report(tmp_path, plain_mean_ms=83.0, synced_ms=[83.0, 84.0, 83.5, 84.2, 83.8])
     (row,) = fidelity_view.crosscheck_rows(rep)
     assert row["verdict"] == "differs" and row["noise"] < 0.03
-    assert "Cross-check failed" in fidelity_view.crosscheck_finding(rep)
     assert 'class="bad"' in fidelity_view.crosscheck_html(rep)
     close = _crosscheck_report(tmp_path / "b", plain_mean_ms=99.0, synced_ms=[100.0, 100.5, 101.0, 100.2, 100.8])
     assert fidelity_view.crosscheck_rows(close)[0]["verdict"] == "matches"
-    assert fidelity_view.crosscheck_finding(close).startswith("**Cross-check**: the harness's step time is within 3 %")

@@ -257,16 +257,6 @@ def test_a_win_only_at_the_largest_size_places_the_crossover_between_the_last_tw
     assert "its slowest process is +18.8 % against the fastest without FP8 (1,190 against 1,002 tokens/s)" in text
 
 
-def test_pays_from_words_the_crossover_for_the_summary(tmp_path):
-    assert size_sweep_view.pays_from(_sweep(tmp_path / "a", {"gpt2": 0.9, "gpt2-medium": 1.2})) == {
-        "FP8 lm_head (torchao)": "1.20× of the recommendation without FP8 at gpt2-medium, B=8"
-    }
-    assert size_sweep_view.pays_from(_sweep(tmp_path / "b", {"gpt2": 0.9, "gpt2-medium": 1.2, "gpt2-xl": 1.3})) == {
-        "FP8 lm_head (torchao)": "1.20× of the recommendation without FP8 at gpt2-medium, B=8 and every larger size"
-    }
-    assert size_sweep_view.pays_from(_sweep(tmp_path / "c", {"gpt2": 0.9, "gpt2-medium": 0.95})) == {}
-
-
 def test_where_no_fp8_form_ran_the_crossover_says_why_and_the_note_counts_only_processes(tmp_path):
     rep = _sweep(tmp_path, {"gpt2": 1.0})
     for path in (rep.dir / "results" / "size").glob("*FP8*.json"):

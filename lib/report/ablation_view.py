@@ -23,13 +23,6 @@ def row_stage(rep: Report, row: dict) -> str | None:
     return added.key if added else None
 
 
-def worth_at_recommendation(rep: Report, key: str) -> str | None:
-    """Stage `key`'s lever's worth on top of the recommendation's other levers (its leave-one-out row), or None."""
-    full, rows = ablation_rows(rep)
-    row = next((r for r in rows if row_stage(rep, r) == key), None)
-    return None if row is None or full is None else worth_text(row, full["batch_size"])
-
-
 def worth_text(row: dict, batch: int) -> str | None:
     """A leave-one-out row's worth in words ('+4.8 % at B=96', 'without it B=96 does not fit'), or None."""
     if record.cannot_fit(r := row["record"]):

@@ -161,39 +161,6 @@ def crosscheck_html(rep: Report) -> str:
     )
 
 
-def crosscheck_finding(rep: Report) -> str | None:
-    rows = [r for r in crosscheck_rows(rep) if r["difference"] is not None]
-    if not rows:
-        return None
-    where = ", ".join(
-        f"{stages.get(r['stage']).title} B={r['batch_size']} {r['difference'] * 100:+.1f} %" for r in rows
-    )
-    differs = [r for r in rows if r["verdict"] == "differs"]
-    if differs:
-        beyond = ", ".join(
-            f"{stages.get(r['stage']).title} B={r['batch_size']} {r['difference'] * 100:+.1f} % against a noise of "
-            f"{_pct(r['noise'])}"
-            for r in differs
-        )
-        return (
-            f'<span class="bad"><b>Cross-check failed</b>: the harness differs from a plain nanoGPT-form loop '
-            f"by more than {CROSSCHECK_LIMIT * 100:.0f} % and more than the noise of the figures compared ({beyond}); "
-            "its numbers may not carry over to that code.</span>"
-        )
-    if any(r["verdict"] == "within noise" for r in rows):
-        widest = max(r["noise"] for r in rows if r["verdict"] == "within noise")
-        return (
-            f'<span class="warn"><b>Cross-check within noise only</b>: the harness differs from a plain '
-            f"nanoGPT-form loop by more than {CROSSCHECK_LIMIT * 100:.0f} % ({where}), but by less than the noise "
-            f"of the figures compared (up to {_pct(widest)}: the step times' variation within each process and "
-            "this report's process-to-process spread).</span>"
-        )
-    return (
-        f"**Cross-check**: the harness's step time is within {CROSSCHECK_LIMIT * 100:.0f} % of a plain "
-        f"nanoGPT-form training loop at every configuration compared ({where})."
-    )
-
-
 def _pct(v) -> str:
     return "n/a" if v is None else f"{v * 100:.1f} %"
 
@@ -268,14 +235,3 @@ def noise_sentence(rep: Report) -> str:
         f"{floor * 100:.2f} % of its median; speed-ups closer to 1 than the ranges of the two "
         "configurations compared (this floor where one ran once) are reported as *within noise*."
     )
-
-
-def noise_note(rep: Report, key: str) -> str:
-    """' (within noise)' when every batch size's lever effect lies inside the measured noise."""
-    prev = decide.previous_stage(key)
-    if stages.is_multi_gpu(key) or prev is None:
-        return ""
-    batches = rep.ok()[rep.ok()["stage"] == key]["batch_size"].tolist()
-    verdicts = [within_noise(rep, (key, b), (prev, b)) for b in batches]
-    verdicts = [v for v in verdicts if v is not None]
-    return " (within noise)" if verdicts and all(verdicts) else ""

@@ -183,35 +183,6 @@ def micro_steps_text(row: dict) -> str:  # 'B=8' for one step an update, 'B=64 �
     return f"B={row['batch']}" + (f" × {row['micro_steps']} micro-steps" if row["micro_steps"] != 1 else "")
 
 
-def recipe_finding(rep: Report) -> str | None:
-    """The summary's line on the recipe: the recommendation against the canonical trainer, and the aim."""
-    rows = {r["role"]: r for r in recipe_rows(rep)}
-    best, plain, harness = rows.get("recommended"), rows.get("baseline"), rows.get("baseline-harness")
-    if not best or not plain:
-        return None
-    b = rep.params.evidence.baseline
-    line = (
-        f"Trained as GPT-2 is, one update per {rep.params.evidence.global_batch_tokens:,} tokens: "
-        f"{stages.get(best['stage']).title} at {micro_steps_text(best)} gives "
-        f"{best['median']:,.0f} tokens/s, {best['median'] / plain['median']:.3f}× the canonical trainer's "
-        f"{stages.get(b.stage).title} at B={b.batch_size} in a plain loop ({plain['median']:,.0f} tokens/s; "
-        + (
-            f"medians of {best['n']} processes each"
-            if best["n"] == plain["n"]
-            else f"medians of {best['n']} and {plain['n']} processes"
-        )
-        + " in the same sitting)"
-    )
-    if harness:
-        line += (
-            f"; this harness at the trainer's configuration: {harness['median'] / plain['median']:.3f}× the plain loop"
-        )
-    target = TARGET_TOKENS_PER_S.get(rep.params.name)
-    if target:
-        line += f". This project's aim, {target:,} tokens/s (about 54 % MFU), is {target / best['median']:.2f}× away"
-    return line + "."
-
-
 def versus_html(rep: Report, key: str, others: tuple[str, ...]) -> str:
     """`key` beside its rivals at each shared batch: tokens/s (median over processes), memory, profiled kernel time."""
     keys, tps = [k for k in (*others, key) if k in rep.stage_order], decide.throughputs(rep.decisions)

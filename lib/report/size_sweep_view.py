@@ -258,20 +258,6 @@ def batch_md(rep: Report) -> str:
     return "\n".join(lines)
 
 
-def pays_from(rep: Report) -> dict[str, str]:
-    """{FP8 form: where the size sweep finds it paying, in words with its basis ("<ratio>× of the
-    recommendation without FP8 at <preset>, B=<batch>", and "and every larger size" when there are some)},
-    for the forms that have a crossover."""
-    band, out = bands(rep)[0], {}
-    for form, pts in speedups(rep).items():
-        c = crossover(pts, band)
-        if c["from"]:
-            b = next(iter(points(rep)[c["from"]].values()))[0]["batch_size"]
-            more = "" if c["from"] == list(c["ratios"])[-1] else " and every larger size"
-            out[form] = f"{c['ratios'][c['from']]:.2f}× of the recommendation without FP8 at {c['from']}, B={b}{more}"
-    return out
-
-
 def gemm_share(rec: dict | None) -> float | None:
     prof = (rec or {}).get("kernel_profile") or {}
     busy = prof.get("busy_ms")
