@@ -109,6 +109,7 @@ def test_batch_sweep_measures_above_the_matrix_only_and_not_a_batch_its_memory_s
     params = tiny_params(["fp32"], batch_sizes=(2, 4))
     params.evidence.sweep_batch_sizes = [2, 3, 4, 8, 16, 32]
     params.evidence.sweep_oom_margin = 0.10
+    params.evidence.global_batch_tokens = 32 * params.run.seq_len  # every swept batch but 3 reaches it
     runner.run_stage("fp32", params, tmp_path)
     gib = 2**30
     device = {"backend": "cpu", "name": "x", "memory_bytes": 40 * gib}  # 4 GiB a sequence: 8 fits, 16 does not

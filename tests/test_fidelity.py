@@ -195,7 +195,6 @@ def test_the_recommendation_is_the_fastest_and_a_smaller_batch_within_noise_is_i
     """B=4 measures 3 % faster than B=2. With a 1 % process spread that is real; with a 10 % spread it is noise. Either
     way the recipe is the faster B=4 (a tie is no reason to train slower), and where they tie B=2, which needs less
     memory, is listed beside it as the memory saver, never as the recommendation."""
-    from lib.results import decisions
 
     params = tiny_params(["fp32"], batch_sizes=(2, 4))
     base = 1000.0
@@ -205,7 +204,7 @@ def test_the_recommendation_is_the_fastest_and_a_smaller_batch_within_noise_is_i
     best = decide.recommended(recs, params)
     assert (best["batch_size"], best["processes"]["n"]) == (4, 3)
     assert best["against"]["batch_size"] == 2 and best["against"]["tie"] is tie
-    saver = decisions._memory_saver(recs, params, best)
+    saver = decide.memory_saver(recs, params, best)
     assert (saver is not None) == tie and (not tie or saver["micro_batch"] == 2)
 
 
@@ -224,15 +223,14 @@ def test_a_tie_by_the_least_gain_is_a_tie_and_not_called_within_noise():
 def test_a_smaller_batch_timed_once_is_never_its_memory_saver():
     """B=2 ran once, 1 % slower than B=4's three processes, inside a 10 % spread: one process says too little to call
     them equal, so no memory saver is listed until it ran three times too."""
-    from lib.results import decisions
 
     params = tiny_params(["fp32"], batch_sizes=(2, 4))
     recs = _repeats(params, "fp32", 2, [990.0], 1 << 20) + _repeats(params, "fp32", 4, [950.0, 1000.0, 1050.0], 2 << 20)
     best = decide.best_config(recs, params)
     assert (best["batch_size"], best["processes"]["n"]) == (4, 3)
-    assert decisions._memory_saver(recs, params, best) is None
+    assert decide.memory_saver(recs, params, best) is None
     recs += _repeats(params, "fp32", 2, [990.0, 985.0, 995.0], 1 << 20)[1:]  # now B=2 ran three times too
-    assert decisions._memory_saver(recs, params, decide.best_config(recs, params))["micro_batch"] == 2
+    assert decide.memory_saver(recs, params, decide.best_config(recs, params))["micro_batch"] == 2
 
 
 def test_a_claim_just_outside_its_range_is_within_noise_only_when_the_spread_covers_it():

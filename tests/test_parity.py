@@ -177,10 +177,13 @@ def test_a_parity_series_in_one_process_trains_as_separate_processes_do(stage):
         if i == 0:
             compiled = sum(counters["inductor"].values())
     assert sum(counters["inductor"].values()) == compiled  # the later runs reused the first one's graph
+    # Inductor's CPU kernels need not reduce in the same order in two processes (on a loaded 2-core machine the
+    # compiled losses differed by 8e-5 at step 3); Adam's moments carried over move them by far more than 1e-3.
+    tol = 1e-3 if stage == "compile" else 1e-6
     for a, t in zip(alone, together, strict=True):
         assert t["status"] == a["status"] == "ok" and t["init_checksum"] == a["init_checksum"]
-        assert t["losses"] == pytest.approx(a["losses"], abs=1e-6)
-        assert t["held_out_loss"] == pytest.approx(a["held_out_loss"], abs=1e-6)
+        assert t["losses"] == pytest.approx(a["losses"], abs=tol)
+        assert t["held_out_loss"] == pytest.approx(a["held_out_loss"], abs=tol)
     assert together[0]["losses"] != together[1]["losses"]
 
 

@@ -16,13 +16,12 @@ from lib.report import export
 from lib.results import decide, noise, store
 
 SECTION_HEADINGS = [
-    "Executive summary",
-    "Verdicts on the prevailing claims",
-    "Hardware and software environment",
-    "Method",
+    "The recipe and what each of its levers is worth",
+    "Quality tests",
     "Experimental matrix",
+    "Verdicts on the prevailing claims",
+    "Environment and method",
     "Analysis per lever",
-    "Recommendations",
     "Appendix",
 ]
 
@@ -149,7 +148,7 @@ def test_evidence_is_measured_and_shown(pipeline_ok, report_html):
 
 def test_the_recommendation_rests_on_repeats_a_plain_loop_cross_check_and_a_parity_run(pipeline_ok, report_html):
     ev, p = pipeline_ok.results_dir, pipeline_ok.params
-    best = decide.best_config(store.decision_records(ev), p)
+    best = decide.recommended(store.decision_records(ev), p)
     key = (best["stage"], best["batch_size"])
     repeats = [read_json(f) for f in (ev / "repeats").glob("*.json")]
     # the repeats rule: a second process always, a third only where the first two differ beyond the tolerance
@@ -400,7 +399,7 @@ def test_the_pdf_leaves_the_summary_s_html_only_sections_to_the_html_and_names_t
     from lib.report import export
 
     titles = export.html_only_titles(nbformat.read(ROOT / "notebooks" / "summary.ipynb", as_version=4).cells)
-    assert {"Step-time spread", "Loss curves, all stages", "Every parity run"} <= set(titles)
+    assert {"Step-time spread", "Every parity run"} <= set(titles)
     note = report_html[report_html.index('celltag_pdf-only" id=') :][:3000]
     assert all(t in note for t in titles)
     assert report_html.count("celltag_html-only") >= 2 * len(titles) - 1  # each title's cell and its output's

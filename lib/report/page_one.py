@@ -168,7 +168,7 @@ def quality_text(q: dict | None) -> str:
         return f"divergence check {q['verdict']}, {q['steps']} steps"
     horizon = f"{q['steps']} steps, {fmt.tokens(q['tokens'])} tok" if q.get("tokens") else "earlier method"
     if q.get("passes"):
-        horizon += f", {q['passes']:.2g} passes"
+        horizon += f", {q['passes']:.2f} passes"
     seeds = f", {q['seeds']} seeds" if q.get("seeds") else ""
     held = q.get("held_out")
     diff = f" {fmt.nats(held['mean'])} nats" if held and held.get("mean") is not None else ""
@@ -289,7 +289,7 @@ def plot_waterfall(rep: Report):
         prev = s["cumulative"]
     ax.set_yticks(y, [s["title"] for s in steps], fontsize=7)
     ax.set_ylim(len(steps) - 0.5, -0.5)
-    ax.set_xlim(0, max(x["cumulative"] or 0 for x in steps) * 1.6)
+    ax.set_xlim(0, max(x["cumulative"] or 0 for x in steps) * 2.2)
     ax.set_xlabel(f"× {steps[0]['title']}, as the matrix measures it at the batch named; hatched: chained", fontsize=7)
     ax.tick_params(axis="x", labelsize=7)
     ax.grid(axis="y", visible=False)

@@ -285,9 +285,9 @@ def best_config(records: list[dict], params: Params, eligible=None) -> dict | No
     }
 
 
-def recommended(records: list[dict], params: Params, eligible=None) -> dict | None:
-    """The recommendation, which is the recipe a team trains with: best_config among the micro-batches that reach the
-    global batch by whole accumulation steps (Params.micro_steps), and on a profile that names a check stage (the CPU
+def recommendable(params: Params, eligible=None):
+    """What can be the recommendation, which is the recipe a team trains with: a micro-batch that reaches the global
+    batch by whole accumulation steps (Params.micro_steps), and on a profile that names a check stage (the CPU
     default, whose timings are noise) that stage alone, so every chapter is exercised whatever the noise decides."""
     fixed, tokens = getattr(params.evidence, "check_stage", None), params.evidence.global_batch_tokens
 
@@ -298,7 +298,12 @@ def recommended(records: list[dict], params: Params, eligible=None) -> dict | No
             and (eligible is None or eligible(r))
         )
 
-    return best_config(records, params, fits)
+    return fits
+
+
+def recommended(records: list[dict], params: Params, eligible=None) -> dict | None:
+    """The recommendation: best_config among the recommendable configurations."""
+    return best_config(records, params, recommendable(params, eligible))
 
 
 def against(records: list[dict], tps: dict, mine: tuple, theirs: tuple, min_gain: float | None = None) -> dict:
@@ -326,3 +331,33 @@ def ties(
     if within is None or within or min_gain is None:
         return within
     return abs(float(np.median(a)) / float(np.median(b)) - 1) <= min_gain
+
+
+def memory_saver(records: list[dict], params: Params, best: dict) -> dict | None:
+    """A smaller micro-batch of the recipe's stage, dividing the global batch too, that the tie rule puts level with
+    it and that needs less memory: listed beside the recipe, never as it."""
+    tps = throughputs(records)
+    floor, across, gain = (
+        decision_floor(records, tps),
+        across_machines(records),
+        params.evidence.batch_min_gain,
+    )
+    mine = tps[(best["stage"], best["batch_size"])]
+    level = [
+        r
+        for r in ranked_configs(records, params, lambda r: params.micro_steps(r["batch_size"]) is not None)
+        if r["stage"] == best["stage"]
+        and r["batch_size"] < best["batch_size"]
+        and len(tps[(r["stage"], r["batch_size"])]) > 1
+        and ties(mine, tps[(r["stage"], r["batch_size"])], floor, across, gain)
+        and (r.get("mem_allocator_bytes") or 0) < (best.get("mem_allocator_bytes") or 0)
+    ]
+    if not level:
+        return None
+    r = min(level, key=lambda r: r["batch_size"])
+    return {
+        "micro_batch": r["batch_size"],
+        "accumulation": params.micro_steps(r["batch_size"]),
+        "tokens_per_s": float(np.median(tps[(r["stage"], r["batch_size"])])),
+        "mem_allocator_bytes": r.get("mem_allocator_bytes"),
+    }

@@ -93,7 +93,7 @@ def make_recipe(records: list[dict], evidence: dict, params: Params, env: dict, 
         }
         for r in records_multi_gpu(evidence.get("matrix") or [])
     ]
-    saver = _memory_saver(records, params, best)
+    saver = decide.memory_saver(records, params, best)
     return {
         "stage": best["stage"],
         "title": stages.get(best["stage"]).title,
@@ -147,36 +147,6 @@ def records_multi_gpu(matrix: list[dict]) -> list[dict]:
         and (r.get("world_size") or 0) > 1
     }
     return [by[g] for g in sorted(by)]
-
-
-def _memory_saver(records: list[dict], params: Params, best: dict) -> dict | None:
-    """A smaller micro-batch of the recipe's stage, dividing the global batch too, that the tie rule puts level with
-    it and that needs less memory: listed beside the recipe, never as it."""
-    tps = decide.throughputs(records)
-    floor, across, gain = (
-        noise.decision_floor(records, tps),
-        noise.across_machines(records),
-        params.evidence.batch_min_gain,
-    )
-    mine = tps[(best["stage"], best["batch_size"])]
-    level = [
-        r
-        for r in decide.ranked_configs(records, params, lambda r: params.micro_steps(r["batch_size"]) is not None)
-        if r["stage"] == best["stage"]
-        and r["batch_size"] < best["batch_size"]
-        and len(tps[(r["stage"], r["batch_size"])]) > 1
-        and decide.ties(mine, tps[(r["stage"], r["batch_size"])], floor, across, gain)
-        and (r.get("mem_allocator_bytes") or 0) < (best.get("mem_allocator_bytes") or 0)
-    ]
-    if not level:
-        return None
-    r = min(level, key=lambda r: r["batch_size"])
-    return {
-        "micro_batch": r["batch_size"],
-        "accumulation": params.micro_steps(r["batch_size"]),
-        "tokens_per_s": float(np.median(tps[(r["stage"], r["batch_size"])])),
-        "mem_allocator_bytes": r.get("mem_allocator_bytes"),
-    }
 
 
 def _quality(key: str, checks: dict, df, params: Params) -> dict | None:

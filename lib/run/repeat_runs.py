@@ -19,7 +19,8 @@ def repeat_configs(params: Params, report_dir) -> list[tuple[str, int]]:
     """The two fastest verified configurations (the recommendation and its runner-up): what runs in several
     processes first, so that the noise floor the claims are then read against is measured."""
     recs = store.decision_records(resolve(report_dir) / "results")
-    return [(r["stage"], r["batch_size"]) for r in decide.ranked_configs(recs, params)[:2]]
+    ranked = decide.ranked_configs(recs, params, decide.recommendable(params))
+    return [(r["stage"], r["batch_size"]) for r in ranked[:2]]
 
 
 def claim_configs(params: Params, report_dir) -> list[tuple[str, int]]:
