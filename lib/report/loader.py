@@ -18,6 +18,7 @@ from lib.core.params import Params
 from lib.core.paths import resolve
 from lib.report.formats import GiB, gib, pct, signed_pct, span, times, tok  # noqa: F401 (the views import them from here too)
 from lib.results import decide, decisions, parity, stats, store
+from lib.results.stats import mfu_bf16_of
 
 CV_LIMIT = 0.02  # step-time spread above this on a GPU is called out
 ADOPT_ABOVE = 1.02  # a lever's median speed-up from which the advice says adopt (below: neutral, or slower under 0.98)
@@ -115,15 +116,6 @@ def load(report_dir) -> Report:
     df["mfu_bf16"] = [mfu_bf16_of(params, m, p) for m, p in zip(df["mfu"], df["peak_precision"])]
     run = json.loads((d / "run.json").read_text()) if (d / "run.json").exists() else None
     return Report(d, params, env, records, df, decisions, store.load_evidence(d / "results"), noise, run)
-
-
-def mfu_bf16_of(params: Params, mfu, precision) -> float | None:
-    """An MFU quoted against the stage's own precision's peak, restated against the bf16 dense
-    peak, so every stage reads on one scale (an FP32 stage's MFU against the fp32 peak looks high)."""
-    peaks = params.peak_tflops or {}
-    if mfu is None or pd.isna(mfu) or not peaks.get("bf16") or not peaks.get(precision):
-        return None
-    return float(mfu) * peaks[precision] / peaks["bf16"]
 
 
 def price_per_gpu_hour(rep: "Report") -> float | None:

@@ -11,7 +11,7 @@ import pandas as pd
 
 from lib.core import config, record, stages
 from lib.core.params import Params
-from lib.results import decide, noise, parity
+from lib.results import decide, noise, parity, stats
 from lib.results.leave_one_out import leave_one_out
 from lib.results.stats import loss_noise
 
@@ -52,10 +52,8 @@ def recipe_sides(recipe: list[dict], params: Params) -> dict:
 
 def _mfu_bf16(params: Params, rec: dict, tokens_per_s: float) -> float | None:
     """The MFU of `rec`'s configuration at `tokens_per_s`, against the bf16 dense peak (every stage on one scale)."""
-    peaks, mfu = params.peak_tflops or {}, rec.get("mfu")
-    if not mfu or not peaks.get("bf16") or not peaks.get(rec.get("peak_precision")) or not rec.get("tokens_per_s"):
-        return None
-    return float(mfu) * peaks[rec["peak_precision"]] / peaks["bf16"] * tokens_per_s / rec["tokens_per_s"]
+    mfu = stats.mfu_bf16_of(params, rec.get("mfu"), rec.get("peak_precision"))
+    return mfu * tokens_per_s / rec["tokens_per_s"] if mfu and rec.get("tokens_per_s") else None
 
 
 def make_recipe(records: list[dict], evidence: dict, params: Params, env: dict, price: float | None) -> dict | None:

@@ -116,3 +116,12 @@ def loss_noise_at(records: list[dict]) -> tuple[float, str, int] | None:
     ]
     gaps = [g for g in gaps if np.isfinite(g[0])]
     return max(gaps, key=lambda g: g[0]) if gaps else None
+
+
+def mfu_bf16_of(params, mfu, precision) -> float | None:
+    """An MFU quoted against the stage's own precision's peak, restated against the bf16 dense
+    peak, so every stage reads on one scale (an FP32 stage's MFU against the fp32 peak looks high)."""
+    peaks = params.peak_tflops or {}
+    if mfu is None or mfu != mfu or not peaks.get("bf16") or not peaks.get(precision):
+        return None
+    return float(mfu) * peaks[precision] / peaks["bf16"]
