@@ -155,7 +155,6 @@ def checks(records: list[dict], evidence: Evidence) -> dict:
     """stage -> its parity test against its reference stage at the batch it ran: the paired
     differences per seed, the noise pairs, the interval of each metric, the detectable difference
     and the verdict (evidence: parity_margin, parity_confidence, parity_power)."""
-    margin, conf, power = evidence.parity_margin, evidence.parity_confidence, evidence.parity_power
     earlier = [r for r in records if r.get("kind") == "parity" and "seed_offset" not in r]
     records = [r for r in records if not (r.get("kind") == "parity" and "seed_offset" not in r)]
     by, attempted = runs(records), runs(records, ok_only=False)
@@ -165,49 +164,7 @@ def checks(records: list[dict], evidence: Evidence) -> dict:
         refs = by.get((ref_key, batch), {})
         if ref_key == key or not refs:
             continue
-        paired = sorted(s for s in seeds if s in refs)
-        # The noise of one paired difference, from the repeat pairs of both stages (their expectation is 0):
-        # sqrt((E[lever pair^2] + E[reference pair^2]) / 2), the larger of the two metrics'.
-        repeats = {m: (_mean_square_repeat(seeds, paired, m), _mean_square_repeat(refs, paired, m)) for m in METRICS}
-        measured = all(v is not None for pair in repeats.values() for v in pair)
-        noise_sd = max(math.sqrt((a + b) / 2) for a, b in repeats.values()) if measured else None
-        diffs = {m: [_metric(seeds[s][0], m) - _metric(refs[s][0], m) for s in paired] for m in METRICS}
-        intervals = {m: interval(v, conf, noise_sd or 0.0) for m, v in diffs.items()}
-        spread = max((i["sd"] for i in intervals.values() if i["sd"] is not None), default=None)
-        out = tests[(key, batch)] = {
-            "stage": key,
-            "reference": ref_key,
-            "batch_size": batch,
-            "seeds": paired,
-            "steps": seeds[paired[0]][0]["steps"] if paired else None,
-            "micro_steps": refs[paired[0]][0].get("micro_steps", 1) if paired else 1,
-            "lever_micro_steps": seeds[paired[0]][0].get("micro_steps", 1) if paired else 1,
-            "passes": seeds[paired[0]][0].get("passes") if paired else None,
-            "diffs": diffs,
-            "noise_sd": noise_sd,
-            "intervals": intervals,
-            "detectable": detectable(spread, len(paired), conf, power),
-            "margin": margin,
-            "confidence": conf,
-            "power": power,
-            "wanted": evidence.parity_seeds,
-            "seeds_run": len(done := seeds_run(attempted, (key, batch), (ref_key, batch), evidence)),
-            "noise_seeds": noise_seeds(evidence),
-            "verdict": verdict(intervals, margin) if paired else UNDECIDED,
-        }
-        out["spread_floor"] = spread_floor(diffs, conf)
-        out["futile"] = (
-            "noise"
-            if futile(noise_sd, done, evidence)
-            else "spread"
-            if spread_futile(out["spread_floor"], len(paired), evidence)
-            else "trend"
-            if trend_futile(intervals, len(paired), evidence)
-            else None
-        )
-        if out["seeds_run"] < out["wanted"]:
-            out["verdict"] = UNDECIDED if out["futile"] else INCOMPLETE
-        out["ok"] = out["verdict"] == HOLDS
+        tests[(key, batch)] = _test(key, ref_key, batch, seeds, refs, attempted, evidence)
     # One test a stage: where a history left tests of a stage at several batches (a run resumed after the
     # recommendation moved), the one that decided, else the one with more seeds run, else the larger batch;
     # the others are named beside it (and every run stays listed in the report's parity history).
@@ -221,6 +178,62 @@ def checks(records: list[dict], evidence: Evidence) -> dict:
     for key, c in earlier_checks(earlier).items():
         chosen.setdefault(key, c)  # a paired test of the stage decides where there is one
     return chosen
+
+
+def paired(records: list[dict], key: str, ref_key: str, batch: int, evidence: Evidence) -> dict | None:
+    """The test of stage `key` against `ref_key` at `batch` from the records (None where either side has no run)."""
+    by, attempted = runs(records), runs(records, ok_only=False)
+    seeds, refs = by.get((key, batch), {}), by.get((ref_key, batch), {})
+    return _test(key, ref_key, batch, seeds, refs, attempted, evidence) if seeds and refs else None
+
+
+def _test(key: str, ref_key: str, batch: int, seeds: dict, refs: dict, attempted: dict, evidence: Evidence) -> dict:
+    """One paired test from the two stages' runs by seed (module docstring)."""
+    margin, conf, power = evidence.parity_margin, evidence.parity_confidence, evidence.parity_power
+    paired = sorted(s for s in seeds if s in refs)
+    # The noise of one paired difference, from the repeat pairs of both stages (their expectation is 0):
+    # sqrt((E[lever pair^2] + E[reference pair^2]) / 2), the larger of the two metrics'.
+    repeats = {m: (_mean_square_repeat(seeds, paired, m), _mean_square_repeat(refs, paired, m)) for m in METRICS}
+    measured = all(v is not None for pair in repeats.values() for v in pair)
+    noise_sd = max(math.sqrt((a + b) / 2) for a, b in repeats.values()) if measured else None
+    diffs = {m: [_metric(seeds[s][0], m) - _metric(refs[s][0], m) for s in paired] for m in METRICS}
+    intervals = {m: interval(v, conf, noise_sd or 0.0) for m, v in diffs.items()}
+    spread = max((i["sd"] for i in intervals.values() if i["sd"] is not None), default=None)
+    out = {
+        "stage": key,
+        "reference": ref_key,
+        "batch_size": batch,
+        "seeds": paired,
+        "steps": seeds[paired[0]][0]["steps"] if paired else None,
+        "micro_steps": refs[paired[0]][0].get("micro_steps", 1) if paired else 1,
+        "lever_micro_steps": seeds[paired[0]][0].get("micro_steps", 1) if paired else 1,
+        "passes": seeds[paired[0]][0].get("passes") if paired else None,
+        "diffs": diffs,
+        "noise_sd": noise_sd,
+        "intervals": intervals,
+        "detectable": detectable(spread, len(paired), conf, power),
+        "margin": margin,
+        "confidence": conf,
+        "power": power,
+        "wanted": evidence.parity_seeds,
+        "seeds_run": len(done := seeds_run(attempted, (key, batch), (ref_key, batch), evidence)),
+        "noise_seeds": noise_seeds(evidence),
+        "verdict": verdict(intervals, margin) if paired else UNDECIDED,
+    }
+    out["spread_floor"] = spread_floor(diffs, conf)
+    out["futile"] = (
+        "noise"
+        if futile(noise_sd, done, evidence)
+        else "spread"
+        if spread_futile(out["spread_floor"], len(paired), evidence)
+        else "trend"
+        if trend_futile(intervals, len(paired), evidence)
+        else None
+    )
+    if out["seeds_run"] < out["wanted"]:
+        out["verdict"] = UNDECIDED if out["futile"] else INCOMPLETE
+    out["ok"] = out["verdict"] == HOLDS
+    return out
 
 
 def earlier_checks(records: list[dict]) -> dict:

@@ -135,8 +135,9 @@ def in_series(jobs: list[dict], round_name: str) -> list[dict]:
 
 
 def parity_plan(params: Params, env: dict, report_dir, key: str, batch: int, micro: dict) -> list[dict]:
-    """The parity test's runs of stage `key` at `batch`, each side accumulating `micro[side]` micro-batches."""
-    ev, ref = params.evidence, stages.get(key).reference
+    """The parity test's runs of stage `key` against the other stage `micro` names at `batch`, each side accumulating
+    `micro[side]` micro-batches."""
+    ev, ref = params.evidence, next(s for s in micro if s != key)
     train_tokens = len(data.split(data.load_tokens(params.model.vocab_size))[0])
     per_step = batch * params.run.seq_len
     steps = max(1, min(ev.parity_steps, int(ev.parity_passes * train_tokens // per_step)))
