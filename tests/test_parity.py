@@ -1,5 +1,6 @@
-"""The parity test (lib/results/parity.py): paired seeds, the test's own noise from the repeat pairs of both stages,
-one-sided bounds on the mean paired difference, and one rule that adopts, rejects or leaves undecided."""
+"""The parity test's fixed design (lib/results/parity.py), which judges the folders measured before the sequential one
+(tests/test_sequential.py): paired seeds, the test's own noise from the repeat pairs of both stages, one-sided bounds
+on the mean paired difference, and one rule that adopts, rejects or leaves undecided."""
 
 from __future__ import annotations
 
@@ -9,13 +10,24 @@ from types import SimpleNamespace
 
 import pandas as pd
 import pytest
-from conftest import make_record, tiny_params, write_report_dir
+import conftest
+from conftest import make_record, write_report_dir
 
 from lib.measure import parity_run, series
 from lib.report import loader, method_text, parity_view
 from lib.results import decide, parity, store
 from lib.core import stages
 from lib.run import parity_runs
+
+def tiny_params(*args, **kwargs):
+    """The CPU default's params under the fixed design these tests hold (three seeds, the first two repeated)."""
+    p = conftest.tiny_params(*args, **kwargs)
+    p.evidence = dataclasses.replace(
+        p.evidence, parity_looks=None, parity_horizon_tokens=None, parity_steps=40, parity_passes=2,
+        parity_seeds=3, parity_noise_seeds=2,
+    )
+    return p
+
 
 EV = SimpleNamespace(parity_seeds=3, parity_margin=0.02, parity_confidence=0.95, parity_power=0.8)
 

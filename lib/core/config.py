@@ -333,6 +333,14 @@ def _validate_evidence(ev, where: str) -> None:
         )
     if ev.parity_noise_seeds is not None and not 1 <= ev.parity_noise_seeds <= ev.parity_seeds:
         raise ConfigError(f"{where}: evidence.parity_noise_seeds must lie between 1 and parity_seeds")
+    if ev.parity_looks is not None:
+        looks = ev.parity_looks
+        if not looks or looks[0] < 2 or any(b <= a for a, b in zip(looks, looks[1:])) or looks[-1] != ev.parity_seeds:
+            raise ConfigError(
+                f"{where}: evidence.parity_looks must be rising seed counts from at least 2 that end at parity_seeds"
+            )
+    if ev.parity_horizon_tokens is not None and ev.parity_horizon_tokens <= 0:
+        raise ConfigError(f"{where}: evidence.parity_horizon_tokens must be positive")
     if min(ev.parity_seeds, ev.parity_futility_pairs or 2) < 2:
         raise ConfigError(f"{where}: evidence.parity_seeds and parity_futility_pairs must be at least 2")
     if not 0 < min(ev.parity_confidence, ev.parity_power) <= max(ev.parity_confidence, ev.parity_power) < 1:

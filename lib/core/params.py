@@ -89,6 +89,10 @@ class Evidence:
     parity_chain_batch: bool = False  # a stage that takes over is tested at the rejected test's batch (False: its own)
     parity_before_sweep: bool = False  # a stage is tested at the matrix's batch before it is swept (False: swept first)
     parity_batch: int | None = None  # sequences per optimizer step of every test, each side in micro-batches that fit
+    # The sequential design (None: a folder measured by the fixed design against the canonical reference): the seeds at
+    # which the test looks, and the tokens each run trains on (the horizon)
+    parity_looks: list[int] | None = None
+    parity_horizon_tokens: int | None = None
     claim_repeat_margin: float | None = None  # a timing claim's sides repeat only where its verdict could move within
     # this many noise floors of its figure (None: always)
     token_budget: int | None = None  # tokens a team trains on: the recipe's hours and cost are quoted for it

@@ -58,7 +58,10 @@ class Stage:
     # --- what the report compares it with
     base: str | None = None  # the stage this lever is added to; None: the one before it in the registry
     peak: str = "fp32"  # which datasheet peak MFU is quoted against
-    reference: str = "fp32"  # the stage whose loss this one must stay within tolerance of
+    reference: str = "fp32"  # the stage whose loss this one must stay within tolerance of (the canonical reference)
+    # the stage this one is without its lever (its own stack), where that is not its base: the parity test sets the
+    # lever against it, so the difference is the lever's alone (None: its base, or the stage before it)
+    own_stack: str | None = None
     # --- where it can run
     backends: tuple = ALL_BACKENDS
     min_capability: tuple | None = None  # NVIDIA compute capability it needs (CUDA only)
@@ -290,6 +293,7 @@ def _cumulative() -> list[Stage]:
         key="fp8_classifier",
         title="FP8 classifier (fused)",
         base="fp8_head",
+        own_stack="loss_only",  # it replaces the FP8 lm_head: without it, the loss-only forward
         fp8_lm_head=None,
         loss="fp8_classifier",
         package="",
@@ -344,6 +348,16 @@ def get(key: str) -> Stage:
     if key not in STAGES:
         raise KeyError(f"unknown stage {key!r}; stages are: {', '.join(ORDER)}")
     return STAGES[key]
+
+
+def own_stack(key: str) -> str:
+    """The stage that is `key` without its lever (Stage.own_stack, else its base, else the stage before it in the
+    registry): the parity test's reference for that lever; the first stage is its own."""
+    stage = get(key)
+    if stage.own_stack or stage.base:
+        return stage.own_stack or stage.base
+    i = ORDER.index(key)
+    return ORDER[i - 1] if i else key
 
 
 def is_multi_gpu(key: str | None) -> bool:

@@ -249,10 +249,9 @@ def ranked_configs(records: list[dict], params: Params, eligible=None) -> list[d
     )
     verified = verified_stages(df, (order[0],))
     for key, check in parity.checks(records, params.evidence).items():
-        if check["verdict"] != parity.INCOMPLETE:  # a test cut off part-way decides nothing yet
-            verified[key] = (
-                verified.get(key) and check["ok"]
-            )  # only a parity test that holds lets a tested stage be adopted
+        for test in (check, check.get("canonical")):
+            if test and test["verdict"] != parity.INCOMPLETE:  # a test cut off part-way decides nothing yet
+                verified[key] = verified.get(key) and test["ok"]  # only tests that hold let a tested stage be adopted
     tps = throughputs(records)
     good = [r for r in single if verified.get(r["stage"])]
     return sorted(good, key=lambda r: -float(np.median(tps[(r["stage"], r["batch_size"])])))

@@ -58,6 +58,7 @@ import numpy as np
 from lib.core import stages
 from lib.core.params import Evidence
 from lib.core.record import Status
+from lib.results import sequential
 from lib.results.stats import envelope_gap
 
 HOLDS, WORSE, UNDECIDED, INCOMPLETE = "holds", "worse", "undecided", "incomplete"
@@ -135,6 +136,8 @@ def runs(records: list[dict], ok_only: bool = True) -> dict:
 def noise_seeds(evidence: Evidence) -> int:
     """How many of the seeds (the first ones) run both stages a second time: evidence.parity_noise_seeds, every
     seed where it is not set (a report measured before it existed)."""
+    if getattr(evidence, "parity_looks", None):  # the sequential design: the seeds' own spread is the test's noise
+        return 0
     n = getattr(evidence, "parity_noise_seeds", None)
     return evidence.parity_seeds if n is None else min(n, evidence.parity_seeds)
 
@@ -158,13 +161,18 @@ def checks(records: list[dict], evidence: Evidence) -> dict:
     earlier = [r for r in records if r.get("kind") == "parity" and "seed_offset" not in r]
     records = [r for r in records if not (r.get("kind") == "parity" and "seed_offset" not in r)]
     by, attempted = runs(records), runs(records, ok_only=False)
-    tests = {}
+    tests, own_stack = {}, bool(getattr(evidence, "parity_looks", None))
     for (key, batch), seeds in by.items():
-        ref_key = stages.get(key).reference if key in stages.STAGES else key
+        canonical = stages.get(key).reference if key in stages.STAGES else key
+        ref_key = stages.own_stack(key) if own_stack and key in stages.STAGES else canonical
+        if ref_key == key or not by.get((ref_key, batch)):
+            ref_key = canonical  # the canonical reference alone where the lever's own stack has not run
         refs = by.get((ref_key, batch), {})
         if ref_key == key or not refs:
             continue
-        tests[(key, batch)] = _test(key, ref_key, batch, seeds, refs, attempted, evidence)
+        test = tests[(key, batch)] = _test(key, ref_key, batch, seeds, refs, attempted, evidence)
+        if ref_key != canonical and by.get((canonical, batch)):  # the full stack against the canonical reference
+            test["canonical"] = _test(key, canonical, batch, seeds, by[(canonical, batch)], attempted, evidence)
     # One test a stage: where a history left tests of a stage at several batches (a run resumed after the
     # recommendation moved), the one that decided, else the one with more seeds run, else the larger batch;
     # the others are named beside it (and every run stays listed in the report's parity history).
@@ -189,6 +197,8 @@ def paired(records: list[dict], key: str, ref_key: str, batch: int, evidence: Ev
 
 def _test(key: str, ref_key: str, batch: int, seeds: dict, refs: dict, attempted: dict, evidence: Evidence) -> dict:
     """One paired test from the two stages' runs by seed (module docstring)."""
+    if getattr(evidence, "parity_looks", None):
+        return _sequential_test(key, ref_key, batch, seeds, refs, attempted, evidence)
     margin, conf, power = evidence.parity_margin, evidence.parity_confidence, evidence.parity_power
     paired = sorted(s for s in seeds if s in refs)
     # The noise of one paired difference, from the repeat pairs of both stages (their expectation is 0):
@@ -236,6 +246,107 @@ def _test(key: str, ref_key: str, batch: int, seeds: dict, refs: dict, attempted
     return out
 
 
+def _sequential_test(key, ref_key, batch, seeds: dict, refs: dict, attempted: dict, evidence: Evidence) -> dict:
+    """The sequential design (lib/results/sequential.py): the looks in order, each on the first `look` seeds, until a
+    bound crosses the margin (holds or worse), the trend says the last look could not hold (undecided), or the last
+    look passes undecided. A look whose seeds have not all run both stages leaves the test incomplete, wanting them."""
+    margin, conf, power = evidence.parity_margin, evidence.parity_confidence, evidence.parity_power
+    looks = tuple(evidence.parity_looks)
+    c = sequential.critical_value(looks, 1 - conf)
+    lever, ref = attempted.get((key, batch), {}), attempted.get((ref_key, batch), {})
+    run_both = sum(1 for _ in _leading(lambda s: s in lever and s in ref))
+    verdict_, futile_, at, wanted = INCOMPLETE, None, 0, looks[0]
+    for k, look in enumerate(looks):
+        if run_both < look:
+            wanted = look
+            break
+        at = look
+        verdict_ = verdict(_bounds(seeds, refs, look, c), margin)
+        if verdict_ != UNDECIDED:
+            break
+        if k + 1 < len(looks) and _trend_futile(seeds, refs, look, c, looks[-1], evidence):
+            verdict_, futile_ = UNDECIDED, "trend"
+            break
+        verdict_ = UNDECIDED if k + 1 == len(looks) else INCOMPLETE
+    used = [s for s in range(max(at, 1)) if s in seeds and s in refs]  # a failed run leaves its seed out
+    diffs = {m: [_metric(seeds[s][0], m) - _metric(refs[s][0], m) for s in used] for m in METRICS}
+    intervals = {m: _bound(v, c) for m, v in diffs.items()}
+    spread = max((i["sd"] for i in intervals.values() if i["sd"] is not None), default=None)
+    first = seeds[used[0]][0] if used else {}
+    out = {
+        "stage": key,
+        "reference": ref_key,
+        "batch_size": batch,
+        "design": "sequential",
+        "looks": list(looks),
+        "critical_value": c,
+        "seeds": used,
+        "steps": first.get("steps"),
+        "tokens": first.get("steps", 0) * batch * first.get("seq_len", 0) or None,
+        "micro_steps": refs[used[0]][0].get("micro_steps", 1) if used else 1,
+        "lever_micro_steps": first.get("micro_steps", 1),
+        "passes": first.get("passes"),
+        "diffs": diffs,
+        "noise_sd": None,
+        "intervals": intervals,
+        "detectable": None if spread is None else (c + _t(power, len(used) - 1)) * spread / math.sqrt(len(used)),
+        "margin": margin,
+        "confidence": conf,
+        "power": power,
+        "wanted": wanted if verdict_ == INCOMPLETE else at,
+        "seeds_run": run_both,
+        "noise_seeds": 0,
+        "verdict": verdict_,
+        "futile": futile_,
+        "spread_floor": None,
+        "ok": verdict_ == HOLDS,
+        "run_s": {side: _mean_wall(runs_) for side, runs_ in (("lever", seeds), ("reference", refs))},
+    }
+    return out
+
+
+def _leading(present):
+    """0, 1, 2, ... while `present(seed)` holds: the seeds run in order, without a gap."""
+    s = 0
+    while present(s):
+        yield s
+        s += 1
+
+
+def _bound(diffs: list[float], c: float) -> dict:
+    """Mean of the paired differences and its bounds at the sequential design's critical value (no noise floor: the
+    design's error rates are found with the seeds' own spread)."""
+    d = np.asarray(diffs, dtype=float)
+    if d.size < 2:
+        return {"n": int(d.size), "mean": float(d.mean()) if d.size else math.nan, "lo": -math.inf, "hi": math.inf,
+                "sd": None}
+    sd = float(d.std(ddof=1))
+    half = c * sd / math.sqrt(d.size)
+    return {"n": int(d.size), "mean": float(d.mean()), "lo": float(d.mean()) - half, "hi": float(d.mean()) + half,
+            "sd": sd}
+
+
+def _bounds(seeds: dict, refs: dict, look: int, c: float) -> dict:
+    used = [s for s in range(look) if s in seeds and s in refs]
+    return {m: _bound([_metric(seeds[s][0], m) - _metric(refs[s][0], m) for s in used], c) for m in METRICS}
+
+
+def _trend_futile(seeds: dict, refs: dict, look: int, c: float, last: int, evidence: Evidence) -> bool:
+    """Were a loss's mean and spread at this look to hold, the last look would leave its upper bound above the margin:
+    the test could not hold, only spend device time (it stops undecided, which never raises an error rate)."""
+    if not getattr(evidence, "parity_futility_trend", False):
+        return False
+    return any(
+        i["sd"] is not None and i["mean"] + c * i["sd"] / math.sqrt(last) > evidence.parity_margin
+        for i in _bounds(seeds, refs, look, c).values()
+    )
+
+
+def _mean_wall(by_seed: dict) -> float | None:
+    walls = [r[0].get("wall_s") for r in by_seed.values() if r and r[0].get("wall_s")]
+    return float(np.mean(walls)) if walls else None
+
+
 def earlier_checks(records: list[dict]) -> dict:
     """stage -> its parity run of the earlier method (module docstring), judged by that method's rule; where it ran
     at several batch sizes, the one at the larger."""
@@ -280,9 +391,20 @@ def earlier_checks(records: list[dict]) -> dict:
 
 
 def rejected(checks: dict) -> dict:
-    """stage -> its check, for the tests that did not let their stage stand (worse or undecided; an incomplete one
-    decides nothing yet). The stage that takes over is measured and tested at such a test's batch size."""
-    return {k: c for k, c in checks.items() if c["verdict"] in (WORSE, UNDECIDED)}
+    """stage -> its check, for the tests that did not let their stage stand (worse or undecided, its own or the
+    full stack's against the canonical reference; an incomplete one decides nothing yet). The stage that takes over is
+    measured and tested at such a test's batch size."""
+    return {k: c for k, c in checks.items() if standing(c) in (WORSE, UNDECIDED)}
+
+
+def standing(check: dict) -> str:
+    """What a stage's tests say together: worse or undecided where either its own test or its full stack's check
+    against the canonical reference says so; holds where its own holds and the check, if run, holds too."""
+    verdicts = [check["verdict"]] + ([check["canonical"]["verdict"]] if check.get("canonical") else [])
+    for v in (WORSE, UNDECIDED, INCOMPLETE):
+        if v in verdicts:
+            return v
+    return HOLDS
 
 
 def futile(noise_sd: float | None, done: list[int], evidence: Evidence) -> bool:
@@ -349,11 +471,9 @@ def seeds_needed(check: dict) -> int | None:
     i = max(check["intervals"].values(), key=lambda i: i["hi"])
     if i["sd"] is None or i["mean"] >= check["margin"]:
         return None
-    return next(
-        (
-            n
-            for n in range(2, 101)
-            if i["mean"] + _t(check["confidence"], n - 1) * i["sd"] / math.sqrt(n) <= check["margin"]
-        ),
-        None,
-    )
+    c = check.get("critical_value")  # the sequential design's, which its later looks keep; else Student's t
+
+    def bound(n):
+        return i["mean"] + (c or _t(check["confidence"], n - 1)) * i["sd"] / math.sqrt(n)
+
+    return next((n for n in range(2, 101) if bound(n) <= check["margin"]), None)

@@ -29,8 +29,20 @@ def parity_jobs(params: Params, report_dir) -> list[dict]:
     key, batch = best["stage"], chain_batch(recs, params, best)
     # Before the sweep, the matrix's batches: a resumed run after the sweep plans the same runs.
     sized = matrix(recs) if getattr(params.evidence, "parity_before_sweep", False) else recs
-    micro = {s: micro_steps(sized, s, batch) for s in (key, stages.get(key).reference)}
-    return parity_plan(params, env, report_dir, key, batch, micro)
+    if not getattr(params.evidence, "parity_looks", None):  # the fixed design against the canonical reference
+        micro = {s: micro_steps(sized, s, batch) for s in (key, stages.get(key).reference)}
+        return parity_plan(params, env, report_dir, key, batch, micro)
+    # The sequential design: the lever against its own stack, then the full stack against the canonical reference,
+    # each to its next look; nothing once both have decided (a test that does not hold ends the stage's turn).
+    for ref in dict.fromkeys(r for r in (stages.own_stack(key), stages.get(key).reference) if r != key):
+        test = parity.paired(recs, key, ref, batch, params.evidence)
+        if test is None or test["verdict"] == parity.INCOMPLETE:
+            micro = {s: micro_steps(sized, s, batch) for s in (key, ref)}
+            wanted = test["wanted"] if test else params.evidence.parity_looks[0]
+            return parity_plan(params, env, report_dir, key, batch, micro, seeds=wanted)
+        if test["verdict"] != parity.HOLDS:
+            return []
+    return []
 
 
 def micro_steps(recs: list[dict], stage: str, batch: int) -> int:
@@ -93,6 +105,8 @@ def measure(params: Params, report_dir, force: bool = False) -> None:
     (lib/results/parity.py): the first runs of the noise seeds (its spread), their repeats (its noise), then the
     other seeds. Where too few noise seeds could stop it by spread, the first two rounds are one."""
     jobs, env, ev = parity_jobs(params, report_dir), runner.environment(report_dir), params.evidence
+    if getattr(ev, "parity_looks", None):
+        return measure_sequential(params, report_dir, jobs, env, force)
     if not jobs:
         return
     twice = parity.noise_seeds(ev)
@@ -110,6 +124,23 @@ def measure(params: Params, report_dir, force: bool = False) -> None:
                 return
         if round_jobs:
             runner.measure_jobs(in_series(round_jobs, name), env, force=force)
+
+
+def measure_sequential(params: Params, report_dir, jobs: list[dict], env: dict, force: bool) -> None:
+    """The sequential design's rounds (lib/results/sequential.py): each round runs the seeds up to the next look of the
+    stage's next undecided test (its own stack first, then the canonical reference), then the records are read again;
+    it ends when the stage's tests have decided or one did not let it stand. Seeds already run are kept (a run of the
+    reference for one lever serves another's test)."""
+    rounds = 0
+    while jobs:
+        test, look = jobs[0]["stage"], max(j["seed_offset"] for j in jobs) + 1
+        ref = next(j["stage"] for j in jobs if j["stage"] != test)
+        print(f"    parity test: {test} against {ref}, to {look} seeds", flush=True)
+        runner.measure_jobs(in_series(jobs, f"to {look} seeds"), env, force=force and not rounds)
+        rounds += 1
+        before, jobs = {j["fingerprint"] for j in jobs}, parity_jobs(params, report_dir)
+        if {j["fingerprint"] for j in jobs} <= before:  # nothing new to run: a failed run cannot be made to pass here
+            return
 
 
 FUTILE_WHY = {
@@ -134,15 +165,20 @@ def in_series(jobs: list[dict], round_name: str) -> list[dict]:
     ]
 
 
-def parity_plan(params: Params, env: dict, report_dir, key: str, batch: int, micro: dict) -> list[dict]:
+def parity_plan(
+    params: Params, env: dict, report_dir, key: str, batch: int, micro: dict, seeds: int | None = None
+) -> list[dict]:
     """The parity test's runs of stage `key` against the other stage `micro` names at `batch`, each side accumulating
-    `micro[side]` micro-batches."""
+    `micro[side]` micro-batches, at the first `seeds` seeds (evidence.parity_seeds where not given). Each run is
+    evidence.parity_horizon_tokens long where the params set it (the horizon, stated before any number), within
+    evidence.parity_steps steps and evidence.parity_passes passes over the training text."""
     ev, ref = params.evidence, next(s for s in micro if s != key)
     train_tokens = len(data.split(data.load_tokens(params.model.vocab_size))[0])
     per_step = batch * params.run.seq_len
-    steps = max(1, min(ev.parity_steps, int(ev.parity_passes * train_tokens // per_step)))
+    horizon = getattr(ev, "parity_horizon_tokens", None) or ev.parity_steps * per_step
+    steps = max(1, min(ev.parity_steps, horizon // per_step, int(ev.parity_passes * train_tokens // per_step)))
     jobs = []
-    for seed in range(ev.parity_seeds):
+    for seed in range(seeds or ev.parity_seeds):
         # Each seed reads the text from its own place, fixed by the seed alone (golden-ratio steps), so
         # adding seeds later leaves the earlier ones' runs valid.
         start = int((seed * 0.6180339887498949) % 1.0 * train_tokens)
