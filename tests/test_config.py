@@ -277,7 +277,7 @@ def test_a_host_variant_is_matched_by_its_gpu_count_and_the_plain_profile_still_
     "field, value, message",
     [
         ("parity_futility_pairs", 1, "parity_seeds and parity_futility_pairs must be at least 2"),
-        ("parity_seeds", 1, "parity_noise_seeds must lie between 1 and parity_seeds"),
+        ("parity_seeds", 1, "parity_looks must be rising seed counts from at least 2 that end at parity_seeds"),
         ("parity_power", 1.0, "parity_confidence and parity_power must lie in"),
         ("parity_confidence", 0.0, "parity_confidence and parity_power must lie in"),
     ],

@@ -34,7 +34,7 @@ def test_a_lever_outside_the_recipe_is_skipped_when_slower_and_not_yet_when_fast
     _undecided(d, p, "bf16_residual")
     row = _levers(d)["bf16_residual"]
     assert row["decision"] == decisions.NOT_YET and row["quality"]["verdict"] == "undecided"
-    assert row["quality"]["steps"] and row["quality"]["seeds"] == 3
+    assert row["quality"]["steps"] and row["quality"]["seeds"] >= 2  # the looks it took to stop
 
 
 def test_a_lever_whose_parity_test_finds_it_worse_is_skipped_whatever_its_speed(tmp_path):

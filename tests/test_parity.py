@@ -15,16 +15,22 @@ from conftest import make_record, write_report_dir
 
 from lib.measure import parity_run, series
 from lib.report import loader, method_text, parity_view
-from lib.results import decide, parity, store
+from lib.results import decide, parity, parity_futility, sequential, store
 from lib.core import stages
 from lib.run import parity_runs
+
 
 def tiny_params(*args, **kwargs):
     """The CPU default's params under the fixed design these tests hold (three seeds, the first two repeated)."""
     p = conftest.tiny_params(*args, **kwargs)
     p.evidence = dataclasses.replace(
-        p.evidence, parity_looks=None, parity_horizon_tokens=None, parity_steps=40, parity_passes=2,
-        parity_seeds=3, parity_noise_seeds=2,
+        p.evidence,
+        parity_looks=None,
+        parity_horizon_tokens=None,
+        parity_steps=40,
+        parity_passes=2,
+        parity_seeds=3,
+        parity_noise_seeds=2,
     )
     return p
 
@@ -118,7 +124,7 @@ def test_the_bound_uses_students_t_and_never_less_spread_than_the_measured_noise
     i = parity.interval([0.01, 0.02, 0.03], 0.95)
     assert i["sd"] == pytest.approx(0.01) and i["hi"] - i["mean"] == pytest.approx(2.919986 * 0.01 / 3**0.5, rel=1e-5)
     assert parity.interval([0.01, 0.01, 0.01], 0.95, noise_sd=0.005)["sd"] == 0.005
-    assert parity.detectable(0.005, 3, 0.95, 0.8) > parity.detectable(0.005, 10, 0.95, 0.8)
+    assert sequential.detectable(0.005, 3, 0.95, 0.8) > sequential.detectable(0.005, 10, 0.95, 0.8)
 
 
 def test_an_undecided_test_says_how_many_seeds_would_settle_it():
@@ -418,7 +424,7 @@ def test_a_test_whose_seeds_trend_past_the_margin_stops_and_one_heading_to_hold_
     head = [r for r in _test(params, (0.011, 0.003, 0.031)) if r["replicate"] == 0]
     check = parity.checks(head, ev)["tf32"]
     assert check["futile"] == "trend" and check["verdict"] == parity.UNDECIDED and not check["ok"]
-    bound = parity.projected_bound(check["intervals"]["held_out"], 5, 0.95)
+    bound = parity_futility.projected_bound(check["intervals"]["held_out"], 5, 0.95)
     assert bound == pytest.approx(0.015 + 2.1318 * 0.014422 / 5**0.5, abs=1e-4)  # t(0.95, 4) = 2.1318
     why = parity_view.summary(check)
     assert "stopped after the first runs of 3 seeds" in why and "+0.0150 nats on average, spread 0.0144" in why

@@ -27,7 +27,6 @@ def test_the_design_keeps_its_error_rates_over_all_its_looks():
 
 def test_peeking_with_the_single_look_bound_would_break_the_stated_rate():
     """Why the design needs its own critical value: Student's t at each look calls holds too often."""
-    import numpy as np
 
     t = sequential._t_paths(LOOKS, 60_000, seed=3)
     naive_holds = float(((t[:, 0] <= -2.3534) | (t[:, 1] <= -1.8946)).mean())

@@ -9,7 +9,7 @@ import html
 from lib.core import record, stages
 from lib.core.params import Evidence
 from lib.report.loader import Report, recommended
-from lib.results import parity, stats, store
+from lib.results import parity, parity_futility, sequential, stats, store
 
 WORDS = {
     parity.HOLDS: "holds",
@@ -30,10 +30,10 @@ def rule(ev: Evidence) -> str:
         "weights on the same data order, "
         + (
             "each twice"
-            if parity.noise_seeds(ev) >= ev.parity_seeds
+            if parity_futility.noise_seeds(ev) >= ev.parity_seeds
             else "and at the first of them each a second time"
-            if parity.noise_seeds(ev) == 1
-            else f"and at the first {parity.noise_seeds(ev)} of them each a second time"
+            if parity_futility.noise_seeds(ev) == 1
+            else f"and at the first {parity_futility.noise_seeds(ev)} of them each a second time"
         )
         + " (the repeat pairs measure the noise of the test itself: a compiled or FP8 step is not bitwise "
         "repeatable). The lever **holds** when the one-sided "
@@ -45,18 +45,18 @@ def rule(ev: Evidence) -> str:
         + (
             "The test stops early, undecided, only for futility: when after the repeated seeds its own noise alone "
             f"keeps all {ev.parity_seeds} seeds from detecting the margin with {ev.parity_power * 100:g} % power"
-            if parity.futility_pairs(ev) is None  # measured before the spread stop: the noise stop alone
+            if parity_futility.futility_pairs(ev) is None  # measured before the spread stop: the noise stop alone
             else f"It stops early, undecided, only for futility: where {ev.parity_seeds} seeds could not detect the "
             f"margin with {ev.parity_power * 100:g} % power, by the lower {ev.parity_confidence * 100:g} % bound on "
-            f"the spread of its first {parity.noise_seeds(ev)} seeds, or after their repeats by its own noise"
+            f"the spread of its first {parity_futility.noise_seeds(ev)} seeds, or after their repeats by its own noise"
             + (
                 "; and, at either point, where the mean and spread of its seeds so far, were they to hold, would "
                 f"leave an upper bound above the margin with all {ev.parity_seeds} seeds"
                 if getattr(ev, "parity_futility_trend", False)
                 else ""
             )
-            if parity.noise_seeds(ev) >= parity.futility_pairs(ev)
-            else f"Every test runs all its seeds: fewer than {parity.futility_pairs(ev)} repeat pairs measure its "
+            if parity_futility.noise_seeds(ev) >= parity_futility.futility_pairs(ev)
+            else f"Every test runs all its seeds: fewer than {parity_futility.futility_pairs(ev)} repeat pairs measure its "
             "noise too loosely to stop it early"
         )
     )
@@ -78,16 +78,18 @@ def _futile_reach(c: dict) -> float:
     """What a test stopped for futility could have detected at all its seeds, given what stopped it: its own noise,
     or the lower bound on its seeds' spread."""
     sd = c["spread_floor"] if c.get("futile") == "spread" else c["noise_sd"]
-    return parity.detectable(sd, c["wanted"], c["confidence"], c["power"])
+    return sequential.detectable(sd, c["wanted"], c["confidence"], c["power"])
 
 
 def _futile_trend(c: dict) -> str:
     """A test stopped by its trend, in words: the loss whose projected bound crossed the margin, with its figures."""
-    m, i = max(c["intervals"].items(), key=lambda kv: parity.projected_bound(kv[1], c["wanted"], c["confidence"]))
+    m, i = max(
+        c["intervals"].items(), key=lambda kv: parity_futility.projected_bound(kv[1], c["wanted"], c["confidence"])
+    )
     return (
         f"its first {len(c['seeds'])} seeds' paired differences in {parity.METRICS[m]} ({_nats(i['mean'])} nats on "
         f"average, spread {i['sd']:.4f}) would, were they to hold, leave the upper bound at "
-        f"{_nats(parity.projected_bound(i, c['wanted'], c['confidence']))} with all {c['wanted']} seeds, above the "
+        f"{_nats(parity_futility.projected_bound(i, c['wanted'], c['confidence']))} with all {c['wanted']} seeds, above the "
         f"+{c['margin']:g} margin"
     )
 

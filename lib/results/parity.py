@@ -38,7 +38,7 @@ Design (the method section states it before any number):
     the second stopped);
   * a parity run of the earlier method (records without a seed: one long run of the lever, the reference once or
     twice) is judged by the rule it was measured under, never dropped or left to decide nothing: the lever's
-    training loss (5-step average) within EARLIER_TOLERANCE of the envelope of the reference's runs at every step,
+    training loss (5-step average) within parity_earlier.EARLIER_TOLERANCE of the envelope of the reference's runs at every step,
     and its held-out loss within it of their range (earlier_check). Where a stage also has a paired test, that one
     decides; the earlier run is still listed with every run;
   * a test decides only once it is complete: every one of the `parity_seeds` seeds has run both stages, the
@@ -58,11 +58,10 @@ import numpy as np
 from lib.core import stages
 from lib.core.params import Evidence
 from lib.core.record import Status
-from lib.results import sequential
-from lib.results.stats import envelope_gap
+from lib.results import parity_earlier, sequential
+from lib.results.parity_futility import futile, noise_seeds, spread_floor, spread_futile, trend_futile
 
 HOLDS, WORSE, UNDECIDED, INCOMPLETE = "holds", "worse", "undecided", "incomplete"
-EARLIER_TOLERANCE = 0.05  # nats: the earlier method's parity rule (run.loss_tolerance when its runs were made)
 # The params of the test (params/default.yaml, evidence): a folder measured before they existed is
 # judged with today's values (loader.load), as a new report would be.
 RULE_KEYS = ("parity_seeds", "parity_passes", "parity_margin", "parity_confidence", "parity_power")
@@ -79,16 +78,8 @@ def interval(diffs: list[float], confidence: float, noise_sd: float = 0.0) -> di
     if d.size < 2:
         return {"n": int(d.size), "mean": mean, "lo": -math.inf, "hi": math.inf, "sd": None}
     sd = max(float(d.std(ddof=1)), noise_sd)
-    half = _t(confidence, d.size - 1) * sd / math.sqrt(d.size)
+    half = sequential.t_quantile(confidence, d.size - 1) * sd / math.sqrt(d.size)
     return {"n": int(d.size), "mean": mean, "lo": mean - half, "hi": mean + half, "sd": sd}
-
-
-def detectable(sd: float | None, n: int, confidence: float, power: float) -> float | None:
-    """The smallest true mean difference the test tells from none with probability `power` (one-sided
-    at `confidence`), given the spread of one paired difference and n seeds; None below two seeds."""
-    if sd is None or n < 2:
-        return None
-    return float((_t(confidence, n - 1) + _t(power, n - 1)) * sd / math.sqrt(n))
 
 
 def verdict(intervals: dict, margin: float) -> str:
@@ -98,14 +89,6 @@ def verdict(intervals: dict, margin: float) -> str:
     if all(i["hi"] <= margin for i in intervals.values()):
         return HOLDS
     return UNDECIDED
-
-
-def _t(q: float, df: int) -> float:
-    """Student's t quantile. scipy.special is imported here, not at the top: every measuring process and
-    every chapter notebook imports this module (through results); scipy.stats would cost most of a second."""
-    from scipy.special import stdtrit
-
-    return float(stdtrit(df, q))
 
 
 def _metric(rec: dict, name: str) -> float:
@@ -131,20 +114,6 @@ def runs(records: list[dict], ok_only: bool = True) -> dict:
     ):
         out.setdefault((r["stage"], r["batch_size"]), {}).setdefault(seed_of(r), []).append(r)
     return out
-
-
-def noise_seeds(evidence: Evidence) -> int:
-    """How many of the seeds (the first ones) run both stages a second time: evidence.parity_noise_seeds, every
-    seed where it is not set (a report measured before it existed)."""
-    if getattr(evidence, "parity_looks", None):  # the sequential design: the seeds' own spread is the test's noise
-        return 0
-    n = getattr(evidence, "parity_noise_seeds", None)
-    return evidence.parity_seeds if n is None else min(n, evidence.parity_seeds)
-
-
-def futility_pairs(evidence: Evidence) -> int | None:
-    """The repeat pairs a futility stop needs; None for a folder measured before the key (its noise seeds)."""
-    return getattr(evidence, "parity_futility_pairs", None)
 
 
 def seeds_run(attempted: dict, key: tuple, ref_key: tuple, evidence: Evidence) -> list[int]:
@@ -183,7 +152,8 @@ def checks(records: list[dict], evidence: Evidence) -> dict:
         chosen[key] = c
     for key, c in chosen.items():
         c["other_batches"] = sorted(b for (k, b) in tests if k == key and b != c["batch_size"])
-    for key, c in earlier_checks(earlier).items():
+    for key, c in parity_earlier.checks(runs(earlier)).items():
+        c["verdict"] = HOLDS if c["ok"] else WORSE
         chosen.setdefault(key, c)  # a paired test of the stage decides where there is one
     return chosen
 
@@ -221,7 +191,7 @@ def _test(key: str, ref_key: str, batch: int, seeds: dict, refs: dict, attempted
         "diffs": diffs,
         "noise_sd": noise_sd,
         "intervals": intervals,
-        "detectable": detectable(spread, len(paired), conf, power),
+        "detectable": sequential.detectable(spread, len(paired), conf, power),
         "margin": margin,
         "confidence": conf,
         "power": power,
@@ -270,7 +240,7 @@ def _sequential_test(key, ref_key, batch, seeds: dict, refs: dict, attempted: di
         verdict_ = UNDECIDED if k + 1 == len(looks) else INCOMPLETE
     used = [s for s in range(max(at, 1)) if s in seeds and s in refs]  # a failed run leaves its seed out
     diffs = {m: [_metric(seeds[s][0], m) - _metric(refs[s][0], m) for s in used] for m in METRICS}
-    intervals = {m: _bound(v, c) for m, v in diffs.items()}
+    intervals = {m: sequential.bound(v, c) for m, v in diffs.items()}
     spread = max((i["sd"] for i in intervals.values() if i["sd"] is not None), default=None)
     first = seeds[used[0]][0] if used else {}
     out = {
@@ -289,7 +259,9 @@ def _sequential_test(key, ref_key, batch, seeds: dict, refs: dict, attempted: di
         "diffs": diffs,
         "noise_sd": None,
         "intervals": intervals,
-        "detectable": None if spread is None else (c + _t(power, len(used) - 1)) * spread / math.sqrt(len(used)),
+        "detectable": None
+        if spread is None
+        else (c + sequential.t_quantile(power, len(used) - 1)) * spread / math.sqrt(len(used)),
         "margin": margin,
         "confidence": conf,
         "power": power,
@@ -313,81 +285,21 @@ def _leading(present):
         s += 1
 
 
-def _bound(diffs: list[float], c: float) -> dict:
-    """Mean of the paired differences and its bounds at the sequential design's critical value (no noise floor: the
-    design's error rates are found with the seeds' own spread)."""
-    d = np.asarray(diffs, dtype=float)
-    if d.size < 2:
-        return {"n": int(d.size), "mean": float(d.mean()) if d.size else math.nan, "lo": -math.inf, "hi": math.inf,
-                "sd": None}
-    sd = float(d.std(ddof=1))
-    half = c * sd / math.sqrt(d.size)
-    return {"n": int(d.size), "mean": float(d.mean()), "lo": float(d.mean()) - half, "hi": float(d.mean()) + half,
-            "sd": sd}
-
-
 def _bounds(seeds: dict, refs: dict, look: int, c: float) -> dict:
     used = [s for s in range(look) if s in seeds and s in refs]
-    return {m: _bound([_metric(seeds[s][0], m) - _metric(refs[s][0], m) for s in used], c) for m in METRICS}
+    return {m: sequential.bound([_metric(seeds[s][0], m) - _metric(refs[s][0], m) for s in used], c) for m in METRICS}
 
 
 def _trend_futile(seeds: dict, refs: dict, look: int, c: float, last: int, evidence: Evidence) -> bool:
-    """Were a loss's mean and spread at this look to hold, the last look would leave its upper bound above the margin:
-    the test could not hold, only spend device time (it stops undecided, which never raises an error rate)."""
-    if not getattr(evidence, "parity_futility_trend", False):
-        return False
-    return any(
-        i["sd"] is not None and i["mean"] + c * i["sd"] / math.sqrt(last) > evidence.parity_margin
-        for i in _bounds(seeds, refs, look, c).values()
+    """The trend's futility stop (sequential.cannot_hold), where the params ask for it."""
+    return bool(getattr(evidence, "parity_futility_trend", False)) and sequential.cannot_hold(
+        _bounds(seeds, refs, look, c), c, last, evidence.parity_margin
     )
 
 
 def _mean_wall(by_seed: dict) -> float | None:
     walls = [r[0].get("wall_s") for r in by_seed.values() if r and r[0].get("wall_s")]
     return float(np.mean(walls)) if walls else None
-
-
-def earlier_checks(records: list[dict]) -> dict:
-    """stage -> its parity run of the earlier method (module docstring), judged by that method's rule; where it ran
-    at several batch sizes, the one at the larger."""
-    by = runs(records)
-    out = {}
-    for (key, batch), seeds in sorted(by.items(), key=lambda kv: kv[0][1]):
-        ref_key = stages.get(key).reference if key in stages.STAGES else key
-        refs = by.get((ref_key, batch), {}).get(0, [])
-        own = seeds.get(0, [])
-        if ref_key == key or not refs or not own:
-            continue
-        held_refs = [r["held_out_loss"] for r in refs]
-
-        def beyond(run, refs=refs, held_refs=held_refs):  # (training loss, held-out loss) outside the reference's
-            held = run["held_out_loss"]
-            gap = envelope_gap(run.get("losses") or [], [r.get("losses") or [] for r in refs])
-            return gap, max(0.0, min(held_refs) - held, held - max(held_refs))
-
-        worst = max(own, key=lambda r: max(beyond(r)))  # every run of the lever is judged; the worst speaks for it
-        outside, held_outside = beyond(worst)
-        ok = bool(outside <= EARLIER_TOLERANCE and held_outside <= EARLIER_TOLERANCE)
-        out[key] = {
-            "stage": key,
-            "reference": ref_key,
-            "batch_size": batch,
-            "protocol": "earlier",
-            "runs": len(own),
-            "reference_runs": len(refs),
-            "steps": worst.get("steps"),
-            "micro_steps": refs[0].get("micro_steps", 1),
-            "outside": outside,
-            "held_outside": held_outside,
-            "held_out_loss": worst["held_out_loss"],
-            "reference_held_out_loss": held_refs,
-            "tolerance": EARLIER_TOLERANCE,
-            "seeds": [],
-            "verdict": HOLDS if ok else WORSE,
-            "ok": ok,
-            "other_batches": [],
-        }
-    return out
 
 
 def rejected(checks: dict) -> dict:
@@ -407,64 +319,6 @@ def standing(check: dict) -> str:
     return HOLDS
 
 
-def futile(noise_sd: float | None, done: list[int], evidence: Evidence) -> bool:
-    """The futility stop of the module docstring: the noise seeds have all run twice, and with the noise they
-    measured even the full test could not detect the margin. Fewer of them than evidence.parity_futility_pairs:
-    never (a folder measured before that key stopped after its noise seeds, whatever their number, and is judged
-    by the rule it ran under)."""
-    if noise_sd is None or noise_seeds(evidence) < (futility_pairs(evidence) or 0):
-        return False
-    if not set(range(noise_seeds(evidence))) <= set(done):
-        return False
-    return _beyond_reach(noise_sd, evidence)
-
-
-def _beyond_reach(sd: float, evidence: Evidence) -> bool:
-    """Whether, with one paired difference spread by `sd`, all evidence.parity_seeds seeds could not detect the margin
-    with evidence.parity_power: what makes a test futile."""
-    reach = detectable(sd, evidence.parity_seeds, evidence.parity_confidence, evidence.parity_power)
-    return reach is not None and reach > evidence.parity_margin
-
-
-def spread_floor(diffs: dict, confidence: float) -> float | None:
-    """The lower one-sided `confidence` bound on the standard deviation of one paired difference, from the seeds'
-    own spread (chi-square with n - 1 degrees of freedom), the larger of the two metrics'; None below two seeds."""
-    from scipy.special import chdtri  # the upper-tail inverse: chdtri(df, 1 - q) is the q quantile
-
-    n = min(len(v) for v in diffs.values())
-    if n < 2:
-        return None
-    return max(
-        float(np.std(v, ddof=1)) * math.sqrt((n - 1) / float(chdtri(n - 1, 1 - confidence))) for v in diffs.values()
-    )
-
-
-def spread_futile(floor: float | None, pairs: int, evidence: Evidence) -> bool:
-    """The futility stop by spread (module docstring): at least evidence.parity_futility_pairs paired seeds, and even
-    their spread's lower bound keeps the full test from detecting the margin. Never for a folder measured before
-    that key (it ran under the noise stop alone)."""
-    if floor is None or futility_pairs(evidence) is None or pairs < futility_pairs(evidence):
-        return False
-    return _beyond_reach(floor, evidence)
-
-
-def projected_bound(i: dict, seeds: int, confidence: float) -> float | None:
-    """The upper bound one metric's interval `i` would reach at `seeds` seeds were its mean and spread to hold."""
-    return None if i["sd"] is None else i["mean"] + _t(confidence, seeds - 1) * i["sd"] / math.sqrt(seeds)
-
-
-def trend_futile(intervals: dict, pairs: int, evidence: Evidence) -> bool:
-    """The futility stop by trend (module docstring): at least evidence.parity_futility_pairs paired seeds, and were
-    the mean and spread of a loss's paired differences so far to hold, all evidence.parity_seeds seeds would leave
-    its upper bound above the margin: the test could not hold, only spend device time. Only for folders measured
-    with evidence.parity_futility_trend (the rule is stated before the numbers)."""
-    needed = futility_pairs(evidence)
-    if not getattr(evidence, "parity_futility_trend", False) or needed is None or pairs < needed:
-        return False
-    bounds = [projected_bound(i, evidence.parity_seeds, evidence.parity_confidence) for i in intervals.values()]
-    return any(b is not None and b > evidence.parity_margin for b in bounds)
-
-
 def seeds_needed(check: dict) -> int | None:
     """How many seeds would bring the upper bound within the margin if the mean and spread stayed as
     measured (what an undecided test would need); None where that takes more than 100 or never comes."""
@@ -474,6 +328,6 @@ def seeds_needed(check: dict) -> int | None:
     c = check.get("critical_value")  # the sequential design's, which its later looks keep; else Student's t
 
     def bound(n):
-        return i["mean"] + (c or _t(check["confidence"], n - 1)) * i["sd"] / math.sqrt(n)
+        return i["mean"] + (c or sequential.t_quantile(check["confidence"], n - 1)) * i["sd"] / math.sqrt(n)
 
     return next((n for n in range(2, 101) if bound(n) <= check["margin"]), None)

@@ -57,6 +57,41 @@ def error_rates(looks: tuple[int, ...], alpha: float, shift: float, sims: int = 
     return {"holds": float(holds.mean()), "worse": float(worse.mean()), "mean_seeds": float(spent.mean())}
 
 
+def bound(diffs: list[float], c: float) -> dict:
+    """Mean of the paired differences and its bounds at critical value `c` (no noise floor: the design's error rates
+    are found with the seeds' own spread); no bounds below two seeds."""
+    d = np.asarray(diffs, dtype=float)
+    mean = float(d.mean()) if d.size else math.nan
+    if d.size < 2:
+        return {"n": int(d.size), "mean": mean, "lo": -math.inf, "hi": math.inf, "sd": None}
+    sd = float(d.std(ddof=1))
+    half = c * sd / math.sqrt(d.size)
+    return {"n": int(d.size), "mean": mean, "lo": mean - half, "hi": mean + half, "sd": sd}
+
+
+def cannot_hold(intervals: dict, c: float, last: int, margin: float) -> bool:
+    """Were a loss's mean and spread at this look to hold, the last look (`last` seeds) would leave its upper bound
+    above the margin: the test could not hold, only spend device time. Stopping it undecided never raises an error
+    rate of the design."""
+    return any(i["sd"] is not None and i["mean"] + c * i["sd"] / math.sqrt(last) > margin for i in intervals.values())
+
+
+def t_quantile(q: float, df: int) -> float:
+    """Student's t quantile. scipy.special is imported here, not at the top: every measuring process and
+    every chapter notebook imports this module (through results); scipy.stats would cost most of a second."""
+    from scipy.special import stdtrit
+
+    return float(stdtrit(df, q))
+
+
+def detectable(sd: float | None, n: int, confidence: float, power: float) -> float | None:
+    """The smallest true mean difference the test tells from none with probability `power` (one-sided
+    at `confidence`), given the spread of one paired difference and n seeds; None below two seeds."""
+    if sd is None or n < 2:
+        return None
+    return float((t_quantile(confidence, n - 1) + t_quantile(power, n - 1)) * sd / math.sqrt(n))
+
+
 def _check(looks: tuple[int, ...]) -> None:
     if not looks or looks[0] < 2 or any(b <= a for a, b in zip(looks, looks[1:])):
         raise ValueError(f"parity looks must be rising seed counts of at least 2, got {list(looks)}")

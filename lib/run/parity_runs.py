@@ -8,7 +8,7 @@ from __future__ import annotations
 from lib.core import data, record, stages
 from lib.core.params import Params
 from lib.core.paths import resolve
-from lib.results import decide, parity, store
+from lib.results import decide, parity, parity_futility, store
 from lib.measure.series import restartable
 from lib.run import runner
 from lib.run.jobs import folder, make_job
@@ -34,7 +34,9 @@ def parity_jobs(params: Params, report_dir) -> list[dict]:
         return parity_plan(params, env, report_dir, key, batch, micro)
     # The sequential design: the lever against its own stack, then the full stack against the canonical reference,
     # each to its next look; nothing once both have decided (a test that does not hold ends the stage's turn).
-    for ref in dict.fromkeys(r for r in (stages.own_stack(key), stages.get(key).reference) if r != key):
+    # (the own stack only where this report timed it: a profile may leave it out, or it may not run here)
+    own = [r for r in (stages.own_stack(key),) if r in params.stages and timed_batches(matrix(recs), r)]
+    for ref in dict.fromkeys(r for r in (*own, stages.get(key).reference) if r != key):
         test = parity.paired(recs, key, ref, batch, params.evidence)
         if test is None or test["verdict"] == parity.INCOMPLETE:
             micro = {s: micro_steps(sized, s, batch) for s in (key, ref)}
@@ -109,11 +111,11 @@ def measure(params: Params, report_dir, force: bool = False) -> None:
         return measure_sequential(params, report_dir, jobs, env, force)
     if not jobs:
         return
-    twice = parity.noise_seeds(ev)
+    twice = parity_futility.noise_seeds(ev)
     first = [j for j in jobs if j["seed_offset"] < twice and not j["replicate"]]
     repeats = [j for j in jobs if j["seed_offset"] < twice and j["replicate"]]
     rounds = [("first runs", first), ("repeats", repeats)]
-    if parity.futility_pairs(ev) is None or twice < parity.futility_pairs(ev):
+    if parity_futility.futility_pairs(ev) is None or twice < parity_futility.futility_pairs(ev):
         rounds = [("noise seeds", first + repeats)]
     rounds.append(("other seeds", [j for j in jobs if j["seed_offset"] >= twice]))
     for k, (name, round_jobs) in enumerate(rounds):
@@ -182,7 +184,9 @@ def parity_plan(
         # Each seed reads the text from its own place, fixed by the seed alone (golden-ratio steps), so
         # adding seeds later leaves the earlier ones' runs valid.
         start = int((seed * 0.6180339887498949) % 1.0 * train_tokens)
-        replicates = (0, 1) if seed < parity.noise_seeds(ev) else (0,)  # the repeat pairs: the test's own noise
+        replicates = (
+            (0, 1) if seed < parity_futility.noise_seeds(ev) else (0,)
+        )  # the repeat pairs: the test's own noise
         for s, m, k in [(key, micro[key], k) for k in replicates] + [(ref, micro[ref], k) for k in replicates]:
             name = f"{s}__b{batch}" + (f"__s{seed}" if seed else "") + (f"__r{k}" if k else "")
             j = make_job(
