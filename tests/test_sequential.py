@@ -146,3 +146,64 @@ def test_only_a_stage_whose_tests_hold_is_adopted():
     worse = _pairs(params, "fp8_classifier", "loss_only", (0.1, 0.1, 0.1, 0.1))
     assert decide.best_config(matrix, params)["stage"] == "fp8_classifier"  # untested: the fastest
     assert decide.best_config(matrix + worse, params)["stage"] == "loss_only"  # its own test rejects it
+
+
+def _report_with_tests(tmp_path, held_deltas, vocab=None):
+    """A folder whose fastest stage, the FP8 classifier, was tested against the loss-only forward at 64 steps."""
+    from lib.report import loader
+
+    params = tiny_params(["vocab", "bf16_residual", "loss_only", "fp8_head", "fp8_classifier"], batch_sizes=(8,))
+    params.evidence.parity_looks, params.evidence.parity_seeds = list(LOOKS), 8
+    params.evidence.parity_futility_trend = False
+    losses = [5.0 - 0.01 * i for i in range(6)]
+    recs = [
+        make_record(params, s, 8, [t] * 5, losses)
+        for s, t in (
+            ("vocab", 10.0),
+            ("bf16_residual", 6.0),
+            ("loss_only", 5.0),
+            ("fp8_head", 4.5),
+            ("fp8_classifier", 4.0),
+        )
+    ]
+    tests = _pairs(params, "fp8_classifier", "loss_only", held_deltas)
+    for r in tests:
+        r.update(steps=64, passes=5.95)
+    extra = (
+        []
+        if vocab is None
+        else [_run(params, "vocab", s, 4.0 + 0.1 * s + vocab, 4.0 + 0.1 * s + vocab) for s in range(4)]
+    )
+    d = write_report_dir(tmp_path / "r", params, recs)
+    from lib.results import store
+
+    for r in tests + extra:
+        store.write_atomic(d / "results" / "parity" / f"{r['stage']}__s{r['seed_offset']}.json", r)
+    return loader.load(d)
+
+
+def test_page_one_states_the_quality_test_s_reference_horizon_bounds_and_what_would_decide_it(tmp_path):
+    from lib.report import page_one
+
+    rep = _report_with_tests(tmp_path, (0.0, 0.04, -0.03, 0.02, 0.0, 0.03, -0.02, 0.02))
+    row = next(r for r in rep.decided["levers"] if r["stage"] == "fp8_classifier")
+    q = row["quality"]
+    assert row["decision"] == "not yet" and q["verdict"] == "undecided" and q["reference"] == "loss_only"
+    assert q["steps"] == 64 and q["seeds"] == 8 and q["to_decide"]["seeds"] > 8
+    assert q["to_decide"]["gpu_minutes"] == pytest.approx((q["to_decide"]["seeds"] - 8) * 4.0 / 60)
+    text = page_one.quality_text(q)
+    lo, hi = q["held_out"]["lo"], q["held_out"]["hi"]
+    assert "vs Loss-only forward" in text and "64 steps" in text and "5.95 passes" in text and "8 seeds" in text
+    assert f"[{lo:+.4f}, {hi:+.4f}]".replace("+-", "-") in text.replace("−", "-")
+    assert f"~{q['to_decide']['seeds']} seeds" in text
+
+
+def test_the_quality_curves_draw_each_tested_lever_and_the_whole_stack_s_check(tmp_path):
+    from lib.report import quality_curves
+
+    rep = _report_with_tests(tmp_path, (0.001, -0.001, 0.0, 0.001), vocab=-0.001)
+    drawn = quality_curves.tests(rep)
+    pairs = [(c["stage"], c["reference"]) for c in drawn]
+    assert pairs[:2] == [("fp8_classifier", "loss_only"), ("fp8_classifier", "vocab")]  # its own, the whole stack's
+    assert ("loss_only", "vocab") in pairs  # the runs of its reference make the loss-only stack's check too
+    assert quality_curves.plot(rep) is not None and (rep.dir / "figures" / "quality_curves.png").stat().st_size > 0

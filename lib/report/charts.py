@@ -318,7 +318,7 @@ def plot_losses(rep: Report, stage: str | None = None):
     """Summary (stage None): every stage's loss minus its reference stage's (FP32, or the vocab
     stage for the later levers), step by step, so the stages do not hide behind one another.
     Chapter: this stage's loss minus its reference's, or for a baseline its own loss curve. Both
-    with the tolerance band the loss gate judges against; a configuration without a curve says
+    with the tolerance band the divergence check judges against; a configuration without a curve says
     why (OOM, error...) in its panel."""
     if stage is not None and stages.get(stage).multi_gpu:
         return _plot_multi_gpu_losses(rep, stage)

@@ -114,7 +114,7 @@ def why_unmeasured(df: pd.DataFrame, claim: dict) -> str:
     a, b = title(claim["stage"]), title(claim["versus"])
     if timed[0] & timed[1]:
         if claim["metric"] == "loss_gate":
-            return f"no loss gate of {a} against {b} was computed"
+            return f"no divergence check of {a} against {b} was computed"
         return NO_LAYER.get(claim.get("layer"), f"the {claim.get('layer')} memory layer was not recorded")
     other = df[df["stage"].isin([claim["stage"], claim["versus"]]) & (df["status"] != "ok")]
     return f"no batch size where both {a} and {b} have a timing" + "".join(

@@ -1,5 +1,5 @@
 """How each kind of claim is judged, as data: a stage pair's figure per batch size (eager or under torch.compile, with
-what else the report measured beside it), the lm_head GEMM sweep's kernels and alignment, the loss gate, the attention
+what else the report measured beside it), the lm_head GEMM sweep's kernels and alignment, the divergence check, the attention
 kernel that ran, every FP8 form. Each returns {check, figure, beside, why, verdict?, pair} (lib/report/claims.py makes
 a claim's row of it): `figure` is the one the verdict rests on (claim_judge.figure), `beside` the others, `why` why
 there is none, `verdict` a word that is not the figure's own."""
@@ -168,7 +168,7 @@ def alignment(claim: dict, df: pd.DataFrame, ev: dict) -> dict:
 
 
 def loss_gate(claim: dict, df: pd.DataFrame, tolerance: float | None) -> dict:
-    """The report's loss gate of the claim's stage against its loss reference (decide.table) at each batch size it
+    """The report's divergence check of the claim's stage against its loss reference (decide.table) at each batch size it
     was computed at, named in the check (a reviewer read "every batch size" where TF32 ran at one): held at each
     confirms "no measurable impact", failed at any contradicts it; where the stage did not run, and why, follows."""
     tol = f" of {tolerance:g} nats" if tolerance is not None else ""
@@ -176,7 +176,7 @@ def loss_gate(claim: dict, df: pd.DataFrame, tolerance: float | None) -> dict:
     gated = gated[gated["loss_verdict"].notna()] if "loss_verdict" in df else gated.iloc[:0]
     at = f"B={', '.join(map(str, gated['batch_size']))}" if len(gated) else "each batch size both ran"
     out = {
-        "check": f"{claim_figures.pair_text(claim['stage'], claim['versus'])}: the loss gate holds at {at} (5-step "
+        "check": f"{claim_figures.pair_text(claim['stage'], claim['versus'])}: the divergence check holds at {at} (5-step "
         f"average of the loss difference after warm-up within the report's tolerance{tol})",
         "figure": None,
         "beside": [],
@@ -187,7 +187,7 @@ def loss_gate(claim: dict, df: pd.DataFrame, tolerance: float | None) -> dict:
     failed = list(gated[gated["loss_verdict"].isin(stats.GATE_FAILS)]["batch_size"])
     skipped = df[(df["stage"] == claim["stage"]) & (df["status"] != "ok")]  # where it ran no gate
     text = (
-        f"largest gap {worst.loss_gap:.4f} nats (B={worst.batch_size}); the gate "
+        f"largest gap {worst.loss_gap:.4f} nats (B={worst.batch_size}); the check "
         + (f"failed at B={', '.join(map(str, failed))}" if failed else f"held at {at}")
         + "".join(
             f" ({claim_figures.title(r.stage)} at B={r.batch_size}: {str(r.status).replace('_', ' ')})"

@@ -338,7 +338,7 @@ def ddp_table(reps) -> pd.DataFrame:
 
 def lever_decision(rep: loader.Report, key: str, best: dict | None) -> tuple[bool | None, str]:
     """(adopted, in words why) for one lever stage in one report: adopted where the recommended configuration has
-    its switches; else why not, from the report's own evidence (its parity test, its loss gate, its speed)."""
+    its switches; else why not, from the report's own evidence (its parity test, its divergence check, its speed)."""
     if key not in rep.stage_order or best is None:
         return None, "not measured"
     st, prev = stages.get(key), stages.get(decide.previous_stage(key) or key)

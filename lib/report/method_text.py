@@ -1,5 +1,5 @@
 """The report's method section, in words: the model, how each configuration is isolated and timed,
-MFU, memory, the loss gate, the parity test, the cross-check and the repeats, the kernel profile and
+MFU, memory, the divergence check, the parity test, the cross-check and the repeats, the kernel profile and
 energy, each computed from the report's params and records."""
 
 from __future__ import annotations
@@ -51,12 +51,13 @@ def method_md(rep: Report) -> str:
   on the device after the timed steps as `nvidia-smi` would show it (adds the CUDA context and library
   workspaces), and, in records that have it, the device's *peak* over the warm-up steps (NVML, sampled
   every 5 ms). On a CPU only the process's peak resident memory is known.
-* **Loss gate**: every step after warm-up is compared with the stage's reference at the same batch
+* **Divergence check**: every step after warm-up is compared with the stage's reference at the same batch
   size (same seed, same batches): a stage passes when the {stats.LOSS_GATE_WINDOW}-step moving average
   of the loss difference never leaves ±{r.loss_tolerance:g} nats; a gap beyond it by less than the drift of the
   same statistic between two processes of one configuration ({rep.loss_noise:.3f} nats here{drift_from}) is *within noise*, so
-  the gate catches only a departure larger than {r.loss_tolerance + rep.loss_noise:.3f} nats (the parity test judges finer); a
-  gap that one step's loss makes (the rest of the curve within half the gate) is reported as a *single-step spike* at that step; it fails the gate all the same.
+  the check catches only a departure larger than {r.loss_tolerance + rep.loss_noise:.3f} nats: it tells a diverging or broken
+  stage from a working one, not a lever's effect on quality from run-to-run noise (the quality test decides that); a
+  gap that one step's loss makes (the rest of the curve within half the tolerance) is reported as a *single-step spike* at that step; it fails the check all the same.
   References: {_by_stage(rep, "reference")}.
   "Final loss" is the mean
   of the last {r.final_loss_window} steps. The loss is computed as nanoGPT computes it, over every column
@@ -72,9 +73,9 @@ def method_md(rep: Report) -> str:
 
 
 # How things are measured, for the reader who checks (the HTML): the PDF keeps the rules that decide
-# (stages, timing, MFU, the loss gate, the parity test, the cross-check, repeats, batch size).
+# (stages, timing, MFU, the divergence check, the parity test, the cross-check, repeats, batch size).
 # The bullets the PDF keeps (its one page of environment and method); the rest are the HTML report's.
-BRIEF = ("Model", "Timing", "MFU", "Loss gate", "Parity test", "Batch size")
+BRIEF = ("Model", "Timing", "MFU", "Divergence check", "Parity test", "Batch size")
 
 
 def split(method: str) -> tuple[str, str]:
@@ -94,8 +95,14 @@ def _fidelity_method(rep: Report) -> str:
             "the padding), the plain-loop cross-check, the repeats and the parity run existed; its figures "
             "carry none of them.\n"
         )
-    return f"""* **Parity test**, the rule fixed before any number: {parity_view.rule(ev)}. Each run trains at {_test_batch(ev)} (the run names it) for at most {ev.parity_steps} steps and at most {ev.parity_passes:g}
-  passes over the training text (more would measure how fast the model overfits this corpus), with nanoGPT's
+    length = (
+        f"for the horizon, within {ev.parity_steps} steps and {ev.parity_passes:g} passes over the training text "
+        "(the held-out loss reads what the passes do to both sides alike)"
+        if getattr(ev, "parity_horizon_tokens", None)
+        else f"for at most {ev.parity_steps} steps and at most {ev.parity_passes:g} passes over the training text "
+        "(more would measure how fast the model overfits this corpus)"
+    )
+    return f"""* **Parity test**, the rule fixed before any number: {parity_view.rule(ev, rep.params.run.seq_len)}. Each run trains at {_test_batch(ev)} (the run names it) {length}, with nanoGPT's
   learning-rate shape (linear warm-up over the first quarter, cosine decay to a tenth), the reference
   accumulating gradients over micro-batches where the matrix did not time it at that batch; its held-out loss
   is read on {ev.held_out_batches} batches from the last {int(data.HELD_OUT * 100)} % of the corpus, which no run trains on.{_shared_batch(ev)}{_series(rep)}

@@ -19,9 +19,10 @@ NOT_A_GPU = (
 LEGEND = (
     "Worth: in the recipe, what leaving the lever out costs at its micro-batch; outside it, its speed-up over the stage "
     "it is added to. adopt: costs beyond noise{noise} or needed to fit · neutral: within noise · not yet: faster, "
-    "quality undecided · skip: slower, no gain, or quality failed. Quality: a parity test's held-out difference "
-    "(margin {margin} nats) over its horizon (passes: times it saw its text), else the matrix's divergence check "
-    "(±{tolerance} nats, or the drift between two processes beyond it)."
+    "quality undecided · skip: slower, no gain, or quality failed. Quality: the quality test's held-out difference "
+    "[its bounds] against the lever's own stack (margin {margin} nats) over its horizon (passes: times it saw its "
+    "text); the whole stack's check against the canonical reference; else the matrix's divergence check (±{tolerance} "
+    "nats, or the drift between two processes beyond it), which catches a broken lever, not a small loss of quality."
 )
 
 
@@ -172,9 +173,28 @@ def quality_text(q: dict | None) -> str:
     seeds = f", {q['seeds']} seeds" if q.get("seeds") else ""
     held = q.get("held_out")
     diff = f" {fmt.nats(held['mean'])} nats" if held and held.get("mean") is not None else ""
-    more = f"; ~{q['seeds_needed']} would decide" if q.get("seeds_needed") else ""
+    if q.get("design") == "sequential" and held and held.get("hi") is not None and abs(held["hi"]) != float("inf"):
+        diff += f" [{fmt.nats(held['lo'])}, {fmt.nats(held['hi'])}]"
+    against = f" vs {html.escape(stages.get(q['reference']).title)}" if q.get("design") == "sequential" else ""
+    need = q.get("to_decide") or {}
+    more = (
+        f"; ~{need['seeds']} seeds"
+        + (f" (~{need['gpu_minutes']:.0f} GPU-min more)" if need.get("gpu_minutes") else "")
+        + " would decide"
+        if need
+        else f"; ~{q['seeds_needed']} would decide"
+        if q.get("seeds_needed")
+        else ""
+    )
+    whole = q.get("canonical")
+    check = (
+        f"; whole stack vs {html.escape(stages.get(whole['reference']).title)}: <strong>{whole['verdict']}</strong>"
+        f" {fmt.nats(whole['held_out']['mean'])}, {whole['seeds']} seeds"
+        if whole
+        else ""
+    )
     old = "; by an earlier rule" if not q.get("current_rule") else ""
-    return f"<strong>{q['verdict']}</strong>{diff}: {horizon}{seeds}{more}{old}"
+    return f"<strong>{q['verdict']}</strong>{diff}{against}: {horizon}{seeds}{more}{check}{old}"
 
 
 def lever_table(rep: Report) -> str:
@@ -234,6 +254,8 @@ def actions(rep: Report) -> list[str]:
             f"python tools/parity_probe.py {p} {nxt['stage']} {nxt['batch']} {micro} runs/parity-{nxt['stage']} {seeds}"
         )
         said = f"stopped undecided after {nxt['seeds_run']} seeds" if q.get("test") == "parity" else "not tested"
+        minutes = (nxt.get("to_decide") or {}).get("gpu_minutes")
+        said += f"; about {minutes:.0f} GPU-minutes more would decide it" if minutes else ""
         out.append(
             f"<strong>Next</strong> decide {html.escape(nxt['title'])}, {nxt['over_recipe']['ratio']:.2f}× the recipe's "
             f"stage at B={nxt['over_recipe']['batch']}"

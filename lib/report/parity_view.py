@@ -8,6 +8,7 @@ import html
 
 from lib.core import record, stages
 from lib.core.params import Evidence
+from lib.report import sequential_view
 from lib.report.loader import Report, recommended
 from lib.results import parity, parity_futility, sequential, stats, store
 
@@ -23,8 +24,10 @@ def checks(rep: Report) -> dict:
     return parity.checks(rep.decisions, rep.params.evidence)
 
 
-def rule(ev: Evidence) -> str:
+def rule(ev: Evidence, seq_len: int = 1024) -> str:
     """The decision rule as the params state it."""
+    if getattr(ev, "parity_looks", None):
+        return sequential_view.rule(ev, seq_len)
     return (
         f"at each of {ev.parity_seeds} seeds the lever and its reference stage train from the same initial "
         "weights on the same data order, "
@@ -105,6 +108,8 @@ def _futile_cause(c: dict) -> str:
 
 
 def why_undecided(c: dict) -> str:
+    if c.get("design") == "sequential":
+        return sequential_view.why_undecided(c)
     if c["verdict"] == parity.INCOMPLETE:
         return (
             f"{c['seeds_run']} of the {c['wanted']} seeds the rule asks for have run both stages "
@@ -176,6 +181,8 @@ def summary(c: dict) -> str:
     """One check in a sentence: the intervals, the test's noise and what it can detect, the verdict."""
     if c.get("protocol") == "earlier":
         return earlier_summary(c)
+    if c.get("design") == "sequential":
+        return sequential_view.summary(c)
     ref, lever = stages.get(c["reference"]).title, stages.get(c["stage"]).title
     steps = {"the lever": c.get("lever_micro_steps", 1), "the reference": c["micro_steps"]}
     sides = [f"{who} accumulating {m} micro-batches of B={c['batch_size'] // m}" for who, m in steps.items() if m > 1]
@@ -264,6 +271,13 @@ def recommended_md(rep: Report) -> str:
     return summary(c)
 
 
+def all_md(rep: Report) -> str:
+    """The test behind the recommendation, then every other test the folder has (the levers it left out), each in a
+    paragraph."""
+    first, rest = recommended_check(rep), [c for c in checks(rep).values()]
+    return "\n\n".join([recommended_md(rep)] + [summary(c) for c in rest if c is not first])
+
+
 def rejected(rep: Report) -> dict:
     """stage -> its parity test, for the stages whose test did not hold (never recommended)."""
     return parity.rejected(checks(rep))
@@ -271,6 +285,8 @@ def rejected(rep: Report) -> dict:
 
 def rejected_reason(rep: Report, key: str) -> str:
     c = rejected(rep)[key]
+    if c.get("design") == "sequential":
+        return sequential_view.short_reason(c)
     if c.get("protocol") == "earlier":
         return (
             f"{_earlier_runs(c)} (the earlier method) failed the {c['tolerance']:g}-nat tolerance: "
@@ -290,7 +306,7 @@ def rejected_reason(rep: Report, key: str) -> str:
 
 
 def loss_reason(rep: Report, key: str) -> str | None:
-    """Why a lever's loss keeps it out, in a few words: its parity test's (short_reason), else the stage loss gate
+    """Why a lever's loss keeps it out, in a few words: its parity test's (short_reason), else the stage divergence check
     failing; None where its loss held."""
     if key in rejected(rep):
         return short_reason(rep, key)
@@ -302,6 +318,8 @@ def loss_reason(rep: Report, key: str) -> str | None:
 def short_reason(rep: Report, key: str) -> str:
     """The summary box's few words: why the test did not hold, with the figure that decided it."""
     c = rejected(rep)[key]
+    if c.get("design") == "sequential":
+        return sequential_view.short_reason(c)
     if c.get("protocol") == "earlier":
         return (
             f"earlier-method parity run failed: training loss {c['outside']:.3f} nats outside the reference's "

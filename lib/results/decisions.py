@@ -11,7 +11,7 @@ import pandas as pd
 
 from lib.core import config, record, stages
 from lib.core.params import Params
-from lib.results import decide, noise, parity, stats
+from lib.results import decide, noise, parity, quality, stats
 from lib.results.leave_one_out import leave_one_out
 from lib.results.stats import loss_noise
 
@@ -147,52 +147,6 @@ def records_multi_gpu(matrix: list[dict]) -> list[dict]:
     return [by[g] for g in sorted(by)]
 
 
-def _quality(key: str, checks: dict, df, params: Params) -> dict | None:
-    """The quality verdict a lever rests on and what it speaks for: its parity test (verdict, held-out difference
-    with its interval, seeds, steps, tokens, passes, margin) where it had one, else the matrix's loss gate, a
-    divergence check of the timed steps against the stage's reference (its steps and tolerance)."""
-    c = checks.get(key)
-    if c:
-        held = (c.get("intervals") or {}).get("held_out") or {}
-        batch = c["batch_size"]
-        return {
-            "test": "parity",
-            "verdict": c["verdict"],
-            "protocol": c.get("protocol", "paired"),
-            "reference": c["reference"],
-            "batch": batch,
-            "reference_micro_steps": c.get("micro_steps", 1),
-            "steps": c.get("steps"),
-            "tokens": c["steps"] * batch * params.run.seq_len if c.get("steps") else None,
-            "passes": c.get("passes"),
-            "seeds": len(c.get("seeds") or []) or c.get("runs"),
-            "margin": c.get("margin", c.get("tolerance")),
-            "confidence": c.get("confidence"),
-            "held_out": {k: held.get(k) for k in ("mean", "lo", "hi")} if held else None,
-            "seeds_needed": parity.seeds_needed(c) if c.get("intervals") and c["verdict"] == parity.UNDECIDED else None,
-            # measured by today's rule: paired seeds at the rule's batch (reports/h200-x2's ran at B=64, 43 steps)
-            "current_rule": c.get("protocol") != "earlier" and batch == params.evidence.parity_batch,
-        }
-    rows = df[(df["stage"] == key) & df["loss_verdict"].notna()]
-    if rows.empty:
-        return None
-    return {
-        "test": "divergence check",
-        # 'within noise': beyond the tolerance by less than the run-to-run drift of a repeated configuration
-        "verdict": "failed"
-        if not all(v is True for v in rows["loss_within_tolerance"])
-        else "passed within noise"
-        if (rows["loss_verdict"] == "within noise").any()
-        else "passed",
-        "reference": rows["loss_ref"].iloc[0],
-        "steps": params.run.warmup_steps + params.run.timed_steps,
-        "batches": sorted(int(b) for b in rows["batch_size"]),
-        "tolerance": params.run.loss_tolerance,
-        "gap": float(rows["loss_gap"].max()),  # the largest 5-step-average gap to the reference after warm-up
-        "drift": float(df.attrs.get("loss_noise", 0.0)),  # what a gap may pass the tolerance by: run-to-run drift
-    }
-
-
 def _matrix_worth(key: str, df, tps: dict, records: list[dict]) -> dict | None:
     """A lever's speed-up over the stage it is added to at the largest batch both ran, judged against the noise."""
     rows = df[(df["stage"] == key) & df["speedup_vs_previous"].notna()]
@@ -237,7 +191,7 @@ def lever_rows(records: list[dict], df, params: Params, recipe: dict | None, loo
     for key in stages.single_gpu(params.stages)[1:]:
         st = stages.get(key)
         row = {"stage": key, "title": st.title, "in_recipe": key in in_recipe, "reason": None}
-        row["quality"] = _quality(key, checks, df, params)
+        row["quality"] = quality.of(key, checks, df, params)
         row["matrix"] = _matrix_worth(key, df, tps, records)
         off = by_stage.get(key)
         row["leave_one_out"] = (
@@ -335,8 +289,10 @@ def next_experiment(levers_: list[dict], recipe: dict | None) -> dict | None:
     pick = max(later, key=lambda r: r["over_recipe"]["ratio"])
     q = pick["quality"] or {}
     # the other undecided levers its figure over the recipe includes (the FP8 classifier is built on the FP8 lm_head)
-    undecided = {r["stage"] for r in later}
-    with_ = [k for k in decide.lineage(pick["stage"]) if k in undecided and k != pick["stage"]]
+    undecided, chain = {r["stage"] for r in later}, [pick["stage"]]
+    while stages.own_stack(chain[-1]) != chain[-1]:  # the levers it has (the FP8 classifier replaces the FP8 lm_head)
+        chain.append(stages.own_stack(chain[-1]))
+    with_ = [k for k in chain[1:] if k in undecided]
     return {
         "stage": pick["stage"],
         "title": pick["title"],
@@ -344,6 +300,7 @@ def next_experiment(levers_: list[dict], recipe: dict | None) -> dict | None:
         "with": [stages.get(k).title for k in with_],
         "seeds_run": q.get("seeds"),
         "seeds_needed": q.get("seeds_needed"),
+        "to_decide": q.get("to_decide"),
         "batch": q.get("batch") or (recipe or {}).get("micro_batch"),
     }
 

@@ -273,6 +273,7 @@ def _sequential_test(key, ref_key, batch, seeds: dict, refs: dict, attempted: di
         "spread_floor": None,
         "ok": verdict_ == HOLDS,
         "run_s": {side: _mean_wall(runs_) for side, runs_ in (("lever", seeds), ("reference", refs))},
+        "reference_held_out": float(np.mean([refs[s][0]["held_out_loss"] for s in used])) if used else None,
     }
     return out
 
@@ -317,6 +318,18 @@ def standing(check: dict) -> str:
         if v in verdicts:
             return v
     return HOLDS
+
+
+def to_decide(check: dict) -> dict | None:
+    """What an undecided test would need to decide, were its mean and spread to hold: the seeds in all, the seeds more
+    than it ran, and the device minutes they cost at its runs' mean length (both sides). None where no number of seeds
+    up to 100 would bring its bound within the margin."""
+    n = seeds_needed(check)
+    if n is None or check["verdict"] != UNDECIDED:
+        return None
+    more = max(0, n - len(check["seeds"]))
+    walls = [w for w in (check.get("run_s") or {}).values() if w]
+    return {"seeds": n, "more": more, "gpu_minutes": more * sum(walls) / 60 if len(walls) == 2 else None}
 
 
 def seeds_needed(check: dict) -> int | None:

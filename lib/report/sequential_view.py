@@ -1,0 +1,138 @@
+"""The quality test's sequential design as the report states it (lib/results/parity.py and sequential.py decide): the
+rule before any number, one test in a sentence with the horizon, seeds and bounds it speaks for, and why a test left
+its lever undecided with what would decide it. parity_view.py hands a test of this design here."""
+
+from __future__ import annotations
+
+import html
+
+from lib.core import stages
+from lib.core.params import Evidence
+from lib.report import formats as fmt
+from lib.results import parity, sequential
+
+
+def horizon(ev: Evidence, seq_len: int) -> str:
+    """The horizon as the params state it: tokens, and the steps they are at the test's batch."""
+    tokens = ev.parity_horizon_tokens
+    at = f" ({tokens // (ev.parity_batch * seq_len)} steps of B={ev.parity_batch})" if ev.parity_batch else ""
+    return f"{tokens:,} tokens a run{at}"
+
+
+def rule(ev: Evidence, seq_len: int) -> str:
+    """The decision rule as the params state it."""
+    looks, alpha = tuple(ev.parity_looks), 1 - ev.parity_confidence
+    c = sequential.critical_value(looks, alpha)
+    single = sequential.t_quantile(ev.parity_confidence, looks[-1] - 1)
+    return (
+        "each lever is set against its own stack, the same configuration without that lever (the FP8 classifier "
+        "against the loss-only forward it is added to), so the difference is the lever's alone; the stage adopted is "
+        "then checked once against the canonical reference, the whole stack at once. At each seed both sides train "
+        f"from the same initial weights on the same data order for the horizon, {horizon(ev, seq_len)}, chosen "
+        "before any number to lie past the early transient, then are scored on held-out text. Seeds are added in "
+        f"rounds to each look ({', '.join(map(str, looks))} paired seeds); at a look the lever **holds** when, in "
+        f"held-out and in final training loss alike, the mean paired difference plus {c:.2f} standard errors lies at "
+        f"or below +{ev.parity_margin:g} nats ({ev.parity_margin * 100:.0f} % in perplexity), is **worse** when the "
+        f"mean minus {c:.2f} standard errors lies above it, and goes on to the next look otherwise; after the last "
+        f"look it is **undecided**. The critical value {c:.2f} (Student's t for one look at {looks[-1]} seeds: "
+        f"{single:.2f}) is found by simulation so that over all the looks a lever exactly at the margin is called "
+        f"holds, or worse, in at most {alpha * 100:g} % of tests (`lib/results/sequential.py`). "
+        + (
+            "A test also stops undecided at a look where its mean and spread, were they to hold, would leave the "
+            "bound above the margin at the last look. "
+            if getattr(ev, "parity_futility_trend", False)
+            else ""
+        )
+        + "The candidates that could change the recommendation are tested first, fastest first, until one holds"
+    )
+
+
+def _interval(i: dict) -> str:
+    if i["sd"] is None:
+        return f"{fmt.nats(i['mean'])} (one seed: no bound)"
+    return f"{fmt.nats(i['mean'])} [{fmt.nats(i['lo'])}, {fmt.nats(i['hi'])}]"
+
+
+def speaks_for(c: dict) -> str:
+    """What a test speaks for: seeds, steps, tokens, passes and the reference's held-out loss at the horizon."""
+    tokens = f", {c['tokens']:,} tokens" if c.get("tokens") else ""
+    passes = f", {c['passes']:.2f} passes over the training text" if c.get("passes") else ""
+    reached = (
+        f"; the reference's held-out loss there {c['reference_held_out']:.2f}" if c.get("reference_held_out") else ""
+    )
+    return f"{len(c['seeds'])} paired seeds of {c['steps']} steps{tokens}{passes}{reached}"
+
+
+def why_undecided(c: dict) -> str:
+    if c["verdict"] == parity.INCOMPLETE:
+        return (
+            f"{c['seeds_run']} of the {c['wanted']} seeds of its next look have run both sides; the run stopped "
+            "before the rest"
+        )
+    if len(c["seeds"]) < 2:
+        return f"only {len(c['seeds'])} paired seed ran (a bound needs two)"
+    i = max(c["intervals"].values(), key=lambda i: i["hi"])
+    where = (
+        f"stopped at {len(c['seeds'])} seeds: at this mean and spread the bound would still be "
+        f"{fmt.nats(i['mean'] + c['critical_value'] * i['sd'] / c['looks'][-1] ** 0.5)} at {c['looks'][-1]}"
+        if c.get("futile") == "trend"
+        else f"at the last look, {len(c['seeds'])} seeds, the bound reaches {fmt.nats(i['hi'])}"
+    )
+    need = parity.to_decide(c)
+    if need is None:
+        return f"{where}, past the margin; at its mean no number of seeds would let it hold"
+    minutes = f", about {need['gpu_minutes']:.0f} GPU-minutes more" if need.get("gpu_minutes") else ""
+    return f"{where}, past the margin; about {need['seeds']} seeds would decide it if the mean and spread held{minutes}"
+
+
+def summary(c: dict) -> str:
+    """One test in a sentence, and the full stack's check against the canonical reference where it ran."""
+    lever, ref = stages.get(c["stage"]).title, stages.get(c["reference"]).title
+    micro = (
+        f", each side accumulating {c['micro_steps']} micro-batches of B={c['batch_size'] // c['micro_steps']}"
+        if c.get("micro_steps", 1) > 1
+        else ""
+    )
+    detect = (
+        f"; the seeds' spread {c['intervals']['held_out']['sd']:.4f} nats, so a true difference of "
+        f"{c['detectable']:.4f} would be detected {c['power'] * 100:g} % of the time"
+        if c.get("detectable") is not None and c["intervals"]["held_out"]["sd"] is not None
+        else ""
+    )
+    word = (
+        "holds"
+        if c["verdict"] == parity.HOLDS
+        else f"{c['verdict']}: not adopted ({why_undecided(c)})"
+        if c["verdict"] in (parity.UNDECIDED, parity.INCOMPLETE)
+        else "worse: not adopted"
+    )
+    css = "ok" if c["ok"] else "bad"
+    return (
+        f"**Quality test**: {lever} against {ref} at B={c['batch_size']}{micro}: {speaks_for(c)}. Mean paired "
+        f"difference (lever minus reference) with its bounds at {c['critical_value']:.2f} standard errors: held-out "
+        f"loss {_interval(c['intervals']['held_out'])}, final training loss {_interval(c['intervals']['final'])}"
+        f'{detect}. Margin +{c["margin"]:g} nats: <span class="{css}"><b>{html.escape(word)}</b></span>.'
+        + (canonical(c["canonical"]) if c.get("canonical") else "")
+    )
+
+
+def canonical(k: dict) -> str:
+    """The full stack's check against the canonical reference, in a sentence."""
+    css = "ok" if k["ok"] else "bad"
+    word = "holds" if k["ok"] else k["verdict"]
+    return (
+        f" The whole stack against {stages.get(k['reference']).title}, {len(k['seeds'])} paired seeds: held-out "
+        f"loss {_interval(k['intervals']['held_out'])}, final training loss {_interval(k['intervals']['final'])}: "
+        f'<span class="{css}"><b>{html.escape(word)}</b></span>.'
+    )
+
+
+def short_reason(c: dict) -> str:
+    """A few words: why the test did not let its lever stand, with the figure that decided it."""
+    if c["verdict"] == parity.WORSE:
+        m = max(c["intervals"], key=lambda k: c["intervals"][k]["lo"])
+        return f"quality test worse: {parity.METRICS[m]} {_interval(c['intervals'][m])}, margin +{c['margin']:g}"
+    if c["verdict"] == parity.UNDECIDED:
+        return f"quality test undecided: {why_undecided(c)}"
+    k = c.get("canonical") or {}
+    return f"the whole stack's check against {stages.get(k.get('reference', c['reference'])).title}: {k.get('verdict')}"

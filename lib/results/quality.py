@@ -1,0 +1,81 @@
+"""The quality verdict a lever rests on, as data: its parity test with the horizon, seeds and bounds it speaks for
+(and the adopted stack's check against the canonical reference), else the matrix's divergence check."""
+
+from __future__ import annotations
+
+from lib.core.params import Params
+from lib.results import parity
+
+
+def of(key: str, checks: dict, df, params: Params) -> dict | None:
+    """The quality verdict a lever rests on and what it speaks for: its parity test (verdict, held-out difference
+    with its interval, seeds, steps, tokens, passes, margin) where it had one, else the matrix's divergence check, a
+    divergence check of the timed steps against the stage's reference (its steps and tolerance)."""
+    c = checks.get(key)
+    if c:
+        held = (c.get("intervals") or {}).get("held_out") or {}
+        batch = c["batch_size"]
+        return {
+            "test": "parity",
+            "verdict": c["verdict"],
+            "protocol": c.get("protocol", "paired"),
+            "reference": c["reference"],
+            "batch": batch,
+            "reference_micro_steps": c.get("micro_steps", 1),
+            "steps": c.get("steps"),
+            "tokens": c["steps"] * batch * params.run.seq_len if c.get("steps") else None,
+            "passes": c.get("passes"),
+            "seeds": len(c.get("seeds") or []) or c.get("runs"),
+            "margin": c.get("margin", c.get("tolerance")),
+            "confidence": c.get("confidence"),
+            "held_out": {k: held.get(k) for k in ("mean", "lo", "hi")} if held else None,
+            "final": _bounds(c, "final"),
+            "design": c.get("design", "fixed"),
+            "looks": c.get("looks"),
+            "critical_value": c.get("critical_value"),
+            "detectable": c.get("detectable"),
+            "reference_held_out": c.get("reference_held_out"),
+            "seeds_needed": parity.seeds_needed(c) if c.get("intervals") and c["verdict"] == parity.UNDECIDED else None,
+            "to_decide": parity.to_decide(c) if c.get("intervals") else None,
+            # the adopted stack against the canonical reference, where that check ran
+            "canonical": _canonical(c.get("canonical")),
+            "standing": parity.standing(c),
+            # measured by today's rule: the sequential design at the rule's batch (reports/h200-x2's: fixed, B=64)
+            "current_rule": c.get("design") == "sequential" and batch == params.evidence.parity_batch,
+        }
+    rows = df[(df["stage"] == key) & df["loss_verdict"].notna()]
+    if rows.empty:
+        return None
+    return {
+        "test": "divergence check",
+        # 'within noise': beyond the tolerance by less than the run-to-run drift of a repeated configuration
+        "verdict": "failed"
+        if not all(v is True for v in rows["loss_within_tolerance"])
+        else "passed within noise"
+        if (rows["loss_verdict"] == "within noise").any()
+        else "passed",
+        "reference": rows["loss_ref"].iloc[0],
+        "steps": params.run.warmup_steps + params.run.timed_steps,
+        "batches": sorted(int(b) for b in rows["batch_size"]),
+        "tolerance": params.run.loss_tolerance,
+        "gap": float(rows["loss_gap"].max()),  # the largest 5-step-average gap to the reference after warm-up
+        "drift": float(df.attrs.get("loss_noise", 0.0)),  # what a gap may pass the tolerance by: run-to-run drift
+    }
+
+
+def _bounds(c: dict, metric: str) -> dict | None:
+    i = (c.get("intervals") or {}).get(metric)
+    return {k: i.get(k) for k in ("mean", "lo", "hi")} if i else None
+
+
+def _canonical(c: dict | None) -> dict | None:
+    """The full stack's check against the canonical reference: verdict, reference, seeds, both losses' bounds."""
+    if not c:
+        return None
+    return {
+        "verdict": c["verdict"],
+        "reference": c["reference"],
+        "seeds": len(c["seeds"]),
+        "held_out": _bounds(c, "held_out"),
+        "final": _bounds(c, "final"),
+    }
