@@ -207,3 +207,44 @@ def test_the_quality_curves_draw_each_tested_lever_and_the_whole_stack_s_check(t
     assert pairs[:2] == [("fp8_classifier", "loss_only"), ("fp8_classifier", "vocab")]  # its own, the whole stack's
     assert ("loss_only", "vocab") in pairs  # the runs of its reference make the loss-only stack's check too
     assert quality_curves.plot(rep) is not None and (rep.dir / "figures" / "quality_curves.png").stat().st_size > 0
+
+
+def test_a_round_spreads_its_seeds_over_the_host_s_gpus_one_series_a_side_per_gpu(tmp_path):
+    params = tiny_params(["vocab", "fused"], batch_sizes=(4,))
+    env = {"device": {"backend": "cuda", "name": "x", "count": 4}}
+    micro = {"fused": 1, "vocab": 1}
+    folder = write_report_dir(tmp_path / "cpu", params, [])
+    jobs = parity_runs.in_series(parity_runs.parity_plan(params, env, folder, "fused", 8, micro, seeds=8), "look")
+    assert {(j["seed_offset"], j["device"]) for j in jobs} == {(s, s % 4) for s in range(8)}
+    lanes = {}
+    for j in jobs:
+        lanes.setdefault(j["device"], set()).add(j["series"])
+    assert all(len(series) == 2 for series in lanes.values())  # each GPU: the lever's series and the reference's
+    one_gpu = {"device": {"backend": "cuda", "name": "x", "count": 1}}
+    assert all(
+        j["device"] is None for j in parity_runs.parity_plan(params, one_gpu, folder, "fused", 8, micro, seeds=4)
+    )
+
+
+@pytest.mark.slow
+def test_seeds_run_at_once_on_two_devices_make_one_test(tmp_path, monkeypatch):
+    """Two lanes of the launcher at once (on this CPU, two processes side by side): the records carry the device each
+    seed ran on, and the test reads them as one."""
+    from lib.run import runner
+
+    params = tiny_params(["vocab", "fused"], batch_sizes=(4,))
+    params.evidence.parity_horizon_tokens = 8 * params.run.seq_len * 6  # six steps: the lanes, not the training
+    params.evidence.parity_looks, params.evidence.parity_seeds = [4], 4  # one look at all four seeds
+    folder = write_report_dir(tmp_path / "cpu", params, [])
+    monkeypatch.setattr(parity_runs, "devices", lambda env: 2)
+    env = runner.environment(folder)
+    jobs = parity_runs.parity_plan(params, env, folder, "fused", 8, {"fused": 2, "vocab": 2}, seeds=4)
+    recs = runner.measure_jobs(parity_runs.in_series(jobs, "look"), env)
+    assert sorted((r["seed_offset"], r["device_index"]) for r in recs.values() if r["stage"] == "fused") == [
+        (0, 0),
+        (1, 1),
+        (2, 0),
+        (3, 1),
+    ]
+    check = parity.paired(list(recs.values()), "fused", "vocab", 8, params.evidence)
+    assert check["seeds"] == [0, 1, 2, 3] and check["verdict"] in (parity.HOLDS, parity.WORSE, parity.UNDECIDED)

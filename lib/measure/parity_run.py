@@ -57,6 +57,7 @@ def parity_run(job: dict, train: step.TrainStep | None = None) -> tuple[dict, st
         seed=params.run.seed + seed_offset,
         data_start=job.get("data_start", 0),
         passes=job.get("passes"),
+        device_index=job.get("device"),  # on a host of several GPUs, the one this seed ran on (one test for all)
     )
     t0 = time.perf_counter()
     try:

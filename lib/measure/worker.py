@@ -315,39 +315,59 @@ def serve(jobs: list[dict], timeout_s: float) -> None:
     """Measure each job in its own forked child (consecutive jobs of one parity series share one). This
     launcher has imported PyTorch (the slow part of starting a process) but never touched a device, so
     every child starts with a pristine device, allocator and cuBLAS state, exactly as a new interpreter
-    would."""
+    would. Jobs that name a `device` (a parity round spread over a host's GPUs) run in one lane per device, the
+    lanes at once, each child seeing its own GPU alone; the rest run one after another."""
+    lanes: dict = {}
     for group in series_groups(jobs):
-        pid = os.fork()
-        if pid == 0:
-            die_with_parent()
-            os.dup2(2, 1)  # anything the measured code prints must not reach the launcher's channel
-            code = 1
-            try:
-                code = _child(group)
-            finally:
-                sys.stdout.flush()
-                sys.stderr.flush()
-                os._exit(code)
-        limit = timeout_s * len(group)
-        deadline = time.monotonic() + limit
-        while True:
+        lanes.setdefault(group[0].get("device"), []).append(group)
+    if None in lanes and len(lanes) > 1:  # jobs without a device never share the host with a lane
+        lanes = {None: [g for lane in lanes.values() for g in lane]}
+    running: dict = {}
+    while running or any(lanes.values()):
+        for lane, groups in lanes.items():
+            if lane not in running and groups:
+                group = groups.pop(0)
+                limit = timeout_s * len(group)
+                running[lane] = (_start(group, lane), group, time.monotonic() + limit, limit)
+        for lane, (pid, group, deadline, limit) in list(running.items()):
             done, status = os.waitpid(pid, os.WNOHANG)
-            if done:
-                break
-            if time.monotonic() > deadline:
+            if not done and time.monotonic() <= deadline:
+                continue
+            if not done:
                 os.kill(pid, signal.SIGKILL)
                 os.waitpid(pid, 0)
                 status = None
-                break
-            time.sleep(0.05)
-        if status is None:
-            verdict = f"timed out after {limit:.0f} s"
-        elif os.WIFSIGNALED(status):
-            verdict = f"killed by signal {os.WTERMSIG(status)}"
-        else:
-            verdict = f"exit {os.WEXITSTATUS(status)}"
-        for job in group:
-            print(protocol.DONE_PREFIX + json.dumps({"out": job["out"], "verdict": verdict}), flush=True)
+            del running[lane]
+            if status is None:
+                verdict = f"timed out after {limit:.0f} s"
+            elif os.WIFSIGNALED(status):
+                verdict = f"killed by signal {os.WTERMSIG(status)}"
+            else:
+                verdict = f"exit {os.WEXITSTATUS(status)}"
+            for job in group:
+                print(protocol.DONE_PREFIX + json.dumps({"out": job["out"], "verdict": verdict}), flush=True)
+        time.sleep(0.05)
+
+
+def _start(group: list[dict], device: int | None) -> int:
+    """Fork the child that measures `group`, on GPU `device` alone where one is named; its pid."""
+    pid = os.fork()
+    if pid == 0:
+        die_with_parent()
+        os.dup2(2, 1)  # anything the measured code prints must not reach the launcher's channel
+        if device is not None and group[0]["params"].backend == "cuda":  # before this child first touches CUDA
+            visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")
+            os.environ["CUDA_VISIBLE_DEVICES"] = (
+                visible[device] if len(visible) > device and visible[0] else str(device)
+            )
+        code = 1
+        try:
+            code = _child(group)
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
+    return pid
 
 
 if __name__ == "__main__":

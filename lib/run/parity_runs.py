@@ -157,14 +157,24 @@ def in_series(jobs: list[dict], round_name: str) -> list[dict]:
     one, its reference's in another, seed after seed, each from its own seed's weights with no optimizer
     state carried over. One compilation a side instead of one a run; what the runs compute is unchanged
     (tests/test_parity.py holds a series to the losses of separate processes). A side that cannot restart
-    (lib/measure/series.py, restartable: FP8) keeps a process a run."""
+    (lib/measure/series.py, restartable: FP8) keeps a process a run. On a host of several GPUs each GPU has its own
+    series a side (parity_plan spreads the seeds), and the launcher runs the GPUs' lanes at once."""
     sides = list(dict.fromkeys(j["stage"] for j in jobs))
+    ordered = sorted(jobs, key=lambda j: (sides.index(j["stage"]), j.get("device") or 0))  # stable: seed order kept
     return [
-        {**j, "series": f"{s} {round_name}" if restartable(stages.get(s)) else None}
-        for s in sides
-        for j in jobs
-        if j["stage"] == s
+        {**j, "series": f"{j['stage']} {round_name}{_on(j)}" if restartable(stages.get(j["stage"])) else None}
+        for j in ordered
     ]
+
+
+def _on(job: dict) -> str:
+    return "" if job.get("device") is None else f" on GPU {job['device']}"
+
+
+def devices(env: dict) -> int:
+    """The GPUs a parity round spreads its seeds over: every GPU of the host (one on a CPU or a one-GPU host)."""
+    dev = env.get("device") or {}
+    return int(dev.get("count") or 1) if dev.get("backend") in ("cuda", "rocm") else 1
 
 
 def parity_plan(
@@ -179,7 +189,7 @@ def parity_plan(
     per_step = batch * params.run.seq_len
     horizon = getattr(ev, "parity_horizon_tokens", None) or ev.parity_steps * per_step
     steps = max(1, min(ev.parity_steps, horizon // per_step, int(ev.parity_passes * train_tokens // per_step)))
-    jobs = []
+    jobs, spread = [], devices(env)
     for seed in range(seeds or ev.parity_seeds):
         # Each seed reads the text from its own place, fixed by the seed alone (golden-ratio steps), so
         # adding seeds later leaves the earlier ones' runs valid.
@@ -207,5 +217,6 @@ def parity_plan(
                 passes=steps * per_step / train_tokens,
             )
             j["fingerprint"] += f"-parity{steps}x{m}-lr-schedule-s{seed}-at{start}-r{k}"
+            j["device"] = seed % spread if spread > 1 else None  # each GPU of the host its own seeds, at once
             jobs.append(j)
     return jobs
