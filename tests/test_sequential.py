@@ -248,3 +248,35 @@ def test_seeds_run_at_once_on_two_devices_make_one_test(tmp_path, monkeypatch):
     ]
     check = parity.paired(list(recs.values()), "fused", "vocab", 8, params.evidence)
     assert check["seeds"] == [0, 1, 2, 3] and check["verdict"] in (parity.HOLDS, parity.WORSE, parity.UNDECIDED)
+
+
+def test_the_default_falls_back_to_the_stack_of_a_lever_that_did_not_hold_and_leaves_its_siblings_not_yet(tmp_path):
+    """The FP8 classifier undecided against the loss-only forward: the default recommends the loss-only stack, checked
+    against the canonical reference alone, and leaves the FP8 lm_head (also on the loss-only stack) to DEPTH=full."""
+    params = tiny_params(["vocab", "bf16_residual", "loss_only", "fp8_head", "fp8_classifier"], batch_sizes=(8,))
+    params.evidence.parity_looks, params.evidence.parity_seeds = list(LOOKS), 8
+    losses = [5.0 - 0.01 * i for i in range(6)]
+    timed = (("vocab", 10.0), ("bf16_residual", 6.0), ("loss_only", 5.0), ("fp8_head", 4.5), ("fp8_classifier", 4.0))
+    matrix = [make_record(params, s, 8, [t] * 5, losses) for s, t in timed]
+    spread = (0.0, 0.09, -0.05, 0.03, 0.0, 0.06, -0.04, 0.05)
+    tested = _pairs(params, "fp8_classifier", "loss_only", spread)
+    assert parity.left_to_full_depth(parity.checks(tested, params.evidence), params.stages) == ["fp8_head"]
+    assert decide.best_config(matrix + tested, params)["stage"] == "loss_only"
+    folder = write_report_dir(tmp_path / "cpu", params, matrix)
+    from lib.results import store
+
+    for r in tested:
+        store.write_atomic(folder / "results" / "parity" / f"{r['stage']}__s{r['seed_offset']}.json", r)
+    planned = {j["stage"] for j in parity_runs.parity_jobs(params, folder)}
+    assert planned == {"loss_only", "vocab"}  # straight to the canonical check: no test against bf16_residual
+    from lib.report import loader, page_one
+
+    rep = loader.load(folder)
+    assert rep.decided["left_to_full_depth"] == ["fp8_head"] and rep.decided["fell_back_from"] == ["fp8_classifier"]
+    row = next(r for r in rep.decided["levers"] if r["stage"] == "fp8_head")
+    assert row["decision"] == "not yet" and "Not tested at this depth: FP8 lm_head (torchao)" in page_one.lever_table(
+        rep
+    )
+    params.depth = "full"
+    assert decide.best_config(matrix + tested, params)["stage"] == "fp8_head"  # full depth tests the sibling
+    assert {j["stage"] for j in parity_runs.parity_jobs(params, folder)} == {"fp8_head", "loss_only"}

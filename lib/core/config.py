@@ -143,6 +143,9 @@ DEPTH_EVIDENCE = {
     "compiled_small_batches": "the compiled stages at the matrix's smaller batch sizes (each lever is decided at the "
     "largest batch it and its previous stage ran; a compile costs the same at any batch)",
     "seq_curve": "naive attention against SDPA across sequence lengths (flash attention chapter)",
+    "parity_alternatives": "the quality tests of the other levers on the stack the report fell back to, where the "
+    "fastest lever did not hold against it (the default recommends that stack, checked against the canonical "
+    "reference, and leaves them 'not yet')",
 }
 # The chapter whose `CHAPTERS=` adds the evidence; None: it spans chapters, and DEPTH=full alone adds it.
 EVIDENCE_CHAPTER = {
@@ -151,6 +154,7 @@ EVIDENCE_CHAPTER = {
     "recipe_harness": "batch_sweep",
     "compiled_small_batches": None,
     "seq_curve": "flash",
+    "parity_alternatives": "batch_sweep",
 }
 
 

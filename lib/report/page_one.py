@@ -225,6 +225,13 @@ def lever_table(rep: Report) -> str:
             " 'By an earlier rule': a parity test measured before today's rule (section 3); the recipe rests on it "
             "until the report is re-measured."
         )
+    left = rep.decided.get("left_to_full_depth") or []
+    if left:
+        lacks += (
+            f" Not tested at this depth: {', '.join(stages.get(k).title for k in left)}. The default decides the fastest"
+            f" lever ({', '.join(stages.get(k).title for k in rep.decided['fell_back_from'])}) against its own stack"
+            " and, where it does not hold, recommends that stack; `make report DEPTH=full` tests the levers beside it."
+        )
     return (
         '<table class="levers"><thead><tr><th>Lever</th><th>Decision</th><th>Worth</th>'
         f"<th>Quality (horizon)</th></tr></thead><tbody>{''.join(rows)}</tbody></table>"

@@ -317,6 +317,8 @@ def compute(records: list[dict], evidence: dict, params: Params, env: dict, pric
     loo = leave_one_out(records, evidence.get("ablation") or [])
     levers_ = lever_rows(records, df, params, recipe, loo)
     full = loo[0]
+    checks = parity.checks(records, params.evidence)
+    left = parity.left_to_full_depth(checks, order)
     return {
         "schema": SCHEMA,
         "profile": params.name,
@@ -327,4 +329,7 @@ def compute(records: list[dict], evidence: dict, params: Params, env: dict, pric
         "waterfall": waterfall(df, recipe, order[0]),
         "next": next_experiment(levers_, recipe),
         "noise_floor": noise.decision_floor(records, decide.throughputs(records)),
+        # the levers whose quality test this depth left to DEPTH=full, and the lever that did not hold beside them
+        "left_to_full_depth": [] if config.runs_evidence(params, "parity_alternatives") else left,
+        "fell_back_from": sorted(parity.fallbacks(checks).values()) if left else [],
     }

@@ -310,6 +310,26 @@ def rejected(checks: dict) -> dict:
     return {k: c for k, c in checks.items() if standing(c) in (WORSE, UNDECIDED)}
 
 
+def fallbacks(checks: dict) -> dict:
+    """own stack -> the lever whose test against it did not let the lever stand: the stack the default depth
+    recommends in the lever's place (checked against the canonical reference alone)."""
+    return {
+        c["reference"]: k
+        for k, c in checks.items()
+        if c.get("design") == "sequential"
+        and c["reference"] == stages.own_stack(k)
+        and standing(c) in (WORSE, UNDECIDED)
+    }
+
+
+def left_to_full_depth(checks: dict, keys: list[str]) -> list[str]:
+    """The levers the default depth leaves untested (config DEPTH_EVIDENCE 'parity_alternatives'): those added to a
+    stack the report fell back to, beside the lever that did not hold there (the FP8 lm_head beside the FP8
+    classifier on the loss-only forward)."""
+    back = fallbacks(checks)
+    return [k for k in keys if k in stages.STAGES and k not in checks and k not in back and stages.own_stack(k) in back]
+
+
 def standing(check: dict) -> str:
     """What a stage's tests say together: worse or undecided where either its own test or its full stack's check
     against the canonical reference says so; holds where its own holds and the check, if run, holds too."""

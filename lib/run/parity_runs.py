@@ -5,7 +5,7 @@ Run by the batch-sweep chapter (lib/run/evidence.py recommend) before the sweep,
 
 from __future__ import annotations
 
-from lib.core import data, record, stages
+from lib.core import config, data, record, stages
 from lib.core.params import Params
 from lib.core.paths import resolve
 from lib.results import decide, parity, parity_futility, store
@@ -36,6 +36,10 @@ def parity_jobs(params: Params, report_dir) -> list[dict]:
     # each to its next look; nothing once both have decided (a test that does not hold ends the stage's turn).
     # (the own stack only where this report timed it: a profile may leave it out, or it may not run here)
     own = [r for r in (stages.own_stack(key),) if r in params.stages and timed_batches(matrix(recs), r)]
+    if key in parity.fallbacks(parity.checks(recs, params.evidence)) and not config.runs_evidence(
+        params, "parity_alternatives"
+    ):
+        own = []  # the stack a lever fell back to: its own levers are covered by the canonical check at this depth
     for ref in dict.fromkeys(r for r in (*own, stages.get(key).reference) if r != key):
         test = parity.paired(recs, key, ref, batch, params.evidence)
         if test is None or test["verdict"] == parity.INCOMPLETE:
