@@ -80,7 +80,7 @@ def why_undecided(c: dict) -> str:
     )
     need = parity.to_decide(c)
     if need is None:
-        return f"{where}, past the margin; at its mean no number of seeds would let it hold"
+        return f"{where}, past the margin; at its mean and spread more than 100 seeds would be needed to decide it"
     minutes = f", about {need['gpu_minutes']:.0f} GPU-minutes more" if need.get("gpu_minutes") else ""
     return f"{where}, past the margin; about {need['seeds']} seeds would decide it if the mean and spread held{minutes}"
 
