@@ -299,6 +299,7 @@ def test_default_depth_leaves_out_what_full_depth_adds():
         "recipe_harness",
         "compiled_small_batches",
         "seq_curve",
+        "parity_alternatives",
     }
     for key, item in left.items():
         if item["kind"] == "evidence":  # explanatory evidence joins the run at full depth, with a line that says what

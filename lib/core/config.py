@@ -197,6 +197,9 @@ def _leaves_out(params: Params, name: str) -> bool:
     """Whether leaving evidence `name` out leaves anything out: its chapter (a compiled stage, several batches) runs."""
     if name == "compiled_small_batches":
         return len(params.run.batch_sizes) > 1 and any(stages.get(k).compile for k in params.stages)
+    if name == "parity_alternatives":  # two levers added to one stack: one may be left untested beside the other
+        own = [stages.own_stack(k) for k in stages.single_gpu(params.stages)]
+        return len(own) > len(set(own)) and _has_chapter(params, EVIDENCE_CHAPTER[name])
     return _has_chapter(params, EVIDENCE_CHAPTER[name])
 
 
