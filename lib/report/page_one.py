@@ -19,11 +19,17 @@ NOT_A_GPU = (
 LEGEND = (
     "Worth: in the recipe, what leaving the lever out costs at its micro-batch; outside it, its speed-up over the stage "
     "it is added to. adopt: costs beyond noise{noise} or needed to fit · neutral: within noise · not yet: faster, "
-    "quality undecided · skip: slower, no gain, or quality failed. Quality: the quality test's held-out difference "
-    "[its bounds] against the lever's own stack (margin {margin} nats) over its horizon (passes: times it saw its "
-    "text); the whole stack's check against the canonical reference; else the matrix's divergence check (±{tolerance} "
-    "nats, or the drift between two processes beyond it), which catches a broken lever, not a small loss of quality."
+    "quality undecided · skip: slower, no gain, or quality failed. Quality: {test} over its horizon (passes: times it "
+    "saw its text); else the matrix's divergence check (±{tolerance} nats, or the drift between two processes beyond "
+    "it), which catches a broken lever, not a small loss of quality."
 )
+# The quality test as the folder's rule ran it: the sequential design, each lever against its own stack; or the fixed
+# design of folders measured before it, every lever against the canonical reference.
+QUALITY_TEST = {
+    True: "the quality test's held-out difference [its bounds] against the lever's own stack (margin {margin} nats), "
+    "and the whole stack's check against the canonical reference,",
+    False: "the parity test's held-out difference against the canonical reference (margin {margin} nats)",
+}
 
 
 def provenance_line(rep: Report) -> str:
@@ -208,8 +214,9 @@ def lever_table(rep: Report) -> str:
         )
     batch, recipe = rep.decided["leave_one_out_batch"], rep.decided["recipe"]
     floor = rep.decided["noise_floor"]
+    sequential = bool(getattr(rep.params.evidence, "parity_looks", None))
     legend = LEGEND.format(
-        margin=rep.params.evidence.parity_margin,
+        test=QUALITY_TEST[sequential].format(margin=rep.params.evidence.parity_margin),
         tolerance=rep.params.run.loss_tolerance,
         noise=f" ({fmt.pct(floor, 2)}, the widest spread between processes)" if floor else "",
     )
