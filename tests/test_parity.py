@@ -290,7 +290,7 @@ def test_the_method_states_the_parity_rule_and_the_batch_tie_rule_before_any_num
     assert "size recommended when the report's first test began" in method_text.method_md(loader.load(d))
     params.evidence.parity_chain_batch = False
     (d / "params.json").write_text(json.dumps(dataclasses.asdict(params)))
-    assert "size recommended when it ran (the run names it)" in method_text.method_md(loader.load(d))
+    assert "size recommended when it ran (each run's record names its batch)" in method_text.method_md(loader.load(d))
 
 
 def test_only_the_first_noise_seeds_repeat_and_the_test_completes_without_the_rest(tmp_path):

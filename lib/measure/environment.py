@@ -14,6 +14,7 @@ import sys
 
 from lib.core import stages
 from lib.core.provenance import host_id
+from lib.measure import interconnect
 
 
 def _cublas_version() -> str | None:
@@ -118,6 +119,7 @@ def capture() -> dict:
         (a @ a).sum().item()  # loads cuBLAS so its version can be read
         env["cublas"] = _cublas_version()
         env.update(_nvml(0))
+        env["interconnect"] = interconnect.capture(dev["count"])
     else:
         env["threads"] = torch.get_num_threads()
     return env

@@ -249,6 +249,8 @@ def plot_ddp_scaling(rep: Report):
     if not curve:
         return None
     plt = style()
+    nodes = [p for p in curve if p["nnodes"] > 1]  # several nodes (or their rehearsal on one host): marked apart
+    curve = [p for p in curve if p["nnodes"] == 1]
     gpus = [p["gpus"] for p in curve]
     fig, (speed, eff) = plt.subplots(1, 2, figsize=(9, 2.6))
     counts = np.geomspace(1, gpus[-1], 64)  # dense: on the log axis below the ideal is a curve
@@ -270,6 +272,17 @@ def plot_ddp_scaling(rep: Report):
                 ha="center",
                 fontsize=7,
             )
+    for p in nodes:
+        speed.plot(
+            p["gpus"], p["tokens_per_s"], "s", color="C2", label=f"{p['nnodes']} nodes of {p['gpus'] // p['nnodes']}"
+        )
+        eff.plot(
+            p["gpus"],
+            p["efficiency"] * 100,
+            "s",
+            color="C2",
+            label=f"{p['nnodes']} nodes of {p['gpus'] // p['nnodes']}",
+        )
     eff.set_ylabel("scaling efficiency (%)")
     eff.set_ylim(0, max(110, max(values) + 10))
     for ax in (speed, eff):

@@ -247,8 +247,8 @@ def scaling_curve(rep: Report) -> list[dict]:
     timed multi-GPU record or a single-GPU configuration to judge it against."""
     single = best_single_gpu(rep)
     # the runner keeps one record per GPU count; of two left in a folder by hand, the later file wins
-    multi = {
-        int(r["world_size"]): r
+    multi = {  # one node, and several (a real multi-node run, or two nodes rehearsed on one host) beside it
+        (int(r["world_size"]), int(r.get("nnodes") or 1)): r
         for r in rep.records
         if stages.is_multi_gpu(r["stage"]) and r["status"] == record.Status.OK and (r.get("world_size") or 0) > 1
     }
@@ -271,7 +271,7 @@ def scaling_curve(rep: Report) -> list[dict]:
             "source": single.get("source"),  # what the record names as its one-GPU reference, where it carries one
         }
     ]
-    for gpus, r in sorted(multi.items()):
+    for (gpus, _), r in sorted(multi.items()):
         one_rank = r.get(
             "one_rank_efficiency", r.get("scaling_efficiency") if r.get("efficiency_reference") == ONE_RANK else None
         )

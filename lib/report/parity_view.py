@@ -24,10 +24,10 @@ def checks(rep: Report) -> dict:
     return parity.checks(rep.decisions, rep.params.evidence)
 
 
-def rule(ev: Evidence, seq_len: int = 1024) -> str:
+def rule(ev: Evidence, seq_len: int = 1024, on_gpu: bool = True) -> str:
     """The decision rule as the params state it."""
     if getattr(ev, "parity_looks", None):
-        return sequential_view.rule(ev, seq_len)
+        return sequential_view.rule(ev, seq_len, on_gpu)
     return (
         f"at each of {ev.parity_seeds} seeds the lever and its reference stage train from the same initial "
         "weights on the same data order, "
@@ -274,8 +274,8 @@ def recommended_md(rep: Report) -> str:
 def all_md(rep: Report) -> str:
     """The test behind the recommendation, then every other test the folder has (the levers it left out), each in a
     paragraph."""
-    first, rest = recommended_check(rep), [c for c in checks(rep).values()]
-    return "\n\n".join([recommended_md(rep)] + [summary(c) for c in rest if c is not first])
+    first = (recommended_check(rep) or {}).get("stage")
+    return "\n\n".join([recommended_md(rep)] + [summary(c) for k, c in checks(rep).items() if k != first])
 
 
 def rejected(rep: Report) -> dict:

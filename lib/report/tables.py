@@ -11,6 +11,7 @@ import pandas as pd
 
 from lib.core import chapters, provenance, record, stages
 from lib.core.config import preset_of
+from lib.report import interconnect_view
 from lib.report.loader import CV_LIMIT, GiB, Report, code_commits, gib, manifest, pct, short, times, tok
 from lib.results import decide, noise, store
 
@@ -134,6 +135,7 @@ def environment_html(rep: Report) -> str:
             ("SMs", dev.get("sm_count")),
             ("Device memory", f"{dev.get('memory_bytes', 0) / GiB:.1f} GiB"),
             ("GPUs on host", dev.get("count")),
+            ("GPU interconnect", interconnect_view.summary(e.get("interconnect"))),
             ("Driver", e.get("driver")),
             ("CUDA (torch build)", e.get("cuda") or e.get("hip")),
             ("cuBLAS(Lt)", e.get("cublas")),

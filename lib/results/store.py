@@ -63,9 +63,12 @@ def base_record(params: Params, stage, batch: int) -> dict:
     }
 
 
-def record_path(out_dir, stage: str, batch: int, gpus: int | None = None) -> Path:
-    """<stage>__b<batch>.json; a multi-GPU record adds its GPU count (__g<N>): hosts of 2, 4, 8 GPUs share a folder."""
-    return Path(out_dir) / (f"{stage}__b{batch}" + (f"__g{gpus}" if gpus else "") + ".json")
+def record_path(out_dir, stage: str, batch: int, gpus: int | None = None, nodes: int = 1) -> Path:
+    """<stage>__b<batch>.json; a multi-GPU record adds its GPU count (__g<N>): hosts of 2, 4, 8 GPUs share a folder;
+    a job over several nodes adds their number (__n<M>), beside the one-node record of as many GPUs."""
+    return Path(out_dir) / (
+        f"{stage}__b{batch}" + (f"__g{gpus}" if gpus else "") + (f"__n{nodes}" if nodes > 1 else "") + ".json"
+    )
 
 
 def write_atomic(path, record) -> None:

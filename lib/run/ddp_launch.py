@@ -40,6 +40,8 @@ def _torchrun(
         json.dump(job, f, default=store.jsonable)
     run_env = {**runner.child_env(job.get("device_env")), **NVLINK_MULTICAST_OFF}
     run_env.setdefault("OMP_NUM_THREADS", "1")
+    if (launch or {}).get("visible"):  # a node rehearsed on one host: its own GPUs of the host
+        run_env["CUDA_VISIBLE_DEVICES"] = launch["visible"]
     try:
         proc = subprocess.run(
             [
@@ -113,6 +115,12 @@ def _launch_args(launch: dict | None, job: dict, timeout_s: float) -> list[str]:
     ]
 
 
+def _ddp_nodes(path: Path) -> int:
+    """The node count of a DDP record, from its name (__n<M>; one node where it names none)."""
+    named = re.search(r"__n(\d+)\.json$", path.name)
+    return int(named.group(1)) if named else 1
+
+
 def _ddp_gpus(path: Path) -> int | None:
     """The GPU count of a DDP record: from its name (__g<N>), or, for a record named before the
     count was (ddp__b<B>.json, as committed reports hold), its world size; None when unknown
@@ -126,30 +134,9 @@ def _ddp_gpus(path: Path) -> int | None:
         return None
 
 
-def run_ddp(
-    params: Params,
-    report_dir,
-    nproc: int | None = None,
-    timeout_s: float = 1800,
-    force: bool = False,
-    launch: dict | None = None,
-) -> dict | None:
-    """The multi-GPU stage: torchrun with one process per GPU, at the recipe's configuration where
-    there is one (recipe_target), else the best single-GPU configuration measured so far
-    (decide.best_config: fastest, loss verified) at its own batch. `nproc` forces a process count (the CPU test runs 2 gloo processes); otherwise
-    it is the host's GPU count. The record is named by its GPU count (NNODES x nproc), so a folder
-    keeps one per count: the points of the report's scaling curve.
-
-    `launch` (cli_args.check_launch; None: this host alone) may make this one node of several:
-    every node runs `make report` with the same inputs, its own NODE_RANK and the same RDZV, and
-    torchrun's c10d rendezvous joins their ranks into one job of NNODES x nproc ranks (every rank
-    runs node 0's configuration, lib/measure/ddp.py). Node 0 alone measures the one-rank reference first
-    and writes the record; any other node only contributes ranks: it writes no record and returns
-    None (RuntimeError if its ranks failed). The other nodes wait up to RDZV_WAIT_S at the
-    rendezvous, so a node 0 that keeps its record from an earlier run (no FORCE) leaves them
-    waiting that long before they fail."""
-    launch = launch or {"nnodes": 1, "node_rank": 0, "rdzv": None}
-    nnodes, contributor = launch["nnodes"], launch["node_rank"] > 0
+def plan(params: Params, report_dir, nproc: int | None, nnodes: int) -> dict:
+    """What a DDP job of `nproc` ranks a node (the host's GPU count where None) over `nnodes` nodes runs, where its
+    record goes and its fingerprint (run_ddp's; a rehearsal asks it before starting its second node)."""
     report_dir = resolve(report_dir)
     env = runner.environment(report_dir)
     stage = stages.get("ddp")
@@ -177,20 +164,55 @@ def run_ddp(
     # One record per GPU count, so hosts with 2, 4 and 8 GPUs resumed into one folder each add
     # their point to the scaling curve; what this run supersedes is this count's record at another
     # batch and an old-style record whose count is unknown.
-    out = store.record_path(report_dir / "results", "ddp", batch, gpus=gpus)
-    for old in (report_dir / "results").glob("ddp__b*.json"):
-        if old == out or _ddp_gpus(old) not in (gpus, None):
-            continue
-        if old == store.record_path(out.parent, "ddp", batch) and not out.exists():
-            old.rename(out)  # named before the count was: its fingerprint below still decides whether it is kept
-        else:
-            store.supersede(old)
+    out = store.record_path(report_dir / "results", "ddp", batch, gpus=gpus, nodes=nnodes)
     fp = (
         store.fingerprint(params, env, stage, batch)
         + f"-{base_key}-n{nproc or env['device'].get('count', 1)}-accum{micro}"
         + f"-ref{target['tokens_per_s'] or 0:.0f}"  # a re-measured reference re-measures the job: one sitting
         + (f"-nodes{nnodes}" if nnodes > 1 else "")
     )
+    return {"env": env, "stage": stage, "target": target, "gpus": gpus, "out": out, "fp": fp, "report_dir": report_dir}
+
+
+def run_ddp(
+    params: Params,
+    report_dir,
+    nproc: int | None = None,
+    timeout_s: float = 1800,
+    force: bool = False,
+    launch: dict | None = None,
+) -> dict | None:
+    """The multi-GPU stage: torchrun with one process per GPU, at the recipe's configuration where
+    there is one (recipe_target), else the best single-GPU configuration measured so far
+    (decide.best_config: fastest, loss verified) at its own batch. `nproc` forces a process count (the CPU test runs 2 gloo processes); otherwise
+    it is the host's GPU count. The record is named by its GPU count (NNODES x nproc), so a folder
+    keeps one per count: the points of the report's scaling curve.
+
+    `launch` (cli_args.check_launch; None: this host alone) may make this one node of several:
+    every node runs `make report` with the same inputs, its own NODE_RANK and the same RDZV, and
+    torchrun's c10d rendezvous joins their ranks into one job of NNODES x nproc ranks (every rank
+    runs node 0's configuration, lib/measure/ddp.py). Node 0 alone measures the one-rank reference first
+    and writes the record; any other node only contributes ranks: it writes no record and returns
+    None (RuntimeError if its ranks failed). The other nodes wait up to RDZV_WAIT_S at the
+    rendezvous, so a node 0 that keeps its record from an earlier run (no FORCE) leaves them
+    waiting that long before they fail."""
+    launch = launch or {"nnodes": 1, "node_rank": 0, "rdzv": None}
+    nnodes, contributor = launch["nnodes"], launch["node_rank"] > 0
+    job_plan = plan(params, report_dir, nproc, nnodes)
+    env, stage, target, gpus, out, fp = (job_plan[k] for k in ("env", "stage", "target", "gpus", "out", "fp"))
+    report_dir, base_key, batch, micro = (
+        job_plan["report_dir"],
+        target["stage"],
+        target["batch_size"],
+        target["micro_steps"],
+    )
+    for old in (report_dir / "results").glob("ddp__b*.json"):
+        if old == out or _ddp_gpus(old) not in (gpus, None) or _ddp_nodes(old) != nnodes:
+            continue
+        if old == store.record_path(out.parent, "ddp", batch) and not out.exists():
+            old.rename(out)  # named before the count was: its fingerprint below still decides whether it is kept
+        else:
+            store.supersede(old)
     kept = None if force or contributor else runner.reusable(out, fp)
     if kept:
         runner._finished(env, kept, kept=True)

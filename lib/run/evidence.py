@@ -27,7 +27,7 @@ from lib.core import config, record, stages
 from lib.core.paths import resolve
 from lib.core.params import Params
 from lib.results import decide, store
-from lib.run import ddp_launch, parity_runs, recipe, repeat_runs, runner, size_sweep
+from lib.run import ddp_launch, ddp_nodes, parity_runs, recipe, repeat_runs, runner, size_sweep
 from lib.run.jobs import PLAIN_LOOP_SWITCHES, folder, make_job, plain_loop_source, plain_loop_can
 
 
@@ -316,6 +316,19 @@ def recommend(params: Params, report_dir, force: bool = False) -> list[dict]:
     return swept
 
 
+def ddp_chapter(params: Params, report_dir, force: bool = False) -> list[dict]:
+    """The DDP chapter: GPT-2's batch over 2, 4, ... GPUs and the host's own count (the scaling curve, each point
+    against the same sitting's one-GPU recipe), then, on a host of four or more (an even count), two nodes rehearsed
+    on it; on one GPU, the stage's 'not applicable' record."""
+    counts = ddp_nodes.counts(runner.environment(report_dir))
+    if not counts:
+        return [ddp_launch.run_ddp(params, report_dir, force=force)]
+    recs = [ddp_launch.run_ddp(params, report_dir, nproc=n, force=force) for n in counts]
+    if counts[-1] >= 4 and counts[-1] % 2 == 0:
+        recs.append(ddp_nodes.rehearse_two_nodes(params, report_dir, counts[-1] // 2, force=force))
+    return recs
+
+
 def measure_chapter(key: str, params: Params, report_dir, force: bool = False):
     """Everything one chapter measures: its stage's configurations and the evidence behind its
     explanation. `make report` calls this for every chapter before it draws them; a notebook run by
@@ -329,7 +342,7 @@ def measure_chapter(key: str, params: Params, report_dir, force: bool = False):
     if key == "size_sweep":
         return size_sweep.measure(params, report_dir, force=force)
     if stages.get(key).multi_gpu:
-        return [ddp_launch.run_ddp(params, report_dir, force=force)]
+        return ddp_chapter(params, report_dir, force)
     # The chapter's evidence that does not need the stage's own results runs in the same launcher,
     # the plain loop beside the harness in the flash and vocab chapters.
     extra = {

@@ -1,0 +1,33 @@
+"""The host's GPU interconnect as the report shows it (lib/measure/interconnect.py reads it): one line for the
+environment table, and nvidia-smi's link matrix for the HTML."""
+
+from __future__ import annotations
+
+import html
+
+
+def summary(ic: dict | None) -> str | None:
+    """One line for the environment table: NVLinks per GPU and generation, NCCL's version; None without a record."""
+    if not ic:
+        return None
+    links = ic.get("nvlink")
+    if links:
+        counts = sorted({link["active_links"] for link in links})
+        versions = sorted({link["nvlink_version"] for link in links if link["nvlink_version"]})
+        nv = (
+            f"{'/'.join(map(str, counts))} active NVLinks per GPU"
+            + (f", NVLink generation {'/'.join(map(str, versions))}" if versions else "")
+            if any(counts)
+            else "no active NVLink (PCIe only)"
+        )
+    else:
+        nv = ic.get("nvlink_reason") or "NVLink not read"
+    return f"{nv}; NCCL {ic.get('nccl') or 'version unknown'}"
+
+
+def topology_html(env: dict) -> str:
+    """nvidia-smi's link matrix between every pair of GPUs, or why there is none."""
+    ic = env.get("interconnect") or {}
+    if ic.get("topology"):
+        return f"<pre class='topology'>{html.escape(ic['topology'])}</pre>"
+    return f"<p class='note'>{html.escape(ic.get('topology_reason') or 'No GPU topology recorded on this host.')}</p>"
