@@ -14,10 +14,10 @@ import pytest
 from conftest import make_record, tiny_params, write_report_dir
 
 from lib.core import cli_args, config, stages
-from lib.report import charts, loader, stage_facts
+from lib.report import ddp_charts, loader, stage_facts
 from lib.report.evidence_view import ddp_curve_html
 from lib.results import store
-from lib.run import ddp_launch, evidence, recipe, runner
+from lib.run import ddp_launch, ddp_nodes, evidence, recipe, runner
 
 
 @pytest.fixture(scope="module")
@@ -213,7 +213,7 @@ def test_the_scaling_curve_has_one_point_per_gpu_count_against_the_best_single_g
     table = ddp_curve_html(rep)
     assert all(f in table for f in ("95.0 %", "90.0 %", "80.0 %", "12.0 %", "6.40×", "10,000 tokens/s"))
     assert "the recommended configuration" in table
-    assert charts.plot_ddp_scaling(rep) is not None and (report_dir / "figures" / "ddp_scaling.png").exists()
+    assert ddp_charts.plot_ddp_scaling(rep) is not None and (report_dir / "figures" / "ddp_scaling.png").exists()
     # the summary quotes the most GPUs measured
     assert "The most GPUs measured, 8 GPUs" in stage_facts.stage_summary(rep, "ddp")
 
@@ -225,7 +225,7 @@ def test_one_multi_gpu_count_still_draws_a_curve_and_none_says_so(tmp_path):
     )
     rep = loader.load(one)
     assert [(p["gpus"], p["efficiency"]) for p in loader.scaling_curve(rep)] == [(1, 1.0), (2, pytest.approx(0.75))]
-    assert charts.plot_ddp_scaling(rep) is not None and (one / "figures" / "ddp_scaling.png").exists()
+    assert ddp_charts.plot_ddp_scaling(rep) is not None and (one / "figures" / "ddp_scaling.png").exists()
 
     not_applicable = store.base_record(params, stages.get("ddp"), 4)
     not_applicable.update(
@@ -234,7 +234,7 @@ def test_one_multi_gpu_count_still_draws_a_curve_and_none_says_so(tmp_path):
     none, _ = _single_gpu_report(tmp_path / "none", [(store.record_path(".", "ddp", 4, gpus=1).name, not_applicable)])
     rep = loader.load(none)
     assert loader.scaling_curve(rep) == []
-    assert charts.plot_ddp_scaling(rep) is None and not (none / "figures" / "ddp_scaling.png").exists()
+    assert ddp_charts.plot_ddp_scaling(rep) is None and not (none / "figures" / "ddp_scaling.png").exists()
     assert "no scaling curve" in ddp_curve_html(rep)
     assert "not applicable" in stage_facts.stage_summary(rep, "ddp")
 
@@ -292,4 +292,86 @@ def test_two_and_three_gloo_processes_land_in_one_report_and_draw_the_curve(ddp_
         assert point["tokens_per_s"] == pytest.approx(rec["tokens_per_s"])
         assert point["efficiency"] == pytest.approx(rec["tokens_per_s"] / (rec["world_size"] * single["tokens_per_s"]))
         assert point["allreduce_share"] == pytest.approx(rec["allreduce_share"])
-    assert charts.plot_ddp_scaling(rep) is not None
+    assert ddp_charts.plot_ddp_scaling(rep) is not None
+
+
+# ---------------------------------------------------------------- a four-GPU host: counts, nodes, interconnect
+
+
+def test_the_scaling_curve_counts_are_the_doublings_up_to_the_host_s_own():
+    count = lambda n: ddp_nodes.counts({"device": {"count": n}})  # noqa: E731
+    assert (count(1), count(2), count(3), count(4), count(8)) == ([], [2], [2, 3], [2, 4], [2, 4, 8])
+
+
+def test_a_job_over_two_nodes_has_a_record_of_its_own_beside_the_one_node_record_of_as_many_gpus(tmp_path):
+    """The curve reads 1, 2, 4 GPUs on one node; the rehearsed two nodes of two GPUs are a row beside the 4-GPU one."""
+    params = tiny_params(["vocab", "ddp"], batch_sizes=(4,))
+    two, four = _ddp_record(params, 2, 19_000.0, 0.02), _ddp_record(params, 4, 37_000.0, 0.03)
+    nodes = {**_ddp_record(params, 4, 35_000.0, 0.05), "nnodes": 2}
+    names = [store.record_path(".", "ddp", 4, gpus=g, nodes=n).name for g, n in ((2, 1), (4, 1), (4, 2))]
+    assert names == ["ddp__b4__g2.json", "ddp__b4__g4.json", "ddp__b4__g4__n2.json"]
+    report_dir, _ = _single_gpu_report(tmp_path, list(zip(names, (two, four, nodes))))
+    rep = loader.load(report_dir)
+    curve = loader.scaling_curve(rep)
+    assert [(p["gpus"], p["nnodes"]) for p in curve] == [(1, 1), (2, 1), (4, 1), (4, 2)]
+    assert [round(p["efficiency"], 3) for p in curve] == [1.0, 0.95, 0.925, 0.875]
+    assert "4 (2 nodes)" in ddp_curve_html(rep)
+    assert ddp_charts.plot_ddp_scaling(rep) is not None
+
+
+def test_the_interconnect_without_nvml_or_nvidia_smi_says_why_and_the_table_line_reads_it(monkeypatch):
+    import subprocess
+
+    from lib.measure import interconnect
+    from lib.report import interconnect_view
+
+    def no_smi(*args, **kwargs):
+        raise FileNotFoundError("nvidia-smi")
+
+    class NoNvml:
+        def nvmlInit(self):
+            raise OSError("libnvidia-ml.so.1 not found")
+
+    absent = interconnect.nvlinks(4, nvml=NoNvml())
+    assert absent == {"nvlink": None, "nvlink_reason": "NVML unavailable (OSError)"}
+    monkeypatch.setattr(subprocess, "run", no_smi)
+    topo = interconnect.topology()
+    assert topo["topology"] is None and "nvidia-smi topo -m" in topo["topology_reason"]
+    line = interconnect_view.summary({**absent, **topo, "nccl": None})
+    assert line == "NVML unavailable (OSError); NCCL version unknown"
+
+    class FourLinked:  # NVML's answers on a host of NV18 links, generation 4
+        NVML_NVLINK_MAX_LINKS = 18
+
+        def nvmlInit(self):
+            pass
+
+        def nvmlDeviceGetHandleByIndex(self, i):
+            return i
+
+        def nvmlDeviceGetNvLinkState(self, h, link):
+            return 1
+
+        def nvmlDeviceGetNvLinkVersion(self, h, link):
+            return 4
+
+    linked = interconnect.nvlinks(4, nvml=FourLinked())
+    assert [g["active_links"] for g in linked["nvlink"]] == [18] * 4
+    assert interconnect_view.summary({**linked, "nccl": "2.27.3"}) == (
+        "18 active NVLinks per GPU, NVLink generation 4; NCCL 2.27.3"
+    )
+
+
+@pytest.mark.slow
+def test_two_nodes_rehearsed_on_one_host_write_a_two_node_record_and_a_resumed_run_keeps_it(vocab_report, tmp_path):
+    """On this CPU each rehearsed node is one gloo process; they meet at this host's own address through the c10d
+    rendezvous, and node 0 writes the record of a two-node job; asked again, the kept record comes back unmeasured."""
+    first, params, _ = vocab_report
+    folder = tmp_path / "host"
+    shutil.copytree(first, folder, ignore=shutil.ignore_patterns("ddp__b*.json"))
+    rec = ddp_nodes.rehearse_two_nodes(params, folder, per_node=1, timeout_s=300)
+    assert rec["status"] == "ok", rec.get("reason")
+    assert rec["nnodes"] == 2 and rec["world_size"] == 2 and rec["fingerprint"].endswith("-nodes2")
+    assert [p.name for p in (folder / "results").glob("ddp__b*.json")] == [f"ddp__b{rec['batch_size']}__g2__n2.json"]
+    again = ddp_nodes.rehearse_two_nodes(params, folder, per_node=1, timeout_s=300)
+    assert again["fingerprint"] == rec["fingerprint"] and again["processes"] == rec["processes"]

@@ -10,7 +10,7 @@ import numpy as np
 
 from lib.core import stages
 from lib.core.record import TIMED
-from lib.report.loader import GiB, Report, no_value, scaling_curve
+from lib.report.loader import GiB, Report, no_value
 from lib.results import decide
 
 
@@ -238,63 +238,6 @@ def _plot_multi_gpu_losses(rep: Report, stage: str):
     ax.set_ylabel("training loss (nats)")
     fig.tight_layout()
     return save(fig, rep, f"loss_{stage}")
-
-
-def plot_ddp_scaling(rep: Report):
-    """The DDP scaling curve (loader.scaling_curve) against GPU count: tokens/s beside the ideal
-    (GPUs x the best single-GPU configuration), and the efficiency beside 100 %, each multi-GPU
-    point labelled with the all-reduce's share of its step. None, and no figure, without a
-    multi-GPU point (the chapter's table says so)."""
-    curve = scaling_curve(rep)
-    if not curve:
-        return None
-    plt = style()
-    nodes = [p for p in curve if p["nnodes"] > 1]  # several nodes (or their rehearsal on one host): marked apart
-    curve = [p for p in curve if p["nnodes"] == 1]
-    gpus = [p["gpus"] for p in curve]
-    fig, (speed, eff) = plt.subplots(1, 2, figsize=(9, 2.6))
-    counts = np.geomspace(1, gpus[-1], 64)  # dense: on the log axis below the ideal is a curve
-    speed.plot(counts, counts * curve[0]["tokens_per_s"], color="grey", lw=0.8, ls="--", label="ideal: GPUs × one GPU")
-    speed.plot(gpus, [p["tokens_per_s"] for p in curve], color="C0", marker="o", label="measured")
-    speed.set_ylabel("tokens / s (all GPUs)")
-    speed.yaxis.set_major_formatter(plt.FuncFormatter(lambda v, _: f"{v:,.0f}"))
-    speed.set_ylim(bottom=0)
-    values = [p["efficiency"] * 100 for p in curve]
-    eff.axhline(100, color="grey", lw=0.8, ls="--", label="ideal: 100 %")
-    eff.plot(gpus, values, color="C3", marker="o", label="tokens/s ÷ (GPUs × one GPU)")
-    for p, v in zip(curve[1:], values[1:]):
-        if p["allreduce_share"] is not None:
-            eff.annotate(
-                f"all-reduce {p['allreduce_share'] * 100:.1f} %",
-                (p["gpus"], v),
-                textcoords="offset points",
-                xytext=(0, -12),
-                ha="center",
-                fontsize=7,
-            )
-    for p in nodes:
-        speed.plot(
-            p["gpus"], p["tokens_per_s"], "s", color="C2", label=f"{p['nnodes']} nodes of {p['gpus'] // p['nnodes']}"
-        )
-        eff.plot(
-            p["gpus"],
-            p["efficiency"] * 100,
-            "s",
-            color="C2",
-            label=f"{p['nnodes']} nodes of {p['gpus'] // p['nnodes']}",
-        )
-    eff.set_ylabel("scaling efficiency (%)")
-    eff.set_ylim(0, max(110, max(values) + 10))
-    for ax in (speed, eff):
-        ax.set_xscale("log", base=2)  # 1, 2, 4, 8 evenly spaced
-        ax.set_xticks(gpus, [str(g) for g in gpus])
-        ax.minorticks_off()
-        ax.set_xlabel("GPUs")
-    speed.legend(frameon=False, fontsize=7, loc="upper left")
-    eff.legend(frameon=False, fontsize=7, loc="lower left")
-    fig.suptitle("Data-parallel scaling against the best single-GPU configuration", fontsize=10)
-    fig.tight_layout()
-    return save(fig, rep, "ddp_scaling")
 
 
 LINESTYLES = ("-", "--", "-.", ":")

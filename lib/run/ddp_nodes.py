@@ -21,9 +21,12 @@ def counts(env: dict) -> list[int]:
 
 
 def host_address() -> str:
-    """This host's own address, where a rehearsed second node meets the first (loopback where it has none)."""
+    """This host's own address, where a rehearsed second node meets the first; loopback where the host's name does
+    not resolve to an address this process can listen on."""
     try:
-        return socket.gethostbyname(socket.gethostname())
+        address = socket.gethostbyname(socket.gethostname())
+        free_port(address)
+        return address
     except OSError:
         return "127.0.0.1"
 
