@@ -170,19 +170,18 @@ def test_the_recommendation_rests_on_repeats_a_plain_loop_cross_check_and_a_pari
     ref = stages.get(best["stage"]).reference
     if ref == best["stage"]:  # the baseline itself was fastest (it can be, on a CPU): nothing to hold it against
         assert parity == {} and "No parity test" in report_html
-    else:  # each seed: the recommendation and its reference, paired on weights and data, the first seeds twice
+    else:  # each seed: the recommendation and its reference, paired on weights and data, to the look that decided
         runs = [read_json(f) for f in (ev / "parity").glob("*.json")]
-        assert {r["stage"] for r in runs} == {best["stage"], ref} and "Parity test</strong>: " in report_html
-        twice = p.evidence.parity_noise_seeds
-        assert len(runs) == 2 * p.evidence.parity_seeds + 2 * twice
-        assert {r["seed_offset"] for r in runs if r["replicate"]} == set(range(twice))
-        assert {r["seed_offset"] for r in runs} == set(range(p.evidence.parity_seeds))
-        # one process a side per round: the repeated seeds, then the others
-        per_round = {True: 2 * twice, False: p.evidence.parity_seeds - twice}
-        assert all(r["series"]["runs"] == per_round[r["seed_offset"] < twice] for r in runs)
+        assert {r["stage"] for r in runs} == {best["stage"], ref} and "Quality test</strong>: " in report_html
+        seeds = {r["seed_offset"] for r in runs}
+        assert seeds == set(range(len(seeds))) and len(seeds) in p.evidence.parity_looks
+        assert len(runs) == 2 * len(seeds) and not any(r["replicate"] for r in runs)  # no repeat pairs
+        # one process a side per round (a look): each series as long as the round's seeds
+        assert all(r["series"]["runs"] in p.evidence.parity_looks or r["series"]["runs"] == 1 for r in runs)
         assert "share a process and its one compilation" in report_html
+        tokens = p.evidence.parity_horizon_tokens
         assert all(
-            len(r["losses"]) == r["steps"] and r["held_out_loss"] > 0 and r["passes"] <= p.evidence.parity_passes
+            len(r["losses"]) == r["steps"] == tokens // (r["batch_size"] * r["seq_len"]) and r["held_out_loss"] > 0
             for r in runs
         )
     for text in ("Harness against a plain training loop", "Process-to-process spread", "Noise floor of this report"):

@@ -49,7 +49,9 @@ def rule(ev: Evidence, seq_len: int, on_gpu: bool = True) -> str:
             if getattr(ev, "parity_futility_trend", False)
             else ""
         )
-        + "The candidates that could change the recommendation are tested first, fastest first, until one holds"
+        + "The candidates that could change the recommendation are tested first, fastest first, until one holds; at "
+        "the default depth, where the fastest does not hold, the report recommends the stack it was added to (checked "
+        "against the canonical reference alone) and leaves the levers beside it to `DEPTH=full`"
     )
 
 
