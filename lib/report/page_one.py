@@ -17,18 +17,18 @@ NOT_A_GPU = (
     "end to end. Its timings mean nothing for a GPU, and its verdicts are judged against this machine's own noise."
 )
 LEGEND = (
-    "Worth: in the recipe, what leaving the lever out costs at its micro-batch; outside it, its speed-up over the stage "
-    "it is added to. adopt: costs beyond noise{noise} or needed to fit · neutral: within noise · not yet: faster, "
-    "quality undecided · skip: slower, no gain, or quality failed. Quality: {test} over its horizon (passes: times it "
-    "saw its text); else the matrix's divergence check (±{tolerance} nats, or the drift between two processes beyond "
-    "it), which catches a broken lever, not a small loss of quality."
+    "Worth: in the recipe, what leaving the lever out costs; outside it, its speed-up over the stage it is added to. "
+    "adopt: costs beyond noise{noise} or needed to fit · neutral: within noise · not yet: faster, quality undecided · "
+    "skip: slower, no gain, or quality failed. Quality: {test} (margin +{margin} nats) over its horizon (passes: times "
+    "it saw its text); else the divergence check (±{tolerance} nats beyond the drift between two processes), which "
+    "catches only a broken lever."
 )
 # The quality test as the folder's rule ran it: the sequential design, each lever against its own stack; or the fixed
 # design of folders measured before it, every lever against the canonical reference.
 QUALITY_TEST = {
-    True: "the quality test's held-out difference [its bounds] against the lever's own stack (margin {margin} nats), "
-    "and the whole stack's check against the canonical reference,",
-    False: "the parity test's held-out difference against the canonical reference (margin {margin} nats)",
+    True: "held-out loss, lever − reference [bounds], against the lever's own stack, and the whole stack's check "
+    "against the canonical reference",
+    False: "held-out loss, lever − reference, against the canonical reference",
 }
 
 
@@ -216,7 +216,8 @@ def lever_table(rep: Report) -> str:
     floor = rep.decided["noise_floor"]
     sequential = bool(getattr(rep.params.evidence, "parity_looks", None))
     legend = LEGEND.format(
-        test=QUALITY_TEST[sequential].format(margin=rep.params.evidence.parity_margin),
+        test=QUALITY_TEST[sequential],
+        margin=rep.params.evidence.parity_margin,
         tolerance=rep.params.run.loss_tolerance,
         noise=f" ({fmt.pct(floor, 2)}, the widest spread between processes)" if floor else "",
     )
@@ -229,8 +230,8 @@ def lever_table(rep: Report) -> str:
     earlier = [r for r in rep.decided["levers"] if (r["quality"] or {}).get("current_rule") is False]
     if earlier:
         lacks += (
-            " 'By an earlier rule': a parity test measured before today's rule (section 3); the recipe rests on it "
-            "until the report is re-measured."
+            " 'By an earlier rule': a parity test of an earlier rule (section 3), which the recipe rests on until a "
+            "re-measure."
         )
     left = rep.decided.get("left_to_full_depth") or []
     if left:
@@ -302,7 +303,7 @@ def plot_waterfall(rep: Report):
     if not steps:
         return None
     decision = {r["stage"]: r["decision"] for r in rep.decided["levers"]}
-    fig, ax = plt.subplots(figsize=(7.2, 0.13 * len(steps) + 0.45))
+    fig, ax = plt.subplots(figsize=(7.2, 0.115 * len(steps) + 0.4))
     y = list(range(len(steps)))
     prev = 1.0
     for i, s in enumerate(steps):
@@ -326,7 +327,8 @@ def plot_waterfall(rep: Report):
     ax.set_yticks(y, [s["title"] for s in steps], fontsize=7)
     ax.set_ylim(len(steps) - 0.5, -0.5)
     ax.set_xlim(0, max(x["cumulative"] or 0 for x in steps) * 2.2)
-    ax.set_xlabel(f"× {steps[0]['title']}, as the matrix measures it at the batch named; hatched: chained", fontsize=7)
+    chained = "; hatched: chained" if any(not x.get("direct", True) for x in steps) else ""
+    ax.set_xlabel(f"× {steps[0]['title']}, as the matrix measures it at the batch named{chained}", fontsize=7)
     ax.tick_params(axis="x", labelsize=7)
     ax.grid(axis="y", visible=False)
     fig.tight_layout()
