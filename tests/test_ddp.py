@@ -89,6 +89,11 @@ def test_with_a_recipe_ddp_keeps_its_global_batch_and_is_judged_against_it(vocab
     assert "median of 3 processes" in rec["efficiency_reference"]
     r = recipe.recipe_params(params).run
     assert len(rec["losses"]) == r.warmup_steps + r.timed_steps  # each step a whole global batch
+    three = ddp_launch.plan(params, folder, nproc=3, nnodes=1)["target"]  # 4 accumulation steps over 3 ranks
+    assert (
+        three["micro_steps"] == 1
+        and "the recipe's 4 accumulation steps of B=2 do not divide among 3" in three["source"]
+    )
 
 
 def test_on_one_device_the_multi_gpu_stage_is_not_applicable(tmp_path):

@@ -159,7 +159,7 @@ def plan(params: Params, report_dir, nproc: int | None, nnodes: int) -> dict:
     # GPT-2's global batch where the recipe measured it on one GPU and it divides among the ranks:
     # the same configuration, micro-batch and tokens per optimizer step as its one-GPU reference.
     gpus = (nproc or env["device"].get("count", 1)) * nnodes
-    target = recipe_target(params, report_dir, gpus, roomy) or matrix_target(best, params)
+    target = recipe_target(params, report_dir, gpus, roomy) or unshared(params, report_dir, gpus, best)
     base_key, batch, micro = target["stage"], target["batch_size"], target["micro_steps"]
     # One record per GPU count, so hosts with 2, 4 and 8 GPUs resumed into one folder each add
     # their point to the scaling curve; what this run supersedes is this count's record at another
@@ -310,6 +310,21 @@ def recipe_target(params: Params, report_dir: Path, gpus: int, roomy) -> dict | 
         "source": f"{title} at B={batch} × {micro} micro-steps on one GPU, GPT-2's "
         f"{params.evidence.global_batch_tokens:,}-token batch (the recipe, {processes(spread['n'])})",
     }
+
+
+def unshared(params: Params, report_dir, gpus: int, best: dict | None) -> dict:
+    """The matrix's target where the recipe gives none, its source saying why where the recipe ran: its accumulation
+    steps do not divide among the ranks (or it left too little memory for DDP's buffers)."""
+    target, pick = matrix_target(best, params), recipe.recipe_config(params, report_dir)
+    micro = params.micro_steps(pick["batch_size"]) if pick else None
+    if target["source"] and micro:
+        why = (
+            f"the recipe's {micro} accumulation steps of B={pick['batch_size']} do not divide among {gpus} ranks"
+            if micro % gpus
+            else "the recipe's configuration leaves too little device memory for DDP's buffers"
+        )
+        target["source"] += f"; not the recipe: {why}, so each rank runs this configuration at its own batch"
+    return target
 
 
 def matrix_target(best: dict | None, params: Params) -> dict:
