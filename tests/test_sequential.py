@@ -260,7 +260,7 @@ def test_the_default_falls_back_to_the_stack_of_a_lever_that_did_not_hold_and_le
     matrix = [make_record(params, s, 8, [t] * 5, losses) for s, t in timed]
     spread = (0.0, 0.09, -0.05, 0.03, 0.0, 0.06, -0.04, 0.05)
     tested = _pairs(params, "fp8_classifier", "loss_only", spread)
-    assert parity.left_to_full_depth(parity.checks(tested, params.evidence), params.stages) == ["fp8_head"]
+    assert parity.left_to_full_depth(parity.checks(tested, params.evidence), params) == ["fp8_head"]
     assert decide.best_config(matrix + tested, params)["stage"] == "loss_only"
     folder = write_report_dir(tmp_path / "cpu", params, matrix)
     from lib.results import store

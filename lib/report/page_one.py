@@ -183,15 +183,8 @@ def quality_text(q: dict | None) -> str:
         diff += f" [{fmt.nats(held['lo'])}, {fmt.nats(held['hi'])}]"
     against = f" vs {html.escape(stages.get(q['reference']).title)}" if q.get("design") == "sequential" else ""
     need = q.get("to_decide") or {}
-    more = (
-        f"; ~{need['seeds']} seeds"
-        + (f" (~{need['gpu_minutes']:.0f} GPU-min more)" if need.get("gpu_minutes") else "")
-        + " would decide"
-        if need
-        else f"; ~{q['seeds_needed']} would decide"
-        if q.get("seeds_needed")
-        else ""
-    )
+    minutes = f" (~{need['gpu_minutes']:.0f} GPU-min more)" if need.get("gpu_minutes") else ""
+    more = f"; ~{need['seeds']} seeds{minutes} would decide" if need else ""
     whole = q.get("canonical")
     check = (
         f"; whole stack vs {html.escape(stages.get(whole['reference']).title)}: <strong>{whole['verdict']}</strong>"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from lib.core import config, stages
+from lib.core import stages
 from lib.core.record import TIMED, TIMING_VARIANTS, Status
 from lib.core.params import Params
 from lib.results import parity
@@ -253,9 +253,8 @@ def ranked_configs(records: list[dict], params: Params, eligible=None) -> list[d
         for test in (check, check.get("canonical")):
             if test and test["verdict"] != parity.INCOMPLETE:  # a test cut off part-way decides nothing yet
                 verified[key] = verified.get(key) and test["ok"]  # only tests that hold let a tested stage be adopted
-    if not config.runs_evidence(params, "parity_alternatives"):
-        for key in parity.left_to_full_depth(checks, order):  # untested at this depth: never the recommendation
-            verified[key] = False
+    for key in parity.left_to_full_depth(checks, params):  # untested at this depth: never the recommendation
+        verified[key] = False
     tps = throughputs(records)
     good = [r for r in single if verified.get(r["stage"])]
     return sorted(good, key=lambda r: -float(np.median(tps[(r["stage"], r["batch_size"])])))

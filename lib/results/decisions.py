@@ -178,12 +178,12 @@ def _not_run(key: str, df) -> tuple[str, str] | None:
     return NOT_MEASURED, str(rows["status"].iloc[0])
 
 
-def lever_rows(records: list[dict], df, params: Params, recipe: dict | None, loo: tuple) -> list[dict]:
+def lever_rows(records: list[dict], df, params: Params, recipe: dict | None, loo: tuple, checks: dict) -> list[dict]:
     """One row per single-GPU lever of the report (every stage after the first): its decision, worth and quality.
     In the recipe: adopt where leaving it out costs beyond noise or does not fit, skip where the recipe is faster
     without it beyond noise, else neutral (kept as the recipe has it). Outside it: skip where slower, no faster
     beyond noise, or its quality failed; not yet where faster beyond noise and its quality undecided or untested."""
-    tps, checks = decide.throughputs(records), parity.checks(records, params.evidence)
+    tps = decide.throughputs(records)
     in_recipe = set(decide.lineage(recipe["stage"])[1:]) if recipe else set()
     full, rows = loo
     by_stage = {r["stage"]: r for r in rows if r.get("stage")}
@@ -315,10 +315,10 @@ def compute(records: list[dict], evidence: dict, params: Params, env: dict, pric
     df.attrs["loss_noise"] = drift
     recipe = make_recipe(records, evidence, params, env, price)
     loo = leave_one_out(records, evidence.get("ablation") or [])
-    levers_ = lever_rows(records, df, params, recipe, loo)
-    full = loo[0]
     checks = parity.checks(records, params.evidence)
-    left = parity.left_to_full_depth(checks, order)
+    levers_ = lever_rows(records, df, params, recipe, loo, checks)
+    full = loo[0]
+    left = parity.left_to_full_depth(checks, params)
     return {
         "schema": SCHEMA,
         "profile": params.name,
@@ -330,6 +330,6 @@ def compute(records: list[dict], evidence: dict, params: Params, env: dict, pric
         "next": next_experiment(levers_, recipe),
         "noise_floor": noise.decision_floor(records, decide.throughputs(records)),
         # the levers whose quality test this depth left to DEPTH=full, and the lever that did not hold beside them
-        "left_to_full_depth": [] if config.runs_evidence(params, "parity_alternatives") else left,
+        "left_to_full_depth": left,
         "fell_back_from": sorted(parity.fallbacks(checks).values()) if left else [],
     }

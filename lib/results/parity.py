@@ -51,11 +51,12 @@ Design (the method section states it before any number):
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
 
-from lib.core import stages
+from lib.core import config, stages
 from lib.core.params import Evidence
 from lib.core.record import Status
 from lib.results import parity_earlier, sequential
@@ -93,6 +94,11 @@ def verdict(intervals: dict, margin: float) -> str:
 
 def _metric(rec: dict, name: str) -> float:
     return rec["held_out_loss"] if name == "held_out" else rec["final_loss"]
+
+
+def _diffs(seeds: dict, refs: dict, used: list[int]) -> dict:
+    """Each loss's paired differences (lever minus reference, first runs) at the seeds `used`."""
+    return {m: [_metric(seeds[s][0], m) - _metric(refs[s][0], m) for s in used] for m in METRICS}
 
 
 def seed_of(rec: dict) -> int:
@@ -176,7 +182,7 @@ def _test(key: str, ref_key: str, batch: int, seeds: dict, refs: dict, attempted
     repeats = {m: (_mean_square_repeat(seeds, paired, m), _mean_square_repeat(refs, paired, m)) for m in METRICS}
     measured = all(v is not None for pair in repeats.values() for v in pair)
     noise_sd = max(math.sqrt((a + b) / 2) for a, b in repeats.values()) if measured else None
-    diffs = {m: [_metric(seeds[s][0], m) - _metric(refs[s][0], m) for s in paired] for m in METRICS}
+    diffs = _diffs(seeds, refs, paired)
     intervals = {m: interval(v, conf, noise_sd or 0.0) for m, v in diffs.items()}
     spread = max((i["sd"] for i in intervals.values() if i["sd"] is not None), default=None)
     out = {
@@ -224,7 +230,7 @@ def _sequential_test(key, ref_key, batch, seeds: dict, refs: dict, attempted: di
     looks = tuple(evidence.parity_looks)
     c = sequential.critical_value(looks, 1 - conf)
     lever, ref = attempted.get((key, batch), {}), attempted.get((ref_key, batch), {})
-    run_both = sum(1 for _ in _leading(lambda s: s in lever and s in ref))
+    run_both = next(s for s in itertools.count() if s not in lever or s not in ref)  # seeds run in order, no gap
     verdict_, futile_, at, wanted = INCOMPLETE, None, 0, looks[0]
     for k, look in enumerate(looks):
         if run_both < look:
@@ -239,7 +245,7 @@ def _sequential_test(key, ref_key, batch, seeds: dict, refs: dict, attempted: di
             break
         verdict_ = UNDECIDED if k + 1 == len(looks) else INCOMPLETE
     used = [s for s in range(max(at, 1)) if s in seeds and s in refs]  # a failed run leaves its seed out
-    diffs = {m: [_metric(seeds[s][0], m) - _metric(refs[s][0], m) for s in used] for m in METRICS}
+    diffs = _diffs(seeds, refs, used)
     intervals = {m: sequential.bound(v, c) for m, v in diffs.items()}
     spread = max((i["sd"] for i in intervals.values() if i["sd"] is not None), default=None)
     first = seeds[used[0]][0] if used else {}
@@ -259,9 +265,7 @@ def _sequential_test(key, ref_key, batch, seeds: dict, refs: dict, attempted: di
         "diffs": diffs,
         "noise_sd": None,
         "intervals": intervals,
-        "detectable": None
-        if spread is None
-        else (c + sequential.t_quantile(power, len(used) - 1)) * spread / math.sqrt(len(used)),
+        "detectable": sequential.detectable(spread, len(used), conf, power, critical=c),
         "margin": margin,
         "confidence": conf,
         "power": power,
@@ -278,17 +282,9 @@ def _sequential_test(key, ref_key, batch, seeds: dict, refs: dict, attempted: di
     return out
 
 
-def _leading(present):
-    """0, 1, 2, ... while `present(seed)` holds: the seeds run in order, without a gap."""
-    s = 0
-    while present(s):
-        yield s
-        s += 1
-
-
 def _bounds(seeds: dict, refs: dict, look: int, c: float) -> dict:
     used = [s for s in range(look) if s in seeds and s in refs]
-    return {m: sequential.bound([_metric(seeds[s][0], m) - _metric(refs[s][0], m) for s in used], c) for m in METRICS}
+    return {m: sequential.bound(v, c) for m, v in _diffs(seeds, refs, used).items()}
 
 
 def _trend_futile(seeds: dict, refs: dict, look: int, c: float, last: int, evidence: Evidence) -> bool:
@@ -322,12 +318,18 @@ def fallbacks(checks: dict) -> dict:
     }
 
 
-def left_to_full_depth(checks: dict, keys: list[str]) -> list[str]:
-    """The levers the default depth leaves untested (config DEPTH_EVIDENCE 'parity_alternatives'): those added to a
-    stack the report fell back to, beside the lever that did not hold there (the FP8 lm_head beside the FP8
+def left_to_full_depth(checks: dict, params) -> list[str]:
+    """The levers this depth leaves untested (config DEPTH_EVIDENCE 'parity_alternatives'; none at full depth): those
+    added to a stack the report fell back to, beside the lever that did not hold there (the FP8 lm_head beside the FP8
     classifier on the loss-only forward)."""
+    if config.runs_evidence(params, "parity_alternatives"):
+        return []
     back = fallbacks(checks)
-    return [k for k in keys if k in stages.STAGES and k not in checks and k not in back and stages.own_stack(k) in back]
+    return [
+        k
+        for k in params.stages
+        if k in stages.STAGES and k not in checks and k not in back and stages.own_stack(k) in back
+    ]
 
 
 def standing(check: dict) -> str:

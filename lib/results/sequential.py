@@ -84,12 +84,15 @@ def t_quantile(q: float, df: int) -> float:
     return float(stdtrit(df, q))
 
 
-def detectable(sd: float | None, n: int, confidence: float, power: float) -> float | None:
+def detectable(
+    sd: float | None, n: int, confidence: float, power: float, critical: float | None = None
+) -> float | None:
     """The smallest true mean difference the test tells from none with probability `power` (one-sided
-    at `confidence`), given the spread of one paired difference and n seeds; None below two seeds."""
+    at `confidence`, or at the sequential design's `critical` value where given), given the spread of one paired
+    difference and n seeds; None below two seeds."""
     if sd is None or n < 2:
         return None
-    return float((t_quantile(confidence, n - 1) + t_quantile(power, n - 1)) * sd / math.sqrt(n))
+    return float(((critical or t_quantile(confidence, n - 1)) + t_quantile(power, n - 1)) * sd / math.sqrt(n))
 
 
 def _check(looks: tuple[int, ...]) -> None:

@@ -198,9 +198,8 @@ def parity_plan(
         # Each seed reads the text from its own place, fixed by the seed alone (golden-ratio steps), so
         # adding seeds later leaves the earlier ones' runs valid.
         start = int((seed * 0.6180339887498949) % 1.0 * train_tokens)
-        replicates = (
-            (0, 1) if seed < parity_futility.noise_seeds(ev) else (0,)
-        )  # the repeat pairs: the test's own noise
+        # the fixed design's repeat pairs (the test's own noise); the sequential design has none
+        replicates = (0, 1) if seed < parity_futility.noise_seeds(ev) else (0,)
         for s, m, k in [(key, micro[key], k) for k in replicates] + [(ref, micro[ref], k) for k in replicates]:
             name = f"{s}__b{batch}" + (f"__s{seed}" if seed else "") + (f"__r{k}" if k else "")
             j = make_job(
