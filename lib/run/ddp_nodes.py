@@ -41,8 +41,8 @@ def rehearse_two_nodes(params: Params, report_dir, per_node: int, force: bool = 
     """Two nodes rehearsed on one host: the host's GPUs split in two halves, each half a node of `per_node` ranks
     (its own CUDA_VISIBLE_DEVICES), the two torchrun launches meeting through the c10d rendezvous at this host's own
     address: the same job, launch line and record shape as two machines of `per_node` GPUs (`make report NNODES=2
-    NODE_RANK=i RDZV=...`). Node 0 writes the record (ddp__b<B>__g<2 x per_node>__n2.json); None where its
-    record is kept from an earlier run."""
+    NODE_RANK=i RDZV=...`). Node 0 writes the record (ddp__b<B>__g<2 x per_node>__n2.json) and it is returned; an
+    earlier run's record whose fingerprint still matches is returned without measuring (unless `force`)."""
     address = host_address()
     rdzv = f"{address}:{free_port(address)}"
     launch = [
