@@ -99,7 +99,13 @@ def test_an_undecided_test_states_the_seeds_and_minutes_that_would_decide_it():
     n = parity.seeds_needed(check)
     assert n is not None and n > 8 and check["run_s"] == {"lever": 2.0, "reference": 2.0}
     i = check["intervals"]["held_out"]
-    assert i["mean"] + check["critical_value"] * i["sd"] / n**0.5 <= 0.02  # n seeds would bring the bound in
+    # n fresh seeds in one look (the probe the report proposes) would bring the bound in, n - 1 would not
+    t = sequential.t_quantile
+
+    def bound(k):
+        return i["mean"] + t(check["confidence"], k - 1) * i["sd"] / k**0.5
+
+    assert bound(n) <= 0.02 < bound(n - 1)
 
 
 def test_a_lever_is_set_against_its_own_stack_and_the_full_stack_against_the_canonical_reference():
@@ -190,12 +196,15 @@ def test_page_one_states_the_quality_test_s_reference_horizon_bounds_and_what_wo
     q = row["quality"]
     assert row["decision"] == "not yet" and q["verdict"] == "undecided" and q["reference"] == "loss_only"
     assert q["steps"] == 64 and q["seeds"] == 8 and q["to_decide"]["seeds"] > 8
-    assert q["to_decide"]["gpu_minutes"] == pytest.approx((q["to_decide"]["seeds"] - 8) * 4.0 / 60)
+    assert q["to_decide"]["gpu_minutes"] == pytest.approx(q["to_decide"]["seeds"] * 4.0 / 60)  # the probe, afresh
     text = page_one.quality_text(q)
     lo, hi = q["held_out"]["lo"], q["held_out"]["hi"]
     assert "vs Loss-only forward" in text and "64 steps" in text and "5.95 passes" in text and "8 seeds" in text
     assert f"[{lo:+.4f}, {hi:+.4f}]".replace("+-", "-") in text.replace("−", "-")
     assert f"~{q['to_decide']['seeds']} seeds" in text
+    # stated once on page 1: in Next, where this lever is the next experiment, and not again in its row
+    assert rep.decided["next"]["stage"] == "fp8_classifier"
+    assert "would decide" in page_one.next_text(rep) and "would decide" not in page_one.lever_table(rep)
 
 
 def test_the_quality_curves_draw_each_tested_lever_and_the_whole_stack_s_check(tmp_path):
@@ -274,9 +283,61 @@ def test_the_default_falls_back_to_the_stack_of_a_lever_that_did_not_hold_and_le
     rep = loader.load(folder)
     assert rep.decided["left_to_full_depth"] == ["fp8_head"] and rep.decided["fell_back_from"] == ["fp8_classifier"]
     row = next(r for r in rep.decided["levers"] if r["stage"] == "fp8_head")
-    assert row["decision"] == "not yet" and "Not tested at this depth: FP8 lm_head (torchao)" in page_one.lever_table(
-        rep
+    table = page_one.lever_table(rep)
+    assert row["decision"] == "not yet" and "<td>FP8 lm_head (torchao)</td>" in table
+    assert (
+        "<strong>not tested</strong> at this depth"
+        in table.split("<td>FP8 lm_head (torchao)</td>")[1].split("</tr>")[0]
     )
     params.depth = "full"
     assert decide.best_config(matrix + tested, params)["stage"] == "fp8_head"  # full depth tests the sibling
     assert {j["stage"] for j in parity_runs.parity_jobs(params, folder)} == {"fp8_head", "loss_only"}
+
+
+def test_the_next_experiment_passes_over_a_lever_no_stated_seeds_would_decide_for_one_that_seeds_could(tmp_path):
+    """The FP8 classifier's mean past the margin and its seeds too spread to call it worse: no number of seeds up to
+    100 would decide it. The next experiment is then the FP8 lm_head, untested at this depth, through the sequential
+    test's looks; the FP8 classifier is named as passed over, and its row says the test is out of reach."""
+    from lib.report import loader, page_one
+    from lib.results import decisions
+
+    params = tiny_params(["vocab", "bf16_residual", "loss_only", "fp8_head", "fp8_classifier"], batch_sizes=(8,))
+    params.evidence.parity_looks, params.evidence.parity_seeds = list(LOOKS), 8
+    losses = [5.0 - 0.01 * i for i in range(6)]
+    timed = (("vocab", 10.0), ("bf16_residual", 6.0), ("loss_only", 5.0), ("fp8_head", 4.5), ("fp8_classifier", 4.0))
+    matrix = [make_record(params, s, 8, [t] * 5, losses) for s, t in timed]
+    wide = _pairs(params, "fp8_classifier", "loss_only", (0.03, 0.12, -0.06, 0.02))  # mean +0.0275, sd 0.074
+    folder = write_report_dir(tmp_path / "cpu", params, matrix)
+    from lib.results import store
+
+    for r in wide:
+        store.write_atomic(folder / "results" / "parity" / f"{r['stage']}__s{r['seed_offset']}.json", r)
+    rep = loader.load(folder)
+    row = next(r for r in rep.decided["levers"] if r["stage"] == "fp8_classifier")
+    assert row["decision"] == "not yet" and row["quality"]["out_of_reach"] == {"seeds_beyond": parity.MOST_SEEDS}
+    assert "out of reach: more than 100 seeds" in page_one.quality_text(row["quality"])
+    nxt = rep.decided["next"]
+    assert nxt["stage"] == "fp8_head" and not nxt["tested"] and nxt["seeds"] is None and nxt["batch"] == 8
+    assert [p["stage"] for p in nxt["passed_over"]] == ["fp8_classifier"]
+    text = page_one.next_text(rep)
+    assert (
+        text.startswith("test FP8 lm_head (torchao)")
+        and "parity_probe.py cpu fp8_head 8 1 runs/parity-fp8_head<" in text
+    )
+    assert (
+        "make report GPU=cpu DEPTH=full" in text
+        and "looks at 4, 8 seeds" in text
+        and "more than 100 would be needed" in text
+    )
+    # a spread a stated number of seeds could decide: that lever is the next experiment, with those seeds
+    levers = [dict(r) for r in rep.decided["levers"]]
+    for r in levers:
+        if r["stage"] == "fp8_classifier":
+            r["quality"] = {
+                **r["quality"],
+                "out_of_reach": None,
+                "to_decide": {"seeds": 12, "more": 8, "gpu_minutes": 3.0},
+            }
+    picked = decisions.next_experiment(levers, rep.decided["recipe"], 8)
+    assert picked["stage"] == "fp8_classifier" and picked["seeds"] == 12 and picked["passed_over"] == []
+    assert decisions.next_experiment([], None, 8) is None

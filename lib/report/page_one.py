@@ -19,15 +19,14 @@ NOT_A_GPU = (
 LEGEND = (
     "Worth: in the recipe, what leaving the lever out costs; outside it, its speed-up over the stage it is added to. "
     "adopt: costs beyond noise{noise} or needed to fit · neutral: within noise · not yet: faster, quality undecided · "
-    "skip: slower, no gain, or quality failed. Quality: {test} (margin +{margin} nats) over its horizon (passes: times "
-    "it saw its text); else the divergence check (±{tolerance} nats beyond the drift between two processes), which "
-    "catches only a broken lever."
+    "skip: slower, no gain, or quality failed. Quality: {test} (margin +{margin} nats) over its horizon; else the "
+    "divergence check (±{tolerance} nats beyond the drift between two processes), which catches only a broken lever."
 )
 # The quality test as the folder's rule ran it: the sequential design, each lever against its own stack; or the fixed
 # design of folders measured before it, every lever against the canonical reference.
 QUALITY_TEST = {
-    True: "held-out loss, lever − reference [bounds], against the lever's own stack, and the whole stack's check "
-    "against the canonical reference",
+    True: "held-out loss, lever − reference [bounds], against the lever's own stack (a recipe's stack also against "
+    "the canonical reference)",
     False: "held-out loss, lever − reference, against the canonical reference",
 }
 
@@ -124,10 +123,7 @@ def recipe_table(rep: Report) -> str:
         )
     if r["measured_as_trained"]:
         st = r["recipe_steps"]
-        notes.append(
-            f"{st['timed']} timed global-batch steps after {st['warmup']} warm-up; harness: median step, plain loop: "
-            "wall-clock mean"
-        )
+        notes.append(f"median of {st['timed']} global-batch steps after {st['warmup']} warm-up (plain loop: mean)")
     else:
         notes.append(f"tokens/s of B={r['micro_batch']} alone: the global batch was not measured for this recipe")
     if r["memory_saver"]:
@@ -161,9 +157,10 @@ def worth_text(row: dict) -> str:
     return html.escape(re.split(r"[:;]", row["reason"] or "", maxsplit=1)[0].strip())
 
 
-def quality_text(q: dict | None) -> str:
+def quality_text(q: dict | None, whole_stack: bool = True, to_decide: bool = True) -> str:
     """The quality verdict and what it speaks for: a parity test's steps, tokens, passes and seeds, or the matrix's
-    divergence check and its steps."""
+    divergence check and its steps. whole_stack: add the stack's check against the canonical reference (page 1 shows
+    it for the recipe's levers alone); to_decide: add the seeds that would decide it (not where Next says them)."""
     if q is None:
         return "no loss comparison"
     if q["test"] == "divergence check":
@@ -183,13 +180,15 @@ def quality_text(q: dict | None) -> str:
         diff += f" [{fmt.nats(held['lo'])}, {fmt.nats(held['hi'])}]"
     against = f" vs {html.escape(stages.get(q['reference']).title)}" if q.get("design") == "sequential" else ""
     need = q.get("to_decide") or {}
-    minutes = f" (~{need['gpu_minutes']:.0f} GPU-min more)" if need.get("gpu_minutes") else ""
-    more = f"; ~{need['seeds']} seeds{minutes} would decide" if need else ""
+    minutes = f" (~{need['gpu_minutes']:.0f} GPU-min)" if need.get("gpu_minutes") else ""
+    more = f"; ~{need['seeds']} seeds{minutes} would decide" if need and to_decide else ""
+    if q.get("out_of_reach"):
+        more = f"; out of reach: more than {q['out_of_reach']['seeds_beyond']} seeds at its spread"
     whole = q.get("canonical")
     check = (
         f"; whole stack vs {html.escape(stages.get(whole['reference']).title)}: <strong>{whole['verdict']}</strong>"
         f" {fmt.nats(whole['held_out']['mean'])}, {whole['seeds']} seeds"
-        if whole
+        if whole and whole_stack
         else ""
     )
     old = "; by an earlier rule" if not q.get("current_rule") else ""
@@ -197,13 +196,17 @@ def quality_text(q: dict | None) -> str:
 
 
 def lever_table(rep: Report) -> str:
-    rows = []
+    rows, nxt = [], (rep.decided["next"] or {}).get("stage")
+    left = rep.decided.get("left_to_full_depth") or []
     for row in rep.decided["levers"]:
         label, colour = fmt.DECISIONS[row["decision"]]
+        quality = quality_text(row["quality"], row["in_recipe"], row["stage"] != nxt)
+        if row["stage"] in left:
+            quality = f"<strong>not tested</strong> at this depth (DEPTH=full tests it); {quality}"
         rows.append(
             f"<tr><td>{html.escape(row['title'])}</td>"
             f"<td><strong style='color:{colour}'>{label}</strong></td>"
-            f"<td>{worth_text(row)}</td><td>{quality_text(row['quality'])}</td></tr>"
+            f"<td>{worth_text(row)}</td><td>{quality}</td></tr>"
         )
     batch, recipe = rep.decided["leave_one_out_batch"], rep.decided["recipe"]
     floor = rep.decided["noise_floor"]
@@ -226,12 +229,10 @@ def lever_table(rep: Report) -> str:
             " 'By an earlier rule': a parity test of an earlier rule (section 3), which the recipe rests on until a "
             "re-measure."
         )
-    left = rep.decided.get("left_to_full_depth") or []
     if left:
         lacks += (
-            f" Not tested at this depth: {', '.join(stages.get(k).title for k in left)}. The default decides the fastest"
-            f" lever ({', '.join(stages.get(k).title for k in rep.decided['fell_back_from'])}) against its own stack"
-            " and, where it does not hold, recommends that stack; `make report DEPTH=full` tests the levers beside it."
+            " By default only the fastest lever is tested; where it does not hold, its own stack is recommended "
+            "(DEPTH=full tests the rest)."
         )
     return (
         '<table class="levers"><thead><tr><th>Lever</th><th>Decision</th><th>Worth</th>'
@@ -242,7 +243,7 @@ def lever_table(rep: Report) -> str:
 
 def actions(rep: Report) -> list[str]:
     """Use, skip, next: three lines, each naming what a team does."""
-    d, p = rep.decided, rep.params.name
+    d = rep.decided
     out = []
     if d["recipe"]:
         out.append(
@@ -255,23 +256,53 @@ def actions(rep: Report) -> list[str]:
         out.append(f"<strong>Skip</strong> {html.escape('; '.join(skip))}.")
     nxt = d["next"]
     if nxt:
-        q = next(r["quality"] for r in d["levers"] if r["stage"] == nxt["stage"]) or {}
-        seeds = nxt["seeds_needed"] or max(2 * (nxt["seeds_run"] or 5), 10)
-        micro = q.get("reference_micro_steps") or 1
-        command = (
-            f"python tools/parity_probe.py {p} {nxt['stage']} {nxt['batch']} {micro} runs/parity-{nxt['stage']} {seeds}"
-        )
-        said = f"stopped undecided after {nxt['seeds_run']} seeds" if q.get("test") == "parity" else "not tested"
-        minutes = (nxt.get("to_decide") or {}).get("gpu_minutes")
-        said += f"; about {minutes:.0f} GPU-minutes more would decide it" if minutes else ""
-        out.append(
-            f"<strong>Next</strong> decide {html.escape(nxt['title'])}, {nxt['over_recipe']['ratio']:.2f}× the recipe's "
-            f"stage at B={nxt['over_recipe']['batch']}"
-            + (f" (with {html.escape(', '.join(nxt['with']))}, also not yet)" if nxt.get("with") else "")
-            + f"; its quality test {said}: <code>{html.escape(command)}</code> "
-            f"({seeds} seeds, B={nxt['batch']} a step, the reference in {micro} micro-batches)"
-        )
+        out.append(f"<strong>Next</strong> {next_text(rep)}")
     return out
+
+
+def next_text(rep: Report) -> str:
+    """The next experiment as decisions.next_experiment chose it: the lever, what it would add, the command that
+    decides it; then the faster levers it passed over, whose test no stated number of seeds would decide."""
+    nxt, profile, looks = rep.decided["next"], rep.params.name, rep.params.evidence.parity_looks
+    over = [
+        f"{html.escape(r['title'])} ({r['over_recipe']['ratio']:.2f}×) stays not yet: at its seeds' spread after "
+        f"{r['seeds_run']} seeds, more than {r['seeds_beyond']} would be needed to decide it"
+        for r in nxt["passed_over"]
+    ]
+    if nxt["stage"] is None:
+        return "none that seeds can decide: " + "; ".join(over) + "."
+    stage, seeds = nxt["stage"], nxt["seeds"]
+    command = (
+        f"python tools/parity_probe.py {profile} {stage} {nxt['batch']} {nxt['micro_steps']} runs/parity-{stage}"
+        + (f" {seeds}" if seeds else "")
+    )
+    if not nxt["tested"]:
+        said = f"not tested at this depth: <code>{html.escape(command)}</code> or <code>make report GPU={profile} DEPTH=full</code>"
+    else:
+        minutes = (nxt["to_decide"] or {}).get("gpu_minutes")
+        said = f"undecided after {nxt['seeds_run']} seeds" + (
+            f"; ~{seeds} seeds" + (f" (~{minutes:.0f} GPU-min)" if minutes else "") + " would decide it"
+            if seeds
+            else ""
+        )
+        said += f": <code>{html.escape(command)}</code>"
+    runs = (
+        "one look"
+        if seeds
+        else f"looks at {', '.join(map(str, looks))} seeds"
+        if looks
+        else f"{rep.params.evidence.parity_seeds} seeds"
+    )
+    return (
+        f"{'decide' if nxt['tested'] else 'test'} {html.escape(nxt['title'])}, {nxt['over_recipe']['ratio']:.2f}× the "
+        f"recipe's stage at B={nxt['over_recipe']['batch']}"
+        + (f" (with {html.escape(', '.join(nxt['with']))}, also not yet)" if nxt.get("with") else "")
+        + f"; {said} ({runs}, B={nxt['batch']} a step"
+        + (f" in {nxt['micro_steps']} micro-batches" if nxt["micro_steps"] > 1 else "")
+        + ")"
+        + "".join(f". {o}" for o in over)
+        + "."
+    )
 
 
 def page_html(rep: Report) -> str:

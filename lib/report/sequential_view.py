@@ -93,9 +93,15 @@ def why_undecided(c: dict) -> str:
     )
     need = parity.to_decide(c)
     if need is None:
-        return f"{where}, past the margin; at its mean and spread more than 100 seeds would be needed to decide it"
-    minutes = f", about {need['gpu_minutes']:.0f} GPU-minutes more" if need.get("gpu_minutes") else ""
-    return f"{where}, past the margin; about {need['seeds']} seeds would decide it if the mean and spread held{minutes}"
+        return (
+            f"{where}, past the margin; at its mean and spread more than {parity.MOST_SEEDS} seeds would be needed to "
+            "decide it"
+        )
+    minutes = f", about {need['gpu_minutes']:.0f} GPU-minutes" if need.get("gpu_minutes") else ""
+    return (
+        f"{where}, past the margin; about {need['seeds']} fresh seeds in one look would decide it if the mean and "
+        f"spread held{minutes}"
+    )
 
 
 def summary(c: dict) -> str:

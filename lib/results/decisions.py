@@ -280,28 +280,63 @@ def waterfall(df, recipe: dict | None, first: str) -> list[dict]:
     return [{**head, "direct": True}, *out]
 
 
-def next_experiment(levers_: list[dict], recipe: dict | None) -> dict | None:
-    """What to measure next: the fastest lever not yet decided (its quality test, with the seeds its spread so far
-    asks for), else none."""
-    later = [r for r in levers_ if r["decision"] == NOT_YET and r["over_recipe"]]
+def next_experiment(levers_: list[dict], recipe: dict | None, parity_batch: int | None) -> dict | None:
+    """What to measure next: the fastest lever not yet decided whose quality test a stated number of seeds could
+    decide, or that no test has tried (its test with the seeds its spread asks for, else the sequential test's looks),
+    and the faster levers it passes over because their test is out of reach (parity.out_of_reach). None where no lever
+    is not yet."""
+    later = sorted(
+        (r for r in levers_ if r["decision"] == NOT_YET and r["over_recipe"]),
+        key=lambda r: r["over_recipe"]["ratio"],
+        reverse=True,
+    )
     if not later:
         return None
-    pick = max(later, key=lambda r: r["over_recipe"]["ratio"])
+    reachable = [r for r in later if not (r["quality"] or {}).get("out_of_reach")]
+    pick = reachable[0] if reachable else None
+    passed = [
+        {
+            "stage": r["stage"],
+            "title": r["title"],
+            "over_recipe": r["over_recipe"],
+            "seeds_run": r["quality"]["seeds"],
+            "seeds_beyond": r["quality"]["out_of_reach"]["seeds_beyond"],
+        }
+        for r in later
+        if r not in reachable and (pick is None or r["over_recipe"]["ratio"] > pick["over_recipe"]["ratio"])
+    ]
+    if pick is None:
+        return {"stage": None, "passed_over": passed}
     q = pick["quality"] or {}
+    tested = q.get("test") == "parity"
     # the other undecided levers its figure over the recipe includes (the FP8 classifier is built on the FP8 lm_head)
     undecided, chain = {r["stage"] for r in later}, [pick["stage"]]
     while stages.own_stack(chain[-1]) != chain[-1]:  # the levers it has (the FP8 classifier replaces the FP8 lm_head)
         chain.append(stages.own_stack(chain[-1]))
     with_ = [k for k in chain[1:] if k in undecided]
+    # an untested lever accumulates as the report's other tests at that batch did (the batch may not fit at once)
+    micro = q.get("reference_micro_steps") if tested else None
+    micro = micro or next(
+        (
+            r["quality"]["reference_micro_steps"]
+            for r in levers_
+            if (r["quality"] or {}).get("test") == "parity" and r["quality"]["batch"] == parity_batch
+        ),
+        1,
+    )
     return {
         "stage": pick["stage"],
         "title": pick["title"],
         "over_recipe": pick["over_recipe"],
         "with": [stages.get(k).title for k in with_],
-        "seeds_run": q.get("seeds"),
-        "seeds_needed": q.get("seeds_needed"),
+        "tested": tested,
+        "seeds_run": q.get("seeds") if tested else 0,
+        # the seeds the probe should run: those that would decide it, else the sequential test's own looks (None)
+        "seeds": (q.get("to_decide") or {}).get("seeds"),
         "to_decide": q.get("to_decide"),
-        "batch": q.get("batch") or (recipe or {}).get("micro_batch"),
+        "batch": q.get("batch") if tested else parity_batch,
+        "micro_steps": micro,
+        "passed_over": passed,
     }
 
 
@@ -327,7 +362,7 @@ def compute(records: list[dict], evidence: dict, params: Params, env: dict, pric
         "levers": sorted(levers_, key=lambda r: DECISION_ORDER.index(r["decision"])),
         "leave_one_out_batch": full["batch_size"] if full else None,
         "waterfall": waterfall(df, recipe, order[0]),
-        "next": next_experiment(levers_, recipe),
+        "next": next_experiment(levers_, recipe, params.evidence.parity_batch or (recipe or {}).get("micro_batch")),
         "noise_floor": noise.decision_floor(records, decide.throughputs(records)),
         # the levers whose quality test this depth left to DEPTH=full, and the lever that did not hold beside them
         "left_to_full_depth": left,

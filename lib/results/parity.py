@@ -67,6 +67,9 @@ HOLDS, WORSE, UNDECIDED, INCOMPLETE = "holds", "worse", "undecided", "incomplete
 # judged with today's values (loader.load), as a new report would be.
 RULE_KEYS = ("parity_seeds", "parity_passes", "parity_margin", "parity_confidence", "parity_power")
 METRICS = {"held_out": "held-out loss", "final": "final training loss"}
+# The most paired seeds a report would propose to decide one lever: past it the test is out of reach at this horizon and
+# margin, and says so (a mean past the margin never comes within it, however many seeds).
+MOST_SEEDS = 100
 
 
 def interval(diffs: list[float], confidence: float, noise_sd: float = 0.0) -> dict:
@@ -343,26 +346,34 @@ def standing(check: dict) -> str:
 
 
 def to_decide(check: dict) -> dict | None:
-    """What an undecided test would need to decide, were its mean and spread to hold: the seeds in all, the seeds more
-    than it ran, and the device minutes they cost at its runs' mean length (both sides). None where no number of seeds
-    up to 100 would bring its bound within the margin."""
+    """What an undecided test would need to decide, were its mean and spread to hold: the seeds in all (seeds_needed),
+    the seeds more than it ran, and the device minutes of the probe that runs them afresh in one look, at its runs'
+    mean length (both sides). None where no number of seeds up to MOST_SEEDS would bring its bound within the margin
+    (out_of_reach)."""
     n = seeds_needed(check)
     if n is None or check["verdict"] != UNDECIDED:
         return None
     more = max(0, n - len(check["seeds"]))
     walls = [w for w in (check.get("run_s") or {}).values() if w]
-    return {"seeds": n, "more": more, "gpu_minutes": more * sum(walls) / 60 if len(walls) == 2 else None}
+    return {"seeds": n, "more": more, "gpu_minutes": n * sum(walls) / 60 if len(walls) == 2 else None}
+
+
+def out_of_reach(check: dict) -> bool:
+    """An undecided test that no number of seeds up to MOST_SEEDS would decide at its mean and spread: the lever stays
+    "not yet", and the next experiment passes it over for one that a stated number of seeds could decide."""
+    return check["verdict"] == UNDECIDED and bool(check.get("intervals")) and seeds_needed(check) is None
 
 
 def seeds_needed(check: dict) -> int | None:
-    """How many seeds would bring the upper bound within the margin if the mean and spread stayed as
-    measured (what an undecided test would need); None where that takes more than 100 or never comes."""
+    """How many seeds would bring the upper bound within the margin if the mean and spread stayed as measured (what an
+    undecided test would need), judged as the probe the report proposes judges them: one look at that many fresh seeds,
+    Student's t at n - 1 degrees of freedom (the sequential design's critical value is set for its own few looks and
+    would overstate the need). None where that takes more than MOST_SEEDS or never comes."""
     i = max(check["intervals"].values(), key=lambda i: i["hi"])
     if i["sd"] is None or i["mean"] >= check["margin"]:
         return None
-    c = check.get("critical_value")  # the sequential design's, which its later looks keep; else Student's t
 
     def bound(n):
-        return i["mean"] + (c or sequential.t_quantile(check["confidence"], n - 1)) * i["sd"] / math.sqrt(n)
+        return i["mean"] + sequential.t_quantile(check["confidence"], n - 1) * i["sd"] / math.sqrt(n)
 
-    return next((n for n in range(2, 101) if bound(n) <= check["margin"]), None)
+    return next((n for n in range(2, MOST_SEEDS + 1) if bound(n) <= check["margin"]), None)

@@ -37,6 +37,8 @@ def of(key: str, checks: dict, df, params: Params) -> dict | None:
             "reference_held_out": c.get("reference_held_out"),
             "seeds_needed": parity.seeds_needed(c) if c.get("intervals") and c["verdict"] == parity.UNDECIDED else None,
             "to_decide": parity.to_decide(c) if c.get("intervals") else None,
+            # no number of seeds up to this would decide it at its mean and spread (None where some would, or it held)
+            "out_of_reach": {"seeds_beyond": parity.MOST_SEEDS} if parity.out_of_reach(c) else None,
             # the adopted stack against the canonical reference, where that check ran
             "canonical": _canonical(c.get("canonical")),
             "standing": parity.standing(c),
