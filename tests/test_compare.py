@@ -480,8 +480,8 @@ def test_a_lever_one_gpu_did_not_time_says_not_measured_in_the_lever_table(tmp_p
     (tmp_path / "h200").symlink_to(paths.ROOT / "reports" / "archive" / "h200-20261126-100121")
     reps = compare.load_all(["h100", "h200"], tmp_path)
     row = next(r for r in compare_view.lever_html(reps).split("<tr>") if r.startswith("<td>FP8 classifier (fused)"))
-    measured = next(r for r in reps["h100"].decided["levers"] if r["stage"] == "fp8_classifier")["matrix"]["ratio"]
-    assert row.count("<td>") == 4 and compare_view.NOT_MEASURED_CELL in row and f"{measured:.2f}×" in row, row
+    assert row.count("<td>") == 4 and compare_view.NOT_MEASURED_CELL in row, row
+    assert row.count("×") == 1 and "×" in row.split("</td><td>")[2], row
 
 
 def _git_history(root: Path) -> list[str]:

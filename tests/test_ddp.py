@@ -380,3 +380,12 @@ def test_two_nodes_rehearsed_on_one_host_write_a_two_node_record_and_a_resumed_r
     assert [p.name for p in (folder / "results").glob("ddp__b*.json")] == [f"ddp__b{rec['batch_size']}__g2__n2.json"]
     again = ddp_nodes.rehearse_two_nodes(params, folder, per_node=1, timeout_s=300)
     assert again["fingerprint"] == rec["fingerprint"] and again["processes"] == rec["processes"]
+
+
+def test_a_single_gpu_s_idle_nvlinks_read_as_no_peer_not_as_pcie_only():
+    """reports/h100's environment said "no active NVLink (PCIe only)" of an SXM H100 alone on its host."""
+    from lib.report import interconnect_view
+
+    idle = {"active_links": 0, "nvlink_version": None}
+    assert "one GPU: no peer" in interconnect_view.summary({"nvlink": [idle], "nccl": "2.27"})
+    assert "PCIe only" in interconnect_view.summary({"nvlink": [idle, idle], "nccl": "2.27"})

@@ -60,8 +60,11 @@ def facts(rep: Report) -> dict:
         "not_held": {
             k: f"its parity test {'could not decide' if c['verdict'] == parity.UNDECIDED else 'found it worse'}"
             for k, c in parity_view.rejected(rep).items()
-        },
-        "undecided": {k for k, c in parity_view.rejected(rep).items() if c["verdict"] != parity.WORSE},
+        }
+        # a lever this depth left untested (decisions' left_to_full_depth) is not yet one to train with either
+        | {k: "its quality is not tested at this depth" for k in rep.decided.get("left_to_full_depth") or []},
+        "undecided": {k for k, c in parity_view.rejected(rep).items() if c["verdict"] != parity.WORSE}
+        | set(rep.decided.get("left_to_full_depth") or []),
         "sizes": size_sweep_view.points(rep)
         and {"series": size_sweep_view.speedups(rep), "bands": size_sweep_view.bands(rep)[0]},
     }

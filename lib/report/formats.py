@@ -29,10 +29,10 @@ def pct(v, digits=1) -> str:
     return "n/a" if v is None or pd.isna(v) else f"{v * 100:.{digits}f} %"
 
 
-def signed_pct(x: float) -> str:
-    """A signed percentage of one decimal; a value that rounds to zero reads 0.0 %, never -0.0 %."""
-    text = f"{x * 100:+.1f} %"
-    return "0.0 %" if text[1:] == "0.0 %" else text
+def signed_pct(x: float, digits: int = 1) -> str:
+    """A signed percentage (one decimal unless told); a value that rounds to zero reads 0.0 %, never -0.0 %."""
+    text = f"{x * 100:+.{digits}f} %"
+    return text[1:] if float(text[1:-2]) == 0 else text
 
 
 def tok(v) -> str:

@@ -18,6 +18,9 @@ def summary(ic: dict | None) -> str | None:
             f"{'/'.join(map(str, counts))} active NVLinks per GPU"
             + (f", NVLink generation {'/'.join(map(str, versions))}" if versions else "")
             if any(counts)
+            # one GPU has no peer to link to: "PCIe only" would misread an SXM part's idle NVLinks
+            else "no active NVLink (one GPU: no peer)"
+            if len(links) == 1
             else "no active NVLink (PCIe only)"
         )
     else:

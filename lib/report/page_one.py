@@ -17,16 +17,17 @@ NOT_A_GPU = (
     "end to end. Its timings mean nothing for a GPU, and its verdicts are judged against this machine's own noise."
 )
 LEGEND = (
-    "Worth: in the recipe, what leaving the lever out costs; outside it, its speed-up over the stage it is added to. "
-    "adopt: costs beyond noise{noise} or needed to fit · neutral: within noise · not yet: faster, quality undecided · "
-    "skip: slower, no gain, or quality failed. Quality: {test} (margin +{margin} nats) over its horizon; else the "
+    "Worth: in the recipe, what leaving the lever out costs; outside it, its speed-up over its own stack (the same "
+    "configuration without it). "
+    "adopt: costs beyond noise{noise} or needed to fit · neutral: within noise · not yet: faster, quality undecided or untested · "
+    "skip: slower, no gain, or quality failed. Quality: {test} (margin +{margin} nats) over its horizon (passes: times a run saw its training text); else the "
     "divergence check (±{tolerance} nats beyond the drift between two processes), which catches only a broken lever."
 )
 # The quality test as the folder's rule ran it: the sequential design, each lever against its own stack; or the fixed
 # design of folders measured before it, every lever against the canonical reference.
 QUALITY_TEST = {
-    True: "held-out loss, lever − reference [bounds], against the lever's own stack (a recipe's stack also against "
-    "the canonical reference)",
+    True: "held-out loss, lever − reference [95 % bounds], against the lever's own stack (the recipe's stack "
+    "also against the canonical reference)",
     False: "held-out loss, lever − reference, against the canonical reference",
 }
 
@@ -141,15 +142,16 @@ def recipe_table(rep: Report) -> str:
 
 
 def worth_text(row: dict) -> str:
-    """A lever's worth: on top of the recipe (leave-one-out) where it is in it, else over the stage it is added to in
-    the matrix."""
+    """A lever's worth: on top of the recipe (leave-one-out) where it is in it, else over its own stack in the matrix
+    (decisions._matrix_worth)."""
     loo, m = row["leave_one_out"], row["matrix"]
     if loo:
         if loo["cannot_fit"]:
             return f"needed to fit B={loo['batch']}" + (" (predicted)" if loo["predicted"] else "")
         if loo["worth"] is not None:
             noise = {True: ", within noise", None: ", not judged"}.get(loo["within_noise"], "")
-            return f"{fmt.signed_pct(loo['worth'])} at B={loo['batch']}{noise}"
+            # the noise floor is printed to two decimals: a worth judged against it is too (-0.76 % against 0.78 %)
+            return f"{fmt.signed_pct(loo['worth'], 2)} at B={loo['batch']}{noise}"
     if m:
         noise = ", within noise" if m["within_noise"] else ""
         return f"{m['ratio']:.2f}× {stages.get(m['against']).title}, B={m['batch']}{noise}"
@@ -178,7 +180,12 @@ def quality_text(q: dict | None, whole_stack: bool = True, to_decide: bool = Tru
     diff = f" {fmt.nats(held['mean'])} nats" if held and held.get("mean") is not None else ""
     if q.get("design") == "sequential" and held and held.get("hi") is not None and abs(held["hi"]) != float("inf"):
         diff += f" [{fmt.nats(held['lo'])}, {fmt.nats(held['hi'])}]"
-    against = f" vs {html.escape(stages.get(q['reference']).title)}" if q.get("design") == "sequential" else ""
+    against = (
+        f" vs {html.escape(stages.get(q['reference']).title)}"
+        + ("" if q.get("own_stack", True) else ", its whole stack")
+        if q.get("design") == "sequential"
+        else ""
+    )
     need = q.get("to_decide") or {}
     minutes = f" (~{need['gpu_minutes']:.0f} GPU-min)" if need.get("gpu_minutes") else ""
     more = f"; ~{need['seeds']} seeds{minutes} would decide" if need and to_decide else ""
@@ -201,8 +208,8 @@ def lever_table(rep: Report) -> str:
     for row in rep.decided["levers"]:
         label, colour = fmt.DECISIONS[row["decision"]]
         quality = quality_text(row["quality"], row["in_recipe"], row["stage"] != nxt)
-        if row["stage"] in left:
-            quality = f"<strong>not tested</strong> at this depth (DEPTH=full tests it); {quality}"
+        if row["stage"] in left:  # its divergence check stays in its chapter: page 1 says what decides it
+            quality = "<strong>not tested</strong> at this depth (DEPTH=full tests it)"
         rows.append(
             f"<tr><td>{html.escape(row['title'])}</td>"
             f"<td><strong style='color:{colour}'>{label}</strong></td>"
@@ -246,10 +253,9 @@ def actions(rep: Report) -> list[str]:
     d = rep.decided
     out = []
     if d["recipe"]:
-        out.append(
-            f"<strong>Use</strong> {html.escape(_recipe_name(d['recipe']['title'], d['recipe']['host'] or d['recipe']))} "
-            "(its adopt and neutral levers): "
-            f"<code>optimal_config()</code> or reports/{html.escape(rep.dir.name)}/recommended.json."
+        out.append(  # the recipe itself is named once, in the table above
+            f"<strong>Use</strong> the {'DDP ' if d['recipe']['host'] else ''}recipe above (its adopt and neutral "
+            "levers): <code>optimal_config()</code> or recommended.json."
         )
     skip = [r["title"] for r in d["levers"] if r["decision"] == "skip"]
     if skip:
@@ -287,7 +293,7 @@ def next_text(rep: Report) -> str:
         )
         said += f": <code>{html.escape(command)}</code>"
     runs = (
-        "one look"
+        f"{seeds} fresh seeds a side judged at once"
         if seeds
         else f"looks at {', '.join(map(str, looks))} seeds"
         if looks
@@ -297,9 +303,9 @@ def next_text(rep: Report) -> str:
         f"{'decide' if nxt['tested'] else 'test'} {html.escape(nxt['title'])}, {nxt['over_recipe']['ratio']:.2f}× the "
         f"recipe's stage at B={nxt['over_recipe']['batch']}"
         + (f" (with {html.escape(', '.join(nxt['with']))}, also not yet)" if nxt.get("with") else "")
-        + f"; {said} ({runs}, B={nxt['batch']} a step"
+        + f"; {said} (profile, lever, B={nxt['batch']} a step"
         + (f" in {nxt['micro_steps']} micro-batches" if nxt["micro_steps"] > 1 else "")
-        + ")"
+        + f", folder; {runs})"
         + "".join(f". {o}" for o in over)
         + "."
     )
@@ -327,7 +333,7 @@ def plot_waterfall(rep: Report):
     if not steps:
         return None
     decision = {r["stage"]: r["decision"] for r in rep.decided["levers"]}
-    fig, ax = plt.subplots(figsize=(7.2, 0.115 * len(steps) + 0.4))
+    fig, ax = plt.subplots(figsize=(7.2, 0.125 * len(steps) + 0.4))
     y = list(range(len(steps)))
     prev = 1.0
     for i, s in enumerate(steps):
@@ -338,11 +344,7 @@ def plot_waterfall(rep: Report):
         left, width = (min(prev, s["cumulative"]), abs(s["cumulative"] - prev)) if i else (0.0, 1.0)
         ax.barh(i, width, left=left, color=colour, height=0.6, hatch=None if s.get("direct", True) else "///")
         label = f"{s['cumulative']:.2f}×" + (
-            (
-                f" at B={s['batch']}"
-                if s.get("direct", True)
-                else f" projected ({s['ratio']:.2f}× the one above, B={s['batch']})"
-            )
+            (f" at B={s['batch']}" if s.get("direct", True) else f" (×{s['ratio']:.2f} at B={s['batch']}, chained)")
             if i
             else ""
         )
@@ -350,7 +352,7 @@ def plot_waterfall(rep: Report):
         prev = s["cumulative"]
     ax.set_yticks(y, [s["title"] for s in steps], fontsize=7)
     ax.set_ylim(len(steps) - 0.5, -0.5)
-    ax.set_xlim(0, max(x["cumulative"] or 0 for x in steps) * 2.2)
+    ax.set_xlim(0, max(x["cumulative"] or 0 for x in steps) * 1.6)  # room for the longest label past its bar
     chained = "; hatched: chained" if any(not x.get("direct", True) for x in steps) else ""
     ax.set_xlabel(f"× {steps[0]['title']}, as the matrix measures it at the batch named{chained}", fontsize=7)
     ax.tick_params(axis="x", labelsize=7)

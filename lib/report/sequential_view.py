@@ -133,7 +133,7 @@ def summary(c: dict) -> str:
         f"loss {_interval(c['intervals']['held_out'])}, final training loss {_interval(c['intervals']['final'])}"
         f'{detect}. Margin +{c["margin"]:g} nats: <span class="{css}"><b>{html.escape(word)}</b></span>.'
         + (
-            canonical(c["canonical"])
+            canonical(c["canonical"], lever)
             if c.get("canonical")
             else f" {ref} is also the canonical reference: this test is the whole stack's check."
             if c["reference"] == stages.get(c["stage"]).reference
@@ -142,12 +142,14 @@ def summary(c: dict) -> str:
     )
 
 
-def canonical(k: dict) -> str:
-    """The full stack's check against the canonical reference, in a sentence."""
+def canonical(k: dict, lever: str) -> str:
+    """The full stack's check against the canonical reference, in a sentence, named by its lever (the FP8
+    classifier's stack is not the recipe's)."""
     css = "ok" if k["ok"] else "bad"
     word = "holds" if k["ok"] else k["verdict"]
     return (
-        f" The whole stack against {stages.get(k['reference']).title}, {len(k['seeds'])} paired seeds: held-out "
+        f" The {html.escape(lever)} configuration's whole stack against {stages.get(k['reference']).title}, "
+        f"{len(k['seeds'])} paired seeds: held-out "
         f"loss {_interval(k['intervals']['held_out'])}, final training loss {_interval(k['intervals']['final'])}: "
         f'<span class="{css}"><b>{html.escape(word)}</b></span>.'
     )

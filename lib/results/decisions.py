@@ -148,17 +148,32 @@ def records_multi_gpu(matrix: list[dict]) -> list[dict]:
 
 
 def _matrix_worth(key: str, df, tps: dict, records: list[dict]) -> dict | None:
-    """A lever's speed-up over the stage it is added to at the largest batch both ran, judged against the noise."""
-    rows = df[(df["stage"] == key) & df["speedup_vs_previous"].notna()]
-    if rows.empty:
-        return None
-    row = rows.loc[rows["batch_size"].idxmax()]
-    b, prev = int(row["batch_size"]), row["previous_stage"]
+    """A lever's speed-up over its own stack (the same configuration without it, the stage its quality test sets it
+    against: the FP8 classifier over the loss-only forward, not the FP8 lm_head it follows in the matrix), else over
+    the stage it is added to, at the largest batch both ran, judged against the noise."""
+    own = stages.own_stack(key)
+    timed = df[df["tokens_per_s"].notna()]
+    mine_rows = timed[timed["stage"] == key]
+    own_rows = timed[timed["stage"] == own]
+    both = sorted(set(mine_rows["batch_size"]) & set(own_rows["batch_size"])) if own != key else []
+    if both:
+        b, prev = int(both[-1]), own
+        ratio = float(
+            mine_rows[mine_rows["batch_size"] == b]["tokens_per_s"].iloc[0]
+            / own_rows[own_rows["batch_size"] == b]["tokens_per_s"].iloc[0]
+        )
+    else:
+        rows = df[(df["stage"] == key) & df["speedup_vs_previous"].notna()]
+        if rows.empty:
+            return None
+        row = rows.loc[rows["batch_size"].idxmax()]
+        b, prev, ratio = int(row["batch_size"]), row["previous_stage"], float(row["speedup_vs_previous"])
     floor, across = noise.decision_floor(records, tps), noise.across_machines(records)
-    mine, theirs = tps.get((key, b)) or [row["tokens_per_s"]], tps.get((prev, b)) or []
+    mine = tps.get((key, b)) or list(mine_rows[mine_rows["batch_size"] == b]["tokens_per_s"])
+    theirs = tps.get((prev, b)) or []
     return {
         "basis": "matrix",
-        "ratio": float(row["speedup_vs_previous"]),
+        "ratio": ratio,
         "batch": b,
         "against": prev,
         "within_noise": noise.within_noise(mine, theirs, floor, across) if theirs else None,

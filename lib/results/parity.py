@@ -365,15 +365,18 @@ def out_of_reach(check: dict) -> bool:
 
 
 def seeds_needed(check: dict) -> int | None:
-    """How many seeds would bring the upper bound within the margin if the mean and spread stayed as measured (what an
-    undecided test would need), judged as the probe the report proposes judges them: one look at that many fresh seeds,
-    Student's t at n - 1 degrees of freedom (the sequential design's critical value is set for its own few looks and
-    would overstate the need). None where that takes more than MOST_SEEDS or never comes."""
+    """How many fresh seeds would let the test hold with the rule's power (parity_power, 80 %) were the true difference
+    the mean measured and its spread the same: judged as the probe the report proposes judges them, one look, Student's
+    t at n - 1 degrees of freedom (the sequential design's critical value is set for its own few looks and would
+    overstate the need). Without the power term the bound would only reach the margin, a coin flip to hold. None where
+    that takes more than MOST_SEEDS or never comes."""
     i = max(check["intervals"].values(), key=lambda i: i["hi"])
     if i["sd"] is None or i["mean"] >= check["margin"]:
         return None
+    power = check["power"]
 
     def bound(n):
-        return i["mean"] + sequential.t_quantile(check["confidence"], n - 1) * i["sd"] / math.sqrt(n)
+        z = sequential.t_quantile(check["confidence"], n - 1) + sequential.t_quantile(power, n - 1)
+        return i["mean"] + z * i["sd"] / math.sqrt(n)
 
     return next((n for n in range(2, MOST_SEEDS + 1) if bound(n) <= check["margin"]), None)

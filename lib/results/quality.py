@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from lib.core import stages
 from lib.core.params import Params
 from lib.results import parity
 
@@ -20,6 +21,8 @@ def of(key: str, checks: dict, df, params: Params) -> dict | None:
             "verdict": c["verdict"],
             "protocol": c.get("protocol", "paired"),
             "reference": c["reference"],
+            # set against its own stack (the lever alone), or against the canonical reference (its whole stack)
+            "own_stack": c["reference"] == stages.own_stack(key),
             "batch": batch,
             "reference_micro_steps": c.get("micro_steps", 1),
             "steps": c.get("steps"),
