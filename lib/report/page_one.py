@@ -18,10 +18,10 @@ NOT_A_GPU = (
 )
 LEGEND = (
     "Worth: in the recipe, what leaving the lever out costs; outside it, its speed-up over its own stack (the same "
-    "configuration without it). "
-    "adopt: costs beyond noise{noise} or needed to fit · neutral: within noise · not yet: faster, quality undecided or untested · "
-    "skip: slower, no gain, or quality failed. Quality: {test} (margin +{margin} nats) over its horizon (passes: times a run saw its training text); else the "
-    "divergence check (±{tolerance} nats beyond the drift between two processes), which catches only a broken lever."
+    "configuration without it). adopt: costs beyond noise{noise} or needed to fit · neutral: within noise · not yet: "
+    "faster, quality undecided or untested · skip: slower, no gain, or quality failed. Quality: {test} (margin "
+    "+{margin} nats) over its horizon (passes: times a run saw its training text); else the divergence check "
+    "(±{tolerance} nats beyond the drift between two processes), which catches only a broken lever."
 )
 # The quality test as the folder's rule ran it: the sequential design, each lever against its own stack; or the fixed
 # design of folders measured before it, every lever against the canonical reference.
@@ -283,7 +283,10 @@ def next_text(rep: Report) -> str:
         + (f" {seeds}" if seeds else "")
     )
     if not nxt["tested"]:
-        said = f"not tested at this depth: <code>{html.escape(command)}</code> or <code>make report GPU={profile} DEPTH=full</code>"
+        said = (
+            f"not tested at this depth: <code>{html.escape(command)}</code> or "
+            f"<code>make report GPU={profile} DEPTH=full</code>"
+        )
     else:
         minutes = (nxt["to_decide"] or {}).get("gpu_minutes")
         said = f"undecided after {nxt['seeds_run']} seeds" + (

@@ -38,7 +38,6 @@ def of(key: str, checks: dict, df, params: Params) -> dict | None:
             "critical_value": c.get("critical_value"),
             "detectable": c.get("detectable"),
             "reference_held_out": c.get("reference_held_out"),
-            "seeds_needed": parity.seeds_needed(c) if c.get("intervals") and c["verdict"] == parity.UNDECIDED else None,
             "to_decide": parity.to_decide(c) if c.get("intervals") else None,
             # no number of seeds up to this would decide it at its mean and spread (None where some would, or it held)
             "out_of_reach": {"seeds_beyond": parity.MOST_SEEDS} if parity.out_of_reach(c) else None,
