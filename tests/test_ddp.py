@@ -303,9 +303,12 @@ def test_two_and_three_gloo_processes_land_in_one_report_and_draw_the_curve(ddp_
 # ---------------------------------------------------------------- a four-GPU host: counts, nodes, interconnect
 
 
-def test_the_scaling_curve_counts_are_the_doublings_up_to_the_host_s_own():
-    count = lambda n: ddp_nodes.counts({"device": {"count": n}})  # noqa: E731
-    assert (count(1), count(2), count(3), count(4), count(8)) == ([], [2], [2, 3], [2, 4], [2, 4, 8])
+def test_the_scaling_curve_counts_are_the_doublings_up_to_the_host_s_own_and_four_or_more_rehearse_two_nodes():
+    from lib.core import stages
+
+    assert [stages.ddp_points(n) for n in (1, 2, 3)] == [[], [(2, 1)], [(2, 1), (3, 1)]]
+    assert stages.ddp_points(4) == [(2, 1), (4, 1), (4, 2)]
+    assert stages.ddp_points(8) == [(2, 1), (4, 1), (8, 1), (8, 2)]
 
 
 def test_a_job_over_two_nodes_has_a_record_of_its_own_beside_the_one_node_record_of_as_many_gpus(tmp_path):
@@ -322,6 +325,35 @@ def test_a_job_over_two_nodes_has_a_record_of_its_own_beside_the_one_node_record
     assert [round(p["efficiency"], 3) for p in curve] == [1.0, 0.95, 0.925, 0.875]
     assert "4 (2 nodes)" in ddp_curve_html(rep)
     assert ddp_charts.plot_ddp_scaling(rep) is not None
+
+
+def test_a_four_gpu_host_s_job_left_unmeasured_is_named_with_why_and_the_rehearsal_is_no_recipe(tmp_path):
+    """reports/h100-x4 (2026-11-27): the device time ran out during the two-node rehearsal, its run left 'running' by
+    a process gone with its machine; the report said only "incomplete". The job is named, with why; and a two-node
+    record of as many GPUs never stands in for the one-node job in the recipe (keyed by world size alone, it did)."""
+    from lib.results import decisions
+
+    params = tiny_params(["vocab", "ddp"], batch_sizes=(4,))
+    two, four = _ddp_record(params, 2, 19_000.0, 0.02), _ddp_record(params, 4, 37_000.0, 0.03)
+    names = [store.record_path(".", "ddp", 4, gpus=g).name for g in (2, 4)]
+    report_dir, _ = _single_gpu_report(tmp_path, list(zip(names, (two, four))))
+    env = {"device": {"backend": params.backend, "name": "x", "count": 4}, "torch": "x"}
+    store.write_atomic(report_dir / "environment.json", env)
+    store.write_atomic(report_dir / "run.json", {"state": "running", "pid": 1, "host_id": "host-of-another-machine"})
+    rep = loader.load(report_dir)
+    assert loader.ddp_not_measured(rep) == [
+        {
+            "gpus": 4,
+            "nnodes": 2,
+            "reason": "not reached: the measuring run stopped before it (the process ended "
+            "without closing its run, killed or its machine gone)",
+        }
+    ]
+    assert "Not measured:</strong> 4 GPUs as 2 nodes of 2 rehearsed on this host: not reached" in ddp_curve_html(rep)
+    # the rehearsal's record, faster than the one-node job here, is the DDP chapter's, not the recipe's
+    nodes = {**_ddp_record(params, 4, 39_000.0, 0.05), "nnodes": 2}
+    chosen = decisions.records_multi_gpu([two, four, nodes])
+    assert [(r["world_size"], r["tokens_per_s"]) for r in chosen] == [(2, 19_000.0), (4, 37_000.0)]
 
 
 def test_the_interconnect_without_nvml_or_nvidia_smi_says_why_and_the_table_line_reads_it(monkeypatch):
@@ -345,7 +377,7 @@ def test_the_interconnect_without_nvml_or_nvidia_smi_says_why_and_the_table_line
     line = interconnect_view.summary({**absent, **topo, "nccl": None})
     assert line == "NVML unavailable (OSError); NCCL version unknown"
 
-    class FourLinked:  # NVML's answers on a host of NV18 links, generation 4
+    class FourLinked:  # NVML's answers on a host of H100s, NV18 links (its version enum: 6 is NVLink 4.0)
         NVML_NVLINK_MAX_LINKS = 18
 
         def nvmlInit(self):
@@ -358,12 +390,12 @@ def test_the_interconnect_without_nvml_or_nvidia_smi_says_why_and_the_table_line
             return 1
 
         def nvmlDeviceGetNvLinkVersion(self, h, link):
-            return 4
+            return 6
 
     linked = interconnect.nvlinks(4, nvml=FourLinked())
     assert [g["active_links"] for g in linked["nvlink"]] == [18] * 4
     assert interconnect_view.summary({**linked, "nccl": "2.27.3"}) == (
-        "18 active NVLinks per GPU, NVLink generation 4; NCCL 2.27.3"
+        "18 active NVLinks per GPU, NVLink 4.0; NCCL 2.27.3"  # reports/h100-x4 said "generation 6"
     )
 
 
@@ -380,6 +412,12 @@ def test_two_nodes_rehearsed_on_one_host_write_a_two_node_record_and_a_resumed_r
     assert [p.name for p in (folder / "results").glob("ddp__b*.json")] == [f"ddp__b{rec['batch_size']}__g2__n2.json"]
     again = ddp_nodes.rehearse_two_nodes(params, folder, per_node=1, timeout_s=300)
     assert again["fingerprint"] == rec["fingerprint"] and again["processes"] == rec["processes"]
+    # Where the one-node job of as many GPUs ran, the rehearsal takes its one-rank figure (the same job on one rank)
+    # and times none of its own: on the 4-GPU host it cost a minute while the second node waited.
+    one_node = {**rec, "nnodes": 1, "one_rank_tokens_per_s": 12_345.0}
+    store.write_atomic(store.record_path(folder / "results", "ddp", rec["batch_size"], gpus=2), one_node)
+    forced = ddp_nodes.rehearse_two_nodes(params, folder, per_node=1, timeout_s=300, force=True)
+    assert forced["status"] == "ok" and forced["one_rank_tokens_per_s"] == 12_345.0
 
 
 def test_a_single_gpu_s_idle_nvlinks_read_as_no_peer_not_as_pcie_only():

@@ -566,6 +566,10 @@ def test_page_one_says_which_machine_timed_what_and_that_their_offset_is_unknown
     )
     rep.run["pid"] = os.getpid()  # the run drawing its own report is running, and not cut
     assert "Incomplete" not in tables.provenance_md(rep)
+    # reports/h100-x4 (2026-11-27): a run killed on a device machine is rendered here, where its pid names another
+    # process: a run of another host is never alive here
+    rep.run["host_id"] = "host-of-the-device-machine"
+    assert "**Incomplete:** the last run was not resumed (the process ended" in tables.provenance_md(rep)
     # A report of an earlier method (reports/h200-x2 of 2026-11-21: method 1) says on page 1 that it is superseded.
     rep.params.method = 1
     assert tables.provenance_md(rep).startswith("**Superseded: measured with the earlier method 1** (this tool")

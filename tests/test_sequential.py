@@ -325,10 +325,7 @@ def test_the_next_experiment_passes_over_a_lever_no_stated_seeds_would_decide_fo
     assert nxt["stage"] == "fp8_head" and not nxt["tested"] and nxt["seeds"] is None and nxt["batch"] == 8
     assert [p["stage"] for p in nxt["passed_over"]] == ["fp8_classifier"]
     text = page_one.next_text(rep)
-    assert (
-        text.startswith("test FP8 lm_head (torchao)")
-        and "parity_probe.py cpu fp8_head 8 1 runs/parity-fp8_head<" in text
-    )
+    assert text.startswith("test FP8 lm_head (torchao)") and "parity_probe.py cpu fp8_head --batch 8<" in text
     assert (
         "make report GPU=cpu DEPTH=full" in text
         and "looks at 4, 8 seeds" in text

@@ -2,18 +2,17 @@
 fresh-seeded runs, stamped records), without the matrix that would normally pick it: to decide a lever a report left
 undecided, or to see what the test measures on a GPU (its spread, its bounds) at another horizon.
 
-    python tools/parity_probe.py PROFILE STAGE BATCH MICRO FOLDER [SEEDS] [REFERENCE] [HORIZON_TOKENS]
-    e.g. python tools/parity_probe.py h100 fp8_classifier 128 2 runs/parity-fp8_classifier 12
+    python tools/parity_probe.py PROFILE STAGE --batch B [--micro-steps M] [--seeds N] [--against STAGE]
+                                 [--horizon-tokens T] [--folder DIR]
+    e.g. python tools/parity_probe.py h100 fp8_classifier --batch 128 --micro-steps 2 --seeds 12
 
-MICRO: the micro-batches each side accumulates to train BATCH sequences a step (where it does not fit at once).
-SEEDS: paired seeds, judged in one look (the profile's looks where not given). REFERENCE: the stage to test against
-(the lever's own stack where not given). HORIZON_TOKENS: tokens a run trains on (the profile's horizon where not
-given; twice it asks whether the verdict holds further into training).
-Prints the test (lib/results/parity.py) as JSON; the records stay in FOLDER/results/parity/.
+Prints the test (lib/results/parity.py) as JSON; the records stay in DIR/results/parity/ (runs/parity-STAGE unless
+--folder names another).
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from pathlib import Path
@@ -29,16 +28,32 @@ def main(argv: list[str]) -> int:
     from lib.results import parity
     from lib.run import parity_runs, runner
 
-    if not 5 <= len(argv) <= 8:
-        sys.exit(__doc__)
-    profile, stage, batch, micro, folder = argv[0], argv[1], int(argv[2]), int(argv[3]), Path(argv[4])
-    params = config.load(profile, batch_sizes=[batch])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("profile", help="the GPU profile (params/<profile>.yaml)")
+    ap.add_argument("stage", help="the lever's stage (lib/core/stages.py)")
+    ap.add_argument("--batch", type=int, required=True, help="sequences a step, both sides")
+    ap.add_argument("--micro-steps", type=int, default=1, help="micro-batches each side accumulates to train --batch")
+    ap.add_argument(
+        "--seeds", type=int, help="paired seeds judged in one look at its own critical value (else the profile's looks)"
+    )
+    ap.add_argument("--against", help="the stage to test against (else the lever's own stack)")
+    ap.add_argument(
+        "--horizon-tokens",
+        type=int,
+        help="tokens a run trains on (else the profile's horizon; twice it asks whether "
+        "the verdict holds further into training)",
+    )
+    ap.add_argument("--folder", type=Path, help="where the records go (else runs/parity-<stage>)")
+    args = ap.parse_args(argv)
+    stage, batch, micro = args.stage, args.batch, args.micro_steps
+    folder = args.folder or Path("runs") / f"parity-{stage}"
+    params = config.load(args.profile, batch_sizes=[batch])
     ev = params.evidence
-    if len(argv) >= 6:  # one look at this many seeds: a fixed sample, judged at its own critical value
-        ev.parity_seeds, ev.parity_looks = int(argv[5]), [int(argv[5])]
-    reference = argv[6] if len(argv) >= 7 else stages.own_stack(stage)
-    if len(argv) == 8:
-        ev.parity_horizon_tokens = int(argv[7])
+    if args.seeds:  # one look at this many seeds: a fixed sample, judged at its own critical value
+        ev.parity_seeds, ev.parity_looks = args.seeds, [args.seeds]
+    reference = args.against or stages.own_stack(stage)
+    if args.horizon_tokens:
+        ev.parity_horizon_tokens = args.horizon_tokens
         ev.parity_steps = max(ev.parity_steps, ev.parity_horizon_tokens // (batch * params.run.seq_len))
         ev.parity_passes = max(ev.parity_passes, 100.0)  # a probe may look past the report's passes on purpose
     folder.mkdir(parents=True, exist_ok=True)

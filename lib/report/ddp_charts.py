@@ -61,6 +61,6 @@ def plot_ddp_scaling(rep: Report):
         ax.set_xlabel("GPUs")
     speed.legend(frameon=False, fontsize=7, loc="upper left")
     eff.legend(frameon=False, fontsize=7, loc="lower left")
-    fig.suptitle("Data-parallel scaling against the best single-GPU configuration", fontsize=10)
+    fig.suptitle("Data-parallel scaling against the one-GPU configuration it replicates", fontsize=10)
     fig.tight_layout()
     return save(fig, rep, "ddp_scaling")

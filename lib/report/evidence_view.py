@@ -11,7 +11,18 @@ import pandas as pd
 
 from lib.core import config, stages
 from lib.report.charts import save, style
-from lib.report.loader import DEVICE_PEAK, LAYERS, GiB, Report, best_single_gpu, gib, pct, scaling_curve, tok
+from lib.report.loader import (
+    DEVICE_PEAK,
+    LAYERS,
+    GiB,
+    Report,
+    best_single_gpu,
+    ddp_not_measured,
+    gib,
+    pct,
+    scaling_curve,
+    tok,
+)
 
 OK = ("ok", "diverged")
 
@@ -257,7 +268,7 @@ def ddp_curve_html(rep: Report) -> str:
     configuration every efficiency divides by."""
     curve, single = scaling_curve(rep), best_single_gpu(rep)
     if not curve:
-        return none(
+        return ddp_missing_html(rep) + none(
             "No multi-GPU measurement with a timing in this report, so no scaling curve: a host with "
             "one GPU cannot measure one; a run on a host with several, resumed into this folder, adds its point."
         )
@@ -296,5 +307,33 @@ def ddp_curve_html(rep: Report) -> str:
         )
     return (
         f"<p>Efficiency = tokens/s ÷ (GPUs × the 1-GPU row): {html.escape(ref)}. The all-reduce's share is "
-        "1 − step time without gradient synchronisation ÷ step time with it, on the same ranks.</p>" + table(rows)
+        "1 − step time without gradient synchronisation ÷ step time with it, on the same ranks.</p>"
+        + table(rows)
+        + ddp_missing_html(rep)
     )
+
+
+def host_html(rep: Report) -> str:
+    """Section 2's account of the recipe over the host's GPUs (the scaling table, what was not measured); nothing on
+    a host of one GPU with no multi-GPU record."""
+    if int((rep.env.get("device") or {}).get("count") or 1) < 2 and not scaling_curve(rep):
+        return ""
+    return "<h3>The recipe across the host's GPUs</h3>" + ddp_curve_html(rep)
+
+
+def ddp_missing_html(rep: Report) -> str:
+    """The jobs of this host's DDP chapter that have no timing, each with why (loader.ddp_not_measured)."""
+    missing = ddp_not_measured(rep)
+    if not missing:
+        return ""
+    jobs = [
+        f"{m['gpus']} GPUs"
+        + (
+            f" as {m['nnodes']} nodes of {m['gpus'] // m['nnodes']} rehearsed on this host"
+            if m["nnodes"] > 1
+            else " on one node"
+        )
+        + f": {m['reason']}"
+        for m in missing
+    ]
+    return f"<p class='warn'><strong>Not measured:</strong> {html.escape('; '.join(jobs))}.</p>"

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import html
 
+from lib.measure.interconnect import nvlink_generation
+
 
 def summary(ic: dict | None) -> str | None:
     """One line for the environment table: NVLinks per GPU and generation, NCCL's version; None without a record."""
@@ -13,10 +15,10 @@ def summary(ic: dict | None) -> str | None:
     links = ic.get("nvlink")
     if links:
         counts = sorted({link["active_links"] for link in links})
-        versions = sorted({link["nvlink_version"] for link in links if link["nvlink_version"]})
+        versions = sorted({nvlink_generation(link["nvlink_version"]) for link in links if link["nvlink_version"]})
         nv = (
             f"{'/'.join(map(str, counts))} active NVLinks per GPU"
-            + (f", NVLink generation {'/'.join(map(str, versions))}" if versions else "")
+            + (f", NVLink {'/'.join(versions)}" if versions else "")
             if any(counts)
             # one GPU has no peer to link to: "PCIe only" would misread an SXM part's idle NVLinks
             else "no active NVLink (one GPU: no peer)"

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from lib.core import cli_args, config, data, kernel_categories, record, stages
+from lib.core import cli_args, config, data, kernel_categories, provenance, record, stages
 from lib.core.params import Params
 from lib.core.paths import resolve
 from lib.report.formats import GiB, gib, pct, signed_pct, span, times, tok  # noqa: F401 (the views import them from here too)
@@ -236,6 +236,58 @@ def best_single_gpu(rep: Report) -> dict | None:
         return None
     (stage, batch), tps = max(medians.items(), key=lambda kv: kv[1])
     return {"stage": stage, "batch_size": batch, "tokens_per_s": tps, "recommended": False}
+
+
+def cut_short(rep: Report) -> str | None:
+    """Why the report's last run stopped before its end where it did and no run resumed it (the report is incomplete;
+    earlier runs were resumed by a later one); None where it ended, or is the run drawing this report. A run left
+    'running' by a process that is gone ended without closing it (killed, or its machine went away)."""
+    run = rep.run or {}
+    if run.get("state") == "interrupted":
+        return run.get("interrupted")
+    return record.UNCLOSED_RUN if run.get("state") == "running" and not _alive(run) else None
+
+
+def _alive(run: dict) -> bool:
+    """Whether the process that wrote a run entry still runs here (its own render is drawn while it runs): on this
+    host (a run measured on a device machine is rendered on another, where its pid names some other process) and
+    by its pid."""
+    pid = run.get("pid")
+    if not isinstance(pid, int) or run.get("host_id") not in (None, provenance.host_id()):
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def ddp_not_measured(rep: Report) -> list[dict]:
+    """The DDP jobs this host's chapter runs (stages.ddp_points) with no timed record in the folder, each with why:
+    its record's failure, else the run that stopped before reaching it, else no record at all."""
+    timed = {
+        (int(r["world_size"]), int(r.get("nnodes") or 1)): r
+        for r in rep.records
+        if r["stage"] == "ddp" and r.get("world_size")
+    }
+    gpus = int((rep.env.get("device") or {}).get("count") or 1)
+    out = []
+    for n, nodes in stages.ddp_points(gpus):
+        rec = timed.get((n, nodes))
+        if rec and rec["status"] == record.Status.OK:
+            continue
+        cut = cut_short(rep)
+        why = (
+            f"{rec['status']}: {short(rec.get('reason'))}"
+            if rec
+            else f"not reached: the measuring run stopped before it ({cut})"
+            if cut
+            else "no record in this folder"
+        )
+        out.append({"gpus": n, "nnodes": nodes, "reason": why})
+    return out
 
 
 def scaling_curve(rep: Report) -> list[dict]:

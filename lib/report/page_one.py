@@ -81,11 +81,7 @@ def recipe_table(rep: Report) -> str:
     canon = r["canonical"]
     if r["ratio"]:
         b = rep.params.evidence.baseline
-        versus = (
-            f"{r['ratio']:.3f}×<br><span class='note'>{r['ratio_range'][0]:.3f}–{r['ratio_range'][1]:.3f}; "
-            f"canonical trainer ({stages.get(b.stage).title}, B={b.batch_size}, plain loop): "
-            f"{canon['median']:,.0f}</span>"
-        )
+        versus = f"{r['ratio']:.3f}×<br><span class='note'>{r['ratio_range'][0]:.3f}–{r['ratio_range'][1]:.3f}</span>"
     else:
         versus = "not measured at the global batch"
     mem = (
@@ -105,10 +101,11 @@ def recipe_table(rep: Report) -> str:
     ]
     head = ["Recipe", "tokens/s", "× canonical trainer", "MFU (bf16)", "device peak (NVML)", "time"]
     rows = [cells]
-    for d in r["ddp"]:
+    # the recipe as this host trains it, on all its GPUs; the points between are the DDP chapter's scaling curve
+    for d in [r["host"]] if r["host"] else []:
         rows.append(
             [
-                f"<strong>{html.escape(_recipe_name(r['title'], d))}</strong> (DDP)",
+                f"<strong>{html.escape(_recipe_name('DDP', d))}</strong>",  # the recipe's stage, on the host's GPUs
                 f"{d['tokens_per_s']:,.0f}",
                 f"scaling {fmt.pct(d['efficiency'])} of {d['gpus']} × one GPU" if d["efficiency"] else "",
                 "",
@@ -117,6 +114,12 @@ def recipe_table(rep: Report) -> str:
             ]
         )
     notes = [f"B × accumulation × GPUs × T={r['seq_len']} = {fmt.global_batch(r['global_batch_tokens'])}"]
+    if r["ratio"]:
+        b = rep.params.evidence.baseline
+        notes.append(
+            f"× canonical trainer: over {stages.get(b.stage).title}, B={b.batch_size} in a plain loop "
+            f"({canon['median']:,.0f} tokens/s), range over every pair of processes"
+        )
     if r["token_budget"]:
         notes.append(
             f"time for {fmt.tokens(r['token_budget'])} tokens"
@@ -236,11 +239,6 @@ def lever_table(rep: Report) -> str:
             " 'By an earlier rule': a parity test of an earlier rule (section 3), which the recipe rests on until a "
             "re-measure."
         )
-    if left:
-        lacks += (
-            " By default only the fastest lever is tested; where it does not hold, its own stack is recommended "
-            "(DEPTH=full tests the rest)."
-        )
     return (
         '<table class="levers"><thead><tr><th>Lever</th><th>Decision</th><th>Worth</th>'
         f"<th>Quality (horizon)</th></tr></thead><tbody>{''.join(rows)}</tbody></table>"
@@ -279,8 +277,9 @@ def next_text(rep: Report) -> str:
         return "none that seeds can decide: " + "; ".join(over) + "."
     stage, seeds = nxt["stage"], nxt["seeds"]
     command = (
-        f"python tools/parity_probe.py {profile} {stage} {nxt['batch']} {nxt['micro_steps']} runs/parity-{stage}"
-        + (f" {seeds}" if seeds else "")
+        f"python tools/parity_probe.py {profile} {stage} --batch {nxt['batch']}"
+        + (f" --micro-steps {nxt['micro_steps']}" if nxt["micro_steps"] > 1 else "")
+        + (f" --seeds {seeds}" if seeds else "")
     )
     if not nxt["tested"]:
         said = (
@@ -295,20 +294,19 @@ def next_text(rep: Report) -> str:
             else ""
         )
         said += f": <code>{html.escape(command)}</code>"
+    # with --seeds the command states its runs; without, the profile's looks
     runs = (
-        f"{seeds} fresh seeds a side judged at once"
+        ""
         if seeds
-        else f"looks at {', '.join(map(str, looks))} seeds"
+        else f" (looks at {', '.join(map(str, looks))} seeds)"
         if looks
-        else f"{rep.params.evidence.parity_seeds} seeds"
+        else f" ({rep.params.evidence.parity_seeds} seeds)"
     )
     return (
         f"{'decide' if nxt['tested'] else 'test'} {html.escape(nxt['title'])}, {nxt['over_recipe']['ratio']:.2f}× the "
         f"recipe's stage at B={nxt['over_recipe']['batch']}"
         + (f" (with {html.escape(', '.join(nxt['with']))}, also not yet)" if nxt.get("with") else "")
-        + f"; {said} (profile, lever, B={nxt['batch']} a step"
-        + (f" in {nxt['micro_steps']} micro-batches" if nxt["micro_steps"] > 1 else "")
-        + f", folder; {runs})"
+        + f"; {said}{runs}"
         + "".join(f". {o}" for o in over)
         + "."
     )

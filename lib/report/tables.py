@@ -4,7 +4,6 @@ code switch and the appendix, the title and the failures, as HTML or Markdown.""
 from __future__ import annotations
 
 import html
-import os
 from collections import Counter
 
 import pandas as pd
@@ -12,7 +11,7 @@ import pandas as pd
 from lib.core import chapters, provenance, record, stages
 from lib.core.config import preset_of
 from lib.report import interconnect_view
-from lib.report.loader import CV_LIMIT, GiB, Report, code_commits, gib, manifest, pct, short, times, tok
+from lib.report.loader import CV_LIMIT, GiB, Report, code_commits, cut_short, gib, manifest, pct, short, times, tok
 from lib.results import decide, noise, store
 
 
@@ -255,19 +254,6 @@ def stages_md(rep: Report) -> str:
     )
 
 
-def _alive(pid) -> bool:
-    """Whether the process that wrote a run entry still runs here (its own render is drawn while it runs)."""
-    if not isinstance(pid, int):
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def provenance_md(rep: Report) -> str:
     """Page 1's account of where and how the records were measured: machines, commits, runs, what was
     superseded and what this depth left out."""
@@ -279,17 +265,7 @@ def provenance_md(rep: Report) -> str:
             "**Where and how:** these records predate stamping: their machine and commit are not recorded."
         )
     runs = [*((rep.run or {}).get("earlier_runs") or []), rep.run] if rep.run else []
-    # The last run cut off and not resumed leaves the report incomplete; earlier ones were resumed by a later run.
-    # A run left 'running' by a process that is gone ended without closing it (killed, or the machine went
-    # away): cut all the same. The run drawing this report is 'running' too, and alive.
-    state = (rep.run or {}).get("state")
-    cut = (
-        rep.run.get("interrupted")
-        if state == "interrupted"
-        else record.UNCLOSED_RUN
-        if state == "running" and not _alive(rep.run.get("pid"))
-        else None
-    )
+    state, cut = (rep.run or {}).get("state"), cut_short(rep)
     stopped = sum(1 for r in runs if r.get("state") == "interrupted") - (state == "interrupted")
     text = old_method_md(rep) + (
         f"**Where and how:** {len(recs)} records from {len(machines)} machine{'s' if len(machines) > 1 else ''} ("

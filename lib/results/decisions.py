@@ -80,7 +80,6 @@ def make_recipe(records: list[dict], evidence: dict, params: Params, env: dict, 
     ddp = [
         {
             "gpus": int(r["world_size"]),
-            "nnodes": r.get("nnodes") or 1,
             "micro_batch": r["batch_size"],
             "accumulation": r.get("micro_steps") or 1,
             "tokens_per_s": r["tokens_per_s"],
@@ -136,13 +135,16 @@ def _time(budget: int | None, tokens_per_s: float, gpus: int, price: float | Non
 
 
 def records_multi_gpu(matrix: list[dict]) -> list[dict]:
-    """The timed multi-GPU records, one per GPU count (the later file wins), fewest GPUs first."""
+    """The timed multi-GPU records of one node, one per GPU count (the later file wins), fewest GPUs first. A job of
+    several nodes (or two rehearsed on one host) is the DDP chapter's: it is no recipe a team runs on this host, and
+    keyed by its world size alone it would take the place of the one-node job of as many GPUs."""
     by = {
         int(r["world_size"]): r
         for r in matrix
         if stages.is_multi_gpu(r.get("stage"))
         and r.get("status") == record.Status.OK
         and (r.get("world_size") or 0) > 1
+        and (r.get("nnodes") or 1) == 1
     }
     return [by[g] for g in sorted(by)]
 

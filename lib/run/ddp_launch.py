@@ -245,9 +245,11 @@ def run_ddp(
     if out.exists():
         store.supersede(out)
     # The same DDP job on one rank first: the wrapper's own cost, beside the efficiency (same host,
-    # same minute). It stays on this host alone; only node 0, which writes the record, needs it.
-    one_rank = None
-    if not contributor:
+    # same minute). It stays on this host alone; only node 0, which writes the record, needs it. A job of several
+    # nodes takes it from the one-node job of as many GPUs where that ran (the same micro-steps a rank: the same
+    # one-rank job), so a rehearsal does not time it twice while its second node waits.
+    one_rank = None if nnodes == 1 else _one_rank_of_one_node(out.parent, batch, gpus)
+    if not contributor and one_rank is None:
         with tempfile.TemporaryDirectory() as tmp:
             one = _torchrun(
                 params, {**job, "nnodes": 1, "node_rank": 0, "rdzv": None}, 1, Path(tmp) / "one_rank.json", timeout_s
@@ -283,6 +285,13 @@ def run_ddp(
     store.write_record(out, rec)
     runner._finished(env, rec)
     return rec
+
+
+def _one_rank_of_one_node(results: Path, batch: int, gpus: int) -> float | None:
+    """The one-rank figure of the one-node DDP record of `gpus` GPUs at `batch`, where it ran."""
+    path = store.record_path(results, "ddp", batch, gpus=gpus, nodes=1)
+    rec = json.loads(path.read_text()) if path.exists() else {}
+    return rec.get("one_rank_tokens_per_s") if rec.get("status") == record.Status.OK else None
 
 
 def recipe_target(params: Params, report_dir: Path, gpus: int, roomy) -> dict | None:

@@ -1,5 +1,5 @@
-"""The scaling curve's GPU counts on one host, and two nodes rehearsed on it (ddp_launch runs each job): a team that
-outgrows one machine sees the curve 1 -> 2 -> 4 and knows the path across nodes works before it rents two."""
+"""Two nodes rehearsed on one host (ddp_launch runs the job; stages.ddp_points says when): a team that outgrows one
+machine knows the path across nodes works before it rents two."""
 
 from __future__ import annotations
 
@@ -9,15 +9,6 @@ import threading
 from lib.core import record
 from lib.core.params import Params
 from lib.run import ddp_launch, runner
-
-
-def counts(env: dict) -> list[int]:
-    """The GPU counts of the scaling curve on this host: 2, 4, ... doubling, and the host's own count."""
-    n, out, k = int(env["device"].get("count") or 1), [], 2
-    while k < n:
-        out.append(k)
-        k *= 2
-    return out + ([n] if n >= 2 else [])
 
 
 def host_address() -> str:

@@ -320,13 +320,15 @@ def ddp_chapter(params: Params, report_dir, force: bool = False) -> list[dict]:
     """The DDP chapter: GPT-2's batch over 2, 4, ... GPUs and the host's own count (the scaling curve, each point
     against the same sitting's one-GPU recipe), then, on a host of four or more (an even count), two nodes rehearsed
     on it; on one GPU, the stage's 'not applicable' record."""
-    counts = ddp_nodes.counts(runner.environment(report_dir))
-    if not counts:
+    points = stages.ddp_points(int(runner.environment(report_dir)["device"].get("count") or 1))
+    if not points:
         return [ddp_launch.run_ddp(params, report_dir, force=force)]
-    recs = [ddp_launch.run_ddp(params, report_dir, nproc=n, force=force) for n in counts]
-    if counts[-1] >= 4 and counts[-1] % 2 == 0:
-        recs.append(ddp_nodes.rehearse_two_nodes(params, report_dir, counts[-1] // 2, force=force))
-    return recs
+    return [
+        ddp_launch.run_ddp(params, report_dir, nproc=n, force=force)
+        if nodes == 1
+        else ddp_nodes.rehearse_two_nodes(params, report_dir, n // nodes, force=force)
+        for n, nodes in points
+    ]
 
 
 def measure_chapter(key: str, params: Params, report_dir, force: bool = False):
