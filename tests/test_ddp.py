@@ -89,6 +89,9 @@ def test_with_a_recipe_ddp_keeps_its_global_batch_and_is_judged_against_it(vocab
     assert "median of 3 processes" in rec["efficiency_reference"]
     r = recipe.recipe_params(params).run
     assert len(rec["losses"]) == r.warmup_steps + r.timed_steps  # each step a whole global batch
+    # over 4 ranks, one micro-step each: still GPT-2's batch a step, still the recipe's steps (reports/h100-x4's
+    # 4-GPU job took the matrix's)
+    assert ddp_launch.job_params(params, 2, 1, 4).run == r and ddp_launch.job_params(params, 2, 1, 2).run == params.run
     three = ddp_launch.plan(params, folder, nproc=3, nnodes=1)["target"]  # 4 accumulation steps over 3 ranks
     assert (
         three["micro_steps"] == 1
@@ -350,6 +353,11 @@ def test_a_four_gpu_host_s_job_left_unmeasured_is_named_with_why_and_the_rehears
         }
     ]
     assert "Not measured:</strong> 4 GPUs as 2 nodes of 2 rehearsed on this host: not reached" in ddp_curve_html(rep)
+    from lib.report import page_one  # and page 1 says so where the reader starts
+
+    assert "incomplete</strong>: the last run stopped before the 2-node rehearsal (2 × 2 GPUs) (section 2)" in (
+        page_one.provenance_line(rep)
+    )
     # the rehearsal's record, faster than the one-node job here, is the DDP chapter's, not the recipe's
     nodes = {**_ddp_record(params, 4, 39_000.0, 0.05), "nnodes": 2}
     chosen = decisions.records_multi_gpu([two, four, nodes])
@@ -427,3 +435,23 @@ def test_a_single_gpu_s_idle_nvlinks_read_as_no_peer_not_as_pcie_only():
     idle = {"active_links": 0, "nvlink_version": None}
     assert "one GPU: no peer" in interconnect_view.summary({"nvlink": [idle], "nccl": "2.27"})
     assert "PCIe only" in interconnect_view.summary({"nvlink": [idle, idle], "nccl": "2.27"})
+
+
+def test_a_seed_run_on_another_gpu_of_the_host_is_stamped_with_that_gpu_s_uuid(monkeypatch):
+    """reports/h100-x4: the quality test's seeds ran on the host's four GPUs at once, every record stamped with GPU 0's
+    UUID. A child of a parity lane sees its GPU alone, as device 0: its stamp names that GPU."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from lib.measure import environment
+
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: SimpleNamespace(uuid="3d8dd2a2-4539"))
+    stamp = {"host_id": "host-a", "gpu_uuid": "GPU-f74cbc76"}
+    assert environment.own_gpu_stamp({"stamp": stamp, "device": 3}) == {
+        "host_id": "host-a",
+        "gpu_uuid": "GPU-3d8dd2a2-4539",
+    }
+    assert environment.own_gpu_stamp({"stamp": stamp, "device": None}) is stamp  # a job on the run's own GPU
+    cpu = {"host_id": "host-a", "gpu_uuid": None}
+    assert environment.own_gpu_stamp({"stamp": cpu, "device": 1}) is cpu

@@ -56,13 +56,29 @@ def _nvml(index: int) -> dict:
         return {"nvml": f"unavailable ({type(e).__name__})"}
 
 
+def gpu_uuid(props) -> str | None:
+    """nvidia-smi's form of a device's UUID (GPU-...) from torch's device properties; None where it has none."""
+    uuid = str(getattr(props, "uuid", "") or "") or None
+    return uuid if uuid is None or uuid.startswith(("GPU-", "MIG-")) else f"GPU-{uuid}"
+
+
+def own_gpu_stamp(job: dict) -> dict | None:
+    """The run's stamp, with the UUID of the GPU this child measured on where its job named one of the host's GPUs
+    (a parity lane sees that GPU alone, as its device 0): reports/h100-x4's seeds on GPUs 1-3 carried GPU 0's."""
+    stamp = job.get("stamp")
+    if not stamp or job.get("device") is None or not stamp.get("gpu_uuid"):
+        return stamp
+    import torch
+
+    return {**stamp, "gpu_uuid": gpu_uuid(torch.cuda.get_device_properties(0))}
+
+
 def detect() -> dict:
     import torch
 
     if torch.cuda.is_available():
         props = torch.cuda.get_device_properties(0)
         backend = "rocm" if torch.version.hip else "cuda"
-        uuid = str(getattr(props, "uuid", "") or "") or None
         return {
             "backend": backend,
             "name": props.name,
@@ -70,7 +86,7 @@ def detect() -> dict:
             "capability": [props.major, props.minor],
             "sm_count": props.multi_processor_count,
             "memory_bytes": props.total_memory,
-            "uuid": uuid if uuid is None or uuid.startswith(("GPU-", "MIG-")) else f"GPU-{uuid}",
+            "uuid": gpu_uuid(props),
         }
     if getattr(torch.backends, "mps", None) and torch.backends.mps.is_available():
         return {"backend": "mps", "name": "mps", "count": 1}

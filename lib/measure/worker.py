@@ -22,7 +22,17 @@ import torch
 
 from lib.core import data, record, stages
 from lib.core.params import Params
-from lib.measure import clocks, compile_cache, energy, faults, gemm_sweep, kernel_profile, preload, protocol
+from lib.measure import (
+    clocks,
+    compile_cache,
+    energy,
+    environment,
+    faults,
+    gemm_sweep,
+    kernel_profile,
+    preload,
+    protocol,
+)
 from lib.measure.parity_run import is_oom, parity_run
 from lib.measure.series import series_groups
 from lib.results import stats, store
@@ -290,7 +300,7 @@ def _child(jobs: list[dict]) -> int:
                         "state": "reused",
                         "note": f"the graph compiled for {first}, earlier in this process",
                     }
-            rec.update(provenance=job.get("stamp"), compile_cache=cache)
+            rec.update(provenance=environment.own_gpu_stamp(job), compile_cache=cache)
             store.write_record(job["out"], rec)
         return 0
     except BaseException:

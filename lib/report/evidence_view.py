@@ -306,19 +306,35 @@ def ddp_curve_html(rep: Report) -> str:
             }
         )
     return (
-        f"<p>Efficiency = tokens/s ÷ (GPUs × the 1-GPU row): {html.escape(ref)}. The all-reduce's share is "
-        "1 − step time without gradient synchronisation ÷ step time with it, on the same ranks.</p>"
+        f"<p>Efficiency: tokens/s ÷ (GPUs × the 1-GPU row: {html.escape(ref)}); against one rank of the job: ÷ the "
+        "same DDP job on one rank (its micro-steps a rank, nothing to reduce); all-reduce share: 1 − step time "
+        "without gradient synchronisation ÷ step time with it, on the same ranks.</p>"
         + table(rows)
         + ddp_missing_html(rep)
     )
 
 
 def host_html(rep: Report) -> str:
-    """Section 2's account of the recipe over the host's GPUs (the scaling table, what was not measured); nothing on
-    a host of one GPU with no multi-GPU record."""
+    """Section 2's account of the recipe over the host's GPUs in the PDF: each point of the scaling curve in words
+    and what was not measured (the table and the chart follow, HTML only); nothing on a host of one GPU with no
+    multi-GPU record."""
     if int((rep.env.get("device") or {}).get("count") or 1) < 2 and not scaling_curve(rep):
         return ""
-    return "<h3>The recipe across the host's GPUs</h3>" + ddp_curve_html(rep)
+    curve = [p for p in scaling_curve(rep) if p["gpus"] > 1]
+    said = "; ".join(
+        f"{p['gpus']} GPUs"
+        + (f" as {p['nnodes']} nodes" if p["nnodes"] > 1 else "")
+        + f": {tok(p['tokens_per_s'])} tokens/s, {tok(p['per_gpu_tokens_per_s'])} a GPU, efficiency "
+        + pct(p["efficiency"])
+        + (f", all-reduce {pct(p['allreduce_share'])} of the step" if p["allreduce_share"] is not None else "")
+        for p in curve
+    )
+    return (
+        f"<p><strong>Across the host's GPUs</strong> (DDP, the recipe's batch shared): {html.escape(said)} (the "
+        "scaling table and chart: the HTML report).</p>"
+        if curve
+        else ""
+    ) + ddp_missing_html(rep)
 
 
 def ddp_missing_html(rep: Report) -> str:

@@ -5,7 +5,14 @@ from __future__ import annotations
 
 import html
 
-from lib.measure.interconnect import nvlink_generation
+# nvmlDeviceGetNvLinkVersion answers with NVML's enum (nvmlNvlinkVersion_t), not the generation: 6 is NVLink 4.0,
+# which an H100 reads
+NVLINK_GENERATION = {1: "1.0", 2: "2.0", 3: "2.2", 4: "3.0", 5: "3.1", 6: "4.0", 7: "5.0", 8: "6.0"}
+
+
+def nvlink_generation(enum: int) -> str:
+    """The NVLink generation NVML's version enum names ('4.0' for 6); an enum this table lacks, as NVML's number."""
+    return NVLINK_GENERATION.get(enum, f"NVML enum {enum}")
 
 
 def summary(ic: dict | None) -> str | None:

@@ -10,7 +10,7 @@ import re
 
 from lib.core import stages
 from lib.report import formats as fmt
-from lib.report.loader import Report, code_commits
+from lib.report.loader import Report, code_commits, cut_short, ddp_not_measured
 
 NOT_A_GPU = (
     "This is the CPU default: it runs every chapter of the pipeline on a tiny GPT to check that the pipeline works "
@@ -26,7 +26,7 @@ LEGEND = (
 # The quality test as the folder's rule ran it: the sequential design, each lever against its own stack; or the fixed
 # design of folders measured before it, every lever against the canonical reference.
 QUALITY_TEST = {
-    True: "held-out loss, lever − reference [95 % bounds], against the lever's own stack (the recipe's stack "
+    True: "held-out loss, lever − reference [bounds, each one-sided 95 %], against the lever's own stack (the recipe's stack "
     "also against the canonical reference)",
     False: "held-out loss, lever − reference, against the canonical reference",
 }
@@ -48,7 +48,17 @@ def provenance_line(rep: Report) -> str:
         f"{seconds:,.0f} s of measuring in {calls} call{'s' if calls > 1 else ''}" if seconds else "",
         f"reproduce: make report GPU={rep.params.name}",
     ]
-    return " · ".join(html.escape(p) for p in parts if p)
+    line = " · ".join(html.escape(p) for p in parts if p)
+    if cut_short(rep):  # said where the reader starts, not only in section 6
+        missing = [
+            f"the {m['nnodes']}-node rehearsal ({m['nnodes']} × {m['gpus'] // m['nnodes']} GPUs)"
+            if m["nnodes"] > 1
+            else f"DDP on {m['gpus']} GPUs"
+            for m in ddp_not_measured(rep)
+        ]
+        what = f"before {', '.join(missing)} (section 2)" if missing else "before its end (section 6)"
+        line += f" · <strong class='warn'>incomplete</strong>: the last run stopped {what}"
+    return line
 
 
 def _recipe_name(title: str, r: dict) -> str:
@@ -108,8 +118,10 @@ def recipe_table(rep: Report) -> str:
                 f"<strong>{html.escape(_recipe_name('DDP', d))}</strong>",  # the recipe's stage, on the host's GPUs
                 f"{d['tokens_per_s']:,.0f}",
                 f"scaling {fmt.pct(d['efficiency'])} of {d['gpus']} × one GPU" if d["efficiency"] else "",
-                "",
-                "",
+                fmt.pct(d["mfu_bf16"]) if d["mfu_bf16"] else "n/a",  # a GPU's, as the row above
+                f"{fmt.gib(d['mem_device_peak_bytes'] or d['mem_device_after_bytes'])} GiB a GPU"
+                if d["mem_device_peak_bytes"] or d["mem_device_after_bytes"]
+                else "n/a",
                 _time_cell(d),
             ]
         )
@@ -128,8 +140,13 @@ def recipe_table(rep: Report) -> str:
     if r["measured_as_trained"]:
         st = r["recipe_steps"]
         notes.append(f"median of {st['timed']} global-batch steps after {st['warmup']} warm-up (plain loop: mean)")
+        host = r["host"]
+        if host and host["steps"] != st and host["steps"]["timed"]:
+            notes.append(f"DDP row: median of {host['steps']['timed']} after {host['steps']['warmup']}")
     else:
         notes.append(f"tokens/s of B={r['micro_batch']} alone: the global batch was not measured for this recipe")
+    if r["host"] and not r["host"]["mem_device_peak_bytes"] and r["host"]["mem_device_after_bytes"]:
+        notes.append("its memory in use after the steps")
     if r["memory_saver"]:
         m = r["memory_saver"]
         notes.append(
@@ -247,7 +264,7 @@ def lever_table(rep: Report) -> str:
 
 
 def actions(rep: Report) -> list[str]:
-    """Use, skip, next: three lines, each naming what a team does."""
+    """Use and next: each line names what a team does (what it skips, the table's decisions say)."""
     d = rep.decided
     out = []
     if d["recipe"]:
@@ -255,9 +272,6 @@ def actions(rep: Report) -> list[str]:
             f"<strong>Use</strong> the {'DDP ' if d['recipe']['host'] else ''}recipe above (its adopt and neutral "
             "levers): <code>optimal_config()</code> or recommended.json."
         )
-    skip = [r["title"] for r in d["levers"] if r["decision"] == "skip"]
-    if skip:
-        out.append(f"<strong>Skip</strong> {html.escape('; '.join(skip))}.")
     nxt = d["next"]
     if nxt:
         out.append(f"<strong>Next</strong> {next_text(rep)}")
@@ -303,8 +317,7 @@ def next_text(rep: Report) -> str:
         else f" ({rep.params.evidence.parity_seeds} seeds)"
     )
     return (
-        f"{'decide' if nxt['tested'] else 'test'} {html.escape(nxt['title'])}, {nxt['over_recipe']['ratio']:.2f}× the "
-        f"recipe's stage at B={nxt['over_recipe']['batch']}"
+        f"{'decide' if nxt['tested'] else 'test'} {html.escape(nxt['title'])}"  # its worth: its row's, said once
         + (f" (with {html.escape(', '.join(nxt['with']))}, also not yet)" if nxt.get("with") else "")
         + f"; {said}{runs}"
         + "".join(f". {o}" for o in over)
@@ -334,7 +347,7 @@ def plot_waterfall(rep: Report):
     if not steps:
         return None
     decision = {r["stage"]: r["decision"] for r in rep.decided["levers"]}
-    fig, ax = plt.subplots(figsize=(7.2, 0.125 * len(steps) + 0.4))
+    fig, ax = plt.subplots(figsize=(7.2, 0.115 * len(steps) + 0.4))
     y = list(range(len(steps)))
     prev = 1.0
     for i, s in enumerate(steps):

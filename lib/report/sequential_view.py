@@ -37,12 +37,13 @@ def rule(ev: Evidence, seq_len: int, on_gpu: bool = True) -> str:
         )
         + ", then are scored on held-out text. Seeds are added in "
         f"rounds to each look ({', '.join(map(str, looks))} paired seeds); at a look the lever **holds** when, in "
-        f"held-out and in final training loss alike, the mean paired difference plus {c:.2f} standard errors lies at "
+        f"held-out and in final training loss alike, the mean paired difference plus {c:.3f} standard errors lies at "
         f"or below +{ev.parity_margin:g} nats ({ev.parity_margin * 100:.0f} % in perplexity), is **worse** when the "
-        f"mean minus {c:.2f} standard errors lies above it, and goes on to the next look otherwise; after the last "
-        f"look it is **undecided**. The critical value {c:.2f} (Student's t for one look at {looks[-1]} seeds: "
+        f"mean minus {c:.3f} standard errors lies above it, and goes on to the next look otherwise; after the last "
+        f"look it is **undecided**. The critical value {c:.3f} (Student's t for one look at {looks[-1]} seeds: "
         f"{single:.2f}) is found by simulation so that over all the looks a lever exactly at the margin is called "
-        f"holds, or worse, in at most {alpha * 100:g} % of tests (`lib/results/sequential.py`). "
+        f"holds in at most {alpha * 100:g} % of tests, and worse in at most {alpha * 100:g} % (each bound one-sided; "
+        "`lib/results/sequential.py`). "
         + (
             "A test also stops undecided at a look where its mean and spread, were they to hold, would leave the "
             "bound above the margin at the last look. "
@@ -129,7 +130,7 @@ def summary(c: dict) -> str:
     css = "ok" if c["ok"] else "bad"
     return (
         f"**Quality test**: {lever} against {ref} at B={c['batch_size']}{micro}: {speaks_for(c)}. Mean paired "
-        f"difference (lever minus reference) with its bounds at {c['critical_value']:.2f} standard errors: held-out "
+        f"difference (lever minus reference) with its bounds at {c['critical_value']:.3f} standard errors: held-out "
         f"loss {_interval(c['intervals']['held_out'])}, final training loss {_interval(c['intervals']['final'])}"
         f'{detect}. Margin +{c["margin"]:g} nats: <span class="{css}"><b>{html.escape(word)}</b></span>.'
         + (

@@ -321,8 +321,15 @@ def provenance_md(rep: Report) -> str:
         text += f" {len(superseded)} superseded records are kept in superseded/ (re-measured, never deleted)."
     left = rep.params.not_run or []
     if left:
+        undecided = [stages.get(k).title for k in rep.decided.get("left_to_full_depth") or []]
+        role = (
+            f"the quality tests decide what page 1 leaves not tested ({', '.join(undecided)}), the rest explain or "
+            "add depth"
+            if undecided
+            else "each explains or adds depth; none decides a lever of this report"
+        )
         text += (
-            " **Not measured at this depth** (each explains or adds depth; none decides a lever of this report): "
+            f" **Not measured at this depth** ({role}): "
             + "; ".join(_not_run_name(n) for n in left)
             + f". `make report GPU={rep.params.name} DEPTH=full` adds them."
         )

@@ -86,6 +86,10 @@ def make_recipe(records: list[dict], evidence: dict, params: Params, env: dict, 
             "efficiency": r.get("scaling_efficiency"),
             "allreduce_share": r.get("allreduce_share"),
             "reference_tokens_per_s": r.get("single_gpu_tokens_per_s"),
+            "mfu_bf16": _mfu_bf16(params, best, r["tokens_per_s"] / int(r["world_size"])),  # a GPU's, as the recipe's
+            "mem_device_peak_bytes": r.get("mem_device_sampled_peak_bytes"),  # NVML's, sampled, where the job kept it
+            "mem_device_after_bytes": r.get("mem_device_bytes"),  # else the device in use after the steps
+            "steps": {"warmup": r.get("warmup_steps"), "timed": r.get("timed_steps")},
             **_time(budget, r["tokens_per_s"], int(r["world_size"]), price),
         }
         for r in records_multi_gpu(evidence.get("matrix") or [])

@@ -21,7 +21,7 @@ from lib.core.paths import ROOT, resolve
 from lib.core.params import Params
 from lib.measure import compile_cache
 from lib.results import decide, noise, store
-from lib.run import recipe, runner
+from lib.run import ddp_target, recipe, runner
 
 DDP_MEMORY_SHARE = 0.85  # the DDP stage replicates only configurations that left this much headroom
 
@@ -159,7 +159,9 @@ def plan(params: Params, report_dir, nproc: int | None, nnodes: int) -> dict:
     # GPT-2's global batch where the recipe measured it on one GPU and it divides among the ranks:
     # the same configuration, micro-batch and tokens per optimizer step as its one-GPU reference.
     gpus = (nproc or env["device"].get("count", 1)) * nnodes
-    target = recipe_target(params, report_dir, gpus, roomy) or unshared(params, report_dir, gpus, best)
+    target = ddp_target.recipe_target(params, report_dir, gpus, roomy) or ddp_target.unshared(
+        params, report_dir, gpus, best
+    )
     base_key, batch, micro = target["stage"], target["batch_size"], target["micro_steps"]
     # One record per GPU count, so hosts with 2, 4 and 8 GPUs resumed into one folder each add
     # their point to the scaling curve; what this run supersedes is this count's record at another
@@ -232,7 +234,7 @@ def run_ddp(
         return rec
     n = nproc or env["device"]["count"]
     job = {
-        "params": recipe.recipe_params(params) if micro > 1 else params,
+        "params": job_params(params, batch, micro, gpus),
         "batch_size": batch,
         "micro_steps": micro,
         "base_stage": base_key,
@@ -287,79 +289,19 @@ def run_ddp(
     return rec
 
 
+def job_params(params: Params, batch: int, micro: int, gpus: int) -> Params:
+    """A job that trains GPT-2's batch (accumulating, or one micro-step a rank over enough ranks) times global-batch
+    steps, as the recipe it is set against does: reports/h100-x4's 4-GPU job, one micro-step a rank, took the
+    matrix's 5 + 25 steps against its 1-GPU recipe's 3 + 8. A job of the matrix's batch keeps the matrix's steps."""
+    whole = micro > 1 or batch * gpus * params.run.seq_len == params.evidence.global_batch_tokens
+    return recipe.recipe_params(params) if whole else params
+
+
 def _one_rank_of_one_node(results: Path, batch: int, gpus: int) -> float | None:
     """The one-rank figure of the one-node DDP record of `gpus` GPUs at `batch`, where it ran."""
     path = store.record_path(results, "ddp", batch, gpus=gpus, nodes=1)
     rec = json.loads(path.read_text()) if path.exists() else {}
     return rec.get("one_rank_tokens_per_s") if rec.get("status") == record.Status.OK else None
-
-
-def recipe_target(params: Params, report_dir: Path, gpus: int, roomy) -> dict | None:
-    """The recipe's recommended side (lib/run/recipe.py) as the DDP job's configuration: its stage and
-    micro-batch, its accumulation steps shared among `gpus` ranks (so the optimizer step still sees
-    GPT-2's global batch), and its median tokens/s on one GPU as the reference. None where the recipe
-    has no timed side or its accumulation steps do not divide among the ranks."""
-    pick = recipe.recipe_config(params, report_dir)
-    if pick is None or not roomy(pick):
-        return None
-    key, batch = pick["stage"], pick["batch_size"]
-    paths = [recipe.side_path(report_dir, "recommended", key, batch, k) for k in range(params.evidence.repeats)]
-    found = [json.loads(p.read_text()) for p in paths if p.exists()]
-    timed = [r for r in found if r.get("status") == record.Status.OK]
-    micro = params.micro_steps(batch)
-    if not timed or micro % gpus:
-        return None
-    spread = noise.spread([r["tokens_per_s"] for r in timed])
-    title = stages.get(key).title
-    return {
-        "stage": key,
-        "batch_size": batch,
-        "micro_steps": micro // gpus,
-        "tokens_per_s": spread["median"],
-        "source": f"{title} at B={batch} × {micro} micro-steps on one GPU, GPT-2's "
-        f"{params.evidence.global_batch_tokens:,}-token batch (the recipe, {processes(spread['n'])})",
-    }
-
-
-def unshared(params: Params, report_dir, gpus: int, best: dict | None) -> dict:
-    """The matrix's target where the recipe gives none, its source saying why where the recipe ran: its accumulation
-    steps do not divide among the ranks (or it left too little memory for DDP's buffers)."""
-    target, pick = matrix_target(best, params), recipe.recipe_config(params, report_dir)
-    micro = params.micro_steps(pick["batch_size"]) if pick else None
-    if target["source"] and micro:
-        why = (
-            f"the recipe's {micro} accumulation steps of B={pick['batch_size']} do not divide among {gpus} ranks"
-            if micro % gpus
-            else "the recipe's configuration leaves too little device memory for DDP's buffers"
-        )
-        target["source"] += f"; not the recipe: {why}, so each rank runs this configuration at its own batch"
-    return target
-
-
-def matrix_target(best: dict | None, params: Params) -> dict:
-    """Where the recipe gives no configuration: the best single-GPU configuration at its own batch,
-    every rank keeping it (weak scaling), against its median over the processes that timed it."""
-    if best is None:
-        return {
-            "stage": "vocab",
-            "batch_size": params.run.batch_sizes[0],
-            "micro_steps": 1,
-            "tokens_per_s": None,
-            "source": None,
-        }
-    tps = (best.get("processes") or {}).get("median", best["tokens_per_s"])
-    n = (best.get("processes") or {}).get("n", 1)
-    return {
-        "stage": best["stage"],
-        "batch_size": best["batch_size"],
-        "micro_steps": 1,
-        "tokens_per_s": tps,
-        "source": f"{stages.get(best['stage']).title} at B={best['batch_size']} on one GPU ({processes(n)})",
-    }
-
-
-def processes(n: int) -> str:
-    return "one process" if n == 1 else f"median of {n} processes"
 
 
 def merge_processes(runs: list[dict]) -> dict:
