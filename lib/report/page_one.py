@@ -303,7 +303,9 @@ def next_text(rep: Report) -> str:
     else:
         minutes = (nxt["to_decide"] or {}).get("gpu_minutes")
         said = f"undecided after {nxt['seeds_run']} seeds" + (
-            f"; ~{seeds} seeds" + (f" (~{minutes:.0f} GPU-min)" if minutes else "") + " would decide it"
+            f"; ~{seeds} seeds"
+            + (f" (~{minutes:.0f} GPU-min)" if minutes else "")
+            + f" would decide it {rep.params.evidence.parity_power * 100:.0f} % of the time"  # the power it is sized by
             if seeds
             else ""
         )
@@ -334,45 +336,6 @@ def page_html(rep: Report) -> str:
 
 def actions_html(rep: Report) -> str:
     return "<ul class='actions'>" + "".join(f"<li>{a}</li>" for a in actions(rep)) + "</ul>"
-
-
-def plot_waterfall(rep: Report):
-    """The cumulative speed-up from the first stage to the recipe's, lever by lever (each lever at the largest batch
-    it and the stage before it ran, named on its bar), coloured by the lever's decision."""
-    import matplotlib.pyplot as plt
-
-    from lib.report.charts import save
-
-    steps = rep.decided["waterfall"]
-    if not steps:
-        return None
-    decision = {r["stage"]: r["decision"] for r in rep.decided["levers"]}
-    fig, ax = plt.subplots(figsize=(7.2, 0.115 * len(steps) + 0.4))
-    y = list(range(len(steps)))
-    prev = 1.0
-    for i, s in enumerate(steps):
-        if s["cumulative"] is None:
-            ax.text(prev, i, "  not measured", va="center", fontsize=7)
-            continue
-        colour = fmt.DECISIONS.get(decision.get(s["stage"]), ("", "#4c72b0"))[1] if i else "#4c72b0"
-        left, width = (min(prev, s["cumulative"]), abs(s["cumulative"] - prev)) if i else (0.0, 1.0)
-        ax.barh(i, width, left=left, color=colour, height=0.6, hatch=None if s.get("direct", True) else "///")
-        label = f"{s['cumulative']:.2f}×" + (
-            (f" at B={s['batch']}" if s.get("direct", True) else f" (×{s['ratio']:.2f} at B={s['batch']}, chained)")
-            if i
-            else ""
-        )
-        ax.text(max(s["cumulative"], prev), i, "  " + label, va="center", fontsize=7)
-        prev = s["cumulative"]
-    ax.set_yticks(y, [s["title"] for s in steps], fontsize=7)
-    ax.set_ylim(len(steps) - 0.5, -0.5)
-    ax.set_xlim(0, max(x["cumulative"] or 0 for x in steps) * 1.6)  # room for the longest label past its bar
-    chained = "; hatched: chained" if any(not x.get("direct", True) for x in steps) else ""
-    ax.set_xlabel(f"× {steps[0]['title']}, as the matrix measures it at the batch named{chained}", fontsize=7)
-    ax.tick_params(axis="x", labelsize=7)
-    ax.grid(axis="y", visible=False)
-    fig.tight_layout()
-    return save(fig, rep, "waterfall")
 
 
 def title_md(rep: Report) -> str:

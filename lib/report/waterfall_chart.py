@@ -1,0 +1,46 @@
+"""Page 1's chart: the cumulative speed-up from the first stage to the recipe's, lever by lever, coloured by each
+lever's decision (decisions.waterfall and the lever table's decisions)."""
+
+from __future__ import annotations
+
+from lib.report import formats as fmt
+from lib.report.loader import Report
+
+
+def plot_waterfall(rep: Report):
+    """The cumulative speed-up from the first stage to the recipe's, lever by lever (each lever at the largest batch
+    it and the stage before it ran, named on its bar), coloured by the lever's decision."""
+    import matplotlib.pyplot as plt
+
+    from lib.report.charts import save
+
+    steps = rep.decided["waterfall"]
+    if not steps:
+        return None
+    decision = {r["stage"]: r["decision"] for r in rep.decided["levers"]}
+    fig, ax = plt.subplots(figsize=(7.2, 0.115 * len(steps) + 0.4))
+    y = list(range(len(steps)))
+    prev = 1.0
+    for i, s in enumerate(steps):
+        if s["cumulative"] is None:
+            ax.text(prev, i, "  not measured", va="center", fontsize=7)
+            continue
+        colour = fmt.DECISIONS.get(decision.get(s["stage"]), ("", "#4c72b0"))[1] if i else "#4c72b0"
+        left, width = (min(prev, s["cumulative"]), abs(s["cumulative"] - prev)) if i else (0.0, 1.0)
+        ax.barh(i, width, left=left, color=colour, height=0.6, hatch=None if s.get("direct", True) else "///")
+        label = f"{s['cumulative']:.2f}×" + (
+            (f" at B={s['batch']}" if s.get("direct", True) else f" (×{s['ratio']:.2f} at B={s['batch']}, chained)")
+            if i
+            else ""
+        )
+        ax.text(max(s["cumulative"], prev), i, "  " + label, va="center", fontsize=7)
+        prev = s["cumulative"]
+    ax.set_yticks(y, [s["title"] for s in steps], fontsize=7)
+    ax.set_ylim(len(steps) - 0.5, -0.5)
+    ax.set_xlim(0, max(x["cumulative"] or 0 for x in steps) * 1.6)  # room for the longest label past its bar
+    chained = "; hatched: chained" if any(not x.get("direct", True) for x in steps) else ""
+    ax.set_xlabel(f"× {steps[0]['title']}, as the matrix measures it at the batch named{chained}", fontsize=7)
+    ax.tick_params(axis="x", labelsize=7)
+    ax.grid(axis="y", visible=False)
+    fig.tight_layout()
+    return save(fig, rep, "waterfall")
