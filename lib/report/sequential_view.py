@@ -26,7 +26,9 @@ def rule(ev: Evidence, seq_len: int, on_gpu: bool = True) -> str:
     single = sequential.t_quantile(ev.parity_confidence, looks[-1] - 1)
     return (
         "each lever is set against its own stack, the same configuration without that lever (the FP8 classifier "
-        "against the loss-only forward it is added to), so the difference is the lever's alone; the stage adopted is "
+        "against the loss-only forward: built on the FP8 lm_head's stage, it replaces that lm_head, so the matrix's "
+        "× prev. sets it over the FP8 lm_head and page 1 over the loss-only forward), so the difference is the "
+        "lever's alone; the stage adopted is "
         "then checked once against the canonical reference, the whole stack at once. At each seed both sides train "
         f"from the same initial weights on the same data order for the horizon, {horizon(ev, seq_len)}, chosen "
         "before any number"
