@@ -318,9 +318,9 @@ def host_html(rep: Report) -> str:
     """Section 2's account of the recipe over the host's GPUs in the PDF: each point of the scaling curve in words
     and what was not measured (the table and the chart follow, HTML only); nothing on a host of one GPU with no
     multi-GPU record."""
-    if int((rep.env.get("device") or {}).get("count") or 1) < 2 and not scaling_curve(rep):
-        return ""
     curve = [p for p in scaling_curve(rep) if p["gpus"] > 1]
+    if int((rep.env.get("device") or {}).get("count") or 1) < 2 and not curve:
+        return ""
     said = "; ".join(
         f"{p['gpus']} GPUs"
         + (f" as {p['nnodes']} nodes" if p["nnodes"] > 1 else "")

@@ -272,13 +272,12 @@ def ddp_not_measured(rep: Report) -> list[dict]:
         for r in rep.records
         if r["stage"] == "ddp" and r.get("world_size")
     }
-    gpus = int((rep.env.get("device") or {}).get("count") or 1)
+    gpus, cut = int((rep.env.get("device") or {}).get("count") or 1), cut_short(rep)
     out = []
     for n, nodes in stages.ddp_points(gpus):
         rec = timed.get((n, nodes))
         if rec and rec["status"] == record.Status.OK:
             continue
-        cut = cut_short(rep)
         why = (
             f"{rec['status']}: {short(rec.get('reason'))}"
             if rec

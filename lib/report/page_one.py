@@ -90,7 +90,6 @@ def recipe_table(rep: Report) -> str:
     )
     canon = r["canonical"]
     if r["ratio"]:
-        b = rep.params.evidence.baseline
         versus = f"{r['ratio']:.3f}×<br><span class='note'>{r['ratio_range'][0]:.3f}–{r['ratio_range'][1]:.3f}</span>"
     else:
         versus = "not measured at the global batch"
