@@ -353,6 +353,11 @@ def test_a_four_gpu_host_s_job_left_unmeasured_is_named_with_why_and_the_rehears
         }
     ]
     assert "Not measured:</strong> 4 GPUs as 2 nodes of 2 rehearsed on this host: not reached" in ddp_curve_html(rep)
+    # the summary's HTML says it once, in section 2's host account; the table under it does not repeat it
+    from lib.report import evidence_view
+
+    assert "Not measured" in evidence_view.host_html(rep)
+    assert "Not measured" not in evidence_view.ddp_curve_table_html(rep)
     from lib.report import page_one  # and page 1 says so where the reader starts
 
     assert "incomplete</strong>: the last run stopped before the 2-node rehearsal (2 × 2 GPUs) (section 2)" in (

@@ -264,11 +264,16 @@ def energy_html(rep: Report) -> str:
 
 
 def ddp_curve_html(rep: Report) -> str:
+    """The DDP chapter's account: the scaling table, then the jobs of this host left unmeasured."""
+    return ddp_curve_table_html(rep) + ddp_missing_html(rep)
+
+
+def ddp_curve_table_html(rep: Report) -> str:
     """The scaling curve as a table (loader.scaling_curve), under a line that names the single-GPU
-    configuration every efficiency divides by."""
+    configuration every efficiency divides by (the summary says what was not measured in host_html, above it)."""
     curve, single = scaling_curve(rep), best_single_gpu(rep)
     if not curve:
-        return ddp_missing_html(rep) + none(
+        return none(
             "No multi-GPU measurement with a timing in this report, so no scaling curve: a host with "
             "one GPU cannot measure one; a run on a host with several, resumed into this folder, adds its point."
         )
@@ -308,9 +313,7 @@ def ddp_curve_html(rep: Report) -> str:
     return (
         f"<p>Efficiency: tokens/s ÷ (GPUs × the 1-GPU row: {html.escape(ref)}); against one rank of the job: ÷ the "
         "same DDP job on one rank (its micro-steps a rank, nothing to reduce); all-reduce share: 1 − step time "
-        "without gradient synchronisation ÷ step time with it, on the same ranks.</p>"
-        + table(rows)
-        + ddp_missing_html(rep)
+        "without gradient synchronisation ÷ step time with it, on the same ranks.</p>" + table(rows)
     )
 
 
