@@ -412,6 +412,22 @@ def test_the_interconnect_without_nvml_or_nvidia_smi_says_why_and_the_table_line
     )
 
 
+def test_a_node_that_only_contributes_ranks_leaves_the_shared_folder_s_records_alone(
+    vocab_report, tmp_path, monkeypatch
+):
+    """Two nodes rehearsed on one host share one folder: node 1 moving the kept two-node record aside raced node 0
+    doing the same, failed, and left node 0 alone at the rendezvous until it timed out (CI, stop 59)."""
+    first, params, single = vocab_report
+    folder = tmp_path / "host"
+    shutil.copytree(first, folder, ignore=shutil.ignore_patterns("ddp__b*.json"))
+    kept = store.record_path(folder / "results", "ddp", single["batch_size"], gpus=2, nodes=2)
+    store.write_atomic(kept, {**single, "stage": "ddp", "nnodes": 2, "world_size": 2, "fingerprint": "earlier"})
+    monkeypatch.setattr(ddp_launch, "_torchrun", lambda *a, **k: None)  # node 1's ranks ran; node 0 writes
+    launch = {"nnodes": 2, "node_rank": 1, "rdzv": "127.0.0.1:29400", "visible": "1"}
+    assert ddp_launch.run_ddp(params, folder, nproc=1, force=True, launch=launch) is None
+    assert kept.exists() and not list((folder / "superseded").glob("*"))
+
+
 @pytest.mark.slow
 def test_two_nodes_rehearsed_on_one_host_write_a_two_node_record_and_a_resumed_run_keeps_it(vocab_report, tmp_path):
     """On this CPU each rehearsed node is one gloo process; they meet at this host's own address through the c10d
@@ -430,7 +446,7 @@ def test_two_nodes_rehearsed_on_one_host_write_a_two_node_record_and_a_resumed_r
     one_node = {**rec, "nnodes": 1, "one_rank_tokens_per_s": 12_345.0}
     store.write_atomic(store.record_path(folder / "results", "ddp", rec["batch_size"], gpus=2), one_node)
     forced = ddp_nodes.rehearse_two_nodes(params, folder, per_node=1, timeout_s=300, force=True)
-    assert forced["status"] == "ok" and forced["one_rank_tokens_per_s"] == 12_345.0
+    assert forced["status"] == "ok" and forced["one_rank_tokens_per_s"] == 12_345.0, forced.get("reason")
 
 
 def test_a_single_gpu_s_idle_nvlinks_read_as_no_peer_not_as_pcie_only():

@@ -208,8 +208,10 @@ def run_ddp(
         target["batch_size"],
         target["micro_steps"],
     )
+    # Only node 0 writes records, so only it tidies them: two nodes rehearsed on one host share the folder, and a
+    # second node moving the same record aside raced node 0 and left it waiting at the rendezvous (CI, stop 59).
     for old in (report_dir / "results").glob("ddp__b*.json"):
-        if old == out or _ddp_gpus(old) not in (gpus, None) or _ddp_nodes(old) != nnodes:
+        if contributor or old == out or _ddp_gpus(old) not in (gpus, None) or _ddp_nodes(old) != nnodes:
             continue
         if old == store.record_path(out.parent, "ddp", batch) and not out.exists():
             old.rename(out)  # named before the count was: its fingerprint below still decides whether it is kept
@@ -244,7 +246,7 @@ def run_ddp(
         "device_env": env,
         "cold_compile": compile_cache.ledger(env).get(fp),
     }
-    if out.exists():
+    if out.exists() and not contributor:
         store.supersede(out)
     # The same DDP job on one rank first: the wrapper's own cost, beside the efficiency (same host,
     # same minute). It stays on this host alone; only node 0, which writes the record, needs it. A job of several
