@@ -12,7 +12,7 @@ from conftest import describe_proc, make_record, read_json, run_cli, write_repor
 
 from lib.core import config, record, stages
 from lib.core.params import Params
-from lib.report import claim_params, claims, compare, compare_summary, compare_view, loader, rules
+from lib.report import claim_params, claims, compare, compare_summary, compare_view, ddp_charts, loader, rules
 from lib.results import decide, stats, store
 
 PEAKS = {"fp32": 10.0, "tf32": 40.0, "bf16": 80.0, "fp8": 160.0}  # a synthetic datasheet, TFLOP/s
@@ -111,6 +111,20 @@ def _add_ddp(d: Path, worlds: tuple[int, ...] = ()):
             mem_allocator_bytes=2e9,
         )
         store.write_atomic(store.record_path(d / "results", "ddp", 4, gpus=world), rec)
+
+
+def test_two_hosts_scaling_curves_are_drawn_on_one_chart_and_one_host_s_alone_is_not(tmp_path):
+    """A four-GPU host's curve beside an eight-GPU host's (issue 55): one line per report, each point its
+    efficiency against its own report's one GPU; a comparison with one multi-GPU report draws none."""
+    _add_ddp(_fake_report(tmp_path, "gpua", "2.11.0", 1.5), (2, 4))
+    _add_ddp(_fake_report(tmp_path, "gpub", "2.11.0", 2.0), (2, 4, 8))
+    _add_ddp(_fake_report(tmp_path, "gpuc", "2.11.0", 2.0))
+    fig = ddp_charts.plot_scaling_compare(compare.load_all(["gpua", "gpub"], tmp_path), tmp_path / "out")
+    lines = {ln.get_label(): ln for ln in fig.axes[0].get_lines()}
+    assert list(lines["gpub"].get_xdata()) == [1, 2, 4, 8] and list(lines["gpua"].get_xdata()) == [1, 2, 4]
+    assert list(lines["gpub"].get_ydata()) == pytest.approx([100, 90, 90, 90])
+    assert (tmp_path / "out" / "ddp_scaling_compare.png").exists()
+    assert ddp_charts.plot_scaling_compare(compare.load_all(["gpua", "gpuc"], tmp_path)) is None
 
 
 def test_ddp_is_shown_per_gpu_count_against_the_same_gpus_best_single_gpu_configuration(tmp_path):

@@ -265,7 +265,8 @@ def test_a_host_variant_is_matched_by_its_gpu_count_and_the_plain_profile_still_
     assert config.match_profile(name, "cuda", 2) == "h200-x2"
     assert config.match_profile(name, "cuda", 1) == config.match_profile(name, "cuda") == "h200"
     assert config.match_profile(name, "cuda", 4) == "h200-x4"  # its own variant (params/h200-x4.yaml)
-    assert config.match_profile(name, "cuda", 8) == "h200"  # no eight-GPU variant: the plain profile
+    assert config.match_profile(name, "cuda", 8) == "h200-x8"  # params/h200-x8.yaml
+    assert config.match_profile(name, "cuda", 16) == "h200"  # no sixteen-GPU variant: the plain profile
     two, one = {"backend": "cuda", "name": name, "count": 2}, {"backend": "cuda", "name": name, "count": 1}
     assert pipeline.choose_profile(None, two, False) == ("h200-x2", None)
     assert pipeline.choose_profile("h200", two, False) == ("h200", None)

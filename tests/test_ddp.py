@@ -17,7 +17,7 @@ from lib.core import cli_args, config, stages
 from lib.report import ddp_charts, loader, stage_facts
 from lib.report.evidence_view import ddp_curve_html
 from lib.results import store
-from lib.run import ddp_launch, ddp_nodes, evidence, recipe, runner
+from lib.run import ddp_launch, ddp_nodes, ddp_target, evidence, recipe, runner
 
 
 @pytest.fixture(scope="module")
@@ -64,10 +64,9 @@ def test_ddp_on_two_gloo_processes_gives_a_valid_row(ddp_run):
     assert all(math.isfinite(v) for v in rec["losses"])
 
 
-def test_with_a_recipe_ddp_keeps_its_global_batch_and_is_judged_against_it(vocab_report, tmp_path):
-    """The recipe measured vocab at B=2 in 4 micro-steps (the CPU profile's 512-token global batch) at a
-    median of 9,000 tokens/s over three processes (synthetic records): two ranks share the accumulation,
-    2 micro-steps each, and the efficiency divides by 9,000, the same global batch on one GPU."""
+def _recipe_report(vocab_report, tmp_path):
+    """(params, folder): vocab_report's folder with a recipe of vocab at B=2 × 4 micro-steps timed at 8,000, 9,000
+    and 9,500 tokens/s in three processes (synthetic records)."""
     report_dir, params, _ = vocab_report
     # vocab the baseline: verified, so recommended (the CPU default's check stage, fused, is not in this report)
     params = dataclasses.replace(
@@ -80,6 +79,14 @@ def test_with_a_recipe_ddp_keeps_its_global_batch_and_is_judged_against_it(vocab
         rec = make_record(params, "vocab", 2, times_ms=[512 / tps * 1e3] * 5, losses=[5.0] * 7)
         rec.update(variant="recipe: recommended", micro_steps=4, repeat=k, tokens_per_s=tps)
         store.write_atomic(folder / "results" / "recipe" / f"recommended__vocab__b2__r{k}.json", rec)
+    return params, folder
+
+
+def test_with_a_recipe_ddp_keeps_its_global_batch_and_is_judged_against_it(vocab_report, tmp_path):
+    """The recipe measured vocab at B=2 in 4 micro-steps (the CPU profile's 512-token global batch) at a
+    median of 9,000 tokens/s over three processes (synthetic records): two ranks share the accumulation,
+    2 micro-steps each, and the efficiency divides by 9,000, the same global batch on one GPU."""
+    params, folder = _recipe_report(vocab_report, tmp_path)
     rec = ddp_launch.run_ddp(params, folder, nproc=2)
     assert rec["status"] == "ok", rec.get("reason")
     assert rec["micro_steps"] == 2 and rec["global_batch_tokens"] == 512 == params.evidence.global_batch_tokens
@@ -92,11 +99,36 @@ def test_with_a_recipe_ddp_keeps_its_global_batch_and_is_judged_against_it(vocab
     # over 4 ranks, one micro-step each: still GPT-2's batch a step, still the recipe's steps (reports/h100-x4's
     # 4-GPU job took the matrix's)
     assert ddp_launch.job_params(params, 2, 1, 4).run == r and ddp_launch.job_params(params, 2, 1, 2).run == params.run
-    three = ddp_launch.plan(params, folder, nproc=3, nnodes=1)["target"]  # 4 accumulation steps over 3 ranks
+    three = ddp_launch.plan(params, folder, nproc=3, nnodes=1)["target"]  # 4 × 2 sequences over 3 ranks
     assert (
-        three["micro_steps"] == 1
-        and "the recipe's 4 accumulation steps of B=2 do not divide among 3" in three["source"]
+        three["micro_steps"] == 1 and "the recipe's 4 × B=2 sequences a step do not divide among 3" in three["source"]
     )
+    # eight ranks: 4 accumulation steps do not divide among them, GPT-2's batch does (an 8-GPU host's B=128 × 4 recipe
+    # leaves each rank one micro-step of 64 sequences)
+    eight = ddp_launch.plan(params, folder, nproc=8, nnodes=1)["target"]
+    assert (eight["batch_size"], eight["micro_steps"], eight["tokens_per_s"]) == (1, 1, pytest.approx(9_000.0))
+    assert "do not divide among 8 ranks, so each rank runs B=1 × 1: GPT-2's batch still" in eight["source"]
+
+
+@pytest.mark.slow
+def test_eight_gloo_ranks_train_gpt2_s_batch_one_micro_step_each_against_the_one_gpu_recipe(vocab_report, tmp_path):
+    """An eight-GPU host's job played by eight gloo processes: the recipe's 4 micro-steps of B=2 become one sequence
+    a rank, every step still the whole 512-token batch, its efficiency over the recipe's one-GPU median."""
+    params, folder = _recipe_report(vocab_report, tmp_path)
+    rec = ddp_launch.run_ddp(params, folder, nproc=8, timeout_s=600)
+    assert rec["status"] == "ok", rec.get("reason")
+    assert (rec["world_size"], rec["batch_size"], rec["micro_steps"]) == (8, 1, 1)
+    assert rec["global_batch_tokens"] == 512 == params.evidence.global_batch_tokens
+    assert rec["scaling_efficiency"] == pytest.approx(rec["tokens_per_s"] / 8 / 9_000.0)
+    assert store.record_path(folder / "results", "ddp", 1, gpus=8).exists()
+    assert all(math.isfinite(v) for v in rec["losses"])
+
+
+def test_a_rank_s_share_of_the_recipe_keeps_its_micro_batch_where_the_steps_divide_else_the_largest_that_fits():
+    assert ddp_target.shared(128, 4, 2) == (128, 2) and ddp_target.shared(128, 4, 4) == (128, 1)
+    assert ddp_target.shared(128, 4, 8) == (64, 1)  # GPT-2's 512 sequences over 8 GPUs
+    assert ddp_target.shared(96, 6, 4) == (72, 2)  # 144 sequences a rank, micro-batches no larger than the recipe's
+    assert ddp_target.shared(128, 4, 3) is None  # 512 sequences do not divide among 3
 
 
 def test_on_one_device_the_multi_gpu_stage_is_not_applicable(tmp_path):

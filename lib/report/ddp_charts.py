@@ -3,6 +3,8 @@ several nodes (a real multi-node run, or two nodes rehearsed on one host) marked
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 
 from lib.report.charts import save, style
@@ -64,3 +66,43 @@ def plot_ddp_scaling(rep: Report):
     fig.suptitle("Data-parallel scaling against the one-GPU configuration it replicates", fontsize=10)
     fig.tight_layout()
     return save(fig, rep, "ddp_scaling")
+
+
+def plot_scaling_compare(reps: dict[str, Report], out_dir=None):
+    """The reports' scaling curves on one chart (a four-GPU host's beside an eight-GPU host's): each point's
+    efficiency against its own report's one-GPU configuration, several nodes marked apart. None without two reports
+    that measured DDP (the comparison's table says what each did)."""
+    curves = {name: scaling_curve(rep) for name, rep in reps.items()}
+    curves = {name: c for name, c in curves.items() if len(c) > 1}
+    if len(curves) < 2:
+        return None
+    plt = style()
+    fig, eff = plt.subplots(figsize=(6, 2.8))
+    eff.axhline(100, color="grey", lw=0.8, ls="--", label="ideal: 100 %")
+    counts = set()
+    for i, (name, curve) in enumerate(curves.items()):
+        one = [p for p in curve if p["nnodes"] == 1]
+        counts |= {p["gpus"] for p in curve}
+        eff.plot([p["gpus"] for p in one], [p["efficiency"] * 100 for p in one], marker="o", color=f"C{i}", label=name)
+        for p in (p for p in curve if p["nnodes"] > 1):
+            eff.plot(
+                p["gpus"],
+                p["efficiency"] * 100,
+                "s",
+                color=f"C{i}",
+                mfc="none",
+                label=f"{name}: {p['nnodes']} nodes of {p['gpus'] // p['nnodes']}",
+            )
+    eff.set_xscale("log", base=2)
+    eff.set_xticks(sorted(counts), [str(g) for g in sorted(counts)])
+    eff.minorticks_off()
+    eff.set_xlabel("GPUs")
+    eff.set_ylabel("scaling efficiency (%)")
+    low = min(p["efficiency"] * 100 for c in curves.values() for p in c)
+    eff.set_ylim(min(80, low - 5), 105)
+    eff.legend(frameon=False, fontsize=7, loc="lower left")
+    fig.tight_layout()
+    if out_dir is not None:
+        Path(out_dir).mkdir(parents=True, exist_ok=True)
+        fig.savefig(Path(out_dir) / "ddp_scaling_compare.png", bbox_inches="tight")
+    return fig

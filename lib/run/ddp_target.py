@@ -26,18 +26,39 @@ def recipe_target(params: Params, report_dir: Path, gpus: int, roomy) -> dict | 
     found = [json.loads(p.read_text()) for p in paths if p.exists()]
     timed = [r for r in found if r.get("status") == record.Status.OK]
     micro = params.micro_steps(batch)
-    if not timed or micro % gpus:
+    share = shared(batch, micro, gpus)
+    if not timed or share is None:
         return None
     spread = noise.spread([r["tokens_per_s"] for r in timed])
     title = stages.get(key).title
+    split = (
+        ""
+        if share == (batch, micro // gpus)
+        else f"; its {micro} accumulation steps of B={batch} do not divide among {gpus} ranks, so each rank runs "
+        f"B={share[0]} × {share[1]}: GPT-2's batch still, in smaller micro-batches"
+    )
     return {
         "stage": key,
-        "batch_size": batch,
-        "micro_steps": micro // gpus,
+        "batch_size": share[0],
+        "micro_steps": share[1],
         "tokens_per_s": spread["median"],
         "source": f"{title} at B={batch} × {micro} micro-steps on one GPU, GPT-2's "
-        f"{params.evidence.global_batch_tokens:,}-token batch (the recipe, {processes(spread['n'])})",
+        f"{params.evidence.global_batch_tokens:,}-token batch (the recipe, {processes(spread['n'])}){split}",
     }
+
+
+def shared(batch: int, micro: int, gpus: int) -> tuple[int, int] | None:
+    """(micro-batch, micro-steps) a rank runs so that `gpus` ranks train the recipe's batch × micro sequences a step:
+    the recipe's micro-batch with its steps shared where they divide among the ranks, else the largest micro-batch
+    up to the recipe's that divides each rank's share (eight ranks of a B=128 × 4 recipe: B=64 × 1); None where the
+    sequences themselves do not divide among the ranks."""
+    if micro % gpus == 0:
+        return batch, micro // gpus
+    if (batch * micro) % gpus:
+        return None
+    each = batch * micro // gpus
+    size = max(d for d in range(1, min(batch, each) + 1) if each % d == 0)
+    return size, each // size
 
 
 def unshared(params: Params, report_dir, gpus: int, best: dict | None) -> dict:
@@ -47,8 +68,8 @@ def unshared(params: Params, report_dir, gpus: int, best: dict | None) -> dict:
     micro = params.micro_steps(pick["batch_size"]) if pick else None
     if target["source"] and micro:
         why = (
-            f"the recipe's {micro} accumulation steps of B={pick['batch_size']} do not divide among {gpus} ranks"
-            if micro % gpus
+            f"the recipe's {micro} × B={pick['batch_size']} sequences a step do not divide among {gpus} ranks"
+            if shared(pick["batch_size"], micro, gpus) is None
             else "the recipe's configuration leaves too little device memory for DDP's buffers"
         )
         target["source"] += f"; not the recipe: {why}, so each rank runs this configuration at its own batch"
