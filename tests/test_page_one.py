@@ -176,3 +176,10 @@ def test_the_cpu_default_says_in_its_first_line_what_it_is(tmp_path):
     assert page_one.page_html(rep).startswith(f"<p class='cpu-note'><strong>{page_one.NOT_A_GPU}")
     rep.params.backend = "cuda"
     assert page_one.NOT_A_GPU not in page_one.page_html(rep)
+
+
+def test_a_leave_one_out_worth_says_it_was_timed_one_micro_step_a_step():
+    """Page 1's recipe row reads B=128 × 4; the ablation behind a lever's worth steps the optimizer every micro-batch
+    (B=128 × 1), where an optimizer-side lever (fused AdamW) is worth more than in the recipe: the cell says which."""
+    loo = {"worth": 0.0009, "batch": 128, "within_noise": True, "cannot_fit": False, "predicted": False}
+    assert page_one.worth_text({"leave_one_out": loo, "matrix": None}) == "+0.09 % at B=128 × 1, within noise"

@@ -169,8 +169,10 @@ def worth_text(row: dict) -> str:
             return f"needed to fit B={loo['batch']}" + (" (predicted)" if loo["predicted"] else "")
         if loo["worth"] is not None:
             noise = {True: ", within noise", None: ", not judged"}.get(loo["within_noise"], "")
-            # the noise floor is printed to two decimals: a worth judged against it is too (-0.76 % against 0.78 %)
-            return f"{fmt.signed_pct(loo['worth'], 2)} at B={loo['batch']}{noise}"
+            # the noise floor is printed to two decimals: a worth judged against it is too (-0.76 % against 0.78 %).
+            # "× 1": the ablation steps the optimizer every micro-batch, where the recipe's row says its accumulation
+            # (B=128 × 4): an optimizer-side lever's worth reads higher here than in the recipe.
+            return f"{fmt.signed_pct(loo['worth'], 2)} at B={loo['batch']} × 1{noise}"
     if m:
         noise = ", within noise" if m["within_noise"] else ""
         return f"{m['ratio']:.2f}× {stages.get(m['against']).title}, B={m['batch']}{noise}"
