@@ -120,6 +120,7 @@ def test_eight_gloo_ranks_train_gpt2_s_batch_one_micro_step_each_against_the_one
     assert (rec["world_size"], rec["batch_size"], rec["micro_steps"]) == (8, 1, 1)
     assert rec["global_batch_tokens"] == 512 == params.evidence.global_batch_tokens
     assert rec["scaling_efficiency"] == pytest.approx(rec["tokens_per_s"] / 8 / 9_000.0)
+    assert "so each rank runs B=1 × 1: GPT-2's batch still" in rec["efficiency_reference"]  # which, and why
     assert store.record_path(folder / "results", "ddp", 1, gpus=8).exists()
     assert all(math.isfinite(v) for v in rec["losses"])
 
