@@ -160,3 +160,24 @@ def test_a_lever_of_the_recipe_that_slows_it_beyond_noise_is_skipped(tmp_path, m
     assert _levers(d)["tf32"]["decision"] == decisions.SKIP
     rows[0]["within_noise"] = True
     assert _levers(d)["tf32"]["decision"] == decisions.NEUTRAL
+
+
+def test_a_recipe_lever_after_the_canonical_reference_is_spoken_for_by_the_whole_stack_s_test(tmp_path):
+    """reports/h100's page 1 read "divergence check passed, 30 steps" for torch.compile and the BF16 residual
+    stream, though the recipe's held-out test of its whole stack against the vocab stage covers them (a reader asked
+    for a quality test of the BF16 residual stream first). The levers after the canonical reference carry the stack's
+    verdict, with the stage whose test it is; those up to it (BF16 autocast) are the reference's own and do not."""
+    ms = {"fp32": 400.0, "bf16": 260.0, "vocab": 200.0, "compile": 120.0, "bf16_residual": 110.0, "loss_only": 100.0}
+    d, p = _folder(tmp_path, ms)
+    write_parity_test(d, p, "loss_only", lever_held=4.0, ref_held=4.0)
+    levers = _levers(d)
+    assert loader.load(d).decided["recipe"]["stage"] == "loss_only"
+    assert levers["loss_only"]["quality"]["verdict"] == "holds" and "stack" not in levers["loss_only"]["quality"]
+    for key in ("compile", "bf16_residual"):
+        assert levers[key]["quality"]["stack"] == {"verdict": "holds", "reference": "vocab", "via": "loss_only"}
+        assert levers[key]["quality"]["test"] == "divergence check"  # its own check stays beside it
+    assert "stack" not in (levers["bf16"]["quality"] or {})
+    # where that test finds the stack worse, the recipe leaves it, and no lever claims a test of another recipe's stack
+    write_parity_test(d, p, "loss_only", lever_held=4.5, ref_held=4.0)
+    assert loader.load(d).decided["recipe"]["stage"] != "loss_only"
+    assert not any("stack" in (r["quality"] or {}) for r in _levers(d).values())

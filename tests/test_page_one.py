@@ -183,3 +183,15 @@ def test_a_leave_one_out_worth_says_it_was_timed_one_micro_step_a_step():
     (B=128 × 1), where an optimizer-side lever (fused AdamW) is worth more than in the recipe: the cell says which."""
     loo = {"worth": 0.0009, "batch": 128, "within_noise": True, "cannot_fit": False, "predicted": False}
     assert page_one.worth_text({"leave_one_out": loo, "matrix": None}) == "+0.09 % at B=128 × 1, within noise"
+    # on page 1 a neutral lever's decision word says "within noise" already: its worth does not say it twice
+    assert page_one.worth_text({"leave_one_out": loo, "matrix": None}, noise_said=True) == "+0.09 % at B=128 × 1"
+
+
+def test_a_lever_the_whole_stack_s_test_covers_reads_that_verdict_and_where_its_evidence_is():
+    q = {
+        "test": "divergence check",
+        "verdict": "passed",
+        "steps": 30,
+        "stack": {"verdict": "holds", "via": "loss_only"},
+    }
+    assert page_one.quality_text(q) == "<strong>holds</strong> in Loss-only forward's whole-stack test"

@@ -11,6 +11,7 @@ import re
 from lib.core import stages
 from lib.report import formats as fmt
 from lib.report.loader import Report, code_commits, cut_short, ddp_not_measured
+from lib.results.decisions import NEUTRAL
 
 NOT_A_GPU = (
     "This is the CPU default: it runs every chapter of the pipeline on a tiny GPT to check that the pipeline works "
@@ -160,15 +161,16 @@ def recipe_table(rep: Report) -> str:
     )
 
 
-def worth_text(row: dict) -> str:
+def worth_text(row: dict, noise_said: bool = False) -> str:
     """A lever's worth: on top of the recipe (leave-one-out) where it is in it, else over its own stack in the matrix
-    (decisions._matrix_worth)."""
+    (decisions._matrix_worth). noise_said: its decision word already says it is within noise (page 1's neutral), so
+    the worth does not say it again."""
     loo, m = row["leave_one_out"], row["matrix"]
     if loo:
         if loo["cannot_fit"]:
             return f"needed to fit B={loo['batch']}" + (" (predicted)" if loo["predicted"] else "")
         if loo["worth"] is not None:
-            noise = {True: ", within noise", None: ", not judged"}.get(loo["within_noise"], "")
+            noise = {True: "" if noise_said else ", within noise", None: ", not judged"}.get(loo["within_noise"], "")
             # the noise floor is printed to two decimals: a worth judged against it is too (-0.76 % against 0.78 %).
             # "× 1": the ablation steps the optimizer every micro-batch, where the recipe's row says its accumulation
             # (B=128 × 4): an optimizer-side lever's worth reads higher here than in the recipe.
@@ -186,6 +188,9 @@ def quality_text(q: dict | None, whole_stack: bool = True, to_decide: bool = Tru
     it for the recipe's levers alone); to_decide: add the seeds that would decide it (not where Next says them)."""
     if q is None:
         return "no loss comparison"
+    if q.get("stack"):  # quality.cover_by_stack: the recipe's whole-stack test speaks for it (its row says how)
+        via = html.escape(stages.get(q["stack"]["via"]).title)
+        return f"<strong>{q['stack']['verdict']}</strong> in {via}'s whole-stack test"
     if q["test"] == "divergence check":
         if q["verdict"] == "passed within noise":
             return (
@@ -234,7 +239,7 @@ def lever_table(rep: Report) -> str:
         rows.append(
             f"<tr><td>{html.escape(row['title'])}</td>"
             f"<td><strong style='color:{colour}'>{label}</strong></td>"
-            f"<td>{worth_text(row)}</td><td>{quality}</td></tr>"
+            f"<td>{worth_text(row, noise_said=row['decision'] == NEUTRAL)}</td><td>{quality}</td></tr>"
         )
     batch, recipe = rep.decided["leave_one_out_batch"], rep.decided["recipe"]
     floor = rep.decided["noise_floor"]

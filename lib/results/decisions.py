@@ -231,6 +231,8 @@ def lever_rows(records: list[dict], df, params: Params, recipe: dict | None, loo
         row["over_recipe"] = _over(tps, key, recipe["stage"]) if recipe and key not in in_recipe else None
         row["decision"], row["reason"] = _decide(row, _not_run(key, df))
         out.append(row)
+    if recipe:
+        quality.cover_by_stack(out, recipe["stage"], decide.lineage(recipe["stage"]))
     return out
 
 

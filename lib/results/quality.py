@@ -83,3 +83,31 @@ def _canonical(c: dict | None) -> dict | None:
         "held_out": _bounds(c, "held_out"),
         "final": _bounds(c, "final"),
     }
+
+
+def whole_stack(q: dict | None) -> dict | None:
+    """The verdict of a stage's whole stack against the canonical reference, from its quality: its own parity test
+    where that was set against the canonical reference, else the full stack's check beside it; None without one."""
+    if not q or q["test"] != "parity":
+        return None
+    if not q["own_stack"]:
+        return {"verdict": q["verdict"], "reference": q["reference"]}
+    c = q.get("canonical")
+    return {"verdict": c["verdict"], "reference": c["reference"]} if c else None
+
+
+def cover_by_stack(rows: list[dict], recipe_stage: str, lineage: list[str]) -> None:
+    """A lever of the recipe added after the canonical reference (compile, fused AdamW, the BF16 residual stream)
+    with no parity test of its own is in the recipe's whole-stack test: its quality gets that verdict as `stack`
+    (with the stage whose test it is), beside its divergence check, so page 1 does not read a 30-step divergence
+    check as all that speaks for a lever the recipe's held-out test covers. Levers up to the canonical reference
+    are that reference's own: the whole-stack test says nothing of them."""
+    top = next((r for r in rows if r["stage"] == recipe_stage), None)
+    whole = whole_stack(top["quality"]) if top else None
+    if whole is None or whole["reference"] not in lineage:
+        return
+    after = set(lineage[lineage.index(whole["reference"]) + 1 :])
+    for r in rows:
+        q = r["quality"]
+        if r["in_recipe"] and r["stage"] != recipe_stage and r["stage"] in after and q and q["test"] != "parity":
+            q["stack"] = {**whole, "via": recipe_stage}
