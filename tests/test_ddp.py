@@ -48,6 +48,9 @@ def test_ddp_on_two_gloo_processes_gives_a_valid_row(ddp_run):
     assert rec["scaling_efficiency"] == pytest.approx(rec["per_gpu_tokens_per_s"] / single["tokens_per_s"])
     assert rec["one_rank_tokens_per_s"] > 0
     assert rec["one_rank_efficiency"] == pytest.approx(rec["per_gpu_tokens_per_s"] / rec["one_rank_tokens_per_s"])
+    # its memory is a sampled device peak like the single-GPU recipe's (reports/h100-x4's page 1 set a DDP row's
+    # memory in use after the steps under the recipe's NVML peak): none on a CPU, with why
+    assert rec["mem_device_sampled_peak_bytes"] is None and "NVML" in rec["mem_device_sampled_note"]
     # fresh processes by the repeats' rule: two, a third only where they differ beyond the tolerance
     runs = rec["process_runs"]
     assert rec["processes"]["n"] == len(runs) in (2, 3)
@@ -62,6 +65,14 @@ def test_ddp_on_two_gloo_processes_gives_a_valid_row(ddp_run):
     r = params.run
     assert len(rec["losses"]) == r.warmup_steps + r.timed_steps
     assert all(math.isfinite(v) for v in rec["losses"])
+
+
+def test_a_ddp_job_s_device_peak_is_its_largest_rank_s():
+    from lib.measure import ddp
+
+    note = {"mem_device_sampled_note": "peak of 40 readings"}
+    assert ddp.most_memory(note, [-1.0, 5e9, 6e9])["mem_device_sampled_peak_bytes"] == 6_000_000_000
+    assert ddp.most_memory(note, [-1.0, -1.0]) == {"mem_device_sampled_peak_bytes": None, **note}
 
 
 def _recipe_report(vocab_report, tmp_path):

@@ -195,3 +195,13 @@ def test_a_lever_the_whole_stack_s_test_covers_reads_that_verdict_and_where_its_
         "stack": {"verdict": "holds", "via": "loss_only"},
     }
     assert page_one.quality_text(q) == "<strong>holds</strong> in Loss-only forward's whole-stack test"
+
+
+def test_page_one_s_chart_says_its_bars_are_the_ladder_and_not_the_worth_in_the_recipe(tmp_path):
+    """A reader set reports/h100's vocabulary bar (×1.51 over flash attention, eager at B=16) against the table's
+    +3.55 % (left out of the compiled recipe) as a contradiction: the axis says which is which."""
+    from lib.report import waterfall_chart
+
+    fig = waterfall_chart.plot_waterfall(_report(tmp_path, tf32_ms=80.0))
+    label = fig.axes[0].get_xlabel()
+    assert "as each lever is added in turn" in label and "its worth in the recipe is the table's" in label

@@ -30,7 +30,7 @@ import torch.distributed as dist
 
 from lib.core import data, stages
 from lib.core.params import Params
-from lib.measure import clocks, compile_cache
+from lib.measure import clocks, compile_cache, energy
 from lib.measure.worker import memory
 from lib.results import stats, store
 from lib.train import step
@@ -75,12 +75,20 @@ def run(job: dict) -> dict | None:
     def one(i: int, sync: bool = True):
         losses.append(train(xs[i], ys[i], sync=sync))
 
+    # Each rank's device memory peak over the warm-up steps (NVML, a host thread; untimed, as the worker samples it),
+    # so the DDP row's memory is a peak like the single-GPU recipe's and not what stays in use after the steps.
+    sampler = energy.MemorySampler(
+        dev, torch.cuda.current_device() if dev == "cuda" else 0, span="the warm-up steps, the largest over the ranks"
+    )
+    sampler.start()
     t0 = time.perf_counter()
     one(0)  # the first step compiles (or loads from the cache): timed apart, as the worker does
     step.synchronize(dev)
     first_step_s = time.perf_counter() - t0
     for i in range(1, r.warmup_steps):
         one(i)
+    step.synchronize(dev)
+    peak = sampler.stop()
     timed = range(r.warmup_steps, r.warmup_steps + r.timed_steps)
     clock = clocks.ClockSampler(dev, local)
     clock.start()
@@ -90,7 +98,8 @@ def run(job: dict) -> dict | None:
     # The slowest rank sets the pace: gather every rank's median and keep the largest.
     # NCCL only moves device tensors (gloo takes CPU ones), so gather on the model's device.
     where = model.lm_head.weight.device
-    med = torch.tensor([float(np.median(synced)), float(np.median(local))], dtype=torch.float64, device=where)
+    own_peak = float(peak[energy.PEAK_KEY]) if peak[energy.PEAK_KEY] is not None else -1.0  # -1: not sampled
+    med = torch.tensor([float(np.median(synced)), float(np.median(local)), own_peak], dtype=torch.float64, device=where)
     gathered = [torch.zeros_like(med) for _ in range(world)]
     dist.all_gather(gathered, med)
     gathered = [g.cpu() for g in gathered]
@@ -135,8 +144,16 @@ def run(job: dict) -> dict | None:
     )
     rec["per_gpu_tokens_per_s"] = rec["tokens_per_s"] / world
     rec.update(memory(dev))
+    rec.update(most_memory(peak, [float(g[2]) for g in gathered]))
     stats.fill_loss(rec, r.final_loss_window)
     return rec
+
+
+def most_memory(own: dict, peaks: list[float]) -> dict:
+    """The record's sampled device peak: the largest of the ranks' (each -1 where its sampler had none), with rank 0's
+    note (how it was sampled, or why not); None where no rank sampled one."""
+    sampled = [p for p in peaks if p >= 0]
+    return {energy.PEAK_KEY: int(max(sampled)) if sampled else None, energy.NOTE_KEY: own[energy.NOTE_KEY]}
 
 
 if __name__ == "__main__":

@@ -39,7 +39,13 @@ def plot_waterfall(rep: Report):
     ax.set_ylim(len(steps) - 0.5, -0.5)
     ax.set_xlim(0, max(x["cumulative"] or 0 for x in steps) * 1.6)  # room for the longest label past its bar
     chained = "; hatched: chained" if any(not x.get("direct", True) for x in steps) else ""
-    ax.set_xlabel(f"× {steps[0]['title']}, as the matrix measures it at the batch named{chained}", fontsize=7)
+    # The ladder adds each lever to the stages before it (eager until torch.compile), so a bar is not the lever's worth
+    # in the recipe (the table's): the unpadded vocabulary costs 1.5x in eager at B=16 and 3.6 % in the compiled recipe
+    ax.set_xlabel(
+        f"× {steps[0]['title']} as each lever is added in turn, at the batch named{chained}; "
+        "its worth in the recipe is the table's",
+        fontsize=7,
+    )
     ax.tick_params(axis="x", labelsize=7)
     ax.grid(axis="y", visible=False)
     fig.tight_layout()
