@@ -632,3 +632,25 @@ def test_the_batch_sweep_table_is_kept_on_one_page_when_it_fits_one():
     # an A4 page holds 267 mm: under 240 mm, room for the table's header and two rows
     pages = _pdf_pages('<div style="height: 240mm"></div>' + batch_sweep_view.sweep_html(loader.load(H100_ARCHIVE)))
     assert [i for i, page in enumerate(pages) if any(isinstance(b, TableBox) for b in page.descendants())] == [1]
+
+
+@pytest.mark.slow
+def test_page_one_of_the_four_gpu_report_holds_its_next_experiment(tmp_path):
+    """reports/h100-x4's page 1 (the fullest: its DDP row and the note of what the sitting lacks) lost its Next to
+    page 2 when a worth cell grew a line (2026-11-27). Re-rendered from its records by this code, page 1 of the PDF
+    ends with page 1's last action; WeasyPrint lays out report.html as the export does."""
+    import shutil
+
+    from conftest import ROOT, describe_proc, run_cli
+    from weasyprint import HTML
+
+    from lib.report.page_one import PAGE_ONE_END
+
+    shutil.copytree(ROOT / "reports" / "h100-x4", tmp_path / "h100-x4")
+    proc = run_cli("render", GPU="h100-x4", REPORTS=tmp_path, timeout=600)
+    assert proc.returncode == 0, describe_proc(proc)
+    folder = tmp_path / "h100-x4"
+    html = (folder / "report.html").read_text(encoding="utf-8")
+    assert f"id='{PAGE_ONE_END}'><strong>Next</strong>" in html.replace('"', "'")
+    pages = HTML(filename=str(folder / "report.html"), base_url=str(folder)).render().pages
+    assert PAGE_ONE_END in pages[0].anchors, [p for p, page in enumerate(pages) if PAGE_ONE_END in page.anchors]

@@ -340,8 +340,14 @@ def page_html(rep: Report) -> str:
     return f"{first}<p class='provenance'>{provenance_line(rep)}</p>" + recipe_table(rep) + lever_table(rep)
 
 
+PAGE_ONE_END = "page-one-end"  # the id of page 1's last action: the PDF's page 1 must hold it (tests/test_report.py)
+
+
 def actions_html(rep: Report) -> str:
-    return "<ul class='actions'>" + "".join(f"<li>{a}</li>" for a in actions(rep)) + "</ul>"
+    items = actions(rep)
+    last = len(items) - 1
+    rows = "".join(f"<li id='{PAGE_ONE_END}'>{a}</li>" if i == last else f"<li>{a}</li>" for i, a in enumerate(items))
+    return f"<ul class='actions'>{rows}</ul>"
 
 
 def title_md(rep: Report) -> str:
