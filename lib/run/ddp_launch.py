@@ -156,8 +156,8 @@ def plan(params: Params, report_dir, nproc: int | None, nnodes: int) -> dict:
             and roomy(r)
         ]
         best = max(ran, key=lambda r: r["tokens_per_s"]) if ran else None
-    # GPT-2's global batch where the recipe measured it on one GPU and it divides among the ranks:
-    # the same configuration, micro-batch and tokens per optimizer step as its one-GPU reference.
+    # GPT-2's global batch where the recipe measured it on one GPU and its sequences divide among the ranks:
+    # the same configuration and tokens per optimizer step as its one-GPU reference (ddp_target.shared).
     gpus = (nproc or env["device"].get("count", 1)) * nnodes
     target = ddp_target.recipe_target(params, report_dir, gpus, roomy) or ddp_target.unshared(
         params, report_dir, gpus, best

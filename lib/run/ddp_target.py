@@ -16,8 +16,9 @@ from lib.run import recipe
 def recipe_target(params: Params, report_dir: Path, gpus: int, roomy) -> dict | None:
     """The recipe's recommended side (lib/run/recipe.py) as the DDP job's configuration: its stage and
     micro-batch, its accumulation steps shared among `gpus` ranks (so the optimizer step still sees
-    GPT-2's global batch), and its median tokens/s on one GPU as the reference. None where the recipe
-    has no timed side or its accumulation steps do not divide among the ranks."""
+    GPT-2's global batch; in smaller micro-batches where the steps do not divide, `shared`), and its median
+    tokens/s on one GPU as the reference. None where the recipe has no timed side or its sequences do not
+    divide among the ranks."""
     pick = recipe.recipe_config(params, report_dir)
     if pick is None or not roomy(pick):
         return None
@@ -62,8 +63,8 @@ def shared(batch: int, micro: int, gpus: int) -> tuple[int, int] | None:
 
 
 def unshared(params: Params, report_dir, gpus: int, best: dict | None) -> dict:
-    """The matrix's target where the recipe gives none, its source saying why where the recipe ran: its accumulation
-    steps do not divide among the ranks (or it left too little memory for DDP's buffers)."""
+    """The matrix's target where the recipe gives none, its source saying why where the recipe ran: its sequences a
+    step do not divide among the ranks (or it left too little memory for DDP's buffers)."""
     target, pick = matrix_target(best, params), recipe.recipe_config(params, report_dir)
     micro = params.micro_steps(pick["batch_size"]) if pick else None
     if target["source"] and micro:
