@@ -13,7 +13,7 @@ from conftest import describe_proc, make_record, read_json, run_cli, write_repor
 from lib.core import config, record, stages
 from lib.core.params import Params
 from lib.report import claim_params, claims, compare, compare_summary, compare_view, ddp_charts, loader, rules
-from lib.results import decide, stats, store
+from lib.results import decide, decisions, stats, store
 
 PEAKS = {"fp32": 10.0, "tf32": 40.0, "bf16": 80.0, "fp8": 160.0}  # a synthetic datasheet, TFLOP/s
 
@@ -442,29 +442,31 @@ def test_code_commits_and_parity_rules_that_differ_are_flagged_and_keep_the_hard
     assert "No version skew" not in compare_view.skew_html(reps)
 
 
-def test_each_gpus_decision_on_every_lever_is_named_with_its_reason_and_differences_called_out(tmp_path, monkeypatch):
-    """The comparison said '13 of 13 stages differ: the hardware's' and never that one GPU had kept a lever out that
-    the other adopted. Each lever now has each GPU's decision and its report's reason; a lever decided differently
-    is named."""
+def test_the_comparisons_word_for_each_lever_is_each_reports_own_decision(tmp_path):
+    """compare-h100-h200 said every lever "is decided alike" and showed TF32, neutral on both GPUs, as "adopted": the
+    comparison re-derived adoption with a rule of its own (compare.lever_decision). It now repeats each report's
+    decisions (decisions.json, computed once by lib/results/decisions.py), and a lever decided differently is named."""
     _fake_report(tmp_path, "gpua", "2.11.0", 1.5)
     _fake_report(tmp_path, "gpub", "2.11.0", 1.5)
     reps = compare.load_all(["gpua", "gpub"], tmp_path)
     t = compare.decisions_table(reps)
-    assert not t["differs"].any() and set(t["gpua adopted"]) <= {True, False, None}
-    assert "decided alike" in compare_view.decisions_html(reps)
-    best = {n: loader.recommended(rep) for n, rep in reps.items()}
-    kept, why = compare.lever_decision(reps["gpua"], best["gpua"]["stage"], best["gpua"])
-    assert kept is True and why.startswith("adopted")
-    # gpub recommends an earlier stage: the levers after it are kept out there, with the reason its report gives.
-    earlier = reps["gpub"].stage_order[2]
-    original = loader.recommended
-    monkeypatch.setattr(
-        loader, "recommended", lambda rep: {**original(rep), "stage": earlier} if rep is reps["gpub"] else original(rep)
-    )
+    for n, rep in reps.items():
+        own = {r["stage"]: (r["decision"], r["reason"] or "") for r in rep.decided["levers"]}
+        for row in t.to_dict("records"):
+            assert (row[f"{n} decision"], row[f"{n} why"]) == own.get(row["key"], (None, "not measured")), row
+    assert not t["differs"].any() and "decided alike" in compare_view.decisions_html(reps)
+    # gpub's report decides one lever otherwise: the comparison says so, in gpub's own words and label
+    key = next(r["stage"] for r in reps["gpua"].decided["levers"] if r["decision"] != decisions.SKIP)
+    flipped = [
+        {**r, "decision": decisions.SKIP, "reason": "slower"} if r["stage"] == key else r
+        for r in reps["gpub"].decided["levers"]
+    ]
+    reps["gpub"].__dict__["decided"] = {**reps["gpub"].decided, "levers": flipped}
     t = compare.decisions_table(reps)
-    later = t[t["stage"] == stages.get(best["gpua"]["stage"]).title].iloc[0]
-    assert later["differs"] and later["gpua adopted"] and not later["gpub adopted"]
-    assert later["gpub why"].startswith(("not in the recommended configuration", "slower"))
+    row = t[t["key"] == key].iloc[0]
+    assert row["differs"] and row["gpub decision"] == decisions.SKIP and row["gpub why"] == "slower"
+    text = compare_view.decisions_html(reps)
+    assert f"decide differently on {stages.get(key).title}" in text and ">skip</strong>" in text
 
 
 def test_a_lever_the_gpus_decide_differently_sets_their_parity_tests_side_by_side():

@@ -336,24 +336,13 @@ def ddp_table(reps) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def lever_decision(rep: loader.Report, key: str, best: dict | None) -> tuple[bool | None, str]:
-    """(adopted, in words why) for one lever stage in one report: adopted where the recommended configuration has
-    its switches; else why not, from the report's own evidence (its parity test, its divergence check, its speed)."""
-    if key not in rep.stage_order or best is None:
+def lever_decision(rep: loader.Report, key: str) -> tuple[str | None, str]:
+    """(decision, reason) for one lever stage in one report, as its decisions.json holds them (the results layer
+    decides once; the comparison repeats each report's own words and judges nothing)."""
+    row = next((r for r in rep.decided["levers"] if r["stage"] == key), None)
+    if row is None:
         return None, "not measured"
-    st, prev = stages.get(key), stages.get(decide.previous_stage(key) or key)
-    mine = {k: v for k, v in st.identity().items() if k not in ("key", "peak")}
-    lever = {k: v for k, v in mine.items() if prev.identity().get(k) != v}
-    have = stages.get(best["stage"]).identity()
-    if lever and all(have.get(k) == v for k, v in lever.items()):
-        return True, "adopted: in the recommended configuration"
-    if why := parity_view.loss_reason(rep, key):
-        return False, why
-    effect = decide.lever_effect(rep.df, key)
-    if effect["median"] is None:
-        return False, "not timed"
-    basis = f"{loader.span(effect['values'].values)} of {stages.get(effect['previous']).title}"
-    return False, ("slower: " if effect["median"] < 1 else "not in the recommended configuration: ") + basis
+    return row["decision"], row["reason"] or ""
 
 
 def parity_tests(reps: dict[str, loader.Report], key: str) -> dict[str, dict]:
@@ -364,14 +353,14 @@ def parity_tests(reps: dict[str, loader.Report], key: str) -> dict[str, dict]:
 
 
 def decisions_table(reps: dict[str, loader.Report]) -> pd.DataFrame:
-    """One row per lever stage after the baseline: each GPU's decision and its reason, and whether they differ."""
-    best = {n: loader.recommended(rep) for n, rep in reps.items()}
+    """One row per lever stage after the baseline: each GPU's decision and its reason (each report's decisions),
+    and whether the decisions differ."""
     order = [k for k in stages.single_gpu(stages.ORDER)[1:] if any(k in rep.stage_order for rep in reps.values())]
     rows = []
     for key in order:
         row = {"key": key, "stage": stages.get(key).title}
         for n, rep in reps.items():
-            row[f"{n} adopted"], row[f"{n} why"] = lever_decision(rep, key, best[n])
-        row["differs"] = len({row[f"{n} adopted"] for n in reps} - {None}) > 1
+            row[f"{n} decision"], row[f"{n} why"] = lever_decision(rep, key)
+        row["differs"] = len({row[f"{n} decision"] for n in reps} - {None}) > 1
         rows.append(row)
     return pd.DataFrame(rows)

@@ -10,6 +10,7 @@ import pandas as pd
 
 from lib.core import config, record, stages
 from lib.report import claims, compare, fidelity_view, loader
+from lib.report import formats as fmt
 from lib.report.claim_judge import CSS, NOT_APPLICABLE
 from lib.results import machine_spread, parity
 from lib.report.compare import (
@@ -324,15 +325,16 @@ def decisions_html(reps) -> str:
     t, names = decisions_table(reps), list(reps)
     if t.empty:
         return ""
-    word = {True: '<span class="ok">adopted</span>', False: '<span class="warn">kept out</span>', None: "—"}
+
+    def cell(decision: str | None, why: str) -> str:
+        if decision is None:
+            return "<td>—</td>"
+        label, colour = fmt.DECISIONS[decision]
+        return f"<td><strong style='color:{colour}'>{label}</strong><br><small>{html.escape(why)}</small></td>"
+
     body = ""
     for r in t.to_dict("records"):
-        cells = "".join(
-            f"<td>{word[r[f'{n} adopted']]}"
-            + ("" if r[f"{n} adopted"] else f"<br><small>{html.escape(r[f'{n} why'])}</small>")
-            + "</td>"
-            for n in names
-        )
+        cells = "".join(cell(r[f"{n} decision"], r[f"{n} why"]) for n in names)
         body += f"<tr><td>{html.escape(r['stage'])}</td>{cells}</tr>"
     head = "".join(f"<th>{n}</th>" for n in names)
     differ = [r["stage"] for r in t.to_dict("records") if r["differs"]]
