@@ -3,13 +3,15 @@ matched to the device, with a warning on software skew and a clear message where
 
 from __future__ import annotations
 
+import functools
 import json
+import re
 
 import pytest
 from conftest import make_record, tiny_params, write_report_dir
 
 from lib import optimal
-from lib.core import stages
+from lib.core import paths, stages
 from lib.core.params import Params
 from lib.report import loader, recommendation
 from lib.results import store
@@ -105,3 +107,33 @@ def test_a_report_whose_params_name_no_global_batch_still_gets_its_recommendatio
     (d / "params.json").write_text(json.dumps(params))
     rec = recommendation.write(loader.load(d))
     assert rec["stage"] == "tf32" and rec["accumulation_steps"] is None and rec["micro_batch"]
+
+
+@pytest.mark.parametrize(("folder", "gpus"), [("h100", 1), ("h100-x4", 4)])
+def test_recommended_json_is_the_recipe_the_host_trains_with_at_the_global_batch(folder, gpus):
+    """reports/h100-x4's recommended.json described 4 GPUs x B=128 x 4 accumulation steps at its top level, four
+    times GPT-2's batch (the DDP setting sat in a nested list). The top level is now what the host trains with:
+    micro-batch x accumulation x GPUs x T = the global batch, on every GPU of the host where DDP was measured; the
+    one-GPU recipe stands beside it."""
+    rep = loader.load(paths.ROOT / "reports" / folder)
+    rec = recommendation.record(rep)
+    assert rec["gpus"] == gpus
+    assert rec["micro_batch"] * rec["accumulation_steps"] * rec["gpus"] * rec["seq_len"] == rec["global_batch_tokens"]
+    one = rec["one_gpu"]
+    assert one["gpus"] == 1 and one["micro_batch"] * one["accumulation_steps"] * rec["seq_len"] == 524_288
+    host = rep.decided["recipe"]["host"]
+    expected = host["tokens_per_s"] if host else rep.decided["recipe"]["tokens_per_s"]
+    assert rec["measured"]["tokens_per_s"] == expected
+
+
+def test_the_readmes_python_blocks_run_against_the_cpu_pipelines_report(pipeline_ok, monkeypatch, capsys):
+    """README's example read cfg["global_batch"], a key recommended.json no longer had (KeyError for a new user).
+    Every ```python block of README.md now runs here, on this machine's report of the CPU default."""
+    blocks = re.findall(r"```python\n(.*?)```", (paths.ROOT / "README.md").read_text(), re.S)
+    assert blocks
+    monkeypatch.setattr(
+        optimal, "optimal_config", functools.partial(optimal.optimal_config, reports=pipeline_ok.reports)
+    )
+    for block in blocks:
+        exec(compile(block, "README.md", "exec"), {})
+    assert capsys.readouterr().out.strip()

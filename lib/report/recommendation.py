@@ -10,7 +10,8 @@ from lib.report.loader import Report, code_commits
 from lib.results import decide, decisions, store
 
 FILE = "recommended.json"
-SCHEMA = 2  # 2: one answer, the recipe (micro_batch, accumulation_steps); 1 carried batch_size beside it
+SCHEMA = 3  # 3: the top level is the host's recipe (gpus x micro_batch x accumulation_steps), one_gpu beside it;
+# 2 held the one-GPU recipe at the top level on every host; 1 carried batch_size beside it
 SOFTWARE = ("torch", "cuda", "cudnn", "cublas", "driver", "python", "hip")
 
 
@@ -23,38 +24,59 @@ def applied_switches(key: str) -> list[str]:
 
 
 def record(rep: Report) -> dict | None:
-    """The recommendation as recommended.json holds it: the recipe of the report's decisions (one stage, one
-    micro-batch, its accumulation steps at the global batch), its switches and code, what it measured, and the
-    software and code it was measured with; None where the report has no recipe."""
+    """The recommendation as recommended.json holds it: the recipe of the report's decisions as the host trains it
+    (one stage; GPUs x micro-batch x accumulation steps at the global batch, and the one-GPU recipe beside it), its
+    switches and code, what it measured, and the software and code it was measured with; None where no recipe."""
     r = rep.decided["recipe"]
     if r is None:
         return None
     st = stages.get(r["stage"])
     switches = {k: v for k, v in st.identity().items() if k not in ("key", "peak")}
-    alone = r["micro_batch_alone"]
+    alone, host = r["micro_batch_alone"], r["host"]
+    one_gpu = {
+        "gpus": 1,
+        "micro_batch": r["micro_batch"],
+        "accumulation_steps": r["accumulation"],
+        "tokens_per_s": r["tokens_per_s"],
+        "as_trained": r["measured_as_trained"],
+        "range": [r["recipe"]["lo"], r["recipe"]["hi"]] if r["recipe"] else [alone["lo"], alone["hi"]],
+        "processes": (r["recipe"] or alone)["n"],
+        "vs_canonical": r["ratio"],
+        "mfu_bf16": r["mfu_bf16"],
+        "mem_allocator_bytes": r["mem_allocator_bytes"],
+        "mem_device_peak_bytes": r["mem_device_peak_bytes"],
+    }
+    # The top level is what a team trains with on this host: every GPU of it where DDP was measured (the recipe's
+    # `host` point, micro-batch x accumulation x GPUs = the global batch), else the one-GPU recipe.
+    trains = (
+        {
+            "gpus": host["gpus"],
+            "micro_batch": host["micro_batch"],
+            "accumulation_steps": host["accumulation"],
+            "tokens_per_s": host["tokens_per_s"],
+            "as_trained": True,
+            "efficiency": host["efficiency"],
+            "mfu_bf16": host["mfu_bf16"],
+            "mem_device_peak_bytes": host["mem_device_peak_bytes"],
+        }
+        if host
+        else one_gpu
+    )
     return {
         "schema": SCHEMA,
         "profile": rep.params.name,
         "device": rep.env["device"].get("name"),
-        "gpus": rep.env["device"].get("count") or 1,
+        "gpus": trains["gpus"],
         "stage": st.key,
         "title": st.title,
         "switches": switches,
         "code": applied_switches(st.key),
-        "micro_batch": r["micro_batch"],
-        "accumulation_steps": r["accumulation"],
+        "micro_batch": trains["micro_batch"],
+        "accumulation_steps": trains["accumulation_steps"],
         "seq_len": r["seq_len"],
         "global_batch_tokens": r["global_batch_tokens"],
-        "measured": {
-            "tokens_per_s": r["tokens_per_s"],
-            "as_trained": r["measured_as_trained"],
-            "range": [r["recipe"]["lo"], r["recipe"]["hi"]] if r["recipe"] else [alone["lo"], alone["hi"]],
-            "processes": (r["recipe"] or alone)["n"],
-            "vs_canonical": r["ratio"],
-            "mfu_bf16": r["mfu_bf16"],
-            "mem_allocator_bytes": r["mem_allocator_bytes"],
-            "mem_device_peak_bytes": r["mem_device_peak_bytes"],
-        },
+        "measured": {k: v for k, v in trains.items() if k not in ("gpus", "micro_batch", "accumulation_steps")},
+        "one_gpu": one_gpu,
         "ddp": r["ddp"],
         "software": {
             **{k: rep.env.get(k) for k in SOFTWARE if rep.env.get(k) is not None},
