@@ -597,3 +597,22 @@ def test_the_recipe_at_gpt2s_batch_is_compared_with_the_canonical_trainer_on_eac
 def test_the_environment_table_says_what_its_measurement_method_is():
     """The comparison's environment table printed 'measurement method 2' and never said what 2 is."""
     assert set(record.METHODS) >= {1, record.METHOD}
+
+
+def test_the_comparison_lays_out_each_gpus_lead_in_parts_from_its_decisions(tmp_path):
+    """Each GPU's lead over its canonical trainer, in the parts its decisions.json gives, side by side."""
+    for name in ("gpua", "gpub"):
+        _fake_report(tmp_path, name, "2.11.0", 1.5)
+    reps = compare.load_all(["gpua", "gpub"], tmp_path)
+    for rep in reps.values():
+        rep.__dict__["decided"] = {
+            **rep.decided,
+            "recipe": {**(rep.decided["recipe"] or {}), "ratio": 1.1},
+            "beyond_canonical": {
+                "canonical_stage": "compile",
+                "levers": [{"stage": "loss_only", "title": "Loss-only forward", "ratio": 1.0732, "batch": 4}],
+                "rest": 1.1 / 1.0732,
+            },
+        }
+    text = compare_summary.lead_html(reps)
+    assert text.count("1.073×") == 2 and text.count("1.100×") == 2 and "Loss-only forward" in text

@@ -10,6 +10,7 @@ import pandas as pd
 
 from lib.core import stages
 from lib.report import compare, frontier_view, loader
+from lib.report import formats as fmt
 from lib.report.compare import decisions_table
 from lib.report.compare_view import NOT_MEASURED_CELL, spread_words, verdict_words
 
@@ -76,6 +77,38 @@ def recipe_html(reps) -> str:
         f"({stages.get(ev.baseline.stage).title} at B={ev.baseline.batch_size} in a plain nanoGPT-form loop), in "
         f"the same sitting; {frontier_view.RECIPE_BASIS}; medians over processes, their range beside them. Spread "
         f"between machines of one kind: {spread_words(list(compare.machine_spreads(reps).values()))}.</p>"
+    )
+
+
+def lead_html(reps) -> str:
+    """Each GPU's lead over its canonical trainer in parts (decisions.beyond_canonical): the levers the recipe adds
+    after the canonical trainer's stage, each by its matrix ratio, and the rest; where two GPUs' leads differ, the
+    columns show which part moved."""
+    parts = {n: rep.decided.get("beyond_canonical") for n, rep in reps.items()}
+    parts = {n: p for n, p in parts.items() if p}
+    if not parts:
+        return ""
+    titles = list(dict.fromkeys(lv["title"] for p in parts.values() for lv in p["levers"]))
+
+    def part(p: dict, title: str) -> str:
+        lv = next((lv for lv in p["levers"] if lv["title"] == title), None)
+        return f"{fmt.times(lv['ratio'], 3)} <small>B={lv['batch']}</small>" if lv else "—"
+
+    body = "".join(
+        f"<tr><td>{n}</td><td>{fmt.times(reps[n].decided['recipe']['ratio'], 3)}</td>"
+        + "".join(f"<td>{part(p, t)}</td>" for t in titles)
+        + f"<td>{fmt.times(p['rest'], 3)}</td></tr>"
+        for n, p in parts.items()
+    )
+    head = "".join(f"<th>{html.escape(t)}</th>" for t in titles)
+    canonical = stages.get(next(iter(parts.values()))["canonical_stage"]).title
+    return (
+        f'<table class="matrix keep-together"><thead><tr><th>GPU</th><th>× canonical</th>{head}<th>the rest</th>'
+        f"</tr></thead><tbody>{body}</tbody></table>"
+        f'<p class="note">The recipe\'s lead over the canonical trainer in parts, which multiply to it: each lever the '
+        f"recipe adds after {canonical} (the canonical trainer's stage), by its speed-up over the stage before it in "
+        "the matrix at the batch named; the rest is the recipe's micro-batch and accumulation steps, and this "
+        "harness against the plain loop.</p>"
     )
 
 

@@ -21,8 +21,8 @@ def gib(v) -> str:
     return "n/a" if v is None or pd.isna(v) else f"{v / GiB:.2f}"
 
 
-def times(v) -> str:
-    return "" if v is None or pd.isna(v) else f"{v:.2f}×"
+def times(v, digits: int = 2) -> str:
+    return "" if v is None or pd.isna(v) else f"{v:.{digits}f}×"
 
 
 def pct(v, digits=1) -> str:

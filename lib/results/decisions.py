@@ -303,6 +303,21 @@ def waterfall(df, recipe: dict | None, first: str) -> list[dict]:
     return [{**head, "direct": True}, *out]
 
 
+def beyond_canonical(wf: list[dict], recipe: dict | None) -> dict | None:
+    """The recipe's lead over the canonical trainer in parts: each lever the recipe adds after the canonical trainer's
+    stage, by its ratio in the waterfall (the matrix, over the stage before it), and the rest (the recipe's micro-batch
+    and accumulation, and the harness against the plain loop) as what the measured ratio leaves over their product.
+    Where two GPUs' leads differ, these parts say which lever's share moved."""
+    if not recipe or not recipe.get("ratio") or not recipe.get("canonical"):
+        return None
+    after = [k for k in decide.lineage(recipe["stage"]) if k not in decide.lineage(recipe["canonical"]["stage"])]
+    parts = [
+        {k: w[k] for k in ("stage", "title", "ratio", "batch")} for w in wf if w["stage"] in after and w.get("ratio")
+    ]
+    product = float(np.prod([p["ratio"] for p in parts])) if parts else 1.0
+    return {"canonical_stage": recipe["canonical"]["stage"], "levers": parts, "rest": recipe["ratio"] / product}
+
+
 def next_experiment(levers_: list[dict], recipe: dict | None, parity_batch: int | None) -> dict | None:
     """What to measure next: the fastest lever not yet decided whose quality test a stated number of seeds could
     decide, or that no test has tried (its test with the seeds its spread asks for, else the sequential test's looks),
@@ -375,6 +390,7 @@ def compute(records: list[dict], evidence: dict, params: Params, env: dict, pric
     loo = leave_one_out(records, evidence.get("ablation") or [])
     checks = parity.checks(records, params.evidence)
     levers_ = lever_rows(records, df, params, recipe, loo, checks)
+    wf = waterfall(df, recipe, order[0])
     full = loo[0]
     left = parity.left_to_full_depth(checks, params)
     return {
@@ -384,7 +400,8 @@ def compute(records: list[dict], evidence: dict, params: Params, env: dict, pric
         "recipe": recipe,
         "levers": sorted(levers_, key=lambda r: DECISION_ORDER.index(r["decision"])),
         "leave_one_out_batch": full["batch_size"] if full else None,
-        "waterfall": waterfall(df, recipe, order[0]),
+        "waterfall": wf,
+        "beyond_canonical": beyond_canonical(wf, recipe),
         "next": next_experiment(levers_, recipe, params.evidence.parity_batch or (recipe or {}).get("micro_batch")),
         "noise_floor": noise.decision_floor(records, decide.throughputs(records)),
         # the levers whose quality test this depth left to DEPTH=full, and the lever that did not hold beside them
