@@ -31,10 +31,10 @@ TEST_IMPORTS := pytest ruff
 # the lever packages' modules, from the stage registry (lib/core/stages.py needs only the standard library)
 LEVER_IMPORTS = $(shell PYTHONPATH=$(CURDIR) $(PYTHON) -m lib.core.stages modules)
 
-.PHONY: help setup report test test-fast lab wheelhouse pdf render compare clean
+.PHONY: help setup report test test-fast lab wheelhouse pdf render compare clean corpus-long
 help:  ## this list
 	@grep -E '^[a-z-]+:.*## ' $(firstword $(MAKEFILE_LIST)) | sed -E 's/^([a-z-]+):.*## /  make \1\t/' | expand -t 16
-	@echo "options of make report: GPU=h100 MODEL=gpt2-xl BATCHES=\"16 32\" STAGES=\"fp32 vocab ddp\" CHAPTERS=\"batch_sweep autotune\" DEPTH=full PRICE_PER_GPU_HOUR=2.49 MEASURE_ONLY=1 FORCE=1 OVERRIDE=1 REPORTS=dir NNODES=2 NODE_RANK=0 RDZV=host:port"
+	@echo "options of make report: GPU=h100 MODEL=gpt2-xl BATCHES=\"16 32\" STAGES=\"fp32 vocab ddp\" CHAPTERS=\"batch_sweep autotune\" DEPTH=full PRICE_PER_GPU_HOUR=2.49 MEASURE_ONLY=1 MEASURE_FOR=480 COMPILE_CACHE=dir FORCE=1 OVERRIDE=1 REPORTS=dir NNODES=2 NODE_RANK=0 RDZV=host:port"
 
 # A bad input of `make report` (profile, batch sizes, stages, reports folder) stops make itself,
 # so its one-line reason is the last thing printed (a failing recipe would add make's own
@@ -118,6 +118,12 @@ lab: setup  ## JupyterLab: the chapter template, the summary, and every report's
 	  if [ "$(ENV_MODE)" = existing ]; then $(PYTHON) -m pip install --quiet --target .deps jupyterlab $(PIP_QUIET); \
 	  else .venv/bin/python -m pip install --quiet jupyterlab $(PIP_QUIET); fi; }
 	$(PY) -m jupyterlab --ServerApp.root_dir=. $$([ "$$(id -u)" = 0 ] && echo --allow-root)
+
+# The long quality test's corpus (lib/core/long_corpus.py): pinned Debian packages fetched with apt-get,
+# checked by sha256, tokenized into data/long/ (about 20 MiB, xz). Only the long test reads it; data/
+# travels to an offline GPU host like wheelhouse/ does.
+corpus-long: setup  ## the long quality test's corpus into data/long/ (apt-get; copy data/ to an offline GPU host)
+	@$(PY) -m lib.core.long_corpus
 
 # Wheels for an offline host with its own PyTorch: every package of requirements-host.txt and
 # its dependencies, and the lever packages of requirements-levers.txt (no dependencies), for WHEEL_PYTHON on manylinux x86-64. HOST_FREEZE=<file of 'name' or

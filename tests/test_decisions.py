@@ -9,7 +9,7 @@ import json
 from conftest import make_record, tiny_params, write_parity_test, write_report_dir
 
 from lib.report import loader, recommendation
-from lib.results import decide, decisions, store
+from lib.results import decide, decisions, store, waterfall
 
 LOSSES = [5.0] * 6
 
@@ -185,7 +185,7 @@ def test_a_recipe_lever_after_the_canonical_reference_is_spoken_for_by_the_whole
 
 def test_the_recipes_lead_over_the_canonical_trainer_multiplies_from_its_parts():
     """reports/h200's recipe led its canonical trainer by 1.059x where reports/h100's led by 1.107x, and nothing said
-    which part moved. decisions.beyond_canonical gives each lever the recipe adds after the canonical trainer's stage
+    which part moved. waterfall.beyond_canonical gives each lever the recipe adds after the canonical trainer's stage
     (its waterfall ratio) and the rest; their product is the measured ratio, and only levers after that stage count."""
     wf = [
         {"stage": "fp32", "title": "FP32", "ratio": 1.0, "batch": None},
@@ -194,8 +194,8 @@ def test_the_recipes_lead_over_the_canonical_trainer_multiplies_from_its_parts()
         {"stage": "loss_only", "title": "Loss-only forward", "ratio": 1.02, "batch": 4},
     ]
     recipe = {"stage": "loss_only", "ratio": 1.08, "canonical": {"stage": "compile"}}
-    parts = decisions.beyond_canonical(wf, recipe)
+    parts = waterfall.beyond_canonical(wf, recipe)
     assert [p["stage"] for p in parts["levers"]] == ["bf16_residual", "loss_only"]
     product = parts["rest"] * 1.05 * 1.02
     assert abs(product - 1.08) < 1e-12 and parts["canonical_stage"] == "compile"
-    assert decisions.beyond_canonical(wf, {**recipe, "ratio": None}) is None  # no canonical trainer measured
+    assert waterfall.beyond_canonical(wf, {**recipe, "ratio": None}) is None  # no canonical trainer measured

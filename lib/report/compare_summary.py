@@ -81,7 +81,7 @@ def recipe_html(reps) -> str:
 
 
 def lead_html(reps) -> str:
-    """Each GPU's lead over its canonical trainer in parts (decisions.beyond_canonical): the levers the recipe adds
+    """Each GPU's lead over its canonical trainer in parts (waterfall.beyond_canonical): the levers the recipe adds
     after the canonical trainer's stage, each by its matrix ratio, and the rest; where two GPUs' leads differ, the
     columns show which part moved."""
     parts = {n: rep.decided.get("beyond_canonical") for n, rep in reps.items()}

@@ -1,5 +1,5 @@
 """Page 1's chart: the cumulative speed-up from the first stage to the recipe's, lever by lever, coloured by each
-lever's decision (decisions.waterfall and the lever table's decisions)."""
+lever's decision (results.waterfall.waterfall and the lever table's decisions)."""
 
 from __future__ import annotations
 
