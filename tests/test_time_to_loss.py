@@ -175,3 +175,15 @@ def test_at_the_boundary_the_rule_keeps_its_stated_error_rate(side):
     draws = cost + 0.02 * rng.standard_normal((2000, 8))
     rate = np.mean([ttl.judge(1.05, noise, steps, losses, h, d, confidence).decision == side for d in draws])
     assert rate == pytest.approx((1 - confidence) / 2, abs=0.012)
+
+
+def test_a_zero_loss_cost_is_the_horizon_itself_also_where_the_reference_stopped_improving():
+    """On the CPU default's long test the reference's held-out loss rose after a third of its run (a tiny model
+    overfitting its text); the smoothed curve ended in one flat block, and a lever with no loss cost at all was
+    priced at that block's middle step (progress 0.6, a net worth of -37 %). A zero cost is now the horizon itself,
+    and a small cost on a flat end only moves the lever back to where the curve last had that loss."""
+    steps = np.arange(1, 11) * 100.0
+    loss = np.array([6.2, 5.2, 5.18, 5.35, 5.41, 5.51, 5.56, 5.63, 5.69, 5.71])  # falls, then rises
+    assert ttl.steps_behind(steps, loss, 1000, 0.0) == pytest.approx(1.0)
+    assert 0.0 < ttl.steps_behind(steps, loss, 1000, 0.01) < 1.0
+    assert ttl.steps_behind(steps, loss, 1000, -0.01) > 1.0  # a lever that lowers the loss gets there sooner

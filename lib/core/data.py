@@ -201,10 +201,14 @@ def verify() -> dict:
 
 
 def load_tokens(vocab_size: int = 50257) -> np.ndarray:
-    """The corpus as GPT-2 token ids. A smaller `vocab_size` (the CPU default's tiny GPT) keeps
+    """The corpus as GPT-2 token ids (shrink_vocab for a smaller `vocab_size`)."""
+    return shrink_vocab(np.load(DATA_DIR / "tokens.npy", mmap_mode="r"), vocab_size)
+
+
+def shrink_vocab(tokens: np.ndarray, vocab_size: int) -> np.ndarray:
+    """GPT-2 token ids in a vocabulary of `vocab_size`. A smaller one (the CPU default's tiny GPT) keeps
     the vocab_size - 1 most frequent tokens, renumbered by frequency, and maps every other token
     to one last id: a real, smaller vocabulary, so the lm_head stays small on a CPU."""
-    tokens = np.load(DATA_DIR / "tokens.npy", mmap_mode="r")
     if vocab_size >= EOT + 1:
         return tokens
     counts = np.bincount(tokens, minlength=EOT + 1)
@@ -239,15 +243,23 @@ def split(tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def device_batches(
-    params: Params, batch_size: int, steps: int, dev: str, held_out: bool = False, skip: int = 0, start: int = 0
+    params: Params,
+    batch_size: int,
+    steps: int,
+    dev: str,
+    held_out: bool = False,
+    skip: int = 0,
+    start: int = 0,
+    tokens: np.ndarray | None = None,
 ):
     """`steps` batches of the training part (or the held-out part) stacked into two int64
     tensors (steps, B, T) already on the device, so no copy happens inside a timed step.
     `skip` drops that many leading tokens first (each DDP rank reads its own slice); `start`
-    begins the reading there and wraps round to the part's beginning (a parity seed's data order)."""
+    begins the reading there and wraps round to the part's beginning (a parity seed's data order);
+    `tokens` gives another text's part instead (the long quality test's, long_corpus.part)."""
     import torch
 
-    part = split(load_tokens(params.model.vocab_size))[1 if held_out else 0][skip:]
+    part = (split(load_tokens(params.model.vocab_size))[1 if held_out else 0] if tokens is None else tokens)[skip:]
     if start:
         part = np.roll(part, -start)
     xs, ys = zip(*batches(part, batch_size, params.run.seq_len, steps))

@@ -236,6 +236,12 @@ def load() -> tuple[np.ndarray, np.ndarray]:
     return out[0], out[1]
 
 
+def part(params, held_out: bool = False) -> np.ndarray:
+    """The training (or held-out) tokens in the vocabulary of `params`' model (data.shrink_vocab: the CPU default's
+    tiny one keeps the most frequent tokens)."""
+    return data.shrink_vocab(load()[1 if held_out else 0], params.model.vocab_size)
+
+
 if __name__ == "__main__":
     try:
         m = build()

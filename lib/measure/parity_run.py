@@ -10,7 +10,7 @@ import time
 
 import torch
 
-from lib.core import data, record, stages
+from lib.core import data, long_corpus, record, stages
 from lib.core.params import Params
 from lib.measure.series import restartable
 from lib.results import stats, store
@@ -66,22 +66,29 @@ def parity_run(job: dict, train: step.TrainStep | None = None) -> tuple[dict, st
         if train is None or not restart(train, seeded, stage):
             train = step.build(seeded, stage, dev, micro_steps=job.get("micro_steps", 1))
         rec["init_checksum"] = train.model.init_checksum()
-        xs, ys = data.device_batches(params, batch, steps, dev, start=rec["data_start"])
+        corpus = job.get("corpus")  # None: the report's own text; "long": the long quality test's
+        text = {"held_out": long_corpus.part(params, True), "train": long_corpus.part(params)} if corpus else {}
+        xs, ys = data.device_batches(params, batch, steps, dev, start=rec["data_start"], tokens=text.get("train"))
+        n_eval, eval_batch = job["held_out_batches"], min(batch, job.get("eval_batch", batch))
+        vx, vy = data.device_batches(params, eval_batch, n_eval, dev, held_out=True, tokens=text.get("held_out"))
+        del text
+        # The long test prices a loss cost in steps on the reference's own held-out curve: evaluated at these steps.
+        curve_at, curve = set(job.get("eval_points") or ()), []
         losses = []
         train.model.train()
         for i in range(steps):
             for group in train.opt.param_groups:  # set before each step, as nanoGPT's loop does
                 group["lr"] = parity_lr(i, steps, params.run.learning_rate)
             losses.append(train(xs[i], ys[i]))
+            if i + 1 in curve_at and i + 1 < steps:
+                curve.append([i + 1, held_out_loss(train, vx, vy)])
+                train.model.train()
         rec["losses"] = [float(v) for v in torch.stack(losses).float().cpu()]
         del xs, ys
-        n_eval, eval_batch = job["held_out_batches"], min(batch, job.get("eval_batch", batch))
-        vx, vy = data.device_batches(params, eval_batch, n_eval, dev, held_out=True)
-        train.model.eval()
-        with torch.no_grad(), train.autocast:
-            held = [train.model(vx[i], vy[i])[1].float() for i in range(n_eval)]
-        rec["held_out_loss"] = float(torch.stack(held).mean().cpu())
+        rec["held_out_loss"] = held_out_loss(train, vx, vy)
         rec["held_out_tokens"] = n_eval * eval_batch * params.run.seq_len
+        if curve_at:
+            rec["corpus"], rec["held_out_curve"] = corpus, [*curve, [steps, rec["held_out_loss"]]]
     except Exception as exc:
         if not is_oom(exc):
             raise
@@ -90,6 +97,14 @@ def parity_run(job: dict, train: step.TrainStep | None = None) -> tuple[dict, st
     stats.fill_loss(rec, params.run.final_loss_window)
     rec["wall_s"] = time.perf_counter() - t0
     return rec, train
+
+
+def held_out_loss(train: step.TrainStep, vx, vy) -> float:
+    """The mean loss over the held-out batches (text the run never trains on), the model in eval mode."""
+    train.model.eval()
+    with torch.no_grad(), train.autocast:
+        held = [train.model(vx[i], vy[i])[1].float() for i in range(len(vx))]
+    return float(torch.stack(held).mean().cpu())
 
 
 def restart(train: step.TrainStep, params: Params, stage) -> bool:

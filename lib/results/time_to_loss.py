@@ -84,15 +84,38 @@ def _smooth(ref_steps, ref_loss) -> _Curve:
     return _Curve(knots[:, 0], knots[:, 1], float(min(slope, 0.0)), float(s.max()))
 
 
+def _inverse(curve: _Curve, horizon_step: float, target: float) -> float:
+    """s': where the reference had `target`. At or above its loss at the horizon, the latest step up to the horizon
+    at which it still had it (a zero cost is the horizon itself, also where the smoothed curve ends flat: a run that
+    has stopped improving); below it, the first later step at which it got there, on its own curve past the horizon
+    where it ran on, else on a straight line at the smoothed curve's slope over its last tenth (curve.slope)."""
+    s, y = curve.steps, curve.loss
+    end = float(np.interp(horizon_step, s, y))
+    if target >= end:
+        ks, ky = np.append(s[s < horizon_step], horizon_step), np.append(y[s < horizon_step], end)
+        above = np.flatnonzero(ky >= target)
+        if above.size == 0:  # above the curve's first loss: priced at its first step
+            return float(ks[0])
+        i = int(above[-1])
+        if i == len(ks) - 1:
+            return float(horizon_step)
+        return float(ks[i] + (ky[i] - target) / (ky[i] - ky[i + 1]) * (ks[i + 1] - ks[i]))
+    ks, ky = np.append(horizon_step, s[s > horizon_step]), np.append(end, y[s > horizon_step])
+    below = np.flatnonzero(ky <= target)
+    if below.size:
+        i = int(below[0])
+        return float(ks[i - 1] + (ky[i - 1] - target) / (ky[i - 1] - ky[i]) * (ks[i] - ks[i - 1]))
+    return float(ks[-1] + (target - ky[-1]) / curve.slope) if curve.slope < 0 else math.inf
+
+
 def _progress(curve: _Curve, horizon_step: float, loss_cost) -> np.ndarray:
-    """s'/h for each loss cost (module docstring; steps_behind says how s' is found)."""
+    """s'/h for each loss cost (module docstring; _inverse says how s' is found)."""
     if not 0 < horizon_step <= curve.last:
         raise ValueError(f"the reference's curve ends at step {curve.last:g}, short of the horizon {horizon_step:g}")
-    target = np.interp(horizon_step, curve.steps, curve.loss) + np.asarray(loss_cost, dtype=float)
-    inside = np.interp(target, curve.loss[::-1], curve.steps[::-1])  # above the first knot: the first knot's step
-    with np.errstate(divide="ignore", invalid="ignore"):
-        beyond = curve.steps[-1] + (target - curve.loss[-1]) / curve.slope if curve.slope < 0 else np.inf
-    return np.where(target >= curve.loss[-1], inside, beyond) / horizon_step
+    end = np.interp(horizon_step, curve.steps, curve.loss)
+    costs = np.asarray(loss_cost, dtype=float)
+    found = [_inverse(curve, horizon_step, float(end + c)) for c in costs.ravel()]
+    return np.asarray(found).reshape(costs.shape) / horizon_step
 
 
 def steps_behind(ref_steps, ref_loss, horizon_step: float, loss_cost: float) -> float:
