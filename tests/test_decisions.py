@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from conftest import make_record, tiny_params, write_parity_test, write_report_dir
 
 from lib.report import loader, recommendation
@@ -199,3 +201,15 @@ def test_the_recipes_lead_over_the_canonical_trainer_multiplies_from_its_parts()
     product = parts["rest"] * 1.05 * 1.02
     assert abs(product - 1.08) < 1e-12 and parts["canonical_stage"] == "compile"
     assert waterfall.beyond_canonical(wf, {**recipe, "ratio": None}) is None  # no canonical trainer measured
+
+
+def test_the_next_experiment_states_what_it_would_pay_and_when_it_repays_its_test():
+    """A page-1 reader of reports/h100 worked out by hand when deciding the FP8 classifier would pay (38-47B tokens):
+    the decision carries it. A lever 1.25x the recipe saves a fifth of the recipe's GPU-hours on its token budget;
+    a test of 60 GPU-minutes is repaid after budget x 1 h / saved."""
+    recipe = {"gpu_hours": 5.0, "token_budget": 10_000_000_000}
+    pay = decisions.payoff(1.25, recipe, {"gpu_minutes": 60.0})
+    assert pay["gpu_hours_saved"] == pytest.approx(1.0) and pay["test_gpu_hours"] == pytest.approx(1.0)
+    assert pay["break_even_tokens"] == pytest.approx(10_000_000_000)
+    assert decisions.payoff(1.25, recipe, None)["break_even_tokens"] is None  # an untested lever: cost unknown
+    assert decisions.payoff(0.99, recipe, {"gpu_minutes": 60.0}) is None  # a slower lever pays nothing

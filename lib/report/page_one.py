@@ -316,6 +316,16 @@ def next_text(rep: Report) -> str:
             else ""
         )
         said += f": <code>{html.escape(command)}</code>"
+        if pay := nxt.get("payoff"):  # what it would pay were it to hold, in the recipe's own GPU-hours
+            said += (
+                f"; were it to hold, it would save {pay['gpu_hours_saved']:.2f} GPU-h per {fmt.tokens(pay['tokens'])} "
+                "tokens"
+                + (
+                    f", repaying the test after {fmt.tokens(pay['break_even_tokens'])} tokens"
+                    if pay["break_even_tokens"]
+                    else ""
+                )
+            )
     # with --seeds the command states its runs; without, the profile's looks
     runs = (
         ""

@@ -326,9 +326,26 @@ def next_experiment(levers_: list[dict], recipe: dict | None, parity_batch: int 
         # the seeds the probe should run: those that would decide it, else the sequential test's own looks (None)
         "seeds": (q.get("to_decide") or {}).get("seeds"),
         "to_decide": q.get("to_decide"),
+        "payoff": payoff(pick["over_recipe"]["ratio"], recipe, q.get("to_decide")),
         "batch": q.get("batch") if tested else parity_batch,
         "micro_steps": micro,
         "passed_over": passed,
+    }
+
+
+def payoff(ratio: float, recipe: dict | None, to_decide: dict | None) -> dict | None:
+    """What deciding a faster lever would pay, were it to hold: the GPU-hours it saves on the recipe's token budget
+    (the recipe's own GPU-hours less those at `ratio` times its speed), and the budget at which those savings repay
+    the test's own GPU-hours (None where the test's cost is not known)."""
+    if not recipe or not recipe.get("gpu_hours") or ratio <= 1:
+        return None
+    saved = recipe["gpu_hours"] * (1 - 1 / ratio)
+    test = (to_decide or {}).get("gpu_minutes")
+    return {
+        "tokens": recipe["token_budget"],
+        "gpu_hours_saved": saved,
+        "test_gpu_hours": test / 60 if test else None,
+        "break_even_tokens": recipe["token_budget"] * test / 60 / saved if test else None,
     }
 
 
