@@ -139,3 +139,20 @@ def test_a_kernel_is_shut_down_without_an_interrupt(monkeypatch):
 
     assert asyncio.run(start_and_stop()) is False  # the shutdown request alone stopped it
     assert signal.SIGINT not in sent
+
+
+def test_an_executed_notebook_records_paths_inside_the_checkout_relative_to_it(tmp_path):
+    """`make render` and `make compare` left 73 committed notebooks modified on another checkout: each carried the
+    absolute path of the checkout that drew it (its report_dir parameter, papermill's input and output paths). A
+    path inside the checkout is now recorded relative to it (every kernel runs there); one outside stays absolute."""
+    from lib.core.paths import ROOT
+
+    assert notebook_runner.portable(ROOT / "reports" / "h100") == "reports/h100"
+    assert notebook_runner.portable(tmp_path / "cpu") == str(tmp_path / "cpu")
+    nb = tmp_path / "chapter.ipynb"
+    meta = {"input_path": str(ROOT / "notebooks" / "chapter.ipynb"), "output_path": str(ROOT / "reports" / "x.ipynb")}
+    nb.write_text(json.dumps({"cells": [], "metadata": {"papermill": meta}}))
+    notebook_runner._stamp(nb, None)
+    got = json.loads(nb.read_text())["metadata"]
+    assert got["papermill"] == {"input_path": "notebooks/chapter.ipynb", "output_path": "reports/x.ipynb"}
+    assert notebook_runner.INPUTS_KEY not in got  # no digest given: none written

@@ -125,10 +125,26 @@ def drawn_from(path: Path) -> str | None:
         return None
 
 
-def _stamp(path: Path, inputs: str) -> None:
-    """Write the digest into the executed notebook's metadata (atomically: a notebook is never half written)."""
+def portable(path) -> str:
+    """A path as an executed notebook records it: relative to the checkout where it lies inside it (every kernel
+    runs there), so a report drawn on another checkout or machine is the same byte for byte; absolute elsewhere."""
+    p = Path(path).absolute()
+    try:
+        return str(p.relative_to(ROOT))
+    except ValueError:
+        return str(p)
+
+
+def _stamp(path: Path, inputs: str | None) -> None:
+    """Write the digest into the executed notebook's metadata, and papermill's record of where it read and wrote the
+    notebook as portable paths (atomically: a notebook is never half written)."""
     nb = json.loads(path.read_text(encoding="utf-8"))
-    nb.setdefault("metadata", {})[INPUTS_KEY] = inputs
+    meta = nb.setdefault("metadata", {})
+    if inputs:
+        meta[INPUTS_KEY] = inputs
+    for key in ("input_path", "output_path"):
+        if key in meta.get("papermill", {}):
+            meta["papermill"][key] = portable(meta["papermill"][key])
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(
         json.dumps(nb, indent=1, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8"
@@ -162,8 +178,7 @@ def run_notebook(src: Path, dest: Path, parameters: dict, inputs: str | None = N
             report_mode=False,
             kernel_manager_class=_kernel_manager(),
         )
-        if inputs:
-            _stamp(dest, inputs)
+        _stamp(dest, inputs)
         return None
     except pm.PapermillExecutionError as e:
         return f"{dest.name}: cell {e.exec_count}: {e.ename}: {e.evalue}"
@@ -183,7 +198,7 @@ def draw(
     nb_params = {
         "gpu": params.name,
         "model": params.model_preset,
-        "report_dir": str(report_dir),
+        "report_dir": portable(report_dir),
         "measure": False,
     }
     failures, done, timings = [], [], {}
@@ -225,7 +240,7 @@ def draw(
         errors = list(pool.map(lambda job: one(*job), jobs))
     failures += [e for e in errors if e]
     done += [d for c in order if (d := folder / c.notebook).exists()]
-    summary = {"gpu": params.name, "report_dir": str(report_dir), "failures": list(failed_before) + failures}
+    summary = {"gpu": params.name, "report_dir": portable(report_dir), "failures": list(failed_before) + failures}
     err = one(0, chapters.SUMMARY, folder / "summary.ipynb", summary, "tables, charts, verdicts")
     if err:
         failures.append(err)

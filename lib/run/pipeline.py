@@ -283,6 +283,7 @@ def render(args) -> int:
             + "` first"
         )
     params = Params.read(report_dir / "params.json")
+    report_view.refuse_earlier_rule(report_dir, params)  # before any notebook runs: one line, no traceback
     run_path = report_dir / "run.json"
     measured = json.loads(run_path.read_text()) if run_path.exists() else {}
     t_start = time.perf_counter()
@@ -352,7 +353,9 @@ def compare(args) -> int:
     print(f"compare {' vs '.join(names)}", flush=True)
     nb = out_dir / "notebooks" / "compare.ipynb"
     err = notebook_runner.run_notebook(
-        chapters.COMPARE, nb, {"gpus": names, "reports_root": str(root), "out_dir": str(out_dir)}
+        chapters.COMPARE,
+        nb,
+        {"gpus": names, "reports_root": notebook_runner.portable(root), "out_dir": notebook_runner.portable(out_dir)},
     )
     cmp.without_clock(nb)  # committed: a render of unchanged reports must leave git clean
     os.environ.setdefault("SOURCE_DATE_EPOCH", "0")  # so do the PDF's embedded fonts (fontTools stamps them)
