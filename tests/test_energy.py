@@ -290,3 +290,21 @@ def test_memory_sampler_finds_the_device_as_the_energy_meter_does(monkeypatch):
     s = energy.MemorySampler("cuda", index=1)
     assert nv.calls["by_index"] == [5] and s.matched_by.startswith("NVML index 5")
     s.stop()
+
+
+def test_the_energy_tables_figures_divide_into_one_another():
+    """A reviewer recomputed the H100 recipe's 1.350 mJ/token as power / tokens/s and got 1.298: the table set the
+    energy window's joules beside the matrix's tokens/s (the median step's, the median of processes). Its tokens/s
+    is now the energy window's own, so power / tokens/s is the mJ per token on every row."""
+    import re
+    import types
+
+    from lib.report import evidence_view
+
+    energy = {"energy_j": 2211.66, "seconds": 3.2345, "avg_power_w": 2211.66 / 3.2345, "joules_per_token": 0.0013499}
+    rec = {"stage": "compile", "stage_title": "torch.compile", "batch_size": 64, "status": "ok"}
+    rec |= {"tokens_per_s": 526_917.0, "energy": energy}
+    text = evidence_view.energy_html(types.SimpleNamespace(records=[rec], stage_order=["compile"]))
+    cells = re.findall(r"<td>([^<]*)</td>", text)
+    power, mj, tps = float(cells[2]), float(cells[3]), float(cells[5].replace(",", ""))
+    assert mj == pytest.approx(power / tps * 1e3, rel=2e-3) and tps != pytest.approx(rec["tokens_per_s"], rel=1e-2)

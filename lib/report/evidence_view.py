@@ -250,7 +250,9 @@ def energy_html(rep: Report) -> str:
                 "avg. power W": f"{e['avg_power_w']:.0f}",
                 "mJ / token": f"{e['joules_per_token'] * 1e3:.3f}",
                 "tokens / kJ": f"{1e3 / e['joules_per_token']:,.0f}",
-                "tok/s": f"{r['tokens_per_s']:,.0f}",
+                # the tokens/s of the window the energy was read over (its steps, end to end): power / this is the
+                # mJ per token, where the matrix's figure is the median step's, and the median of processes
+                "tok/s in that window": f"{e['energy_j'] / e['joules_per_token'] / e['seconds']:,.0f}",
             }
         )
     if not rows:
