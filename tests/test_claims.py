@@ -513,7 +513,7 @@ def test_a_kernel_name_in_the_claims_table_breaks_between_its_tokens_never_insid
     """reports/h100's PDF split cutlass_75_tensorop_bf16_s1688gemm_bf16_128x|128_tn_align1 and ..._coopB_TN|N: report.css
     let a claims cell break anywhere. A cell now breaks at spaces and at the <wbr> after each separator of an
     identifier (_ :: < and a comma outside a number), and the stylesheet breaks a token elsewhere only if it cannot
-    fit a line. Real records: an H100 sitting, archived."""
+    fit a line. Real records: reports/h100."""
     from lib.report import export
 
     text = claims.breakable(
@@ -525,7 +525,7 @@ def test_a_kernel_name_in_the_claims_table_breaks_between_its_tokens_never_insid
     assert claims.breakable("make report GPU=h100 CHAPTERS=size_sweep, lm_head") == (
         "make report GPU=h100 CHAPTERS=size_sweep, lm_head"
     )
-    rep = loader.load(paths.ROOT / "reports" / "archive" / "h100-20261126-160840")
+    rep = loader.load(paths.ROOT / "reports" / "h100")
     table = claims.html(rep)
     kernel = "cutlass_75_tensorop_bf16_s1688gemm_bf16_128x128_tn_align1"
     assert kernel not in table and kernel.replace("_", "_<wbr>") in table
@@ -536,10 +536,10 @@ def test_a_kernel_name_in_the_claims_table_breaks_between_its_tokens_never_insid
 
 
 def test_the_claims_table_names_stages_by_their_titles_never_their_keys():
-    """A reviewer found "fp8_torchao vs compile" in reports/h100's PDF. Real records: an H100 sitting, archived."""
+    """A reviewer found "fp8_torchao vs compile" in reports/h100's PDF. Real records: reports/h100."""
     from lib.core import stages
 
-    rep = loader.load(paths.ROOT / "reports" / "archive" / "h100-20261126-160840")
+    rep = loader.load(paths.ROOT / "reports" / "h100")
     text = re.sub(r"<[^>]+>", "", claims.html(rep))
     assert not re.search(r"\b(?:%s) vs " % "|".join(stages.ORDER), text)  # a pair of keys
     assert not [k for k in stages.ORDER if "_" in k and re.search(rf"\b{k}\b", text)]
@@ -548,8 +548,8 @@ def test_the_claims_table_names_stages_by_their_titles_never_their_keys():
 
 def test_the_claims_table_cites_each_source_by_what_it_is_and_quotes_each_claim():
     """The claims cited "[000]", a write-up no clone contains: each source is now a row saying what it is, each claim
-    carries the sentence it is read from. Real records: an H100 sitting, archived."""
-    rep = loader.load(paths.ROOT / "reports" / "archive" / "h100-20261126-160840")
+    carries the sentence it is read from. Real records: reports/h100."""
+    rep = loader.load(paths.ROOT / "reports" / "h100")
     data, table = claims.load(), claims.html(rep)
     assert all(claims.breakable(c["quote"]) in table for c in data["claims"])
     assert all(html.escape(what) in table for what in data["sources"].values())
@@ -608,5 +608,5 @@ def test_the_claims_tables_note_states_how_a_quoted_figure_becomes_its_range():
     assert _rule("rounding", -0.15) != pytest.approx(_rule("prose", -0.15))  # -18 to -12 % is not about 15 %'s range
     for words in ("X ± 10 % of X", "widened by 0.03 (3 points) for rounding", "X − 10 % to X + 0.03", "1 + X/100"):
         assert words in claims.RANGES
-    rep = loader.load(paths.ROOT / "reports" / "archive" / "h100-20261126-160840")
+    rep = loader.load(paths.ROOT / "reports" / "h100")
     assert html.escape(claims.RANGES) in claims.html(rep)

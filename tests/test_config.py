@@ -278,7 +278,6 @@ def test_a_host_variant_is_matched_by_its_gpu_count_and_the_plain_profile_still_
 @pytest.mark.parametrize(
     "field, value, message",
     [
-        ("parity_futility_pairs", 1, "parity_seeds and parity_futility_pairs must be at least 2"),
         ("parity_seeds", 1, "parity_looks must be rising seed counts from at least 2 that end at parity_seeds"),
         ("parity_power", 1.0, "parity_confidence and parity_power must lie in"),
         ("parity_confidence", 0.0, "parity_confidence and parity_power must lie in"),
@@ -289,4 +288,4 @@ def test_the_parity_rule_refuses_values_it_cannot_decide_with(field, value, mess
     setattr(p.evidence, field, value)
     with pytest.raises(config.ConfigError, match=message):
         config.validate(p)
-    assert config.load("h100").evidence.parity_futility_pairs == 3  # the GPU profiles' rule
+    assert config.load("h100").evidence.parity_seeds == 8  # the GPU profiles' rule, untouched

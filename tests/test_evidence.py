@@ -375,7 +375,7 @@ def test_every_test_runs_at_the_params_batch_in_micro_batches_and_a_resumed_run_
     from lib.run import parity_runs
 
     params = tiny_params(["vocab", "loss_only"], batch_sizes=(2, 4))
-    params.evidence.parity_seeds, params.evidence.parity_noise_seeds, params.evidence.parity_batch = 3, 3, 8
+    params.evidence.parity_seeds, params.evidence.parity_batch = 3, 8
     losses = [5.0 - 0.01 * i for i in range(6)]
     matrix = [
         make_record(params, s, b, [ms * b] * 6, losses)
@@ -405,20 +405,18 @@ def test_a_resumed_run_measures_the_stage_that_takes_over_where_an_uncut_run_wou
     """Seen on an H100: a run cut after the FP8 lm_head's parity test came back undecided resumed and swept the
     loss-only forward afresh (a cold compile at B=128 and a second parity test) where the uncut run had measured it
     at the FP8 lm_head's B=96. The batch comes from the records: the rejected test's."""
-    from test_parity import _run
+    from test_sequential import _run
 
     from lib.results import store
     from lib.run import parity_runs
 
     params = tiny_params(["vocab", "loss_only", "fp8_head"], batch_sizes=(4,))
-    params.evidence.parity_seeds, params.evidence.parity_noise_seeds = 3, 3
     d = write_report_dir(tmp_path / "cpu", params, [])
     assert parity_runs.inherited_batch(store.decision_records(d / "results"), params) is None  # no test yet
     for seed in range(3):
         for stage, held in (("vocab", 4.0), ("fp8_head", 4.1)):  # worse by 0.1 nats at every seed
-            for k in (0, 1):
-                rec = _run(params, stage, seed, k, held + seed, held + seed, batch=96)
-                store.write_atomic(d / "results" / "parity" / f"{stage}__b96__s{seed}__r{k}.json", rec)
+            rec = _run(params, stage, seed, held + seed, held + seed, batch=96)
+            store.write_atomic(d / "results" / "parity" / f"{stage}__b96__s{seed}.json", rec)
     assert parity_runs.inherited_batch(store.decision_records(d / "results"), params) == 96
 
 
@@ -428,13 +426,12 @@ def test_the_stage_that_takes_over_is_tested_at_the_rejected_tests_batch_whateve
     tie, so the tie rule recommended B=64 and its parity test ran there (43 steps instead of 28), stopped on spread,
     and a fourth stage was tested. The tests of one report now run at one batch: the rejected test's, where the stage
     that takes over was timed; the recommendation may still be another batch of that stage."""
-    from test_parity import _run
+    from test_sequential import _run
 
     from lib.results import store
     from lib.run import parity_runs
 
     params = tiny_params(["vocab", "loss_only", "fp8_head"], batch_sizes=(4,))
-    params.evidence.parity_seeds, params.evidence.parity_noise_seeds = 3, 3
     params.evidence.parity_batch = None  # the chain's rule where no batch is fixed for every test
     losses = [5.0 - 0.01 * i for i in range(6)]
     matrix = [
@@ -448,9 +445,8 @@ def test_the_stage_that_takes_over_is_tested_at_the_rejected_tests_batch_whateve
     assert {j["batch_size"] for j in parity_runs.parity_jobs(params, d)} == {8}
     for seed in range(3):
         for stage, held in (("vocab", 4.0), ("fp8_head", 4.1)):  # worse by 0.1 nats at every seed
-            for k in (0, 1):
-                rec = _run(params, stage, seed, k, held + seed, held + seed, batch=8)
-                store.write_atomic(d / "results" / "parity" / f"{stage}__b8__s{seed}__r{k}.json", rec)
+            rec = _run(params, stage, seed, held + seed, held + seed, batch=8)
+            store.write_atomic(d / "results" / "parity" / f"{stage}__b8__s{seed}.json", rec)
     best = decide.best_config(store.decision_records(d / "results"), params)
     assert (best["stage"], best["batch_size"]) == ("loss_only", 4)
     jobs = parity_runs.parity_jobs(params, d)

@@ -4,7 +4,7 @@ folder from synthetic records (no measurement), then flips the data and checks t
 from __future__ import annotations
 
 import re
-from html import escape, unescape
+from html import escape
 
 import pytest
 from conftest import make_record, tiny_params, write_report_dir
@@ -459,7 +459,7 @@ def test_a_matrix_row_timed_in_several_processes_shows_their_median_and_says_so(
     assert html.count("median of 2") == 1  # fp32 ran in one process: nothing beneath it
 
 
-H100_ARCHIVE = paths.ROOT / "reports" / "archive" / "h100-20261126-160840"  # a real sitting's records
+H100 = paths.ROOT / "reports" / "h100"  # a real sitting's records
 
 
 def _pdf_pages(body: str) -> list:
@@ -479,11 +479,11 @@ def _pdf_pages(body: str) -> list:
 def test_the_stage_matrix_fits_the_pdf_page_s_width():
     """The stage matrix of reports/h100's PDF ran about 19 pt past the page's right margin, its loss column cut off:
     the processes' range beside 'median of 2 processes' under tok/s made that column the widest. Laid out with
-    report.css on the PDF's page, no text of it passes the margin (this archived sitting's ran 22 px over before the
+    report.css on the PDF's page, no text of it passes the margin (an earlier H100 sitting's ran 22 px over before the
     range got a line of its own)."""
     from weasyprint.formatting_structure.boxes import TextBox
 
-    page = _pdf_pages(tables.matrix_html(loader.load(H100_ARCHIVE)))[0]  # every page of it has the same columns
+    page = _pdf_pages(tables.matrix_html(loader.load(H100)))[0]  # every page of it has the same columns
     texts = [b for b in page.descendants() if isinstance(b, TextBox)]
     assert texts and max(b.position_x + b.margin_width() for b in texts) <= page.content_box_x() + page.width + 0.01
 
@@ -609,20 +609,6 @@ def test_the_batch_sweep_s_throughput_axis_starts_at_zero(pipeline_ok, monkeypat
     assert seen["fig"].axes[0].get_ylim()[0] == 0
 
 
-def test_a_swept_stage_left_out_says_why_its_test_ran_at_that_batch_size():
-    """The H100 reviewer of reports/h100 (3c6c130): the FP8 classifier's B=128 (568,063 tokens/s) outran its B=96
-    (567,337), yet its test ran at B=96, 'the batch size the sweep chose', and no page said why. The sweep's note
-    now gives the tie rule's call in numbers; a stage that took over at an inherited batch size gets none (its own
-    note says where its batch size came from). Real records: that sitting, archived."""
-    rep = loader.load(paths.ROOT / "reports" / "archive" / "h100-20261126-160840")
-    note = re.sub(r"\s+", " ", unescape(batch_sweep_view.sweep_html(rep)))
-    assert (
-        "FP8 classifier (fused), tested at its sweep's choice, B=96 (0.13 % slower than B=128, within their noise of "
-        "0.36 %: a tie, settled by memory), is not recommended" in note
-    )
-    assert "FP8 lm_head (torchao) is not recommended" in note  # inherited B=96: no call of its own
-
-
 def test_the_batch_sweep_table_is_kept_on_one_page_when_it_fits_one():
     """reports/h100's PDF split the batch-sweep table, two rows at the foot of page 18 and two on page 19. Laid out
     with report.css (WeasyPrint, here in the test's process) where only its first rows fit the page, the table moves
@@ -630,7 +616,7 @@ def test_the_batch_sweep_table_is_kept_on_one_page_when_it_fits_one():
     from weasyprint.formatting_structure.boxes import TableBox
 
     # an A4 page holds 267 mm: under 240 mm, room for the table's header and two rows
-    pages = _pdf_pages('<div style="height: 240mm"></div>' + batch_sweep_view.sweep_html(loader.load(H100_ARCHIVE)))
+    pages = _pdf_pages('<div style="height: 240mm"></div>' + batch_sweep_view.sweep_html(loader.load(H100)))
     assert [i for i, page in enumerate(pages) if any(isinstance(b, TableBox) for b in page.descendants())] == [1]
 
 
@@ -654,3 +640,25 @@ def test_page_one_of_the_four_gpu_report_holds_its_next_experiment(tmp_path):
     assert f"id='{PAGE_ONE_END}'><strong>Next</strong>" in html.replace('"', "'")
     pages = HTML(filename=str(folder / "report.html"), base_url=str(folder)).render().pages
     assert PAGE_ONE_END in pages[0].anchors, [p for p, page in enumerate(pages) if PAGE_ONE_END in page.anchors]
+
+
+def test_a_folder_of_an_earlier_quality_rule_is_refused_in_one_line(tmp_path, capsys):
+    """Folders measured under a retired quality rule (the fixed number of seeds, or one long run a stage: their params
+    name no sequential looks) keep their own report.html and report.pdf under reports/archive/; today's views judge
+    the sequential test alone. Redrawing or comparing one says so in one line, before any notebook runs."""
+    from lib import cli
+    from lib.report import compare
+
+    params = tiny_params(["fp32", "tf32"])
+    params.evidence.parity_looks = None  # as the params.json of reports/archive/h200-20261126-100121
+    recs = [make_record(params, s, 2, [ms] * 6, LOSSES) for s, ms in (("fp32", 100.0), ("tf32", 50.0))]
+    d = write_report_dir(tmp_path / "cpu", params, recs)
+    write_report_dir(tmp_path / "today", tiny_params(["fp32", "tf32"]), recs)
+    with pytest.raises(loader.EarlierRule, match="archived: open its own report.html"):
+        loader.load(d)
+    with pytest.raises(compare.CompareError, match="open its own report.html"):
+        compare.load_all(["today", "cpu"], tmp_path)
+    assert cli.main(["render", "--gpu", "cpu", "--reports", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1 and "open its own report.html" in err
+    assert not (d / "notebooks").exists()  # refused before drawing anything

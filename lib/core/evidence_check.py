@@ -28,8 +28,6 @@ def validate(ev, where: str, presets: dict) -> None:
         raise ConfigError(
             f"{where}: evidence.sweep_oom_margin must be a fraction of at least 0, got {ev.sweep_oom_margin}"
         )
-    if ev.parity_noise_seeds is not None and not 1 <= ev.parity_noise_seeds <= ev.parity_seeds:
-        raise ConfigError(f"{where}: evidence.parity_noise_seeds must lie between 1 and parity_seeds")
     if ev.parity_looks is not None:
         looks = ev.parity_looks
         if not looks or looks[0] < 2 or any(b <= a for a, b in zip(looks, looks[1:])) or looks[-1] != ev.parity_seeds:
@@ -38,8 +36,8 @@ def validate(ev, where: str, presets: dict) -> None:
             )
     if ev.parity_horizon_tokens is not None and ev.parity_horizon_tokens <= 0:
         raise ConfigError(f"{where}: evidence.parity_horizon_tokens must be positive")
-    if min(ev.parity_seeds, ev.parity_futility_pairs or 2) < 2:
-        raise ConfigError(f"{where}: evidence.parity_seeds and parity_futility_pairs must be at least 2")
+    if ev.parity_seeds < 2:
+        raise ConfigError(f"{where}: evidence.parity_seeds must be at least 2")
     if not 0 < min(ev.parity_confidence, ev.parity_power) <= max(ev.parity_confidence, ev.parity_power) < 1:
         raise ConfigError(f"{where}: evidence.parity_confidence and parity_power must lie in (0, 1)")
     if ev.seq_timed_steps < MIN_TIMED_STEPS:

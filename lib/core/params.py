@@ -82,15 +82,13 @@ class Evidence:
     recipe_timed_steps: int
     baseline: Baseline
     size_sweep: SizeSweep
-    parity_noise_seeds: int | None = None  # the seeds that run both stages twice (None: every seed)
-    parity_futility_pairs: int | None = None  # pairs a futility stop needs (None: its noise seeds, as before)
     parity_futility_trend: bool = False  # the futility stop by the seeds' trend too (False: a folder measured before)
     batch_min_gain: float | None = None  # a batch size must be faster by more than this to beat a smaller (None: noise)
     parity_chain_batch: bool = False  # a stage that takes over is tested at the rejected test's batch (False: its own)
     parity_before_sweep: bool = False  # a stage is tested at the matrix's batch before it is swept (False: swept first)
     parity_batch: int | None = None  # sequences per optimizer step of every test, each side in micro-batches that fit
-    # The sequential design (None: a folder measured by the fixed design against the canonical reference): the seeds at
-    # which the test looks, and the tokens each run trains on (the horizon)
+    # The quality test's sequential design: the seeds at which the test looks, and the tokens each run trains on (the
+    # horizon). None only in the params.json of a folder measured under an earlier rule, which the report refuses
     parity_looks: list[int] | None = None
     parity_horizon_tokens: int | None = None
     claim_repeat_margin: float | None = None  # a timing claim's sides repeat only where its verdict could move within

@@ -6,10 +6,9 @@ from __future__ import annotations
 
 import html
 
-import numpy as np
 
 from lib.core import kernel_categories, record, stages
-from lib.report import export, fidelity_view, parity_view
+from lib.report import export, parity_view
 from lib.report.charts import save, style
 from lib.report.evidence_view import OK, none, table
 from lib.report.loader import LAYERS, GiB, Report, gib, price_per_gpu_hour, recommended
@@ -78,9 +77,7 @@ def sweep_html(rep: Report) -> str:
         )
     rejected = parity_view.rejected(rep)
     notes += [
-        f"{stages.get(k).title}"
-        + ("" if _inherited(rep, k, sweeps) else _batch_call(rep, k, rejected[k]["batch_size"]))
-        + f" is not recommended: {parity_view.rejected_reason(rep, k)}"
+        f"{stages.get(k).title} is not recommended: {parity_view.rejected_reason(rep, k)}"
         for k in sweeps
         if k in rejected
     ]
@@ -90,28 +87,6 @@ def sweep_html(rep: Report) -> str:
     note = '<p class="note">' + html.escape("; ".join(n.rstrip(".") for n in notes)) + ".</p>"
     # on one page (report.css): reports/h100's PDF split its rows two and two over pages 18 and 19
     return table(rows, "matrix keep-together") + note
-
-
-def _batch_call(rep: Report, key: str, batch: int) -> str:
-    """Why a stage the recommendation does not use was tested at `batch`: the tie rule's call against its fastest
-    other batch size timed in several processes (decide.against, as the sweep made it before the test), in
-    numbers; nothing where no such batch size ran."""
-    tps = decide.throughputs(rep.decisions)
-    rivals = [b for (k, b), v in tps.items() if k == key and b != batch and len(v) > 1]
-    if not tps.get((key, batch)) or not rivals:
-        return ""
-    other = max(rivals, key=lambda b: float(np.median(tps[(key, b)])))
-    a = decide.against(
-        rep.decisions, tps, (key, batch), (key, other), getattr(rep.params.evidence, "batch_min_gain", None)
-    )
-    if a["band"] is None:
-        return ""
-    gap = a["ratio"] - 1
-    return (
-        f", tested at its sweep's choice, B={batch} ({abs(gap) * 100:.2f} % {'faster' if gap >= 0 else 'slower'} "
-        f"than B={other}, {'within' if a['tie'] else 'beyond'} {fidelity_view.tie_basis(a)}"
-        + (": a tie, settled by memory)," if a["tie"] and gap < 0 else "),")
-    )
 
 
 def _inherited(rep: Report, key: str, sweeps: dict) -> str | None:

@@ -7,8 +7,6 @@ it, with the same software, measurement method and measuring code (version skew 
 
 from __future__ import annotations
 
-import json
-from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
@@ -17,7 +15,7 @@ import pandas as pd
 from lib.core import config, provenance, stages
 from lib.core.paths import ROOT
 from lib.report import fidelity_view, loader, parity_view
-from lib.results import decide, machine_spread, parity
+from lib.results import decide, machine_spread
 
 SKEW_KEYS = [
     ("torch", "PyTorch"),
@@ -28,7 +26,7 @@ SKEW_KEYS = [
     ("python", "Python"),
 ]
 METHOD = "measurement method"
-CODE, PARITY = "code commit", "parity test"
+CODE = "code commit"
 
 
 class CompareError(ValueError):
@@ -84,13 +82,11 @@ def skew(reps: dict[str, loader.Report]) -> pd.DataFrame:
     # How the step was built and timed (lib/record.METHOD): reports of different methods do not compare.
     values = {name: str(rep.params.method) for name, rep in reps.items()}
     rows.append({"component": METHOD, **values, "differs": len(set(values.values())) > 1})
-    # Within one method the code and the loss rule can still differ: a lever's adoption rests on its parity test
-    # commits that git shows to hold the same measuring code are not a second variable
+    # Within one method the code can still differ: commits that git shows to hold the same measuring code are not a
+    # second variable
     values = {name: _commits(rep) for name, rep in reps.items()}
     differs = len(set(values.values())) > 1 and code_changes(reps)[1] != []
     rows.append({"component": CODE, **values, "differs": differs})
-    values = {name: _parity_protocol(rep) for name, rep in reps.items()}
-    rows.append({"component": PARITY, **values, "differs": len(set(values.values())) > 1})
     return pd.DataFrame(rows)
 
 
@@ -99,38 +95,11 @@ def _commits(rep) -> str:
     return ", ".join(c[:7] for c in commits) + (f" ({unrecorded} runs recorded none)" if unrecorded else "") or "none"
 
 
-def _parity_protocol(rep) -> str:
-    """How the report's parity tests were run: paired seeds (under today's rule or an earlier one, parity_rule), or
-    one long run a stage (the earliest method, judged by its own rule: lib/results/parity.py)."""
-    tests = parity.checks(rep.decisions, rep.params.evidence).values()
-    kinds = {"one long run a stage (earlier rule)" if c.get("protocol") == "earlier" else "paired seeds" for c in tests}
-    rule = parity_rule(rep)
-    if rule["earlier"] and tests:
-        kinds = {k for k in kinds if k != "paired seeds"} | {"paired seeds (earlier rule)"}
-    return " and ".join(sorted(kinds)) or "none run"
-
-
-def parity_rule(rep) -> dict:
-    """The parity rule a report was measured under against today's for its profile: {earlier: whether a rule key of
-    its params.json is missing or differs from today's (a folder measured before 9337cdf has no parity_batch, so
-    each test ran at its own batch), changed: key -> (its value, None where missing; today's), tests: (batch, steps)
-    of its paired tests}. Read from params.json as written, before loader.load fills a missing key with today's."""
-    try:
-        raw = json.loads((rep.dir / "params.json").read_text()).get("evidence") or {}
-        today = asdict(config.load(rep.params.name).evidence)
-    except (OSError, ValueError, config.ConfigError):
-        return {"earlier": False, "changed": {}, "tests": []}
-    changed = {k: (raw.get(k), v) for k, v in today.items() if k.startswith("parity") and raw.get(k) != v}
-    checks = parity.checks(rep.decisions, rep.params.evidence).values()
-    tests = sorted({(c["batch_size"], c["steps"]) for c in checks if c.get("protocol") != "earlier" and c["steps"]})
-    return {"earlier": bool(changed), "changed": changed, "tests": tests}
-
-
 def skew_warnings(reps) -> list[str]:
     """In words, what differs between the reports beside the hardware: software versions, and the
     measurement method (lib/record.METHOD), under which numbers do not compare at all."""
     t = skew(reps)
-    soft = list(t[t["differs"] & ~t["component"].isin([METHOD, CODE, PARITY])]["component"])
+    soft = list(t[t["differs"] & ~t["component"].isin([METHOD, CODE])]["component"])
     out = []
     if soft:
         out.append(
@@ -139,11 +108,6 @@ def skew_warnings(reps) -> list[str]:
         )
     if t[t["component"] == CODE]["differs"].any():
         out.append(code_difference(reps))
-    if t[t["component"] == PARITY]["differs"].any():
-        out.append(
-            "Different parity tests: a lever kept out on one GPU and adopted on another may owe it to the test, not "
-            "the hardware."
-        )
     if t[t["component"] == METHOD]["differs"].any():
         methods = ", ".join(f"{n}: {rep.params.method}" for n, rep in reps.items())
         out.append(
@@ -346,10 +310,10 @@ def lever_decision(rep: loader.Report, key: str) -> tuple[str | None, str]:
 
 
 def parity_tests(reps: dict[str, loader.Report], key: str) -> dict[str, dict]:
-    """name -> the paired parity test of lever stage `key` in each report that ran one: where GPUs decide a lever
-    differently, the comparison sets the tests side by side (batch, steps, their own noise, verdict)."""
+    """name -> the parity test of lever stage `key` in each report that ran one: where GPUs decide a lever
+    differently, the comparison sets the tests side by side (batch, steps, verdict)."""
     tests = {n: parity_view.checks(rep).get(key) for n, rep in reps.items()}
-    return {n: c for n, c in tests.items() if c and c.get("protocol") != "earlier"}
+    return {n: c for n, c in tests.items() if c}
 
 
 def decisions_table(reps: dict[str, loader.Report]) -> pd.DataFrame:

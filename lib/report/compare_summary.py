@@ -120,7 +120,7 @@ def micro(row: dict) -> str:
 def headline(reps) -> list[str]:
     """The comparison in a line a GPU: what it trains at against the first GPU, by each report's recipe and by the
     canonical trainer (section 1 has both), each ratio judged against the spread between machines (compare.judge);
-    a report measured under an earlier parity rule, named; and whether the GPUs decide every lever alike."""
+    and whether the GPUs decide every lever alike."""
     t, names = recipe_table(reps), list(reps)
     rows = {r["gpu"]: r for r in t.to_dict("records")} if not t.empty else {}
     decisions = decisions_table(reps)
@@ -145,32 +145,11 @@ def headline(reps) -> list[str]:
         said = [("both " if len(said) > 1 else "") + said[0]] if len(set(said)) == 1 else [f"{said[0]} and {said[1]}"]
         kinds = compare.machine_spreads({m: reps[m] for m in (names[0], n)})
         out.append(f"{line}: {said[0]} ({spread_words(list(kinds.values()))}).")
-    out += earlier_rules(reps)
     out.append(
         f"**Decisions:** the GPUs decide {', '.join(differ)} differently (section 2)."
         if differ
         else "**Decisions:** every lever measured on more than one GPU is decided alike (section 2)."
     )
-    return out
-
-
-def earlier_rules(reps) -> list[str]:
-    """A line for each report measured under an earlier parity rule (compare.parity_rule): what its tests were, what
-    today's rule does instead, and that its adoptions rest on the earlier one."""
-    out = []
-    for n, rep in reps.items():
-        rule = compare.parity_rule(rep)
-        if not rule["earlier"]:
-            continue
-        tests = "; ".join(f"B={b}, {s} steps" for b, s in rule["tests"]) or "no paired test"
-        batch = rule["changed"].get("parity_batch", (None, None))[1]
-        out.append(
-            f"**{n} was measured under an earlier parity rule**: its tests trained at {tests}, each at the batch its "
-            "own sweep chose"
-            + (f", where today's rule trains every test at B={batch}" if batch else "")
-            + f" ({len(rule['changed'])} settings of the rule missing or different in its params.json). Its "
-            "adoptions, and the recipe built on them, rest on that rule until it is measured again."
-        )
     return out
 
 

@@ -12,7 +12,7 @@ from lib.core import config, record, stages
 from lib.report import claims, compare, fidelity_view, loader
 from lib.report import formats as fmt
 from lib.report.claim_judge import CSS, NOT_APPLICABLE
-from lib.results import machine_spread, parity
+from lib.results import machine_spread
 from lib.report.compare import (
     code_changes,
     ddp_table,
@@ -156,7 +156,7 @@ def attribution_html(reps) -> str:
     for n in names[1:]:
         pair = {m: reps[m] for m in (names[0], n)}
         j = compare.judge(reps, names[0], n, 1.0)
-        skewed = [w for w in skew_warnings(pair) if not w.startswith("Different parity tests")]
+        skewed = skew_warnings(pair)
         floors = ", ".join(f"{m} {loader.pct(fidelity_view.noise(reps[m])[1], 2)}" for m in pair)
         beyond = sum(v is False for v in t[f"{n} within"])
         text = (
@@ -356,21 +356,21 @@ def parity_contrast(key: str, tests: dict[str, dict]) -> str:
         return ""
 
     def one(n: str, c: dict) -> str:
-        noise = f"{c['noise_sd']:.4f} nats" if c.get("noise_sd") is not None else "not measured"
-        if c["verdict"] == parity.UNDECIDED and c["seeds_run"] < c["wanted"]:
-            said = f"undecided, stopped after {c['seeds_run']} of {c['wanted']} seeds"
-        else:
-            said = f"{c['verdict']} over {c['seeds_run']} seeds"
-        return f"{n} at B={c['batch_size']}, {c['steps']} steps, its own noise {noise} per paired difference: {said}"
+        seeds = len(c["seeds"])  # the seeds its verdict rests on
+        said = (
+            f"undecided, stopped by its trend after {seeds} of {c['looks'][-1]} seeds"
+            if c.get("futile") == "trend"
+            else f"{c['verdict']} over {seeds} seeds"
+        )
+        return f"{n} at B={c['batch_size']}, {c['steps']} steps: {said}"
 
     differ = len({(c["batch_size"], c["steps"]) for c in tests.values()}) > 1
     return (
-        f"{stages.get(key).title}, its parity test on each GPU (one rule; each GPU tests it at the batch size its own sweep chose): "
+        f"{stages.get(key).title}, its parity test on each GPU (one rule): "
         + "; ".join(one(n, c) for n, c in tests.items())
         + "."
         + (
-            " The tests differ in batch size and length, and each noise rests on a few repeat pairs: the split is "
-            "the tests', not shown to be the hardware's."
+            " The tests differ in batch size and length: the split is the tests', not shown to be the hardware's."
             if differ
             else ""
         )

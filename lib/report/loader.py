@@ -13,11 +13,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from lib.core import cli_args, config, data, kernel_categories, provenance, record, stages
-from lib.core.params import Params
+from lib.core import cli_args, data, kernel_categories, provenance, record, stages
+from lib.core.params import ConfigError, Params
 from lib.core.paths import resolve
 from lib.report.formats import GiB, gib, pct, signed_pct, span, times, tok  # noqa: F401 (the views import them from here too)
-from lib.results import decide, decisions, parity, stats, store
+from lib.results import decide, decisions, stats, store
 from lib.results.stats import mfu_bf16_of
 
 CV_LIMIT = 0.02  # step-time spread above this on a GPU is called out
@@ -88,15 +88,26 @@ class Report:
         return self.df[self.df["status"].isin(["ok", "diverged"])]
 
 
+class EarlierRule(ConfigError):
+    """A folder measured under a retired quality rule: `make render` and `make compare` say so in one line."""
+
+
+def refuse_earlier_rule(d: Path, params: Params) -> None:
+    """Refuse a folder whose quality tests ran under a retired rule (a fixed number of seeds against the canonical
+    reference, or one long parity run a stage): its params name no sequential looks. Today's views judge the
+    sequential test alone; such a folder stays readable as the report.html and report.pdf it keeps under
+    reports/archive/."""
+    if not params.evidence.parity_looks:
+        raise EarlierRule(
+            f"{d} was measured under an earlier quality rule and is archived: open its own report.html (or "
+            "report.pdf); today's views draw only reports of the sequential quality test"
+        )
+
+
 def load(report_dir) -> Report:
     d = resolve(report_dir)
     params = Params.read(d / "params.json")
-    try:  # the parity rule, added after some folders were measured, judges them with today's values
-        today = config.load(params.name).evidence
-        for key in (k for k in (*parity.RULE_KEYS, "token_budget") if getattr(params.evidence, k) is None):
-            setattr(params.evidence, key, getattr(today, key))
-    except config.ConfigError:
-        pass
+    refuse_earlier_rule(d, params)
     env = json.loads((d / "environment.json").read_text())
     records = [kernel_categories.current(r) for r in store.load_records(d / "results")]
     order = params.stages

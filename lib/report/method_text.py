@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 
 from lib.core import data, stages
-from lib.report import fidelity_view, parity_view, tables
+from lib.report import fidelity_view, sequential_view, tables
 from lib.report.loader import Report
 from lib.results import stats
 
@@ -98,11 +98,8 @@ def _fidelity_method(rep: Report) -> str:
     length = (
         f"for the horizon, within {ev.parity_steps} steps and {ev.parity_passes:g} passes over the training text "
         "(the held-out loss reads what the passes do to both sides alike)"
-        if getattr(ev, "parity_horizon_tokens", None)
-        else f"for at most {ev.parity_steps} steps and at most {ev.parity_passes:g} passes over the training text "
-        "(more would measure how fast the model overfits this corpus)"
     )
-    return f"""* **Parity test**, the rule fixed before any number: {parity_view.rule(ev, rep.params.run.seq_len, rep.on_gpu)}. Each run trains {length}, at {_test_batch(ev)} (each run's record names its batch), with nanoGPT's
+    return f"""* **Parity test**, the rule fixed before any number: {sequential_view.rule(ev, rep.params.run.seq_len, rep.on_gpu)}. Each run trains {length}, at {_test_batch(ev)} (each run's record names its batch), with nanoGPT's
   learning-rate shape (linear warm-up over the first quarter, cosine decay to a tenth), the reference
   accumulating gradients over micro-batches where the matrix did not time it at that batch; its held-out loss
   is read on {ev.held_out_batches} batches from the last {int(data.HELD_OUT * 100)} % of the corpus, which no run trains on.{_shared_batch(ev)}{_series(rep)}

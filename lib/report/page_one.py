@@ -20,17 +20,11 @@ NOT_A_GPU = (
 LEGEND = (
     "Worth: in the recipe, what leaving the lever out costs; outside it, its speed-up over its own stack (the same "
     "configuration without it). adopt: costs beyond noise{noise} or needed to fit · neutral: within noise · not yet: "
-    "faster, quality undecided or untested · skip: slower, no gain, or quality failed. Quality: {test} (margin "
-    "+{margin} nats) over its horizon (passes: times a run saw its training text); else the divergence check "
-    "(±{tolerance} nats beyond the drift between two processes), which catches only a broken lever."
+    "faster, quality undecided or untested · skip: slower, no gain, or quality failed. Quality: held-out loss, lever − "
+    "reference [bounds, each one-sided 95 %], against the lever's own stack (the recipe's stack also against the "
+    "canonical reference) (margin +{margin} nats) over its horizon (passes: times a run saw its training text); else "
+    "the divergence check (±{tolerance} nats beyond the drift between two processes), which catches only a broken lever."
 )
-# The quality test as the folder's rule ran it: the sequential design, each lever against its own stack; or the fixed
-# design of folders measured before it, every lever against the canonical reference.
-QUALITY_TEST = {
-    True: "held-out loss, lever − reference [bounds, each one-sided 95 %], against the lever's own stack (the recipe's stack "
-    "also against the canonical reference)",
-    False: "held-out loss, lever − reference, against the canonical reference",
-}
 
 
 def provenance_line(rep: Report) -> str:
@@ -198,20 +192,15 @@ def quality_text(q: dict | None, whole_stack: bool = True, to_decide: bool = Tru
                 f"{q['drift']:.3f}, {q['steps']} steps"
             )
         return f"divergence check {q['verdict']}, {q['steps']} steps"
-    horizon = f"{q['steps']} steps, {fmt.tokens(q['tokens'])} tok" if q.get("tokens") else "earlier method"
+    horizon = f"{q['steps']} steps, {fmt.tokens(q['tokens'])} tok" if q.get("tokens") else "no seed paired yet"
     if q.get("passes"):
         horizon += f", {q['passes']:.2f} passes"
     seeds = f", {q['seeds']} seeds" if q.get("seeds") else ""
     held = q.get("held_out")
     diff = f" {fmt.nats(held['mean'])} nats" if held and held.get("mean") is not None else ""
-    if q.get("design") == "sequential" and held and held.get("hi") is not None and abs(held["hi"]) != float("inf"):
+    if held and held.get("hi") is not None and abs(held["hi"]) != float("inf"):
         diff += f" [{fmt.nats(held['lo'])}, {fmt.nats(held['hi'])}]"
-    against = (
-        f" vs {html.escape(stages.get(q['reference']).title)}"
-        + ("" if q.get("own_stack", True) else ", its whole stack")
-        if q.get("design") == "sequential"
-        else ""
-    )
+    against = f" vs {html.escape(stages.get(q['reference']).title)}" + ("" if q["own_stack"] else ", its whole stack")
     need = q.get("to_decide") or {}
     minutes = f" (~{need['gpu_minutes']:.0f} GPU-min)" if need.get("gpu_minutes") else ""
     more = f"; ~{need['seeds']} seeds{minutes} would decide" if need and to_decide else ""
@@ -224,8 +213,7 @@ def quality_text(q: dict | None, whole_stack: bool = True, to_decide: bool = Tru
         if whole and whole_stack
         else ""
     )
-    old = "; by an earlier rule" if not q.get("current_rule") else ""
-    return f"<strong>{q['verdict']}</strong>{diff}{against}: {horizon}{seeds}{more}{check}{old}"
+    return f"<strong>{q['verdict']}</strong>{diff}{against}: {horizon}{seeds}{more}{check}"
 
 
 def lever_table(rep: Report) -> str:
@@ -243,9 +231,7 @@ def lever_table(rep: Report) -> str:
         )
     batch, recipe = rep.decided["leave_one_out_batch"], rep.decided["recipe"]
     floor = rep.decided["noise_floor"]
-    sequential = bool(getattr(rep.params.evidence, "parity_looks", None))
     legend = LEGEND.format(
-        test=QUALITY_TEST[sequential],
         margin=rep.params.evidence.parity_margin,
         tolerance=rep.params.run.loss_tolerance,
         noise=f" ({fmt.pct(floor, 2)}, the widest spread between processes)" if floor else "",
@@ -256,12 +242,6 @@ def lever_table(rep: Report) -> str:
         if batch and recipe and batch != recipe["micro_batch"]
         else ""
     )
-    earlier = [r for r in rep.decided["levers"] if (r["quality"] or {}).get("current_rule") is False]
-    if earlier:
-        lacks += (
-            " 'By an earlier rule': a parity test of an earlier rule (section 3), which the recipe rests on until a "
-            "re-measure."
-        )
     return (
         '<table class="levers"><thead><tr><th>Lever</th><th>Decision</th><th>Worth</th>'
         f"<th>Quality (horizon)</th></tr></thead><tbody>{''.join(rows)}</tbody></table>"

@@ -1,4 +1,4 @@
-"""The quality tests' loss curves (summary, section 3, in the PDF too): for each test of the sequential design, the
+"""The quality tests' loss curves (summary, section 3, in the PDF too): for each quality test, the
 lever's and its reference's training loss step by step, mean and range over the test's seeds, and beneath it their
 paired difference with the margin, so a reader sees where in training the verdict's difference arises."""
 
@@ -21,7 +21,7 @@ def tests(rep: Report) -> list[dict]:
     recipe = (rep.decided.get("recipe") or {}).get("stage")
     out = []
     for key, c in parity.checks(rep.decisions, rep.params.evidence).items():
-        if c.get("design") != "sequential" or (key not in keep and key != recipe):
+        if key not in keep and key != recipe:
             continue
         out += [c] + ([c["canonical"]] if c.get("canonical") else [])
     return out[:MAX_PANELS]

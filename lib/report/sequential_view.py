@@ -1,6 +1,6 @@
 """The quality test's sequential design as the report states it (lib/results/parity.py and sequential.py decide): the
 rule before any number, one test in a sentence with the horizon, seeds and bounds it speaks for, and why a test left
-its lever undecided with what would decide it. parity_view.py hands a test of this design here."""
+its lever undecided with what would decide it."""
 
 from __future__ import annotations
 

@@ -19,7 +19,6 @@ def of(key: str, checks: dict, df, params: Params) -> dict | None:
         return {
             "test": "parity",
             "verdict": c["verdict"],
-            "protocol": c.get("protocol", "paired"),
             "reference": c["reference"],
             # set against its own stack (the lever alone), or against the canonical reference (its whole stack)
             "own_stack": c["reference"] == stages.own_stack(key),
@@ -28,24 +27,21 @@ def of(key: str, checks: dict, df, params: Params) -> dict | None:
             "steps": c.get("steps"),
             "tokens": c["steps"] * batch * params.run.seq_len if c.get("steps") else None,
             "passes": c.get("passes"),
-            "seeds": len(c.get("seeds") or []) or c.get("runs"),
-            "margin": c.get("margin", c.get("tolerance")),
-            "confidence": c.get("confidence"),
+            "seeds": len(c["seeds"]) or None,
+            "margin": c["margin"],
+            "confidence": c["confidence"],
             "held_out": {k: held.get(k) for k in ("mean", "lo", "hi")} if held else None,
             "final": _bounds(c, "final"),
-            "design": c.get("design", "fixed"),
-            "looks": c.get("looks"),
-            "critical_value": c.get("critical_value"),
+            "looks": c["looks"],
+            "critical_value": c["critical_value"],
             "detectable": c.get("detectable"),
             "reference_held_out": c.get("reference_held_out"),
-            "to_decide": parity.to_decide(c) if c.get("intervals") else None,
+            "to_decide": parity.to_decide(c),
             # no number of seeds up to this would decide it at its mean and spread (None where some would, or it held)
             "out_of_reach": {"seeds_beyond": parity.MOST_SEEDS} if parity.out_of_reach(c) else None,
             # the adopted stack against the canonical reference, where that check ran
             "canonical": _canonical(c.get("canonical")),
             "standing": parity.standing(c),
-            # measured by today's rule: the sequential design at the rule's batch (reports/h200-x2's: fixed, B=64)
-            "current_rule": c.get("design") == "sequential" and batch == params.evidence.parity_batch,
         }
     rows = df[(df["stage"] == key) & df["loss_verdict"].notna()]
     if rows.empty:

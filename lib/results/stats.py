@@ -67,19 +67,6 @@ def loss_gap(losses, ref_losses, skip: int, window: int = LOSS_GATE_WINDOW) -> f
     return float(np.max(np.abs(np.convolve(diff, np.ones(w) / w, mode="valid"))))
 
 
-def envelope_gap(losses, ref_runs: list, window: int = LOSS_GATE_WINDOW) -> float:
-    """How far the moving average of `losses` leaves the envelope of the reference runs' moving averages (their
-    lowest and highest at each step), either way: 0 inside it; infinite when a loss is not finite. The earlier
-    method's parity run was judged by it (lib/results/parity.py, earlier_check)."""
-    n = min([len(losses)] + [len(r) for r in ref_runs])
-    curves = [np.asarray(c[:n], dtype=float) for c in [losses, *ref_runs]]
-    if not all(np.all(np.isfinite(c)) for c in curves):
-        return float("inf")
-    w = min(window, n)
-    mine, *refs = [np.convolve(c, np.ones(w) / w, mode="valid") for c in curves]
-    return float(max(0.0, np.max(np.min(refs, axis=0) - mine), np.max(mine - np.max(refs, axis=0))))
-
-
 def spike_step(losses, ref_losses, skip: int, limit: float, window: int = LOSS_GATE_WINDOW) -> int | None:
     """The step whose loss alone puts the gate's figure beyond `limit`: with that one step's difference
     set to the median difference the gap is within half of it (the rest of the curve agrees). None when

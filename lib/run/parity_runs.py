@@ -1,6 +1,5 @@
 """The parity test's runs (lib/results/parity.py decides on them): the recommended stage and its reference
-stage, paired per seed on the same weights and data order (at the first seeds each twice), then their loss on
-held-out text.
+stage, paired per seed on the same weights and data order, then their loss on held-out text.
 Run by the batch-sweep chapter (lib/run/evidence.py recommend) before the sweep, on the fastest verified stage."""
 
 from __future__ import annotations
@@ -8,19 +7,19 @@ from __future__ import annotations
 from lib.core import config, data, record, stages
 from lib.core.params import Params
 from lib.core.paths import resolve
-from lib.results import decide, parity, parity_futility, store
+from lib.results import decide, parity, store
 from lib.measure.series import restartable
 from lib.run import runner
 from lib.run.jobs import folder, make_job
 
 
 def parity_jobs(params: Params, report_dir) -> list[dict]:
-    """The parity test of the fastest verified stage (lib/results/parity.py), at the batch chain_batch names: at each
-    of evidence.parity_seeds seeds, that stage and its reference stage at the same batch, from the same weights on the same
-    data order, a second time each at the first evidence.parity_noise_seeds seeds (the test's own noise), then their loss on held-out text. Each run is as long as
-    evidence.parity_steps allows within evidence.parity_passes passes over the training text (more
-    would measure how fast the model overfits this corpus). Where the reference ran out of memory at
-    that batch in the matrix, it accumulates gradients over micro-batches that fit (the same update)."""
+    """The parity test's next runs for the fastest verified stage (lib/results/parity.py), at the batch chain_batch
+    names: the lever against its own stack, then its full stack against the canonical reference, each to its next
+    look (evidence.parity_looks), both sides at the same batch, from the same weights on the same data order, then
+    their loss on held-out text (parity_plan gives each run's length). Where a side ran out of memory at that batch
+    in the matrix, it accumulates gradients over micro-batches that fit (the same update). None once both tests
+    have decided, or one did not let the stage stand."""
     env = runner.environment(report_dir)
     recs = store.decision_records(resolve(report_dir) / "results")
     best = decide.recommended(candidates(recs, params), params)
@@ -29,12 +28,7 @@ def parity_jobs(params: Params, report_dir) -> list[dict]:
     key, batch = best["stage"], chain_batch(recs, params, best)
     # Before the sweep, the matrix's batches: a resumed run after the sweep plans the same runs.
     sized = matrix(recs) if getattr(params.evidence, "parity_before_sweep", False) else recs
-    if not getattr(params.evidence, "parity_looks", None):  # the fixed design against the canonical reference
-        micro = {s: micro_steps(sized, s, batch) for s in (key, stages.get(key).reference)}
-        return parity_plan(params, env, report_dir, key, batch, micro)
-    # The sequential design: the lever against its own stack, then the full stack against the canonical reference,
-    # each to its next look; nothing once both have decided (a test that does not hold ends the stage's turn).
-    # (the own stack only where this report timed it: a profile may leave it out, or it may not run here)
+    # The own stack only where this report timed it: a profile may leave it out, or it may not run here.
     own = [r for r in (stages.own_stack(key),) if r in params.stages and timed_batches(matrix(recs), r)]
     if key in parity.fallbacks(parity.checks(recs, params.evidence)) and not config.runs_evidence(
         params, "parity_alternatives"
@@ -107,37 +101,11 @@ def timed_batches(recs: list[dict], stage: str) -> set[int]:
 
 
 def measure(params: Params, report_dir, force: bool = False) -> None:
-    """The parity test's runs in rounds, the test looked at for futility before each after the first
-    (lib/results/parity.py): the first runs of the noise seeds (its spread), their repeats (its noise), then the
-    other seeds. Where too few noise seeds could stop it by spread, the first two rounds are one."""
-    jobs, env, ev = parity_jobs(params, report_dir), runner.environment(report_dir), params.evidence
-    if getattr(ev, "parity_looks", None):
-        return measure_sequential(params, report_dir, jobs, env, force)
-    if not jobs:
-        return
-    twice = parity_futility.noise_seeds(ev)
-    first = [j for j in jobs if j["seed_offset"] < twice and not j["replicate"]]
-    repeats = [j for j in jobs if j["seed_offset"] < twice and j["replicate"]]
-    rounds = [("first runs", first), ("repeats", repeats)]
-    if parity_futility.futility_pairs(ev) is None or twice < parity_futility.futility_pairs(ev):
-        rounds = [("noise seeds", first + repeats)]
-    rounds.append(("other seeds", [j for j in jobs if j["seed_offset"] >= twice]))
-    for k, (name, round_jobs) in enumerate(rounds):
-        if k:
-            check = parity.checks(store.decision_records(resolve(report_dir) / "results"), ev).get(jobs[0]["stage"])
-            if (check or {}).get("futile"):  # the plan's first job is the lever's
-                print(f"    parity test stopped before its {name}: {FUTILE_WHY[check['futile']]}", flush=True)
-                return
-        if round_jobs:
-            runner.measure_jobs(in_series(round_jobs, name), env, force=force)
-
-
-def measure_sequential(params: Params, report_dir, jobs: list[dict], env: dict, force: bool) -> None:
-    """The sequential design's rounds (lib/results/sequential.py): each round runs the seeds up to the next look of the
+    """The parity test's rounds (lib/results/sequential.py): each round runs the seeds up to the next look of the
     stage's next undecided test (its own stack first, then the canonical reference), then the records are read again;
     it ends when the stage's tests have decided or one did not let it stand. Seeds already run are kept (a run of the
     reference for one lever serves another's test)."""
-    rounds = 0
+    jobs, env, rounds = parity_jobs(params, report_dir), runner.environment(report_dir), 0
     while jobs:
         test, look = jobs[0]["stage"], max(j["seed_offset"] for j in jobs) + 1
         ref = next(j["stage"] for j in jobs if j["stage"] != test)
@@ -147,13 +115,6 @@ def measure_sequential(params: Params, report_dir, jobs: list[dict], env: dict, 
         before, jobs = {j["fingerprint"] for j in jobs}, parity_jobs(params, report_dir)
         if {j["fingerprint"] for j in jobs} <= before:  # nothing new to run: a failed run cannot be made to pass here
             return
-
-
-FUTILE_WHY = {
-    "spread": "its seeds' spread keeps it from deciding",
-    "noise": "its own noise keeps it from deciding",
-    "trend": "its seeds' mean and spread, if they held, would leave it above the margin at all its seeds",
-}
 
 
 def in_series(jobs: list[dict], round_name: str) -> list[dict]:
@@ -186,22 +147,20 @@ def parity_plan(
 ) -> list[dict]:
     """The parity test's runs of stage `key` against the other stage `micro` names at `batch`, each side accumulating
     `micro[side]` micro-batches, at the first `seeds` seeds (evidence.parity_seeds where not given). Each run is
-    evidence.parity_horizon_tokens long where the params set it (the horizon, stated before any number), within
+    evidence.parity_horizon_tokens long (the horizon, stated before any number), within
     evidence.parity_steps steps and evidence.parity_passes passes over the training text."""
     ev, ref = params.evidence, next(s for s in micro if s != key)
     train_tokens = len(data.split(data.load_tokens(params.model.vocab_size))[0])
     per_step = batch * params.run.seq_len
-    horizon = getattr(ev, "parity_horizon_tokens", None) or ev.parity_steps * per_step
-    steps = max(1, min(ev.parity_steps, horizon // per_step, int(ev.parity_passes * train_tokens // per_step)))
+    horizon_steps = ev.parity_horizon_tokens // per_step
+    steps = max(1, min(ev.parity_steps, horizon_steps, int(ev.parity_passes * train_tokens // per_step)))
     jobs, spread = [], devices(env)
     for seed in range(seeds or ev.parity_seeds):
         # Each seed reads the text from its own place, fixed by the seed alone (golden-ratio steps), so
         # adding seeds later leaves the earlier ones' runs valid.
         start = int((seed * 0.6180339887498949) % 1.0 * train_tokens)
-        # the fixed design's repeat pairs (the test's own noise); the sequential design has none
-        replicates = (0, 1) if seed < parity_futility.noise_seeds(ev) else (0,)
-        for s, m, k in [(key, micro[key], k) for k in replicates] + [(ref, micro[ref], k) for k in replicates]:
-            name = f"{s}__b{batch}" + (f"__s{seed}" if seed else "") + (f"__r{k}" if k else "")
+        for s, m in ((key, micro[key]), (ref, micro[ref])):
+            name = f"{s}__b{batch}" + (f"__s{seed}" if seed else "")
             j = make_job(
                 params,
                 env,
@@ -213,13 +172,14 @@ def parity_plan(
                 steps=steps,
                 held_out_batches=ev.held_out_batches,
                 micro_steps=m,
-                replicate=k,
+                replicate=0,  # one run a side at each seed
                 eval_batch=ev.crosscheck_batch,
                 seed_offset=seed,
                 data_start=start,
                 passes=steps * per_step / train_tokens,
             )
-            j["fingerprint"] += f"-parity{steps}x{m}-lr-schedule-s{seed}-at{start}-r{k}"
+            # "-r0": the suffix the runs already measured carry (a resume keeps them)
+            j["fingerprint"] += f"-parity{steps}x{m}-lr-schedule-s{seed}-at{start}-r0"
             j["device"] = seed % spread if spread > 1 else None  # each GPU of the host its own seeds, at once
             jobs.append(j)
     return jobs
