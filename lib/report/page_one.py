@@ -21,9 +21,9 @@ LEGEND = (
     "Worth: in the recipe, what leaving the lever out costs; outside it, its speed-up over its own stack (the same "
     "configuration without it). adopt: costs beyond noise{noise} or needed to fit · neutral: within noise · not yet: "
     "faster, quality undecided or untested · skip: slower, no gain, or quality failed. Quality: held-out loss, lever − "
-    "reference [bounds, each one-sided 95 %], against the lever's own stack (the recipe's stack also against the "
-    "canonical reference) (margin +{margin} nats) over its horizon (passes: times a run saw its training text); else "
-    "the divergence check (±{tolerance} nats beyond the drift between two processes), which catches only a broken lever."
+    "reference [one-sided 95 % bounds], against the lever's own stack, margin +{margin} nats, over the run named "
+    "(passes: times a run saw its training text); else a divergence check (±{tolerance} nats), which catches only a "
+    "broken lever."
 )
 
 
@@ -298,10 +298,9 @@ def next_text(rep: Report) -> str:
         said += f": <code>{html.escape(command)}</code>"
         if pay := nxt.get("payoff"):  # what it would pay were it to hold, in the recipe's own GPU-hours
             said += (
-                f"; were it to hold, it would save {pay['gpu_hours_saved']:.2f} GPU-h per {fmt.tokens(pay['tokens'])} "
-                "tokens"
+                f"; if it holds, it saves {pay['gpu_hours_saved']:.2f} GPU-h per {fmt.tokens(pay['tokens'])} tokens"
                 + (
-                    f", repaying the test after {fmt.tokens(pay['break_even_tokens'])} tokens"
+                    f", repaying the test after {fmt.tokens(pay['break_even_tokens'])}"
                     if pay["break_even_tokens"]
                     else ""
                 )
@@ -330,13 +329,16 @@ def page_html(rep: Report) -> str:
     return f"{first}<p class='provenance'>{provenance_line(rep)}</p>" + recipe_table(rep) + lever_table(rep)
 
 
-PAGE_ONE_END = "page-one-end"  # the id of page 1's last action: the PDF's page 1 must hold it (tests/test_report.py)
+# The id of a mark at the very end of page 1's last action: the PDF's page 1 must hold it (tests/test_report.py), so
+# the whole action stands on page 1, not only its first line.
+PAGE_ONE_END = "page-one-end"
 
 
 def actions_html(rep: Report) -> str:
     items = actions(rep)
     last = len(items) - 1
-    rows = "".join(f"<li id='{PAGE_ONE_END}'>{a}</li>" if i == last else f"<li>{a}</li>" for i, a in enumerate(items))
+    end = f"<span id='{PAGE_ONE_END}'></span>"
+    rows = "".join(f"<li>{a}{end if i == last else ''}</li>" for i, a in enumerate(items))
     return f"<ul class='actions'>{rows}</ul>"
 
 
