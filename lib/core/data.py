@@ -174,16 +174,27 @@ def prepare() -> dict:
     return manifest
 
 
+def read_manifest(path: Path, keys: tuple[str, ...], missing: str, damaged: str) -> tuple[dict, list]:
+    """A data manifest and its values under `keys`; DataError with `missing` where it is absent, `damaged` where it
+    does not parse or lacks a key."""
+    if not path.exists():
+        raise DataError(missing)
+    try:
+        manifest = json.loads(path.read_text())
+        return manifest, [manifest[k] for k in keys]
+    except (ValueError, KeyError, TypeError):
+        raise DataError(damaged) from None
+
+
 def verify() -> dict:
     """The manifest, after checking every asset against it; raises DataError on any mismatch."""
     manifest_path = DATA_DIR / "manifest.json"
-    if not manifest_path.exists():
-        raise DataError(f"no prepared data in {DATA_DIR}: run `make setup`")
-    try:
-        manifest = json.loads(manifest_path.read_text())
-        corpus_sha, tokens_sha = manifest["corpus_sha256"], manifest["tokens_sha256"]
-    except (ValueError, KeyError, TypeError):
-        raise DataError(f"{manifest_path} is damaged: delete it and run `make setup`") from None
+    manifest, (corpus_sha, tokens_sha) = read_manifest(
+        manifest_path,
+        ("corpus_sha256", "tokens_sha256"),
+        f"no prepared data in {DATA_DIR}: run `make setup`",
+        f"{manifest_path} is damaged: delete it and run `make setup`",
+    )
     checks = [
         ("tokenizer ranks", "gpt2.tiktoken", GPT2_RANKS_SHA256),
         ("corpus", "corpus.txt", corpus_sha),

@@ -217,13 +217,12 @@ def build(min_train: int = MIN_TRAIN, min_held_out: int = MIN_HELD_OUT) -> dict:
 def load() -> tuple[np.ndarray, np.ndarray]:
     """(training tokens, held-out tokens), after checking every file and array against the manifest."""
     path = LONG_DIR / "manifest.json"
-    if not path.exists():
-        raise DataError(f"the long corpus is missing ({path}): {MAKE_HINT}")
-    try:
-        manifest = json.loads(path.read_text())
-        files, arrays = manifest["files_sha256"], manifest["tokens_sha256"]
-    except (ValueError, KeyError, TypeError):
-        raise DataError(f"{path} is damaged: delete data/long/ and {MAKE_HINT}") from None
+    _, (files, arrays) = data.read_manifest(
+        path,
+        ("files_sha256", "tokens_sha256"),
+        f"the long corpus is missing ({path}): {MAKE_HINT}",
+        f"{path} is damaged: delete data/long/ and {MAKE_HINT}",
+    )
     out = []
     for f in FILES:
         p = LONG_DIR / f
