@@ -13,7 +13,9 @@ WITHIN_NOISE = "confirmed (within noise)"  # outside it by less than the measure
 EXCEEDED = "exceeded"  # further from "no change" than the range: a bigger speed-up or cut than claimed
 FELL_SHORT = "fell short"  # the claimed direction, beyond the noise of "no change", but less than the range
 CONTRADICTED = "contradicted"  # no measurable change, the opposite direction, or past a claimed "at most" (a fallback: same kernels)
-UNDECIDED = "undecided"  # the form that could confirm it has a parity test that could not decide
+UNDECIDED = (
+    "undecided"  # no test could decide it: a parity test undecided, or quality seen by the divergence check only
+)
 NOT_APPLICABLE = "not applicable"  # the claim speaks about another chip family, backend or library
 NOT_MEASURED = "not measured"  # the measured column says why (a named implementation that did not run: what ran)
 CSS = {
@@ -33,7 +35,8 @@ EXPLAINED = (
     f"{EXCEEDED}, further from no change than claimed; {FELL_SHORT}, the claimed direction, beyond the measured "
     f"noise of no change, but less than claimed; {CONTRADICTED}, {NO_CHANGE} (within the measured noise of no "
     'change, where a change was claimed), the opposite direction, or past a claimed "at most"; '
-    f"{UNDECIDED}, only a form whose parity test could not decide would confirm it; {NOT_APPLICABLE} or "
+    f"{UNDECIDED}, only a form whose parity test could not decide would confirm it, or a claim on quality that only "
+    f"the divergence check (which catches a broken lever) has looked at; {NOT_APPLICABLE} or "
     f"{NOT_MEASURED}: the measured column says why (for a claim that names an implementation, which one ran)"
 )
 

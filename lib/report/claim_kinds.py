@@ -19,7 +19,6 @@ from lib.report.claim_judge import (
     NOT_APPLICABLE,
     RANK,
     UNDECIDED,
-    WITHIN_NOISE,
     figure,
     judge,
     per_batch_text,
@@ -169,8 +168,9 @@ def alignment(claim: dict, df: pd.DataFrame, ev: dict) -> dict:
 
 def loss_gate(claim: dict, df: pd.DataFrame, tolerance: float | None) -> dict:
     """The report's divergence check of the claim's stage against its loss reference (decide.table) at each batch size it
-    was computed at, named in the check (a reviewer read "every batch size" where TF32 ran at one): held at each
-    confirms "no measurable impact", failed at any contradicts it; where the stage did not run, and why, follows."""
+    was computed at, named in the check (a reviewer read "every batch size" where TF32 ran at one): failed at any
+    contradicts "no measurable impact"; held at each leaves it undecided, since the check catches only a broken lever
+    (a reviewer found "confirmed" resting on it); where the stage did not run, and why, follows."""
     tol = f" of {tolerance:g} nats" if tolerance is not None else ""
     gated = df[(df["stage"] == claim["stage"]) & (df["status"] == "ok")]
     gated = gated[gated["loss_verdict"].notna()] if "loss_verdict" in df else gated.iloc[:0]
@@ -194,9 +194,9 @@ def loss_gate(claim: dict, df: pd.DataFrame, tolerance: float | None) -> dict:
             for r in skipped.itertuples()
         )
     )
-    within = (gated["loss_verdict"] == "within noise").any()
-    word = CONTRADICTED if failed else WITHIN_NOISE if within else CONFIRMS[0]
-    return {**out, "figure": {"text": text, "value": float(worst.loss_gap), "word": word, "note": ""}}
+    note = "" if failed else "; the check catches only a broken lever: no quality test of this lever decides it"
+    word = CONTRADICTED if failed else UNDECIDED
+    return {**out, "figure": {"text": text + note, "value": float(worst.loss_gap), "word": word, "note": ""}}
 
 
 def attention(claim: dict, ev: dict) -> dict:
