@@ -280,3 +280,21 @@ def test_a_stage_identity_holds_only_the_switches_it_sets():
         "attention": "sdpa",
         "padded_vocab": True,
     }
+
+
+def test_a_median_of_processes_is_printed_beside_the_spread_of_those_processes():
+    """reports/h100-x4's matrix printed TF32's median over two processes (186.7 ms) beside the first process's own
+    p10-p90 (186.8-186.9): the second process ran faster. The p10-p90 of a configuration timed in several processes is
+    now of all their steps, so the median printed lies within it."""
+    from conftest import tiny_params
+
+    params = tiny_params(["fp32", "tf32"])
+    first = make_record(params, "tf32", 2, [186.8, 186.85, 186.9, 186.85, 186.8], [3.0] * 6)
+    second = {**make_record(params, "tf32", 2, [185.9, 186.0, 186.1, 186.0, 186.05], [3.0] * 6), "variant": "repeat"}
+    base = make_record(params, "fp32", 2, [400.0] * 5, [3.0] * 6)
+    recs = [base, first, second]
+    df = decide.table([base, first], params.stages, 0.05, 0.0, decide.throughputs(recs), decide.step_times(recs))
+    row = df[df["stage"] == "tf32"].iloc[0]
+    assert row["p10_ms"] <= row["median_ms"] <= row["p90_ms"] and row["p10_ms"] < 186.8
+    alone = decide.table([base, first], params.stages, 0.05, 0.0, decide.throughputs([base, first]))
+    assert alone[alone["stage"] == "tf32"].iloc[0]["p10_ms"] == first["p10_ms"]  # one process: its own spread

@@ -123,7 +123,9 @@ def load(report_dir) -> Report:
     records = [r for r in records if not (r["stage"] in measured and r["status"] == record.Status.NOT_APPLICABLE)]
     decisions = [kernel_categories.current(r) for r in store.decision_records(d / "results")]
     noise = stats.loss_noise(decisions)
-    df = decide.table(records, order, params.run.loss_tolerance, noise, decide.throughputs(decisions))
+    df = decide.table(
+        records, order, params.run.loss_tolerance, noise, decide.throughputs(decisions), decide.step_times(decisions)
+    )
     df["mfu_bf16"] = [mfu_bf16_of(params, m, p) for m, p in zip(df["mfu"], df["peak_precision"])]
     run = json.loads((d / "run.json").read_text()) if (d / "run.json").exists() else None
     return Report(d, params, env, records, df, decisions, store.load_evidence(d / "results"), noise, run)

@@ -19,6 +19,7 @@ def table(
     tolerance: float | None = None,
     noise: float = 0.0,
     processes: dict | None = None,
+    steps: dict | None = None,
 ):
     """Tidy table, one row per configuration, in stage order, with the comparisons every
     reader asks for: speedup over FP32 and over the previous stage at the same batch, and the
@@ -26,7 +27,8 @@ def table(
     stage for the levers after them) at the same batch, and the loss gate (loss_gap against the
     tolerance; `noise` is loss_noise: a gap beyond the tolerance by less is 'within noise').
     `processes` (throughputs): a configuration timed in several processes enters the speed-ups by
-    their median, the figure the recommendation quotes; else by its one process."""
+    their median, the figure the recommendation quotes; else by its one process. `steps` (step_times): its p10-p90
+    is then of every step those processes timed, so the spread printed beside a median is of the same processes."""
     import pandas as pd
 
     # a key a record lacks (an older record, another kind) is None in its row
@@ -75,13 +77,22 @@ def table(
         for s, b, t in zip(df["stage"], df["batch_size"], df["tokens_per_s"])
     ]
     # One figure per configuration: where several processes timed it, the row's throughput, its step time and MFU are
-    # their median's (the first process's own stay in its record); p10-p90 stay the first process's spread.
+    # their median's (the first process's own stay in its record), and p10-p90 those of all their steps pooled (the
+    # first process's alone had put a median of processes outside its own p10-p90: reports/h100-x4's TF32 row).
     scale = [t / f if o and t and f else 1.0 for t, f, o in zip(timed, df["tokens_per_s"], ok)]
     df["first_tokens_per_s"] = df["tokens_per_s"]
     df["tokens_per_s"] = [f * k if f is not None else f for f, k in zip(df["tokens_per_s"], scale)]
     for col in ("mfu", "achieved_tflops"):
         df[col] = [v * k if v is not None and not pd.isna(v) else v for v, k in zip(df[col], scale)]
     df["median_ms"] = [v / k if v is not None and not pd.isna(v) else v for v, k in zip(df["median_ms"], scale)]
+    pools = {
+        k: np.concatenate(v) for k, v in (steps or {}).items() if len(v) > 1 and len((processes or {}).get(k) or []) > 1
+    }
+    for col, q in (("p10_ms", 10), ("p90_ms", 90)):
+        df[col] = [
+            float(np.percentile(pools[(s, b)], q)) if o and (s, b) in pools else v
+            for s, b, v, o in zip(df["stage"], df["batch_size"], df[col], ok)
+        ]
     base = df.assign(timed=timed)[(df["stage"] == stage_order[0]) & ok].set_index("batch_size")
     # Never for the multi-GPU stage: its throughput over one GPU's FP32 is no lever's speed-up.
     df["speedup_vs_baseline"] = [
@@ -207,6 +218,20 @@ def verified_stages(df, reference_stages=("fp32",)) -> dict:
     for s, g in df.groupby("stage", sort=False):
         checks = [v for v in g["loss_within_tolerance"] if v is not None]
         out[s] = True if s in reference_stages else (all(checks) if checks else None)
+    return out
+
+
+def step_times(records: list[dict]) -> dict:
+    """(stage, batch) -> the timed steps (ms) of every process that timed it, as throughputs counts them."""
+    out: dict = {}
+    for r in records:
+        if (
+            r.get("status") == Status.OK
+            and r.get("variant") in TIMING_VARIANTS
+            and not stages.is_multi_gpu(r.get("stage"))
+            and r.get("step_ms")
+        ):
+            out.setdefault((r["stage"], r["batch_size"]), []).append(np.asarray(r["step_ms"], dtype=float))
     return out
 
 

@@ -355,7 +355,9 @@ def compute(records: list[dict], evidence: dict, params: Params, env: dict, pric
     order = params.stages
     matrix = [r for r in evidence.get("matrix") or [] if r.get("stage") in order]
     drift = loss_noise(records)
-    df = decide.table(matrix, order, params.run.loss_tolerance, drift, decide.throughputs(records))
+    df = decide.table(
+        matrix, order, params.run.loss_tolerance, drift, decide.throughputs(records), decide.step_times(records)
+    )
     df.attrs["loss_noise"] = drift
     recipe = make_recipe(records, evidence, params, env, price)
     loo = leave_one_out(records, evidence.get("ablation") or [])
