@@ -221,31 +221,28 @@ def verified_stages(df, reference_stages=("fp32",)) -> dict:
     return out
 
 
-def step_times(records: list[dict]) -> dict:
-    """(stage, batch) -> the timed steps (ms) of every process that timed it, as throughputs counts them."""
+def _by_process(records: list[dict], field: str) -> dict:
+    """(stage, batch) -> `field` of every single-GPU process that timed it (matrix, sweep, repeats)."""
     out: dict = {}
     for r in records:
         if (
             r.get("status") == Status.OK
             and r.get("variant") in TIMING_VARIANTS
             and not stages.is_multi_gpu(r.get("stage"))
-            and r.get("step_ms")
+            and r.get(field) is not None
         ):
-            out.setdefault((r["stage"], r["batch_size"]), []).append(np.asarray(r["step_ms"], dtype=float))
+            out.setdefault((r["stage"], r["batch_size"]), []).append(r[field])
     return out
+
+
+def step_times(records: list[dict]) -> dict:
+    """(stage, batch) -> the timed steps (ms) of every process that timed it, as throughputs counts them."""
+    return {k: [np.asarray(v, dtype=float) for v in vs] for k, vs in _by_process(records, "step_ms").items()}
 
 
 def throughputs(records: list[dict]) -> dict:
     """(stage, batch) -> tokens/s of every process that timed it (matrix, sweep, repeats)."""
-    out: dict = {}
-    for r in records:
-        if (
-            r.get("status") == Status.OK
-            and r.get("variant") in TIMING_VARIANTS
-            and not stages.is_multi_gpu(r.get("stage"))
-        ):
-            out.setdefault((r["stage"], r["batch_size"]), []).append(r["tokens_per_s"])
-    return out
+    return _by_process(records, "tokens_per_s")
 
 
 def ranked_configs(records: list[dict], params: Params, eligible=None) -> list[dict]:
