@@ -109,6 +109,21 @@ def test_load_records_reads_every_record(tmp_path, cpu_params):
     assert [r["batch_size"] for r in store.load_records(tmp_path)] == [2, 4]
 
 
+def test_load_records_skips_a_record_moved_aside_after_the_listing(tmp_path, cpu_params, monkeypatch):
+    """Another node of a rehearsal may supersede a record between this node's listing and its read."""
+    for b in (2, 4):
+        store.write_atomic(tmp_path / f"fp32__b{b}.json", store.base_record(cpu_params, stages.get("fp32"), b))
+    read = store._read
+
+    def read_after_the_other_node_moved_one(path):
+        if (tmp_path / "fp32__b4.json").exists():
+            store.supersede(tmp_path / "fp32__b4.json")
+        return read(path)
+
+    monkeypatch.setattr(store, "_read", read_after_the_other_node_moved_one)
+    assert [r["batch_size"] for r in store.load_records(tmp_path)] == [2]
+
+
 @pytest.mark.parametrize("version", [0, record.SCHEMA_VERSION + 1, None])
 def test_load_records_refuses_another_schema_version(tmp_path, cpu_params, version):
     rec = store.base_record(cpu_params, stages.get("fp32"), 2)
