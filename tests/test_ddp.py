@@ -378,7 +378,7 @@ def test_a_four_gpu_host_s_job_left_unmeasured_is_named_with_why_and_the_rehears
     """reports/h100-x4 (2026-11-27): the device time ran out during the two-node rehearsal, its run left 'running' by
     a process gone with its machine; the report said only "incomplete". The job is named, with why; and a two-node
     record of as many GPUs never stands in for the one-node job in the recipe (keyed by world size alone, it did)."""
-    from lib.results import decisions
+    from lib.results import recipe_decision
 
     params = tiny_params(["vocab", "ddp"], batch_sizes=(4,))
     two, four = _ddp_record(params, 2, 19_000.0, 0.02), _ddp_record(params, 4, 37_000.0, 0.03)
@@ -404,12 +404,12 @@ def test_a_four_gpu_host_s_job_left_unmeasured_is_named_with_why_and_the_rehears
     assert "Not measured" not in evidence_view.ddp_curve_table_html(rep)
     from lib.report import page_one  # and page 1 says so where the reader starts
 
-    assert "incomplete</strong>: the last run stopped before the 2-node rehearsal (2 × 2 GPUs) (section 2)" in (
+    assert "incomplete</strong>: the 2-node rehearsal (2 × 2 GPUs) not measured (section 2)" in (
         page_one.provenance_line(rep)
     )
     # the rehearsal's record, faster than the one-node job here, is the DDP chapter's, not the recipe's
     nodes = {**_ddp_record(params, 4, 39_000.0, 0.05), "nnodes": 2}
-    chosen = decisions.records_multi_gpu([two, four, nodes])
+    chosen = recipe_decision.records_multi_gpu([two, four, nodes])
     assert [(r["world_size"], r["tokens_per_s"]) for r in chosen] == [(2, 19_000.0), (4, 37_000.0)]
 
 

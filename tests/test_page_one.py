@@ -8,7 +8,7 @@ import json
 import pytest
 from conftest import make_record, tiny_params, write_report_dir
 
-from lib.core import cli_args, config
+from lib.core import cli_args, config, prices
 from lib.report import ablation_view, batch_sweep_view, loader, page_one, tables
 from lib.results import decide, store
 
@@ -56,22 +56,39 @@ def test_the_title_names_the_code_and_the_command_from_run_json(tmp_path):
 
 
 def test_energy_and_cost_of_the_recommendation(tmp_path, monkeypatch):
-    rep = _report(tmp_path, tf32_ms=80.0)
+    """The cost is the recipe's decided one: the list price of params/prices.yaml with its source by default, the
+    team's own where PRICE_PER_GPU_HOUR= states one, and none for a device the list does not price."""
+    monkeypatch.delenv("PRICE_PER_GPU_HOUR", raising=False)
+    rep = _report(tmp_path / "listed", tf32_ms=80.0)
     best = loader.recommended(rep)
     best["energy"] = {"joules_per_token": 0.002, "method": "NVML total-energy counter", "avg_power_w": 700.0}
-    monkeypatch.delenv("PRICE_PER_GPU_HOUR", raising=False)
+    listed = prices.listed(rep.params.name)
+    recipe = rep.decided["recipe"]
+    per_million = listed["usd"] * 1e6 / recipe["tokens_per_s"] / 3600
     text = batch_sweep_view.energy_and_cost(rep, best)
-    assert (
-        "2.00 mJ per token" in text
-        and "Cost: no price per GPU-hour given; `make render PRICE_PER_GPU_HOUR=2.49` adds one." in text
-    )
+    assert "2.00 mJ per token" in text and f"Cost: ${per_million:.3f} per million tokens" in text
+    assert listed["source"] in text and recipe["price_source"] == listed["source"]
+    assert recipe["cost"] == pytest.approx(recipe["gpu_hours"] * listed["usd"])
+    assert recipe["canonical_time"] is None  # no canonical trainer timed in this folder: no cost for it either
     monkeypatch.setenv("PRICE_PER_GPU_HOUR", "3.6")
-    per_million = 3.6 * 1e6 / best["processes"]["median"] / 3600
-    assert f"Cost: {per_million:.3f} per million tokens at 3.6 per GPU-hour" in batch_sweep_view.energy_and_cost(
-        rep, best
+    own = _report(tmp_path / "own", tf32_ms=80.0)
+    assert (
+        own.decided["recipe"]["price_per_gpu_hour"] == 3.6
+        and "PRICE_PER_GPU_HOUR" in own.decided["recipe"]["price_source"]
     )
+    monkeypatch.delenv("PRICE_PER_GPU_HOUR")
+    unpriced = _report(tmp_path / "unpriced", tf32_ms=80.0)
+    unpriced.params.name = "mi300x"  # params/prices.yaml lists no price for it
+    assert "no price per GPU-hour known" in batch_sweep_view.energy_and_cost(unpriced, best)
     best["energy"] = {"reason": "NVML is not available"}
     assert "Energy: not measured (NVML is not available)" in batch_sweep_view.energy_and_cost(rep, best)
+
+
+def test_a_host_variant_pays_its_gpus_list_price_and_every_listed_price_names_its_source():
+    assert prices.listed("h200-x4") == prices.listed("h200") and prices.listed("h200")["usd"] > 0
+    assert prices.listed("mi300x") is None
+    for profile in ("h100", "h200", "cpu"):
+        assert prices.listed(profile)["source"]
 
 
 @pytest.mark.parametrize("text", ["abc", "0", "-2", "inf", "nan"])
@@ -168,7 +185,13 @@ def test_page_one_has_a_row_per_lever_with_its_decision_and_the_recipe_row(tmp_p
     for row, lever in zip(rows, rep.decided["levers"]):
         assert lever["title"] in row and formats.DECISIONS[lever["decision"]][0] in row
     recipe = rep.decided["recipe"]
-    assert f"B={recipe['micro_batch']} × {recipe['accumulation']}" in page
+    assert "micro-batch × accumulation steps × GPUs" in page
+    assert f"Recipe: {recipe['micro_batch']} × {recipe['accumulation']} × 1 GPU" in page
+    # the recipe spelled out: every lever it has on, by name, in one line (a reader rebuilt it from the table before)
+    on = page.split("<p class='levers-on'>")[1].split("</p>")[0]
+    titles = {r["stage"]: r["title"] for r in rep.decided["levers"]}
+    assert recipe["levers_on"] and all(titles[k] in on for k in recipe["levers_on"])
+    assert "GPU-hours" in page and f"{recipe['gpu_hours']:.1f}" in page and formats.money(recipe["cost"]) in page
 
 
 def test_the_cpu_default_says_in_its_first_line_what_it_is(tmp_path):
@@ -178,13 +201,28 @@ def test_the_cpu_default_says_in_its_first_line_what_it_is(tmp_path):
     assert page_one.NOT_A_GPU not in page_one.page_html(rep)
 
 
-def test_a_leave_one_out_worth_says_it_was_timed_one_micro_step_a_step():
-    """Page 1's recipe row reads B=128 × 4; the ablation behind a lever's worth steps the optimizer every micro-batch
-    (B=128 × 1), where an optimizer-side lever (fused AdamW) is worth more than in the recipe: the cell says which."""
+def test_every_worth_is_one_basis_the_tokens_per_s_a_lever_adds_and_names_a_batch_only_off_the_recipe_s():
+    """A reader found three bases in one column (% lost when left out, × over its own stack, "needed to fit" with no
+    number): every worth is now the percent a lever adds over the configuration without it; the batch is named only
+    where it is not the recipe's, and a lever needed to fit still gives a number (its matrix figure where both fit)."""
     loo = {"worth": 0.0009, "batch": 128, "within_noise": True, "cannot_fit": False, "predicted": False}
-    assert page_one.worth_text({"leave_one_out": loo, "matrix": None}) == "+0.09 % at B=128 × 1, within noise"
-    # on page 1 a neutral lever's decision word says "within noise" already: its worth does not say it twice
-    assert page_one.worth_text({"leave_one_out": loo, "matrix": None}, noise_said=True) == "+0.09 % at B=128 × 1"
+    assert page_one.worth_text({"leave_one_out": loo, "matrix": None}, 128) == "+0.09 %"
+    assert page_one.worth_text({"leave_one_out": loo, "matrix": None}, 64) == "+0.09 % at B=128"
+    m = {"ratio": 1.035, "batch": 64, "against": "bf16_residual", "within_noise": False}
+    fit = {**loo, "worth": 0.0, "cannot_fit": True}
+    assert (
+        page_one.worth_text({"leave_one_out": fit, "matrix": m}, 128)
+        == "needed at B=128; +3.5 % over BF16 residual stream at B=64"
+    )
+    assert page_one.worth_text({"leave_one_out": None, "matrix": {**m, "ratio": 0.91}}, 64) == (
+        "-9.0 % over BF16 residual stream"
+    )
+
+
+def test_the_legend_says_the_worth_in_the_recipe_was_timed_one_optimizer_step_a_micro_batch(tmp_path):
+    """The recipe accumulates (B=128 × 4); the ablation steps the optimizer every micro-batch, where an optimizer-side
+    lever is worth more than as trained: said once, under the table."""
+    assert "one optimizer step a micro-batch" in page_one.lever_table(_report(tmp_path, tf32_ms=80.0))
 
 
 def test_a_lever_the_whole_stack_s_test_covers_reads_that_verdict_and_where_its_evidence_is():
@@ -194,14 +232,14 @@ def test_a_lever_the_whole_stack_s_test_covers_reads_that_verdict_and_where_its_
         "steps": 30,
         "stack": {"verdict": "holds", "via": "loss_only"},
     }
-    assert page_one.quality_text(q) == "<strong>holds</strong> in Loss-only forward's whole-stack test"
+    assert page_one.quality_text(q) == "<strong>holds</strong> with the whole recipe (see Loss-only forward)"
 
 
-def test_page_one_s_chart_says_its_bars_are_the_ladder_and_not_the_worth_in_the_recipe(tmp_path):
+def test_the_ladder_chart_says_its_bars_are_not_the_worth_in_the_recipe(tmp_path):
     """A reader set reports/h100's vocabulary bar (×1.51 over flash attention, eager at B=16) against the table's
     +3.55 % (left out of the compiled recipe) as a contradiction: the axis says which is which."""
     from lib.report import waterfall_chart
 
     fig = waterfall_chart.plot_waterfall(_report(tmp_path, tf32_ms=80.0))
     label = fig.axes[0].get_xlabel()
-    assert "as each lever is added in turn" in label and "its worth in the recipe is the table's" in label
+    assert "as each lever is added in turn" in label and "its worth in the recipe is page 1's" in label

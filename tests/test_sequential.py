@@ -199,7 +199,9 @@ def test_page_one_states_the_quality_test_s_reference_horizon_bounds_and_what_wo
     assert q["to_decide"]["gpu_minutes"] == pytest.approx(q["to_decide"]["seeds"] * 4.0 / 60)  # the probe, afresh
     text = page_one.quality_text(q)
     lo, hi = q["held_out"]["lo"], q["held_out"]["hi"]
-    assert "vs Loss-only forward" in text and "64 steps" in text and "5.95 passes" in text and "8 seeds" in text
+    assert (
+        "vs Loss-only forward" in text and "tokens trained" in text and "text seen 6.0×" in text and "8 seeds" in text
+    )
     assert f"[{lo:+.4f}, {hi:+.4f}]".replace("+-", "-") in text.replace("−", "-")
     assert f"~{q['to_decide']['seeds']} seeds" in text
     # stated once on page 1: in Next, where this lever is the next experiment, and not again in its row
@@ -291,7 +293,7 @@ def test_the_default_falls_back_to_the_stack_of_a_lever_that_did_not_hold_and_le
     facts = claim_figures.facts(rep)
     assert "fp8_head" in facts["undecided"] and "not tested" in facts["not_held"]["fp8_head"]
     assert (
-        "<strong>not tested</strong> at this depth"
+        "<strong>not tested</strong> in this report"
         in table.split("<td>FP8 lm_head (torchao)</td>")[1].split("</tr>")[0]
     )
     params.depth = "full"

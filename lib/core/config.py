@@ -56,7 +56,8 @@ def profile_family(name: str) -> str | None:
 
 
 def profiles() -> list[str]:
-    return sorted(p.stem for p in PARAMS_DIR.glob("*.yaml") if p.stem not in ("default", "claims", "rules", "models"))
+    not_profiles = ("default", "claims", "rules", "models", "prices")
+    return sorted(p.stem for p in PARAMS_DIR.glob("*.yaml") if p.stem not in not_profiles)
 
 
 def presets() -> dict[str, dict]:

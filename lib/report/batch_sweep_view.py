@@ -11,7 +11,7 @@ from lib.core import kernel_categories, record, stages
 from lib.report import export, parity_view
 from lib.report.charts import save, style
 from lib.report.evidence_view import OK, none, table
-from lib.report.loader import LAYERS, GiB, Report, gib, price_per_gpu_hour, recommended
+from lib.report.loader import LAYERS, GiB, Report, gib, recommended
 from lib.report.profile_view import top_kernels_html
 from lib.report.recommendation import applied_switches
 from lib.results import decide
@@ -208,7 +208,6 @@ def energy_and_cost(rep: Report, best: dict) -> str:
     """Energy per token of the recommended configuration (its first process's timed steps, NVML),
     and the cost per million tokens at the median throughput where a price per GPU-hour is given."""
     e = best.get("energy") or {}
-    price = price_per_gpu_hour(rep)
     parts = []
     if e.get("joules_per_token"):
         parts.append(
@@ -217,11 +216,16 @@ def energy_and_cost(rep: Report, best: dict) -> str:
         )
     else:
         parts.append(f"Energy: not measured ({e.get('reason') or 'no energy reading in this record'}).")
-    if price:
-        hours = 1e6 / best["processes"]["median"] / 3600
-        parts.append(f"Cost: {price * hours:.3f} per million tokens at {price:g} per GPU-hour.")
+    r = rep.decided["recipe"] or {}
+    if r.get("cost"):  # the recipe's, as page 1 states it
+        parts.append(
+            f"Cost: ${r['cost'] / r['token_budget'] * 1e6:.3f} per million tokens at ${r['price_per_gpu_hour']:g} per "
+            f"GPU-hour ({r['price_source']}; `make render PRICE_PER_GPU_HOUR=...` states your own)."
+        )
     else:
-        parts.append("Cost: no price per GPU-hour given; `make render PRICE_PER_GPU_HOUR=2.49` adds one.")
+        parts.append(
+            "Cost: no price per GPU-hour known for this device; `make render PRICE_PER_GPU_HOUR=2.49` adds one."
+        )
     return " ".join(parts)
 
 

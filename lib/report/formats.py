@@ -68,7 +68,8 @@ def hours(h: float) -> str:
 
 
 def money(x: float) -> str:
-    return f"${x:,.0f}"
+    """Dollars: cents where they matter to the figure (under $100), whole dollars beyond."""
+    return f"${x:,.2f}" if x < 100 else f"${x:,.0f}"
 
 
 GPT2_BATCH_TOKENS = 524_288  # GPT-2's batch: 512 sequences of 1,024 tokens

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from lib.core import cli_args, data, kernel_categories, provenance, record, stages
+from lib.core import data, kernel_categories, prices, provenance, record, stages
 from lib.core.params import ConfigError, Params
 from lib.core.paths import resolve
 from lib.report.formats import GiB, gib, pct, signed_pct, span, times, tok  # noqa: F401 (the views import them from here too)
@@ -131,9 +131,10 @@ def load(report_dir) -> Report:
     return Report(d, params, env, records, df, decisions, store.load_evidence(d / "results"), noise, run)
 
 
-def price_per_gpu_hour(rep: "Report") -> float | None:
-    """PRICE_PER_GPU_HOUR= at render time, else the profile's price_per_gpu_hour, else None."""
-    return cli_args.parse_price(os.environ.get("PRICE_PER_GPU_HOUR")) or rep.params.price_per_gpu_hour
+def price_per_gpu_hour(rep: "Report") -> dict | None:
+    """{usd, source}: PRICE_PER_GPU_HOUR= at render time, else the profile's price_per_gpu_hour, else the list price
+    of params/prices.yaml for its device (prices.stated)."""
+    return prices.stated(rep.params.name, os.environ.get("PRICE_PER_GPU_HOUR"), rep.params.price_per_gpu_hour)
 
 
 def code_commits(rep: "Report") -> tuple[list[str], int]:

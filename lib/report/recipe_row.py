@@ -1,0 +1,153 @@
+"""Page 1's recipe rows: the recipe a team trains with beside the canonical trainer of the same sitting (and on the
+host's GPUs where DDP ran), in the units a team decides in (tokens/s, × the canonical trainer, MFU, memory, and the
+hours, GPU-hours and cost of the token budget), then the levers it has on by name. Laid out from decisions.json's
+recipe (lib/results/recipe_decision.py)."""
+
+from __future__ import annotations
+
+import html
+
+from lib.core import stages
+from lib.report import formats as fmt
+from lib.report.loader import Report
+from lib.results.decisions import NEUTRAL
+
+
+def recipe_name(r: dict) -> str:
+    """'128 × 4 × 1 GPU': micro-batch × accumulation steps × GPUs, as the table's first header names them (`r`: the
+    recipe, one of its DDP entries, or the canonical trainer's side)."""
+    gpus = r.get("gpus") or 1
+    return f"{r['micro_batch']} × {r.get('accumulation') or 1} × {gpus} GPU{'s' if gpus > 1 else ''}"
+
+
+def _budget_cells(t: dict | None) -> list[str]:
+    """Hours, GPU-hours and cost of the token budget (decisions' _time), 'n/a' where not known."""
+    t = t or {}
+    return [
+        fmt.hours(t["hours"]) if t.get("hours") else "n/a",
+        f"{t['gpu_hours']:.1f}" if t.get("gpu_hours") else "n/a",
+        fmt.money(t["cost"]) if t.get("cost") else "n/a",
+    ]
+
+
+def _memory_cell(peak, total) -> str:
+    return f"{fmt.gib(peak)} of {fmt.gib(total)} GiB" if peak and total else f"{fmt.gib(peak)} GiB" if peak else "n/a"
+
+
+def recipe_table(rep: Report) -> str:
+    """The recipe a team trains with beside the canonical trainer of the same sitting (and on the host's GPUs where
+    DDP ran): tokens/s with range, × the canonical trainer, MFU, memory, and the hours, GPU-hours and cost of the token
+    budget; then the levers it has on, by name."""
+    r = rep.decided["recipe"]
+    if r is None:
+        return "<p><strong>No recipe:</strong> no configuration completed with its loss verified.</p>"
+    side, canon = r["recipe"] or r["micro_batch_alone"], r["canonical"]
+
+    def rng(s):
+        return f"<br><span class='note'>{s['lo']:,.0f}–{s['hi']:,.0f}</span>" if s["n"] > 1 else ""
+
+    versus = (
+        f"{r['ratio']:.3f}×<br><span class='note'>{r['ratio_range'][0]:.3f}–{r['ratio_range'][1]:.3f}</span>"
+        if r["ratio"]
+        else "not measured at the global batch"
+    )
+    mfu = lambda v: fmt.pct(v) if v else "n/a"  # noqa: E731
+    rows = [
+        [
+            f"<strong>Recipe: {html.escape(recipe_name(r))}</strong>",
+            f"{r['tokens_per_s']:,.0f}{rng(side)}",
+            versus,
+            mfu(r["mfu_bf16"]),
+            _memory_cell(r["mem_device_peak_bytes"] or r["mem_allocator_bytes"], r["device_memory_bytes"]),
+            *_budget_cells(r),
+        ]
+    ]
+    if canon and r["canonical_time"]:
+        b = rep.params.evidence.baseline
+        rows.append(
+            [
+                f"Canonical trainer ({html.escape(stages.get(b.stage).title)}): "
+                f"{html.escape(recipe_name({'micro_batch': canon['batch'], 'accumulation': canon['micro_steps']}))}",
+                f"{canon['median']:,.0f}{rng(canon)}",
+                "1×",
+                mfu(r["canonical_time"]["mfu_bf16"]),
+                "n/a",
+                *_budget_cells(r["canonical_time"]),
+            ]
+        )
+    host = r["host"]
+    if host:  # the recipe as this host trains it, on all its GPUs; the points between are the DDP chapter's curve
+        rows.append(
+            [
+                f"<strong>Recipe, DDP: {html.escape(recipe_name(host))}</strong>"
+                + (
+                    f"<br><span class='note'>{fmt.pct(host['efficiency'])} of {host['gpus']} × one GPU</span>"
+                    if host["efficiency"]
+                    else ""
+                ),
+                f"{host['tokens_per_s']:,.0f}",
+                "n/a",  # no canonical trainer ran on several GPUs
+                mfu(host["mfu_bf16"]),
+                _memory_cell(host["mem_device_peak_bytes"], r["device_memory_bytes"]) + " a GPU"
+                if host["mem_device_peak_bytes"]
+                else "n/a",
+                *_budget_cells(host),
+            ]
+        )
+    budget = fmt.tokens(r["token_budget"]) if r["token_budget"] else "the"
+    head = [
+        "micro-batch × accumulation steps × GPUs",
+        "tokens/s",
+        "× canonical trainer",
+        "MFU (bf16)",
+        "device peak",
+        f"time for {budget} tokens",
+        "GPU-hours",
+        "cost",
+    ]
+    body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" for row in rows)
+    table = (
+        '<table class="recipe-row"><thead><tr>'
+        + "".join(f"<th>{h}</th>" for h in head)
+        + f"</tr></thead><tbody>{body}</tbody></table>"
+    )
+    return table + levers_on_html(rep) + f"<p class='note'>{html.escape('; '.join(recipe_notes(rep)))}.</p>"
+
+
+def levers_on_html(rep: Report) -> str:
+    """The recipe spelled out: the levers it has on, those that pay first, then those kept though within noise."""
+    d = rep.decided
+    by = {row["stage"]: row for row in d["levers"]}
+    on = [by[k] for k in d["recipe"]["levers_on"] if k in by]
+    pays = [html.escape(row["title"]) for row in on if row["decision"] != NEUTRAL]
+    kept = [html.escape(row["title"]) for row in on if row["decision"] == NEUTRAL]
+    line = "<strong>On in the recipe:</strong> " + (", ".join(pays) or "none beyond the baseline")
+    if kept:
+        line += f"; kept on, within noise: {', '.join(kept)}"
+    hand = "<code>optimal_config()</code> or recommended.json" + (
+        " (one GPU and the DDP host)" if d["recipe"]["host"] else ""
+    )
+    return f"<p class='levers-on'>{line}. <strong>Use</strong> it: {hand}.</p>"
+
+
+def recipe_notes(rep: Report) -> list[str]:
+    """What the recipe's figures are: the global batch, the canonical trainer, how it was timed, and the price."""
+    r = rep.decided["recipe"]
+    notes = [f"every row trains {fmt.global_batch(r['global_batch_tokens'])} (T={r['seq_len']})"]
+    if r["ratio"]:
+        notes.append("canonical trainer: nanoGPT's loop, same global batch, same sitting; ranges: repeated runs")
+    if not r["measured_as_trained"]:  # how the recipe was timed is section 2's, unless it was not as trained
+        notes.append(f"tokens/s of B={r['micro_batch']} alone: the global batch was not measured for this recipe")
+    if r["price_per_gpu_hour"]:
+        notes.append(
+            f"cost at ${r['price_per_gpu_hour']:g} per GPU-hour ({r['price_source']}; PRICE_PER_GPU_HOUR= states yours)"
+        )
+    else:
+        notes.append("no price per GPU-hour known for this device: PRICE_PER_GPU_HOUR= adds the cost")
+    if r["memory_saver"]:
+        m = r["memory_saver"]
+        notes.append(
+            f"as fast within noise and lighter: B={m['micro_batch']} × {m['accumulation']}, "
+            f"{m['tokens_per_s']:,.0f} tokens/s, {fmt.gib(m['mem_allocator_bytes'])} GiB allocator peak"
+        )
+    return notes
