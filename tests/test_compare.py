@@ -292,7 +292,7 @@ def test_the_first_lines_judge_each_ratio_against_the_spread_between_machines(tm
     _add_sitting(tmp_path, "gpua", 1.08)  # 7.7 % apart: 1.03× is within it
     _add_sitting(tmp_path, "gpub", 1.0)
     title = compare_summary.title_md(compare.load_all(["gpua", "gpub"], tmp_path))
-    assert "both within the 7.7 % spread between machines of one kind" in title
+    assert "both within the 7.7 % spread between machines of both kinds combined" in title
     assert "GPU gpua 7.7 %, the widest over 2 sittings and" in title and "GPU gpub 0.0 %" in title
 
 
@@ -534,7 +534,8 @@ def _add_recipe(d: Path, scale: float) -> None:
     """The recipe at GPT-2's batch and the canonical trainer beside it, two processes each (0.2 % apart), `scale`
     times as fast as the first GPU's."""
     params = Params.read(d / "params.json")
-    for role, stage, tps in (("recommended", "compile", 540.0), ("baseline", "fused", 480.0)):
+    best = loader.load(d).decided["recipe"]["stage"]  # the report's own recipe: the comparison reads its decisions
+    for role, stage, tps in (("recommended", best, 540.0), ("baseline", "fused", 480.0)):
         for k, spread in enumerate((0.0, 0.002)):
             rec = make_record(params, stage, 4, [1.0] * 5, [3.0] * 5)
             rec.update(variant=f"recipe: {role}", micro_steps=2, tokens_per_s=tps * scale * (1 + spread))
@@ -556,10 +557,15 @@ def test_the_recipe_at_gpt2s_batch_is_compared_with_the_canonical_trainer_on_eac
         1.1
     )
     html = compare_summary.recipe_html(reps)
-    assert "B=4 × 2 micro-steps" in html and "1.125×" in html and "1.100×" in html and "2 processes" in html
+    assert "4 × 2 × 1 GPU" in html and "1.125×" in html and "1.100×" in html and "GPU-hours" in html
+    # the price ratio at which the faster GPU stops paying: its tokens per GPU-hour over the first's
+    assert "gpub costs less per token while its price per GPU-hour is under 1.100× gpua's" in html
     # and the comparison's first lines say it, with whether the GPUs decide alike
     title = compare_summary.title_md(reps)
-    assert "**gpub against gpua**, each trained as GPT-2 is: 1.100× by its own recipe, B=4 × 2 against B=4 × 2" in title
+    assert (
+        "**gpub against gpua**, each trained as GPT-2 is: 1.100× by its own recipe, 4 × 2 × 1 GPU against 4 × 2 × 1 GPU"
+        in title
+    )
     assert "recommended recipe" not in title  # the H100's recipe (B=128 × 4) is not its recommendation (B=96)
     assert (
         "both beyond the 2.0 % measured, the spread between machines of GPU gpua and GPU gpub not measured, so not "
@@ -594,3 +600,15 @@ def test_the_comparison_lays_out_each_gpus_lead_in_parts_from_its_decisions(tmp_
         }
     text = compare_summary.lead_html(reps)
     assert text.count("1.073×") == 2 and text.count("1.100×") == 2 and "Loss-only forward" in text
+
+
+def test_the_price_break_even_is_the_ratio_of_tokens_a_gpu_hour_and_names_the_cheaper_at_stated_prices():
+    from lib.results.recipe_decision import price_break_even
+
+    h100 = {"tokens_per_s": 536_591, "price_per_gpu_hour": 1.49, "cost": 7.71}
+    h200 = {"tokens_per_s": 556_889, "price_per_gpu_hour": 3.50, "cost": 17.46}
+    be = price_break_even(h100, h200)
+    assert be["ratio"] == pytest.approx(556_889 / 536_591) and be["prices"] == pytest.approx(3.50 / 1.49)
+    assert be["cheaper"] == "first"
+    assert price_break_even(h100, {**h200, "price_per_gpu_hour": None, "cost": None})["prices"] is None
+    assert price_break_even(h100, {"tokens_per_s": None}) is None

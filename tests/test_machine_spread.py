@@ -5,6 +5,7 @@ medians, and a ratio between GPUs judged against it."""
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import numpy as np
@@ -128,7 +129,8 @@ def test_the_sittings_of_a_gpu_model_are_its_report_folders_and_their_archive(tm
 @pytest.mark.parametrize(
     "ratio, spreads, floor, within, basis",
     [
-        (1.03, [0.02, 0.04], 0.01, True, "machines"),  # inside the wider kind's spread
+        (1.03, [0.02, 0.04], 0.01, True, "machines"),  # inside the two kinds' spreads combined (4.5 %)
+        (1.044, [0.02, 0.04], 0.01, True, "machines"),  # beyond the wider kind's alone, inside both combined
         (1.05, [0.02, 0.04], 0.01, False, "machines"),
         (1.05, [0.02, 0.01], 0.06, True, "machines"),  # the process-to-process spread, wider here, counts too
         (1.05, [0.02, None], 0.01, False, "processes"),  # one kind unmeasured: nothing stronger than what is
@@ -137,15 +139,22 @@ def test_the_sittings_of_a_gpu_model_are_its_report_folders_and_their_archive(tm
         (None, [0.02, 0.02], 0.01, None, "machines"),
     ],
 )
-def test_a_ratio_is_judged_against_the_widest_spread_measured_and_names_the_kinds_left_unmeasured(
+def test_a_ratio_is_judged_against_both_kinds_spreads_combined_and_names_the_kinds_left_unmeasured(
     ratio, spreads, floor, within, basis
 ):
     kinds = [{"device": f"GPU {i}", "spread": s} for i, s in enumerate(spreads)]
     j = ms.judge(ratio, kinds, floor)
     assert (j["within"], j["basis"]) == (within, basis)
     assert j["unmeasured"] == [k["device"] for k in kinds if k["spread"] is None]
-    measured = [x for x in [*spreads, floor] if x is not None]
-    assert j["band"] == (max(measured) if measured else None)
+    measured = [x for x in spreads if x is not None]
+    combined = [math.sqrt(sum(x * x for x in measured))] if measured else []
+    parts = combined + ([floor] if floor is not None else [])
+    assert j["band"] == (pytest.approx(max(parts)) if parts else None)
+
+
+def test_two_reports_of_one_kind_are_judged_against_that_kind_s_spread_alone():
+    one = {"device": "H100", "spread": 0.027}
+    assert ms.judge(1.03, [one, dict(one)], 0.01)["band"] == pytest.approx(0.027)
 
 
 def test_the_repositorys_own_h200_sittings_measure_their_spread():

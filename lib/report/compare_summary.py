@@ -9,29 +9,28 @@ import html
 import pandas as pd
 
 from lib.core import stages
-from lib.report import compare, frontier_view, loader
+from lib.report import compare, loader, recipe_row
 from lib.report import formats as fmt
 from lib.report.compare import decisions_table
 from lib.report.compare_view import NOT_MEASURED_CELL, spread_words, verdict_words
+from lib.results import recipe_decision
 
 
 def recipe_table(reps: dict[str, loader.Report]) -> pd.DataFrame:
-    """Per GPU, its report's recipe at GPT-2's global batch: the recommended stage with its accumulation steps and
-    the canonical trainer in the plain loop, each the median over its processes, their ratio, and each against
-    the first GPU's same row (the configuration one would train with, where the stage table has micro-batches)."""
+    """Per GPU, its report's decided recipe (decisions.json's) as trained at GPT-2's global batch, and the canonical
+    trainer of the same sitting: each side's median and range over its processes, their ratio, and each against the
+    first GPU's same side. A GPU whose recipe was not timed as trained has no row sides (not measured)."""
     rows = []
     for name, rep in reps.items():
-        sides = {r["role"]: r for r in frontier_view.recipe_rows(rep)}
-        best, plain = sides.get("recommended"), sides.get("baseline")
+        r = rep.decided["recipe"] or {}
+        best, plain = r.get("recipe"), r.get("canonical")
         rows.append(
             {
                 "gpu": name,
-                "configuration": f"{stages.get(best['stage']).title}, {frontier_view.micro_steps_text(best)}"
-                if best
-                else None,
+                "decided": r or None,
                 "recipe": best,
                 "plain": plain,
-                "ratio": best["median"] / plain["median"] if best and plain else None,
+                "ratio": r.get("ratio") if best else None,
             }
         )
     first = rows[0] if rows else None
@@ -43,41 +42,85 @@ def recipe_table(reps: dict[str, loader.Report]) -> pd.DataFrame:
 
 
 def recipe_html(reps) -> str:
-    """Each GPU's recipe at GPT-2's global batch and the canonical trainer beside it, and both against the first
-    GPU: what a team would train with, where the stage table's rows are micro-batches."""
+    """Each GPU's recipe in the units a team decides in (tokens/s, × its canonical trainer, against the first GPU
+    judged against the spread between machines, MFU, memory, and the hours, GPU-hours and cost of the token budget),
+    then the price ratio at which each GPU stops paying against the first (recipe_decision.price_break_even)."""
     t, names = recipe_table(reps), list(reps)
     if t.empty or not any(isinstance(v, dict) for v in t["recipe"]):
         return "<p>No report compared here measured the recipe at GPT-2's global batch.</p>"
-
-    def cell(side) -> str:
-        return f"{side['median']:,.0f}<br><small>{side['n']} processes, {side['min']:,.0f}–{side['max']:,.0f}</small>"
-
-    body = ""
-    for r in t.to_dict("records"):
-        ratios = (r["ratio"], r["recipe vs first"], r["plain vs first"])
-        body += (
-            f"<tr><td>{r['gpu']}</td><td>{html.escape(r['configuration'] if isinstance(r['configuration'], str) else '')}</td>"
-            + "".join(
-                f"<td>{cell(r[side]) if isinstance(r[side], dict) else NOT_MEASURED_CELL}</td>"
-                for side in ("recipe", "plain")
-            )
-            + "".join(f"<td>{f'{v:.3f}×' if v is not None and pd.notna(v) else ''}</td>" for v in ratios)
-            + "</tr>"
+    body, first = "", t.iloc[0]["decided"]
+    for row in t.to_dict("records"):
+        r = row["decided"] or {}
+        if not isinstance(row["recipe"], dict):
+            body += f"<tr><td>{row['gpu']}</td>" + f"<td>{NOT_MEASURED_CELL}</td>" * 9 + "</tr>"
+            continue
+        vs = row["recipe vs first"]
+        j = None if row["gpu"] == names[0] else compare.judge(reps, names[0], row["gpu"], vs)
+        judged = "" if j is None or j["within"] is None else "within noise" if j["within"] else "beyond noise"
+        cells = [
+            row["gpu"],
+            recipe_row.recipe_name(r),
+            f"{r['tokens_per_s']:,.0f}<br><small>{row['recipe']['lo']:,.0f}–{row['recipe']['hi']:,.0f}</small>",
+            fmt.times(r["ratio"], 3),
+            fmt.times(vs, 3) + (f"<br><small>{html.escape(judged)}</small>" if judged else ""),
+            fmt.pct(r["mfu_bf16"]) if r.get("mfu_bf16") else "n/a",
+            f"{fmt.gib(r['mem_device_peak_bytes'])} GiB" if r.get("mem_device_peak_bytes") else "n/a",
+            *recipe_row.budget_cells(r),
+        ]
+        body += "<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>"
+    budget = fmt.tokens(first["token_budget"]) if first and first.get("token_budget") else "the"
+    head = "".join(
+        f"<th>{h}</th>"
+        for h in (
+            "GPU",
+            "recipe: micro-batch × accumulation steps × GPUs",
+            "tokens/s",
+            "× its canonical trainer",
+            f"× {names[0]}'s recipe",
+            "MFU (bf16)",
+            "device peak",
+            f"time for {budget} tokens",
+            "GPU-hours",
+            "cost",
         )
-    head = (
-        "<tr><th>GPU</th><th>its recipe</th><th>recipe tok/s</th><th>canonical trainer tok/s</th>"
-        f"<th>× canonical</th><th>recipe vs {names[0]}</th><th>canonical vs {names[0]}</th></tr>"
     )
-    ev = next(iter(reps.values())).params.evidence
     return (
-        f'<table class="matrix keep-together"><thead>{head}</thead><tbody>{body}</tbody></table>'
-        f'<p class="note">Each GPU trained as GPT-2 is, one update per {ev.global_batch_tokens:,} tokens: its '
-        "report's recipe, the recommended stage at a micro-batch that divides that batch (each report's page 1 "
-        "says which, and why where it is not the recommended one), with the accumulation steps that reach it; and the canonical trainer "
-        f"({stages.get(ev.baseline.stage).title} at B={ev.baseline.batch_size} in a plain nanoGPT-form loop), in "
-        f"the same sitting; {frontier_view.RECIPE_BASIS}; medians over processes, their range beside them. Spread "
-        f"between machines of one kind: {spread_words(list(compare.machine_spreads(reps).values()))}.</p>"
+        f'<table class="compare-recipes keep-together"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+        + "".join(f"<p>{line}</p>" for line in break_even_lines(reps))
+        + "<p class=\"note\">Each GPU trains GPT-2's batch by its own report's recipe (page 1 of that report lists "
+        "its levers); its canonical trainer is nanoGPT's loop in the same sitting; ranges: repeated runs; cost at "
+        + "; ".join(
+            f"{n} ${rep.decided['recipe']['price_per_gpu_hour']:g} per GPU-hour ({rep.decided['recipe']['price_source']})"
+            for n, rep in reps.items()
+            if (rep.decided["recipe"] or {}).get("price_per_gpu_hour")
+        )
+        + f". Spread between machines of one kind: {spread_words(list(compare.machine_spreads(reps).values()))}.</p>"
     )
+
+
+def break_even_lines(reps) -> list[str]:
+    """A line a GPU after the first: the price ratio at which it stops paying, and which trains the token budget for
+    less at the stated prices."""
+    names, out = list(reps), []
+    first = reps[names[0]].decided["recipe"]
+    for n in names[1:]:
+        other = reps[n].decided["recipe"]
+        be = recipe_decision.price_break_even(first, other)
+        if be is None:
+            continue
+        line = (
+            f"<strong>Price:</strong> {n}'s recipe trains {be['ratio']:.3f}× {names[0]}'s tokens a GPU-hour, so {n} "
+            f"costs less per token while its price per GPU-hour is under {be['ratio']:.3f}× {names[0]}'s"
+        )
+        if be["prices"]:
+            cheap, dear = (n, names[0]) if be["cheaper"] == "other" else (names[0], n)
+            costs = {names[0]: first["cost"], n: other["cost"]}
+            line += (
+                f"; at the stated prices ({be['prices']:.2f}×) {cheap} trains {fmt.tokens(first['token_budget'])} "
+                f"tokens for less: {fmt.money(costs[cheap])} against {fmt.money(costs[dear])}"
+            )
+        out.append(line + ".")
+    return out
 
 
 def lead_html(reps) -> str:
@@ -113,8 +156,8 @@ def lead_html(reps) -> str:
 
 
 def micro(row: dict) -> str:
-    """A recipe row's micro-batch and accumulation steps: 'B=128 × 4'."""
-    return f"B={row['recipe']['batch']} × {row['recipe']['micro_steps']}"
+    """A recipe row's micro-batch, accumulation steps and GPUs: '128 × 4 × 1 GPU'."""
+    return recipe_row.recipe_name(row["decided"])
 
 
 def headline(reps) -> list[str]:

@@ -137,7 +137,9 @@ def verdict_words(j: dict) -> str:
         return "not judged, no spread measured"
     side = "within" if j["within"] else "beyond"
     if j["basis"] == "machines":
-        return f"{side} the {loader.pct(j['band'])} spread between machines of one kind"
+        return f"{side} the {loader.pct(j['band'])} spread between machines" + (
+            " of both kinds combined" if j.get("kinds", 1) > 1 else " of one kind"
+        )
     unmeasured = " and ".join(kind_name({"device": d}) for d in dict.fromkeys(j["unmeasured"]))
     return f"{side} the {loader.pct(j['band'])} measured, the spread between machines of {unmeasured} not measured" + (
         "" if j["within"] else ", so not shown to be the hardware's"

@@ -20,7 +20,7 @@ def recipe_name(r: dict) -> str:
     return f"{r['micro_batch']} × {r.get('accumulation') or 1} × {gpus} GPU{'s' if gpus > 1 else ''}"
 
 
-def _budget_cells(t: dict | None) -> list[str]:
+def budget_cells(t: dict | None) -> list[str]:
     """Hours, GPU-hours and cost of the token budget (decisions' _time), 'n/a' where not known."""
     t = t or {}
     return [
@@ -59,7 +59,7 @@ def recipe_table(rep: Report) -> str:
             versus,
             mfu(r["mfu_bf16"]),
             _memory_cell(r["mem_device_peak_bytes"] or r["mem_allocator_bytes"], r["device_memory_bytes"]),
-            *_budget_cells(r),
+            *budget_cells(r),
         ]
     ]
     if canon and r["canonical_time"]:
@@ -72,7 +72,7 @@ def recipe_table(rep: Report) -> str:
                 "1×",
                 mfu(r["canonical_time"]["mfu_bf16"]),
                 "n/a",
-                *_budget_cells(r["canonical_time"]),
+                *budget_cells(r["canonical_time"]),
             ]
         )
     host = r["host"]
@@ -91,7 +91,7 @@ def recipe_table(rep: Report) -> str:
                 _memory_cell(host["mem_device_peak_bytes"], r["device_memory_bytes"]) + " a GPU"
                 if host["mem_device_peak_bytes"]
                 else "n/a",
-                *_budget_cells(host),
+                *budget_cells(host),
             ]
         )
     budget = fmt.tokens(r["token_budget"]) if r["token_budget"] else "the"

@@ -148,13 +148,17 @@ def of_device(root, device: str) -> dict:
 def judge(ratio: float | None, kinds: list[dict], floor: float | None) -> dict:
     """Whether a ratio between two GPUs lies inside the spread it must clear. `kinds`: the spread() of each GPU's kind;
     `floor`: the larger process-to-process spread of the two reports (None: nothing ran twice). The band is the
-    widest of those measured; `unmeasured` names the kinds with no repeat sitting, whose spread between machines is
+    kinds' spreads combined (one kind: its own), or the floor where that is wider; `unmeasured` names the kinds with no repeat sitting, whose spread between machines is
     unknown, so a ratio beyond the band is not shown to be the hardware's there.
     {band, within (None: no band, or no ratio), basis: 'machines' where every kind's spread is measured, else
     'processes' (the floor and any kind measured), unmeasured: devices}."""
     measured = [k["spread"] for k in kinds if k.get("spread") is not None]
     unmeasured = [k.get("device") for k in kinds if k.get("spread") is None]
-    parts = measured + ([floor] if floor is not None else [])
+    # A ratio of two kinds moves with a machine of each: their spreads combine (in quadrature, as independent errors
+    # do). Two reports of one kind are what its spread itself measures: that spread alone.
+    distinct = {k.get("device"): k["spread"] for k in kinds if k.get("spread") is not None}
+    combined = float(np.sqrt(sum(v * v for v in distinct.values()))) if distinct else None
+    parts = ([combined] if combined is not None else []) + ([floor] if floor is not None else [])
     band = max(parts) if parts else None
     within = None if band is None or ratio is None or np.isnan(ratio) else bool(abs(ratio - 1) <= band)
     return {
@@ -162,4 +166,5 @@ def judge(ratio: float | None, kinds: list[dict], floor: float | None) -> dict:
         "within": within,
         "basis": "machines" if not unmeasured and measured else ("processes" if band is not None else None),
         "unmeasured": unmeasured,
+        "kinds": len(distinct),  # how many kinds' spreads the band combines
     }

@@ -142,3 +142,20 @@ def records_multi_gpu(matrix: list[dict]) -> list[dict]:
         and (r.get("nnodes") or 1) == 1
     }
     return [by[g] for g in sorted(by)]
+
+
+def price_break_even(first: dict, other: dict) -> dict | None:
+    """Which of two recipes (decisions' recipe of two reports) trains a token for less: `ratio`, the other's tokens/s
+    per GPU over the first's, is the price ratio per GPU-hour at which the other stops paying; `prices`, the stated
+    prices' ratio where both are known, and `cheaper` (which recipe costs less for the token budget at those prices).
+    Each recipe on one GPU, as page 1's first row."""
+    if not (first and other and first.get("tokens_per_s") and other.get("tokens_per_s")):
+        return None
+    a, b = first.get("price_per_gpu_hour"), other.get("price_per_gpu_hour")
+    return {
+        "ratio": other["tokens_per_s"] / first["tokens_per_s"],
+        "prices": b / a if a and b else None,
+        "cheaper": None
+        if not (first.get("cost") and other.get("cost"))
+        else ("other" if other["cost"] < first["cost"] else "first"),
+    }
