@@ -243,3 +243,25 @@ def test_the_ladder_chart_says_its_bars_are_not_the_worth_in_the_recipe(tmp_path
     fig = waterfall_chart.plot_waterfall(_report(tmp_path, tf32_ms=80.0))
     label = fig.axes[0].get_xlabel()
     assert "as each lever is added in turn" in label and "its worth in the recipe is page 1's" in label
+
+
+def test_the_recipe_holds_no_lever_its_own_table_says_to_skip():
+    """The CPU default's page 1 marked BF16 autocast "skip -44.31 %" while the recipe, recommended.json and page 2's
+    code kept it on. A lever in the recipe that it ran faster without is "not yet" (kept until measured as trained),
+    never skip; one that pays is adopted."""
+    from lib.results import decisions
+
+    row = {"in_recipe": True, "quality": None, "matrix": None}
+    slower = {"worth": -0.44, "within_noise": False, "cannot_fit": False}
+    assert decisions._decide({**row, "leave_one_out": slower}, None)[0] == decisions.NOT_YET
+    assert decisions._decide({**row, "leave_one_out": {**slower, "worth": 0.2}}, None)[0] == decisions.ADOPT
+    assert decisions._decide({**row, "leave_one_out": {**slower, "within_noise": True}}, None)[0] == decisions.NEUTRAL
+
+
+@pytest.mark.parametrize("gpu", ["h100", "h100-x4", "h200"])
+def test_no_committed_recipe_holds_a_lever_its_table_says_to_skip(gpu):
+    from lib.core.paths import ROOT
+
+    d = json.loads((ROOT / "reports" / gpu / "decisions.json").read_text())
+    by = {r["stage"]: r["decision"] for r in d["levers"]}
+    assert d["recipe"]["levers_on"] and all(by[k] != "skip" for k in d["recipe"]["levers_on"])

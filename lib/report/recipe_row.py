@@ -10,7 +10,7 @@ import html
 from lib.core import stages
 from lib.report import formats as fmt
 from lib.report.loader import Report
-from lib.results.decisions import NEUTRAL
+from lib.results.decisions import ADOPT, NEUTRAL, NOT_YET
 
 
 def recipe_name(r: dict) -> str:
@@ -119,11 +119,15 @@ def levers_on_html(rep: Report) -> str:
     d = rep.decided
     by = {row["stage"]: row for row in d["levers"]}
     on = [by[k] for k in d["recipe"]["levers_on"] if k in by]
-    pays = [html.escape(row["title"]) for row in on if row["decision"] != NEUTRAL]
-    kept = [html.escape(row["title"]) for row in on if row["decision"] == NEUTRAL]
-    line = "<strong>On in the recipe:</strong> " + (", ".join(pays) or "none beyond the baseline")
-    if kept:
+
+    def titled(decision):
+        return [html.escape(row["title"]) for row in on if row["decision"] == decision]
+
+    line = "<strong>On in the recipe:</strong> " + (", ".join(titled(ADOPT)) or "none beyond the baseline")
+    if kept := titled(NEUTRAL):
         line += f"; kept on, within noise: {', '.join(kept)}"
+    if doubted := titled(NOT_YET):  # decisions._decide: faster without it in the leave-one-out
+        line += f"; kept on, the recipe ran faster without it (not yet measured as trained): {', '.join(doubted)}"
     hand = "<code>optimal_config()</code> or recommended.json" + (
         " (one GPU and the DDP host)" if d["recipe"]["host"] else ""
     )

@@ -78,8 +78,8 @@ def _not_run(key: str, df) -> tuple[str, str] | None:
 
 def lever_rows(records: list[dict], df, params: Params, recipe: dict | None, loo: tuple, checks: dict) -> list[dict]:
     """One row per single-GPU lever of the report (every stage after the first): its decision, worth and quality.
-    In the recipe: adopt where leaving it out costs beyond noise or does not fit, skip where the recipe is faster
-    without it beyond noise, else neutral (kept as the recipe has it). Outside it: skip where slower, no faster
+    In the recipe: adopt where leaving it out costs beyond noise or does not fit, not yet where the recipe ran faster
+    without it beyond noise (never skip: the recipe has it on), else neutral (kept as the recipe has it). Outside it: skip where slower, no faster
     beyond noise, or its quality failed; not yet where faster beyond noise and its quality undecided or untested."""
     tps = decide.throughputs(records)
     in_recipe = set(decide.lineage(recipe["stage"])[1:]) if recipe else set()
@@ -136,7 +136,9 @@ def _decide(row: dict, not_run: tuple | None) -> tuple[str, str | None]:
         if loo is None and m and m["ratio"] > 1 and m["within_noise"] is False:
             return ADOPT, "pays in the matrix"
         if loo and loo["worth"] is not None and loo["worth"] < 0 and loo["within_noise"] is False:
-            return SKIP, "the recipe is faster without it"
+            # The recipe is a measured configuration with it on: a skip would contradict the recipe the page hands
+            # on (the CPU default's read "skip" beside a recipe that kept it). Not yet, until measured without it.
+            return NOT_YET, "the recipe ran faster without it, one step a micro-batch; not yet measured as trained"
         return NEUTRAL, "within noise" if loo and loo["within_noise"] else "not shown to pay"
     if failed:
         return SKIP, "quality"
