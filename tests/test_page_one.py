@@ -265,3 +265,51 @@ def test_no_committed_recipe_holds_a_lever_its_table_says_to_skip(gpu):
     d = json.loads((ROOT / "reports" / gpu / "decisions.json").read_text())
     by = {r["stage"]: r["decision"] for r in d["levers"]}
     assert d["recipe"]["levers_on"] and all(by[k] != "skip" for k in d["recipe"]["levers_on"])
+
+
+def _long_records(folder, lever: str, reference: str, seeds: int, cost: float) -> None:
+    """Paired long-test records (the shape lib/run/long_test.py writes) in a report's long/ folder, the lever's
+    held-out curve `cost` nats above the reference's at every point, seed by seed a little apart."""
+    from lib.core.record import SCHEMA_VERSION, Status
+    from lib.results import long_quality
+
+    out = folder / store.LONG_FOLDER / "results" / "long"
+    for seed in range(seeds):
+        for stage, extra in ((reference, 0.0), (lever, cost + 0.004 * (seed % 2))):
+            curve = [[s, 6.0 - 0.002 * s + extra] for s in range(50, 550, 50)]
+            rec = {
+                "schema_version": SCHEMA_VERSION,
+                "variant": long_quality.VARIANT,
+                "stage": stage,
+                "batch_size": 2,
+                "status": Status.OK,
+                "seed_offset": seed,
+                "seq_len": 64,
+                "passes": 3.6,
+                "held_out_curve": curve,
+                "held_out_loss": curve[-1][1],
+            }
+            store.write_atomic(out / f"{stage}__b2__s{seed}.json", rec)
+    store.write_atomic(folder / store.LONG_FOLDER / f"long-{lever}-vs-{reference}.json", {"verdict": None})
+
+
+def test_a_long_test_verdict_in_time_to_the_same_loss_decides_its_lever_and_page_one_says_its_horizon(tmp_path):
+    """Where the long quality test ran a lever against its reference (<report>/long/), the decisions judge it in time
+    to the same loss at the report's own speed-up, and page 1 prints that verdict, the tokens it speaks for, and once
+    what it does not cover; without those records nothing changes."""
+    from lib.results import long_quality
+
+    rep = _report(tmp_path, tf32_ms=80.0, bf16_ms=120.0)  # bf16 slower: outside the recipe, judged by its speed
+    row = next(r for r in rep.decided["levers"] if r["stage"] == "bf16")
+    assert row["long"] is None and "long text" not in page_one.lever_table(rep)
+    _long_records(rep.dir, "bf16", "tf32", seeds=4, cost=0.05)
+    again = loader.load(rep.dir)
+    row = next(r for r in again.decided["levers"] if r["stage"] == "bf16")
+    v = long_quality.verdict(
+        again.evidence["long"], "bf16", "tf32", 2, row["over_recipe"]["ratio"], again.decided["noise_floor"] or 0.0
+    )
+    assert row["long"]["n"] == 4 and row["long"]["net_worth"] == pytest.approx(v["net_worth"])
+    assert row["long"]["decision"] == "skip" and row["decision"] == "skip" and row["reason"] == "later to the same loss"
+    table = page_one.lever_table(again)
+    assert "<strong>later to the same loss</strong>" in table and "tokens of long text (seen 3.6×), 4 seeds" in table
+    assert "not for a longer run" in table

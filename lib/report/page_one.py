@@ -119,6 +119,25 @@ def quality_text(q: dict | None, whole_stack: bool = True, to_decide: bool = Tru
     return f"<strong>{q['verdict']}</strong>{diff}{against}: {horizon}{seeds}{more}{check}"
 
 
+LONG_WORDS = {"adopt": "sooner to the same loss", "skip": "later to the same loss", "not yet": "undecided"}
+
+
+def long_text(v: dict) -> str:
+    """A verdict in time to the same loss (decisions.long_verdicts): how much sooner (or later) the lever's run reaches
+    the reference's held-out loss, net of its loss cost, with its interval, and the run it speaks for."""
+    lo, hi = v["net_worth_interval"]
+    more = (
+        f"; ~{v['seeds_to_decide']} seeds would decide" if v["decision"] == "not yet" and v["seeds_to_decide"] else ""
+    )
+    passes = f" (seen {v['passes']:.1f}×)" if v.get("passes") else ""
+    return (
+        f"<strong>{LONG_WORDS[v['decision']]}</strong>: {fmt.signed_pct(v['net_worth'])} "
+        f"[{fmt.signed_pct(lo)}, {fmt.signed_pct(hi)}] vs {html.escape(stages.get(v['reference']).title)}, loss "
+        f"{fmt.nats(v['mean_diff'])} nats after {fmt.tokens(v['horizon_tokens'])} tokens of long text{passes}, "
+        f"{v['n']} seeds{more}"
+    )
+
+
 def lever_table(rep: Report) -> str:
     rows, nxt = [], (rep.decided["next"] or {}).get("stage")
     recipe_batch = (rep.decided["recipe"] or {}).get("micro_batch")
@@ -128,6 +147,8 @@ def lever_table(rep: Report) -> str:
         quality = quality_text(row["quality"], row["in_recipe"], row["stage"] != nxt)
         if row["stage"] in left:  # its divergence check stays in its chapter: page 1 says what decides it
             quality = "<strong>not tested</strong> in this report (Next says how)"
+        if row.get("long"):  # the long test, where it ran, speaks for a training run: it goes first
+            quality = long_text(row["long"])
         rows.append(
             f"<tr><td>{html.escape(row['title'])}</td>"
             f"<td><strong style='color:{colour}'>{label}</strong></td>"
@@ -146,6 +167,12 @@ def lever_table(rep: Report) -> str:
         if batch and recipe and batch != recipe["micro_batch"]
         else ""
     )
+    if any(row.get("long") for row in rep.decided["levers"]):  # the horizon a long verdict speaks for, said once
+        legend += (
+            " Sooner/later to the same loss: the long test on text the runs never repeat more than 4×, the lever's "
+            "loss cost priced in the reference's own steps; the speed it gains net of them, [95 % bounds]; it speaks "
+            "for the tokens named, not for a longer run, where the curve is flatter."
+        )
     return (
         '<table class="levers"><thead><tr><th>Lever</th><th>Decision</th><th>Worth</th>'
         f"<th>Quality (what it covers)</th></tr></thead><tbody>{''.join(rows)}</tbody></table>"

@@ -10,7 +10,7 @@ import numpy as np
 
 from lib.core import record, stages
 from lib.core.params import Params
-from lib.results import decide, noise, parity, quality
+from lib.results import decide, long_quality, noise, parity, quality
 from lib.results.recipe_decision import make_recipe
 from lib.results.leave_one_out import leave_one_out
 from lib.results.waterfall import beyond_canonical, waterfall
@@ -111,6 +111,31 @@ def lever_rows(records: list[dict], df, params: Params, recipe: dict | None, loo
     if recipe:
         quality.cover_by_stack(out, recipe["stage"], decide.lineage(recipe["stage"]))
     return out
+
+
+def long_verdicts(rows: list[dict], long_records: list[dict], pairs: list, noise_floor: float | None) -> None:
+    """Each lever's verdict in time to the same loss where the long quality test ran it (long_quality.verdict, its
+    speed-up: over the recipe where it is not in it, else its leave-one-out worth), as row['long']; the verdict
+    decides a lever outside the recipe: skip where it reaches the same loss later beyond noise, else not yet (an adopt
+    waits for the sitting that re-chooses the recipe with it, which is the only way it is timed as trained)."""
+    against = dict(pairs)  # lever -> reference, as the test's verdict files name them
+    for row in rows:
+        mine = [r for r in long_records if r.get("stage") == row["stage"] and r.get("status") == record.Status.OK]
+        row["long"] = None
+        if not mine or row["stage"] not in against:
+            continue
+        batch, reference = mine[0]["batch_size"], against[row["stage"]]
+        speedup = (row["over_recipe"] or {}).get("ratio") or 1 + ((row["leave_one_out"] or {}).get("worth") or 0)
+        row["long"] = long_quality.verdict(long_records, row["stage"], reference, batch, speedup, noise_floor or 0.0)
+        if row["long"] and not row["in_recipe"] and row["decision"] in (NOT_YET, SKIP):
+            v = row["long"]["decision"]
+            row["decision"], row["reason"] = (
+                (SKIP, "later to the same loss")
+                if v == SKIP
+                else (NOT_YET, "sooner to the same loss: the recipe is re-chosen with it at the next sitting")
+                if v == ADOPT
+                else (NOT_YET, "time to the same loss undecided")
+            )
 
 
 def _over(tps: dict, key: str, recipe_stage: str) -> dict | None:
@@ -244,6 +269,8 @@ def compute(records: list[dict], evidence: dict, params: Params, env: dict, pric
     loo = leave_one_out(records, evidence.get("ablation") or [])
     checks = parity.checks(records, params.evidence)
     levers_ = lever_rows(records, df, params, recipe, loo, checks)
+    floor = noise.decision_floor(records, decide.throughputs(records))
+    long_verdicts(levers_, evidence.get("long") or [], evidence.get("long_pairs") or [], floor)
     wf = waterfall(df, recipe, order[0])
     full = loo[0]
     left = parity.left_to_full_depth(checks, params)

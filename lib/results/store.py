@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import json
 import os
+import re
 import tempfile
 import time
 from dataclasses import asdict, is_dataclass
@@ -217,13 +218,26 @@ EVIDENCE_KINDS = (
 )  # folders of results/
 
 
+LONG_FOLDER = "long"  # <report>/long/: the long quality test's own folder (python -m lib.run.long_test --folder)
+
+
 def load_evidence(results_dir) -> dict:
     """Every evidence record of a report's results folder by kind, its kernel profiles read by
-    today's rules; {"gemm": record or None, every other kind: [...]}; missing kinds are empty."""
+    today's rules; {"gemm": record or None, every other kind: [...]}; missing kinds are empty. 'long': the records of
+    the long quality test run for this report, in <report>/long/ (its own command and params, not a sitting's)."""
     out = {}
     for kind in EVIDENCE_KINDS:
         recs = [kernel_categories.current(r) for r in load_records(Path(results_dir) / kind)]
         out[kind] = (recs[0] if recs else None) if kind == "gemm" else recs
+    long = Path(results_dir).parent / LONG_FOLDER
+    out["long"] = load_records(long / "results" / "long") if (long / "results" / "long").is_dir() else []
+    # which lever was tested against which reference: the test's own verdict files name the pairs (a run of one
+    # stage may serve as the reference of one test and the lever of another)
+    out["long_pairs"] = sorted(
+        tuple(m.groups())
+        for f in long.glob("long-*-vs-*.json")
+        if (m := re.fullmatch(r"long-(\w+)-vs-(\w+)\.json", f.name))
+    )
     return out
 
 

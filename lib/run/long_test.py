@@ -7,7 +7,9 @@ the lever's loss cost in steps. On a host of several GPUs each GPU runs its own 
                                 [--speedup X --speed-noise F | --report DIR] [--folder DIR]
 
 Records go to DIR/results/long/ (runs/long-<profile> unless --folder names another), the verdict to
-DIR/long-<lever>-vs-<reference>.json and stdout. A rerun keeps the runs already measured and adds seeds."""
+DIR/long-<lever>-vs-<reference>.json and stdout. A rerun keeps the runs already measured and adds seeds. A report
+reads the test from its own long/ folder (--folder reports/<gpu>/long): its decisions judge the lever there in time to
+the same loss, at the report's speed-up (decisions.long_verdicts)."""
 
 from __future__ import annotations
 
