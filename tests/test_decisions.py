@@ -214,3 +214,7 @@ def test_the_next_experiment_states_what_it_would_pay_and_when_it_repays_its_tes
     assert pay["break_even_tokens"] == pytest.approx(10_000_000_000)
     assert decisions.payoff(1.25, recipe, None)["break_even_tokens"] is None  # an untested lever: cost unknown
     assert decisions.payoff(0.99, recipe, {"gpu_minutes": 60.0}) is None  # a slower lever pays nothing
+    # and in money at the stated price: what the test costs and what it saves (a reader priced the test by hand)
+    priced = decisions.payoff(1.25, {**recipe, "price_per_gpu_hour": 3.5}, {"gpu_minutes": 60.0})
+    assert priced["test_cost"] == pytest.approx(3.5) and priced["cost_saved"] == pytest.approx(3.5)
+    assert pay["test_cost"] is None and pay["cost_saved"] is None  # no price: no money said

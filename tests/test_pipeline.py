@@ -23,6 +23,7 @@ SECTION_HEADINGS = [
     "Environment and method",
     "Analysis per lever",
     "Appendix",
+    "Words on page 1",  # the glossary: page 1 keeps its words plain, the HTML says what each means
 ]
 
 

@@ -663,3 +663,12 @@ def test_a_folder_of_an_earlier_quality_rule_is_refused_in_one_line(tmp_path, ca
     err = capsys.readouterr().err
     assert err.startswith("error: ") and err.count("\n") == 1 and "open its own report.html" in err
     assert not (d / "notebooks").exists()  # refused before drawing anything
+
+
+@pytest.mark.parametrize("gpu", ["h100", "h100-x4", "h200"])
+def test_a_committed_report_s_pdf_holds_at_most_ten_pages(gpu):
+    """The PDF a reviewer hands on is short: the depth (the ladder chart, loss curves, kernel tables, the glossary)
+    stays in the HTML. Moving the ladder chart off page 1 had pushed reports/h200's PDF to 11 pages."""
+    from conftest import ROOT, pdf_page_count
+
+    assert pdf_page_count(ROOT / "reports" / gpu / "report.pdf") <= 10

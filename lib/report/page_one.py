@@ -216,7 +216,7 @@ def next_text(rep: Report) -> str:
         minutes = (nxt["to_decide"] or {}).get("gpu_minutes")
         said = f"undecided after {nxt['seeds_run']} seeds" + (
             f"; ~{seeds} seeds"
-            + (f" (~{minutes:.0f} GPU-min)" if minutes else "")
+            + (f" (~{minutes:.0f} GPU-min{test_cost(nxt)})" if minutes else "")
             + f" would decide it {rep.params.evidence.parity_power * 100:.0f} % of the time"  # the power it is sized by
             if seeds
             else ""
@@ -224,7 +224,7 @@ def next_text(rep: Report) -> str:
         said += f": <code>{html.escape(command)}</code>"
         if pay := nxt.get("payoff"):  # what it would pay were it to hold, in the recipe's own GPU-hours
             said += (
-                f"; if it holds, it saves {pay['gpu_hours_saved']:.2f} GPU-hours"
+                f"; if it holds, the recipe on one GPU saves {pay['gpu_hours_saved']:.2f} GPU-hours"
                 + (f" ({fmt.money(pay['cost_saved'])})" if pay.get("cost_saved") else "")
                 + f" per {fmt.tokens(pay['tokens'])} tokens"
                 + (
@@ -248,6 +248,12 @@ def next_text(rep: Report) -> str:
         + "".join(f". {o}" for o in over)
         + "."
     )
+
+
+def test_cost(nxt: dict) -> str:
+    """', $1.91': the next test's cost at the stated price, where both are known."""
+    cost = (nxt.get("payoff") or {}).get("test_cost")
+    return f", {fmt.money(cost)}" if cost else ""
 
 
 def page_html(rep: Report) -> str:

@@ -124,11 +124,11 @@ def levers_on_html(rep: Report) -> str:
         return [html.escape(row["title"]) for row in on if row["decision"] == decision]
 
     line = "<strong>On in the recipe:</strong> " + (", ".join(titled(ADOPT)) or "none beyond the baseline")
-    if kept := titled(NEUTRAL):
-        line += f"; kept on, within noise: {', '.join(kept)}"
+    if kept := titled(NEUTRAL):  # on in the recipe as measured: taking one out is a configuration not timed as trained
+        line += f"; also on, with no measurable effect either way: {', '.join(kept)}"
     if doubted := titled(NOT_YET):  # decisions._decide: faster without it in the leave-one-out
         line += f"; kept on, the recipe ran faster without it (not yet measured as trained): {', '.join(doubted)}"
-    hand = "<code>optimal_config()</code> or recommended.json" + (
+    hand = f"<code>optimal_config()</code> or reports/{html.escape(rep.dir.name)}/recommended.json" + (
         " (one GPU and the DDP host)" if d["recipe"]["host"] else ""
     )
     return f"<p class='levers-on'>{line}. <strong>Use</strong> it: {hand}.</p>"

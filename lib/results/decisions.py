@@ -251,6 +251,7 @@ def payoff(ratio: float, recipe: dict | None, to_decide: dict | None) -> dict | 
         "gpu_hours_saved": saved,
         "cost_saved": saved * price if price else None,
         "test_gpu_hours": test / 60 if test else None,
+        "test_cost": test / 60 * price if test and price else None,
         "break_even_tokens": recipe["token_budget"] * test / 60 / saved if test else None,
     }
 
