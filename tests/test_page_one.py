@@ -313,3 +313,16 @@ def test_a_long_test_verdict_in_time_to_the_same_loss_decides_its_lever_and_page
     table = page_one.lever_table(again)
     assert "<strong>later to the same loss</strong>" in table and "tokens of long text (seen 3.6×), 4 seeds" in table
     assert "not for a longer run" in table
+
+
+def test_the_lever_that_turns_sdpa_on_names_the_kernel_it_dispatched_to(tmp_path):
+    """A reviewer found "Flash attention (SDPA)" ran cuDNN's kernel on the H100 and H200, said only on page 7: page 1
+    names it beside the lever, from its records, and nowhere a record names none."""
+    params = tiny_params(["fp32", "bf16", "flash"])
+    recs = [make_record(params, "fp32", 2, [100.0] * 6, LOSSES), make_record(params, "bf16", 2, [60.0] * 6, LOSSES)]
+    flash = make_record(params, "flash", 2, [40.0] * 6, LOSSES)
+    flash["sdpa_backend"] = "cuDNN"
+    rep = loader.load(write_report_dir(tmp_path / "r", params, [*recs, flash]))
+    table = page_one.lever_table(rep)
+    row = table.split("Flash attention (SDPA)")[1].split("</tr>")[0]
+    assert "ran cuDNN's kernel" in row and table.count("'s kernel") == 1

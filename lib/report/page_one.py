@@ -150,7 +150,13 @@ def lever_table(rep: Report) -> str:
         if row.get("long"):  # the long test, where it ran, speaks for a training run: it goes first
             quality = long_text(row["long"])
         rows.append(
-            f"<tr><td>{html.escape(row['title'])}</td>"
+            f"<tr><td>{html.escape(row['title'])}"
+            + (
+                f"<br><span class='note'>ran {html.escape(k)}'s kernel</span>"
+                if (k := row.get("attention_kernel"))
+                else ""
+            )
+            + "</td>"
             f"<td><strong style='color:{colour}'>{label}</strong></td>"
             f"<td>{worth_text(row, recipe_batch)}</td><td>{quality}</td></tr>"
         )

@@ -106,6 +106,7 @@ def lever_rows(records: list[dict], df, params: Params, recipe: dict | None, loo
             else None
         )
         row["over_recipe"] = _over(tps, key, recipe["stage"]) if recipe and key not in in_recipe else None
+        row["attention_kernel"] = _attention_kernel(records, key)
         row["decision"], row["reason"] = _decide(row, _not_run(key, df))
         out.append(row)
     if recipe:
@@ -136,6 +137,17 @@ def long_verdicts(rows: list[dict], long_records: list[dict], pairs: list, noise
                 if v == ADOPT
                 else (NOT_YET, "time to the same loss undecided")
             )
+
+
+def _attention_kernel(records: list[dict], key: str) -> str | None:
+    """The attention kernel SDPA dispatched to where this lever turned SDPA on (its records name one, the stage before
+    it none): "Flash attention (SDPA)" ran cuDNN's on the H100 and H200, which page 1 had left to a later chapter."""
+
+    def kernels(stage):
+        return {r.get("sdpa_backend") for r in records if r.get("stage") == stage and r.get("status") == "ok"} - {None}
+
+    mine, before = kernels(key), kernels(decide.previous_stage(key)) if decide.previous_stage(key) else set()
+    return ", ".join(sorted(mine)) if mine and not before else None
 
 
 def _over(tps: dict, key: str, recipe_stage: str) -> dict | None:
