@@ -314,7 +314,7 @@ def _flow(monkeypatch, params, tmp_path, outcomes):
     state = {"left": list(order)}
     calls = []
 
-    def best(recs, p, eligible=None):
+    def best(recs, p, eligible=None, checks=None):
         return {"stage": state["left"][0], "batch_size": 2} if state["left"] else None
 
     def parity(p, d, force=False):

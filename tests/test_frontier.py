@@ -416,6 +416,7 @@ def test_ablation_worth_is_the_ratio_of_throughputs(tmp_path):
             "rec": lambda self, s, b: full,
             "decisions": [full, *repeats],
             "params": p,
+            "best": property(lambda self: decide.recommended(self.decisions, self.params)),
         },
     )()
     got_full, rows = ablation_view.ablation_rows(rep)

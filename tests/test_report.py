@@ -672,3 +672,38 @@ def test_a_committed_report_s_pdf_holds_at_most_ten_pages(gpu):
     from conftest import ROOT, pdf_page_count
 
     assert pdf_page_count(ROOT / "reports" / gpu / "report.pdf") <= 10
+
+
+def test_a_render_of_the_summary_judges_the_recipe_and_the_quality_tests_once(monkeypatch, tmp_path):
+    """Rendering reports/h100 called decide.recommended 31 times and parity.checks 57: the summary's cells now read
+    the report's decisions, judged once a Report (loader.Report.quality_checks, .best, .decided)."""
+    import collections
+    import functools
+    import json
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from conftest import ROOT
+    from IPython import display as ipd
+
+    from lib.results import decide, parity
+
+    calls = collections.Counter()
+    for mod, name in ((decide, "recommended"), (parity, "checks")):
+        fn = getattr(mod, name)
+        monkeypatch.setattr(
+            mod, name, functools.partial(lambda fn, key, *a, **k: calls.update([key]) or fn(*a, **k), fn, name)
+        )
+    monkeypatch.setattr(ipd, "display", lambda *a, **k: None)
+    import shutil
+
+    folder = tmp_path / "h200"  # its charts are drawn here, not over the committed ones
+    shutil.copytree(ROOT / "reports" / "h200", folder, ignore=shutil.ignore_patterns("*.pdf", "*.html", "notebooks"))
+    monkeypatch.chdir(ROOT)
+    scope = {"gpu": "h200", "model": None, "report_dir": str(folder), "failures": []}
+    nb = json.loads((ROOT / "notebooks" / "summary.ipynb").read_text())
+    for cell in nb["cells"][1:]:
+        if cell["cell_type"] == "code":
+            exec("".join(cell["source"]), scope)
+    assert calls == {"recommended": 1, "checks": 1}

@@ -17,7 +17,7 @@ from lib.core import data, kernel_categories, prices, provenance, record, stages
 from lib.core.params import ConfigError, Params
 from lib.core.paths import resolve
 from lib.report.formats import GiB, gib, pct, signed_pct, span, times, tok  # noqa: F401 (the views import them from here too)
-from lib.results import decide, decisions, stats, store
+from lib.results import decide, decisions, parity, stats, store
 from lib.results.stats import mfu_bf16_of
 
 CV_LIMIT = 0.02  # step-time spread above this on a GPU is called out
@@ -58,7 +58,19 @@ class Report:
         """Every decision of the report (lib/results/decisions.py: the recipe, each lever's, the next experiment),
         computed once; recommendation.write keeps it beside the results as decisions.json."""
         evidence = {**self.evidence, "matrix": self.records}
-        return decisions.compute(self.decisions, evidence, self.params, self.env, price_per_gpu_hour(self))
+        return decisions.compute(
+            self.decisions, evidence, self.params, self.env, price_per_gpu_hour(self), self.quality_checks, self.best
+        )
+
+    @functools.cached_property
+    def quality_checks(self) -> dict:
+        """parity.checks of the folder's records, judged once a Report: the decisions and every view read these."""
+        return parity.checks(self.decisions, self.params.evidence)
+
+    @functools.cached_property
+    def best(self) -> dict | None:
+        """The recommended configuration's record (decide.recommended), found once a Report."""
+        return decide.recommended(self.decisions, self.params, checks=self.quality_checks)
 
     @property
     def stage_order(self) -> list[str]:
@@ -202,7 +214,7 @@ def manifest() -> dict:
 def recommended(rep: Report) -> dict | None:
     """The recommended configuration (decide.best_config) over the matrix, the batch sweep,
     the repeats and the parity runs."""
-    return decide.recommended(rep.decisions, rep.params)
+    return rep.best
 
 
 def widest(rows: pd.DataFrame) -> pd.Series:

@@ -18,7 +18,7 @@ WORDS = {
 
 
 def checks(rep: Report) -> dict:
-    return parity.checks(rep.decisions, rep.params.evidence)
+    return rep.quality_checks
 
 
 def recommended_check(rep: Report) -> dict | None:

@@ -20,7 +20,7 @@ def tests(rep: Report) -> list[dict]:
     keep = {r["stage"] for r in rep.decided["levers"] if r["decision"] in ("adopt", "neutral", "not yet")}
     recipe = (rep.decided.get("recipe") or {}).get("stage")
     out = []
-    for key, c in parity.checks(rep.decisions, rep.params.evidence).items():
+    for key, c in rep.quality_checks.items():
         if key not in keep and key != recipe:
             continue
         out += [c] + ([c["canonical"]] if c.get("canonical") else [])

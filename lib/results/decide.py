@@ -245,12 +245,13 @@ def throughputs(records: list[dict]) -> dict:
     return _by_process(records, "tokens_per_s")
 
 
-def ranked_configs(records: list[dict], params: Params, eligible=None) -> list[dict]:
+def ranked_configs(records: list[dict], params: Params, eligible=None, checks: dict | None = None) -> list[dict]:
     """Single-GPU configurations (matrix and batch sweep) of stages whose loss held against
     their reference wherever it could be compared (verified_stages), fastest first by the
     median over every process that timed them. Batch size is not a numerical lever: a stage
     verified at some batch sizes is trusted at the others. `eligible(record)`, if given,
-    further limits the candidates (not the verification)."""
+    further limits the candidates (not the verification). `checks`: parity.checks of these records, where the caller
+    has them already (a report judges them once a render)."""
     single = [
         r
         for r in records
@@ -270,7 +271,7 @@ def ranked_configs(records: list[dict], params: Params, eligible=None) -> list[d
         loss_noise(records),
     )
     verified = verified_stages(df, (order[0],))
-    checks = parity.checks(records, params.evidence)
+    checks = parity.checks(records, params.evidence) if checks is None else checks
     for key, check in checks.items():
         for test in (check, check.get("canonical")):
             if test and test["verdict"] != parity.INCOMPLETE:  # a test cut off part-way decides nothing yet
@@ -282,12 +283,12 @@ def ranked_configs(records: list[dict], params: Params, eligible=None) -> list[d
     return sorted(good, key=lambda r: -float(np.median(tps[(r["stage"], r["batch_size"])])))
 
 
-def best_config(records: list[dict], params: Params, eligible=None) -> dict | None:
+def best_config(records: list[dict], params: Params, eligible=None, checks: dict | None = None) -> dict | None:
     """The fastest of ranked_configs, with `processes` (its tokens/s over the processes that timed it) and `against`,
     the tie rule's call against the next-fastest batch of the same stage timed in several processes (how far apart,
     the noise that decides, whether they tie): a tie is stated, and a smaller batch that ties is a memory saver
     (lib/results/decisions.py), never the pick."""
-    ranked = ranked_configs(records, params, eligible)
+    ranked = ranked_configs(records, params, eligible, checks)
     if not ranked:
         return None
     tps = throughputs(records)
@@ -325,9 +326,9 @@ def recommendable(params: Params, eligible=None):
     return fits
 
 
-def recommended(records: list[dict], params: Params, eligible=None) -> dict | None:
+def recommended(records: list[dict], params: Params, eligible=None, checks: dict | None = None) -> dict | None:
     """The recommendation: best_config among the recommendable configurations."""
-    return best_config(records, params, recommendable(params, eligible))
+    return best_config(records, params, recommendable(params, eligible), checks)
 
 
 def against(records: list[dict], tps: dict, mine: tuple, theirs: tuple, min_gain: float | None = None) -> dict:
@@ -357,7 +358,7 @@ def ties(
     return abs(float(np.median(a)) / float(np.median(b)) - 1) <= min_gain
 
 
-def memory_saver(records: list[dict], params: Params, best: dict) -> dict | None:
+def memory_saver(records: list[dict], params: Params, best: dict, checks: dict | None = None) -> dict | None:
     """A smaller micro-batch of the recipe's stage, dividing the global batch too, that the tie rule puts level with
     it and that needs less memory: listed beside the recipe, never as it."""
     tps = throughputs(records)
@@ -369,7 +370,7 @@ def memory_saver(records: list[dict], params: Params, best: dict) -> dict | None
     mine = tps[(best["stage"], best["batch_size"])]
     level = [
         r
-        for r in ranked_configs(records, params, lambda r: params.micro_steps(r["batch_size"]) is not None)
+        for r in ranked_configs(records, params, lambda r: params.micro_steps(r["batch_size"]) is not None, checks)
         if r["stage"] == best["stage"]
         and r["batch_size"] < best["batch_size"]
         and len(tps[(r["stage"], r["batch_size"])]) > 1

@@ -268,9 +268,18 @@ def payoff(ratio: float, recipe: dict | None, to_decide: dict | None) -> dict | 
     }
 
 
-def compute(records: list[dict], evidence: dict, params: Params, env: dict, price: dict | None = None) -> dict:
+def compute(
+    records: list[dict],
+    evidence: dict,
+    params: Params,
+    env: dict,
+    price: dict | None = None,
+    checks: dict | None = None,
+    best: dict | None = None,
+) -> dict:
     """Every decision of a report folder (records: store.decision_records; evidence: store.load_evidence with the
-    matrix's records under 'matrix'; price: prices.stated, the price per GPU-hour and its source)."""
+    matrix's records under 'matrix'; price: prices.stated, the price per GPU-hour and its source; checks: parity.checks
+    of the records and best, decide.recommended's pick, where the caller has them, so a render judges them once)."""
     order = params.stages
     matrix = [r for r in evidence.get("matrix") or [] if r.get("stage") in order]
     drift = loss_noise(records)
@@ -278,9 +287,9 @@ def compute(records: list[dict], evidence: dict, params: Params, env: dict, pric
         matrix, order, params.run.loss_tolerance, drift, decide.throughputs(records), decide.step_times(records)
     )
     df.attrs["loss_noise"] = drift
-    recipe = make_recipe(records, evidence, params, env, price)
+    checks = parity.checks(records, params.evidence) if checks is None else checks
+    recipe = make_recipe(records, evidence, params, env, price, checks, best)
     loo = leave_one_out(records, evidence.get("ablation") or [])
-    checks = parity.checks(records, params.evidence)
     levers_ = lever_rows(records, df, params, recipe, loo, checks)
     floor = noise.decision_floor(records, decide.throughputs(records))
     long_verdicts(levers_, evidence.get("long") or [], evidence.get("long_pairs") or [], floor)

@@ -36,13 +36,21 @@ def _mfu_bf16(params: Params, rec: dict, tokens_per_s: float) -> float | None:
     return mfu * tokens_per_s / rec["tokens_per_s"] if mfu and rec.get("tokens_per_s") else None
 
 
-def make_recipe(records: list[dict], evidence: dict, params: Params, env: dict, price: dict | None) -> dict | None:
+def make_recipe(
+    records: list[dict],
+    evidence: dict,
+    params: Params,
+    env: dict,
+    price: dict | None,
+    checks: dict | None = None,
+    best: dict | None = None,
+) -> dict | None:
     """The recipe (decide.recommended) with what it buys: its tokens/s at the global batch where measured (else its
     micro-batch's own), × the canonical trainer in the same sitting with the range over every pair of processes, MFU,
     memory, the hours, GPU-hours and cost of evidence.token_budget for it and for the canonical trainer (`price`:
     prices.stated, {usd, source}), the levers it has on, the tie rule's call and a memory-saving micro-batch that ties
     with it, and DDP over the host's GPUs where measured."""
-    best = decide.recommended(records, params)
+    best = best or decide.recommended(records, params, checks=checks)  # the caller's, where it found it already
     if best is None:
         return None
     sides = recipe_sides(evidence.get("recipe") or [], params)
@@ -76,7 +84,7 @@ def make_recipe(records: list[dict], evidence: dict, params: Params, env: dict, 
         }
         for r in records_multi_gpu(evidence.get("matrix") or [])
     ]
-    saver = decide.memory_saver(records, params, best)
+    saver = decide.memory_saver(records, params, best, checks)
     return {
         "stage": best["stage"],
         "title": stages.get(best["stage"]).title,
