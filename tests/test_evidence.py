@@ -209,9 +209,16 @@ def test_measure_only_then_render(tmp_path):
     html = (rep / "report.html").read_text()
     assert "Vocab padded to 50304" in html and "TF32 matmuls" in html and "over 2 runs" in html
     assert re.search(
-        r"re-rendered from its results on [0-9-]+ by make render, in \d+ s \(notebooks and HTML; the PDF's own time is in run.json\)",
+        r"re-rendered from its results on [0-9-]+ by make render \(its drawing time is in render.json\)",
         html,
     )
+    # Rendered again from the same records, every file is the same, byte for byte (notebooks carried papermill's
+    # clock readings and a random cell id, the PDF its fonts' creation time, run.json each render's account)
+    drawn = {p: p.read_bytes() for p in rep.rglob("*") if p.is_file() and p.name != "render.json"}
+    proc = run_cli("render", REPORTS=tmp_path, timeout=400)
+    assert proc.returncode == 0, describe_proc(proc)
+    again = {p: p.read_bytes() for p in rep.rglob("*") if p.is_file() and p.name != "render.json"}
+    assert again.keys() == drawn.keys() and [str(p) for p in drawn if drawn[p] != again[p]] == []
 
 
 def test_chapters_measures_only_those_and_run_json_says_what_and_with_which_code(tmp_path):

@@ -65,7 +65,8 @@ def assemble(summary_path, chapter_paths, out_path) -> nbformat.NotebookNode:
             continue
         titles = ["the chapter of each lever"] + html_only_titles(summary.cells)
         note = "*In the HTML report (report.html, beside this PDF), not in this PDF:* " + "; ".join(titles) + "."
-        cells.append(nbformat.v4.new_markdown_cell(note, metadata={"tags": ["pdf-only"]}))
+        # a fixed id: a random one made the HTML differ between two renders of the same records
+        cells.append(nbformat.v4.new_markdown_cell(note, metadata={"tags": ["pdf-only"]}, id="pdf-only-chapters-note"))
         for path, nb in zip(chapter_paths, chapters):
             # every chapter is drawn from one template: its cells are told apart by the chapter's name
             for c in nb.cells:
@@ -105,6 +106,9 @@ def _pdf_env() -> dict:
     private library folder `make wheelhouse` builds (tools/pdf_sysroot.sh); only this child
     process ever loads those libraries."""
     env = dict(os.environ)
+    # fontTools stamps each embedded font subset with the time it was made unless this is set: the PDF of the same
+    # HTML then differed byte for byte between two renders
+    env.setdefault("SOURCE_DATE_EPOCH", "0")
     sysroot = next((p for p in (ROOT / ".deps" / "sysroot", ROOT / "wheelhouse" / "sysroot") if p.is_dir()), None)
     if sysroot and (env.get("GPT2_LEVERS_PDF_SYSROOT") == "1" or not ctypes.util.find_library("pango-1.0")):
         libs = [str(sysroot / d) for d in ("usr/lib/x86_64-linux-gnu", "lib/x86_64-linux-gnu")]
@@ -160,7 +164,7 @@ def export(report_dir, chapter_paths, summary_path, title: str, t_start: float, 
     html_text = html_text.replace(
         WALL_TIME_TOKEN,
         (
-            f"{wall_note}, in {total:.0f} s (notebooks and HTML; the PDF's own time is in run.json)"
+            f"{wall_note} (its drawing time is in render.json)"  # no seconds here: two renders draw the same bytes
             if wall_note
             else f"{total:.0f} s for this whole run: measuring every configuration, then the notebooks and HTML "
             "(the PDF's own time is in run.json)"

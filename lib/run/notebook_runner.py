@@ -30,7 +30,16 @@ INPUTS_KEY = "gpt2_levers_inputs"  # the executed notebook's metadata entry: the
 CODE = ("lib/__init__.py", "lib/core", "lib/results", "lib/report", "notebooks", "params", "requirements.txt")
 # What the drawing and the export write into a report folder, and the files derived from its records after it
 # (decisions.json, recommended.json): none is an input of a notebook. run.json is read as its measuring account.
-DRAWN = ("notebooks", "figures", "report.html", "report.pdf", "report.ipynb", "decisions.json", "recommended.json")
+DRAWN = (
+    "notebooks",
+    "figures",
+    "report.html",
+    "report.pdf",
+    "report.ipynb",
+    "decisions.json",
+    "recommended.json",
+    "render.json",
+)
 RENDER_ENV = ("PRICE_PER_GPU_HOUR",)  # read by the report while it draws (loader.price_per_gpu_hour)
 
 
@@ -135,6 +144,9 @@ def portable(path) -> str:
         return str(p)
 
 
+VOLATILE = ("start_time", "end_time", "duration")  # papermill's clock readings, in a notebook and in each cell
+
+
 def _stamp(path: Path, inputs: str | None) -> None:
     """Write the digest into the executed notebook's metadata, and papermill's record of where it read and wrote the
     notebook as portable paths (atomically: a notebook is never half written)."""
@@ -145,6 +157,14 @@ def _stamp(path: Path, inputs: str | None) -> None:
     for key in ("input_path", "output_path"):
         if key in meta.get("papermill", {}):
             meta["papermill"][key] = portable(meta["papermill"][key])
+    # when each cell ran and for how long: the render's, not the report's; left in, no two renders were the same bytes
+    for cell in nb.get("cells", []):  # papermill's injected cell gets a random id each run: a fixed one
+        if "injected-parameters" in cell.get("metadata", {}).get("tags", []):
+            cell["id"] = "injected-parameters"
+    for m in [meta, *(c.get("metadata", {}) for c in nb.get("cells", []))]:
+        m.pop("execution", None)
+        for key in VOLATILE:
+            m.get("papermill", {}).pop(key, None)
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(
         json.dumps(nb, indent=1, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8"
