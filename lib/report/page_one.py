@@ -146,7 +146,9 @@ def lever_table(rep: Report) -> str:
         label, colour = fmt.DECISIONS[row["decision"]]
         quality = quality_text(row["quality"], row["in_recipe"], row["stage"] != nxt)
         if row["stage"] in left:  # its divergence check stays in its chapter: page 1 says what decides it
-            quality = "<strong>not tested</strong> in this report (Next says how)"
+            quality = (
+                f"<strong>not tested</strong> here; <code>make report GPU={rep.params.name} DEPTH=full</code> tests it"
+            )
         if row.get("long"):  # the long test, where it ran, speaks for a training run: it goes first
             quality = long_text(row["long"])
         rows.append(
