@@ -64,7 +64,7 @@ def recipe_html(reps) -> str:
             fmt.times(r["ratio"], 3),
             fmt.times(vs, 3) + (f"<br><small>{html.escape(judged)}</small>" if judged else ""),
             fmt.pct(r["mfu_bf16"]) if r.get("mfu_bf16") else "n/a",
-            f"{fmt.gib(r['mem_device_peak_bytes'])} GiB" if r.get("mem_device_peak_bytes") else "n/a",
+            recipe_row.memory_cell(r.get("mem_device_peak_bytes"), None),
             *recipe_row.budget_cells(r),
         ]
         body += "<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>"

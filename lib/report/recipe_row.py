@@ -30,7 +30,7 @@ def budget_cells(t: dict | None) -> list[str]:
     ]
 
 
-def _memory_cell(peak, total) -> str:
+def memory_cell(peak, total) -> str:
     return f"{fmt.gib(peak)} of {fmt.gib(total)} GiB" if peak and total else f"{fmt.gib(peak)} GiB" if peak else "n/a"
 
 
@@ -58,7 +58,7 @@ def recipe_table(rep: Report) -> str:
             f"{r['tokens_per_s']:,.0f}{rng(side)}",
             versus,
             mfu(r["mfu_bf16"]),
-            _memory_cell(r["mem_device_peak_bytes"] or r["mem_allocator_bytes"], r["device_memory_bytes"]),
+            memory_cell(r["mem_device_peak_bytes"] or r["mem_allocator_bytes"], r["device_memory_bytes"]),
             *budget_cells(r),
         ]
     ]
@@ -88,7 +88,7 @@ def recipe_table(rep: Report) -> str:
                 f"{host['tokens_per_s']:,.0f}",
                 "n/a",  # no canonical trainer ran on several GPUs
                 mfu(host["mfu_bf16"]),
-                _memory_cell(host["mem_device_peak_bytes"], r["device_memory_bytes"]) + " a GPU"
+                memory_cell(host["mem_device_peak_bytes"], r["device_memory_bytes"]) + " a GPU"
                 if host["mem_device_peak_bytes"]
                 else "n/a",
                 *budget_cells(host),

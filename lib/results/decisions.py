@@ -114,6 +114,12 @@ def lever_rows(records: list[dict], df, params: Params, recipe: dict | None, loo
     return out
 
 
+def lever_speedup(row: dict) -> float:
+    """What a lever's run gains in speed against its reference, as a long test prices it: its ratio over the recipe
+    where it is not in it, else its leave-one-out worth (1: neither measured)."""
+    return (row.get("over_recipe") or {}).get("ratio") or 1 + ((row.get("leave_one_out") or {}).get("worth") or 0)
+
+
 def long_verdicts(rows: list[dict], long_records: list[dict], pairs: list, noise_floor: float | None) -> None:
     """Each lever's verdict in time to the same loss where the long quality test ran it (long_quality.verdict, its
     speed-up: over the recipe where it is not in it, else its leave-one-out worth), as row['long']; the verdict
@@ -126,7 +132,7 @@ def long_verdicts(rows: list[dict], long_records: list[dict], pairs: list, noise
         if not mine or row["stage"] not in against:
             continue
         batch, reference = mine[0]["batch_size"], against[row["stage"]]
-        speedup = (row["over_recipe"] or {}).get("ratio") or 1 + ((row["leave_one_out"] or {}).get("worth") or 0)
+        speedup = lever_speedup(row)
         row["long"] = long_quality.verdict(long_records, row["stage"], reference, batch, speedup, noise_floor or 0.0)
         if row["long"] and not row["in_recipe"] and row["decision"] in (NOT_YET, SKIP):
             v = row["long"]["decision"]
@@ -306,7 +312,7 @@ def compute(
         "waterfall": wf,
         "beyond_canonical": beyond_canonical(wf, recipe),
         "next": next_experiment(levers_, recipe, params.evidence.parity_batch or (recipe or {}).get("micro_batch")),
-        "noise_floor": noise.decision_floor(records, decide.throughputs(records)),
+        "noise_floor": floor,
         # the levers whose quality test this depth left to DEPTH=full, and the lever that did not hold beside them
         "left_to_full_depth": left,
         "fell_back_from": sorted(parity.fallbacks(checks).values()) if left else [],

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from lib.core import config, data, long_corpus, record, stages
 from lib.core.params import ConfigError, Params
-from lib.results import long_quality, store, time_to_loss
+from lib.results import decisions, long_quality, store, time_to_loss
 from lib.run import parity_runs, runner
 from lib.run.jobs import folder as results_folder
 from lib.run.jobs import make_job
@@ -132,8 +132,9 @@ def _speed(args) -> tuple[float | None, float]:
         return None, 0.0
     d = json.loads((args.report / "decisions.json").read_text())
     row = next(r for r in d["levers"] if r["stage"] == args.lever)
-    ratio = (row.get("over_recipe") or {}).get("ratio") or 1 + ((row.get("leave_one_out") or {}).get("worth") or 0)
-    return ratio, args.speed_noise if args.speed_noise is not None else d.get("noise_floor") or 0.0
+    return decisions.lever_speedup(row), args.speed_noise if args.speed_noise is not None else d.get(
+        "noise_floor"
+    ) or 0.0
 
 
 if __name__ == "__main__":
