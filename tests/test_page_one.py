@@ -312,7 +312,7 @@ def test_a_long_test_verdict_in_time_to_the_same_loss_decides_its_lever_and_page
     assert row["long"]["decision"] == "skip" and row["decision"] == "skip" and row["reason"] == "later to the same loss"
     table = page_one.lever_table(again)
     assert "<strong>later to the same loss</strong>" in table and "tokens of long text (seen 3.6×), 4 seeds" in table
-    assert "not for a longer run" in table
+    assert "for the tokens named only" in table
 
 
 def test_the_lever_that_turns_sdpa_on_names_the_kernel_it_dispatched_to(tmp_path):

@@ -676,7 +676,8 @@ def test_a_committed_report_s_pdf_holds_at_most_ten_pages(gpu):
 
 def test_a_render_of_the_summary_judges_the_recipe_and_the_quality_tests_once(monkeypatch, tmp_path):
     """Rendering reports/h100 called decide.recommended 31 times and parity.checks 57: the summary's cells now read
-    the report's decisions, judged once a Report (loader.Report.quality_checks, .best, .decided)."""
+    the report's decisions, judged once a Report (loader.Report.quality_checks, .choice, .decided); the recipe is
+    chosen once (long_choice.choose, which asks decide.recommended again only with the levers a long test admits)."""
     import collections
     import functools
     import json
@@ -687,10 +688,10 @@ def test_a_render_of_the_summary_judges_the_recipe_and_the_quality_tests_once(mo
     from conftest import ROOT
     from IPython import display as ipd
 
-    from lib.results import decide, parity
+    from lib.results import long_choice, parity
 
     calls = collections.Counter()
-    for mod, name in ((decide, "recommended"), (parity, "checks")):
+    for mod, name in ((long_choice, "choose"), (parity, "checks")):
         fn = getattr(mod, name)
         monkeypatch.setattr(
             mod, name, functools.partial(lambda fn, key, *a, **k: calls.update([key]) or fn(*a, **k), fn, name)
@@ -706,4 +707,4 @@ def test_a_render_of_the_summary_judges_the_recipe_and_the_quality_tests_once(mo
     for cell in nb["cells"][1:]:
         if cell["cell_type"] == "code":
             exec("".join(cell["source"]), scope)
-    assert calls == {"recommended": 1, "checks": 1}
+    assert calls == {"choose": 1, "checks": 1}

@@ -15,6 +15,11 @@ mkdir -p runs
 if [ -f .carry/cache.tar.xz ] && [ ! -d .cache/compile ]; then
   mkdir -p .cache && tar xJf .carry/cache.tar.xz -C .cache && echo "compile cache unpacked: $(ls .cache/compile)"
 fi
+# The report's long quality tests (tools/device_tree.sh out copies them to .carry/long/<gpu>): the sitting chooses its
+# recipe with the levers they admit (lib/results/long_choice.py), and the new folder keeps them
+if [ -d ".carry/long/$gpu" ] && [ ! -d "runs/reports/$gpu" ]; then
+  mkdir -p "runs/reports/$gpu" && cp -r ".carry/long/$gpu" "runs/reports/$gpu/long"
+fi
 [ "$budget" = 0 ] && exit 0
 {
   nvidia-smi --query-gpu=name,uuid,clocks.max.sm,power.limit --format=csv,noheader

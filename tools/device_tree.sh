@@ -8,6 +8,12 @@ cd "$(dirname "$0")/.."
 stash=${DEVICE_STASH:-../.reports-stash}
 case "${1:-}" in
   out)
+    # the long quality tests travel (carry .carry): a sitting chooses its recipe with them (tools/device_call.sh)
+    for l in reports/*/long; do
+      [ -d "$l" ] || continue
+      g=$(basename "$(dirname "$l")")
+      mkdir -p .carry/long && rm -rf ".carry/long/$g" && cp -r "$l" ".carry/long/$g"
+    done
     mkdir -p "$stash"
     for d in reports/*/; do mv "$d" "$stash/"; done
     echo "reports moved to $stash: $(ls "$stash" | tr '\n' ' ')" ;;

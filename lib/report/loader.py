@@ -17,7 +17,7 @@ from lib.core import data, kernel_categories, prices, provenance, record, stages
 from lib.core.params import ConfigError, Params
 from lib.core.paths import resolve
 from lib.report.formats import GiB, gib, pct, signed_pct, span, times, tok  # noqa: F401 (the views import them from here too)
-from lib.results import decide, decisions, parity, stats, store
+from lib.results import decide, decisions, long_choice, parity, stats, store
 from lib.results.stats import mfu_bf16_of
 
 CV_LIMIT = 0.02  # step-time spread above this on a GPU is called out
@@ -59,7 +59,7 @@ class Report:
         computed once; recommendation.write keeps it beside the results as decisions.json."""
         evidence = {**self.evidence, "matrix": self.records}
         return decisions.compute(
-            self.decisions, evidence, self.params, self.env, price_per_gpu_hour(self), self.quality_checks, self.best
+            self.decisions, evidence, self.params, self.env, price_per_gpu_hour(self), self.quality_checks, self.choice
         )
 
     @functools.cached_property
@@ -68,9 +68,15 @@ class Report:
         return parity.checks(self.decisions, self.params.evidence)
 
     @functools.cached_property
+    def choice(self) -> tuple:
+        """The recommended configuration's record and the checks it was chosen with (long_choice.choose:
+        decide.recommended with the levers the long quality test admits), found once a Report."""
+        evidence = {**self.evidence, "matrix": self.records}
+        return long_choice.choose(self.decisions, self.params, evidence, self.quality_checks)
+
+    @property
     def best(self) -> dict | None:
-        """The recommended configuration's record (decide.recommended), found once a Report."""
-        return decide.recommended(self.decisions, self.params, checks=self.quality_checks)
+        return self.choice[0]
 
     @property
     def stage_order(self) -> list[str]:

@@ -151,6 +151,8 @@ def lever_table(rep: Report) -> str:
             )
         if row.get("long"):  # the long test, where it ran, speaks for a training run: it goes first
             quality = long_text(row["long"])
+            if row["decision"] == "not yet" and row["long"]["decision"] == "adopt":  # decisions.long_verdicts' reason
+                quality += "; the next sitting times the recipe with it"
         rows.append(
             f"<tr><td>{html.escape(row['title'])}"
             + (
@@ -175,12 +177,18 @@ def lever_table(rep: Report) -> str:
         if batch and recipe and batch != recipe["micro_batch"]
         else ""
     )
-    if any(row.get("long") for row in rep.decided["levers"]):  # the horizon a long verdict speaks for, said once
+    longs = [row["long"] for row in rep.decided["levers"] if row.get("long")]
+    if longs:  # the horizon a long verdict speaks for, and where it was measured, said once
+        by = longs[0]["measured_by"]
         legend += (
-            " Sooner/later to the same loss: the long test on text the runs never repeat more than 4×, the lever's "
-            "loss cost priced in the reference's own steps; the speed it gains net of them, [95 % bounds]; it speaks "
-            "for the tokens named, not for a longer run, where the curve is flatter."
+            " Sooner/later to the same loss: the long test, on text seen at most 4×, prices the lever's loss cost in "
+            "the reference's own steps: its speed gain net of them [95 % bounds], for the tokens named only."
         )
+        if by["commits"]:  # where the records say (records written before provenance was stamped say nothing)
+            legend += (
+                f" Its own command, not this sitting's: commit {', '.join(by['commits'])}, {by['machines']} "
+                f"{by['device'] or 'device'} machine{'s' if by['machines'] != 1 else ''}."
+            )
     return (
         '<table class="levers"><thead><tr><th>Lever</th><th>Decision</th><th>Worth</th>'
         f"<th>Quality (what it covers)</th></tr></thead><tbody>{''.join(rows)}</tbody></table>"
@@ -200,8 +208,9 @@ def actions(rep: Report) -> list[str]:
 
 def next_text(rep: Report) -> str:
     """The next experiment as decisions.next_experiment chose it: the lever, what it would add, the command that
-    decides it; then the faster levers it passed over, whose test no stated number of seeds would decide."""
-    nxt, profile, looks = rep.decided["next"], rep.params.name, rep.params.evidence.parity_looks
+    decides it (the decisions' own); then the faster levers it passed over, whose test no stated number of seeds would
+    decide."""
+    nxt, looks = rep.decided["next"], rep.params.evidence.parity_looks
     over = [
         f"{html.escape(r['title'])} ({r['over_recipe']['ratio']:.2f}×) stays not yet: at its seeds' spread after "
         f"{r['seeds_run']} seeds, more than {r['seeds_beyond']} would be needed to decide it"
@@ -209,17 +218,21 @@ def next_text(rep: Report) -> str:
     ]
     if nxt["stage"] is None:
         return "none that seeds can decide: " + "; ".join(over) + "."
-    stage, seeds = nxt["stage"], nxt["seeds"]
-    command = (
-        f"python tools/parity_probe.py {profile} {stage} --batch {nxt['batch']}"
-        + (f" --micro-steps {nxt['micro_steps']}" if nxt["micro_steps"] > 1 else "")
-        + (f" --seeds {seeds}" if seeds else "")
-    )
-    if not nxt["tested"]:
-        said = (
-            f"not tested in this report: <code>{html.escape(command)}</code> or "
-            f"<code>make report GPU={profile} DEPTH=full</code>"
+    seeds, command = nxt["seeds"], f"<code>{html.escape(nxt['command'])}</code>"
+    title = html.escape(nxt["title"])
+    if nxt["kind"] == "sitting":  # its long test says it gets there sooner: a sitting times the recipe with it
+        v = nxt["long"]
+        lo, hi = v["net_worth_interval"]
+        return (
+            f"time the recipe with {title}, which reached the same loss {fmt.pct(v['net_worth'])} sooner "
+            f"[{fmt.pct(lo)}, {fmt.pct(hi)}]: {command} chooses it{payoff_text(nxt, 'if that holds as trained')}"
+            + "".join(f". {o}" for o in over)
+            + "."
         )
+    if nxt["kind"] == "long test":
+        said = f"its long test is undecided after {nxt['seeds_run']} seeds; ~{seeds} seeds would decide it: {command}"
+    elif nxt["kind"] == "untested":
+        said = f"not tested in this report: {command} or <code>make report GPU={rep.params.name} DEPTH=full</code>"
     else:
         minutes = (nxt["to_decide"] or {}).get("gpu_minutes")
         said = f"undecided after {nxt['seeds_run']} seeds" + (
@@ -229,32 +242,36 @@ def next_text(rep: Report) -> str:
             if seeds
             else ""
         )
-        said += f": <code>{html.escape(command)}</code>"
-        if pay := nxt.get("payoff"):  # what it would pay were it to hold, in the recipe's own GPU-hours
-            said += (
-                f"; if it holds, the recipe on one GPU saves {pay['gpu_hours_saved']:.2f} GPU-hours"
-                + (f" ({fmt.money(pay['cost_saved'])})" if pay.get("cost_saved") else "")
-                + f" per {fmt.tokens(pay['tokens'])} tokens"
-                + (
-                    f", repaying the test after {fmt.tokens(pay['break_even_tokens'])}"
-                    if pay["break_even_tokens"]
-                    else ""
-                )
-            )
+        said += f": {command}"
+    said += payoff_text(nxt, "if it holds")
     # with --seeds the command states its runs; without, the profile's looks
     runs = (
         ""
-        if seeds
+        if seeds or nxt["kind"] == "long test"
         else f" (looks at {', '.join(map(str, looks))} seeds)"
         if looks
         else f" ({rep.params.evidence.parity_seeds} seeds)"
     )
     return (
-        f"{'decide' if nxt['tested'] else 'test'} {html.escape(nxt['title'])}"  # its worth: its row's, said once
+        f"{'test' if nxt['kind'] == 'untested' else 'decide'} {title}"  # its worth: its row's, said once
         + (f" (with {html.escape(', '.join(nxt['with']))}, also not yet)" if nxt.get("with") else "")
         + f"; {said}{runs}"
         + "".join(f". {o}" for o in over)
         + "."
+    )
+
+
+def payoff_text(nxt: dict, condition: str) -> str:
+    """'; if it holds, the recipe on one GPU saves 0.38 GPU-hours ($1.32) per 10B tokens, repaying the test after
+    16.7B': what deciding the lever would pay, in the recipe's own GPU-hours, where the decisions priced it."""
+    pay = nxt.get("payoff")
+    if not pay:
+        return ""
+    return (
+        f"; {condition}, the recipe on one GPU saves {pay['gpu_hours_saved']:.2f} GPU-hours"
+        + (f" ({fmt.money(pay['cost_saved'])})" if pay.get("cost_saved") else "")
+        + f" per {fmt.tokens(pay['tokens'])} tokens"
+        + (f", repaying the test after {fmt.tokens(pay['break_even_tokens'])}" if pay["break_even_tokens"] else "")
     )
 
 

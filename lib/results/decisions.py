@@ -6,11 +6,10 @@ recommended.json hands it on, a comparison sets two side by side. No sentence is
 
 from __future__ import annotations
 
-import numpy as np
 
 from lib.core import record, stages
 from lib.core.params import Params
-from lib.results import decide, long_quality, noise, parity, quality
+from lib.results import decide, long_choice, long_quality, noise, parity, quality
 from lib.results.recipe_decision import make_recipe
 from lib.results.leave_one_out import leave_one_out
 from lib.results.waterfall import beyond_canonical, waterfall
@@ -105,7 +104,7 @@ def lever_rows(records: list[dict], df, params: Params, recipe: dict | None, loo
             if off and full
             else None
         )
-        row["over_recipe"] = _over(tps, key, recipe["stage"]) if recipe and key not in in_recipe else None
+        row["over_recipe"] = long_choice.over(tps, key, recipe["stage"]) if recipe and key not in in_recipe else None
         row["attention_kernel"] = _attention_kernel(records, key)
         row["decision"], row["reason"] = _decide(row, _not_run(key, df))
         out.append(row)
@@ -134,6 +133,8 @@ def long_verdicts(rows: list[dict], long_records: list[dict], pairs: list, noise
         batch, reference = mine[0]["batch_size"], against[row["stage"]]
         speedup = lever_speedup(row)
         row["long"] = long_quality.verdict(long_records, row["stage"], reference, batch, speedup, noise_floor or 0.0)
+        if row["long"]:  # what the test's command took, so the next experiment can add seeds to the same test
+            row["long"]["micro_steps"] = mine[0].get("micro_steps") or 1
         if row["long"] and not row["in_recipe"] and row["decision"] in (NOT_YET, SKIP):
             v = row["long"]["decision"]
             row["decision"], row["reason"] = (
@@ -154,16 +155,6 @@ def _attention_kernel(records: list[dict], key: str) -> str | None:
 
     mine, before = kernels(key), kernels(decide.previous_stage(key)) if decide.previous_stage(key) else set()
     return ", ".join(sorted(mine)) if mine and not before else None
-
-
-def _over(tps: dict, key: str, recipe_stage: str) -> dict | None:
-    """A stage's median tokens/s over the recipe's stage at the largest batch both were timed at: what turning the
-    lever on would add to the recipe, as far as the matrix shows."""
-    common = sorted(b for (k, b) in tps if k == key and (recipe_stage, b) in tps)
-    if not common:
-        return None
-    b = common[-1]
-    return {"ratio": float(np.median(tps[(key, b)])) / float(np.median(tps[(recipe_stage, b)])), "batch": b}
 
 
 def _decide(row: dict, not_run: tuple | None) -> tuple[str, str | None]:
@@ -194,7 +185,9 @@ def _decide(row: dict, not_run: tuple | None) -> tuple[str, str | None]:
     return NOT_YET, "quality undecided" if q.get("test") == "parity" else "quality not tested"
 
 
-def next_experiment(levers_: list[dict], recipe: dict | None, parity_batch: int | None) -> dict | None:
+def next_experiment(
+    levers_: list[dict], recipe: dict | None, parity_batch: int | None, profile: str = "cpu"
+) -> dict | None:
     """What to measure next: the fastest lever not yet decided whose quality test a stated number of seeds could
     decide, or that no test has tried (its test with the seeds its spread asks for, else the sequential test's looks),
     and the faster levers it passes over because their test is out of reach (parity.out_of_reach). None where no lever
@@ -206,19 +199,23 @@ def next_experiment(levers_: list[dict], recipe: dict | None, parity_batch: int 
     )
     if not later:
         return None
-    reachable = [r for r in later if not (r["quality"] or {}).get("out_of_reach")]
+    reachable = [r for r in later if _decidable(r)]
     pick = reachable[0] if reachable else None
     passed = [
         {
             "stage": r["stage"],
             "title": r["title"],
             "over_recipe": r["over_recipe"],
-            "seeds_run": r["quality"]["seeds"],
-            "seeds_beyond": r["quality"]["out_of_reach"]["seeds_beyond"],
+            # a long test's seeds where it ran (no number up to time_to_loss.judge's most_seeds decides it), else the
+            # short test's
+            "seeds_run": r["long"]["n"] if r.get("long") else r["quality"]["seeds"],
+            "seeds_beyond": LONG_MOST_SEEDS if r.get("long") else r["quality"]["out_of_reach"]["seeds_beyond"],
         }
         for r in later
         if r not in reachable and (pick is None or r["over_recipe"]["ratio"] > pick["over_recipe"]["ratio"])
     ]
+    if pick is not None and pick.get("long"):
+        return _next_after_long(pick, recipe, profile, passed)
     if pick is None:
         return {"stage": None, "passed_over": passed}
     q = pick["quality"] or {}
@@ -238,20 +235,70 @@ def next_experiment(levers_: list[dict], recipe: dict | None, parity_batch: int 
         ),
         1,
     )
+    seeds = (q.get("to_decide") or {}).get("seeds")
+    batch = q.get("batch") if tested else parity_batch
     return {
         "stage": pick["stage"],
         "title": pick["title"],
+        "kind": "parity" if tested else "untested",
+        "command": f"python tools/parity_probe.py {profile} {pick['stage']} --batch {batch}"
+        + (f" --micro-steps {micro}" if micro > 1 else "")
+        + (f" --seeds {seeds}" if seeds else ""),
         "over_recipe": pick["over_recipe"],
         "with": [stages.get(k).title for k in with_],
         "tested": tested,
         "seeds_run": q.get("seeds") if tested else 0,
         # the seeds the probe should run: those that would decide it, else the sequential test's own looks (None)
-        "seeds": (q.get("to_decide") or {}).get("seeds"),
+        "seeds": seeds,
         "to_decide": q.get("to_decide"),
         "payoff": payoff(pick["over_recipe"]["ratio"], recipe, q.get("to_decide")),
-        "batch": q.get("batch") if tested else parity_batch,
+        "batch": batch,
         "micro_steps": micro,
         "passed_over": passed,
+    }
+
+
+LONG_MOST_SEEDS = 64  # time_to_loss.judge's most_seeds: a long test no more seeds would decide is passed over
+
+
+def _decidable(row: dict) -> bool:
+    """Whether a not-yet lever's next test can decide it: its long test where it ran (it reaches the same loss sooner,
+    so a sitting times it, or a stated number of seeds would decide it), else its short test not out of reach."""
+    if row.get("long"):
+        return row["long"]["decision"] == ADOPT or bool(row["long"].get("seeds_to_decide"))
+    return not (row["quality"] or {}).get("out_of_reach")
+
+
+def _next_after_long(pick: dict, recipe: dict | None, profile: str, passed_over: list) -> dict:
+    """The next experiment for a lever its long test judged: where it reaches the same loss sooner, the sitting that
+    times the recipe with it (long_choice admits it there); where undecided, the same long test with the seeds that
+    would decide it (its runs so far are kept)."""
+    v = pick["long"]
+    sitting = v["decision"] == ADOPT
+    more = None if sitting else v.get("seeds_to_decide")
+    command = (
+        f"make report GPU={profile}"
+        if sitting
+        else f"python -m lib.run.long_test {profile} {pick['stage']} --against {v['reference']} --batch {v['batch']}"
+        + (f" --micro-steps {v['micro_steps']}" if v.get("micro_steps", 1) > 1 else "")
+        + f" --seeds {more or v['n']} --report reports/{profile} --folder reports/{profile}/long"
+    )
+    return {
+        "stage": pick["stage"],
+        "title": pick["title"],
+        "kind": "sitting" if sitting else "long test",
+        "command": command,
+        "over_recipe": pick["over_recipe"],
+        "with": [],
+        "tested": True,
+        "seeds_run": v["n"],
+        "seeds": more,
+        "to_decide": None,
+        "long": {k: v[k] for k in ("decision", "net_worth", "net_worth_interval", "horizon_tokens", "n")},
+        "payoff": payoff(pick["over_recipe"]["ratio"], recipe, None),
+        "batch": v["batch"],
+        "micro_steps": v.get("micro_steps", 1),
+        "passed_over": passed_over,
     }
 
 
@@ -281,11 +328,12 @@ def compute(
     env: dict,
     price: dict | None = None,
     checks: dict | None = None,
-    best: dict | None = None,
+    choice: tuple | None = None,
 ) -> dict:
     """Every decision of a report folder (records: store.decision_records; evidence: store.load_evidence with the
     matrix's records under 'matrix'; price: prices.stated, the price per GPU-hour and its source; checks: parity.checks
-    of the records and best, decide.recommended's pick, where the caller has them, so a render judges them once)."""
+    of the records and choice, long_choice.choose's pick and the checks it chose with, where the caller has them, so a
+    render judges them once)."""
     order = params.stages
     matrix = [r for r in evidence.get("matrix") or [] if r.get("stage") in order]
     drift = loss_noise(records)
@@ -294,7 +342,9 @@ def compute(
     )
     df.attrs["loss_noise"] = drift
     checks = parity.checks(records, params.evidence) if checks is None else checks
-    recipe = make_recipe(records, evidence, params, env, price, checks, best)
+    # the recipe is chosen with the levers the long test admits (long_choice); the views' quality reads `checks`
+    chosen, chosen_with = choice or long_choice.choose(records, params, evidence, checks)
+    recipe = make_recipe(records, evidence, params, env, price, chosen_with, chosen)
     loo = leave_one_out(records, evidence.get("ablation") or [])
     levers_ = lever_rows(records, df, params, recipe, loo, checks)
     floor = noise.decision_floor(records, decide.throughputs(records))
@@ -311,7 +361,9 @@ def compute(
         "leave_one_out_batch": full["batch_size"] if full else None,
         "waterfall": wf,
         "beyond_canonical": beyond_canonical(wf, recipe),
-        "next": next_experiment(levers_, recipe, params.evidence.parity_batch or (recipe or {}).get("micro_batch")),
+        "next": next_experiment(
+            levers_, recipe, params.evidence.parity_batch or (recipe or {}).get("micro_batch"), params.name
+        ),
         "noise_floor": floor,
         # the levers whose quality test this depth left to DEPTH=full, and the lever that did not hold beside them
         "left_to_full_depth": left,

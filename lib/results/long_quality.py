@@ -69,4 +69,23 @@ def verdict(
         p["diffs"],
         horizon_tokens=p["horizon_tokens"],
     )
-    return {"lever": lever, "reference": reference, "batch": batch, "speedup": speedup, **p, **dataclasses.asdict(v)}
+    return {
+        "lever": lever,
+        "reference": reference,
+        "batch": batch,
+        "speedup": speedup,
+        **p,
+        **dataclasses.asdict(v),
+        "measured_by": measured_by([r for k in (lever, reference) for r in _runs(records, k, batch).values()]),
+    }
+
+
+def measured_by(runs: list[dict]) -> dict:
+    """Where the test's runs were measured, from their own provenance: the commits, the device and how many machines
+    (its seeds may span sittings, and a report reads the test as its own evidence, not the sitting's)."""
+    prov = [r.get("provenance") or {} for r in runs]
+    return {
+        "commits": sorted({p["commit"][:7] for p in prov if p.get("commit")}),
+        "device": next((p["device"] for p in prov if p.get("device")), None),
+        "machines": len({p.get("gpu_uuid") or p.get("host_id") for p in prov} - {None}),
+    }

@@ -20,7 +20,7 @@ from lib.core import provenance, record, stages
 from lib.core.paths import ROOT, resolve
 from lib.core.params import Params
 from lib.measure import compile_cache
-from lib.results import decide, noise, store
+from lib.results import long_choice, noise, store
 from lib.run import ddp_target, recipe, runner
 
 DDP_MEMORY_SHARE = 0.85  # the DDP stage replicates only configurations that left this much headroom
@@ -145,7 +145,9 @@ def plan(params: Params, report_dir, nproc: int | None, nnodes: int) -> dict:
     # the device, so the replicated one fits.
     total = env["device"].get("memory_bytes")
     roomy = lambda r: not total or (r.get("mem_device_bytes") or 0) < DDP_MEMORY_SHARE * total  # noqa: E731
-    best = decide.recommended(decided, params, eligible=roomy)
+    best = long_choice.choose(
+        decided, params, store.load_evidence(report_dir / "results"), eligible=roomy, keep_timed=False
+    )[0]
     if best is None:  # nothing verified (a report without the baseline): the fastest that ran
         ran = [
             r

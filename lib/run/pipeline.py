@@ -179,6 +179,7 @@ def report(args) -> int:
         moved = report_folder.archive_previous(report_dir)
         if moved:
             print(f"earlier {name} report kept in {_rel(moved)}")
+        report_folder.keep_long_test(moved, report_dir)
     (report_dir / "notebooks").mkdir(parents=True, exist_ok=True)
     store.write_atomic(report_dir / "environment.json", env)
     store.write_atomic(report_dir / "params.json", params)

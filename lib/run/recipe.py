@@ -26,7 +26,7 @@ from lib.core.paths import resolve
 from lib.core.levers import introduced_by, levers_of
 from lib.core.record import PREDICTED_OOM, Status
 from lib.core.params import Params
-from lib.results import decide, noise, store
+from lib.results import decide, long_choice, noise, store
 from lib.run import runner
 from lib.run.jobs import PLAIN_LOOP_SWITCHES, folder, make_job, plain_loop_source
 
@@ -140,8 +140,12 @@ def removal_cannot_fit(lever: str, stage, batch: int, matrix: list[dict]) -> str
 
 
 def recipe_config(params: Params, report_dir) -> dict | None:
-    """What the recipe trains: the recommendation, whose micro-batch reaches the global batch (decide.recommended)."""
-    return decide.recommended(store.decision_records(resolve(report_dir) / "results"), params)
+    """What the recipe trains: the recommendation, whose micro-batch reaches the global batch, with the levers the
+    folder's long quality tests admit (long_choice.choose)."""
+    results = resolve(report_dir) / "results"
+    return long_choice.choose(store.decision_records(results), params, store.load_evidence(results), keep_timed=False)[
+        0
+    ]
 
 
 def measure(params: Params, report_dir, best: dict, force: bool = False) -> None:

@@ -53,6 +53,16 @@ def archive_previous(report_dir: Path) -> Path | None:
     return dest
 
 
+def keep_long_test(archived: Path | None, report_dir: Path) -> None:
+    """The long quality test is a command of its own, not a sitting's (lib/run/long_test.py --folder <report>/long):
+    a new sitting reads it (lib/results/long_choice.py) and so keeps a copy of the archived folder's; the archive keeps
+    its own, so it stays readable as it was."""
+    src = archived / store.LONG_FOLDER if archived else None
+    if src and src.is_dir() and not (report_dir / store.LONG_FOLDER).exists():
+        report_dir.mkdir(parents=True, exist_ok=True)
+        shutil.copytree(src, report_dir / store.LONG_FOLDER)
+
+
 def take_lock(root: Path, profile: str):
     """One `make report` per profile at a time. flock is released by the kernel when the
     process dies, so a killed run never leaves a stale lock behind."""

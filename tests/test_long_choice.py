@@ -1,0 +1,111 @@
+"""The long quality test admits a lever to the recipe (lib/results/long_choice.py): a lever its short test left
+undecided, whose long test reaches the same loss sooner, is chosen by the next sitting (the run phase's recipe_config),
+while a render keeps the recipe the sitting timed as trained; and the next experiment is then that sitting, or the long
+test with the seeds that would decide it. Records are written here, nothing is measured."""
+
+from __future__ import annotations
+
+import json
+
+from conftest import make_record, tiny_params, write_parity_test, write_report_dir
+
+from lib.report import loader, page_one
+from lib.results import decisions, long_choice, long_quality, store
+from lib.run import recipe as recipe_run
+from lib.run import report_folder
+
+SPEEDS = {"fp32": 400.0, "vocab": 200.0, "compile": 100.0, "bf16_residual": 90.0, "loss_only": 60.0}
+CURVE = [(100, 6.0), (200, 5.0), (300, 4.4), (400, 4.0), (500, 3.8)]  # the reference's held-out loss, falling
+
+
+def _folder(tmp_path):
+    p = tiny_params(list(SPEEDS), batch_sizes=(2,))
+    d = write_report_dir(tmp_path, p, [make_record(p, k, 2, [v] * 5, [5.0] * 6) for k, v in SPEEDS.items()])
+    write_parity_test(d, p, "loss_only", lever_held=4.0, ref_held=4.0)
+    for f in (d / "results" / "parity").glob("loss_only__*.json"):
+        rec = json.loads(f.read_text())  # seeds that disagree: the short test stays undecided
+        rec["held_out_loss"] = 4.0 + [0.03, -0.02, 0.01][rec["seed_offset"]] + 0.001 * rec["replicate"]
+        store.write_atomic(f, rec)
+    return d, p
+
+
+def _long_test(d, p, costs: list[float]) -> None:
+    """loss_only against bf16_residual on the long corpus, one seed a cost (the lever's loss above the reference's at
+    every point of the curve), written where lib/run/long_test.py --folder <report>/long writes."""
+    out = d / "long" / "results" / "long"
+    out.mkdir(parents=True, exist_ok=True)
+    for seed, cost in enumerate(costs):
+        for stage, extra in (("loss_only", cost), ("bf16_residual", 0.0)):
+            rec = make_record(p, stage, 4, [50.0] * 5, [5.0] * 6)
+            curve = [[s, loss + 0.01 * seed + extra] for s, loss in CURVE]
+            rec.update(
+                variant=long_quality.VARIANT,
+                kind="parity",
+                seed_offset=seed,
+                micro_steps=2,
+                held_out_curve=curve,
+                held_out_loss=curve[-1][1],
+                passes=3.9,
+                held_out_tokens=1_048_576,
+            )
+            store.write_atomic(out / f"{stage}__b4__s{seed}.json", rec)
+    (d / "long" / "long-loss_only-vs-bf16_residual.json").write_text("{}")
+
+
+def _timed_recipe(d, p, stage: str) -> None:
+    """The sitting's recipe, timed as trained (lib/run/recipe.py's records)."""
+    for role, key in (("recommended", stage), ("baseline", "compile")):
+        rec = make_record(p, key, 2, [SPEEDS[key]] * 5, [5.0] * 6)
+        rec.update(variant=f"recipe: {role}", micro_steps=1)
+        store.write_atomic(d / "results" / "recipe" / f"{role}__{key}__b2.json", rec)
+
+
+def test_a_lever_that_reaches_the_same_loss_sooner_is_chosen_by_the_next_sitting_not_by_this_render(tmp_path):
+    d, p = _folder(tmp_path)
+    _timed_recipe(d, p, "bf16_residual")  # the sitting timed its recipe before the long test ran
+    _long_test(d, p, [0.001, 0.002, 0.0015])
+    decided = loader.load(d).decided
+    row = {r["stage"]: r for r in decided["levers"]}["loss_only"]
+    assert decided["recipe"]["stage"] == "bf16_residual" and decided["recipe"]["measured_as_trained"]
+    assert row["long"]["decision"] == "adopt" and row["decision"] == decisions.NOT_YET
+    nxt = decided["next"]
+    assert (nxt["stage"], nxt["kind"], nxt["command"]) == ("loss_only", "sitting", f"make report GPU={p.name}")
+    said = page_one.next_text(loader.load(d))  # page 1 says the sitting, not a short test's seeds
+    assert f"<code>make report GPU={p.name}</code> chooses it" in said and "seeds would decide" not in said
+    # the next sitting chooses with the long test: its run phase times the recipe with the lever
+    assert recipe_run.recipe_config(p, d)["stage"] == "loss_only"
+    # without the long test, the short test's undecided verdict keeps it out (the test fails without long_choice)
+    for f in (d / "long").glob("long-*.json"):
+        f.unlink()
+    assert recipe_run.recipe_config(p, d)["stage"] == "bf16_residual"
+
+
+def test_a_render_after_the_sitting_that_timed_the_admitted_lever_shows_that_recipe(tmp_path):
+    d, p = _folder(tmp_path)
+    _timed_recipe(d, p, "loss_only")  # the next sitting: it chose, and timed, the admitted lever
+    _long_test(d, p, [0.001, 0.002, 0.0015])
+    decided = loader.load(d).decided
+    assert decided["recipe"]["stage"] == "loss_only" and decided["recipe"]["measured_as_trained"]
+
+
+def test_an_undecided_long_test_is_the_next_experiment_with_the_seeds_that_would_decide_it(tmp_path):
+    d, p = _folder(tmp_path)
+    _timed_recipe(d, p, "bf16_residual")
+    _long_test(d, p, [0.2, -0.15, 0.1])  # a wide spread: neither sooner nor later beyond the interval
+    row = {r["stage"]: r for r in loader.load(d).decided["levers"]}["loss_only"]
+    nxt = loader.load(d).decided["next"]
+    assert row["long"]["decision"] == "not yet" and row["long"]["seeds_to_decide"]
+    assert nxt["kind"] == "long test" and f"--seeds {row['long']['seeds_to_decide']}" in nxt["command"]
+    assert "--micro-steps 2" in nxt["command"] and f"--folder reports/{p.name}/long" in nxt["command"]
+    assert long_choice.choose(loader.load(d).decisions, p, loader.load(d).evidence)[0]["stage"] == "bf16_residual"
+
+
+def test_a_new_sitting_keeps_the_long_test_of_the_folder_it_archives(tmp_path):
+    d, p = _folder(tmp_path / "reports" / "cpu")
+    _long_test(d, p, [0.001, 0.002, 0.0015])
+    moved = report_folder.archive_previous(d)
+    report_folder.keep_long_test(moved, d)
+    assert sorted(f.name for f in (d / "long" / "results" / "long").iterdir()) == sorted(
+        f.name for f in (moved / "long" / "results" / "long").iterdir()
+    )
+    assert (moved / "long").is_dir()  # the archived folder keeps its own copy: it stays readable as it was
