@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from conftest import make_record, tiny_params, write_parity_test, write_report_dir
 
 from lib.report import loader, page_one
@@ -29,13 +31,13 @@ def _folder(tmp_path):
     return d, p
 
 
-def _long_test(d, p, costs: list[float]) -> None:
-    """loss_only against bf16_residual on the long corpus, one seed a cost (the lever's loss above the reference's at
-    every point of the curve), written where lib/run/long_test.py --folder <report>/long writes."""
+def _long_test(d, p, costs: list[float], lever="loss_only", reference="bf16_residual") -> None:
+    """lever against reference on the long corpus, one seed a cost (the lever's loss above the reference's at every
+    point of the curve), written where lib/run/long_test.py --folder <report>/long writes."""
     out = d / "long" / "results" / "long"
     out.mkdir(parents=True, exist_ok=True)
     for seed, cost in enumerate(costs):
-        for stage, extra in (("loss_only", cost), ("bf16_residual", 0.0)):
+        for stage, extra in ((lever, cost), (reference, 0.0)):
             rec = make_record(p, stage, 4, [50.0] * 5, [5.0] * 6)
             curve = [[s, loss + 0.01 * seed + extra] for s, loss in CURVE]
             rec.update(
@@ -49,7 +51,7 @@ def _long_test(d, p, costs: list[float]) -> None:
                 held_out_tokens=1_048_576,
             )
             store.write_atomic(out / f"{stage}__b4__s{seed}.json", rec)
-    (d / "long" / "long-loss_only-vs-bf16_residual.json").write_text("{}")
+    (d / "long" / f"long-{lever}-vs-{reference}.json").write_text("{}")
 
 
 def _timed_recipe(d, p, stage: str) -> None:
@@ -109,3 +111,15 @@ def test_a_new_sitting_keeps_the_long_test_of_the_folder_it_archives(tmp_path):
         f.name for f in (moved / "long" / "results" / "long").iterdir()
     )
     assert (moved / "long").is_dir()  # the archived folder keeps its own copy: it stays readable as it was
+
+
+def test_the_recipe_s_whole_stack_against_the_canonical_trainer_is_judged_at_the_recipe_s_lead_over_it(tmp_path):
+    """The long test of the recipe's stack against the canonical trainer's stage prices its loss cost against the
+    recipe's lead as timed as trained (bf16_residual over compile: 100/90), not the stack's leave-one-out."""
+    d, p = _folder(tmp_path)
+    _timed_recipe(d, p, "bf16_residual")
+    _long_test(d, p, [0.001, 0.002, 0.0015], lever="bf16_residual", reference="compile")
+    decided = loader.load(d).decided
+    row = {r["stage"]: r for r in decided["levers"]}["bf16_residual"]
+    assert decided["recipe"]["ratio"] == pytest.approx(100 / 90, rel=1e-3)
+    assert row["long"]["speedup"] == pytest.approx(decided["recipe"]["ratio"])

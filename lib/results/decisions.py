@@ -119,9 +119,12 @@ def lever_speedup(row: dict) -> float:
     return (row.get("over_recipe") or {}).get("ratio") or 1 + ((row.get("leave_one_out") or {}).get("worth") or 0)
 
 
-def long_verdicts(rows: list[dict], long_records: list[dict], pairs: list, noise_floor: float | None) -> None:
+def long_verdicts(
+    rows: list[dict], long_records: list[dict], pairs: list, noise_floor: float | None, recipe: dict | None = None
+) -> None:
     """Each lever's verdict in time to the same loss where the long quality test ran it (long_quality.verdict, its
-    speed-up: over the recipe where it is not in it, else its leave-one-out worth), as row['long']; the verdict
+    speed-up: over the recipe where it is not in it, else its leave-one-out worth; the recipe's whole stack tested
+    against the canonical trainer's stage, the recipe's lead over that trainer as timed as trained), as row['long']; the verdict
     decides a lever outside the recipe: skip where it reaches the same loss later beyond noise, else not yet (an adopt
     waits for the sitting that re-chooses the recipe with it, which is the only way it is timed as trained)."""
     against = dict(pairs)  # lever -> reference, as the test's verdict files name them
@@ -131,7 +134,9 @@ def long_verdicts(rows: list[dict], long_records: list[dict], pairs: list, noise
         if not mine or row["stage"] not in against:
             continue
         batch, reference = mine[0]["batch_size"], against[row["stage"]]
-        speedup = lever_speedup(row)
+        canonical = ((recipe or {}).get("canonical") or {}).get("stage")
+        whole = recipe and row["stage"] == recipe["stage"] and reference == canonical and recipe.get("ratio")
+        speedup = recipe["ratio"] if whole else lever_speedup(row)
         row["long"] = long_quality.verdict(long_records, row["stage"], reference, batch, speedup, noise_floor or 0.0)
         if row["long"]:  # what the test's command took, so the next experiment can add seeds to the same test
             row["long"]["micro_steps"] = mine[0].get("micro_steps") or 1
@@ -348,7 +353,7 @@ def compute(
     loo = leave_one_out(records, evidence.get("ablation") or [])
     levers_ = lever_rows(records, df, params, recipe, loo, checks)
     floor = noise.decision_floor(records, decide.throughputs(records))
-    long_verdicts(levers_, evidence.get("long") or [], evidence.get("long_pairs") or [], floor)
+    long_verdicts(levers_, evidence.get("long") or [], evidence.get("long_pairs") or [], floor, recipe)
     wf = waterfall(df, recipe, order[0])
     full = loo[0]
     left = parity.left_to_full_depth(checks, params)
