@@ -17,12 +17,23 @@ NOT_A_GPU = (
     "This is the CPU default: it runs every chapter of the pipeline on a tiny GPT to check that the pipeline works "
     "end to end. Its timings mean nothing for a GPU, and its verdicts are judged against this machine's own noise."
 )
+# Page 1's legend, a term a line (a paragraph of definitions was hard to find a word in): (term, its words)
 LEGEND = (
-    "Worth: the tokens/s a lever adds over the same configuration without it (in the recipe: the recipe, timed one "
-    "optimizer step a micro-batch; outside it: the stage named), at the recipe's micro-batch unless one is named. "
-    "adopt: adds beyond noise{noise} or needed to fit · neutral: within noise, kept · not yet: faster, its effect on "
-    "the loss not yet shown · skip: slower, no gain, or a worse loss. Quality: held-out loss, lever − reference, mean "
-    "[95 % bounds]; it holds within +{margin} nats. A short check (±{tolerance} nats) catches only a broken lever."
+    (
+        "Worth",
+        "tokens/s a lever adds over the same configuration without it (in the recipe: the recipe, one optimizer "
+        "step a micro-batch; outside it: the stage named), at the recipe's micro-batch unless named.",
+    ),
+    (
+        "Decision",
+        "adopt: beyond noise{noise} or needed to fit · neutral: within noise, kept · not yet: faster, loss effect "
+        "not yet shown · skip: slower, no gain, or a worse loss.",
+    ),
+    (
+        "Quality",
+        "held-out loss, lever − reference, mean [95 % bounds]; holds within +{margin} nats. A short check "
+        "(±{tolerance} nats) catches only a broken lever.",
+    ),
 )
 
 
@@ -166,33 +177,41 @@ def lever_table(rep: Report) -> str:
         )
     batch, recipe = rep.decided["leave_one_out_batch"], rep.decided["recipe"]
     floor = rep.decided["noise_floor"]
-    legend = LEGEND.format(
-        margin=rep.params.evidence.parity_margin,
-        tolerance=rep.params.run.loss_tolerance,
-        noise=f" ({fmt.pct(floor, 2)}, the widest spread between repeated runs)" if floor else "",
-    )
-    lacks = (
-        f" The leave-one-out of these records ran at B={batch}, not the recipe's B={recipe['micro_batch']}: they "
-        "were measured under an earlier rule, which recommended micro-batches that need not divide the global batch."
-        if batch and recipe and batch != recipe["micro_batch"]
-        else ""
-    )
+    words = {
+        "margin": rep.params.evidence.parity_margin,
+        "tolerance": rep.params.run.loss_tolerance,
+        "noise": f" ({fmt.pct(floor, 2)}, the widest spread of repeated runs)" if floor else "",
+    }
+    legend = [(term, text.format(**words)) for term, text in LEGEND]
+    if batch and recipe and batch != recipe["micro_batch"]:
+        legend.append(
+            (
+                "Leave-one-out",
+                f"these records ran it at B={batch}, not the recipe's B={recipe['micro_batch']}: they were measured "
+                "under an earlier rule, which recommended micro-batches that need not divide the global batch.",
+            )
+        )
     longs = [row["long"] for row in rep.decided["levers"] if row.get("long")]
     if longs:  # the horizon a long verdict speaks for, and where it was measured, said once
         by = longs[0]["measured_by"]
-        legend += (
-            " Sooner/later to the same loss: the long test, on text seen at most 4×, prices the lever's loss cost in "
-            "the reference's own steps: its speed gain net of them [95 % bounds], for the tokens named only."
+        where = (  # where the records say (records written before provenance was stamped say nothing)
+            f" Its own command: commit {', '.join(by['commits'])}, {by['machines']} "
+            f"{by['device'] or 'device'} machine{'s' if by['machines'] != 1 else ''}."
+            if by["commits"]
+            else ""
         )
-        if by["commits"]:  # where the records say (records written before provenance was stamped say nothing)
-            legend += (
-                f" Its own command, not this sitting's: commit {', '.join(by['commits'])}, {by['machines']} "
-                f"{by['device'] or 'device'} machine{'s' if by['machines'] != 1 else ''}."
+        legend.append(
+            (
+                "Sooner/later to the same loss",
+                "the long test (text seen at most 4×) prices the loss cost in the reference's own steps: the net "
+                f"speed gain [95 % bounds], for the tokens named only.{where}",
             )
+        )
+    items = "".join(f"<li><strong>{html.escape(t)}</strong>: {html.escape(x)}</li>" for t, x in legend)
     return (
         '<table class="levers"><thead><tr><th>Lever</th><th>Decision</th><th>Worth</th>'
         f"<th>Quality (what it covers)</th></tr></thead><tbody>{''.join(rows)}</tbody></table>"
-        f"<p class='note'>{html.escape(legend + lacks)}</p>"
+        f"<ul class='note legend'>{items}</ul>"
     )
 
 
