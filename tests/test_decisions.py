@@ -218,3 +218,17 @@ def test_the_next_experiment_states_what_it_would_pay_and_when_it_repays_its_tes
     priced = decisions.payoff(1.25, {**recipe, "price_per_gpu_hour": 3.5}, {"gpu_minutes": 60.0})
     assert priced["test_cost"] == pytest.approx(3.5) and priced["cost_saved"] == pytest.approx(3.5)
     assert pay["test_cost"] is None and pay["cost_saved"] is None  # no price: no money said
+
+
+def test_the_recipe_states_what_it_saves_against_the_canonical_trainer():
+    """A page-1 reader worked out by hand what the recipe saves on the token budget: the decisions carry it, and page
+    1 says it (reports/h100: 5.7 against 5.2 GPU-hours for 10B tokens)."""
+    from conftest import ROOT
+
+    from lib.report import recipe_row
+
+    rep = loader.load(ROOT / "reports" / "h100")
+    r = rep.decided["recipe"]
+    assert r["saves"]["gpu_hours"] == pytest.approx(r["canonical_time"]["gpu_hours"] - r["gpu_hours"])
+    assert r["saves"]["cost"] == pytest.approx(r["canonical_time"]["cost"] - r["cost"]) and r["saves"]["cost"] > 0
+    assert f"saves {r['saves']['gpu_hours']:.2f} GPU-hours" in " ".join(recipe_row.recipe_notes(rep))

@@ -72,6 +72,11 @@ def test_a_lever_that_reaches_the_same_loss_sooner_is_chosen_by_the_next_sitting
     assert row["long"]["decision"] == "adopt" and row["decision"] == decisions.NOT_YET
     nxt = decided["next"]
     assert (nxt["stage"], nxt["kind"], nxt["command"]) == ("loss_only", "sitting", f"make report GPU={p.name}")
+    # what it pays is priced with its loss cost (its net worth, not its speed alone); a sitting costs what this took
+    assert nxt["payoff"] is None or nxt["long"]["net_worth"] < nxt["over_recipe"]["ratio"] - 1
+    (d / "run.json").write_text(json.dumps({"timings_s": {"total_s": 1200.0}}))
+    nxt = loader.load(d).decided["next"]
+    assert nxt["to_decide"]["gpu_minutes"] == pytest.approx(20.0)
     said = page_one.next_text(loader.load(d))  # page 1 says the sitting, not a short test's seeds
     assert f"<code>make report GPU={p.name}</code> chooses it" in said and "seeds would decide" not in said
     # the next sitting chooses with the long test: its run phase times the recipe with the lever

@@ -677,7 +677,8 @@ def test_a_committed_report_s_pdf_holds_at_most_ten_pages(gpu):
 def test_a_render_of_the_summary_judges_the_recipe_and_the_quality_tests_once(monkeypatch, tmp_path):
     """Rendering reports/h100 called decide.recommended 31 times and parity.checks 57: the summary's cells now read
     the report's decisions, judged once a Report (loader.Report.quality_checks, .choice, .decided); the recipe is
-    chosen once (long_choice.choose, which asks decide.recommended again only with the levers a long test admits)."""
+    chosen once (long_choice.choose, which asks decide.recommended again only with the levers a long test admits);
+    and where the render wrote decisions.json from the folder's records, not at all (lib/report/decided_file.py)."""
     import collections
     import functools
     import json
@@ -704,7 +705,17 @@ def test_a_render_of_the_summary_judges_the_recipe_and_the_quality_tests_once(mo
     monkeypatch.chdir(ROOT)
     scope = {"gpu": "h200", "model": None, "report_dir": str(folder), "failures": []}
     nb = json.loads((ROOT / "notebooks" / "summary.ipynb").read_text())
-    for cell in nb["cells"][1:]:
-        if cell["cell_type"] == "code":
-            exec("".join(cell["source"]), scope)
-    assert calls == {"choose": 1, "checks": 1}
+
+    def summary():
+        calls.clear()
+        cells = dict(scope)  # a kernel of its own: what one cell defines, the next reads
+        for cell in nb["cells"][1:]:
+            if cell["cell_type"] == "code":
+                exec("".join(cell["source"]), cells)
+        return dict(calls)
+
+    # the render wrote decisions.json from these records first: the summary reads it and judges nothing
+    assert (folder / "decisions.json").exists() and summary() == {}
+    # records changed since (the digest no longer matches): judged afresh, once
+    (folder / "results" / "fp32__b64.json").write_text((folder / "results" / "fp32__b64.json").read_text() + "\n")
+    assert summary() == {"choose": 1, "checks": 1}

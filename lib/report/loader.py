@@ -16,6 +16,7 @@ import pandas as pd
 from lib.core import data, kernel_categories, prices, provenance, record, stages
 from lib.core.params import ConfigError, Params
 from lib.core.paths import resolve
+from lib.report import decided_file
 from lib.report.formats import GiB, gib, pct, signed_pct, span, times, tok  # noqa: F401 (the views import them from here too)
 from lib.results import decide, decisions, long_choice, parity, stats, store
 from lib.results.stats import mfu_bf16_of
@@ -55,12 +56,25 @@ class Report:
 
     @functools.cached_property
     def decided(self) -> dict:
-        """Every decision of the report (lib/results/decisions.py: the recipe, each lever's, the next experiment),
-        computed once; recommendation.write keeps it beside the results as decisions.json."""
-        evidence = {**self.evidence, "matrix": self.records}
-        return decisions.compute(
-            self.decisions, evidence, self.params, self.env, price_per_gpu_hour(self), self.quality_checks, self.choice
-        )
+        """Every decision of the report (lib/results/decisions.py), computed once, with what the views read besides
+        (the quality tests, the recommended configuration) and its records digest: recommendation.write keeps it as
+        decisions.json, which a notebook drawn after it reads instead of judging again (lib/report/decided_file.py)."""
+        evidence = {**self.evidence, "matrix": self.records, "sitting_gpu_s": decided_file.sitting_gpu_seconds(self)}
+        best = self.best
+        return {
+            **decisions.compute(
+                self.decisions,
+                evidence,
+                self.params,
+                self.env,
+                price_per_gpu_hour(self),
+                self.quality_checks,
+                self.choice,
+            ),
+            "quality_checks": self.quality_checks,
+            "best": {k: best.get(k) for k in ("stage", "batch_size", "variant")} if best else None,
+            "records_digest": store.records_digest(self.dir, *decided_file.render_env()),
+        }
 
     @functools.cached_property
     def quality_checks(self) -> dict:
@@ -122,7 +136,17 @@ def refuse_earlier_rule(d: Path, params: Params) -> None:
         )
 
 
-def load(report_dir) -> Report:
+def load(report_dir, read_decisions: bool = False) -> Report:
+    """The report folder's records and settings. With `read_decisions` (a notebook drawn after the render wrote
+    decisions.json), the decisions, quality tests and recommended configuration are read from decisions.json where
+    its records digest is the folder's, instead of judged again."""
+    rep = _load(report_dir)
+    if read_decisions:
+        decided_file.read_into(rep)
+    return rep
+
+
+def _load(report_dir) -> Report:
     d = resolve(report_dir)
     params = Params.read(d / "params.json")
     refuse_earlier_rule(d, params)

@@ -10,7 +10,7 @@ import re
 
 from lib.core import stages
 from lib.report import formats as fmt
-from lib.report import recipe_row
+from lib.report import decided_file, recipe_row
 from lib.report.loader import Report, code_commits, cut_short, ddp_not_measured
 
 NOT_A_GPU = (
@@ -21,8 +21,8 @@ NOT_A_GPU = (
 LEGEND = (
     (
         "Worth",
-        "tokens/s a lever adds over the same configuration without it (in the recipe: the recipe, one optimizer "
-        "step a micro-batch; outside it: the stage named), at the recipe's micro-batch unless named.",
+        "tokens/s a lever adds over the same configuration without it (in the recipe, timed one optimizer step a "
+        "micro-batch; outside it, over the stage named), at the recipe's micro-batch unless named.",
     ),
     (
         "Decision",
@@ -43,7 +43,7 @@ def provenance_line(rep: Report) -> str:
     count = dev.get("count") or 1
     commits, _ = code_commits(rep)
     runs = [r for r in [*run.get("earlier_runs", []), run] if r]
-    seconds = sum((r.get("timings_s") or {}).get("total_s") or 0 for r in runs)
+    seconds = decided_file.measured_seconds(run)
     started = min((r.get("started") or "" for r in runs), default="")
     parts = [
         f"{count} × {dev['name']}" if count > 1 else dev["name"],
@@ -96,9 +96,9 @@ def quality_text(q: dict | None, whole_stack: bool = True, to_decide: bool = Tru
     it for the recipe's levers alone); to_decide: add the seeds that would decide it (not where Next says them)."""
     if q is None:
         return "no loss comparison"
-    if q.get("stack"):  # quality.cover_by_stack: the recipe's whole-stack test speaks for it (its row says how)
-        via = html.escape(stages.get(q["stack"]["via"]).title)
-        return f"<strong>{q['stack']['verdict']}</strong> with the whole recipe (see {via})"
+    if q.get("stack"):  # quality.cover_by_stack: the recipe's whole-stack test speaks for it (the row of the recipe's
+        # stage gives that test, "with all it adds"; a pointer on every covered row cost page 1 its Next)
+        return f"<strong>{q['stack']['verdict']}</strong> with the whole recipe"
     if q["test"] == "divergence check":
         if q["verdict"] == "passed within noise":
             return (
@@ -142,9 +142,9 @@ def long_text(v: dict) -> str:
     )
     passes = f" (seen {v['passes']:.1f}×)" if v.get("passes") else ""
     return (
-        f"<strong>{LONG_WORDS[v['decision']]}</strong>: {fmt.signed_pct(v['net_worth'])} "
-        f"[{fmt.signed_pct(lo)}, {fmt.signed_pct(hi)}] vs {html.escape(stages.get(v['reference']).title)}, loss "
-        f"{fmt.nats(v['mean_diff'])} nats after {fmt.tokens(v['horizon_tokens'])} tokens of long text{passes}, "
+        f"<strong>{LONG_WORDS[v['decision']]}</strong>: {fmt.times(1 + v['net_worth'], 3)} as fast "
+        f"[{fmt.times(1 + lo, 3)}, {fmt.times(1 + hi, 3)}] as {html.escape(stages.get(v['reference']).title)}, loss "
+        f"{fmt.nats(v['mean_diff'])} nats after {fmt.tokens(v['horizon_tokens'])} tokens{passes}, "
         f"{v['n']} seeds{more}"
     )
 
@@ -163,7 +163,7 @@ def lever_table(rep: Report) -> str:
         if row.get("long"):  # the long test, where it ran, speaks for a training run: it goes first
             quality = long_text(row["long"])
             if row["decision"] == "not yet" and row["long"]["decision"] == "adopt":  # decisions.long_verdicts' reason
-                quality += "; the next sitting times the recipe with it"
+                quality += "; next, timed in the recipe"
         rows.append(
             f"<tr><td>{html.escape(row['title'])}"
             + (
@@ -195,7 +195,7 @@ def lever_table(rep: Report) -> str:
     if longs:  # the horizon a long verdict speaks for, and where it was measured, said once
         by = longs[0]["measured_by"]
         where = (  # where the records say (records written before provenance was stamped say nothing)
-            f" Its own command: commit {', '.join(by['commits'])}, {by['machines']} "
+            f" By its own command: {', '.join(by['commits'])}, {by['machines']} "
             f"{by['device'] or 'device'} machine{'s' if by['machines'] != 1 else ''}."
             if by["commits"]
             else ""
@@ -203,8 +203,8 @@ def lever_table(rep: Report) -> str:
         legend.append(
             (
                 "Sooner/later to the same loss",
-                "the long test (text seen at most 4×) prices the loss cost in the reference's own steps: the net "
-                f"speed gain [95 % bounds], for the tokens named only.{where}",
+                "the long test (text seen at most 4×) prices the loss cost in the reference's steps: speed to its "
+                f"loss, × the reference's [95 % bounds], for the tokens named only.{where}",
             )
         )
     items = "".join(f"<li><strong>{html.escape(t)}</strong>: {html.escape(x)}</li>" for t, x in legend)
@@ -242,9 +242,12 @@ def next_text(rep: Report) -> str:
     if nxt["kind"] == "sitting":  # its long test says it gets there sooner: a sitting times the recipe with it
         v = nxt["long"]
         lo, hi = v["net_worth_interval"]
+        minutes = (nxt["to_decide"] or {}).get("gpu_minutes")
         return (
-            f"time the recipe with {title}, which reached the same loss {fmt.pct(v['net_worth'])} sooner "
-            f"[{fmt.pct(lo)}, {fmt.pct(hi)}]: {command} chooses it{payoff_text(nxt, 'if that holds as trained')}"
+            f"time the recipe with {title} ({fmt.times(1 + v['net_worth'], 3)} as fast to the same loss): "
+            f"{command} chooses it"
+            + (f" (a sitting, ~{minutes:.0f} GPU-min{test_cost(nxt)})" if minutes else "")
+            + payoff_text(nxt, "if that holds as trained")
             + "".join(f". {o}" for o in over)
             + "."
         )

@@ -140,11 +140,17 @@ def recipe_notes(rep: Report) -> list[str]:
     notes = [f"every row trains {fmt.global_batch(r['global_batch_tokens'])} (T={r['seq_len']})"]
     if r["ratio"]:
         notes.append("canonical trainer: nanoGPT's loop, same global batch, same sitting; ranges: repeated runs")
+    if (saves := r.get("saves")) and saves["gpu_hours"]:
+        notes.append(
+            f"saves {saves['gpu_hours']:.2f} GPU-hours"
+            + (f" ({fmt.money(saves['cost'])})" if saves["cost"] else "")
+            + f" per {fmt.tokens(r['token_budget'])} tokens over it"
+        )
     if not r["measured_as_trained"]:  # how the recipe was timed is section 2's, unless it was not as trained
         notes.append(f"tokens/s of B={r['micro_batch']} alone: the global batch was not measured for this recipe")
     if r["price_per_gpu_hour"]:
         notes.append(
-            f"cost at ${r['price_per_gpu_hour']:g} per GPU-hour ({r['price_source']}; PRICE_PER_GPU_HOUR= states yours)"
+            f"at ${r['price_per_gpu_hour']:g} per GPU-hour ({r['price_source']}; PRICE_PER_GPU_HOUR= sets yours)"
         )
     else:
         notes.append("no price per GPU-hour known for this device: PRICE_PER_GPU_HOUR= adds the cost")

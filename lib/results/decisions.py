@@ -191,7 +191,11 @@ def _decide(row: dict, not_run: tuple | None) -> tuple[str, str | None]:
 
 
 def next_experiment(
-    levers_: list[dict], recipe: dict | None, parity_batch: int | None, profile: str = "cpu"
+    levers_: list[dict],
+    recipe: dict | None,
+    parity_batch: int | None,
+    profile: str = "cpu",
+    sitting_gpu_s: float | None = None,
 ) -> dict | None:
     """What to measure next: the fastest lever not yet decided whose quality test a stated number of seeds could
     decide, or that no test has tried (its test with the seeds its spread asks for, else the sequential test's looks),
@@ -220,7 +224,7 @@ def next_experiment(
         if r not in reachable and (pick is None or r["over_recipe"]["ratio"] > pick["over_recipe"]["ratio"])
     ]
     if pick is not None and pick.get("long"):
-        return _next_after_long(pick, recipe, profile, passed)
+        return _next_after_long(pick, recipe, profile, passed, sitting_gpu_s)
     if pick is None:
         return {"stage": None, "passed_over": passed}
     q = pick["quality"] or {}
@@ -274,12 +278,14 @@ def _decidable(row: dict) -> bool:
     return not (row["quality"] or {}).get("out_of_reach")
 
 
-def _next_after_long(pick: dict, recipe: dict | None, profile: str, passed_over: list) -> dict:
+def _next_after_long(pick: dict, recipe: dict | None, profile: str, passed_over: list, sitting_gpu_s=None) -> dict:
     """The next experiment for a lever its long test judged: where it reaches the same loss sooner, the sitting that
     times the recipe with it (long_choice admits it there); where undecided, the same long test with the seeds that
     would decide it (its runs so far are kept)."""
     v = pick["long"]
     sitting = v["decision"] == ADOPT
+    # a sitting costs what this folder's took; what it pays is the lever's worth once its loss cost is priced
+    cost = {"gpu_minutes": sitting_gpu_s / 60} if sitting and sitting_gpu_s else None
     more = None if sitting else v.get("seeds_to_decide")
     command = (
         f"make report GPU={profile}"
@@ -298,9 +304,9 @@ def _next_after_long(pick: dict, recipe: dict | None, profile: str, passed_over:
         "tested": True,
         "seeds_run": v["n"],
         "seeds": more,
-        "to_decide": None,
+        "to_decide": cost,
         "long": {k: v[k] for k in ("decision", "net_worth", "net_worth_interval", "horizon_tokens", "n")},
-        "payoff": payoff(pick["over_recipe"]["ratio"], recipe, None),
+        "payoff": payoff(1 + v["net_worth"], recipe, cost),
         "batch": v["batch"],
         "micro_steps": v.get("micro_steps", 1),
         "passed_over": passed_over,
@@ -336,7 +342,7 @@ def compute(
     choice: tuple | None = None,
 ) -> dict:
     """Every decision of a report folder (records: store.decision_records; evidence: store.load_evidence with the
-    matrix's records under 'matrix'; price: prices.stated, the price per GPU-hour and its source; checks: parity.checks
+    matrix's records under 'matrix' and the GPU-seconds its sitting measured under 'sitting_gpu_s'; price: prices.stated, the price per GPU-hour and its source; checks: parity.checks
     of the records and choice, long_choice.choose's pick and the checks it chose with, where the caller has them, so a
     render judges them once)."""
     order = params.stages
@@ -367,7 +373,11 @@ def compute(
         "waterfall": wf,
         "beyond_canonical": beyond_canonical(wf, recipe),
         "next": next_experiment(
-            levers_, recipe, params.evidence.parity_batch or (recipe or {}).get("micro_batch"), params.name
+            levers_,
+            recipe,
+            params.evidence.parity_batch or (recipe or {}).get("micro_batch"),
+            params.name,
+            evidence.get("sitting_gpu_s"),
         ),
         "noise_floor": floor,
         # the levers whose quality test this depth left to DEPTH=full, and the lever that did not hold beside them

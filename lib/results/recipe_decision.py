@@ -85,6 +85,7 @@ def make_recipe(
         for r in records_multi_gpu(evidence.get("matrix") or [])
     ]
     saver = decide.memory_saver(records, params, best, checks)
+    spent, theirs = _time(budget, tps, 1, usd), _time(budget, canon["median"], 1, usd) if canon else None
     return {
         "stage": best["stage"],
         "title": stages.get(best["stage"]).title,
@@ -117,7 +118,11 @@ def make_recipe(
         "device_memory_bytes": dev.get("memory_bytes"),
         "token_budget": budget,
         "gpus": 1,  # the recipe on one GPU; `ddp` holds it on the host's GPUs, `host` the widest of them
-        **_time(budget, tps, 1, usd),
+        **spent,
+        # what the recipe saves on the token budget against the canonical trainer (only where timed as trained)
+        "saves": {k: theirs[k] - spent[k] if theirs[k] and spent[k] else None for k in ("gpu_hours", "cost")}
+        if theirs and mine
+        else None,
         "price_per_gpu_hour": usd,
         "price_source": (price or {}).get("source"),
         "against": best.get("against"),

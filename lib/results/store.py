@@ -241,6 +241,23 @@ def load_evidence(results_dir) -> dict:
     return out
 
 
+def records_digest(report_dir, *extra: str | None) -> str:
+    """The sha256 of what a report's decisions are computed from: its params, environment, results and long test
+    (every file, by name and bytes), and `extra` (what the render reads besides, e.g. a stated price). decisions.json
+    carries it, so a notebook reads the decisions only while they are those of the folder as it is."""
+    import hashlib
+
+    d, h = Path(report_dir), hashlib.sha256()
+    files = [d / "params.json", d / "environment.json"]
+    files += sorted(p for top in ("results", LONG_FOLDER) for p in (d / top).rglob("*.json") if p.is_file())
+    for p in files:
+        if p.is_file():
+            body = p.read_bytes()
+            h.update(f"{p.relative_to(d)}\0{len(body)}\0".encode() + body)
+    h.update(json.dumps(extra).encode())
+    return h.hexdigest()
+
+
 def decision_records(results_dir) -> list[dict]:
     """What the recommendation rests on: the matrix, the batch sweep, the repeats and the
     parity runs of one report's results folder."""

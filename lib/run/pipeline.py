@@ -213,6 +213,8 @@ def report(args) -> int:
         return report_folder.exit_code(report_dir, failures)
     t_measure = time.perf_counter() - t_start
     log.measured(completed=complete)  # a resume that measured nothing new keeps the earlier run's account
+    # the decisions first, once: every notebook reads decisions.json (loader.load's read_decisions)
+    recommendation.write(report_view.load(report_dir))
     drawn_failures, drawn, draw_s, all_kept = notebook_runner.draw(report_dir, params, failures)
     t_draw = time.perf_counter() - t_start - t_measure  # wall time: the chapters are drawn two at a time
     summary = report_dir / "notebooks" / "summary.ipynb"
@@ -226,7 +228,6 @@ def report(args) -> int:
         drawn_failures.append(timings["pdf_error"])
     log.rendered(timings, draw_s, drawn_failures)
     failures += drawn_failures
-    recommendation.write(report_view.load(report_dir))
     print(
         f"done in {timings['total_s']:.0f} s (measurement {t_measure:.0f} s, notebooks {t_draw:.0f} s, "
         f"HTML {timings['html_s']:.1f} s, PDF {timings['pdf_s']:.1f} s): "
@@ -288,6 +289,7 @@ def render(args) -> int:
     run_path = report_dir / "run.json"
     measured = json.loads(run_path.read_text()) if run_path.exists() else {}
     t_start = time.perf_counter()
+    recommendation.write(report_view.load(report_dir))  # the decisions first, once: every notebook reads them
     failures, drawn, timings, _ = notebook_runner.draw(report_dir, params, keep=False)  # asked for: drawn afresh
     total = report_folder.measured_seconds(measured)
     runs = len(measured.get("earlier_runs", [])) + 1
@@ -314,7 +316,6 @@ def render(args) -> int:
     )
     if timings.get("pdf_error"):
         failures.append(timings["pdf_error"])
-    recommendation.write(report_view.load(report_dir))
     # A render measures nothing: its account goes to render.json (not committed), and run.json stays the measuring
     # runs' own, so two renders of the same records leave the same bytes.
     store.write_atomic(
