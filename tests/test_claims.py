@@ -616,3 +616,45 @@ def test_the_claims_tables_note_states_how_a_quoted_figure_becomes_its_range():
         assert words in claims_view.RANGES
     rep = loader.load(paths.ROOT / "reports" / "h100")
     assert html.escape(claims_view.RANGES) in claims_view.html(rep)
+
+
+# ---------------------------------------------------------------- judged once, drawn from decisions.json
+
+
+def test_the_claims_are_judged_in_lib_results_and_the_views_only_draw_them():
+    """Decide once, then lay out: decisions.compute judges every claim into decisions.json's `claims`; no module of
+    lib/report imports the modules that judge one (claims, claim_kinds, claim_figures), so a view cannot judge again."""
+    import ast
+
+    judging = {"lib.results.claims", "lib.results.claim_kinds", "lib.results.claim_figures"}
+    for path in (paths.ROOT / "lib" / "report").glob("*.py"):
+        tree = ast.parse(path.read_text())
+        named = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)} | {
+            f"{n.module}.{a.name}" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) for a in n.names
+        }
+        assert not named & judging, f"{path.name} imports {sorted(named & judging)}"
+
+
+def test_the_claims_table_is_drawn_from_the_decisions_alone():
+    """The table reads rep.decided["claims"]: a verdict changed there is the verdict the table shows."""
+    rep = loader.load(paths.ROOT / "reports" / "h100")
+    rows = rep.decided["claims"]["verdicts"]
+    first = next(i for i, r in enumerate(rows) if r["verdict"] == "fell short")
+    flipped = [{**r, "verdict": "exceeded"} if i == first else r for i, r in enumerate(rows)]
+    rep.__dict__["decided"] = {**rep.decided, "claims": {**rep.decided["claims"], "verdicts": flipped}}
+    text = claims_view.html(rep)
+    assert text.count(">exceeded</span>") == sum(r["verdict"] == "exceeded" for r in flipped)
+
+
+def test_decisions_json_keeps_each_claims_verdict_as_plain_data():
+    """decisions.json's `claims` is plain JSON (lists, not tuples; Python floats), so the file a render writes reads
+    back equal to what the views drew, and two renders write the same bytes."""
+    import json
+
+    decided = loader.load(paths.ROOT / "reports" / "h100").decided
+    judged = decided["claims"]
+    assert json.loads(json.dumps(judged)) == judged
+    assert [r["id"] for r in judged["verdicts"]] == [c["id"] for c in claim_params.load_claims()["claims"]]
+    assert set(judged["sources"]) == {r["source_key"] for r in judged["verdicts"]}
+    again = loader.load(paths.ROOT / "reports" / "h100").decided["claims"]
+    assert json.dumps(again) == json.dumps(judged)
