@@ -1,5 +1,5 @@
 """Verdicts on the write-ups' claims (params/claims.yaml), judged once a report folder: one claim's row (verdict),
-every claim's (table), and what decisions.compute keeps under decisions.json's `claims` (judged): the sources, and
+and what decisions.compute keeps under decisions.json's `claims` (judged): the sources, and
 each claim's row as plain JSON data, so the views (lib/report/claims_view.py, compare_view, rules) draw the table
 without judging. The figures come from lib/results/claim_figures.py, how each kind of claim is judged from
 lib/results/claim_kinds.py, the words and how a figure earns one from lib/results/claim_judge.py."""
@@ -82,11 +82,6 @@ def verdict(
     }
 
 
-def table(df: pd.DataFrame, profile: str, backend: str, path=CLAIMS, **evidence) -> list[dict]:
-    """Every claim's row (verdict); `evidence`: verdict's keyword arguments (gemm, noise, sdpa, tolerance, facts)."""
-    return [verdict(c, df, profile, backend, **evidence) for c in load_claims(path)["claims"]]
-
-
 def judged(
     df: pd.DataFrame,
     records: list[dict],
@@ -111,19 +106,10 @@ def judged(
         bands = [noise_stats.spread(v)["spread"] for (s, _), v in tps.items() if s in keys and len(v) > 1]
         return max(bands) if bands else floor
 
-    facts = claim_figures.facts(evidence, params, env, recipe, checks, loo, left, floor)
-    rows = table(
-        df,
-        params.name,
-        params.backend,
-        path,
-        gemm=evidence.get("gemm"),
-        noise=noise,
-        sdpa=evidence.get("sdpa"),
-        tolerance=params.run.loss_tolerance,
-        facts=facts,
-    )
-    return plain({"sources": load_claims(path)["sources"], "verdicts": rows})
+    facts, data = claim_figures.facts(evidence, params, env, recipe, checks, loo, left, floor), load_claims(path)
+    gemm, sdpa, tolerance = evidence.get("gemm"), evidence.get("sdpa"), params.run.loss_tolerance
+    rows = [verdict(c, df, params.name, params.backend, gemm, noise, sdpa, tolerance, facts) for c in data["claims"]]
+    return plain({"sources": data["sources"], "verdicts": rows})
 
 
 def plain(value):
