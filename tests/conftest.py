@@ -253,3 +253,20 @@ def write_parity_test(
             store.write_atomic(
                 report_dir / "results" / "parity" / f"{stage}__b{batch}__s{seed}__r{replicate}.json", rec
             )
+
+
+def claim_facts(rep) -> dict:
+    """What the claims' verdicts read of a loaded report beyond its stage matrix (claim_figures.facts), from the same
+    inputs decisions.compute hands it."""
+    from lib.results import claim_figures, leave_one_out
+
+    return claim_figures.facts(
+        {**rep.evidence, "matrix": rep.records},
+        rep.params,
+        rep.env,
+        rep.decided["recipe"],
+        rep.quality_checks,
+        leave_one_out.leave_one_out(rep.decisions, rep.evidence["ablation"]),
+        rep.decided["left_to_full_depth"],
+        rep.decided["noise_floor"],
+    )

@@ -1,4 +1,4 @@
-"""The verdicts that read more than one pair of stages (lib/report/claim_figures.py, lib/report/claim_kinds.py): a figure
+"""The verdicts that read more than one pair of stages (lib/results/claim_figures.py, lib/results/claim_kinds.py): a figure
 within noise of no change, the padding eager and compiled, the write-up's cuBLAS hypothesis, the FP8
 forms and sizes, FlashAttention-3 by the kernel that ran, TF32 alone and on top of BF16. Each flips
 with synthetic records."""
@@ -7,16 +7,16 @@ from __future__ import annotations
 
 import pytest
 import yaml
-from conftest import make_record, tiny_params, write_report_dir
-from test_claims import _claim, _df, _sdpa, _sweep
+from conftest import claim_facts, make_record, tiny_params, write_report_dir
+from test_claims import _claim, _df, _judge, _sdpa, _sweep
 
 from lib.core import config, kernel_categories
-from lib.report import claim_figures, claim_judge, claim_params, claims, loader
-from lib.results import store
+from lib.report import claims_view, loader
+from lib.results import claim_figures, claim_judge, claim_params, store
 
 
 def _verdict(cid, df, facts=None, noise=None, profile="h100", **kw):
-    return claims.verdict(_claim(cid), df, profile, "cuda", noise=noise, facts=facts, **kw)
+    return _judge(_claim(cid), df, profile, "cuda", noise=noise, facts=facts, **kw)
 
 
 # ---------------------------------------------------------------- no measurable change
@@ -335,7 +335,7 @@ def test_a_faster_undecided_form_does_not_hide_a_slower_form_that_confirms():
 def test_the_fp8_verdict_rests_on_the_largest_speed_up_of_the_best_word_and_names_it(classifier_ms, rests_on):
     """Both forms undecided: the row called the FP8 lm_head "the fastest form with the best verdict" while the
     classifier ran more tokens/s. The rule picks by speed-up over the stage a form is added to; the cell names that
-    form first, with that stage, and states no rule of its own (claims.RULES states it once)."""
+    form first, with that stage, and states no rule of its own (claims_view.RULES states it once)."""
     df = _df({"loss_only": 100.0, "fp8_head": 96.0, "fp8_classifier": classifier_ms})
     why = "its parity test could not decide"
     facts = {"not_held": {"fp8_head": why, "fp8_classifier": why}, "undecided": {"fp8_head", "fp8_classifier"}}
@@ -344,7 +344,7 @@ def test_the_fp8_verdict_rests_on_the_largest_speed_up_of_the_best_word_and_name
     first = {"fp8_head": "FP8 lm_head (torchao) over Loss-only forward: 1.04×", "fp8_classifier": "FP8 classifier"}
     assert v["measured"].startswith(first[rests_on]) and "fastest" not in v["measured"]
     assert "FP8 classifier (fused) over FP8 lm_head (torchao)" in v["measured"]
-    assert "largest speed-up, over the stage it is added to, of the forms earning the best verdict" in claims.RULES
+    assert "largest speed-up, over the stage it is added to, of the forms earning the best verdict" in claims_view.RULES
 
 
 def test_each_fp8_form_is_named_by_its_title_with_what_tells_it_from_another():
@@ -404,13 +404,14 @@ def test_a_report_folder_gives_the_verdicts_their_facts(tmp_path):
     d = write_report_dir(tmp_path / "h100", params, recs)
     store.write_atomic(d / "results" / "variants" / "compile-unpadded__b2.json", _unpadded(54.0))
     rep = loader.load(d)
-    facts = claim_figures.facts(rep)
+    decided, facts = rep.decided, claim_facts(rep)
     assert facts["variants"][0]["variant"] == "unpadded vocab" and facts["profiles"][0]["stage"] == "flash"
-    t = claims.for_report(rep).set_index("id")
+    # the verdicts decisions.json keeps, judged on those facts
+    t = {r["id"]: r for r in decided["claims"]["verdicts"]}
     assert facts["compiled"] is not None  # a recommendation: its stack decides the padding claims
-    compiled = t.loc["vocab-h100", "figure"] if facts["compiled"] else t.loc["vocab-h100", "beside"][0]
+    compiled = t["vocab-h100"]["figure"] if facts["compiled"] else t["vocab-h100"]["beside"][0]
     assert compiled["basis"] == "compiled" and compiled["value"] == pytest.approx(54.0 / 50.0)
-    assert t.loc["fa3-hopper", "ran"]["kernel"] == CUDNN_SM90 and t.loc["fa3-hopper", "verdict"] == "not measured"
+    assert t["fa3-hopper"]["ran"]["kernel"] == CUDNN_SM90 and t["fa3-hopper"]["verdict"] == "not measured"
 
 
 def test_a_memory_claim_names_the_layer_it_reads():

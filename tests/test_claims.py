@@ -10,8 +10,8 @@ import yaml
 from conftest import make_record, tiny_params, write_report_dir
 
 from lib.core import config, paths, record
-from lib.report import claim_figures, claim_judge, claim_params, claims, gemm_sweep_view, loader
-from lib.results import decide, store
+from lib.report import claims_view, gemm_sweep_view, loader
+from lib.results import claim_figures, claim_params, claims, decide, store
 
 WORDS = (
     "confirmed",
@@ -42,28 +42,34 @@ def _df(times: dict, batch: int = 2, **columns):
     return decide.table(recs, params.stages)
 
 
+def _judge(claim, *args, **kw) -> dict:
+    """One claim's row as lib/results/claims.py judges it, with its figures in the words the table shows them in."""
+    row = claims.verdict(claim, *args, **kw)
+    return {**row, "measured": claims_view.measured_text(row)}
+
+
 def _claim(cid):
-    return next(c for c in claims.load()["claims"] if c["id"] == cid)
+    return next(c for c in claim_params.load_claims()["claims"] if c["id"] == cid)
 
 
 def _verdict(cid, df, profile="h100", gemm=None, noise=None):
-    return claims.verdict(_claim(cid), df, profile, "cuda", gemm, noise)
+    return _judge(_claim(cid), df, profile, "cuda", gemm, noise)
 
 
 def test_every_claim_in_the_file_has_a_known_metric_an_expectation_and_families():
-    data = claims.load()
+    data = claim_params.load_claims()
     assert len(data["claims"]) >= 8
     for c in data["claims"]:  # a loss-gate claim's expectation is the report's own loss tolerance
-        assert c["metric"] in claims.METRICS and (c.get("expect") or c["metric"] == "loss_gate")
+        assert c["metric"] in claim_params.METRICS and (c.get("expect") or c["metric"] == "loss_gate")
         assert c["families"] and set(c["families"]) <= set(config.FAMILIES)
         assert c["quote"] and c["cite"] and not c["cite"].isdigit()  # a source cited by what it is, never "[000]"
 
 
 def test_the_verdict_words_and_their_colours():
-    assert set(claim_judge.CSS) == set(WORDS)
-    assert {claim_judge.CSS[w] for w in ("confirmed", "confirmed (within noise)", "exceeded")} == {"ok"}
+    assert set(claims_view.CSS) == set(WORDS)
+    assert {claims_view.CSS[w] for w in ("confirmed", "confirmed (within noise)", "exceeded")} == {"ok"}
     assert [
-        claim_judge.CSS[w] for w in ("fell short", "contradicted", "undecided", "not applicable", "not measured")
+        claims_view.CSS[w] for w in ("fell short", "contradicted", "undecided", "not applicable", "not measured")
     ] == [
         "warn",
         "bad",
@@ -137,16 +143,16 @@ def test_the_fp32_device_memory_claim_is_not_measured_without_sampled_device_mem
 )
 def test_not_applicable_and_not_measured(profile, backend, status, expected):
     df = _df({"flash": 140.0, "vocab": 100.0 if status == "ok" else None})
-    v = claims.verdict(_claim("vocab-h100"), df, profile, backend)
+    v = _judge(_claim("vocab-h100"), df, profile, backend)
     assert v["verdict"] == expected
     if expected == "not applicable":  # the figure is still shown, and where the claim would be measured
-        assert v["figure"]["value"] == pytest.approx(1.40) and claims.command(["hopper"]) in v["why"]
+        assert v["figure"]["value"] == pytest.approx(1.40) and claim_params.command(["hopper"]) in v["why"]
     else:
         assert v["figure"] is None and v["why"] == claim_figures.why_unmeasured(df, _claim("vocab-h100"))
 
 
 def test_not_measured_always_says_why():
-    for cid in (c["id"] for c in claims.load()["claims"] if "hopper" in c["families"]):
+    for cid in (c["id"] for c in claim_params.load_claims()["claims"] if "hopper" in c["families"]):
         v = _verdict(cid, _df({}))
         assert v["verdict"] == "not measured" and v["figure"] is None and v["why"], cid
 
@@ -354,7 +360,7 @@ def test_30_to_40_percent_slower_is_a_closed_range_of_time_ratios(tmp_params_dir
             claim_params.load_claims(tmp_params_dir / "open.yaml")
         claim = {**claim, "expect": expect}
     gemm = _sweep((1.0,) * 3, (1.0,) * 3, real_ms=real_ms)
-    v = claims.verdict(claim, _df({}), "h100", "cuda", gemm)
+    v = _judge(claim, _df({}), "h100", "cuda", gemm)
     assert v["verdict"] == word and v["figure"]["value"] == pytest.approx(real_ms)
     assert ("1.27× to 1.43× the time" in v["check"]) is (expect is None)
 
@@ -363,7 +369,7 @@ def test_30_to_40_percent_slower_is_a_closed_range_of_time_ratios(tmp_params_dir
 
 
 def test_every_claim_names_its_source_and_an_unmeasurable_one_says_why(tmp_params_dir):
-    data = claims.load()
+    data = claim_params.load_claims()
     assert {c["source"] for c in data["claims"]} == {"000", "001", "002"} == set(data["sources"])
     assert len({c["cite"] for c in data["claims"]}) == 3  # each source cited by what it is
     assert all(c["reason"] for c in data["claims"] if c["metric"] == "none")
@@ -439,7 +445,7 @@ def _gated(tf32_offset: float, tf32=True):
 def test_the_tf32_quality_claim_flips_with_the_loss_gate(offset, expected, words):
     """A check that held read "confirmed" for "no measurable impact on training quality", yet the divergence check
     catches only a broken lever: it leaves the claim undecided, and a failed check still contradicts it."""
-    v = claims.verdict(_claim("tf32-quality"), _gated(offset), "h100", "cuda", tolerance=0.05)
+    v = _judge(_claim("tf32-quality"), _gated(offset), "h100", "cuda", tolerance=0.05)
     assert v["verdict"] == expected and v["figure"]["value"] == pytest.approx(offset) and words in v["measured"]
     assert "tolerance of 0.05 nats" in v["check"]
 
@@ -450,11 +456,11 @@ def test_the_tf32_quality_claim_names_the_batch_sizes_its_gate_was_checked_at():
     recs = [make_record(params, "fp32", b, [100.0] * 5, [3.0] * 6) for b in (2, 4)]
     recs += [make_record(params, "tf32", 2, [40.0] * 5, [3.01] * 6)]
     recs += [make_record(params, "tf32", 4, status="oom", reason="out of memory")]
-    v = claims.verdict(_claim("tf32-quality"), decide.table(recs, params.stages, tolerance=0.05), "h100", "cuda")
+    v = _judge(_claim("tf32-quality"), decide.table(recs, params.stages, tolerance=0.05), "h100", "cuda")
     assert v["verdict"] == "undecided" and "the divergence check holds at B=2 (" in v["check"]
     assert "every batch size" not in v["check"] and "the check held at B=2 (TF32 at B=4: oom);" in v["measured"]
     recs[-1] = make_record(params, "tf32", 4, [40.0] * 5, [3.01] * 6)  # TF32 at both: both named
-    v = claims.verdict(_claim("tf32-quality"), decide.table(recs, params.stages, tolerance=0.05), "h100", "cuda")
+    v = _judge(_claim("tf32-quality"), decide.table(recs, params.stages, tolerance=0.05), "h100", "cuda")
     assert "holds at B=2, 4 (" in v["check"] and "the check held at B=2, 4;" in v["measured"]
 
 
@@ -478,7 +484,7 @@ def test_the_tf32_quality_claim_without_a_gate_says_why():
 def test_the_tf32_a100_claim_speaks_about_ampere_and_names_the_command_elsewhere(profile, tf32_ms, expected):
     v = _verdict("tf32-a100", _df({"fp32": 1000.0, "tf32": tf32_ms}), profile)
     assert v["verdict"] == expected and v["figure"]["value"] == pytest.approx(1000.0 / tf32_ms)
-    assert (claims.command(["ampere"]) in v["why"]) is (expected == "not applicable")
+    assert (claim_params.command(["ampere"]) in v["why"]) is (expected == "not applicable")
     oom = _verdict("tf32-a100", _df({"fp32": 1000.0, "tf32": None}), "a100")
     assert oom["verdict"] == "not measured" and oom["figure"] is None
 
@@ -504,9 +510,7 @@ def test_the_claims_this_tool_cannot_check_are_not_measured_and_say_why():
 
 
 def test_flash_attention_3_without_a_kernel_profile_is_not_measured_and_says_so():
-    fa3 = claims.verdict(
-        _claim("fa3-hopper"), _df({}), "h200", "cuda", sdpa=_sdpa(flash=2000.0, cudnn=3000.0, efficient=None)
-    )
+    fa3 = _judge(_claim("fa3-hopper"), _df({}), "h200", "cuda", sdpa=_sdpa(flash=2000.0, cudnn=3000.0, efficient=None))
     assert fa3["verdict"] == "not measured" and fa3["figure"] is None and fa3["ran"] is None
     assert fa3["why"].endswith("forced at B=2: cudnn 3,000 tok/s, flash 2,000 tok/s, efficient not applicable")
 
@@ -518,17 +522,17 @@ def test_a_kernel_name_in_the_claims_table_breaks_between_its_tokens_never_insid
     fit a line. Real records: reports/h100."""
     from lib.report import export
 
-    text = claims.breakable(
+    text = claims_view.breakable(
         "at 50304: nvjet_sm90_tst_192x192_64x4_2x1_v_bz_coopB_TNN); 1,979 TFLOPS, at::native::k<a,b>"
     )
     assert "nvjet_<wbr>sm90_<wbr>tst_<wbr>192x192_<wbr>64x4_<wbr>2x1_<wbr>v_<wbr>bz_<wbr>coopB_<wbr>TNN);" in text
     assert "1,979 TFLOPS, at::native::k&lt;a,b&gt;" in text  # a number stays whole, and a short word
     # a reviewer: lm_|head and CHAPTERS=size_|sweep read as two words and broke a copied command
-    assert claims.breakable("make report GPU=h100 CHAPTERS=size_sweep, lm_head") == (
+    assert claims_view.breakable("make report GPU=h100 CHAPTERS=size_sweep, lm_head") == (
         "make report GPU=h100 CHAPTERS=size_sweep, lm_head"
     )
     rep = loader.load(paths.ROOT / "reports" / "h100")
-    table = claims.html(rep)
+    table = claims_view.html(rep)
     kernel = "cutlass_75_tensorop_bf16_s1688gemm_bf16_128x128_tn_align1"
     assert kernel not in table and kernel.replace("_", "_<wbr>") in table
     # every opportunity follows a separator: none inside a token
@@ -542,7 +546,7 @@ def test_the_claims_table_names_stages_by_their_titles_never_their_keys():
     from lib.core import stages
 
     rep = loader.load(paths.ROOT / "reports" / "h100")
-    text = re.sub(r"<[^>]+>", "", claims.html(rep))
+    text = re.sub(r"<[^>]+>", "", claims_view.html(rep))
     assert not re.search(r"\b(?:%s) vs " % "|".join(stages.ORDER), text)  # a pair of keys
     assert not [k for k in stages.ORDER if "_" in k and re.search(rf"\b{k}\b", text)]
     assert "TF32 vs FP32 baseline: 2.34× to 2.86×" in text and "FP8 lm_head (torchao) over Loss-only forward" in text
@@ -552,19 +556,19 @@ def test_the_claims_table_cites_each_source_by_what_it_is_and_quotes_each_claim(
     """The claims cited "[000]", a write-up no clone contains: each source is now a row saying what it is, each claim
     carries the sentence it is read from. Real records: reports/h100."""
     rep = loader.load(paths.ROOT / "reports" / "h100")
-    data, table = claims.load(), claims.html(rep)
-    assert all(claims.breakable(c["quote"]) in table for c in data["claims"])
+    data, table = claim_params.load_claims(), claims_view.html(rep)
+    assert all(claims_view.breakable(c["quote"]) in table for c in data["claims"])
     assert all(html.escape(what) in table for what in data["sources"].values())
     assert not re.search(r"\[\d{3}\]", table)
-    rows = claims.for_report(rep)
-    assert set(rows["source"]) == {c["cite"] for c in data["claims"]} and all(rows["quote"])
+    rows = rep.decided["claims"]["verdicts"]  # what decisions.json keeps: the table is drawn from it
+    assert {r["source"] for r in rows} == {c["cite"] for c in data["claims"]} and all(r["quote"] for r in rows)
 
 
 # ---------------------------------------------------------------- how a quoted figure becomes its range
 
 
 def _rule(rule: str, x) -> tuple[float, float]:
-    """The range claims.RANGES gives a quoted figure `x` (a quoted range: a pair)."""
+    """The range claims_view.RANGES gives a quoted figure `x` (a quoted range: a pair)."""
     lo, hi = x if isinstance(x, tuple) else (x, x)
     if rule == "prose":  # X ± 10 % of X
         return min(x * 0.9, x * 1.1), max(x * 0.9, x * 1.1)
@@ -605,10 +609,52 @@ def test_each_closed_range_is_the_one_the_tables_note_gives_its_quoted_figure(ci
 
 
 def test_the_claims_tables_note_states_how_a_quoted_figure_becomes_its_range():
-    closed = {c["id"] for c in claims.load()["claims"] if {"min", "max"} <= set(c.get("expect", {}))}
+    closed = {c["id"] for c in claim_params.load_claims()["claims"] if {"min", "max"} <= set(c.get("expect", {}))}
     assert closed == set(QUOTED)  # a new closed range names its rule here
     assert _rule("rounding", -0.15) != pytest.approx(_rule("prose", -0.15))  # -18 to -12 % is not about 15 %'s range
     for words in ("X ± 10 % of X", "widened by 0.03 (3 points) for rounding", "X − 10 % to X + 0.03", "1 + X/100"):
-        assert words in claims.RANGES
+        assert words in claims_view.RANGES
     rep = loader.load(paths.ROOT / "reports" / "h100")
-    assert html.escape(claims.RANGES) in claims.html(rep)
+    assert html.escape(claims_view.RANGES) in claims_view.html(rep)
+
+
+# ---------------------------------------------------------------- judged once, drawn from decisions.json
+
+
+def test_the_claims_are_judged_in_lib_results_and_the_views_only_draw_them():
+    """Decide once, then lay out: decisions.compute judges every claim into decisions.json's `claims`; no module of
+    lib/report imports the modules that judge one (claims, claim_kinds, claim_figures), so a view cannot judge again."""
+    import ast
+
+    judging = {"lib.results.claims", "lib.results.claim_kinds", "lib.results.claim_figures"}
+    for path in (paths.ROOT / "lib" / "report").glob("*.py"):
+        tree = ast.parse(path.read_text())
+        named = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)} | {
+            f"{n.module}.{a.name}" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) for a in n.names
+        }
+        assert not named & judging, f"{path.name} imports {sorted(named & judging)}"
+
+
+def test_the_claims_table_is_drawn_from_the_decisions_alone():
+    """The table reads rep.decided["claims"]: a verdict changed there is the verdict the table shows."""
+    rep = loader.load(paths.ROOT / "reports" / "h100")
+    rows = rep.decided["claims"]["verdicts"]
+    first = next(i for i, r in enumerate(rows) if r["verdict"] == "fell short")
+    flipped = [{**r, "verdict": "exceeded"} if i == first else r for i, r in enumerate(rows)]
+    rep.__dict__["decided"] = {**rep.decided, "claims": {**rep.decided["claims"], "verdicts": flipped}}
+    text = claims_view.html(rep)
+    assert text.count(">exceeded</span>") == sum(r["verdict"] == "exceeded" for r in flipped)
+
+
+def test_decisions_json_keeps_each_claims_verdict_as_plain_data():
+    """decisions.json's `claims` is plain JSON (lists, not tuples; Python floats), so the file a render writes reads
+    back equal to what the views drew, and two renders write the same bytes."""
+    import json
+
+    decided = loader.load(paths.ROOT / "reports" / "h100").decided
+    judged = decided["claims"]
+    assert json.loads(json.dumps(judged)) == judged
+    assert [r["id"] for r in judged["verdicts"]] == [c["id"] for c in claim_params.load_claims()["claims"]]
+    assert set(judged["sources"]) == {r["source_key"] for r in judged["verdicts"]}
+    again = loader.load(paths.ROOT / "reports" / "h100").decided["claims"]
+    assert json.dumps(again) == json.dumps(judged)

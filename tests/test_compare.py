@@ -12,7 +12,8 @@ from conftest import describe_proc, make_record, read_json, run_cli, write_repor
 
 from lib.core import config, record, stages
 from lib.core.params import Params
-from lib.report import claim_params, claims, compare, compare_summary, compare_view, ddp_charts, loader, rules
+from lib.report import compare, compare_summary, compare_view, ddp_charts, loader, rules
+from lib.results import claim_params
 from lib.results import decide, decisions, stats, store
 
 PEAKS = {"fp32": 10.0, "tf32": 40.0, "bf16": 80.0, "fp8": 160.0}  # a synthetic datasheet, TFLOP/s
@@ -346,7 +347,7 @@ def test_the_rule_table_names_the_rules_no_compared_gpu_runs_under(tmp_path):
     reps = _hopper_pair(tmp_path, 0.8)
     table, note = rules.html_table(reps).split('<p class="note">')
     assert "<code>use_flash_attention_3 = True</code>" in table  # breaks between tokens only
-    source = claims.load()["sources"][claim_params.load_rules()["source"]]  # the write-up, by what it is
+    source = claim_params.load_claims()["sources"][claim_params.load_rules()["source"]]  # the write-up, by what it is
     assert html.escape(source) in note and "Ampere" in note and "make report GPU=a100" in note and "Hopper" not in note
     _fake_report(tmp_path, "gpua", "2.11.0", 1.5)  # a GPU of no chip family: no architecture covers it
     row = rules.table(compare.load_all(["h100", "gpua"], tmp_path)).iloc[-1]
@@ -361,11 +362,11 @@ def test_a_claim_about_hardware_no_compared_gpu_is_not_applicable_with_its_comma
     a100 = next(r for c, r in rows.items() if "up to 3x" in c)
     assert 'colspan="2"' in a100 and "make report GPU=a100 measures it" in a100 and ">not applicable<" in a100
     assert "the claim speaks about Ampere GPUs" in a100  # a family is a name: it read "ampere GPUs"
-    own = claims.for_report(reps["h100"]).set_index("claim")
-    assert own.loc[next(c for c in own.index if "up to 3x" in c), "verdict"] == "not applicable"
+    own = next(r for r in reps["h100"].decided["claims"]["verdicts"] if "up to 3x" in r["claim"])
+    assert own["verdict"] == "not applicable"
     fp8 = next(r for c, r in rows.items() if "use FP8" in c)
     assert fp8.count(">confirmed<") == 2  # judged on each Hopper report
-    assert "(get_optimal_config: use_fp8 True)" in fp8  # breaks between tokens (claims.breakable)
+    assert "(get_optimal_config: use_fp8 True)" in fp8  # breaks between tokens (claims_view.breakable)
 
 
 def test_a_rule_judged_by_a_claim_that_does_not_exist_is_a_config_error(tmp_path):

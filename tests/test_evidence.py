@@ -11,7 +11,8 @@ from conftest import describe_proc, make_record, read_json, run_cli, tiny_params
 
 from lib.core import record
 from lib.measure import faults
-from lib.report import claim_judge, claims, evidence_view, loader
+from lib.report import claims_view, evidence_view, loader
+from lib.results import claim_judge, claim_params, claims
 from lib.results import decide
 from lib.run import evidence
 
@@ -154,16 +155,21 @@ def _gemm(kern_real, kern_pad, ms_real, ms_pad):
 
 
 def test_lm_head_kernel_claim_flips_with_the_data():
-    claim = next(c for c in claims.load()["claims"] if c["metric"] == "kernels")
+    claim = next(c for c in claim_params.load_claims()["claims"] if c["metric"] == "kernels")
     df = decide.table([], ["fp32"])
-    slow = claims.verdict(claim, df, "h100", "cuda", _gemm("cutlass_align1", "nvjet_tst", 29.9, 5.4))
+
+    def judge(*args):  # the row lib/results/claims.py judges, with its figures in the words the table shows
+        row = claims.verdict(claim, df, *args)
+        return {**row, "measured": claims_view.measured_text(row)}
+
+    slow = judge("h100", "cuda", _gemm("cutlass_align1", "nvjet_tst", 29.9, 5.4))
     assert slow["verdict"] == claim_judge.EXCEEDED and "5.54× the time" in slow["measured"]  # claimed 30-40 % slower
-    same = claims.verdict(claim, df, "h100", "cuda", _gemm("nvjet_tst", "nvjet_tst", 5.5, 5.4))
+    same = judge("h100", "cuda", _gemm("nvjet_tst", "nvjet_tst", 5.5, 5.4))
     assert same["verdict"] == claim_judge.CONTRADICTED and "kernels identical" in same["measured"]
-    fast = claims.verdict(claim, df, "h100", "cuda", _gemm("cutlass_align1", "nvjet_tst", 5.45, 5.4))
+    fast = judge("h100", "cuda", _gemm("cutlass_align1", "nvjet_tst", 5.45, 5.4))
     assert fast["verdict"] == claim_judge.FELL_SHORT  # other kernels, but barely slower
-    assert claims.verdict(claim, df, "h100", "cuda", None)["verdict"] == "not measured"
-    assert claims.verdict(claim, df, "cpu", "cpu", _gemm("a", "b", 2, 1))["verdict"] == "not applicable"
+    assert judge("h100", "cuda", None)["verdict"] == "not measured"
+    assert judge("cpu", "cpu", _gemm("a", "b", 2, 1))["verdict"] == "not applicable"
 
 
 def test_memory_layers_say_unchanged_or_where_it_moved(tmp_path):

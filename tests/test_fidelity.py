@@ -234,7 +234,7 @@ def test_a_smaller_batch_timed_once_is_never_its_memory_saver():
 
 
 def test_a_claim_just_outside_its_range_is_within_noise_only_when_the_spread_covers_it():
-    from lib.report import claim_judge, claims
+    from lib.results import claim_judge, claims
 
     params = tiny_params(["fp32", "tf32"])
     recs = [make_record(params, "fp32", 2, [10.0] * 5, [5.0] * 6), make_record(params, "tf32", 2, [4.5] * 5, [5.0] * 6)]

@@ -577,9 +577,9 @@ def test_the_padding_under_compile_table_shows_the_matrix_median_over_processes(
 def test_a_long_table_repeats_its_header_on_every_pdf_page(pipeline_ok):
     """A reviewer found the claims table running from page 3 onto page 4 with no header there: the PDF (WeasyPrint)
     repeats a table's <thead> on every page it spans, so the claims table has one, its rows in a <tbody>."""
-    from lib.report import claims
+    from lib.report import claims_view
 
-    text = claims.html(loader.load(pipeline_ok.report_dir))
+    text = claims_view.html(loader.load(pipeline_ok.report_dir))
     assert text.startswith('<table class="claims with-check"><thead><tr><th>Claim</th>')
     assert "</tr></thead><tbody><tr>" in text and "</tbody></table>" in text
 
@@ -588,13 +588,12 @@ def test_the_pdf_shows_the_check_under_each_claim_s_verdict(pipeline_ok):
     """The H100 reviewer of reports/h100 (77b616d): 'padding gives 1.56x to 1.63x' read confirmed at 1.53x, and no
     PDF page gave the range it was tested against (1.53x to 1.66x): the check column is the HTML's alone. Under each
     verdict the PDF now prints the check it applied."""
-    from lib.report import claims
+    from lib.report import claims_view
 
     rep = loader.load(pipeline_ok.report_dir)
-    table = claims.for_report(rep)
-    text = claims.html(rep)
-    checked = [r for r in table.itertuples() if r.check]
-    assert checked and all(f'<small class="print-only">{claims.breakable(r.check)}</small>' in text for r in checked)
+    text = claims_view.html(rep)
+    checked = [r["check"] for r in rep.decided["claims"]["verdicts"] if r["check"]]
+    assert checked and all(f'<small class="print-only">{claims_view.breakable(c)}</small>' in text for c in checked)
     assert "Under each verdict, the check it applied" in text
 
 

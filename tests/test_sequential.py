@@ -288,9 +288,9 @@ def test_the_default_falls_back_to_the_stack_of_a_lever_that_did_not_hold_and_le
     table = page_one.lever_table(rep)
     assert row["decision"] == "not yet" and "<td>FP8 lm_head (torchao)</td>" in table
     # nor does a claim that FP8 pays for training rest on it as confirmed (reports/h100's "use FP8" read confirmed)
-    from lib.report import claim_figures
+    from conftest import claim_facts
 
-    facts = claim_figures.facts(rep)
+    facts = claim_facts(rep)
     assert "fp8_head" in facts["undecided"] and "not tested" in facts["not_held"]["fp8_head"]
     assert (
         "<strong>not tested</strong> here; <code>make report GPU=cpu DEPTH=full</code> tests it"

@@ -1,7 +1,8 @@
 """The categories a kernel's time is counted in (GEMM, attention, cross-entropy, norm/elementwise,
 optimizer, other), by the op that launched it where that op names one, else by the kernel's own
 name. Shared by the measuring side (lib/measure/kernel_profile.py records every kernel of a profiled step
-with its op) and the report, which classifies the recorded kernels again with today's rules."""
+with its op) and the report, which classifies the recorded kernels again with today's rules; and a long kernel
+name shortened for a table or a sentence (kernel_label) without cutting a token."""
 
 from __future__ import annotations
 
@@ -103,3 +104,38 @@ def percents(fractions: dict) -> dict:
 def current(rec: dict) -> dict:
     """A result record whose kernel profile (if any) is read by today's RULES."""
     return {**rec, "kernel_profile": with_current_rules(rec["kernel_profile"])} if rec.get("kernel_profile") else rec
+
+
+ANON = "\x00"  # C++'s "(anonymous namespace)" is part of a name, not a parameter list
+
+
+def _elide(name: str, keep: int) -> str:
+    """`name` with its top-level parameter lists shown as (…), and the brackets nested deeper than
+    `keep` as <…> / (…)."""
+    out, shown = [], []  # shown: for each open bracket, whether its content is
+    for ch in name:
+        if ch in "<(":
+            if all(shown):
+                out.append(ch if (ch == "<" or shown) and len(shown) < keep else ch + "…")
+            shown.append((ch == "<" or bool(shown)) and len(shown) < keep)
+        elif ch in ">)" and shown:
+            shown.pop()
+            if all(shown):
+                out.append(ch)
+        elif all(shown):
+            out.append(ch)
+    return "".join(out)
+
+
+def kernel_label(name: str, width: int = 140) -> str:
+    """A kernel name a table can show: whole when short, else its parameter lists, then its
+    template arguments from the innermost out, shown as (…) and <…> until it fits (or only the
+    outermost names are left): never cut inside a token."""
+    if len(name) <= width:
+        return name
+    base = name.removeprefix("void ").replace("(anonymous namespace)", ANON)
+    for keep in range(base.count("<") + base.count("("), -1, -1):
+        label = _elide(base, keep)
+        if len(label) <= width:
+            break
+    return label.replace(ANON, "(anonymous namespace)")

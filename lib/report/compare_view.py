@@ -9,9 +9,9 @@ import html
 import pandas as pd
 
 from lib.core import config, record, stages
-from lib.report import claims, compare, fidelity_view, loader
+from lib.report import claims_view, compare, fidelity_view, loader
 from lib.report import formats as fmt
-from lib.report.claim_judge import CSS, NOT_APPLICABLE
+from lib.report.claims_view import CSS, NOT_APPLICABLE
 from lib.results import machine_spread
 from lib.report.compare import (
     code_changes,
@@ -292,33 +292,34 @@ def ddp_html(reps) -> str:
 
 
 def claims_html(reps) -> str:
-    """Each claim's verdict per GPU; a claim about chips none of the GPUs is, not applicable (as each report
-    says it), with the command that would measure it."""
-    tables = {name: claims.for_report(rep) for name, rep in reps.items()}
-    first, by_id = next(iter(tables.values())), {c["id"]: c for c in claims.load()["claims"]}
+    """Each claim's verdict per GPU, as each report's decisions.json judged it; a claim about chips none of the GPUs
+    is, not applicable (as each report says it), with the command that would measure it."""
+    tables = {name: rep.decided["claims"]["verdicts"] for name, rep in reps.items()}
+    # every report judged the one params/claims.yaml: the first's rows and sources name the claims for all
+    first, sources = next(iter(tables.values())), next(iter(reps.values())).decided["claims"]
     families = {config.profile_family(rep.params.name) for rep in reps.values()}
     head = "".join(f"<th>{n}</th>" for n in reps)
     body = ""
-    for i, r in enumerate(first.itertuples()):
-        if families & set(by_id[r.id]["families"]):
+    for i, r in enumerate(first):
+        if families & set(r["families"]):
             cells = "".join(
-                f"<td>{claims.breakable(t.iloc[i]['measured'] or '—')}<br>"
-                f'<small class="{CSS[t.iloc[i]["verdict"]]}">{t.iloc[i]["verdict"]}</small></td>'
+                f"<td>{claims_view.breakable(claims_view.measured_text(t[i]) or '—')}<br>"
+                f'<small class="{CSS[t[i]["verdict"]]}">{t[i]["verdict"]}</small></td>'
                 for t in tables.values()
             )
         else:
-            why = f"no report compared here is of its hardware; {claims.elsewhere(by_id[r.id])}"
+            why = f"no report compared here is of its hardware; {r['elsewhere']}"
             cells = (
-                f'<td colspan="{len(reps)}">{claims.breakable(why)}<br>'
+                f'<td colspan="{len(reps)}">{claims_view.breakable(why)}<br>'
                 f'<small class="{CSS[NOT_APPLICABLE]}">{NOT_APPLICABLE}</small></td>'
             )
         body += (
-            f"<tr><td>{claims.breakable(r.claim)} <small>[{r.source}]</small><br><small>{claims.breakable(r.check)}</small>"
-            f"</td>{cells}</tr>"
+            f"<tr><td>{claims_view.breakable(r['claim'])} <small>[{r['source']}]</small><br>"
+            f"<small>{claims_view.breakable(r['check'])}</small></td>{cells}</tr>"
         )
     return (
         f'<table class="claims"><thead><tr><th>Claim [source]</th>{head}</tr></thead><tbody>{body}</tbody></table>'
-        f'<p class="note">Sources: {claims.sources_html()}.</p>'
+        f'<p class="note">Sources: {claims_view.sources_html(sources)}.</p>'
     )
 
 

@@ -4,16 +4,30 @@ their records digest is the folder's (store.records_digest); otherwise the Repor
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import json
 import os
 from lib.core import record
+from lib.core.paths import ROOT
 from lib.results import decisions, store
 
 
 def render_env() -> tuple:
-    """What the decisions read at render time besides the folder (loader.price_per_gpu_hour); make exports an unset
-    variable as empty, which states no price either."""
-    return (os.environ.get("PRICE_PER_GPU_HOUR") or None,)
+    """What the decisions read at render time besides the folder: the stated price (loader.price_per_gpu_hour; make
+    exports an unset variable as empty, which states no price either) and the code and params that decide, so a
+    decisions.json written by other code is judged afresh rather than read into views that expect today's keys."""
+    return (os.environ.get("PRICE_PER_GPU_HOUR") or None, _deciding_code())
+
+
+@functools.lru_cache(maxsize=1)
+def _deciding_code() -> str:
+    h = hashlib.sha256()
+    for top in ("lib/core", "lib/results", "params"):
+        for p in sorted((ROOT / top).rglob("*")):
+            if p.suffix in (".py", ".yaml") and "__pycache__" not in p.parts:
+                h.update(f"{p.relative_to(ROOT)}\0".encode() + p.read_bytes())
+    return h.hexdigest()
 
 
 def measured_seconds(run: dict | None) -> float:

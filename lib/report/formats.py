@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import pandas as pd
 
+from lib.results.claim_judge import signed_pct  # noqa: F401 (its one home; the views import it from here)
+
 GiB = 2**30
 # The label and the colour of each lever decision (lib/results/decisions.py) on page 1 and in its chart.
 DECISIONS = {
@@ -27,12 +29,6 @@ def times(v, digits: int = 2) -> str:
 
 def pct(v, digits=1) -> str:
     return "n/a" if v is None or pd.isna(v) else f"{v * 100:.{digits}f} %"
-
-
-def signed_pct(x: float, digits: int = 1) -> str:
-    """A signed percentage (one decimal unless told); a value that rounds to zero reads 0.0 %, never -0.0 %."""
-    text = f"{x * 100:+.{digits}f} %"
-    return text[1:] if float(text[1:-2]) == 0 else text
 
 
 def tok(v) -> str:

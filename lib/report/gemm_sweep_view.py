@@ -5,13 +5,13 @@ real width against the padded one, and the kernels each ran; computed from a rep
 from __future__ import annotations
 
 import html
-import re
 
 import numpy as np
 
 from lib.report.charts import save, style
 from lib.report.evidence_view import table
 from lib.report.loader import Report
+from lib.results.gemm_alignment import alignment_groups, kernel_name  # noqa: F401 (read here by the tests too)
 
 
 def _gemm(rep: Report):
@@ -51,23 +51,6 @@ def plot_gemm(rep: Report):
     fig.suptitle(f"lm_head GEMM, m = {rec['m']:,}, k = {rec['k']}", fontsize=10)
     fig.tight_layout()
     return save(fig, rep, "gemm_sweep")
-
-
-def alignment_groups(rec: dict | None, dtype: str, multiple: int = 128) -> tuple[list[dict], list[dict]]:
-    """The sweep's timed `dtype` points at multiples of `multiple`, and at the other multiples of 8.
-    A width that is not a multiple of 8 (GPT-2's 50257) is in neither: it runs other kernels
-    altogether, and counting it among "the others" would credit `multiple` with what 8 already buys."""
-    pts = [p for p in (rec or {}).get("points", []) if p["dtype"] == dtype and p.get("total_ms")]
-    return [p for p in pts if p["n"] % multiple == 0], [p for p in pts if p["n"] % 8 == 0 and p["n"] % multiple]
-
-
-def kernel_name(names) -> str:
-    """The first kernel of a pass, short enough for a sentence: a CUTLASS kernel by its template
-    argument (`void cutlass::Kernel2<NAME>(NAME::Params)`), which says its alignment (align1, align8)."""
-    if not names:
-        return "none recorded"
-    name = re.sub(r"^void \w+::\w+<(\w+)>\(.*\)$", r"\1", names[0])
-    return name if len(name) <= 60 else name[:57] + "…"
 
 
 def gemm_md(rep: Report) -> str:

@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 
 from lib.core import kernel_categories, stages
+from lib.core.kernel_categories import kernel_label
 from lib.report.charts import legend_below, save, stage_rows, style
 from lib.report.evidence_view import OK, none, table
 from lib.report.loader import Report, no_value, pct
@@ -147,41 +148,6 @@ def top_kernels_html(rec: dict | None, limit: int = 8) -> str:
         f"{rec.get('median_ms', float('nan')):.1f} ms). Template arguments "
         "and parameter lists shown as … are in each name's tooltip in the HTML report (report.html).</p>"
     )
-
-
-ANON = "\x00"  # C++'s "(anonymous namespace)" is part of a name, not a parameter list
-
-
-def _elide(name: str, keep: int) -> str:
-    """`name` with its top-level parameter lists shown as (…), and the brackets nested deeper than
-    `keep` as <…> / (…)."""
-    out, shown = [], []  # shown: for each open bracket, whether its content is
-    for ch in name:
-        if ch in "<(":
-            if all(shown):
-                out.append(ch if (ch == "<" or shown) and len(shown) < keep else ch + "…")
-            shown.append((ch == "<" or bool(shown)) and len(shown) < keep)
-        elif ch in ">)" and shown:
-            shown.pop()
-            if all(shown):
-                out.append(ch)
-        elif all(shown):
-            out.append(ch)
-    return "".join(out)
-
-
-def kernel_label(name: str, width: int = 140) -> str:
-    """A kernel name a table can show: whole when short, else its parameter lists, then its
-    template arguments from the innermost out, shown as (…) and <…> until it fits (or only the
-    outermost names are left): never cut inside a token."""
-    if len(name) <= width:
-        return name
-    base = name.removeprefix("void ").replace("(anonymous namespace)", ANON)
-    for keep in range(base.count("<") + base.count("("), -1, -1):
-        label = _elide(base, keep)
-        if len(label) <= width:
-            break
-    return label.replace(ANON, "(anonymous namespace)")
 
 
 def _wrappable(text: str) -> str:

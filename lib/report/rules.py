@@ -1,6 +1,7 @@
 """A write-up's rule table (params/rules.yaml: seed 002's get_optimal_config(), switches picked by
 GPU architecture) against what each compared GPU's report measured: one row per GPU and rule of
-its architecture, with the measured figure, its basis and a verdict word of lib/report/claim_judge.py."""
+its architecture, with the measured figure, its basis and the verdict its claim got in the report's
+decisions.json (lib/results/claims.py judged it)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,9 @@ import re
 import pandas as pd
 
 from lib.core import config, stages
-from lib.report import claim_judge, claim_params, claims, profile_view
+from lib.report import claims_view, profile_view
+from lib.report.claims_view import NOT_APPLICABLE, NOT_MEASURED
+from lib.results.claim_params import command, load_rules
 
 TILE = re.compile(r"_(\d+)x(\d+)(?:x\d+)?_")  # a GEMM kernel's tile in its name: nvjet_sm90_tst_192x192_64x3_...
 
@@ -18,7 +21,7 @@ TILE = re.compile(r"_(\d+)x(\d+)(?:x\d+)?_")  # a GEMM kernel's tile in its name
 def architecture(profile: str) -> dict | None:
     """The architecture of the rule table that covers `profile`'s chip family, or None."""
     family = config.profile_family(profile)
-    return next((a for a in claim_params.load_rules()["architectures"] if family in a["families"]), None)
+    return next((a for a in load_rules()["architectures"] if family in a["families"]), None)
 
 
 def _kernel(rep, spec: dict) -> str:
@@ -54,10 +57,10 @@ def rows(name: str, rep) -> list[dict]:
                 "rule": "",
                 "comment": "",
                 "measured": "no architecture of the rule table covers this GPU's chip family",
-                "verdict": claim_judge.NOT_APPLICABLE,
+                "verdict": NOT_APPLICABLE,
             }
         ]
-    verdicts = claims.for_report(rep).set_index("id")
+    verdicts = {v["id"]: v for v in rep.decided["claims"]["verdicts"]}
     out = []
     for rule in arch["rules"]:
         row = {
@@ -67,15 +70,14 @@ def rows(name: str, rep) -> list[dict]:
             "comment": rule.get("comment", ""),
         }
         if "claim" in rule:
-            v = verdicts.loc[rule["claim"]]
-            row.update(
-                measured="; ".join(filter(None, [_basis(rep, v.pair) if v.pair else "", v.measured])), verdict=v.verdict
-            )
+            v = verdicts[rule["claim"]]
+            basis = _basis(rep, v["pair"]) if v["pair"] else ""
+            row.update(measured="; ".join(filter(None, [basis, claims_view.measured_text(v)])), verdict=v["verdict"])
         else:
             kernel = _kernel(rep, rule["kernels"]) if "kernels" in rule else ""
             row.update(
                 measured="; ".join(filter(None, [rule.get("reason", "no check of this rule is defined"), kernel])),
-                verdict=claim_judge.NOT_MEASURED,
+                verdict=NOT_MEASURED,
             )
         out.append(row)
     return out
@@ -88,16 +90,16 @@ def table(reps: dict) -> pd.DataFrame:
 def html_table(reps: dict) -> str:
     t = table(reps)
     body = "".join(
-        f"<tr><td><code>{claims.breakable(r.rule)}</code> <small>{html.escape(', '.join(filter(None, [r.comment, r.architecture])))}"
+        f"<tr><td><code>{claims_view.breakable(r.rule)}</code> <small>{html.escape(', '.join(filter(None, [r.comment, r.architecture])))}"
         f"</small></td><td>{html.escape(r.gpu)}"
-        f'</td><td>{claims.breakable(r.measured)}</td><td><span class="{claim_judge.CSS[r.verdict]}">{r.verdict}</span></td></tr>'
+        f'</td><td>{claims_view.breakable(r.measured)}</td><td><span class="{claims_view.CSS[r.verdict]}">{r.verdict}</span></td></tr>'
         for r in t.itertuples()
     )
-    data = claim_params.load_rules()
+    data, sources = load_rules(), next(iter(reps.values())).decided["claims"]["sources"]
     compared = {config.profile_family(rep.params.name) for rep in reps.values()}
     # named with the command that would measure them, their switches left to the file (the note filled a page)
     others = [
-        f"{a['name']} ({claims.command(a['families']) if a['families'] else 'no profile here'})"
+        f"{a['name']} ({command(a['families']) if a['families'] else 'no profile here'})"
         for a in data["architectures"]
         if not compared & set(a["families"])
     ]
@@ -105,7 +107,7 @@ def html_table(reps: dict) -> str:
     return (
         f'<table class="claims rules"><tr><th>Rule (architecture)</th><th>GPU</th><th>What its report measured</th>'
         f'<th>Verdict</th></tr>{body}</table><p class="note">Rules: <code>params/rules.yaml</code>, from '
-        f"{html.escape(claims.load()['sources'][data['source']])}. "
+        f"{html.escape(sources[data['source']])}. "
         + (f"The rules for {html.escape(listed)} apply to no GPU compared here." if others else "")
         + "</p>"
     )

@@ -14,26 +14,15 @@ from lib.report.charts import save, style
 from lib.report.evidence_view import OK, none, table
 from lib.report.fidelity_view import noise
 from lib.report.loader import Report, gib, recommended
-from lib.results.noise import noise_floor
+from lib.results import size_sweep
 
-WITHOUT_FP8 = stages.WITHOUT_FP8  # the variant of each preset's reference point
-
-
-def _size(rec: dict) -> tuple:
-    shape = config.presets().get(rec.get("model"), {})
-    return (shape.get("n_layer", 0) * shape.get("n_embd", 0) ** 2, rec.get("model") or "")
+WITHOUT_FP8 = size_sweep.WITHOUT_FP8
+crossover = size_sweep.crossover  # the chapter and the FP8 claims read one crossover
 
 
 def points(rep: Report) -> dict[str, dict[str, list[dict]]]:
     """{preset: {variant: its records, one per process}}, presets smallest first, without FP8 first."""
-    out: dict[str, dict[str, list[dict]]] = {}
-    for r in sorted(rep.evidence["size"], key=lambda r: (_size(r), r.get("variant") != WITHOUT_FP8)):
-        out.setdefault(r.get("model") or "?", {}).setdefault(r.get("variant") or "?", []).append(r)
-    return out
-
-
-def _ran(recs: list[dict]) -> list[float]:
-    return [r["tokens_per_s"] for r in recs if r["status"] in OK]
+    return size_sweep.points(rep.evidence["size"])
 
 
 def label(preset: str, recs: dict) -> str:
@@ -47,78 +36,22 @@ def label(preset: str, recs: dict) -> str:
     return f"{preset} ({', '.join(x for x in (size, width) if x)})"
 
 
-def _spread(recs: dict[str, list[dict]]) -> float | None:
-    return noise_floor({v: _ran(rs) for v, rs in recs.items()})
-
-
 def bands(rep: Report) -> tuple[dict[str, float | None], float | None]:
-    """({preset: the band its ratios must leave to count}, the report's noise floor). Noise depends on
-    the step's length (short steps at a small batch spread wider between processes), so a preset
-    whose points ran in several processes is judged by their widest range, any other by the widest
-    range of the sweep; never by less than the report's floor. None where nothing was repeated."""
+    """({preset: the band its ratios must leave to count (size_sweep.bands)}, the report's noise floor)."""
     _, floor = noise(rep)
-    pts = points(rep)
-    sweep = noise_floor({(p, v): _ran(rs) for p, vs in pts.items() for v, rs in vs.items()})
-    out = {}
-    for preset, recs in pts.items():
-        own = _spread(recs)
-        known = [x for x in (floor, own if own is not None else sweep) if x is not None]
-        out[preset] = max(known) if known else None
-    return out, floor
+    return size_sweep.bands(rep.evidence["size"], floor), floor
 
 
 def _source(rep: Report, preset: str, band: float | None, floor: float | None) -> str:
     """Where a size's band comes from, when not from its own repeated points."""
-    if _spread(points(rep)[preset]) is not None and band != floor:
+    if size_sweep.spread(points(rep)[preset]) is not None and band != floor:
         return ""
     return " (the report's noise floor)" if band == floor else " (the sweep's widest: no point of it was repeated)"
 
 
 def speedups(rep: Report) -> dict[str, list[tuple[str, float | None, str | None]]]:
-    """{FP8 form: [(preset, its median tokens/s over the same preset's without-FP8 median, or None,
-    and why not when None)]}, presets smallest first."""
-    out: dict[str, list] = {}
-    for preset, recs in points(rep).items():
-        base = _ran(recs.get(WITHOUT_FP8, []))
-        for variant, rs in recs.items():
-            if variant == WITHOUT_FP8:
-                continue
-            if _ran(rs) and base:
-                out.setdefault(variant, []).append((preset, float(np.median(_ran(rs)) / np.median(base)), None))
-            else:
-                why = rs[0] if not _ran(rs) else (recs.get(WITHOUT_FP8) or [None])[0]
-                text = (
-                    f"{why['status'].replace('_', ' ')}" + (f": {why['reason']}" if why.get("reason") else "")
-                    if why
-                    else "its without-FP8 point was not measured"
-                )
-                out.setdefault(variant, []).append((preset, None, text))
-    return out
-
-
-def crossover(series: list[tuple[str, float | None, str | None]], band: dict[str, float | None]) -> dict:
-    """Where an FP8 form starts to pay: {"from": the smallest preset from which it is faster beyond
-    its size's band (`band`: preset -> relative noise) at that size and every larger measured one, or
-    None; "wins", "ties", "losses": the presets of each kind; "unmeasured"; "ratios"}. Without a
-    measured band a ratio above 1 counts as a win, and the statement says the noise was not measured."""
-    measured = [(p, s) for p, s, _ in series if s is not None]
-    kind = {
-        p: ("win" if s > 1 + (band.get(p) or 0.0) else "loss" if s < 1 - (band.get(p) or 0.0) else "tie")
-        for p, s in measured
-    }
-    start = None
-    for i, (p, _) in enumerate(measured):
-        if all(kind[q] == "win" for q, _ in measured[i:]):
-            start = p
-            break
-    return {
-        "from": start,
-        "wins": [p for p, _ in measured if kind[p] == "win"],
-        "ties": [p for p, _ in measured if kind[p] == "tie"],
-        "losses": [p for p, _ in measured if kind[p] == "loss"],
-        "unmeasured": [p for p, s, _ in series if s is None],
-        "ratios": dict(measured),
-    }
+    """{FP8 form: [(preset, its speed-up over the same preset without FP8, or None, and why not)]} (size_sweep)."""
+    return size_sweep.speedups(rep.evidence["size"])
 
 
 def crossover_md(rep: Report) -> str:
@@ -185,7 +118,7 @@ def _apart(rep: Report, form: str, wins: list[str]) -> str:
     out = []
     for preset in wins:
         recs = points(rep)[preset]
-        mine, base = _ran(recs.get(form, [])), _ran(recs.get(WITHOUT_FP8, []))
+        mine, base = size_sweep.ran(recs.get(form, [])), size_sweep.ran(recs.get(WITHOUT_FP8, []))
         if len(mine) > 1 and len(base) > 1:
             gap = min(mine) / max(base) - 1
             out.append(
@@ -201,7 +134,7 @@ def _memory(rep: Report, form: str) -> str:
     for preset, recs in points(rep).items():
         mem = [
             max((r.get("mem_allocator_bytes") or 0) for r in recs.get(v, []) if r["status"] in OK)
-            if _ran(recs.get(v, []))
+            if size_sweep.ran(recs.get(v, []))
             else 0
             for v in (form, WITHOUT_FP8)
         ]
@@ -221,7 +154,7 @@ def batch_md(rep: Report) -> str:
         return ""
     recs = pts[own]
     b = next(iter(recs.values()))[0]["batch_size"]
-    here = _ran(recs.get(WITHOUT_FP8, []))
+    here = size_sweep.ran(recs.get(WITHOUT_FP8, []))
     lines = [
         f"Every size runs at B={b}, one batch for all of them; this report's own model, {own}, is recommended at "
         f"B={best['batch_size']} ({best['processes']['median']:,.0f} tokens/s, median of its processes)"
@@ -232,7 +165,7 @@ def batch_md(rep: Report) -> str:
     titles = {s.title: s for s in stages.STAGES.values()}
     for form, rs in recs.items():
         stage = titles.get(form)
-        if form == WITHOUT_FP8 or stage is None or not _ran(rs):
+        if form == WITHOUT_FP8 or stage is None or not size_sweep.ran(rs):
             continue
         matrix = {r["batch_size"]: r for r in rep.records if r["stage"] == stage.key and r["status"] in OK}
         base = {r["batch_size"]: r for r in rep.records if r["stage"] == stage.base and r["status"] in OK}
@@ -276,7 +209,7 @@ def size_html(rep: Report) -> str:
     rows, reasons = [], []  # why a point did not run: numbered notes under the table
     for preset, recs in pts.items():
         for i, (variant, rs) in enumerate(recs.items()):
-            r, tps = rs[0], _ran(rs)
+            r, tps = rs[0], size_sweep.ran(rs)
             is_rec = bool(best) and r["stage"] == best["stage"] and not r.get("stage_overrides")
             shares = [x for x in map(gemm_share, rs) if x is not None]
             if not tps and r.get("reason") and r["reason"] not in reasons:

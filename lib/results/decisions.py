@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from lib.core import record, stages
 from lib.core.params import Params
-from lib.results import decide, long_choice, long_quality, noise, parity, quality
+from lib.results import claims, decide, long_choice, long_quality, noise, parity, quality
 from lib.results.recipe_decision import make_recipe
 from lib.results.leave_one_out import leave_one_out
 from lib.results.waterfall import beyond_canonical, waterfall
@@ -383,4 +383,5 @@ def compute(
         # the levers whose quality test this depth left to DEPTH=full, and the lever that did not hold beside them
         "left_to_full_depth": left,
         "fell_back_from": sorted(parity.fallbacks(checks).values()) if left else [],
+        "claims": claims.judged(df, records, evidence, params, env, recipe, checks, loo, left, floor),
     }

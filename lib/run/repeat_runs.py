@@ -9,7 +9,7 @@ import numpy as np
 from lib.core import record
 from lib.core.params import Params
 from lib.core.paths import resolve
-from lib.report import claim_judge, claim_params
+from lib.results import claim_judge, claim_params
 from lib.results import decide, noise, store
 from lib.run import runner
 from lib.run.jobs import folder, make_job

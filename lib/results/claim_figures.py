@@ -1,7 +1,7 @@
 """*What the claims' verdicts read*: the figures behind each claim of params/claims.yaml, with no
-verdict word (lib/report/claims.py judges them). A stage pair's figure per batch size, every FP8 form and
+verdict word (lib/results/claim_kinds.py judges them). A stage pair's figure per batch size, every FP8 form and
 model size, the padding under torch.compile, the attention kernel that ran and its worth against
-FlashAttention-2, a lever's worth on top of the recommendation. `facts(rep)` gathers what a report
+FlashAttention-2, a lever's worth on top of the recommendation. `facts` gathers what a report folder
 holds beyond its stage matrix as plain data, so a test can write it by hand."""
 
 from __future__ import annotations
@@ -12,11 +12,11 @@ import pandas as pd
 
 from lib.core import stages
 from lib.core.config import preset_of
-from lib.report import ablation_view, parity_view, size_sweep_view
-from lib.report.evidence_view import OK
-from lib.report.loader import Report, recommended, signed_pct
-from lib.report.profile_view import kernel_label
-from lib.results import decide, parity
+from lib.core.kernel_categories import kernel_label
+from lib.core.params import Params
+from lib.core.record import TIMED as OK
+from lib.results import decide, parity, size_sweep
+from lib.results.claim_judge import signed_pct
 
 LAYERS = {
     "tensors": "mem_tensors_bytes",
@@ -36,21 +36,26 @@ FA3_OWN = re.compile(r"flashattn\w*sm90", re.IGNORECASE)
 FA3_CLASS = re.compile(r"sm90\w*wgmma|wgmma\w*sm90|" + FA3_OWN.pattern, re.IGNORECASE)
 
 
-def facts(rep: Report) -> dict:
-    """What the verdicts read from a report beyond its stage matrix and its GEMM sweep."""
-    full, rows = ablation_view.ablation_rows(rep)
-    rec = recommended(rep)
+def facts(
+    evidence: dict, params: Params, env: dict, recipe: dict | None, checks: dict, loo: tuple, left: list, floor
+) -> dict:
+    """What the verdicts read from a report folder beyond its stage matrix and its GEMM sweep (decisions.compute's:
+    `evidence` with the matrix's records under 'matrix', the recipe, parity.checks, the leave-one-out, the levers
+    this depth left untested and the noise floor)."""
+    full, rows = loo
+    sizes = evidence.get("size") or []
+    rejected = parity.rejected(checks)
     return {
-        # whether the recommendation's stage is compiled: the stack a padding claim is judged on (None: none)
-        "compiled": rec and stages.get(rec["stage"]).compile,
-        "variants": rep.evidence["variants"],
-        "stages": rep.params.stages,
-        "not_run": rep.params.not_run or [],
-        "model": preset_of(rep.params),
-        "cublas": rep.env.get("cublas"),
+        # whether the recipe's stage is compiled: the stack a padding claim is judged on (None: no recipe)
+        "compiled": recipe and stages.get(recipe["stage"]).compile,
+        "variants": evidence.get("variants") or [],
+        "stages": params.stages,
+        "not_run": params.not_run or [],
+        "model": preset_of(params),
+        "cublas": env.get("cublas"),
         "profiles": [
             r
-            for r in rep.records
+            for r in evidence.get("matrix") or []
             if r.get("kernel_profile") and r["status"] in OK and not stages.is_multi_gpu(r["stage"])
         ],
         "leave_one_out": full
@@ -59,14 +64,13 @@ def facts(rep: Report) -> dict:
         # does not rest on them
         "not_held": {
             k: f"its parity test {'could not decide' if c['verdict'] == parity.UNDECIDED else 'found it worse'}"
-            for k, c in parity_view.rejected(rep).items()
+            for k, c in rejected.items()
         }
         # a lever this depth left untested (decisions' left_to_full_depth) is not yet one to train with either
-        | {k: "its quality is not tested at this depth" for k in rep.decided.get("left_to_full_depth") or []},
-        "undecided": {k for k, c in parity_view.rejected(rep).items() if c["verdict"] != parity.WORSE}
-        | set(rep.decided.get("left_to_full_depth") or []),
-        "sizes": size_sweep_view.points(rep)
-        and {"series": size_sweep_view.speedups(rep), "bands": size_sweep_view.bands(rep)[0]},
+        | {k: "its quality is not tested at this depth" for k in left or []},
+        "undecided": {k for k, c in rejected.items() if c["verdict"] != parity.WORSE} | set(left or []),
+        "sizes": size_sweep.points(sizes)
+        and {"series": size_sweep.speedups(sizes), "bands": size_sweep.bands(sizes, floor)},
     }
 
 
@@ -154,7 +158,7 @@ def forms(keys: list[str], df: pd.DataFrame, facts: dict | None) -> tuple[list[d
 
 def sizes(facts: dict | None, names: dict | None = None) -> str:
     """The size sweep's FP8 forms (variants by stage title; `names`: {title: the form's name}), each over the same
-    size without FP8, and from which size each is faster beyond its size's noise (size_sweep_view.crossover)."""
+    size without FP8, and from which size each is faster beyond its size's noise (size_sweep.crossover)."""
     s = (facts or {}).get("sizes")
     if not s:
         return "the size sweep: " + (_left_out(facts, "size_sweep") or "not measured, no record of it in this report")
@@ -165,7 +169,7 @@ def sizes(facts: dict | None, names: dict | None = None) -> str:
             out.append(f"{form} not measured at any size ({series[0][2]})")
             continue
         pts = ", ".join(f"{p} {r:.2f}×" if r is not None else f"{p} not measured ({why})" for p, r, why in series)
-        start = size_sweep_view.crossover(series, s["bands"])["from"]
+        start = size_sweep.crossover(series, s["bands"])["from"]
         out.append(
             f"{form} {pts} ({f'faster beyond noise from {start} up' if start else 'faster beyond noise at no size'})"
         )

@@ -1,6 +1,6 @@
 """How each kind of claim is judged, as data: a stage pair's figure per batch size (eager or under torch.compile, with
 what else the report measured beside it), the lm_head GEMM sweep's kernels and alignment, the divergence check, the attention
-kernel that ran, every FP8 form. Each returns {check, figure, beside, why, verdict?, pair} (lib/report/claims.py makes
+kernel that ran, every FP8 form. Each returns {check, figure, beside, why, verdict?, pair} (lib/results/claims.py makes
 a claim's row of it): `figure` is the one the verdict rests on (claim_judge.figure), `beside` the others, `why` why
 there is none, `verdict` a word that is not the figure's own."""
 
@@ -12,8 +12,8 @@ import numpy as np
 import pandas as pd
 
 from lib.core import stages
-from lib.report import claim_figures, gemm_sweep_view
-from lib.report.claim_judge import (
+from lib.results import claim_figures, gemm_alignment
+from lib.results.claim_judge import (
     CONFIRMS,
     CONTRADICTED,
     NOT_APPLICABLE,
@@ -113,8 +113,8 @@ def gemm_pair(claim: dict, ev: dict) -> dict:
         + (f" with cuBLAS {have}" if masks else "")
         + "; kernels "
         + (f"differ in the {' and '.join(differ)} pass" if differ else "identical")
-        + f" (forward at {real}: {gemm_sweep_view.kernel_name(ka.get('fwd'))};"
-        f" at {padded}: {gemm_sweep_view.kernel_name(kb.get('fwd'))})"
+        + f" (forward at {real}: {gemm_alignment.kernel_name(ka.get('fwd'))};"
+        f" at {padded}: {gemm_alignment.kernel_name(kb.get('fwd'))})"
     )
     word = judge(claim["metric"], ratio, claim["expect"]) if differ or masks else CONTRADICTED
     return {**out, "figure": {"text": text, "value": ratio, "word": word, "note": "", "kernels_differ": bool(differ)}}
@@ -122,7 +122,7 @@ def gemm_pair(claim: dict, ev: dict) -> dict:
 
 def alignment(claim: dict, df: pd.DataFrame, ev: dict) -> dict:
     """Whether widths that are multiples of `multiple` run faster than the other multiples of 8
-    (gemm_sweep_view.alignment_groups: a width that is not a multiple of 8 is in neither group). Its
+    (gemm_alignment.alignment_groups: a width that is not a multiple of 8 is in neither group). Its
     noise is the width-to-width scatter: no change while the multiples' median lies inside the
     range of the others (the vocab chapter's "about as fast")."""
     dt, mult = claim["dtype"], claim["multiple"]
@@ -132,7 +132,7 @@ def alignment(claim: dict, df: pd.DataFrame, ev: dict) -> dict:
         "figure": None,
         "beside": [],
     }
-    aligned, other = gemm_sweep_view.alignment_groups(ev["gemm"], dt, mult)
+    aligned, other = gemm_alignment.alignment_groups(ev["gemm"], dt, mult)
     if not aligned or not other:
         return {
             **out,

@@ -1,13 +1,13 @@
-"""The verdict words on a claim (their one home), the CSS class each is shown in, and how a measured
-figure earns one (judge): against the claimed range and the measured noise of "no change". Also how a
-claimed range and a measured figure are put in words."""
+"""The verdict words on a claim (their one home) and how a measured figure earns one (judge): against the claimed
+range and the measured noise of "no change". Also how a claimed range and a measured figure are put in words
+(lib/report/claims_view.py gives each word its colour and its legend)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
 
-# The verdict words (their one home) and the CSS class each is shown in.
+# The verdict words (their one home).
 CONFIRMED = "confirmed"  # inside the claimed range
 WITHIN_NOISE = "confirmed (within noise)"  # outside it by less than the measured process-to-process noise
 EXCEEDED = "exceeded"  # further from "no change" than the range: a bigger speed-up or cut than claimed
@@ -18,34 +18,21 @@ UNDECIDED = (
 )
 NOT_APPLICABLE = "not applicable"  # the claim speaks about another chip family, backend or library
 NOT_MEASURED = "not measured"  # the measured column says why (a named implementation that did not run: what ran)
-CSS = {
-    CONFIRMED: "ok",
-    WITHIN_NOISE: "ok",
-    EXCEEDED: "ok",
-    FELL_SHORT: "warn",
-    CONTRADICTED: "bad",
-    UNDECIDED: "warn",
-    NOT_APPLICABLE: "note",
-    NOT_MEASURED: "warn",
-}
 # How a contradicted figure that lies within the measured noise of "no change" is worded.
 NO_CHANGE = "no measurable change"
-EXPLAINED = (
-    f"{CONFIRMED}, inside the claimed range; {WITHIN_NOISE}, outside it by less than the measured noise; "
-    f"{EXCEEDED}, further from no change than claimed; {FELL_SHORT}, the claimed direction, beyond the measured "
-    f"noise of no change, but less than claimed; {CONTRADICTED}, {NO_CHANGE} (within the measured noise of no "
-    'change, where a change was claimed), the opposite direction, or past a claimed "at most"; '
-    f"{UNDECIDED}, only a form whose parity test could not decide would confirm it, or a claim on quality that only "
-    f"the divergence check (which catches a broken lever) has looked at; {NOT_APPLICABLE} or "
-    f"{NOT_MEASURED}: the measured column says why (for a claim that names an implementation, which one ran)"
-)
-
 RATIOS = ("speedup", "kernels", "alignment", "misalignment")  # judged against 1 ("no change"); the others against 0
 NOISY = ("speedup", "time_change", "alignment")  # the metrics whose noise is measured (a relative range)
 
 
 def metric_text(metric: str, v: float) -> str:
     return f"{v:.2f}×" if metric in RATIOS else f"{v * 100:+.1f} %"
+
+
+def signed_pct(x: float, digits: int = 1) -> str:
+    """A signed percentage (one decimal unless told); a value that rounds to zero reads 0.0 %, never -0.0 %. Its one
+    home: a claim's figure is worded by it (a lever's leave-one-out worth), and every view of lib/report."""
+    text = f"{x * 100:+.{digits}f} %"
+    return text[1:] if float(text[1:-2]) == 0 else text
 
 
 def range_text(metric: str, e: dict) -> str:

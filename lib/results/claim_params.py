@@ -95,6 +95,14 @@ def family_profiles(families) -> list[str]:
     return [p for p in profiles() if profile_family(p) in families]
 
 
+def command(families) -> str:
+    """The command that measures a claim on hardware of `families`."""
+    names = family_profiles(families)
+    if not names:
+        return f"no profile of {' or '.join(families)} exists yet (add params/<gpu>.yaml)"
+    return f"make report GPU={names[0]}" + (f" (or GPU={', '.join(names[1:])})" if names[1:] else "")
+
+
 def timed_claim_checks(profile: str, path=CLAIMS) -> list[dict]:
     """{stage, versus, metric, expect} of every claim judged by step time that speaks about `profile`'s family (each
     form of an FP8 claim against the stage it is added to, with the claim's range): what the repeats ask of a figure
