@@ -128,3 +128,19 @@ def test_the_recipe_s_whole_stack_against_the_canonical_trainer_is_judged_at_the
     row = {r["stage"]: r for r in decided["levers"]}["bf16_residual"]
     assert decided["recipe"]["ratio"] == pytest.approx(100 / 90, rel=1e-3)
     assert row["long"]["speedup"] == pytest.approx(decided["recipe"]["ratio"])
+
+
+def test_the_long_test_command_prices_a_test_at_the_speed_up_the_report_judged_it_at(tmp_path):
+    """python -m lib.run.long_test --report reads the speed-up from decisions.json: for the recipe's whole stack against
+    the canonical trainer's stage, the recipe's lead (as the report judges it), not the stack's leave-one-out."""
+    import argparse
+
+    from lib.run import long_test
+
+    row = {"stage": "loss_only", "over_recipe": None, "leave_one_out": {"worth": 0.02}}
+    row["long"] = {"reference": "compile", "speedup": 1.11}
+    (tmp_path / "decisions.json").write_text(json.dumps({"levers": [row], "noise_floor": 0.01}))
+    args = argparse.Namespace(speedup=None, speed_noise=None, report=tmp_path, lever="loss_only", against="compile")
+    assert long_test._speed(args) == (1.11, 0.01)
+    args.against = None  # its own stack: a test the report has not judged, at the lever's own worth
+    assert long_test._speed(args) == (pytest.approx(1.02), 0.01)

@@ -132,7 +132,12 @@ def _speed(args) -> tuple[float | None, float]:
         return None, 0.0
     d = json.loads((args.report / "decisions.json").read_text())
     row = next(r for r in d["levers"] if r["stage"] == args.lever)
-    return decisions.lever_speedup(row), args.speed_noise if args.speed_noise is not None else d.get(
+    # the speed-up the report judged this very test at, where it has (a whole stack against the canonical trainer's
+    # stage is judged at the recipe's lead, decisions.long_verdicts), else the lever's own
+    judged = row.get("long") or {}
+    same = judged.get("reference") == (args.against or stages.own_stack(args.lever))
+    speedup = judged.get("speedup") if same else None
+    return speedup or decisions.lever_speedup(row), args.speed_noise if args.speed_noise is not None else d.get(
         "noise_floor"
     ) or 0.0
 
