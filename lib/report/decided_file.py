@@ -30,15 +30,9 @@ def _deciding_code() -> str:
     return h.hexdigest()
 
 
-def measured_seconds(run: dict | None) -> float:
-    """The device-seconds the folder's runs measured: run.json's, every run of it."""
-    runs = [r for r in [*(run or {}).get("earlier_runs", []), run] if r]
-    return sum((r.get("timings_s") or {}).get("total_s") or 0 for r in runs)
-
-
 def sitting_gpu_seconds(rep) -> float | None:
     """What a sitting like this folder's costs in GPU-seconds: its measured seconds times the device's GPUs."""
-    return measured_seconds(rep.run) * (rep.env["device"].get("count") or 1) or None
+    return (store.measured_seconds(rep.run) or 0) * (rep.env["device"].get("count") or 1) or None
 
 
 def read_into(rep) -> None:

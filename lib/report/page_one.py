@@ -10,8 +10,9 @@ import re
 
 from lib.core import stages
 from lib.report import formats as fmt
-from lib.report import decided_file, recipe_row
+from lib.report import recipe_row
 from lib.report.loader import Report, code_commits, cut_short, ddp_not_measured
+from lib.results import store
 
 NOT_A_GPU = (
     "This is the CPU default: it runs every chapter of the pipeline on a tiny GPT to check that the pipeline works "
@@ -43,7 +44,7 @@ def provenance_line(rep: Report) -> str:
     count = dev.get("count") or 1
     commits, _ = code_commits(rep)
     runs = [r for r in [*run.get("earlier_runs", []), run] if r]
-    seconds = decided_file.measured_seconds(run)
+    seconds = store.measured_seconds(run)
     started = min((r.get("started") or "" for r in runs), default="")
     parts = [
         f"{count} × {dev['name']}" if count > 1 else dev["name"],

@@ -14,7 +14,7 @@ import numpy as np
 
 from lib.core import record, stages
 from lib.core.params import Params
-from lib.results import decide, long_quality, noise, time_to_loss
+from lib.results import decide, long_quality, noise, parity, time_to_loss
 from lib.results.recipe_decision import recipe_sides
 
 # What the chooser sees for an admitted lever in place of its short test's undecided verdict (decide.ranked_configs
@@ -80,8 +80,6 @@ def choose(
     """The recipe's configuration (decide.recommended) with the long tests' admitted levers, and the checks it was
     chosen with. With `keep_timed` (a render), the short tests' pick where the sitting timed that one as trained and the
     long test came after; the run phase (keep_timed False) re-chooses, and so times the recipe with the lever."""
-    from lib.results import parity  # the checks are the caller's where it has them (a render judges them once)
-
     checks = parity.checks(records, params.evidence) if checks is None else checks
     base = decide.recommended(records, params, eligible, checks)
     levers = admitted(records, params, evidence, base)

@@ -241,6 +241,14 @@ def load_evidence(results_dir) -> dict:
     return out
 
 
+def measured_seconds(run: dict | None) -> float | None:
+    """Device time spent measuring a report (run.json's account), over every run that contributed to it."""
+    run = run or {}
+    totals = [(r.get("timings_s") or {}).get("total_s") for r in [*run.get("earlier_runs", []), run]]
+    totals = [t for t in totals if t]
+    return sum(totals) if totals else None
+
+
 def records_digest(report_dir, *extra: str | None) -> str:
     """The sha256 of what a report's decisions are computed from: its params, environment, results and long test
     (every file, by name and bytes), and `extra` (what the render reads besides, e.g. a stated price). decisions.json

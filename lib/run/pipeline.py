@@ -291,7 +291,7 @@ def render(args) -> int:
     t_start = time.perf_counter()
     recommendation.write(report_view.load(report_dir))  # the decisions first, once: every notebook reads them
     failures, drawn, timings, _ = notebook_runner.draw(report_dir, params, keep=False)  # asked for: drawn afresh
-    total = report_folder.measured_seconds(measured)
+    total = store.measured_seconds(measured)
     runs = len(measured.get("earlier_runs", [])) + 1
     note = (
         f"{total:.0f} s on the measuring device"

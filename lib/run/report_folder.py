@@ -127,13 +127,6 @@ def earlier_runs(report_dir: Path) -> list[dict]:
     return [run_log.settle(r) for r in history + [last]]
 
 
-def measured_seconds(run: dict) -> float | None:
-    """Device time spent measuring a report, over every run that contributed to it."""
-    totals = [r.get("timings_s", {}).get("total_s") for r in run.get("earlier_runs", []) + [run]]
-    totals = [t for t in totals if t]
-    return sum(totals) if totals else None
-
-
 def exit_code(report_dir: Path, failures: list[str]) -> int:
     """0, or 1 when a chapter failed or a configuration is an error row (the report shows both)."""
     if failures:
