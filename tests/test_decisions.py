@@ -11,7 +11,7 @@ import pytest
 from conftest import make_record, tiny_params, write_parity_test, write_report_dir
 
 from lib.report import loader, recommendation
-from lib.results import decide, decisions, store, waterfall
+from lib.results import decide, decisions, next_experiment, store, waterfall
 
 LOSSES = [5.0] * 6
 
@@ -119,7 +119,7 @@ def test_the_next_experiment_is_the_not_yet_lever_that_would_add_most_to_the_rec
     assert decided["recipe"]["stage"] == "bf16_residual"
     nxt = decided["next"]
     assert nxt["stage"] == "loss_only" and abs(nxt["over_recipe"]["ratio"] - 1.5) < 0.01
-    assert decisions.next_experiment([], None, 8) is None
+    assert next_experiment.next_experiment([], None, 8) is None
 
 
 def test_decisions_json_is_written_beside_the_results_and_equals_what_the_report_read(tmp_path):
@@ -209,13 +209,13 @@ def test_the_next_experiment_states_what_it_would_pay_and_when_it_repays_its_tes
     the decision carries it. A lever 1.25x the recipe saves a fifth of the recipe's GPU-hours on its token budget;
     a test of 60 GPU-minutes is repaid after budget x 1 h / saved."""
     recipe = {"gpu_hours": 5.0, "token_budget": 10_000_000_000}
-    pay = decisions.payoff(1.25, recipe, {"gpu_minutes": 60.0})
+    pay = next_experiment.payoff(1.25, recipe, {"gpu_minutes": 60.0})
     assert pay["gpu_hours_saved"] == pytest.approx(1.0) and pay["test_gpu_hours"] == pytest.approx(1.0)
     assert pay["break_even_tokens"] == pytest.approx(10_000_000_000)
-    assert decisions.payoff(1.25, recipe, None)["break_even_tokens"] is None  # an untested lever: cost unknown
-    assert decisions.payoff(0.99, recipe, {"gpu_minutes": 60.0}) is None  # a slower lever pays nothing
+    assert next_experiment.payoff(1.25, recipe, None)["break_even_tokens"] is None  # an untested lever: cost unknown
+    assert next_experiment.payoff(0.99, recipe, {"gpu_minutes": 60.0}) is None  # a slower lever pays nothing
     # and in money at the stated price: what the test costs and what it saves (a reader priced the test by hand)
-    priced = decisions.payoff(1.25, {**recipe, "price_per_gpu_hour": 3.5}, {"gpu_minutes": 60.0})
+    priced = next_experiment.payoff(1.25, {**recipe, "price_per_gpu_hour": 3.5}, {"gpu_minutes": 60.0})
     assert priced["test_cost"] == pytest.approx(3.5) and priced["cost_saved"] == pytest.approx(3.5)
     assert pay["test_cost"] is None and pay["cost_saved"] is None  # no price: no money said
 

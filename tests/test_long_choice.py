@@ -11,7 +11,7 @@ import pytest
 
 from conftest import make_record, tiny_params, write_parity_test, write_report_dir
 
-from lib.report import loader, page_one
+from lib.report import loader, page_one, recipe_row
 from lib.results import decisions, long_choice, long_quality, store
 from lib.run import recipe as recipe_run
 from lib.run import report_folder
@@ -120,14 +120,28 @@ def test_a_new_sitting_keeps_the_long_test_of_the_folder_it_archives(tmp_path):
 
 def test_the_recipe_s_whole_stack_against_the_canonical_trainer_is_judged_at_the_recipe_s_lead_over_it(tmp_path):
     """The long test of the recipe's stack against the canonical trainer's stage prices its loss cost against the
-    recipe's lead as timed as trained (bf16_residual over compile: 100/90), not the stack's leave-one-out."""
+    recipe's lead as timed as trained (loss_only over compile: 100/60), not the stack's leave-one-out."""
     d, p = _folder(tmp_path)
-    _timed_recipe(d, p, "bf16_residual")
-    _long_test(d, p, [0.001, 0.002, 0.0015], lever="bf16_residual", reference="compile")
+    _timed_recipe(d, p, "loss_only")
+    _long_test(d, p, [0.001, 0.002, 0.0015], lever="loss_only", reference="compile")
     decided = loader.load(d).decided
-    row = {r["stage"]: r for r in decided["levers"]}["bf16_residual"]
-    assert decided["recipe"]["ratio"] == pytest.approx(100 / 90, rel=1e-3)
-    assert row["long"]["speedup"] == pytest.approx(decided["recipe"]["ratio"])
+    rows = {r["stage"]: r for r in decided["levers"]}
+    assert decided["recipe"]["ratio"] == pytest.approx(100 / 60, rel=1e-3)
+    assert decided["recipe"]["long"]["speedup"] == pytest.approx(decided["recipe"]["ratio"])
+    # the whole stack's verdict is the recipe's, not its last lever's: that lever, and every lever of the recipe the
+    # canonical trainer lacks, read it as the whole recipe's; page 1 prints it once, beside the recipe's lead
+    assert rows["loss_only"]["long"] is None
+    for key in ("bf16_residual", "loss_only"):
+        assert rows[key]["quality"]["stack"] == {
+            "verdict": "adopt",
+            "reference": "compile",
+            "via": "loss_only",
+            "long": True,
+        }
+    assert rows["compile"]["quality"].get("stack", {}).get("long") is None
+    rep = loader.load(d)
+    assert "<strong>sooner to the same loss</strong> with the whole recipe" in page_one.lever_table(rep)
+    assert "to the same loss: " in recipe_row.recipe_table(rep)
 
 
 def test_the_long_test_command_prices_a_test_at_the_speed_up_the_report_judged_it_at(tmp_path):
@@ -138,8 +152,8 @@ def test_the_long_test_command_prices_a_test_at_the_speed_up_the_report_judged_i
     from lib.run import long_test
 
     row = {"stage": "loss_only", "over_recipe": None, "leave_one_out": {"worth": 0.02}}
-    row["long"] = {"reference": "compile", "speedup": 1.11}
-    (tmp_path / "decisions.json").write_text(json.dumps({"levers": [row], "noise_floor": 0.01}))
+    recipe = {"stage": "loss_only", "ratio": 1.11, "canonical": {"stage": "compile"}}
+    (tmp_path / "decisions.json").write_text(json.dumps({"levers": [row], "noise_floor": 0.01, "recipe": recipe}))
     args = argparse.Namespace(speedup=None, speed_noise=None, report=tmp_path, lever="loss_only", against="compile")
     assert long_test._speed(args) == (1.11, 0.01)
     args.against = None  # its own stack: a test the report has not judged, at the lever's own worth

@@ -306,7 +306,7 @@ def test_the_next_experiment_passes_over_a_lever_no_stated_seeds_would_decide_fo
     100 would decide it. The next experiment is then the FP8 lm_head, untested at this depth, through the sequential
     test's looks; the FP8 classifier is named as passed over, and its row says the test is out of reach."""
     from lib.report import loader, page_one
-    from lib.results import decisions
+    from lib.results import next_experiment
 
     params = tiny_params(["vocab", "bf16_residual", "loss_only", "fp8_head", "fp8_classifier"], batch_sizes=(8,))
     params.evidence.parity_looks, params.evidence.parity_seeds = list(LOOKS), 8
@@ -342,6 +342,6 @@ def test_the_next_experiment_passes_over_a_lever_no_stated_seeds_would_decide_fo
                 "out_of_reach": None,
                 "to_decide": {"seeds": 12, "more": 8, "gpu_minutes": 3.0},
             }
-    picked = decisions.next_experiment(levers, rep.decided["recipe"], 8)
+    picked = next_experiment.next_experiment(levers, rep.decided["recipe"], 8)
     assert picked["stage"] == "fp8_classifier" and picked["seeds"] == 12 and picked["passed_over"] == []
-    assert decisions.next_experiment([], None, 8) is None
+    assert next_experiment.next_experiment([], None, 8) is None

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 
 from lib.core import data, stages
-from lib.report import fidelity_view, sequential_view, tables
+from lib.report import fidelity_view, long_view, sequential_view, tables
 from lib.report.loader import Report
 from lib.results import stats
 
@@ -42,8 +42,9 @@ def method_md(rep: Report) -> str:
   time and the coefficient of variation (CV = standard deviation / mean); tokens/s = B·T / median.
 * **MFU** = FLOPs per token × tokens/s ÷ peak, with FLOPs per token = 6N + 12·L·d·T (N without
   position embeddings), against the bf16 dense peak for every stage, and beside it the peak of the precision
-  the stage's MFU is quoted against ({_by_stage(rep, "peak")}; an FP8 form whose attention and other GEMMs stay
-  in bf16 is quoted against the bf16 peak). Peaks: {peak_txt}.
+  the stage's MFU is quoted against (below). Peaks: {peak_txt}.
+* **Peak by stage**: {_by_stage(rep, "peak")}; an FP8 form whose attention and other GEMMs stay in bf16 is quoted
+  against the bf16 peak.
 * **Compilation**: the first step of every configuration (which pays for `torch.compile`, cuBLAS
   heuristics and allocator growth) is timed on its own and reported as "first step"; it is a warm-up step.
 * **Memory**, three layers: *tensors* = `max_memory_allocated` (live tensors at their peak),
@@ -56,11 +57,10 @@ def method_md(rep: Report) -> str:
   of the loss difference never leaves ±{r.loss_tolerance:g} nats; a gap beyond it by less than the drift of the
   same statistic between two processes of one configuration ({rep.loss_noise:.3f} nats here{drift_from}) is *within noise*, so
   the check catches only a departure larger than {r.loss_tolerance + rep.loss_noise:.3f} nats: it tells a diverging or broken
-  stage from a working one, not a lever's effect on quality from run-to-run noise (the quality test decides that); a
-  gap that one step's loss makes (the rest of the curve within half the tolerance) is reported as a *single-step spike* at that step; it fails the check all the same.
-  References: {_by_stage(rep, "reference")}.
-  "Final loss" is the mean
-  of the last {r.final_loss_window} steps. The loss is computed as nanoGPT computes it, over every column
+  stage from a working one, not a lever's effect on quality from run-to-run noise (the quality test decides that).
+* **Loss references**: {_by_stage(rep, "reference")}. A divergence check's gap that one step's loss makes (the rest of
+  the curve within half the tolerance) is reported as a *single-step spike* at that step; it fails the check all the
+  same. "Final loss" is the mean of the last {r.final_loss_window} steps. The loss is computed as nanoGPT computes it, over every column
   of the logits (the padded ones included; they are never targets).
 {{fidelity}}* **Kernel profile**: after the timed steps, one more training step under `torch.profiler`; device
   kernel time (on a CPU, operators' self time) grouped into GEMM, attention, cross-entropy,
@@ -69,13 +69,13 @@ def method_md(rep: Report) -> str:
 * **Energy**: {_energy_method(rep)}
 * **Failures are results**: an out-of-memory configuration is an OOM row, a NaN loss a DIVERGED row,
   a stage the device cannot run a "not applicable" row.
-""".replace("{fidelity}", _fidelity_method(rep))
+""".replace("{fidelity}", _fidelity_method(rep) + long_view.method_md(rep))
 
 
 # How things are measured, for the reader who checks (the HTML): the PDF keeps the rules that decide
 # (stages, timing, MFU, the divergence check, the parity test, the cross-check, repeats, batch size).
 # The bullets the PDF keeps (its one page of environment and method); the rest are the HTML report's.
-BRIEF = ("Model", "Timing", "MFU", "Divergence check", "Parity test", "Batch size")
+BRIEF = ("Model", "Timing", "MFU", "Divergence check", "Parity test", "Long test", "Batch size")
 
 
 def split(method: str) -> tuple[str, str]:
@@ -99,10 +99,11 @@ def _fidelity_method(rep: Report) -> str:
         f"for the horizon, within {ev.parity_steps} steps and {ev.parity_passes:g} passes over the training text "
         "(the held-out loss reads what the passes do to both sides alike)"
     )
-    return f"""* **Parity test**, the rule fixed before any number: {sequential_view.rule(ev, rep.params.run.seq_len, rep.on_gpu)}. Each run trains {length}, at {_test_batch(ev)} (each run's record names its batch), with nanoGPT's
-  learning-rate shape (linear warm-up over the first quarter, cosine decay to a tenth), the reference
-  accumulating gradients over micro-batches where the matrix did not time it at that batch; its held-out loss
-  is read on {ev.held_out_batches} batches from the last {int(data.HELD_OUT * 100)} % of the corpus, which no run trains on.{_shared_batch(ev)}{_series(rep)}
+    return f"""* **Parity test**, the rule fixed before any number: {sequential_view.rule(ev, rep.params.run.seq_len, rep.on_gpu)}. Each run trains {length}, at {_test_batch(ev)} (each run's record names its batch).
+* **Parity runs**: nanoGPT's learning-rate shape (linear warm-up over the first quarter, cosine decay to a tenth),
+  each side accumulating micro-batches of the largest batch the matrix timed it at that divides the test's batch
+  (the same update); the
+  held-out loss is read on {ev.held_out_batches} batches from the last {int(data.HELD_OUT * 100)} % of the corpus, which no run trains on.{_shared_batch(ev)}{_series(rep)}
 * **Cross-check**: a plain training loop in nanoGPT's form (`lib/train/plain_loop.py`: its own model, only the
   data shared) runs beside the harness at the flash and vocab stages and at the configuration recommended
   when it ran (table below). Its figure is the wall time of its timed steps over their number, the host running ahead of
@@ -119,9 +120,8 @@ def _test_batch(ev) -> str:
     """The batch a parity run trains at, as the report's params state the rule."""
     if getattr(ev, "parity_batch", None):
         return (
-            f"B={ev.parity_batch}, fixed for every test and every GPU (each side accumulates micro-batches of the"
-            " largest batch the matrix timed it at that divides it: the same update), before any sweep: only the stage"
-            " whose test holds is swept, so a stage that cannot be recommended is never swept"
+            f"B={ev.parity_batch}, fixed for every test and every GPU, before any sweep: only the stage whose test"
+            " holds is swept, so a stage that cannot be recommended is never swept"
         )
     if getattr(ev, "parity_before_sweep", False):
         return (

@@ -91,15 +91,20 @@ def worth_text(row: dict, recipe_batch: int | None = None) -> str:
     return html.escape(re.split(r"[:;]", row["reason"] or "", maxsplit=1)[0].strip())
 
 
+LONG_WORDS = {"adopt": "sooner to the same loss", "skip": "later to the same loss", "not yet": "undecided"}
+
+
 def quality_text(q: dict | None, whole_stack: bool = True, to_decide: bool = True) -> str:
     """The quality verdict and what it speaks for: a parity test's steps, tokens, passes and seeds, or the matrix's
     divergence check and its steps. whole_stack: add the stack's check against the canonical reference (page 1 shows
     it for the recipe's levers alone); to_decide: add the seeds that would decide it (not where Next says them)."""
     if q is None:
         return "no loss comparison"
-    if q.get("stack"):  # quality.cover_by_stack: the recipe's whole-stack test speaks for it (the row of the recipe's
-        # stage gives that test, "with all it adds"; a pointer on every covered row cost page 1 its Next)
-        return f"<strong>{q['stack']['verdict']}</strong> with the whole recipe"
+    if q.get("stack"):  # quality.cover_by_stack: the recipe's whole-stack test speaks for it (its long test's verdict
+        # is on the recipe's row, its short one on the row of the recipe's stage; a pointer on every covered row cost
+        # page 1 its Next)
+        stack = q["stack"]
+        return f"<strong>{LONG_WORDS[stack['verdict']] if stack.get('long') else stack['verdict']}</strong> with the whole recipe"
     if q["test"] == "divergence check":
         if q["verdict"] == "passed within noise":
             return (
@@ -129,9 +134,6 @@ def quality_text(q: dict | None, whole_stack: bool = True, to_decide: bool = Tru
         else ""
     )
     return f"<strong>{q['verdict']}</strong>{diff}{against}: {horizon}{seeds}{more}{check}"
-
-
-LONG_WORDS = {"adopt": "sooner to the same loss", "skip": "later to the same loss", "not yet": "undecided"}
 
 
 def long_text(v: dict) -> str:
@@ -192,9 +194,10 @@ def lever_table(rep: Report) -> str:
                 "under an earlier rule, which recommended micro-batches that need not divide the global batch.",
             )
         )
-    longs = [row["long"] for row in rep.decided["levers"] if row.get("long")]
-    if longs:  # the horizon a long verdict speaks for, and where it was measured, said once
-        by = longs[0]["measured_by"]
+    by, judged = rep.decided.get("long_measured_by"), [row["long"] for row in rep.decided["levers"] if row.get("long")]
+    if by and (
+        judged or (recipe or {}).get("long")
+    ):  # the horizon a long verdict speaks for, and where it was measured, said once
         where = (  # where the records say (records written before provenance was stamped say nothing)
             f" By its own command: {', '.join(by['commits'])}, {by['machines']} "
             f"{by['device'] or 'device'} machine{'s' if by['machines'] != 1 else ''}."
@@ -227,7 +230,7 @@ def actions(rep: Report) -> list[str]:
 
 
 def next_text(rep: Report) -> str:
-    """The next experiment as decisions.next_experiment chose it: the lever, what it would add, the command that
+    """The next experiment as next_experiment.next_experiment chose it: the lever, what it would add, the command that
     decides it (the decisions' own); then the faster levers it passed over, whose test no stated number of seeds would
     decide."""
     nxt, looks = rep.decided["next"], rep.params.evidence.parity_looks

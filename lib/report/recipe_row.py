@@ -51,6 +51,12 @@ def recipe_table(rep: Report) -> str:
         if r["ratio"]
         else "not measured at the global batch"
     )
+    if v := r.get("long"):  # the whole recipe in time to the canonical trainer's loss (decisions.whole_stack_long)
+        lo, hi = v["net_worth_interval"]
+        versus += (
+            f"<br><span class='note'>to the same loss: {fmt.times(1 + v['net_worth'], 3)} "
+            f"[{fmt.times(1 + lo, 3)}, {fmt.times(1 + hi, 3)}]</span>"
+        )
     mfu = lambda v: fmt.pct(v) if v else "n/a"  # noqa: E731
     rows = [
         [

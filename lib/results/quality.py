@@ -107,3 +107,21 @@ def cover_by_stack(rows: list[dict], recipe_stage: str, lineage: list[str]) -> N
         q = r["quality"]
         if r["in_recipe"] and r["stage"] != recipe_stage and r["stage"] in after and q and q["test"] != "parity":
             q["stack"] = {**whole, "via": recipe_stage}
+
+
+def cover_by_long_stack(rows: list[dict], recipe: dict, lineage: list[str]) -> None:
+    """The recipe's whole-stack long test (recipe['long'], against the canonical trainer's stage) speaks for each
+    lever of the recipe the canonical trainer lacks, the recipe's own stage included: its `stack` becomes that
+    verdict in time to the same loss (a training run's evidence), in place of the short whole-stack test's."""
+    v, canonical = recipe.get("long"), (recipe.get("canonical") or {}).get("stage")
+    if not v or canonical not in lineage:
+        return
+    after = set(lineage[lineage.index(canonical) + 1 :])
+    for r in rows:
+        if r["in_recipe"] and r["stage"] in after and r["quality"]:
+            r["quality"]["stack"] = {
+                "verdict": v["decision"],
+                "reference": canonical,
+                "via": recipe["stage"],
+                "long": True,
+            }

@@ -125,18 +125,20 @@ def main(argv: list[str]) -> int:
 
 def _speed(args) -> tuple[float | None, float]:
     """The lever's speed-up over its reference and the noise it must beat: given, or from a report's decisions (the
-    lever's over the recipe where it is not yet in it, else its leave-one-out worth), else none (records only)."""
+    lever's over the recipe where it is not yet in it, else its leave-one-out worth; the recipe's lead for its whole
+    stack against the canonical trainer's stage), else none (records only)."""
     if args.speedup:
         return args.speedup, args.speed_noise or 0.0
     if not args.report:
         return None, 0.0
     d = json.loads((args.report / "decisions.json").read_text())
     row = next(r for r in d["levers"] if r["stage"] == args.lever)
-    # the speed-up the report judged this very test at, where it has (a whole stack against the canonical trainer's
-    # stage is judged at the recipe's lead, decisions.long_verdicts), else the lever's own
-    judged = row.get("long") or {}
-    same = judged.get("reference") == (args.against or stages.own_stack(args.lever))
-    speedup = judged.get("speedup") if same else None
+    # a whole stack against the canonical trainer's stage is judged at the recipe's lead over that trainer, as the
+    # report judges it (decisions.whole_stack_long); a lever against its own stack at its own speed-up
+    recipe = d.get("recipe") or {}
+    reference = args.against or stages.own_stack(args.lever)
+    whole = args.lever == recipe.get("stage") and reference == (recipe.get("canonical") or {}).get("stage")
+    speedup = recipe.get("ratio") if whole else None
     return speedup or decisions.lever_speedup(row), args.speed_noise if args.speed_noise is not None else d.get(
         "noise_floor"
     ) or 0.0

@@ -296,8 +296,7 @@ def render(args) -> int:
     note = (
         f"{total:.0f} s on the measuring device"
         + (
-            f" over {runs} runs of the same method (run.json lists them; a ratio may join processes of different "
-            "runs, and the process-to-process table spans them)"
+            f" over {runs} runs of the same method (run.json lists them; the process-to-process table spans them)"
             if runs > 1
             else ""
         )
