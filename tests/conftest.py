@@ -258,7 +258,7 @@ def write_parity_test(
 def claim_facts(rep) -> dict:
     """What the claims' verdicts read of a loaded report beyond its stage matrix (claim_figures.facts), from the same
     inputs decisions.compute hands it."""
-    from lib.results import claim_figures, leave_one_out
+    from lib.results import claim_figures, decisions, leave_one_out
 
     return claim_figures.facts(
         {**rep.evidence, "matrix": rep.records},
@@ -269,4 +269,5 @@ def claim_facts(rep) -> dict:
         leave_one_out.leave_one_out(rep.decisions, rep.evidence["ablation"]),
         rep.decided["left_to_full_depth"],
         rep.decided["noise_floor"],
+        decisions.long_decisions(rep.decided["levers"]),
     )

@@ -232,3 +232,17 @@ def test_the_recipe_states_what_it_saves_against_the_canonical_trainer():
     assert r["saves"]["gpu_hours"] == pytest.approx(r["canonical_time"]["gpu_hours"] - r["gpu_hours"])
     assert r["saves"]["cost"] == pytest.approx(r["canonical_time"]["cost"] - r["cost"]) and r["saves"]["cost"] > 0
     assert f"saves {r['saves']['gpu_hours']:.2f} GPU-hours" in " ".join(recipe_row.recipe_notes(rep))
+
+
+def test_the_recipe_and_the_canonical_trainer_are_set_side_by_side_by_one_statistic_their_mean_step():
+    """The recipe row compared the harness's median step with the plain loop's wall-clock mean; a token budget takes
+    the mean step's time: each side's tokens/s now come from its mean step."""
+    from lib.results import recipe_decision
+
+    params = tiny_params(["fp32", "fused"])
+    harness = {"variant": "recipe: recommended", "status": "ok", "stage": "fused", "batch_size": 2}
+    harness |= {"tokens_per_s": 1000.0, "median_ms": 100.0, "mean_ms": 125.0}  # a slow tail: the mean is longer
+    plain = {"variant": "recipe: baseline", "status": "ok", "stage": "fp32", "batch_size": 2, "tokens_per_s": 700.0}
+    sides = recipe_decision.recipe_sides([harness, plain], params)
+    assert sides["recommended"]["median"] == pytest.approx(800.0)  # 1000 × 100 / 125
+    assert sides["baseline"]["median"] == pytest.approx(700.0)  # the plain loop's figure is its mean already

@@ -141,7 +141,7 @@ def test_the_recipe_s_whole_stack_against_the_canonical_trainer_is_judged_at_the
     assert rows["compile"]["quality"].get("stack", {}).get("long") is None
     rep = loader.load(d)
     assert "<strong>sooner to the same loss</strong> with the whole recipe" in page_one.lever_table(rep)
-    assert "to the same loss: " in recipe_row.recipe_table(rep)
+    assert "at equal loss" in recipe_row.recipe_table(rep)
 
 
 def test_the_long_test_command_prices_a_test_at_the_speed_up_the_report_judged_it_at(tmp_path):
@@ -158,3 +158,14 @@ def test_the_long_test_command_prices_a_test_at_the_speed_up_the_report_judged_i
     assert long_test._speed(args) == (1.11, 0.01)
     args.against = None  # its own stack: a test the report has not judged, at the lever's own worth
     assert long_test._speed(args) == (pytest.approx(1.02), 0.01)
+
+
+def test_where_a_long_test_was_measured_says_what_its_runs_took():
+    """A reviewer found page 1's '24 min of measuring' left the long test out: where it was measured now says its
+    GPU-seconds (each run on one GPU), beside its commits and machines."""
+    runs = [
+        {"wall_s": 200.0, "provenance": {"commit": "a" * 40, "gpu_uuid": "GPU-1", "device": "NVIDIA H200"}},
+        {"wall_s": 230.5, "provenance": {"commit": "b" * 40, "gpu_uuid": "GPU-2", "device": "NVIDIA H200"}},
+    ]
+    by = long_quality.measured_by(runs)
+    assert by == {"commits": ["aaaaaaa", "bbbbbbb"], "device": "NVIDIA H200", "machines": 2, "gpu_seconds": 430.5}

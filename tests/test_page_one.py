@@ -222,7 +222,7 @@ def test_every_worth_is_one_basis_the_tokens_per_s_a_lever_adds_and_names_a_batc
 def test_the_legend_says_the_worth_in_the_recipe_was_timed_one_optimizer_step_a_micro_batch(tmp_path):
     """The recipe accumulates (B=128 × 4); the ablation steps the optimizer every micro-batch, where an optimizer-side
     lever is worth more than as trained: said once, under the table."""
-    assert "one optimizer step a micro-batch" in page_one.lever_table(_report(tmp_path, tf32_ms=80.0))
+    assert "timed at one micro-batch a step" in page_one.lever_table(_report(tmp_path, tf32_ms=80.0))
 
 
 def test_a_lever_the_whole_stack_s_test_covers_reads_that_verdict():
@@ -312,7 +312,17 @@ def test_a_long_test_verdict_in_time_to_the_same_loss_decides_its_lever_and_page
     assert row["long"]["decision"] == "skip" and row["decision"] == "skip" and row["reason"] == "later to the same loss"
     table = page_one.lever_table(again)
     assert "<strong>later to the same loss</strong>" in table and "tokens (seen 3.6×), 4 seeds" in table
-    assert "for the tokens named only" in table
+    # the plan the test ran (its batch and horizon) is said once, with what it took
+    v = row["long"]
+    assert f"the long test (B={v['batch']}, " in table and "for those tokens only" in table
+    # and a claim resting on the lever reads the long test's word, not the short test's (reports/h200's page 8 said
+    # the FP8 lm_head's quality was "not tested at this depth" beside its long test on page 1)
+    from conftest import claim_facts
+
+    from lib.results import claim_figures
+
+    facts = claim_facts(again)
+    assert facts["not_held"]["bf16"] == claim_figures.LONG_NOT_HELD["skip"] and "bf16" not in facts["undecided"]
 
 
 def test_the_lever_that_turns_sdpa_on_names_the_kernel_it_dispatched_to(tmp_path):
@@ -326,3 +336,19 @@ def test_the_lever_that_turns_sdpa_on_names_the_kernel_it_dispatched_to(tmp_path
     table = page_one.lever_table(rep)
     row = table.split("Flash attention (SDPA)")[1].split("</tr>")[0]
     assert "ran cuDNN's kernel" in row and table.count("'s kernel") == 1
+
+
+def test_the_lever_table_puts_what_the_recipe_adds_to_the_canonical_trainer_apart_from_what_it_shares(tmp_path):
+    """A reader shown page 1 alone multiplied the worths (+216 %, +37 %, +33 %, ...) and could not make them 1.059×:
+    the recipe's lead over the canonical trainer comes only from the levers that trainer lacks. The decisions say which
+    levers the canonical trainer has, list the others first, and page 1 heads each group."""
+    params = tiny_params(["fp32", "tf32", "bf16", "fused", "compile"])  # the CPU default's canonical trainer: fused
+    recs = [make_record(params, k, 2, [ms] * 6, LOSSES) for k, ms in (("fp32", 100), ("tf32", 90), ("bf16", 60))]
+    recs += [make_record(params, k, 2, [ms] * 6, LOSSES) for k, ms in (("fused", 55), ("compile", 40))]
+    rep = loader.load(write_report_dir(tmp_path / "r", params, recs))
+    rows = rep.decided["levers"]
+    assert [r["stage"] for r in rows if not r["in_canonical"]] == ["compile"]
+    assert [r["in_canonical"] for r in rows] == sorted(r["in_canonical"] for r in rows)  # the lever it adds first
+    table = page_one.lever_table(rep)
+    beyond, shared = table.index("Beyond the canonical trainer"), table.index("In the canonical trainer too")
+    assert beyond < table.index("torch.compile") < shared < table.index("TF32")

@@ -173,7 +173,8 @@ def test_the_method_states_the_parity_rule_and_the_batch_tie_rule_before_any_num
     assert (
         "at or below +0.02 nats" in text
         and "(2, 3 paired seeds)" in text
-        and "the smaller batch of a tie is listed as a memory saver, never recommended" in text
+        and "the fastest is still recommended, and a smaller batch that ties with it is listed as a memory saver"
+        in text
     )
     assert "single-step spike" in text
     assert "B=8, fixed for every test and every GPU" in text and "before any sweep" in text

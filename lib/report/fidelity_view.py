@@ -212,7 +212,8 @@ def batch_tie_rule(ev) -> str:
             if gain
             else ""
         )
-        + ": that is a tie, and the smaller batch of a tie is listed as a memory saver, never recommended. Only a "
+        + ": that is a tie; the fastest is still recommended, and a smaller batch that ties with it is listed as a "
+        "memory saver. Only a "
         "micro-batch that reaches GPT-2's batch by whole accumulation steps can be recommended: the recommendation "
         "is the recipe a team trains with."
     )

@@ -80,7 +80,8 @@ def method_md(rep: Report) -> str:
   {time_to_loss.MIN_STEPS}: past the early transient); held-out loss{f" on {fmt.tokens(held)} tokens" if held else ""} never
   trained on. The loss cost (mean paired difference, {vs[0]["confidence"] * 100:.0f} % t interval) becomes extra steps on
   the reference's curve; speed to the same loss is the speed-up over them: adopt where its lower bound clears the
-  noise floor, skip where its upper bound falls short by as much, else not yet.
+  noise floor, skip where its upper bound falls short by as much, else not yet (its seeds to decide: at
+  {time_to_loss.POWER * 100:.0f} % power).
 """
 
 

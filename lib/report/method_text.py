@@ -100,7 +100,9 @@ def _fidelity_method(rep: Report) -> str:
         "(the held-out loss reads what the passes do to both sides alike)"
     )
     return f"""* **Parity test**, the rule fixed before any number: {sequential_view.rule(ev, rep.params.run.seq_len, rep.on_gpu)}. Each run trains {length}, at {_test_batch(ev)} (each run's record names its batch).
-* **Parity runs**: nanoGPT's learning-rate shape (linear warm-up over the first quarter, cosine decay to a tenth),
+* **Parity runs**: the FP8 classifier is set against the loss-only forward: built on the FP8 lm_head's stage, it
+  replaces that lm_head, so the matrix's × prev. sets it over the FP8 lm_head and page 1 over the loss-only forward.
+  nanoGPT's learning-rate shape (linear warm-up over the first quarter, cosine decay to a tenth),
   each side accumulating micro-batches of the largest batch the matrix timed it at that divides the test's batch
   (the same update); the
   held-out loss is read on {ev.held_out_batches} batches from the last {int(data.HELD_OUT * 100)} % of the corpus, which no run trains on.{_shared_batch(ev)}{_series(rep)}

@@ -22,13 +22,13 @@ NOT_A_GPU = (
 LEGEND = (
     (
         "Worth",
-        "tokens/s a lever adds over the same configuration without it (in the recipe, timed one optimizer step a "
-        "micro-batch; outside it, over the stage named), at the recipe's micro-batch unless named.",
+        "the tokens/s a lever adds: in the recipe, over the recipe without it (both timed at one micro-batch a "
+        "step); outside it, over the stage named; at the recipe's micro-batch unless a batch is named.",
     ),
     (
         "Decision",
-        "adopt: beyond noise{noise} or needed to fit · neutral: within noise, kept · not yet: faster, loss effect "
-        "not yet shown · skip: slower, no gain, or a worse loss.",
+        "adopt: beyond noise{noise} or needed to fit · neutral: within noise, kept · not yet: faster, but its loss "
+        "effect undecided or the recipe not yet timed with it · skip: slower, no gain, or a worse loss.",
     ),
     (
         "Quality",
@@ -152,11 +152,28 @@ def long_text(v: dict) -> str:
     )
 
 
+def group_heads(rep: Report) -> dict:
+    """The lever table's two groups, where both have rows: the levers the recipe adds to the canonical trainer (its
+    lead over that trainer comes from these alone) and those the canonical trainer has too; none where one is empty."""
+    levers, r = rep.decided["levers"], rep.decided["recipe"] or {}
+    if len({row.get("in_canonical") for row in levers}) < 2:
+        return {}
+    base = html.escape(stages.get(rep.params.evidence.baseline.stage).title)
+    lead = f": the recipe's {r['ratio']:.3f}× over it comes from these" if r.get("ratio") else ""
+    return {
+        False: f"<strong>Beyond the canonical trainer</strong>{lead}",
+        True: f"<strong>In the canonical trainer too</strong> (nanoGPT's loop with {base})",
+    }
+
+
 def lever_table(rep: Report) -> str:
     rows, nxt = [], (rep.decided["next"] or {}).get("stage")
     recipe_batch = (rep.decided["recipe"] or {}).get("micro_batch")
     left = rep.decided.get("left_to_full_depth") or []
+    heads = group_heads(rep)
     for row in rep.decided["levers"]:
+        if heads and (row["in_canonical"] in heads):  # the first row of its group: the group's head row
+            rows.append(f"<tr class='group'><td colspan='4'>{heads.pop(row['in_canonical'])}</td></tr>")
         label, colour = fmt.DECISIONS[row["decision"]]
         quality = quality_text(row["quality"], row["in_recipe"], row["stage"] != nxt)
         if row["stage"] in left:  # its divergence check stays in its chapter: page 1 says what decides it
@@ -200,15 +217,21 @@ def lever_table(rep: Report) -> str:
     ):  # the horizon a long verdict speaks for, and where it was measured, said once
         where = (  # where the records say (records written before provenance was stamped say nothing)
             f" By its own command: {', '.join(by['commits'])}, {by['machines']} "
-            f"{by['device'] or 'device'} machine{'s' if by['machines'] != 1 else ''}."
+            f"{by['device'] or 'device'} machine{'s' if by['machines'] != 1 else ''}"
+            + (f", {by['gpu_seconds'] / 60:.0f} GPU-min" if by.get("gpu_seconds") else "")
+            + "."
             if by["commits"]
             else ""
         )
+        plans = {(v["batch"], v["horizon_tokens"]) for v in [*judged, (recipe or {}).get("long")] if v}
+        (batch_, tokens_), one = min(plans), len(plans) == 1  # one plan (batch, horizon) is said once
         legend.append(
             (
                 "Sooner/later to the same loss",
-                "the long test (text seen at most 4×) prices the loss cost in the reference's steps: speed to its "
-                f"loss, × the reference's [95 % bounds], for the tokens named only.{where}",
+                "the long test ("
+                + (f"B={batch_}, {fmt.tokens(tokens_)} tokens, " if one else "")
+                + "text seen at most 4×) prices the loss cost in the reference's steps: speed to its loss, × the "
+                f"reference's [95 % bounds], for {'those' if one else 'the named'} tokens only.{where}",
             )
         )
     items = "".join(f"<li><strong>{html.escape(t)}</strong>: {html.escape(x)}</li>" for t, x in legend)

@@ -53,10 +53,7 @@ def recipe_table(rep: Report) -> str:
     )
     if v := r.get("long"):  # the whole recipe in time to the canonical trainer's loss (decisions.whole_stack_long)
         lo, hi = v["net_worth_interval"]
-        versus += (
-            f"<br><span class='note'>to the same loss: {fmt.times(1 + v['net_worth'], 3)} "
-            f"[{fmt.times(1 + lo, 3)}, {fmt.times(1 + hi, 3)}]</span>"
-        )
+        versus += f"<br>{fmt.times(1 + v['net_worth'], 3)} at equal loss<br><span class='note'>{1 + lo:.3f}–{1 + hi:.3f}</span>"
     mfu = lambda v: fmt.pct(v) if v else "n/a"  # noqa: E731
     rows = [
         [
@@ -106,7 +103,7 @@ def recipe_table(rep: Report) -> str:
         "tokens/s",
         "× canonical trainer",
         "MFU (bf16)",
-        "device peak",
+        "memory (device peak)",
         f"time for {budget} tokens",
         "GPU-hours",
         "cost",
@@ -145,7 +142,9 @@ def recipe_notes(rep: Report) -> list[str]:
     r = rep.decided["recipe"]
     notes = [f"every row trains {fmt.global_batch(r['global_batch_tokens'])} (T={r['seq_len']})"]
     if r["ratio"]:
-        notes.append("canonical trainer: nanoGPT's loop, same global batch, same sitting; ranges: repeated runs")
+        notes.append(
+            "canonical trainer: nanoGPT's loop, same sitting; tokens/s of each side's mean step; ranges: repeated runs"
+        )
     if (saves := r.get("saves")) and saves["gpu_hours"]:
         notes.append(
             f"saves {saves['gpu_hours']:.2f} GPU-hours"

@@ -25,10 +25,8 @@ def rule(ev: Evidence, seq_len: int, on_gpu: bool = True) -> str:
     c = sequential.critical_value(looks, alpha)
     single = sequential.t_quantile(ev.parity_confidence, looks[-1] - 1)
     return (
-        "each lever is set against its own stack, the same configuration without that lever (the FP8 classifier "
-        "against the loss-only forward: built on the FP8 lm_head's stage, it replaces that lm_head, so the matrix's "
-        "× prev. sets it over the FP8 lm_head and page 1 over the loss-only forward), so the difference is the "
-        "lever's alone; the stage adopted is "
+        "each lever is set against its own stack, the same configuration without that lever (the HTML's appendix A), so the "
+        "difference is the lever's alone; the stage adopted is "
         "then checked once against the canonical reference, the whole stack at once. At each seed both sides train "
         f"from the same initial weights on the same data order for the horizon, {horizon(ev, seq_len)}, chosen "
         "before any number"
@@ -138,7 +136,7 @@ def summary(c: dict) -> str:
         + (
             canonical(c["canonical"], lever)
             if c.get("canonical")
-            else f" {ref} is also the canonical reference: this test is the whole stack's check."
+            else f" {ref} is also the canonical reference: this test checks every lever added after it at once."
             if c["reference"] == stages.get(c["stage"]).reference
             else ""
         )

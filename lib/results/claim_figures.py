@@ -15,7 +15,7 @@ from lib.core.config import preset_of
 from lib.core.kernel_categories import kernel_label
 from lib.core.params import Params
 from lib.core.record import TIMED as OK
-from lib.results import decide, parity, size_sweep
+from lib.results import decide, parity, size_sweep, time_to_loss
 from lib.results.claim_judge import signed_pct
 
 LAYERS = {
@@ -36,13 +36,30 @@ FA3_OWN = re.compile(r"flashattn\w*sm90", re.IGNORECASE)
 FA3_CLASS = re.compile(r"sm90\w*wgmma|wgmma\w*sm90|" + FA3_OWN.pattern, re.IGNORECASE)
 
 
+# what a long test that did not adopt a lever says of it, where a claim would rest on the lever
+LONG_NOT_HELD = {
+    time_to_loss.NOT_YET: "its long test has not yet decided whether it reaches the same loss sooner",
+    time_to_loss.SKIP: "its long test found it later to the same loss",
+}
+
+
 def facts(
-    evidence: dict, params: Params, env: dict, recipe: dict | None, checks: dict, loo: tuple, left: list, floor
+    evidence: dict,
+    params: Params,
+    env: dict,
+    recipe: dict | None,
+    checks: dict,
+    loo: tuple,
+    left: list,
+    floor,
+    long: dict | None = None,
 ) -> dict:
     """What the verdicts read from a report folder beyond its stage matrix and its GEMM sweep (decisions.compute's:
     `evidence` with the matrix's records under 'matrix', the recipe, parity.checks, the leave-one-out, the levers
-    this depth left untested and the noise floor)."""
+    this depth left untested, the noise floor, and {stage: its long test's decision} where one ran: a long test
+    speaks for a training run, so it replaces the short test's word on a lever it judged)."""
     full, rows = loo
+    long = long or {}
     sizes = evidence.get("size") or []
     rejected = parity.rejected(checks)
     return {
@@ -65,10 +82,14 @@ def facts(
         "not_held": {
             k: f"its parity test {'could not decide' if c['verdict'] == parity.UNDECIDED else 'found it worse'}"
             for k, c in rejected.items()
+            if k not in long
         }
         # a lever this depth left untested (decisions' left_to_full_depth) is not yet one to train with either
-        | {k: "its quality is not tested at this depth" for k in left or []},
-        "undecided": {k for k, c in rejected.items() if c["verdict"] != parity.WORSE} | set(left or []),
+        | {k: "its quality is not tested at this depth" for k in left or [] if k not in long}
+        | {k: LONG_NOT_HELD[v] for k, v in long.items() if v in LONG_NOT_HELD},
+        "undecided": {k for k, c in rejected.items() if c["verdict"] != parity.WORSE and k not in long}
+        | {k for k in left or [] if k not in long}
+        | {k for k, v in long.items() if v == time_to_loss.NOT_YET},
         "sizes": size_sweep.points(sizes)
         and {"series": size_sweep.speedups(sizes), "bands": size_sweep.bands(sizes, floor)},
     }

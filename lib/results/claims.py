@@ -94,19 +94,21 @@ def judged(
     left: list,
     floor: float | None,
     path=CLAIMS,
+    long: dict | None = None,
 ) -> dict:
     """decisions.json's `claims`: {sources: each write-up as what it is, verdicts: every claim's row (verdict)}, its
     timing figures judged against the report's noise, as plain JSON data (lists, floats) so the file a render writes
     equals what its views read. decisions.compute's own: `df` (decide.table of the matrix), `records`
     (store.decision_records), `evidence` (the matrix's records under 'matrix'), the recipe, parity.checks, the
-    leave-one-out, the levers this depth left untested and the noise floor, each decided once there."""
+    leave-one-out, the levers this depth left untested, the noise floor and each lever's long-test decision, each
+    decided once there."""
     tps = decide.throughputs(records)
 
     def noise(*keys):  # the widest process-to-process range among the stages compared, where repeated; else the floor
         bands = [noise_stats.spread(v)["spread"] for (s, _), v in tps.items() if s in keys and len(v) > 1]
         return max(bands) if bands else floor
 
-    facts, data = claim_figures.facts(evidence, params, env, recipe, checks, loo, left, floor), load_claims(path)
+    facts, data = claim_figures.facts(evidence, params, env, recipe, checks, loo, left, floor, long), load_claims(path)
     gemm, sdpa, tolerance = evidence.get("gemm"), evidence.get("sdpa"), params.run.loss_tolerance
     rows = [verdict(c, df, params.name, params.backend, gemm, noise, sdpa, tolerance, facts) for c in data["claims"]]
     return plain({"sources": data["sources"], "verdicts": rows})

@@ -79,11 +79,15 @@ def lever_rows(records: list[dict], df, params: Params, recipe: dict | None, loo
     tps = decide.throughputs(records)
     in_recipe = set(decide.lineage(recipe["stage"])[1:]) if recipe else set()
     full, rows = loo
+    base = params.evidence.baseline.stage
+    canonical = set(decide.lineage(base)[1:]) if base in params.stages else set()
     by_stage = {r["stage"]: r for r in rows if r.get("stage")}
     out = []
     for key in stages.single_gpu(params.stages)[1:]:
         st = stages.get(key)
         row = {"stage": key, "title": st.title, "in_recipe": key in in_recipe, "reason": None}
+        # a lever the canonical trainer has too: the recipe's lead over that trainer comes from the others
+        row["in_canonical"] = key in canonical
         row["quality"] = quality.of(key, checks, df, params)
         row["matrix"] = _matrix_worth(key, df, tps, records)
         off = by_stage.get(key)
@@ -178,6 +182,11 @@ def whole_stack_long(long_records: list[dict], recipe: dict, noise_floor: float 
     return v
 
 
+def long_decisions(rows: list[dict]) -> dict:
+    """{stage: its long test's decision} for each lever a long test judged against its own reference."""
+    return {row["stage"]: row["long"]["decision"] for row in rows if row.get("long")}
+
+
 def _long_ok(evidence: dict) -> list[dict]:
     return [r for r in evidence.get("long") or [] if r.get("status") == record.Status.OK]
 
@@ -257,7 +266,8 @@ def compute(
         "profile": params.name,
         "backend": params.backend,
         "recipe": recipe,
-        "levers": sorted(levers_, key=lambda r: DECISION_ORDER.index(r["decision"])),
+        # what the recipe adds to the canonical trainer first (its lead comes from these), then what it shares
+        "levers": sorted(levers_, key=lambda r: (r["in_canonical"], DECISION_ORDER.index(r["decision"]))),
         "leave_one_out_batch": full["batch_size"] if full else None,
         "waterfall": wf,
         "beyond_canonical": beyond_canonical(wf, recipe),
@@ -274,5 +284,7 @@ def compute(
         # the levers whose quality test this depth left to DEPTH=full, and the lever that did not hold beside them
         "left_to_full_depth": left,
         "fell_back_from": sorted(parity.fallbacks(checks).values()) if left else [],
-        "claims": claims.judged(df, records, evidence, params, env, recipe, checks, loo, left, floor),
+        "claims": claims.judged(
+            df, records, evidence, params, env, recipe, checks, loo, left, floor, long=long_decisions(levers_)
+        ),
     }

@@ -88,4 +88,5 @@ def measured_by(runs: list[dict]) -> dict:
         "commits": sorted({p["commit"][:7] for p in prov if p.get("commit")}),
         "device": next((p["device"] for p in prov if p.get("device")), None),
         "machines": len({p.get("gpu_uuid") or p.get("host_id") for p in prov} - {None}),
+        "gpu_seconds": sum(r.get("wall_s") or 0 for r in runs) or None,  # what the runs took, one GPU each
     }

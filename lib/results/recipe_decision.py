@@ -12,15 +12,16 @@ from lib.results import decide, noise, stats
 def recipe_sides(recipe: list[dict], params: Params) -> dict:
     """role -> {stage, batch, micro_steps, median, lo, hi, n} of each side of the recipe at the global batch: the
     recommendation ('recommended'), the canonical trainer in the plain loop ('baseline') and, at full depth, in this
-    harness ('baseline-harness'). A harness side's tokens/s come from its median step, the plain loop's from its
-    wall-clock mean, as nanoGPT times it."""
+    harness ('baseline-harness'). Every side's tokens/s come from its mean step, one statistic on both sides of the
+    ratio: the plain loop's wall-clock mean, as nanoGPT times it, and a harness side's mean CUDA-event step (a token
+    budget takes the mean step's time, not the median's)."""
     out = {}
     for role in ("recommended", "baseline-harness", "baseline"):
         if role == "baseline-harness" and not config.runs_evidence(params, "recipe_harness"):
             continue  # left to DEPTH=full: a record of it is another run's, not this one's
         runs = [r for r in recipe if r.get("variant") == f"recipe: {role}" and r.get("status") == record.Status.OK]
         if runs:
-            s = noise.spread([r["tokens_per_s"] for r in runs])
+            s = noise.spread([mean_tokens_per_s(r) for r in runs])
             out[role] = {
                 "stage": runs[0]["stage"],
                 "batch": runs[0]["batch_size"],
@@ -28,6 +29,14 @@ def recipe_sides(recipe: list[dict], params: Params) -> dict:
                 **{k: s[k] for k in ("median", "lo", "hi", "n")},
             }
     return out
+
+
+def mean_tokens_per_s(r: dict) -> float:
+    """A record's tokens/s over its mean step: a harness record's from its mean CUDA-event step (its tokens_per_s is
+    the median's), the plain loop's as it is (its wall-clock mean already)."""
+    if r.get("mean_ms") and r.get("median_ms"):
+        return r["tokens_per_s"] * r["median_ms"] / r["mean_ms"]
+    return r["tokens_per_s"]
 
 
 def _mfu_bf16(params: Params, rec: dict, tokens_per_s: float) -> float | None:

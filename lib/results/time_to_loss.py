@@ -22,6 +22,7 @@ MAX_PASSES = 4.0  # more passes over the training text would measure how fast th
 # (issue 62's probes measured it severalfold larger at 100 steps than at 700); the caller states another floor where
 # the spread measured at several horizons says so.
 MIN_STEPS = 500
+POWER = 0.8  # how often the seeds a 'not yet' asks for would decide it, were its mean and spread to hold
 SLOPE_SPAN = 0.1  # the last tenth of the curve's steps sets its local slope, for extrapolating (steps_behind)
 ADOPT, SKIP, NOT_YET = "adopt", "skip", "not yet"
 
@@ -161,7 +162,7 @@ def judge(
     diffs,
     confidence: float = 0.95,
     horizon_tokens: int | None = None,
-    power: float = 0.8,
+    power: float = POWER,
     most_seeds: int = 64,
 ) -> Verdict:
     """The lever's verdict in time to the same loss. The mean paired difference and its two-sided Student's t interval
