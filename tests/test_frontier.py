@@ -487,13 +487,18 @@ def test_a_side_left_to_full_depth_is_not_shown_from_another_runs_record():
     def rec(role, tps):
         return {"variant": f"recipe: {role}", "status": "ok", "stage": "vocab", "batch_size": 2, "tokens_per_s": tps}
 
+    from lib.results import recipe_decision
+
     p = tiny_params()
-    rep = SimpleNamespace(
-        params=p, evidence={"recipe": [rec("recommended", 10.0), rec("baseline-harness", 8.0), rec("baseline", 8.1)]}
-    )
-    assert [r["role"] for r in frontier_view.recipe_rows(rep)] == ["recommended", "baseline"]
+    recipe = [rec("recommended", 10.0), rec("baseline-harness", 8.0), rec("baseline", 8.1)]
+
+    def rows():  # the sides as the decisions hold them, laid out
+        rep = SimpleNamespace(params=p, decided={"recipe": {"sides": recipe_decision.recipe_sides(recipe, p)}})
+        return [r["role"] for r in frontier_view.recipe_rows(rep)]
+
+    assert rows() == ["recommended", "baseline"]
     p.depth = "full"
-    assert [r["role"] for r in frontier_view.recipe_rows(rep)] == ["recommended", "baseline-harness", "baseline"]
+    assert rows() == ["recommended", "baseline-harness", "baseline"]
 
 
 def test_the_recipe_note_calls_a_difference_a_tie_only_where_the_tie_rule_chose(monkeypatch):
@@ -515,7 +520,10 @@ def test_the_recipe_note_calls_a_difference_a_tie_only_where_the_tie_rule_chose(
             "micro_steps": p.evidence.global_batch_tokens // (batch * p.run.seq_len),
         }
 
-    rep = SimpleNamespace(params=p, evidence={"recipe": [rec("recommended", 10.0, 2), rec("baseline", 8.0, 2)]})
+    from lib.results import recipe_decision
+
+    sides = recipe_decision.recipe_sides([rec("recommended", 10.0, 2), rec("baseline", 8.0, 2)], p)
+    rep = SimpleNamespace(params=p, decided={"recipe": {"sides": sides}})
     moved = {"stage": "vocab", "batch_size": 4, "chosen_over": None}
     monkeypatch.setattr(frontier_view, "recommended", lambda rep: moved)
     assert "it speaks for its own configuration only" in frontier_view.recipe_html(rep)

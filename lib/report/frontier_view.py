@@ -6,7 +6,6 @@ report folder's records only."""
 
 from __future__ import annotations
 
-import numpy as np
 
 from lib.core import config, stages
 from lib.core.kernel_categories import CATEGORIES
@@ -96,47 +95,28 @@ def ce_filter_html(rep: Report) -> str:
     )
 
 
-def _group(recs: list[dict], role: str) -> list[dict]:
-    return [r for r in recs if r.get("variant") == f"recipe: {role}" and ok(r)]
-
-
-# What the recipe's ratio sets side by side, said wherever the ratio is (a reviewer: the two sides are timed
-# differently). The cross-check (lib/report/fidelity_view.py) measures how far the two timers differ on one
-# configuration; on reports/h100's recipe a process's median and mean step differ by under 0.2 %.
-RECIPE_BASIS = "tokens/s: the harness's from its median step, the plain loop's from its wall-clock mean, as nanoGPT's"
+# What the recipe's ratio sets side by side, said wherever the ratio is (a reviewer: the two sides were timed by
+# different statistics; recipe_decision.recipe_sides now sets them side by side by their mean steps)
+RECIPE_BASIS = (
+    "tokens/s: each side's mean step, the harness's CUDA-event steps and the plain loop's wall clock, as nanoGPT's"
+)
+LABELS = {
+    "recommended": "fastest verified configuration (this harness)",
+    "baseline-harness": "canonical trainer's configuration (this harness)",
+    "baseline": "canonical trainer's configuration (plain loop)",
+}
 
 
 def recipe_rows(rep: Report) -> list[dict]:
-    """One row per side of the recipe: the recommendation, the baseline configuration in this
-    harness and in the plain loop, each at the global batch; tokens/s as median, min and max over its processes
-    (a harness process's from its median step, the plain loop's from its wall-clock mean: RECIPE_BASIS)."""
-    out = []
-    for role, label in (
-        ("recommended", "fastest verified configuration (this harness)"),
-        ("baseline-harness", "canonical trainer's configuration (this harness)"),
-        ("baseline", "canonical trainer's configuration (plain loop)"),
-    ):
-        if role == "baseline-harness" and not config.runs_evidence(rep.params, "recipe_harness"):
-            continue  # left to DEPTH=full: a record of it is another run's, not this one's
-        runs = _group(rep.evidence["recipe"], role)
-        if not runs:
-            continue
-        tps = [r["tokens_per_s"] for r in runs]
-        first = runs[0]
-        out.append(
-            {
-                "role": role,
-                "label": label,
-                "stage": first["stage"],
-                "batch": first["batch_size"],
-                "micro_steps": first.get("micro_steps", 1),
-                "median": float(np.median(tps)),
-                "min": min(tps),
-                "max": max(tps),
-                "n": len(tps),
-            }
-        )
-    return out
+    """One row per side of the recipe as decisions.json's recipe holds them (recipe_decision.recipe_sides): the
+    recommendation, the baseline configuration in this harness and in the plain loop, each at the global batch;
+    tokens/s as median, min and max over its processes, each process's from its mean step (RECIPE_BASIS)."""
+    sides = (rep.decided["recipe"] or {}).get("sides") or {}
+    return [
+        {"role": role, "label": label, **sides[role], "min": sides[role]["lo"], "max": sides[role]["hi"]}
+        for role, label in LABELS.items()
+        if role in sides
+    ]
 
 
 def recipe_html(rep: Report) -> str:

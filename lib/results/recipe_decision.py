@@ -107,6 +107,9 @@ def make_recipe(
         "recipe": mine,
         "micro_batch_alone": best["processes"],
         "canonical": canon,
+        # every side timed at the global batch (the canonical trainer in this harness too, at full depth), for the
+        # views that set them side by side: one statistic, decided here
+        "sides": sides,
         # the canonical trainer on the same budget: what the recipe saves, in the units a team decides in
         "canonical_time": {
             **_time(budget, canon["median"], 1, usd),
