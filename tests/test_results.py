@@ -311,5 +311,8 @@ def test_a_median_of_processes_is_printed_beside_the_spread_of_those_processes()
     df = decide.table([base, first], params.stages, 0.05, 0.0, decide.throughputs(recs), decide.step_times(recs))
     row = df[df["stage"] == "tf32"].iloc[0]
     assert row["p10_ms"] <= row["median_ms"] <= row["p90_ms"] and row["p10_ms"] < 186.8
+    # the CV beside them is of the same pooled steps, not the first process's alone (a reviewer of reports/h200)
+    pooled = np.array(first["step_ms"] + second["step_ms"])
+    assert row["cv"] == pytest.approx(pooled.std(ddof=1) / pooled.mean()) and row["cv"] > first["cv"]
     alone = decide.table([base, first], params.stages, 0.05, 0.0, decide.throughputs([base, first]))
     assert alone[alone["stage"] == "tf32"].iloc[0]["p10_ms"] == first["p10_ms"]  # one process: its own spread

@@ -93,6 +93,12 @@ def table(
             float(np.percentile(pools[(s, b)], q)) if o and (s, b) in pools else v
             for s, b, v, o in zip(df["stage"], df["batch_size"], df[col], ok)
         ]
+    # and the CV of the same pooled steps (the first process's alone disagreed with the others: reports/h200's FP8
+    # lm_head read 2.0 % beside 4.5 % and 3.5 %)
+    df["cv"] = [
+        float(pools[(s, b)].std(ddof=1) / pools[(s, b)].mean()) if o and (s, b) in pools else v
+        for s, b, v, o in zip(df["stage"], df["batch_size"], df["cv"], ok)
+    ]
     base = df.assign(timed=timed)[(df["stage"] == stage_order[0]) & ok].set_index("batch_size")
     # Never for the multi-GPU stage: its throughput over one GPU's FP32 is no lever's speed-up.
     df["speedup_vs_baseline"] = [
