@@ -142,6 +142,13 @@ def test_the_recipe_s_whole_stack_against_the_canonical_trainer_is_judged_at_the
     rep = loader.load(d)
     assert "<strong>sooner to the same loss</strong> with the whole recipe" in page_one.lever_table(rep)
     assert "at equal loss" in recipe_row.recipe_table(rep)
+    # section 3 lays out the test with its paired spread at each horizon, and the PDF's method states it
+    from lib.report import long_view, method_text
+
+    section = long_view.table_html(rep)
+    assert "Loss-only forward<br><span class='note'>vs torch.compile</span>" in section
+    assert section.count("<table") == 2 and section.count("</tr>") == 2 + 2  # two tables: a head and a row each
+    assert "* **Long test**" in method_text.split(method_text.method_md(rep))[0]
 
 
 def test_the_long_test_command_prices_a_test_at_the_speed_up_the_report_judged_it_at(tmp_path):
