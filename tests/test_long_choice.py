@@ -146,7 +146,7 @@ def test_the_recipe_s_whole_stack_against_the_canonical_trainer_is_judged_at_the
     from lib.report import long_view, method_text
 
     section = long_view.table_html(rep)
-    assert "Loss-only forward<br><span class='note'>vs torch.compile</span>" in section
+    assert "the whole recipe, Loss-only forward<br><span class='note'>vs torch.compile</span>" in section
     assert section.count("<table") == 2 and section.count("</tr>") == 2 + 2  # two tables: a head and a row each
     assert "* **Long test**" in method_text.split(method_text.method_md(rep))[0]
 

@@ -25,6 +25,12 @@ def _title(key: str) -> str:
     return html.escape(stages.get(key).title)
 
 
+def _test(v: dict, decided: dict) -> str:
+    """What a test set against what: the recipe's whole stack is named as the recipe, not as its last lever."""
+    whole = v is (decided.get("recipe") or {}).get("long")
+    return ("the whole recipe, " if whole else "") + f"{_title(v['lever'])}"
+
+
 def _bounds(lo: float, hi: float, f) -> str:
     return f"<br><span class='note'>[{f(lo)}, {f(hi)}]</span>"
 
@@ -43,7 +49,7 @@ def table_html(rep: Report) -> str:
         decide = f"<br><span class='note'>~{s} seeds would decide</span>" if (s := v.get("seeds_to_decide")) else ""
         rows.append(
             {
-                "lever vs reference": f"{_title(v['lever'])}<br><span class='note'>vs {_title(v['reference'])}</span>",
+                "lever vs reference": f"{_test(v, rep.decided)}<br><span class='note'>vs {_title(v['reference'])}</span>",
                 "seeds": v["n"],
                 "horizon": f"{v['horizon_step']} steps at B={v['batch']}<br><span class='note'>"
                 f"{fmt.tokens(v['horizon_tokens'])} tokens{passes}</span>",
@@ -56,7 +62,7 @@ def table_html(rep: Report) -> str:
             }
         )
     spread = [  # a test whose runs measured other steps leaves the others' columns blank
-        {"test \\ step": f"{_title(v['lever'])} vs {_title(v['reference'])}"}
+        {"test \\ step": f"{_test(v, rep.decided)} vs {_title(v['reference'])}"}
         | {str(p["step"]): f"{p['sd']:.3f}" for p in v["spread"]}
         for v in vs
     ]
