@@ -70,8 +70,35 @@ def pytest_collection_modifyitems(config, items):
             if Path(inspect.getfile(d.func)).parent == ROOT / "tests"
         ]
         source = "".join(inspect.getsource(f) for f in funcs if f is not None)
-        if SLOW_FIXTURES & set(item.fixturenames) or SLOW_CALLS.search(source):
+        helpers = _slow_helpers(item.module) if getattr(item, "module", None) else None
+        if SLOW_FIXTURES & set(item.fixturenames) or SLOW_CALLS.search(source) or (helpers and helpers.search(source)):
             item.add_marker(pytest.mark.slow)
+
+
+def _slow_helpers(module):
+    """A call of the test module's own helpers that start a process (reports/h200's long test ran 2.5 minutes of
+    `make test-fast` through `_long_test`, whose subprocess the test's own source does not show), as one pattern;
+    None where the module has none. A helper calling such a helper is one too."""
+    import inspect
+
+    if module not in _HELPERS:
+        own = {
+            name: inspect.getsource(f)
+            for name, f in inspect.getmembers(module, inspect.isfunction)
+            if f.__module__ == module.__name__ and not name.startswith("test_")
+        }
+        slow = {name for name, src in own.items() if SLOW_CALLS.search(src)}
+        while more := {n for n, src in own.items() if n not in slow and re.search(_calls(slow), src or "")}:
+            slow |= more
+        _HELPERS[module] = re.compile(_calls(slow)) if slow else None
+    return _HELPERS[module]
+
+
+def _calls(names: set[str]) -> str:
+    return r"\b(" + "|".join(sorted(map(re.escape, names))) + r")\(" if names else r"(?!x)x"
+
+
+_HELPERS: dict = {}
 
 
 # ---------------------------------------------------------------- subprocess helpers
