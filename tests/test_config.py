@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import asdict
 
 import pytest
@@ -289,3 +290,27 @@ def test_the_parity_rule_refuses_values_it_cannot_decide_with(field, value, mess
     with pytest.raises(config.ConfigError, match=message):
         config.validate(p)
     assert config.load("h100").evidence.parity_seeds == 8  # the GPU profiles' rule, untouched
+
+
+def test_a_profile_s_family_is_read_from_its_file_once_until_the_file_changes(monkeypatch, tmp_path):
+    """Every claim of every report asks every profile's family: a render parsed the params files 308 times, most of
+    a decision's time (2-7 s a load on two cores). Each file is read once, and again only after it changes."""
+    import shutil
+
+    reads = []
+    real = config._read
+    monkeypatch.setattr(config, "_read", lambda path: reads.append(path.name) or real(path))
+    config._family_of.cache_clear()
+    names = config.profiles()
+    for _ in range(3):
+        assert config.profile_family("h100") == "hopper" and [config.profile_family(n) for n in names]
+    assert len(reads) == len(names)
+    folder = tmp_path / "params"
+    shutil.copytree(config.PARAMS_DIR, folder)
+    monkeypatch.setattr(config, "PARAMS_DIR", folder)
+    monkeypatch.setattr(config, "ROOT", tmp_path)  # where its messages name a file from
+    assert config.profile_family("h100") == "hopper"
+    path = folder / "h100.yaml"
+    path.write_text(path.read_text().replace("family: hopper", "family: ampere"))
+    os.utime(path, ns=(path.stat().st_atime_ns, path.stat().st_mtime_ns + 1_000_000))
+    assert config.profile_family("h100") == "ampere"  # a changed file is read afresh
