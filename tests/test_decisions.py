@@ -231,7 +231,8 @@ def test_the_recipe_states_what_it_saves_against_the_canonical_trainer():
     r = rep.decided["recipe"]
     assert r["saves"]["gpu_hours"] == pytest.approx(r["canonical_time"]["gpu_hours"] - r["gpu_hours"])
     assert r["saves"]["cost"] == pytest.approx(r["canonical_time"]["cost"] - r["cost"]) and r["saves"]["cost"] > 0
-    assert f"saves {r['saves']['gpu_hours']:.2f} GPU-hours" in " ".join(recipe_row.recipe_notes(rep))
+    table = recipe_row.recipe_table(rep)  # beneath the recipe's own GPU-hours and cost
+    assert f"{r['gpu_hours']:.1f}<br><span class='note'>saves {r['saves']['gpu_hours']:.2f}</span>" in table
 
 
 def test_the_recipe_and_the_canonical_trainer_are_set_side_by_side_by_one_statistic_their_mean_step():

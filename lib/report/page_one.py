@@ -22,17 +22,17 @@ NOT_A_GPU = (
 LEGEND = (
     (
         "Worth",
-        "the tokens/s a lever adds: in the recipe, over the recipe without it (both timed at one micro-batch a "
-        "step); outside it, over the stage named; at the recipe's micro-batch unless a batch is named.",
+        "tokens/s a lever adds: in the recipe over the recipe without it (both at one micro-batch a step), "
+        "outside it over the stage named; at the recipe's micro-batch unless named.",
     ),
     (
         "Decision",
-        "adopt: beyond noise{noise} or needed to fit · neutral: within noise, kept · not yet: faster, but its loss "
-        "effect undecided or the recipe not yet timed with it · skip: slower, no gain, or a worse loss.",
+        "adopt: beyond noise{noise} or needed to fit · neutral: within noise, kept · not yet: faster; loss "
+        "effect undecided, or not timed in the recipe · skip: slower, no gain, or worse loss.",
     ),
     (
         "Quality",
-        "held-out loss, lever − reference, mean [95 % bounds]; holds within +{margin} nats. A short check "
+        "held-out loss, lever − reference, mean [95 % bounds]{shared}; holds within +{margin} nats. A short check "
         "(±{tolerance} nats) catches only a broken lever.",
     ),
 )
@@ -94,10 +94,23 @@ def worth_text(row: dict, recipe_batch: int | None = None) -> str:
 LONG_WORDS = {"adopt": "sooner to the same loss", "skip": "later to the same loss", "not yet": "undecided"}
 
 
-def quality_text(q: dict | None, whole_stack: bool = True, to_decide: bool = True) -> str:
+def short_horizon(q: dict) -> str:
+    """What a parity test trained: its tokens and how often it saw the text."""
+    horizon = f"{fmt.tokens(q['tokens'])} tokens trained" if q.get("tokens") else "no seed paired yet"
+    return horizon + (f", text seen {q['passes']:.1f}×" if q.get("passes") else "")
+
+
+def shared_horizon(rows: list[dict]) -> str | None:
+    """The horizon every parity test on page 1 trained, where they share one: the legend says it once."""
+    seen = {short_horizon(r["quality"]) for r in rows if (r["quality"] or {}).get("test") == "parity"}
+    return seen.pop() if len(seen) == 1 else None
+
+
+def quality_text(q: dict | None, whole_stack: bool = True, to_decide: bool = True, said: str | None = None) -> str:
     """The quality verdict and what it speaks for: a parity test's steps, tokens, passes and seeds, or the matrix's
     divergence check and its steps. whole_stack: add the stack's check against the canonical reference (page 1 shows
-    it for the recipe's levers alone); to_decide: add the seeds that would decide it (not where Next says them)."""
+    it for the recipe's levers alone); to_decide: add the seeds that would decide it (not where Next says them);
+    said: the horizon the legend already states for every test (shared_horizon), left out here."""
     if q is None:
         return "no loss comparison"
     if q.get("stack"):  # quality.cover_by_stack: the recipe's whole-stack test speaks for it (its long test's verdict
@@ -112,10 +125,9 @@ def quality_text(q: dict | None, whole_stack: bool = True, to_decide: bool = Tru
                 f"{q['drift']:.3f}, {q['steps']} steps"
             )
         return f"short check {q['verdict']}, {q['steps']} steps"
-    horizon = f"{fmt.tokens(q['tokens'])} tokens trained" if q.get("tokens") else "no seed paired yet"
-    if q.get("passes"):
-        horizon += f", text seen {q['passes']:.1f}×"
-    seeds = f", {q['seeds']} seeds" if q.get("seeds") else ""
+    horizon = short_horizon(q)
+    seeds = f"{q['seeds']} seeds" if q.get("seeds") else ""
+    horizon = ", ".join(x for x in ("" if horizon == said else horizon, seeds) if x)
     held = q.get("held_out")
     diff = f" {fmt.nats(held['mean'])} nats" if held and held.get("mean") is not None else ""
     if held and held.get("hi") is not None and abs(held["hi"]) != float("inf"):
@@ -133,7 +145,7 @@ def quality_text(q: dict | None, whole_stack: bool = True, to_decide: bool = Tru
         if whole and whole_stack
         else ""
     )
-    return f"<strong>{q['verdict']}</strong>{diff}{against}: {horizon}{seeds}{more}{check}"
+    return f"<strong>{q['verdict']}</strong>{diff}{against}: {horizon}{more}{check}"
 
 
 def long_text(v: dict) -> str:
@@ -170,12 +182,12 @@ def lever_table(rep: Report) -> str:
     rows, nxt = [], (rep.decided["next"] or {}).get("stage")
     recipe_batch = (rep.decided["recipe"] or {}).get("micro_batch")
     left = rep.decided.get("left_to_full_depth") or []
-    heads = group_heads(rep)
+    heads, said = group_heads(rep), shared_horizon(rep.decided["levers"])
     for row in rep.decided["levers"]:
         if heads and (row["in_canonical"] in heads):  # the first row of its group: the group's head row
             rows.append(f"<tr class='group'><td colspan='4'>{heads.pop(row['in_canonical'])}</td></tr>")
         label, colour = fmt.DECISIONS[row["decision"]]
-        quality = quality_text(row["quality"], row["in_recipe"], row["stage"] != nxt)
+        quality = quality_text(row["quality"], row["in_recipe"], row["stage"] != nxt, said)
         if row["stage"] in left:  # its divergence check stays in its chapter: page 1 says what decides it
             quality = (
                 f"<strong>not tested</strong> here; <code>make report GPU={rep.params.name} DEPTH=full</code> tests it"
@@ -200,9 +212,11 @@ def lever_table(rep: Report) -> str:
     words = {
         "margin": rep.params.evidence.parity_margin,
         "tolerance": rep.params.run.loss_tolerance,
-        "noise": f" ({fmt.pct(floor, 2)}, the widest spread of repeated runs)" if floor else "",
+        "noise": f" ({fmt.pct(floor, 2)}, the widest spread of repeats)" if floor else "",
     }
-    legend = [(term, text.format(**words)) for term, text in LEGEND]
+    # every parity test trained the same: said once, in the Quality term, not in each row
+    shared = f" after {said}" if said else ""
+    legend = [(term, text.format(**words, shared=shared)) for term, text in LEGEND]
     if batch and recipe and batch != recipe["micro_batch"]:
         legend.append(
             (

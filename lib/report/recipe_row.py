@@ -20,13 +20,18 @@ def recipe_name(r: dict) -> str:
     return f"{r['micro_batch']} × {r.get('accumulation') or 1} × {gpus} GPU{'s' if gpus > 1 else ''}"
 
 
-def budget_cells(t: dict | None) -> list[str]:
-    """Hours, GPU-hours and cost of the token budget (decisions' _time), 'n/a' where not known."""
-    t = t or {}
+def budget_cells(t: dict | None, saves: dict | None = None) -> list[str]:
+    """Hours, GPU-hours and cost of the token budget (decisions' _time), 'n/a' where not known; with `saves` (the
+    recipe's, over the canonical trainer), what it saves beneath each."""
+    t, saves = t or {}, saves or {}
+
+    def saved(key, f):
+        return f"<br><span class='note'>saves {f(saves[key])}</span>" if saves.get(key) else ""
+
     return [
         fmt.hours(t["hours"]) if t.get("hours") else "n/a",
-        f"{t['gpu_hours']:.1f}" if t.get("gpu_hours") else "n/a",
-        fmt.money(t["cost"]) if t.get("cost") else "n/a",
+        f"{t['gpu_hours']:.1f}{saved('gpu_hours', lambda v: f'{v:.2f}')}" if t.get("gpu_hours") else "n/a",
+        f"{fmt.money(t['cost'])}{saved('cost', fmt.money)}" if t.get("cost") else "n/a",
     ]
 
 
@@ -62,7 +67,7 @@ def recipe_table(rep: Report) -> str:
             versus,
             mfu(r["mfu_bf16"]),
             memory_cell(r["mem_device_peak_bytes"] or r["mem_allocator_bytes"], r["device_memory_bytes"]),
-            *budget_cells(r),
+            *budget_cells(r, r.get("saves")),
         ]
     ]
     if canon and r["canonical_time"]:
@@ -144,12 +149,6 @@ def recipe_notes(rep: Report) -> list[str]:
     if r["ratio"]:
         notes.append(
             "canonical trainer: nanoGPT's loop, same sitting; tokens/s of each side's mean step; ranges: repeated runs"
-        )
-    if (saves := r.get("saves")) and saves["gpu_hours"]:
-        notes.append(
-            f"saves {saves['gpu_hours']:.2f} GPU-hours"
-            + (f" ({fmt.money(saves['cost'])})" if saves["cost"] else "")
-            + f" per {fmt.tokens(r['token_budget'])} tokens over it"
         )
     if not r["measured_as_trained"]:  # how the recipe was timed is section 2's, unless it was not as trained
         notes.append(f"tokens/s of B={r['micro_batch']} alone: the global batch was not measured for this recipe")
