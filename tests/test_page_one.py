@@ -311,7 +311,8 @@ def test_a_long_test_verdict_in_time_to_the_same_loss_decides_its_lever_and_page
     assert row["long"]["n"] == 4 and row["long"]["net_worth"] == pytest.approx(v["net_worth"])
     assert row["long"]["decision"] == "skip" and row["decision"] == "skip" and row["reason"] == "later to the same loss"
     table = page_one.lever_table(again)
-    assert "<strong>later to the same loss</strong>" in table and "tokens (seen 3.6×), 4 seeds" in table
+    assert "<strong>later to the same loss</strong>" in table and "nats, 4 seeds" in table
+    assert "tokens (seen" not in table  # its one plan is said once, in the legend (below), not in each row
     # the plan the test ran (its batch and horizon) is said once, with what it took
     v = row["long"]
     assert f"the long test (B={v['batch']}, " in table and "for those tokens only" in table

@@ -148,19 +148,26 @@ def quality_text(q: dict | None, whole_stack: bool = True, to_decide: bool = Tru
     return f"<strong>{q['verdict']}</strong>{diff}{against}: {horizon}{more}{check}"
 
 
-def long_text(v: dict) -> str:
+def long_plans(decided: dict) -> set:
+    """The (batch, horizon) of every long test page 1 shows: one plan is said once, in the legend."""
+    tests = [row["long"] for row in decided["levers"] if row.get("long")] + [(decided["recipe"] or {}).get("long")]
+    return {(v["batch"], v["horizon_tokens"]) for v in tests if v}
+
+
+def long_text(v: dict, said: bool = False) -> str:
     """A verdict in time to the same loss (decisions.long_verdicts): how much sooner (or later) the lever's run reaches
-    the reference's held-out loss, net of its loss cost, with its interval, and the run it speaks for."""
+    the reference's held-out loss, net of its loss cost, with its interval, and the run it speaks for (said: the
+    legend states the one plan every long test ran, so the row leaves it out)."""
     lo, hi = v["net_worth_interval"]
     more = (
         f"; ~{v['seeds_to_decide']} seeds would decide" if v["decision"] == "not yet" and v["seeds_to_decide"] else ""
     )
     passes = f" (seen {v['passes']:.1f}×)" if v.get("passes") else ""
+    after = "" if said else f" after {fmt.tokens(v['horizon_tokens'])} tokens{passes}"
     return (
         f"<strong>{LONG_WORDS[v['decision']]}</strong>: {fmt.times(1 + v['net_worth'], 3)} as fast "
         f"[{fmt.times(1 + lo, 3)}, {fmt.times(1 + hi, 3)}] as {html.escape(stages.get(v['reference']).title)}, loss "
-        f"{fmt.nats(v['mean_diff'])} nats after {fmt.tokens(v['horizon_tokens'])} tokens{passes}, "
-        f"{v['n']} seeds{more}"
+        f"{fmt.nats(v['mean_diff'])} nats{after}, {v['n']} seeds{more}"
     )
 
 
@@ -193,7 +200,7 @@ def lever_table(rep: Report) -> str:
                 f"<strong>not tested</strong> here; <code>make report GPU={rep.params.name} DEPTH=full</code> tests it"
             )
         if row.get("long"):  # the long test, where it ran, speaks for a training run: it goes first
-            quality = long_text(row["long"])
+            quality = long_text(row["long"], len(long_plans(rep.decided)) == 1)
             if row["decision"] == "not yet" and row["long"]["decision"] == "adopt":  # decisions.long_verdicts' reason
                 quality += "; next, timed in the recipe"
         rows.append(
@@ -237,7 +244,7 @@ def lever_table(rep: Report) -> str:
             if by["commits"]
             else ""
         )
-        plans = {(v["batch"], v["horizon_tokens"]) for v in [*judged, (recipe or {}).get("long")] if v}
+        plans = long_plans(rep.decided)
         (batch_, tokens_), one = min(plans), len(plans) == 1  # one plan (batch, horizon) is said once
         legend.append(
             (
