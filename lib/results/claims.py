@@ -11,7 +11,7 @@ import pandas as pd
 
 from lib.core.config import profile_family
 from lib.core.params import Params
-from lib.results import claim_figures, claim_kinds, claim_params, decide
+from lib.results import claim_kinds, claim_params, decide
 from lib.results import noise as noise_stats
 from lib.results.claim_judge import NOT_APPLICABLE, NOT_MEASURED, range_text
 from lib.results.claim_params import CLAIMS, load_claims
@@ -83,32 +83,20 @@ def verdict(
 
 
 def judged(
-    df: pd.DataFrame,
-    records: list[dict],
-    evidence: dict,
-    params: Params,
-    env: dict,
-    recipe: dict | None,
-    checks: dict,
-    loo: tuple,
-    left: list,
-    floor: float | None,
-    path=CLAIMS,
-    long: dict | None = None,
+    df: pd.DataFrame, records: list[dict], evidence: dict, params: Params, facts: dict, floor: float | None, path=CLAIMS
 ) -> dict:
     """decisions.json's `claims`: {sources: each write-up as what it is, verdicts: every claim's row (verdict)}, its
     timing figures judged against the report's noise, as plain JSON data (lists, floats) so the file a render writes
     equals what its views read. decisions.compute's own: `df` (decide.table of the matrix), `records`
-    (store.decision_records), `evidence` (the matrix's records under 'matrix'), the recipe, parity.checks, the
-    leave-one-out, the levers this depth left untested, the noise floor and each lever's long-test decision, each
-    decided once there."""
+    (store.decision_records), `evidence` (the matrix's records under 'matrix'), `facts` (claim_figures.facts: what the
+    verdicts read beyond the matrix, decided once there) and the noise floor."""
     tps = decide.throughputs(records)
 
     def noise(*keys):  # the widest process-to-process range among the stages compared, where repeated; else the floor
         bands = [noise_stats.spread(v)["spread"] for (s, _), v in tps.items() if s in keys and len(v) > 1]
         return max(bands) if bands else floor
 
-    facts, data = claim_figures.facts(evidence, params, env, recipe, checks, loo, left, floor, long), load_claims(path)
+    data = load_claims(path)
     gemm, sdpa, tolerance = evidence.get("gemm"), evidence.get("sdpa"), params.run.loss_tolerance
     rows = [verdict(c, df, params.name, params.backend, gemm, noise, sdpa, tolerance, facts) for c in data["claims"]]
     return plain({"sources": data["sources"], "verdicts": rows})

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from lib.core import record, stages
 from lib.core.params import Params
-from lib.results import claims, decide, long_choice, long_quality, noise, parity, quality
+from lib.results import claim_figures, claims, decide, long_choice, long_quality, noise, parity, quality
 from lib.results.recipe_decision import make_recipe
 from lib.results.leave_one_out import leave_one_out
 from lib.results.next_experiment import next_experiment
@@ -285,6 +285,11 @@ def compute(
         "left_to_full_depth": left,
         "fell_back_from": sorted(parity.fallbacks(checks).values()) if left else [],
         "claims": claims.judged(
-            df, records, evidence, params, env, recipe, checks, loo, left, floor, long=long_decisions(levers_)
+            df,
+            records,
+            evidence,
+            params,
+            claim_figures.facts(evidence, params, env, recipe, checks, loo, left, floor, long_decisions(levers_)),
+            floor,
         ),
     }
