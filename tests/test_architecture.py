@@ -138,3 +138,17 @@ def test_the_readme_layout_names_every_module_in_its_package():
         assert modules <= listed.get(package, set()), (
             f"{package}/: README does not list {sorted(modules - listed.get(package, set()))}"
         )
+
+
+def test_the_repository_tracks_no_symbolic_link():
+    """A link committed by mistake travels with every clone: a `.deps` link to one checkout's own folder (git's
+    `.deps/` pattern ignores only a directory) sent every device machine's `make setup` into a loop of links, so the
+    FP8 runs of a sitting found no torchao. The ignore patterns now cover a link too."""
+    import subprocess
+
+    root = Path(__file__).resolve().parents[1]
+    if not (root / ".git").exists():
+        pytest.skip("not a git checkout")
+    listed = subprocess.run(["git", "ls-files", "-s"], cwd=root, capture_output=True, text=True, check=True).stdout
+    links = [line.split("\t", 1)[1] for line in listed.splitlines() if line.startswith("120000 ")]
+    assert links == []

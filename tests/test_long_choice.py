@@ -170,9 +170,37 @@ def test_the_long_test_command_prices_a_test_at_the_speed_up_the_report_judged_i
 def test_where_a_long_test_was_measured_says_what_its_runs_took():
     """A reviewer found page 1's '24 min of measuring' left the long test out: where it was measured now says its
     GPU-seconds (each run on one GPU), beside its commits and machines."""
+    one = {"commit": "a" * 40, "host_id": "host-1", "device": "NVIDIA H200"}
     runs = [
-        {"wall_s": 200.0, "provenance": {"commit": "a" * 40, "gpu_uuid": "GPU-1", "device": "NVIDIA H200"}},
-        {"wall_s": 230.5, "provenance": {"commit": "b" * 40, "gpu_uuid": "GPU-2", "device": "NVIDIA H200"}},
+        {"wall_s": 200.0, "provenance": {**one, "gpu_uuid": "GPU-1"}},
+        {"wall_s": 230.5, "provenance": {**one, "commit": "b" * 40, "host_id": "host-4", "gpu_uuid": "GPU-2"}},
+        {"wall_s": 100.0, "provenance": {**one, "commit": "b" * 40, "host_id": "host-4", "gpu_uuid": "GPU-3"}},
     ]
     by = long_quality.measured_by(runs)
-    assert by == {"commits": ["aaaaaaa", "bbbbbbb"], "device": "NVIDIA H200", "machines": 2, "gpu_seconds": 430.5}
+    assert by == {
+        "commits": ["aaaaaaa", "bbbbbbb"],
+        "device": "NVIDIA H200",
+        "machines": 2,  # hosts: a host of four GPUs ran two of the seeds at once
+        "gpus": 3,
+        "gpu_seconds": 530.5,
+    }
+
+
+def test_what_a_long_test_took_counts_only_the_runs_its_verdicts_pair(tmp_path):
+    """Reference runs measured ahead of their lever's seeds (four H200s ran the loss-only forward's seeds 3-6 while
+    the FP8 lm_head's found no torchao) rest no verdict yet: counting them had made page 1 say 7 machines and 59
+    GPU-minutes for tests that rest on 3 machines and 43."""
+    d, p = _folder(tmp_path)
+    _timed_recipe(d, p, "bf16_residual")
+    _long_test(d, p, [0.001, 0.002, 0.0015])
+    paired = loader.load(d).decided
+    out = d / "long" / "results" / "long"
+    for seed in (3, 4):  # the reference's runs alone, waiting for the lever's
+        rec = json.loads((out / "bf16_residual__b4__s0.json").read_text())
+        rec.update(seed_offset=seed, wall_s=999.0)
+        store.write_atomic(out / f"bf16_residual__b4__s{seed}.json", rec)
+    decided = loader.load(d).decided
+    row = {r["stage"]: r for r in decided["levers"]}["loss_only"]
+    assert row["long"]["n"] == 3 and row["long"]["seeds"] == [0, 1, 2]
+    assert decided["long_measured_by"] == paired["long_measured_by"]
+    assert row["long"]["measured_by"]["gpu_seconds"] == paired["long_measured_by"]["gpu_seconds"]

@@ -14,6 +14,9 @@ Variants:
   compiled_ddp   torch.compile around DDP: dynamo's DDPOptimizer splits the graph at bucket boundaries, so the
                  all-reduce of early buckets overlaps the rest of the backward
   zero1          ddp with the optimizer state sharded over the ranks (ZeroRedundancyOptimizer)
+  ddp_nobcast    ddp with broadcast_buffers=False
+  ddp_tuned      ddp with 100 MB buckets, gradient_as_bucket_view and broadcast_buffers=False
+PROBE_MICRO_STEPS=K gives every rank K accumulation steps instead (1:plain at K=2 is one rank of four's work alone).
 Each writes OUT_DIR/<gpus>-<variant>.json: the slowest rank's median step with and without the all-reduce
 (no_sync), tokens/s, and the efficiency against 1:plain where it ran first."""
 
@@ -31,7 +34,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 MICRO_BATCH = int(os.environ.get("PROBE_MICRO_BATCH", 64))  # 64: the recipe's; another only to try the probe on a CPU
 WARMUP, TIMED = 6, 16
-VARIANTS = ("plain", "ddp", "ddp_bucket100", "ddp_view", "ddp_static", "compiled_ddp", "zero1")
+VARIANTS = (
+    "plain",
+    "ddp",
+    "ddp_bucket100",
+    "ddp_view",
+    "ddp_static",
+    "compiled_ddp",
+    "zero1",
+    "ddp_nobcast",
+    "ddp_tuned",
+)
 MULTICAST_OFF = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
 
 
@@ -50,7 +63,8 @@ def worker(profile: str, stage_key: str, variant: str, out: str) -> None:
     if dev == "cuda":
         torch.cuda.set_device(local)
     dist.init_process_group("nccl" if dev == "cuda" else "gloo")
-    micro = params.micro_steps(MICRO_BATCH) // world
+    # PROBE_MICRO_STEPS: a rank's accumulation steps given (one GPU at B=64 x 2 is a rank of four without its peers)
+    micro = int(os.environ.get("PROBE_MICRO_STEPS") or params.micro_steps(MICRO_BATCH) // world)
     stage = stages.get(stage_key)
     if variant == "plain":
         train = step.build(params, stage, dev, micro_steps=micro)
@@ -61,6 +75,8 @@ def worker(profile: str, stage_key: str, variant: str, out: str) -> None:
     else:
         opts = {"ddp_bucket100": {"bucket_cap_mb": 100}, "ddp_view": {"gradient_as_bucket_view": True}}
         opts["ddp_static"] = {"static_graph": True}
+        opts["ddp_nobcast"] = {"broadcast_buffers": False}  # no buffer broadcast before each forward
+        opts["ddp_tuned"] = {"bucket_cap_mb": 100, "gradient_as_bucket_view": True, "broadcast_buffers": False}
         train = step.build(params, stage, dev, wrap=lambda m: DDP(m, **opts.get(variant, {})), micro_steps=micro)
         if variant == "zero1":
             from torch.distributed.optim import ZeroRedundancyOptimizer

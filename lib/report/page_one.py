@@ -239,6 +239,7 @@ def lever_table(rep: Report) -> str:
         where = (  # where the records say (records written before provenance was stamped say nothing)
             f" By its own command: {', '.join(by['commits'])}, {by['machines']} "
             f"{by['device'] or 'device'} machine{'s' if by['machines'] != 1 else ''}"
+            + (f" ({by['gpus']} GPUs)" if by.get("gpus", by["machines"]) != by["machines"] else "")
             + (f", {by['gpu_seconds'] / 60:.0f} GPU-min" if by.get("gpu_seconds") else "")
             + "."
             if by["commits"]

@@ -187,6 +187,13 @@ def long_decisions(rows: list[dict]) -> dict:
     return {row["stage"]: row["long"]["decision"] for row in rows if row.get("long")}
 
 
+def _long_measured_by(rows: list[dict], recipe: dict | None, evidence: dict) -> dict | None:
+    """Where the runs that the long verdicts rest on were measured (a run waiting for its pair is not counted)."""
+    verdicts = [row["long"] for row in rows if row.get("long")] + [v for v in [(recipe or {}).get("long")] if v]
+    runs = long_quality.judged_runs(_long_ok(evidence), verdicts)
+    return long_quality.measured_by(runs) if runs else None
+
+
 def _long_ok(evidence: dict) -> list[dict]:
     return [r for r in evidence.get("long") or [] if r.get("status") == record.Status.OK]
 
@@ -280,7 +287,7 @@ def compute(
         ),
         "noise_floor": floor,
         # where the long tests' runs were measured, from their own records (they may span sittings and machines)
-        "long_measured_by": long_quality.measured_by(long_ok) if (long_ok := _long_ok(evidence)) else None,
+        "long_measured_by": _long_measured_by(levers_, recipe, evidence),
         # the levers whose quality test this depth left to DEPTH=full, and the lever that did not hold beside them
         "left_to_full_depth": left,
         "fell_back_from": sorted(parity.fallbacks(checks).values()) if left else [],

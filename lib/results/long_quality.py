@@ -76,17 +76,31 @@ def verdict(
         "speedup": speedup,
         **p,
         **dataclasses.asdict(v),
-        "measured_by": measured_by([r for k in (lever, reference) for r in _runs(records, k, batch).values()]),
+        "measured_by": measured_by(judged_runs(records, [{"lever": lever, "reference": reference, **p}], batch)),
     }
 
 
+def judged_runs(records: list[dict], verdicts: list[dict], batch: int | None = None) -> list[dict]:
+    """The runs the verdicts rest on: both sides' at their paired seeds, each run once (one reference's runs serve
+    several tests). A run no verdict pairs yet (a seed waiting for its other side) is not among them."""
+    used: dict[tuple, dict] = {}
+    for v in verdicts:
+        for stage in (v["lever"], v["reference"]):
+            for seed, r in _runs(records, stage, batch or v["batch"]).items():
+                if seed in v["seeds"]:
+                    used[(stage, r["batch_size"], seed)] = r
+    return list(used.values())
+
+
 def measured_by(runs: list[dict]) -> dict:
-    """Where the test's runs were measured, from their own provenance: the commits, the device and how many machines
-    (its seeds may span sittings, and a report reads the test as its own evidence, not the sitting's)."""
+    """Where the test's runs were measured, from their own provenance: the commits, the device, how many machines
+    (hosts) and GPUs (its seeds may span sittings, and a report reads the test as its own evidence, not the
+    sitting's)."""
     prov = [r.get("provenance") or {} for r in runs]
     return {
         "commits": sorted({p["commit"][:7] for p in prov if p.get("commit")}),
         "device": next((p["device"] for p in prov if p.get("device")), None),
-        "machines": len({p.get("gpu_uuid") or p.get("host_id") for p in prov} - {None}),
+        "machines": len({p.get("host_id") or p.get("gpu_uuid") for p in prov} - {None}),  # hosts
+        "gpus": len({p.get("gpu_uuid") or p.get("host_id") for p in prov} - {None}),  # a host of four runs four at once
         "gpu_seconds": sum(r.get("wall_s") or 0 for r in runs) or None,  # what the runs took, one GPU each
     }
