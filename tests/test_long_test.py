@@ -88,3 +88,14 @@ def test_the_long_test_refuses_in_one_line_without_its_corpus_or_with_a_corpus_t
     small = _data_with_long_corpus(tmp_path / "small", train_tokens=2_000)
     proc = _long_test(small, "cpu", "vocab", "--against", "flash", "--batch", "2", "--seeds", "2")
     assert proc.returncode == 2 and "early transient" in proc.stderr
+
+
+def test_the_long_test_runs_nothing_where_a_side_cannot_run(tmp_path):
+    """A four-H200 host whose setup had missed torchao ran the loss-only forward's seeds and wrote the FP8 lm_head's
+    as not applicable: the test now stops before any run and says which side cannot run here."""
+    d, out = _data_with_long_corpus(tmp_path), tmp_path / "long"
+    args = ["cpu", "fp8_head", "--batch", "2", "--seeds", "2", "--min-steps", "8", "--folder", str(out)]
+    proc = _long_test(d, *args)
+    assert proc.returncode == 2 and "nothing was run" in proc.stderr, describe_proc(proc)
+    assert len(proc.stderr.strip().splitlines()) == 1
+    assert not list(out.glob("results/long/*.json"))

@@ -100,6 +100,11 @@ def main(argv: list[str]) -> int:
         if not (folder / "params.json").exists():
             store.write_atomic(folder / "params.json", params)
         env = runner.environment(folder)
+        # a side that cannot run here stops the test before any run: a host whose setup missed a lever's package had
+        # measured its reference's seeds alone and recorded the lever's as not applicable
+        for side in (args.lever, reference):
+            if why := stages.get(side).not_applicable(env["device"]):
+                raise ValueError(f"{why}: nothing was run")
         jobs = plan(
             params, env, folder, args.lever, reference, args.batch, args.micro_steps, args.seeds, args.min_steps
         )
