@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from conftest import make_record, tiny_params, write_report_dir
 
-from lib.core import cli_args, config, stages
+from lib.core import chapters, cli_args, config, stages
 from lib.report import ddp_charts, loader, stage_facts
 from lib.report.evidence_view import ddp_curve_html
 from lib.results import store
@@ -351,11 +351,10 @@ def test_two_and_three_gloo_processes_land_in_one_report_and_draw_the_curve(ddp_
 
 
 def test_the_scaling_curve_counts_are_the_doublings_up_to_the_host_s_own_and_four_or_more_rehearse_two_nodes():
-    from lib.core import stages
 
-    assert [stages.ddp_points(n) for n in (1, 2, 3)] == [[], [(2, 1)], [(2, 1), (3, 1)]]
-    assert stages.ddp_points(4) == [(2, 1), (4, 1), (4, 2)]
-    assert stages.ddp_points(8) == [(2, 1), (4, 1), (8, 1), (8, 2)]
+    assert [chapters.ddp_points(n) for n in (1, 2, 3)] == [[], [(2, 1)], [(2, 1), (3, 1)]]
+    assert chapters.ddp_points(4) == [(2, 1), (4, 1), (4, 2)]
+    assert chapters.ddp_points(8) == [(2, 1), (4, 1), (8, 1), (8, 2)]
 
 
 def test_a_job_over_two_nodes_has_a_record_of_its_own_beside_the_one_node_record_of_as_many_gpus(tmp_path):
@@ -520,3 +519,55 @@ def test_a_seed_run_on_another_gpu_of_the_host_is_stamped_with_that_gpu_s_uuid(m
     assert environment.own_gpu_stamp({"stamp": stamp, "device": None}) is stamp  # a job on the run's own GPU
     cpu = {"host_id": "host-a", "gpu_uuid": None}
     assert environment.own_gpu_stamp({"stamp": cpu, "device": 1}) is cpu
+
+
+def test_a_ddp_point_s_lost_efficiency_splits_into_the_wrapper_all_gpus_at_once_and_the_all_reduce():
+    """Issue 64: where the lost points go, from what the DDP job measures (its step with and without the all-reduce,
+    the same job on one rank) against the one-GPU reference; the figures of four H200s (reports/probes/ddp-h200-x4)."""
+    from lib.results import scaling
+
+    single = {"stage": "loss_only", "batch_size": 64, "tokens_per_s": 574_762.0, "recommended": True}
+    point = {
+        "stage": "ddp",
+        "status": "ok",
+        "world_size": 4,
+        "nnodes": 1,
+        "batch_size": 64,
+        "base_stage": "loss_only",
+        "tokens_per_s": 2_140_483.0,
+        "one_rank_tokens_per_s": 556_755.0,
+        "one_rank_efficiency": 2_140_483.0 / 4 / 556_755.0,
+        "allreduce_share": 1 - 243.57 / 244.94,
+    }
+    one, four = scaling.curve([point], single)
+    lost = four["lost"]
+    assert one["lost"] is None and four["efficiency"] == pytest.approx(0.931, abs=5e-4)
+    assert lost["wrapper"] == pytest.approx(0.0301, abs=5e-4)  # 235.4 ms on one rank against 228.0 on one GPU
+    assert lost["allreduce"] == pytest.approx(0.0056, abs=5e-4)
+    assert lost["wrapper"] + lost["at_once"] + lost["allreduce"] == pytest.approx(1 - four["efficiency"])
+    alone = scaling.curve([{**point, "one_rank_tokens_per_s": None}], single)[1]["lost"]
+    assert alone["wrapper"] is None and alone["rest"] == pytest.approx(lost["wrapper"] + lost["at_once"])
+
+
+def test_a_ddp_job_trains_the_one_gpu_recipe_s_batches_so_its_losses_are_the_recipe_s(vocab_report, tmp_path):
+    """Issue 64's loss check: step i of the job trains the sequences of step i of the one-GPU recipe, its loss the
+    ranks' mean. Each rank had read its own run of the corpus (rank 1's first batch was rank 0's second), and the
+    record kept rank 0's loss alone, so no DDP loss could be held to one GPU's."""
+    import torch
+
+    from lib.core import data
+    from lib.results import scaling
+    from lib.train import step
+
+    params, folder = _recipe_report(vocab_report, tmp_path)
+    rec = ddp_launch.run_ddp(params, folder, nproc=2)
+    assert rec["status"] == "ok", rec.get("reason")
+    one = recipe.recipe_params(params)  # the job's steps: the recipe's
+    n = one.run.warmup_steps + one.run.timed_steps
+    train = step.build(one, stages.get("vocab"), "cpu", micro_steps=4)
+    xs, ys = data.device_batches(one, 8, n, "cpu")
+    alone = [float(train(xs[i], ys[i])) for i in range(n)]
+    assert rec["losses"] == pytest.approx(alone, abs=2e-3)  # the same batches, gradients reduced in another order
+    single = {"stage": "vocab", "batch_size": 2, "tokens_per_s": 9_000.0}
+    point = scaling.curve([rec], single, float(np.mean(alone[-3:])), params.run.loss_tolerance)[1]
+    assert point["loss"]["holds"] and abs(point["loss"]["diff"]) < 2e-3

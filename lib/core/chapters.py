@@ -81,3 +81,16 @@ def check_part_of(keys: list[str], stage_keys: list[str]) -> None:
         raise UsageError(
             f"CHAPTERS names {', '.join(absent)}, not a chapter of this report (its chapters: {', '.join(have)})"
         )
+
+
+def ddp_points(gpus: int) -> list[tuple[int, int]]:
+    """The (GPUs, nodes) the DDP chapter measures on a host of `gpus` GPUs: 2, 4, ... doubling and the host's own
+    count on one node (the scaling curve), then, on a host of four or more (an even count), two nodes of half its
+    GPUs each rehearsed on it; none on one GPU."""
+    counts, k = [], 2
+    while k < gpus:
+        counts.append(k)
+        k *= 2
+    counts += [gpus] if gpus >= 2 else []
+    rehearsal = [(gpus, 2)] if gpus >= 4 and gpus % 2 == 0 else []
+    return [(n, 1) for n in counts] + rehearsal

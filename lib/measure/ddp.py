@@ -63,13 +63,17 @@ def run(job: dict) -> dict | None:
     # DDP wraps the compiled model (nanoGPT's order). The cost: gradients reach DDP only when the
     # compiled backward ends, so the all-reduce does not overlap the backward.
     micro = job.get("micro_steps", 1)
-    train = step.build(params, stage, dev, wrap=torch.nn.parallel.DistributedDataParallel, micro_steps=micro)
+    options = dict(stages.get("ddp").ddp_options)  # the DDP stage's settings (bucket size, ...)
+    wrap = lambda m: torch.nn.parallel.DistributedDataParallel(m, **options)  # noqa: E731
+    train = step.build(params, stage, dev, wrap=wrap, micro_steps=micro)
     model = train.model
     checksum = model.init_checksum()  # before any step: the same weights as every single-GPU stage
     n_steps = r.warmup_steps + 2 * r.timed_steps
-    # Each rank reads its own slice of the corpus, as a data-parallel job would.
+    # Each rank reads its share of every global batch, so step i of the job trains the sequences of step i of the
+    # one-GPU recipe (its micro-batches in order) and its losses can be held to the recipe's (scaling.curve).
     per_rank = batch * micro  # sequences a rank trains per step
-    xs, ys = data.device_batches(params, per_rank, n_steps, dev, skip=rank * per_rank * r.seq_len)
+    xs, ys = data.device_batches(params, per_rank * world, n_steps, dev)
+    xs, ys = (t[:, rank * per_rank : (rank + 1) * per_rank].contiguous() for t in (xs, ys))
     losses = []
 
     def one(i: int, sync: bool = True):
@@ -103,6 +107,10 @@ def run(job: dict) -> dict | None:
     gathered = [torch.zeros_like(med) for _ in range(world)]
     dist.all_gather(gathered, med)
     gathered = [g.cpu() for g in gathered]
+    # the job's loss each synchronised step: the mean over the ranks, as one GPU's loss is over its whole batch
+    mean_loss = torch.stack(losses[: r.warmup_steps + r.timed_steps]).float().to(where)
+    dist.all_reduce(mean_loss)
+    mean_loss = (mean_loss / world).cpu()
     # Drop the DDP wrapper (its reducer holds the process group) before the group goes: torch 2.13
     # with gloo otherwise sometimes aborts at exit ("terminate called without an active exception")
     # on a rank that leaves first, which two nodes made visible. The allocator keeps its blocks.
@@ -138,8 +146,9 @@ def run(job: dict) -> dict | None:
         tokens_per_s=tokens / (slowest_sync / 1e3),
         no_sync_median_ms=slowest_local,
         allreduce_share=max(0.0, 1 - slowest_local / slowest_sync),
-        losses=[float(v) for v in torch.stack(losses[: r.warmup_steps + r.timed_steps]).float().cpu()],
+        losses=[float(v) for v in mean_loss],
         base_stage=stage.key,
+        shares_batches=True,  # step i trains the one-GPU recipe's step-i sequences: its losses compare
         backend_dist="nccl" if dev == "cuda" else "gloo",
     )
     rec["per_gpu_tokens_per_s"] = rec["tokens_per_s"] / world

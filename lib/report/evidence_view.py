@@ -304,19 +304,36 @@ def ddp_curve_table_html(rep: Report) -> str:
                 "tok/s per GPU": tok(p["per_gpu_tokens_per_s"]),
                 "× 1 GPU": f"{p['speedup']:.2f}×",
                 "efficiency<br><small>vs the 1-GPU row</small>": pct(p["efficiency"]),
-                "efficiency<br><small>vs one rank of the job</small>": pct(p["one_rank_efficiency"])
-                if p["gpus"] > 1
-                else "",
-                "all-reduce<br><small>share of the step</small>": pct(p["allreduce_share"])
-                if p["gpus"] > 1
-                else "none",
+                **_lost_cells(p["lost"]),
+                "final loss<br><small>− the 1-GPU recipe's</small>": _loss_cell(p["loss"]),
             }
         )
     return (
-        f"<p>Efficiency: tokens/s ÷ (GPUs × the 1-GPU row: {html.escape(ref)}); against one rank of the job: ÷ the "
-        "same DDP job on one rank (its micro-steps a rank, nothing to reduce); all-reduce share: 1 − step time "
-        "without gradient synchronisation ÷ step time with it, on the same ranks.</p>" + table(rows)
+        f"<p>Efficiency: tokens/s ÷ (GPUs × the 1-GPU row: {html.escape(ref)}). What it lost, as shares of the step "
+        "(they add up to 100 % − efficiency): the DDP wrapper, the same job on one rank with no peer against the 1-GPU "
+        "row; all GPUs at once, the ranks' step with no all-reduce against that one rank; the all-reduce, the step "
+        "with it against the step without it, on the same ranks (what overlap does not hide). Each step of a job trains the "
+        "sequences of the same step on one GPU; its final loss is the ranks' mean.</p>" + table(rows)
     )
+
+
+def _loss_cell(loss: dict | None) -> str:
+    """A point's final loss against the one-GPU recipe's (scaling.loss_check), within the loss gate's tolerance."""
+    if loss is None:
+        return ""
+    word = "within" if loss["holds"] else '<span class="warn">beyond</span>'
+    return f"{loss['diff']:+.4f} nats, {word} ±{loss['tolerance']:g}"
+
+
+LOST = (("wrapper", "DDP wrapper"), ("at_once", "all GPUs at once"), ("allreduce", "all-reduce"))
+
+
+def _lost_cells(lost: dict | None) -> dict:
+    """A point's lost efficiency by part (scaling.lost), one cell each."""
+    cells = {key: pct(lost[key]) if lost and lost[key] is not None else "" for key, _ in LOST}
+    if lost and lost["wrapper"] is None:  # no one-rank job: the wrapper's part is not told apart from the rest
+        cells["at_once"] = f"{pct(lost['rest'])}, the wrapper's too"
+    return {f"lost: {name}<br><small>share of the step</small>": cells[key] for key, name in LOST}
 
 
 def host_html(rep: Report) -> str:

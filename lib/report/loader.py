@@ -10,10 +10,9 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
-from lib.core import data, kernel_categories, prices, provenance, record, stages
+from lib.core import chapters, data, kernel_categories, prices, provenance, record, stages
 from lib.core.params import ConfigError, Params
 from lib.core.paths import resolve
 from lib.report import decided_file
@@ -253,45 +252,9 @@ def widest(rows: pd.DataFrame) -> pd.Series:
     return rows.loc[rows["world_size"].astype(float).idxmax()]
 
 
-ONE_RANK = "one rank of this DDP job"  # the efficiency_reference of DDP records from before the same-sitting reference
-
-
 def best_single_gpu(rep: Report) -> dict | None:
-    """What a DDP point is judged against: the single-GPU reference its record carries (the recipe's
-    configuration on one GPU in the same sitting, `source` naming it); for a record from before that,
-    the recommended configuration on one GPU (the median
-    over its processes) or, in a report where no stage's loss could be verified, the fastest
-    single-GPU configuration measured (`recommended` False). None when nothing ran on one GPU."""
-    carried = [
-        r
-        for r in rep.records
-        if stages.is_multi_gpu(r["stage"])
-        and r["status"] == record.Status.OK
-        and r.get("single_gpu_tokens_per_s")
-        and "one_rank_efficiency" in r  # the record's efficiency divides by the reference it carries
-    ]
-    if carried:  # measured in the same sitting as the DDP job, at its global batch (ddp_launch.efficiency)
-        r = max(carried, key=lambda r: r["world_size"])
-        return {
-            "stage": r["base_stage"],
-            "batch_size": r["batch_size"],
-            "tokens_per_s": r["single_gpu_tokens_per_s"],
-            "recommended": True,
-            "source": r["efficiency_reference"],
-        }
-    best = recommended(rep)
-    if best is not None:
-        return {
-            "stage": best["stage"],
-            "batch_size": best["batch_size"],
-            "tokens_per_s": best["processes"]["median"],
-            "recommended": True,
-        }
-    medians = {key: float(np.median(v)) for key, v in decide.throughputs(rep.decisions).items()}
-    if not medians:
-        return None
-    (stage, batch), tps = max(medians.items(), key=lambda kv: kv[1])
-    return {"stage": stage, "batch_size": batch, "tokens_per_s": tps, "recommended": False}
+    """What a DDP point is judged against (scaling.single_gpu, decided once)."""
+    return rep.decided["scaling"]["single"]
 
 
 def cut_short(rep: Report) -> str | None:
@@ -321,7 +284,7 @@ def _alive(run: dict) -> bool:
 
 
 def ddp_not_measured(rep: Report) -> list[dict]:
-    """The DDP jobs this host's chapter runs (stages.ddp_points) with no timed record in the folder, each with why:
+    """The DDP jobs this host's chapter runs (chapters.ddp_points) with no timed record in the folder, each with why:
     its record's failure, else the run that stopped before reaching it, else no record at all."""
     timed = {
         (int(r["world_size"]), int(r.get("nnodes") or 1)): r
@@ -330,7 +293,7 @@ def ddp_not_measured(rep: Report) -> list[dict]:
     }
     gpus, cut = int((rep.env.get("device") or {}).get("count") or 1), cut_short(rep)
     out = []
-    for n, nodes in stages.ddp_points(gpus):
+    for n, nodes in chapters.ddp_points(gpus):
         rec = timed.get((n, nodes))
         if rec and rec["status"] == record.Status.OK:
             continue
@@ -346,55 +309,5 @@ def ddp_not_measured(rep: Report) -> list[dict]:
 
 
 def scaling_curve(rep: Report) -> list[dict]:
-    """The data-parallel scaling curve, one row per GPU count, fewest first: the best single-GPU
-    configuration itself as the 1-GPU point, then every timed multi-GPU record of the folder (one
-    per GPU count, whichever hosts measured them). Each gets its speed-up over that configuration
-    and efficiency = tokens/s / (GPUs x its tokens/s); 100 % is perfect scaling. A point that replicates another configuration (the DDP stage skips one
-    that leaves too little memory for DDP's buffers) says so in `same_config`. Empty without a
-    timed multi-GPU record or a single-GPU configuration to judge it against."""
-    single = best_single_gpu(rep)
-    # the runner keeps one record per GPU count; of two left in a folder by hand, the later file wins
-    multi = {  # one node, and several (a real multi-node run, or two nodes rehearsed on one host) beside it
-        (int(r["world_size"]), int(r.get("nnodes") or 1)): r
-        for r in rep.records
-        if stages.is_multi_gpu(r["stage"]) and r["status"] == record.Status.OK and (r.get("world_size") or 0) > 1
-    }
-    if single is None or not multi:
-        return []
-    ref = single["tokens_per_s"]
-    rows = [
-        {
-            "gpus": 1,
-            "nnodes": 1,
-            "per_gpu_batch": single["batch_size"],
-            "stage": single["stage"],
-            "tokens_per_s": ref,
-            "per_gpu_tokens_per_s": ref,
-            "speedup": 1.0,
-            "efficiency": 1.0,
-            "allreduce_share": None,
-            "one_rank_efficiency": None,
-            "same_config": True,
-            "source": single.get("source"),  # what the record names as its one-GPU reference, where it carries one
-        }
-    ]
-    for (gpus, _), r in sorted(multi.items()):
-        one_rank = r.get(
-            "one_rank_efficiency", r.get("scaling_efficiency") if r.get("efficiency_reference") == ONE_RANK else None
-        )
-        rows.append(
-            {
-                "gpus": gpus,
-                "nnodes": r.get("nnodes") or 1,
-                "per_gpu_batch": r["batch_size"],
-                "stage": r.get("base_stage"),
-                "tokens_per_s": r["tokens_per_s"],
-                "per_gpu_tokens_per_s": r["tokens_per_s"] / gpus,
-                "speedup": r["tokens_per_s"] / ref,
-                "efficiency": r["tokens_per_s"] / (gpus * ref),
-                "allreduce_share": r.get("allreduce_share"),
-                "one_rank_efficiency": one_rank,
-                "same_config": (r.get("base_stage"), r["batch_size"]) == (single["stage"], single["batch_size"]),
-            }
-        )
-    return rows
+    """The data-parallel scaling curve and where each point's lost efficiency went (scaling.curve, decided once)."""
+    return rep.decided["scaling"]["curve"]

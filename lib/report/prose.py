@@ -7,7 +7,8 @@ from __future__ import annotations
 import pandas as pd
 
 from lib.report import fidelity_view
-from lib.report.loader import ONE_RANK, Report, gib
+from lib.report.loader import Report, gib
+from lib.results.scaling import ONE_RANK
 from lib.results import decide, noise
 
 

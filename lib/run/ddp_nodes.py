@@ -1,4 +1,4 @@
-"""Two nodes rehearsed on one host (ddp_launch runs the job; stages.ddp_points says when): a team that outgrows one
+"""Two nodes rehearsed on one host (ddp_launch runs the job; chapters.ddp_points says when): a team that outgrows one
 machine knows the path across nodes works before it rents two."""
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import copy
 
-from lib.core import config, record, stages
+from lib.core import chapters, config, record, stages
 from lib.core.paths import resolve
 from lib.core.params import Params
 from lib.results import decide, store
@@ -320,7 +320,7 @@ def ddp_chapter(params: Params, report_dir, force: bool = False) -> list[dict]:
     """The DDP chapter: GPT-2's batch over 2, 4, ... GPUs and the host's own count (the scaling curve, each point
     against the same sitting's one-GPU recipe), then, on a host of four or more (an even count), two nodes rehearsed
     on it; on one GPU, the stage's 'not applicable' record."""
-    points = stages.ddp_points(int(runner.environment(report_dir)["device"].get("count") or 1))
+    points = chapters.ddp_points(int(runner.environment(report_dir)["device"].get("count") or 1))
     if not points:
         return [ddp_launch.run_ddp(params, report_dir, force=force)]
     return [
