@@ -571,3 +571,18 @@ def test_a_ddp_job_trains_the_one_gpu_recipe_s_batches_so_its_losses_are_the_rec
     single = {"stage": "vocab", "batch_size": 2, "tokens_per_s": 9_000.0}
     point = scaling.curve([rec], single, float(np.mean(alone[-3:])), params.run.loss_tolerance)[1]
     assert point["loss"]["holds"] and abs(point["loss"]["diff"]) < 2e-3
+
+
+def test_the_ddp_chapter_shows_the_code_its_records_ran(ddp_run):
+    """reports/h100-x4's DDP jobs ran before DDP took its bucket settings: its chapter had shown them, as the registry
+    says today. The code shown is what each record ran with."""
+    from types import SimpleNamespace
+
+    from lib.report import tables
+
+    _, rec, _ = ddp_run
+    assert dict(map(tuple, rec["ddp_options"])) == dict(stages.DDP_OPTIONS)
+    now = tables.switch(SimpleNamespace(records=[rec]), "ddp")
+    assert "bucket_cap_mb=100" in now and "gradient_as_bucket_view=True" in now
+    before = {k: v for k, v in rec.items() if k != "ddp_options"}
+    assert "DistributedDataParallel(model)" in tables.switch(SimpleNamespace(records=[before]), "ddp")

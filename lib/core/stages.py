@@ -124,6 +124,17 @@ def fp8_switches(stage) -> dict:
     return out | ({"loss": stage.loss} if stage.loss in FP8_LOSSES else {})
 
 
+# What paid on four H200s (reports/probes/ddp-h200-x4-2026-11-29): 100 MB buckets cut DDP's own work a step, 93.7 ->
+# 95.0-95.3 % at four GPUs; the gradients live in the buckets, and the model has no buffers to send
+DDP_OPTIONS = (("bucket_cap_mb", 100), ("gradient_as_bucket_view", True), ("broadcast_buffers", False))
+
+
+def ddp_switch(options) -> str:
+    """The DDP stage's code with the keyword arguments `options` (what a DDP record ran with, lib/measure/ddp.py)."""
+    args = "".join(f", {k}={v!r}" for k, v in options)
+    return f"model = DistributedDataParallel(model{args})  # torchrun --nproc_per_node=<GPUs>"
+
+
 def _cumulative() -> list[Stage]:
     fp32 = Stage(
         "fp32",
@@ -316,11 +327,8 @@ def _cumulative() -> list[Stage]:
         backends=("cuda", "rocm"),
         min_devices=2,
         needs="two or more GPUs (data parallelism)",
-        switch="model = DistributedDataParallel(model, bucket_cap_mb=100, gradient_as_bucket_view=True, "
-        "broadcast_buffers=False)  # torchrun --nproc_per_node=<GPUs>",
-        # what paid on four H200s (reports/probes/ddp-h200-x4-2026-11-29): 100 MB buckets cut DDP's own work a step,
-        # 93.7 -> 95.0-95.3 % at four GPUs; the gradients live in the buckets, and the model has no buffers to send
-        ddp_options=(("bucket_cap_mb", 100), ("gradient_as_bucket_view", True), ("broadcast_buffers", False)),
+        switch=ddp_switch(DDP_OPTIONS),
+        ddp_options=DDP_OPTIONS,
     )
     return [
         fp32,

@@ -148,6 +148,7 @@ def run(job: dict) -> dict | None:
         allreduce_share=max(0.0, 1 - slowest_local / slowest_sync),
         losses=[float(v) for v in mean_loss],
         base_stage=stage.key,
+        ddp_options=sorted(options.items()),  # what DDP ran with (the chapter's code shows these)
         shares_batches=True,  # step i trains the one-GPU recipe's step-i sequences: its losses compare
         backend_dist="nccl" if dev == "cuda" else "gloo",
     )

@@ -54,7 +54,7 @@ VIEWS = {
     "measured": _measured,
     "losses": lambda rep, key: [charts.plot_losses(rep, key)],
     "top_kernels": lambda rep, key: [("html", profile_view.top_kernels_html(profile_view.stage_profile(rep, key)))],
-    "switch": lambda rep, key: [("md", tables.switch_md(key))],
+    "switch": lambda rep, key: [("md", tables.switch_md(rep, key))],
     "memory_layers": lambda rep, key, against: [
         ("md", evidence_view.memory_layers_md(rep, key, against)),
         ("html", evidence_view.memory_layers_html(rep, key, against)),

@@ -175,9 +175,17 @@ def _clocks(e):
     return None
 
 
-def switch_md(key: str) -> str:
-    """A chapter's "the switch" block, from its stage entry."""
-    return f"#### The switch\n\n```python\n{stages.get(key).switch}\n```"
+def switch_md(rep: Report, key: str) -> str:
+    """A chapter's "the switch" block, from its stage entry (switch)."""
+    return f"#### The switch\n\n```python\n{switch(rep, key)}\n```"
+
+
+def switch(rep: Report, key: str) -> str:
+    """A stage's code; the DDP stage's with the options its records ran with (none before they were recorded)."""
+    if not stages.is_multi_gpu(key):
+        return stages.get(key).switch
+    ran = [r for r in rep.records if r["stage"] == key and r["status"] == "ok"]
+    return stages.ddp_switch(tuple(map(tuple, ran[0].get("ddp_options") or ())) if ran else stages.DDP_OPTIONS)
 
 
 def appendix_md(rep: Report) -> str:
@@ -187,7 +195,7 @@ def appendix_md(rep: Report) -> str:
         added_to = (
             f" (added to {stages.get(st.base).title}, not to the stage above)" if st.base and st.base != above else ""
         )
-        blocks.append(f"**{st.title}** — {st.lever}{added_to}\n\n```python\n{st.switch}\n```")
+        blocks.append(f"**{st.title}** — {st.lever}{added_to}\n\n```python\n{switch(rep, key)}\n```")
     return "\n\n".join(blocks)
 
 
