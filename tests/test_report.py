@@ -623,10 +623,12 @@ def test_the_batch_sweep_table_is_kept_on_one_page_when_it_fits_one():
 
 
 @pytest.mark.slow
-def test_page_one_of_the_four_gpu_report_holds_its_next_experiment(tmp_path):
-    """reports/h100-x4's page 1 (the fullest: its DDP row and the note of what the sitting lacks) lost its Next to
-    page 2 when a worth cell grew a line (2026-11-27). Re-rendered from its records by this code, page 1 of the PDF
-    ends with page 1's last action; WeasyPrint lays out report.html as the export does."""
+@pytest.mark.parametrize("gpu", ["h100", "h100-x4", "h200"])
+def test_page_one_of_a_committed_report_holds_its_next_experiment(tmp_path, gpu):
+    """reports/h100-x4's page 1 (its DDP row and the note of what the sitting lacks) lost its Next to page 2 when a
+    worth cell grew a line (2026-11-27), and reports/h200's (its long tests' legend) the last two lines of it. Each
+    committed report re-rendered from its records by this code: page 1 of the PDF ends with page 1's last action;
+    WeasyPrint lays out report.html as the export does."""
     import shutil
 
     from conftest import ROOT, describe_proc, run_cli
@@ -634,10 +636,10 @@ def test_page_one_of_the_four_gpu_report_holds_its_next_experiment(tmp_path):
 
     from lib.report.page_one import PAGE_ONE_END
 
-    shutil.copytree(ROOT / "reports" / "h100-x4", tmp_path / "h100-x4")
-    proc = run_cli("render", GPU="h100-x4", REPORTS=tmp_path, timeout=600)
+    shutil.copytree(ROOT / "reports" / gpu, tmp_path / gpu)
+    proc = run_cli("render", GPU=gpu, REPORTS=tmp_path, timeout=600)
     assert proc.returncode == 0, describe_proc(proc)
-    folder = tmp_path / "h100-x4"
+    folder = tmp_path / gpu
     html = (folder / "report.html").read_text(encoding="utf-8")
     # the mark ends the Next action: page 1 must hold the whole of it (its tail had wrapped onto page 2 unseen)
     assert re.search(rf"<strong>Next</strong>.*<span id='{PAGE_ONE_END}'></span></li>\s*</ul>", html.replace('"', "'"))

@@ -237,7 +237,7 @@ def lever_table(rep: Report) -> str:
         judged or (recipe or {}).get("long")
     ):  # the horizon a long verdict speaks for, and where it was measured, said once
         where = (  # where the records say (records written before provenance was stamped say nothing)
-            f" By its own command: {', '.join(by['commits'])}, {by['machines']} "
+            f" Measured by {', '.join(by['commits'])} on {by['machines']} "
             f"{by['device'] or 'device'} machine{'s' if by['machines'] != 1 else ''}"
             + (f" ({by['gpus']} GPUs)" if by.get("gpus", by["machines"]) != by["machines"] else "")
             + (f", {by['gpu_seconds'] / 60:.0f} GPU-min" if by.get("gpu_seconds") else "")
@@ -252,8 +252,8 @@ def lever_table(rep: Report) -> str:
                 "Sooner/later to the same loss",
                 "the long test ("
                 + (f"B={batch_}, {fmt.tokens(tokens_)} tokens, " if one else "")
-                + "text seen at most 4×) prices the loss cost in the reference's steps: speed to its loss, × the "
-                f"reference's [95 % bounds], for {'those' if one else 'the named'} tokens only.{where}",
+                + "text seen at most 4×) prices the loss cost in the reference's steps: speed to its loss [95 % "
+                f"bounds], for {'those' if one else 'the named'} tokens only.{where}",
             )
         )
     items = "".join(f"<li><strong>{html.escape(t)}</strong>: {html.escape(x)}</li>" for t, x in legend)
@@ -293,10 +293,10 @@ def next_text(rep: Report) -> str:
         lo, hi = v["net_worth_interval"]
         minutes = (nxt["to_decide"] or {}).get("gpu_minutes")
         return (
-            f"time the recipe with {title} ({fmt.times(1 + v['net_worth'], 3)} as fast to the same loss): "
+            f"time the recipe with {title}, {fmt.times(1 + v['net_worth'], 3)} as fast to the same loss: "
             f"{command} chooses it"
-            + (f" (a sitting, ~{minutes:.0f} GPU-min{test_cost(nxt)})" if minutes else "")
-            + payoff_text(nxt, "if that holds as trained")
+            + (f" (~{minutes:.0f} GPU-min{test_cost(nxt)})" if minutes else "")
+            + payoff_text(nxt, "if it holds as trained")
             + "".join(f". {o}" for o in over)
             + "."
         )
@@ -333,13 +333,13 @@ def next_text(rep: Report) -> str:
 
 
 def payoff_text(nxt: dict, condition: str) -> str:
-    """'; if it holds, the recipe on one GPU saves 0.38 GPU-hours ($1.32) per 10B tokens, repaying the test after
-    16.7B': what deciding the lever would pay, in the recipe's own GPU-hours, where the decisions priced it."""
+    """'; if it holds, it saves 0.38 GPU-hours ($1.32) per 10B tokens, repaying the test after 16.7B': what deciding
+    the lever would pay, in the recipe's own GPU-hours on one GPU, where the decisions priced it."""
     pay = nxt.get("payoff")
     if not pay:
         return ""
     return (
-        f"; {condition}, the recipe on one GPU saves {pay['gpu_hours_saved']:.2f} GPU-hours"
+        f"; {condition}, it saves {pay['gpu_hours_saved']:.2f} GPU-hours"
         + (f" ({fmt.money(pay['cost_saved'])})" if pay.get("cost_saved") else "")
         + f" per {fmt.tokens(pay['tokens'])} tokens"
         + (f", repaying the test after {fmt.tokens(pay['break_even_tokens'])}" if pay["break_even_tokens"] else "")
