@@ -553,7 +553,6 @@ def test_a_ddp_job_trains_the_one_gpu_recipe_s_batches_so_its_losses_are_the_rec
     """Issue 64's loss check: step i of the job trains the sequences of step i of the one-GPU recipe, its loss the
     ranks' mean. Each rank had read its own run of the corpus (rank 1's first batch was rank 0's second), and the
     record kept rank 0's loss alone, so no DDP loss could be held to one GPU's."""
-    import torch
 
     from lib.core import data
     from lib.results import scaling

@@ -204,3 +204,38 @@ def test_what_a_long_test_took_counts_only_the_runs_its_verdicts_pair(tmp_path):
     assert row["long"]["n"] == 3 and row["long"]["seeds"] == [0, 1, 2]
     assert decided["long_measured_by"] == paired["long_measured_by"]
     assert row["long"]["measured_by"]["gpu_seconds"] == paired["long_measured_by"]["gpu_seconds"]
+
+
+def test_a_short_test_that_needs_many_seeds_gives_way_to_the_long_test_where_that_costs_less():
+    """A reader of reports/h100-x4 found Next proposing 61 seeds of the short test (98 on reports/h100, 77 GPU-min),
+    where issue 62 measured the long test decide with a few: the next experiment is the long test's first seeds where
+    they cost less than the short test's, priced at the recipe's speed over the pinned corpus's horizon; on a CPU,
+    where that horizon takes hours, the short test stays."""
+    from lib.results import next_experiment as ne
+
+    def lever(seeds, minutes):
+        q = {"test": "parity", "seeds": 4, "batch": 128, "reference_micro_steps": 2, "tokens": 8_388_608}
+        q |= {"to_decide": {"seeds": seeds, "more": seeds - 4, "gpu_minutes": minutes}, "out_of_reach": None}
+        row = {"stage": "fp8_classifier", "title": "FP8 classifier (fused)", "decision": "not yet", "long": None}
+        return row | {"over_recipe": {"ratio": 1.075, "batch": 64}, "quality": q}
+
+    gpu = {"tokens_per_s": 536_420.0, "seq_len": 1024, "micro_batch": 128, "gpu_hours": 5.2, "token_budget": 10**10}
+    nxt = ne.next_experiment([lever(98, 77.4)], gpu, 128, "h100")
+    assert nxt["kind"] == "long pilot" and nxt["seeds"] == 3 and nxt["short_seeds"] == 98
+    assert nxt["command"] == "python -m lib.run.long_test h100 fp8_classifier --micro-steps 2 --seeds 3 --folder " + (
+        "reports/h100/long"
+    )
+    # 3 seeds a side of 784 steps of B=128 at the recipe's speed and the lever's: about 22 GPU-min, not 77
+    assert nxt["to_decide"]["tokens_a_run"] == 784 * 128 * 1024 and 20 < nxt["to_decide"]["gpu_minutes"] < 25
+    assert ne.next_experiment([lever(12, 3.0)], gpu, 128, "h100")["kind"] == "parity"  # few seeds: the short test
+    cpu = {**gpu, "tokens_per_s": 18_000.0, "seq_len": 64}
+    assert ne.next_experiment([lever(98, 9.0)], cpu, 128, "cpu")["kind"] == "parity"
+
+
+def test_the_pinned_corpus_gives_the_training_tokens_the_next_experiment_sizes_a_long_test_by():
+    from lib.core import long_corpus
+
+    manifest = long_corpus.LONG_DIR / "manifest.json"
+    if not manifest.exists():
+        pytest.skip("the long corpus is not fetched here (make corpus-long)")
+    assert json.loads(manifest.read_text())["train_tokens"] == long_corpus.PINNED_TRAIN_TOKENS

@@ -5,8 +5,17 @@ decide them."""
 
 from __future__ import annotations
 
-from lib.core import stages
+import math
+
+from lib.core import long_corpus, stages
+from lib.results import time_to_loss
 from lib.results.time_to_loss import ADOPT, NOT_YET
+
+# A short test that needs more seeds than this is the wrong tool: the long test decides with fewer (issue 62's probes,
+# 8-16 seeds at 700 steps; the H200's FP8 classifier was decided at its first 3), so a pilot of LONG_PILOT_SEEDS is
+# proposed instead, whose spread at the horizon then says how many more
+LONG_INSTEAD_SEEDS, LONG_PILOT_SEEDS, LONG_BATCH = 16, 3, time_to_loss.BATCH
+LONG_RUN_START_S = 40  # a long run's start and held-out evaluations beside its training (the H200's took 203-239 s)
 
 
 def next_experiment(
@@ -27,7 +36,7 @@ def next_experiment(
     )
     if not later:
         return None
-    reachable = [r for r in later if _decidable(r)]
+    reachable = [r for r in later if _decidable(r, recipe)]
     pick = reachable[0] if reachable else None
     passed = [
         {
@@ -48,6 +57,9 @@ def next_experiment(
         return {"stage": None, "passed_over": passed}
     q = pick["quality"] or {}
     tested = q.get("test") == "parity"
+    if tested and (q.get("out_of_reach") or ((q.get("to_decide") or {}).get("seeds") or 0) > LONG_INSTEAD_SEEDS):
+        if _pilot_pays(pick, recipe):
+            return _long_pilot(pick, recipe, profile, passed)
     # the other undecided levers its figure over the recipe includes (the FP8 classifier is built on the FP8 lm_head)
     undecided, chain = {r["stage"] for r in later}, [pick["stage"]]
     while stages.own_stack(chain[-1]) != chain[-1]:  # the levers it has (the FP8 classifier replaces the FP8 lm_head)
@@ -89,12 +101,31 @@ def next_experiment(
 LONG_MOST_SEEDS = 64  # time_to_loss.judge's most_seeds: a long test no more seeds would decide is passed over
 
 
-def _decidable(row: dict) -> bool:
+def _decidable(row: dict, recipe: dict | None) -> bool:
     """Whether a not-yet lever's next test can decide it: its long test where it ran (it reaches the same loss sooner,
-    so a sitting times it, or a stated number of seeds would decide it), else its short test not out of reach."""
+    so a sitting times it, or a stated number of seeds would decide it), else its short test not out of reach, or a
+    long test's first seeds where they cost less than the short test's ceiling of seeds."""
     if row.get("long"):
         return row["long"]["decision"] == ADOPT or bool(row["long"].get("seeds_to_decide"))
-    return not (row["quality"] or {}).get("out_of_reach")
+    return not (row["quality"] or {}).get("out_of_reach") or _pilot_pays(row, recipe)
+
+
+def _pilot_pays(row: dict, recipe: dict | None) -> bool:
+    """Whether a long test's first seeds cost less than the short test's seeds would (a CPU's long horizon takes
+    hours, so a CPU report keeps its short test)."""
+    cost = _pilot_cost(row, recipe)
+    return cost is not None and cost["gpu_minutes"] < _short_minutes(row["quality"] or {}, recipe)
+
+
+def _pilot_cost(row: dict, recipe: dict | None) -> dict | None:
+    """A long test's first seeds at the horizon the pinned corpus gives (time_to_loss.horizon_steps), each side at
+    the recipe's speed (the lever at its own ratio over it), with each run's start; None without the recipe's speed."""
+    if not (recipe and recipe.get("tokens_per_s")):
+        return None
+    per_step = LONG_BATCH * recipe["seq_len"]
+    tokens = time_to_loss.horizon_steps(long_corpus.PINNED_TRAIN_TOKENS, per_step) * per_step
+    run_s = tokens / recipe["tokens_per_s"] * (1 + 1 / row["over_recipe"]["ratio"]) + 2 * LONG_RUN_START_S
+    return {"gpu_minutes": LONG_PILOT_SEEDS * run_s / 60, "seeds": LONG_PILOT_SEEDS, "tokens_a_run": tokens}
 
 
 def _next_after_long(pick: dict, recipe: dict | None, profile: str, passed_over: list, sitting_gpu_s=None) -> dict:
@@ -111,7 +142,7 @@ def _next_after_long(pick: dict, recipe: dict | None, profile: str, passed_over:
         if sitting
         else f"python -m lib.run.long_test {profile} {pick['stage']} --against {v['reference']} --batch {v['batch']}"
         + (f" --micro-steps {v['micro_steps']}" if v.get("micro_steps", 1) > 1 else "")
-        + f" --seeds {more or v['n']} --report reports/{profile} --folder reports/{profile}/long"
+        + f" --seeds {more or v['n']} --folder reports/{profile}/long"
     )
     return {
         "stage": pick["stage"],
@@ -128,6 +159,45 @@ def _next_after_long(pick: dict, recipe: dict | None, profile: str, passed_over:
         "payoff": payoff(1 + v["net_worth"], recipe, cost),
         "batch": v["batch"],
         "micro_steps": v.get("micro_steps", 1),
+        "passed_over": passed_over,
+    }
+
+
+def _short_minutes(q: dict, recipe: dict | None) -> float:
+    """What the short test's seeds would cost: those that would decide it, or, out of reach, as many as its ceiling
+    (each seed two runs of its tokens at the recipe's speed); infinite where it cannot be priced."""
+    if (q.get("to_decide") or {}).get("gpu_minutes"):
+        return q["to_decide"]["gpu_minutes"]
+    beyond = (q.get("out_of_reach") or {}).get("seeds_beyond")
+    tps = (recipe or {}).get("tokens_per_s")
+    return beyond * 2 * q["tokens"] / tps / 60 if beyond and tps and q.get("tokens") else math.inf
+
+
+def _long_pilot(pick: dict, recipe: dict | None, profile: str, passed_over: list) -> dict:
+    """The long test's first seeds for a lever whose short test needs more than LONG_INSTEAD_SEEDS (or no stated
+    number), at the long test's batch against its own stack: its cost (_pilot_cost), what it pays were it to hold."""
+    q = pick["quality"]
+    # the micro-steps the report's own tests took at this batch, else the recipe's micro-batch's
+    micro = q.get("reference_micro_steps") if q.get("batch") == LONG_BATCH else None
+    micro = micro or max(1, LONG_BATCH // ((recipe or {}).get("micro_batch") or LONG_BATCH))
+    cost = _pilot_cost(pick, recipe)
+    return {
+        "stage": pick["stage"],
+        "title": pick["title"],
+        "kind": "long pilot",
+        "command": f"python -m lib.run.long_test {profile} {pick['stage']}"  # at its own batch, LONG_BATCH
+        + (f" --micro-steps {micro}" if micro > 1 else "")
+        + f" --seeds {LONG_PILOT_SEEDS} --folder reports/{profile}/long",  # the report beside it gives the speed
+        "over_recipe": pick["over_recipe"],
+        "with": [],
+        "tested": True,
+        "seeds_run": q["seeds"],
+        "seeds": LONG_PILOT_SEEDS,
+        "short_seeds": (q.get("to_decide") or {}).get("seeds"),  # what the short test would have needed
+        "to_decide": cost,
+        "payoff": payoff(pick["over_recipe"]["ratio"], recipe, cost),
+        "batch": LONG_BATCH,
+        "micro_steps": micro,
         "passed_over": passed_over,
     }
 

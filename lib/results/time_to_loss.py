@@ -22,6 +22,7 @@ MAX_PASSES = 4.0  # more passes over the training text would measure how fast th
 # (issue 62's probes measured it severalfold larger at 100 steps than at 700); the caller states another floor where
 # the spread measured at several horizons says so.
 MIN_STEPS = 500
+BATCH = 128  # the long test's batch unless its command names another (issue 62's plan; a step of 131,072 tokens)
 POWER = 0.8  # how often the seeds a 'not yet' asks for would decide it, were its mean and spread to hold
 SLOPE_SPAN = 0.1  # the last tenth of the curve's steps sets its local slope, for extrapolating (steps_behind)
 ADOPT, SKIP, NOT_YET = "adopt", "skip", "not yet"

@@ -3,7 +3,7 @@
 horizon of time_to_loss's rule, each run's held-out loss measured along the way so the reference's own curve prices
 the lever's loss cost in steps. On a host of several GPUs each GPU runs its own seeds at once.
 
-    python -m lib.run.long_test PROFILE LEVER [--against STAGE] --batch B [--micro-steps M] --seeds N
+    python -m lib.run.long_test PROFILE LEVER [--against STAGE] [--batch B] [--micro-steps M] --seeds N
                                 [--speedup X --speed-noise F | --report DIR] [--folder DIR]
 
 Records go to DIR/results/long/ (runs/long-<profile> unless --folder names another), the verdict to
@@ -82,12 +82,18 @@ def main(argv: list[str]) -> int:
     ap.add_argument("profile", help="the GPU profile (params/<profile>.yaml)")
     ap.add_argument("lever", help="the lever's stage (lib/core/stages.py)")
     ap.add_argument("--against", help="the reference stage (else the lever's own stack)")
-    ap.add_argument("--batch", type=int, required=True, help="sequences a step, both sides")
+    ap.add_argument(
+        "--batch", type=int, default=time_to_loss.BATCH, help=f"sequences a step, both sides ({time_to_loss.BATCH})"
+    )
     ap.add_argument("--micro-steps", type=int, default=1, help="micro-batches each side accumulates to train --batch")
     ap.add_argument("--seeds", type=int, required=True, help="paired seeds (a host of G GPUs runs G at once)")
     ap.add_argument("--speedup", type=float, help="the lever's speed over its reference as trained")
     ap.add_argument("--speed-noise", type=float, help="the spread a speed-up must beat (a fraction, e.g. 0.0169)")
-    ap.add_argument("--report", type=Path, help="a report folder whose decisions.json gives --speedup and the noise")
+    ap.add_argument(
+        "--report",
+        type=Path,
+        help="a report folder whose decisions.json gives --speedup and the noise (else the folder's parent)",
+    )
     ap.add_argument("--min-steps", type=int, default=time_to_loss.MIN_STEPS, help=argparse.SUPPRESS)
     ap.add_argument("--folder", type=Path, help="where the records go (else runs/long-<profile>)")
     args = ap.parse_args(argv)
@@ -134,6 +140,8 @@ def _speed(args) -> tuple[float | None, float]:
     stack against the canonical trainer's stage), else none (records only)."""
     if args.speedup:
         return args.speedup, args.speed_noise or 0.0
+    if not args.report and args.folder and (args.folder.parent / "decisions.json").exists():
+        args.report = args.folder.parent  # a report's own long/ folder: the report gives the speed-up
     if not args.report:
         return None, 0.0
     d = json.loads((args.report / "decisions.json").read_text())
