@@ -69,9 +69,9 @@ class _Spy:
     def __init__(self, monkeypatch):
         self.calls, real = [], step.build
 
-        def build(params, stage, dev, wrap=None, micro_steps=1):
+        def build(params, stage, dev, wrap=None, micro_steps=1, wrap_options=()):
             self.calls.append((stage, wrap))
-            return real(params, stage, dev, wrap=wrap, micro_steps=micro_steps)
+            return real(params, stage, dev, wrap=wrap, micro_steps=micro_steps, wrap_options=wrap_options)
 
         monkeypatch.setattr(step, "build", build)
 

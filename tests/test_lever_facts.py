@@ -18,7 +18,7 @@ from lib.run import jobs
 
 ROOT = Path(__file__).resolve().parent.parent
 # A switch that replicates a configuration rather than changing its step: the ablation runs on one GPU.
-NOT_ABLATED = {"devices"}
+NOT_ABLATED = {"devices", "ddp_options"}  # the DDP stage's own: how its ranks run, not a lever of the recipe
 
 
 def _pins(path: Path) -> dict[str, str]:

@@ -63,9 +63,9 @@ def run(job: dict) -> dict | None:
     # DDP wraps the compiled model (nanoGPT's order). The cost: gradients reach DDP only when the
     # compiled backward ends, so the all-reduce does not overlap the backward.
     micro = job.get("micro_steps", 1)
-    options = dict(stages.get("ddp").ddp_options)  # the DDP stage's settings (bucket size, ...)
-    wrap = lambda m: torch.nn.parallel.DistributedDataParallel(m, **options)  # noqa: E731
-    train = step.build(params, stage, dev, wrap=wrap, micro_steps=micro)
+    options = stages.get("ddp").ddp_options  # the DDP stage's settings (bucket size, ...)
+    ddp = torch.nn.parallel.DistributedDataParallel
+    train = step.build(params, stage, dev, wrap=ddp, micro_steps=micro, wrap_options=options)
     model = train.model
     checksum = model.init_checksum()  # before any step: the same weights as every single-GPU stage
     n_steps = r.warmup_steps + 2 * r.timed_steps
@@ -148,7 +148,7 @@ def run(job: dict) -> dict | None:
         allreduce_share=max(0.0, 1 - slowest_local / slowest_sync),
         losses=[float(v) for v in mean_loss],
         base_stage=stage.key,
-        ddp_options=sorted(options.items()),  # what DDP ran with (the chapter's code shows these)
+        ddp_options=sorted(options),  # what DDP ran with (the chapter's code shows these)
         shares_batches=True,  # step i trains the one-GPU recipe's step-i sequences: its losses compare
         backend_dist="nccl" if dev == "cuda" else "gloo",
     )

@@ -78,10 +78,11 @@ class TrainStep:
         return losses[0] if len(losses) == 1 else torch.stack(losses).sum()
 
 
-def build(params: Params, stage, dev: str, wrap=None, micro_steps: int = 1) -> TrainStep:
+def build(params: Params, stage, dev: str, wrap=None, micro_steps: int = 1, wrap_options: tuple = ()) -> TrainStep:
     """The training step of `stage` on device type `dev`. The model is constructed from the
     seed on the CPU (identical weights on every device), then the stage's switches apply.
-    `wrap` (DDP) wraps the compiled model, as nanoGPT does."""
+    `wrap` (DDP) wraps the compiled model, as nanoGPT does, with the keyword arguments `wrap_options`
+    ((name, value) pairs: the DDP stage's ddp_options)."""
     torch.set_float32_matmul_precision("high" if stage.tf32 else "highest")
     for path, value in stage.backend_flags:  # e.g. ("torch.backends.cudnn.benchmark", True)
         owner, _, name = path.rpartition(".")
@@ -115,7 +116,7 @@ def build(params: Params, stage, dev: str, wrap=None, micro_steps: int = 1) -> T
         torch.compile(model, **({"mode": stage.compile_mode} if stage.compile_mode else {})) if stage.compile else model
     )
     if wrap is not None:
-        forward = wrap(forward)
+        forward = wrap(forward, **dict(wrap_options))
     return TrainStep(
         model,
         forward,
