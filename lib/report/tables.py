@@ -185,7 +185,7 @@ def switch(rep: Report, key: str) -> str:
     if not stages.is_multi_gpu(key):
         return stages.get(key).switch
     ran = [r for r in rep.records if r["stage"] == key and r["status"] == "ok"]
-    return stages.ddp_switch(tuple(map(tuple, ran[0].get("ddp_options") or ())) if ran else stages.DDP_OPTIONS)
+    return stages.ddp_switch(ran[0].get("ddp_options") or ()) if ran else stages.get(key).switch
 
 
 def appendix_md(rep: Report) -> str:

@@ -187,20 +187,12 @@ def long_decisions(rows: list[dict]) -> dict:
     return {row["stage"]: row["long"]["decision"] for row in rows if row.get("long")}
 
 
-def _scaling(evidence: dict, best: dict | None, records: list[dict], tolerance: float) -> dict:
+def _scaling(matrix: list[dict], best: dict | None, records: list[dict], recipe: dict | None, tolerance: float) -> dict:
     """The scaling curve against its single-GPU reference, each point's loss held to the one-GPU recipe's."""
-    matrix = evidence.get("matrix") or []
     single = scaling.single_gpu(matrix, best, records)
-    own = [
-        r["final_loss"]
-        for r in evidence.get("recipe") or []
-        if single
-        and r.get("variant") == "recipe: recommended"
-        and (r["stage"], r["batch_size"]) == (single["stage"], single["batch_size"])
-        and r.get("status") == record.Status.OK
-        and r.get("final_loss") is not None
-    ]
-    return {"single": single, "curve": scaling.curve(matrix, single, own[0] if own else None, tolerance)}
+    side = ((recipe or {}).get("sides") or {}).get("recommended")
+    same = side and single and (side["stage"], side["batch"]) == (single["stage"], single["batch_size"])
+    return {"single": single, "curve": scaling.curve(matrix, single, side["final_loss"] if same else None, tolerance)}
 
 
 def _long_measured_by(rows: list[dict], recipe: dict | None, evidence: dict) -> dict | None:
@@ -302,7 +294,7 @@ def compute(
             evidence.get("sitting_gpu_s"),
         ),
         "noise_floor": floor,
-        "scaling": _scaling(evidence, chosen, records, params.run.loss_tolerance),
+        "scaling": _scaling(evidence.get("matrix") or [], chosen, records, recipe, params.run.loss_tolerance),
         # where the long tests' runs were measured, from their own records (they may span sittings and machines)
         "long_measured_by": _long_measured_by(levers_, recipe, evidence),
         # the levers whose quality test this depth left to DEPTH=full, and the lever that did not hold beside them

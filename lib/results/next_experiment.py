@@ -57,9 +57,9 @@ def next_experiment(
         return {"stage": None, "passed_over": passed}
     q = pick["quality"] or {}
     tested = q.get("test") == "parity"
-    if tested and (q.get("out_of_reach") or ((q.get("to_decide") or {}).get("seeds") or 0) > LONG_INSTEAD_SEEDS):
-        if _pilot_pays(pick, recipe):
-            return _long_pilot(pick, recipe, profile, passed)
+    many = q.get("out_of_reach") or ((q.get("to_decide") or {}).get("seeds") or 0) > LONG_INSTEAD_SEEDS
+    if tested and many and _pilot_pays(pick, recipe):
+        return _long_pilot(pick, recipe, profile, passed)
     # the other undecided levers its figure over the recipe includes (the FP8 classifier is built on the FP8 lm_head)
     undecided, chain = {r["stage"] for r in later}, [pick["stage"]]
     while stages.own_stack(chain[-1]) != chain[-1]:  # the levers it has (the FP8 classifier replaces the FP8 lm_head)

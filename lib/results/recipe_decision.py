@@ -26,6 +26,7 @@ def recipe_sides(recipe: list[dict], params: Params) -> dict:
                 "stage": runs[0]["stage"],
                 "batch": runs[0]["batch_size"],
                 "micro_steps": runs[0].get("micro_steps", 1),
+                "final_loss": runs[0].get("final_loss"),  # what a DDP job of the same batches is held to
                 **{k: s[k] for k in ("median", "lo", "hi", "n")},
             }
     return out

@@ -90,6 +90,7 @@ def curve(matrix: list[dict], single: dict | None, single_loss: float | None = N
         }
     ]
     for (gpus, _), r in sorted(multi.items()):
+        efficiency = r["tokens_per_s"] / (gpus * ref)
         one_rank = r.get(
             "one_rank_efficiency", r.get("scaling_efficiency") if r.get("efficiency_reference") == ONE_RANK else None
         )
@@ -102,10 +103,10 @@ def curve(matrix: list[dict], single: dict | None, single_loss: float | None = N
                 "tokens_per_s": r["tokens_per_s"],
                 "per_gpu_tokens_per_s": r["tokens_per_s"] / gpus,
                 "speedup": r["tokens_per_s"] / ref,
-                "efficiency": r["tokens_per_s"] / (gpus * ref),
+                "efficiency": efficiency,
                 "allreduce_share": r.get("allreduce_share"),
                 "one_rank_efficiency": one_rank,
-                "lost": lost(r, ref),
+                "lost": lost(r, efficiency, ref),
                 "loss": loss_check(r, single_loss, tolerance),
                 "same_config": (r.get("base_stage"), r["batch_size"]) == (single["stage"], single["batch_size"]),
             }
@@ -113,13 +114,12 @@ def curve(matrix: list[dict], single: dict | None, single_loss: float | None = N
     return rows
 
 
-def lost(r: dict, single_tps: float) -> dict | None:
+def lost(r: dict, efficiency: float, single_tps: float) -> dict | None:
     """Where a DDP point's lost efficiency goes, as shares of its step (module docstring); None without the
     all-reduce share."""
     share = r.get("allreduce_share")
-    if share is None or not single_tps:
+    if share is None:
         return None
-    efficiency = r["tokens_per_s"] / (int(r["world_size"]) * single_tps)
     one = r.get("one_rank_tokens_per_s")
     # a rank's share of the step at one rank's speed, as a fraction of the DDP step: per-GPU speed over one rank's
     wrapper = efficiency * (single_tps / one - 1) if one else None
