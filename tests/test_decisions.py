@@ -247,3 +247,39 @@ def test_the_recipe_and_the_canonical_trainer_are_set_side_by_side_by_one_statis
     sides = recipe_decision.recipe_sides([harness, plain], params)
     assert sides["recommended"]["median"] == pytest.approx(800.0)  # 1000 × 100 / 125
     assert sides["baseline"]["median"] == pytest.approx(700.0)  # the plain loop's figure is its mean already
+
+
+def test_a_lever_faster_than_its_own_stack_but_slower_than_the_recipe_is_skipped(tmp_path):
+    """reports/h200 of 25022d9: once the recipe took the FP8 classifier, the FP8 lm_head (+3.6 % over the loss-only
+    forward, 0.95x the recipe) read "adopt" as one of the recipe's levers, and then, out of it, "not yet". An
+    alternative the recipe already beats is skipped for that."""
+    row = {"in_recipe": False, "quality": None, "leave_one_out": None}
+    row["matrix"] = {"ratio": 1.036, "within_noise": False, "against": "loss_only"}
+    row["over_recipe"] = {"ratio": 0.954, "batch": 64}
+    assert decisions._decide(row, None) == (decisions.SKIP, "slower than the recipe")
+    row["over_recipe"] = {"ratio": 1.02, "batch": 64}
+    assert decisions._decide(row, None)[0] == decisions.NOT_YET
+
+
+def test_a_lever_s_long_test_is_priced_at_its_own_stage_over_its_reference(monkeypatch):
+    """The speed and the loss a long verdict sets side by side come from one pair of stages: reports/h200 priced the
+    FP8 classifier's test against the loss-only forward at 1.0x (its speed over the recipe it had become) and the
+    loss-only forward's against torch.compile at its leave-one-out 1.016x, where the matrix gives 1.086x and 1.062x."""
+    from lib.results import long_quality
+
+    priced = {}
+    monkeypatch.setattr(
+        long_quality, "verdict", lambda recs, lever, ref, b, speed, floor: priced.update({lever: speed})
+    )
+    rows = [
+        {"stage": "fp8_classifier", "in_recipe": True, "decision": "adopt", "over_recipe": None, "matrix": None},
+        {"stage": "loss_only", "in_recipe": True, "decision": "adopt", "over_recipe": None, "matrix": None},
+    ]
+    rows[1]["leave_one_out"] = {"worth": 0.016}
+    recs = [{"stage": r["stage"], "status": "ok", "batch_size": 128} for r in rows]
+    tps = {("fp8_classifier", 64): [108.6], ("loss_only", 64): [100.0], ("compile", 64): [94.2]}
+    pairs = [("fp8_classifier", "loss_only"), ("loss_only", "compile")]
+    decisions.long_verdicts(rows, recs, pairs, 0.01, None, tps)
+    assert priced == pytest.approx({"fp8_classifier": 1.086, "loss_only": 100.0 / 94.2})
+    decisions.long_verdicts(rows, recs, pairs, 0.01, None, {})  # the matrix lacks them: lever_speedup
+    assert priced == pytest.approx({"fp8_classifier": 1.0, "loss_only": 1.016})

@@ -12,6 +12,7 @@ from conftest import tiny_params
 
 from lib.core import levers, stages
 from lib.measure import series, worker
+from lib.results import decide
 from lib.run.jobs import plain_loop_can
 from lib.train import fp8_classifier as fc
 
@@ -86,7 +87,9 @@ def test_the_stage_is_an_fp8_form_the_plain_loop_does_not_get():
     assert stages.fp8_switches(s) == {"loss": "fp8_classifier"}
     assert not series.restartable(s)  # its parity runs keep a process each, as the other FP8 forms
     assert not plain_loop_can(s)  # the canonical trainer gets none of our kernels
-    assert s.base == "fp8_head" and s.min_capability == stages.get("fp8_head").min_capability
+    # it replaces the FP8 lm_head: a recipe with it has no torchao lm_head among its levers
+    assert s.base == "loss_only" and s.min_capability == stages.get("fp8_head").min_capability
+    assert "fp8_head" not in decide.lineage("fp8_classifier")
     # the size sweep turns it off as it turns off the other forms: back to bf16's cross-entropy
     assert dict.fromkeys(stages.fp8_switches(s), None) and stages.DEFAULTS["loss"] == "cross_entropy"
 

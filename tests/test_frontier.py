@@ -609,3 +609,18 @@ def test_a_leave_one_out_row_belongs_to_the_stage_that_adds_its_lever_even_where
         "not a lever": None,
     }
     assert {lever: ablation_view.row_stage(rep, {"lever": lever}) for lever in expected} == expected
+
+
+def test_the_leave_one_out_switches_levers_off_from_the_recipe_as_timed(tmp_path, monkeypatch):
+    """reports/h200 of 25022d9 timed the recipe with the FP8 classifier (its long test admitted it) and ran the
+    leave-one-out around the loss-only forward, the short tests' recommendation: the classifier had no part."""
+    p = tiny_params(batch_sizes=(2, 4))
+    best, pick = {"stage": "vocab", "batch_size": 2}, {"stage": "fused", "batch_size": 2}
+    monkeypatch.setattr(recipe, "recipe_config", lambda params, report_dir: pick)
+    monkeypatch.setattr(recipe.runner, "environment", lambda report_dir: {"device": {"backend": "cpu"}})
+    monkeypatch.setattr(recipe.runner, "measure_jobs", lambda js, env, force=False: {})
+    monkeypatch.setattr(recipe.runner, "reusable", lambda out, fp: None)
+    around = []
+    monkeypatch.setattr(recipe, "ablation_jobs", lambda params, report_dir, b: around.append(b) or [])
+    recipe.measure(p, tmp_path, best)
+    assert around == [pick]

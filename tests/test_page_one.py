@@ -309,7 +309,8 @@ def test_a_long_test_verdict_in_time_to_the_same_loss_decides_its_lever_and_page
         again.evidence["long"], "bf16", "tf32", 2, row["over_recipe"]["ratio"], again.decided["noise_floor"] or 0.0
     )
     assert row["long"]["n"] == 4 and row["long"]["net_worth"] == pytest.approx(v["net_worth"])
-    assert row["long"]["decision"] == "skip" and row["decision"] == "skip" and row["reason"] == "later to the same loss"
+    # slower in the matrix, it is skipped for that first; the long test agrees and page 1 prints its word
+    assert row["long"]["decision"] == "skip" and row["decision"] == "skip" and row["reason"] == "no gain beyond noise"
     table = page_one.lever_table(again)
     assert "<strong>later to the same loss</strong>" in table and "nats, 4 seeds" in table
     assert "tokens (seen" not in table  # its one plan is said once, in the legend (below), not in each row
@@ -353,3 +354,22 @@ def test_the_lever_table_puts_what_the_recipe_adds_to_the_canonical_trainer_apar
     table = page_one.lever_table(rep)
     beyond, shared = table.index("Beyond the canonical trainer"), table.index("In the canonical trainer too")
     assert beyond < table.index("torch.compile") < shared < table.index("TF32")
+
+
+def test_page_one_says_when_the_leave_one_out_ran_around_another_stage_than_the_recipe(tmp_path):
+    """reports/h200 of 25022d9: the worths of the recipe's levers were measured around the loss-only forward while the
+    recipe was the FP8 classifier; the legend says so wherever the records show it, and nowhere else."""
+    rep = _report(tmp_path, tf32_ms=80.0)
+    assert rep.decided["recipe"]["stage"] == "bf16"
+    rep.decided["leave_one_out_stage"] = "bf16"
+    assert "in the recipe over the recipe without it" in page_one.lever_table(rep)
+    rep.decided["leave_one_out_stage"] = "tf32"
+    table = page_one.lever_table(rep)
+    assert "in the recipe over TF32 (the recipe before its long test admitted BF16 autocast) without it" in table
+
+
+def test_page_one_says_there_is_no_next_experiment_where_no_lever_is_left_not_yet(tmp_path):
+    """reports/h200 re-measured by 25022d9 left no lever not yet, and page 1 lost its Next line without a word."""
+    rep = _report(tmp_path, tf32_ms=80.0)
+    rep.decided["next"] = None
+    assert page_one.actions(rep) == [f"<strong>Next</strong> {page_one.NOTHING_NEXT}"]

@@ -61,9 +61,6 @@ class Stage:
     base: str | None = None  # the stage this lever is added to; None: the one before it in the registry
     peak: str = "fp32"  # which datasheet peak MFU is quoted against
     reference: str = "fp32"  # the stage whose loss this one must stay within tolerance of (the canonical reference)
-    # the stage this one is without its lever (its own stack), where that is not its base: the parity test sets the
-    # lever against it, so the difference is the lever's alone (None: its base, or the stage before it)
-    own_stack: str | None = None
     # --- where it can run
     backends: tuple = ALL_BACKENDS
     min_capability: tuple | None = None  # NVIDIA compute capability it needs (CUDA only)
@@ -305,8 +302,9 @@ def _cumulative() -> list[Stage]:
         fp8_head,
         key="fp8_classifier",
         title="FP8 classifier (fused)",
-        base="fp8_head",
-        own_stack="loss_only",  # it replaces the FP8 lm_head: without it, the loss-only forward
+        # it replaces the FP8 lm_head, not adds to it: the recipe that takes it has no torchao lm_head (its lineage,
+        # and so its levers and its leave-one-out, run through the loss-only forward)
+        base="loss_only",
         fp8_lm_head=None,
         loss="fp8_classifier",
         package="",
@@ -365,11 +363,11 @@ def get(key: str) -> Stage:
 
 
 def own_stack(key: str) -> str:
-    """The stage that is `key` without its lever (Stage.own_stack, else its base, else the stage before it in the
-    registry): the parity test's reference for that lever; the first stage is its own."""
+    """The stage that is `key` without its lever (its base, else the stage before it in the registry): the parity
+    test's reference for that lever; the first stage is its own."""
     stage = get(key)
-    if stage.own_stack or stage.base:
-        return stage.own_stack or stage.base
+    if stage.base:
+        return stage.base
     i = ORDER.index(key)
     return ORDER[i - 1] if i else key
 

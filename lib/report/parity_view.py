@@ -12,7 +12,7 @@ from lib.results import parity, stats, store
 WORDS = {
     parity.HOLDS: "holds",
     parity.WORSE: "worse: not adopted",
-    parity.UNDECIDED: "undecided: not adopted",
+    parity.UNDECIDED: "undecided: not adopted on this test alone",
     parity.INCOMPLETE: "incomplete: decides nothing yet",
 }
 

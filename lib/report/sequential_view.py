@@ -123,7 +123,7 @@ def summary(c: dict) -> str:
     word = (
         "holds"
         if c["verdict"] == parity.HOLDS
-        else f"{c['verdict']}: not adopted ({why_undecided(c)})"
+        else f"{c['verdict']}: not adopted on this test alone ({why_undecided(c)})"
         if c["verdict"] in (parity.UNDECIDED, parity.INCOMPLETE)
         else "worse: not adopted"
     )

@@ -115,19 +115,32 @@ def lever_rows(records: list[dict], df, params: Params, recipe: dict | None, loo
 
 def lever_speedup(row: dict) -> float:
     """What a lever's run gains in speed against its reference, as a long test prices it: its ratio over the recipe
-    where it is not in it, else its leave-one-out worth (1: neither measured)."""
-    return (row.get("over_recipe") or {}).get("ratio") or 1 + ((row.get("leave_one_out") or {}).get("worth") or 0)
+    where it is not in it, else its leave-one-out worth, else (a lever of the recipe the leave-one-out did not switch
+    off) its ratio over its own stack in the matrix; 1 where none was measured."""
+    loo = (row.get("leave_one_out") or {}).get("worth")
+    return (
+        (row.get("over_recipe") or {}).get("ratio")
+        or (1 + loo if loo is not None else None)
+        or (row.get("matrix") or {}).get("ratio")
+        or 1
+    )
 
 
 def long_verdicts(
-    rows: list[dict], long_records: list[dict], pairs: list, noise_floor: float | None, recipe: dict | None = None
+    rows: list[dict],
+    long_records: list[dict],
+    pairs: list,
+    noise_floor: float | None,
+    recipe: dict | None = None,
+    tps: dict | None = None,
 ) -> None:
     """Each lever's verdict in time to the same loss where the long quality test ran it against its own reference
-    (long_quality.verdict, at its speed-up: over the recipe where it is not in it, else its leave-one-out worth), as
-    row['long']; the recipe's whole stack against the canonical trainer's stage is the recipe's (recipe['long']), not
-    its last lever's. The verdict decides a lever outside the recipe: skip where it reaches the same loss later beyond
-    noise, else not yet (an adopt waits for the sitting that re-chooses the recipe with it, which is the only way it is
-    timed as trained)."""
+    (long_quality.verdict), as row['long']: priced at the speed-up of the same two stages in the matrix (`tps`,
+    decide.throughputs), so the speed and the loss compared are of one pair; lever_speedup where the matrix lacks
+    either. The recipe's whole stack against the canonical trainer's stage is the recipe's (recipe['long']), not its
+    last lever's. The verdict decides a lever outside the recipe that is not yet decided: skip where it reaches the
+    same loss later beyond noise, else not yet (an adopt waits for the sitting that re-chooses the recipe with it,
+    which is the only way it is timed as trained)."""
     canonical = ((recipe or {}).get("canonical") or {}).get("stage")
     # which reference each lever was tested against, as the test's verdict files name them: its own stack first (a
     # run of the recipe's stage serves its own test and the whole stack's)
@@ -141,17 +154,18 @@ def long_verdicts(
         row["long"] = None
         if not mine or row["stage"] not in against:
             continue
+        pair = long_choice.over(tps or {}, row["stage"], against[row["stage"]])
         row["long"] = long_quality.verdict(
             long_records,
             row["stage"],
             against[row["stage"]],
             mine[0]["batch_size"],
-            lever_speedup(row),
+            pair["ratio"] if pair else lever_speedup(row),
             noise_floor or 0.0,
         )
         if row["long"]:  # what the test's command took, so the next experiment can add seeds to the same test
             row["long"]["micro_steps"] = mine[0].get("micro_steps") or 1
-        if row["long"] and not row["in_recipe"] and row["decision"] in (NOT_YET, SKIP):
+        if row["long"] and not row["in_recipe"] and row["decision"] == NOT_YET:
             v = row["long"]["decision"]
             row["decision"], row["reason"] = (
                 (SKIP, "later to the same loss")
@@ -240,6 +254,10 @@ def _decide(row: dict, not_run: tuple | None) -> tuple[str, str | None]:
         return NOT_MEASURED, "no speed-up measured"
     if m["ratio"] <= 1 or m["within_noise"]:  # unknown noise (None) leaves a faster lever to be decided
         return SKIP, "slower" if m["ratio"] < 1 and m["within_noise"] is False else "no gain beyond noise"
+    if row["over_recipe"] and row["over_recipe"]["ratio"] < 1:
+        # faster than its own stack, slower than the recipe: an alternative the recipe already beats (the FP8
+        # lm_head once the recipe took the FP8 classifier, which replaces it)
+        return SKIP, "slower than the recipe"
     if q.get("verdict") == parity.HOLDS:
         return NOT_YET, "faster, held, not on the recipe's path"
     return NOT_YET, "quality undecided" if q.get("test") == "parity" else "quality not tested"
@@ -272,7 +290,8 @@ def compute(
     loo = leave_one_out(records, evidence.get("ablation") or [])
     levers_ = lever_rows(records, df, params, recipe, loo, checks)
     floor = noise.decision_floor(records, decide.throughputs(records))
-    long_verdicts(levers_, evidence.get("long") or [], evidence.get("long_pairs") or [], floor, recipe)
+    tps = decide.throughputs(records)
+    long_verdicts(levers_, evidence.get("long") or [], evidence.get("long_pairs") or [], floor, recipe, tps)
     wf = waterfall(df, recipe, order[0])
     full = loo[0]
     left = parity.left_to_full_depth(checks, params)
@@ -284,6 +303,8 @@ def compute(
         # what the recipe adds to the canonical trainer first (its lead comes from these), then what it shares
         "levers": sorted(levers_, key=lambda r: (r["in_canonical"], DECISION_ORDER.index(r["decision"]))),
         "leave_one_out_batch": full["batch_size"] if full else None,
+        # the configuration it switched levers off from: the recipe's stage, unless a sitting ran it elsewhere
+        "leave_one_out_stage": full["stage"] if full else None,
         "waterfall": wf,
         "beyond_canonical": beyond_canonical(wf, recipe),
         "next": next_experiment(

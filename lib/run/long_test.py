@@ -136,8 +136,8 @@ def main(argv: list[str]) -> int:
 
 def _speed(args) -> tuple[float | None, float]:
     """The lever's speed-up over its reference and the noise it must beat: given, or from a report's decisions (the
-    lever's over the recipe where it is not yet in it, else its leave-one-out worth; the recipe's lead for its whole
-    stack against the canonical trainer's stage), else none (records only)."""
+    speed-up its long verdict was priced at against the same reference, else decisions.lever_speedup; the recipe's
+    lead for its whole stack against the canonical trainer's stage), else none (records only)."""
     if args.speedup:
         return args.speedup, args.speed_noise or 0.0
     if not args.report and args.folder and (args.folder.parent / "decisions.json").exists():
@@ -151,7 +151,9 @@ def _speed(args) -> tuple[float | None, float]:
     recipe = d.get("recipe") or {}
     reference = args.against or stages.own_stack(args.lever)
     whole = args.lever == recipe.get("stage") and reference == (recipe.get("canonical") or {}).get("stage")
-    speedup = recipe.get("ratio") if whole else None
+    # a lever's own test at the speed-up the report priced it at (its stage over the reference's in the matrix)
+    priced = (row.get("long") or {}).get("speedup") if (row.get("long") or {}).get("reference") == reference else None
+    speedup = recipe.get("ratio") if whole else priced
     return speedup or decisions.lever_speedup(row), args.speed_noise if args.speed_noise is not None else d.get(
         "noise_floor"
     ) or 0.0
