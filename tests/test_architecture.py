@@ -152,3 +152,47 @@ def test_the_repository_tracks_no_symbolic_link():
     listed = subprocess.run(["git", "ls-files", "-s"], cwd=root, capture_output=True, text=True, check=True).stdout
     links = [line.split("\t", 1)[1] for line in listed.splitlines() if line.startswith("120000 ")]
     assert links == []
+
+
+# What judges: a call of one of these decides something (a recommendation, a verdict, a tie, a spread to judge by).
+# A report folder's decisions are computed once, by lib/report/loader.py calling decisions.compute (and parity.checks,
+# long_choice.choose and decide.table, which that computation shares); every other view reads decisions.json.
+JUDGES = {
+    ("decide", "recommended"),
+    ("decide", "best_config"),
+    ("decide", "ranked_configs"),
+    ("decide", "table"),
+    ("parity", "checks"),
+    ("long_choice", "choose"),
+    ("decisions", "compute"),
+    ("noise", "noise_floor"),
+    ("noise", "decision_floor"),
+    ("noise", "within_noise"),
+    ("noise", "twin_drift"),
+    ("machine_spread", "judge"),
+}
+# Where a judging call in lib/report is still allowed, and why. The comparison judges a ratio of two machines against
+# the spread of both kinds (issue 61: its words move into the results layer next); nothing else may join this list.
+JUDGES_ALLOWED = {
+    "report.loader": {("decisions", "compute"), ("parity", "checks"), ("long_choice", "choose"), ("decide", "table")},
+    "report.compare": {("machine_spread", "judge")},
+}
+
+
+def _judging_calls(path: Path) -> set[tuple[str, str]]:
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            owner = node.func.value
+            if isinstance(owner, ast.Name) and (owner.id, node.func.attr) in JUDGES:
+                found.add((owner.id, node.func.attr))
+    return found
+
+
+def test_the_views_judge_nothing_they_read_the_decisions():
+    """reports/h100 rendered once called decide.recommended 31 times and parity.checks 57 times, each view judging
+    again (and the comparison by a rule of its own). lib/report calls a judging function only where JUDGES_ALLOWED
+    says: a view that needs a decision reads decisions.json (Report.decided)."""
+    calls = {_module(p): _judging_calls(p) for p in sorted((LIB / "report").glob("*.py"))}
+    extra = {m: sorted(c - JUDGES_ALLOWED.get(m, set())) for m, c in calls.items() if c - JUDGES_ALLOWED.get(m, set())}
+    assert extra == {}

@@ -13,7 +13,7 @@ from conftest import make_record, tiny_params, write_report_dir
 from lib.core import levers, record, stages
 from lib.measure import worker
 from lib.report import ablation_view, batch_sweep_view, frontier_view, loader, prose
-from lib.results import decide, store
+from lib.results import decide, decisions, store
 from lib.run import recipe
 from lib.train.model import GPT, GPTConfig, fused_linear_cross_entropy
 
@@ -417,6 +417,7 @@ def test_ablation_worth_is_the_ratio_of_throughputs(tmp_path):
             "decisions": [full, *repeats],
             "params": p,
             "best": property(lambda self: decide.recommended(self.decisions, self.params)),
+            "decided": {"leave_one_out_twin": None},
         },
     )()
     got_full, rows = ablation_view.ablation_rows(rep)
@@ -555,10 +556,16 @@ def test_a_leave_one_out_row_that_is_a_stage_timed_in_the_matrix_measures_the_dr
     assert 0.0086 < worth(other) < 0.0118  # +1.0 %: beyond the floor alone, within the measured drift
     assert noise.within_noise(full, [other["tokens_per_s"]], 0.0086, 0.0) is False
     assert noise.within_noise(full, [other["tokens_per_s"]], 0.0086, drift["gap"]) is True
-    assert "1.18 % apart" in noise.twin_note(drift, 0.0086) and noise.twin_note(None, 0.0086) == ""
-    assert "(0.86 %) does not cover" in noise.twin_note(drift, 0.0086)
+    # judged once, in the decisions, against the process-to-process spread of the same throughputs
+    judged = decisions.ablation_twin([other, twin], tps)
+    assert judged["floor"] == noise.noise_floor(tps) and judged["within_floor"] is False
+    assert decisions.ablation_twin([other], tps) is None
+    apart = {**drift, "floor": 0.0086, "within_floor": False}
+    assert "1.18 % apart" in ablation_view.twin_note(apart) and ablation_view.twin_note(None) == ""
+    assert "(0.86 %) does not cover" in ablation_view.twin_note(apart)
     # reports/h200: 0.57 % apart against a 0.60 % spread, and the note said the spread did not cover it
-    assert "within the process-to-process spread (1.50 %)" in noise.twin_note(drift, 0.015)
+    within = {**drift, "floor": 0.015, "within_floor": True}
+    assert "within the process-to-process spread (1.50 %)" in ablation_view.twin_note(within)
 
 
 def test_a_lever_that_made_the_batch_fit_in_the_matrix_is_not_removed_in_a_process_that_would_run_out_of_memory(

@@ -310,7 +310,8 @@ def _cumulative() -> list[Stage]:
         package="",
         lever="the lm_head and its loss as one FP8 classifier: the loss's backward writes the logits' gradient in "
         "FP8 with a fixed scale, no bf16 gradient, no pass for its largest value, no separate cast",
-        switch="_, loss = None, fp8_classifier_loss(x, model.lm_head.weight, y)  # lib/train/fp8_classifier.py "
+        switch="_, loss = None, fp8_classifier_loss(final_hidden, model.lm_head.weight, targets)  # "
+        "lib/train/fp8_classifier.py "
         "(ours: one Triton kernel)",
     )
     # DDP runs whichever single-GPU configuration measured fastest (ddp_launch.run_ddp); its own

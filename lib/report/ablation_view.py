@@ -7,7 +7,7 @@ from __future__ import annotations
 from lib.core import levers, record, stages
 from lib.report.evidence_view import none, ok, table
 from lib.report.loader import Report, gib, recommended, short, signed_pct
-from lib.results import decide, leave_one_out, noise
+from lib.results import leave_one_out
 
 PREDICTED_NOTE = (
     " A row not run was predicted not to fit: in the matrix its lever made a batch no larger than this one fit (the"
@@ -68,7 +68,7 @@ def ablation_html(rep: Report) -> str:
     full, rows = ablation_rows(rep)
     if not rows:
         return none("The leave-one-out ablation was not measured for this report.")
-    p, rec, tps = (full or {}).get("processes"), recommended(rep), decide.throughputs(rep.decisions)
+    p, rec = (full or {}).get("processes"), recommended(rep)
     around = f"{stages.get(full['stage']).title} at B={full['batch_size']}" if full else ""
     if full and rec and (rec["stage"], rec["batch_size"]) != (full["stage"], full["batch_size"]):
         around += (
@@ -104,8 +104,26 @@ def ablation_html(rep: Report) -> str:
             + ", one process each; its worth is the first row's (every lever on) median tokens/s over the configuration "
             'without it, minus one, and "within noise" where that lies inside the measured process-to-process spread.'
             + (PREDICTED_NOTE if any(record.is_predicted_oom(r["record"]) for r in rows) else "")
-            + noise.twin_note(noise.twin_drift(rep.evidence["ablation"], tps), noise.noise_floor(tps))
+            + twin_note(rep.decided.get("leave_one_out_twin"))
             + (f" The first row was timed {apart}." if (apart := ablation_calls_apart(full, rows)) else "")
             + "</p>"
         )
+    )
+
+
+def twin_note(twin: dict | None) -> str:
+    """The leave-one-out note's sentence on a row timed twice (decisions.ablation_twin), or nothing."""
+    if not twin:
+        return ""
+    floor = twin["floor"]
+    said = (
+        f" The row {twin['lever']} is the configuration of {stages.get(twin['stage']).title} at B={twin['batch']}, "
+        f"timed in the matrix too: {twin['gap'] * 100:.2f} % apart"
+    )
+    if twin["within_floor"]:
+        return said + f", within the process-to-process spread ({floor * 100:.2f} %)."
+    return (
+        said + ", a drift between the two timings that the process-to-process spread "
+        f"({'not measured' if floor is None else f'{floor * 100:.2f} %'}) does not cover, so a worth within it is "
+        "called within noise too."
     )

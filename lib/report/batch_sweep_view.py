@@ -81,7 +81,13 @@ def sweep_html(rep: Report) -> str:
         for k in sweeps
         if k in rejected
     ]
-    unswept = [stages.get(k).title for k in rejected if k not in sweeps]
+    recipe = rep.decided["recipe"] or {}
+    if recipe.get("stage") in rejected and recipe["stage"] not in sweeps:  # admitted by its long test (long_choice)
+        notes.append(
+            f"{recipe['title']} is the recipe by its long test (section 3), though its short test did not let it "
+            f"stand; not swept, it trains at B={recipe['micro_batch']}, the batch the sweep chose for the stack below it"
+        )
+    unswept = [stages.get(k).title for k in rejected if k not in sweeps and k != recipe.get("stage")]
     if unswept:  # their tests' figures are in section 3, once
         notes.append(f"not swept, since their parity tests did not let them stand (section 3): {', '.join(unswept)}")
     note = '<p class="note">' + html.escape("; ".join(n.rstrip(".") for n in notes)) + ".</p>"

@@ -47,6 +47,11 @@ def table_html(rep: Report) -> str:
         net, extra = v["net_worth_interval"], v["extra_steps_interval"]
         passes = f", seen {v['passes']:.1f}×" if v.get("passes") else ""
         decide = f"<br><span class='note'>~{s} seeds would decide</span>" if (s := v.get("seeds_to_decide")) else ""
+        row = next((r for r in rep.decided["levers"] if r.get("long") is v), None)
+        if row and row["decision"] != v["decision"]:  # decided by more than this test: page 1's word, with its reason
+            decide += (
+                f"<br><span class='note'>page 1: {html.escape(row['decision'])}, {html.escape(row['reason'])}</span>"
+            )
         rows.append(
             {
                 "lever vs reference": f"{_test(v, rep.decided)}<br><span class='note'>vs {_title(v['reference'])}</span>",

@@ -9,7 +9,7 @@ import pandas as pd
 from lib.report import fidelity_view
 from lib.report.loader import Report, gib
 from lib.results.scaling import ONE_RANK
-from lib.results import decide, noise
+from lib.results import decide
 
 
 def efficiency_reference(r) -> str:
@@ -68,7 +68,7 @@ def recommended_line(rep: Report, best: dict) -> str:
             f", MFU {best['mfu'] * p['median'] / best['tokens_per_s'] * 100:.1f} % of the {best['peak_precision']} peak"
         )
     line += "; the fastest verified micro-batch that reaches the global batch by whole accumulation steps"
-    return line + "." + tie_call(best, noise.noise_floor(decide.throughputs(rep.decisions)))
+    return line + "." + tie_call(best, rep.decided["process_floor"])
 
 
 def tie_call(best: dict, floor: float | None = None) -> str:

@@ -196,6 +196,13 @@ def whole_stack_long(long_records: list[dict], recipe: dict, noise_floor: float 
     return v
 
 
+def ablation_twin(ablation: list[dict], tps: dict) -> dict | None:
+    """A leave-one-out row timed twice (noise.twin_drift: its configuration is a stage of the matrix too), judged
+    against the process-to-process spread: within_floor False means a worth within that spread is within noise too."""
+    twin, floor = noise.twin_drift(ablation, tps), noise.noise_floor(tps)
+    return {**twin, "floor": floor, "within_floor": floor is not None and twin["gap"] <= floor} if twin else None
+
+
 def long_decisions(rows: list[dict]) -> dict:
     """{stage: its long test's decision} for each lever a long test judged against its own reference."""
     return {row["stage"]: row["long"]["decision"] for row in rows if row.get("long")}
@@ -294,7 +301,10 @@ def compute(
     long_verdicts(levers_, evidence.get("long") or [], evidence.get("long_pairs") or [], floor, recipe, tps)
     wf = waterfall(df, recipe, order[0])
     full = loo[0]
-    left = parity.left_to_full_depth(checks, params)
+    # a lever a long test judged, or one decided without its short test (the FP8 lm_head the recipe outran), is not
+    # "left to full depth": its row says what decides it
+    judged = {r["stage"] for r in levers_ if r.get("long") or r["decision"] == SKIP}
+    left = [k for k in parity.left_to_full_depth(checks, params) if k not in judged]
     return {
         "schema": SCHEMA,
         "profile": params.name,
@@ -305,6 +315,10 @@ def compute(
         "leave_one_out_batch": full["batch_size"] if full else None,
         # the configuration it switched levers off from: the recipe's stage, unless a sitting ran it elsewhere
         "leave_one_out_stage": full["stage"] if full else None,
+        "leave_one_out_twin": ablation_twin(evidence.get("ablation") or [], tps),
+        # the widest spread between processes of one configuration (the tie rule's and the leave-one-out's noise;
+        # noise_floor widens it to the spread between machines where the records come from several)
+        "process_floor": noise.noise_floor(tps),
         "waterfall": wf,
         "beyond_canonical": beyond_canonical(wf, recipe),
         "next": next_experiment(

@@ -117,20 +117,3 @@ def twin_drift(ablation: list[dict], tps: dict) -> dict | None:
                 gap = abs(r["tokens_per_s"] / float(np.median(runs)) - 1)
                 gaps.append({"gap": gap, "lever": r.get("variant", ""), "stage": key, "batch": r["batch_size"]})
     return max(gaps, key=lambda g: g["gap"]) if gaps else None
-
-
-def twin_note(drift: dict | None, floor: float | None) -> str:
-    """The leave-one-out note's sentence on that drift, or nothing; `floor` is the process-to-process spread."""
-    if not drift:
-        return ""
-    said = (
-        f" The row {drift['lever']} is the configuration of {stages.get(drift['stage']).title} at B={drift['batch']}, "
-        f"timed in the matrix too: {drift['gap'] * 100:.2f} % apart"
-    )
-    if floor is not None and drift["gap"] <= floor:
-        return said + f", within the process-to-process spread ({floor * 100:.2f} %)."
-    return (
-        said + ", a drift between the two timings that the process-to-process spread "
-        f"({'not measured' if floor is None else f'{floor * 100:.2f} %'}) does not cover, so a worth within it is "
-        "called within noise too."
-    )
