@@ -557,9 +557,9 @@ def test_a_leave_one_out_row_that_is_a_stage_timed_in_the_matrix_measures_the_dr
     assert noise.within_noise(full, [other["tokens_per_s"]], 0.0086, 0.0) is False
     assert noise.within_noise(full, [other["tokens_per_s"]], 0.0086, drift["gap"]) is True
     # judged once, in the decisions, against the process-to-process spread of the same throughputs
-    judged = decisions.ablation_twin([other, twin], tps)
+    judged = decisions.ablation_twin([other, twin], tps, noise.noise_floor(tps))
     assert judged["floor"] == noise.noise_floor(tps) and judged["within_floor"] is False
-    assert decisions.ablation_twin([other], tps) is None
+    assert decisions.ablation_twin([other], tps, noise.noise_floor(tps)) is None
     apart = {**drift, "floor": 0.0086, "within_floor": False}
     assert "1.18 % apart" in ablation_view.twin_note(apart) and ablation_view.twin_note(None) == ""
     assert "(0.86 %) does not cover" in ablation_view.twin_note(apart)

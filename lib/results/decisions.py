@@ -196,10 +196,11 @@ def whole_stack_long(long_records: list[dict], recipe: dict, noise_floor: float 
     return v
 
 
-def ablation_twin(ablation: list[dict], tps: dict) -> dict | None:
+def ablation_twin(ablation: list[dict], tps: dict, floor: float | None) -> dict | None:
     """A leave-one-out row timed twice (noise.twin_drift: its configuration is a stage of the matrix too), judged
-    against the process-to-process spread: within_floor False means a worth within that spread is within noise too."""
-    twin, floor = noise.twin_drift(ablation, tps), noise.noise_floor(tps)
+    against the process-to-process spread `floor`: within_floor False means a worth within that spread is within noise
+    too."""
+    twin = noise.twin_drift(ablation, tps)
     return {**twin, "floor": floor, "within_floor": floor is not None and twin["gap"] <= floor} if twin else None
 
 
@@ -285,10 +286,11 @@ def compute(
     render judges them once)."""
     order = params.stages
     matrix = [r for r in evidence.get("matrix") or [] if r.get("stage") in order]
-    drift = loss_noise(records)
-    df = decide.table(
-        matrix, order, params.run.loss_tolerance, drift, decide.throughputs(records), decide.step_times(records)
-    )
+    drift, tps = loss_noise(records), decide.throughputs(records)
+    # the widest spread between processes of one configuration (the tie rule's and the leave-one-out's noise;
+    # decision_floor widens it to the spread between machines where the records come from several)
+    process_floor = noise.noise_floor(tps)
+    df = decide.table(matrix, order, params.run.loss_tolerance, drift, tps, decide.step_times(records))
     df.attrs["loss_noise"] = drift
     checks = parity.checks(records, params.evidence) if checks is None else checks
     # the recipe is chosen with the levers the long test admits (long_choice); the views' quality reads `checks`
@@ -296,8 +298,7 @@ def compute(
     recipe = make_recipe(records, evidence, params, env, price, chosen_with, chosen)
     loo = leave_one_out(records, evidence.get("ablation") or [])
     levers_ = lever_rows(records, df, params, recipe, loo, checks)
-    floor = noise.decision_floor(records, decide.throughputs(records))
-    tps = decide.throughputs(records)
+    floor = noise.decision_floor(records, tps)
     long_verdicts(levers_, evidence.get("long") or [], evidence.get("long_pairs") or [], floor, recipe, tps)
     wf = waterfall(df, recipe, order[0])
     full = loo[0]
@@ -315,10 +316,8 @@ def compute(
         "leave_one_out_batch": full["batch_size"] if full else None,
         # the configuration it switched levers off from: the recipe's stage, unless a sitting ran it elsewhere
         "leave_one_out_stage": full["stage"] if full else None,
-        "leave_one_out_twin": ablation_twin(evidence.get("ablation") or [], tps),
-        # the widest spread between processes of one configuration (the tie rule's and the leave-one-out's noise;
-        # noise_floor widens it to the spread between machines where the records come from several)
-        "process_floor": noise.noise_floor(tps),
+        "leave_one_out_twin": ablation_twin(evidence.get("ablation") or [], tps, process_floor),
+        "process_floor": process_floor,
         "waterfall": wf,
         "beyond_canonical": beyond_canonical(wf, recipe),
         "next": next_experiment(
