@@ -170,22 +170,45 @@ JUDGES = {
     ("noise", "within_noise"),
     ("noise", "twin_drift"),
     ("machine_spread", "judge"),
+    ("comparison", "compute"),
 }
-# Where a judging call in lib/report is still allowed, and why. The comparison judges a ratio of two machines against
-# the spread of both kinds (issue 61: its words move into the results layer next); nothing else may join this list.
+# Where a judging call in lib/report is still allowed, and why: the loader computes a folder's decisions once, and the
+# comparison's loader (compare.Reports) the comparison's (lib/results/comparison.py); nothing else may join this list.
 JUDGES_ALLOWED = {
     "report.loader": {("decisions", "compute"), ("parity", "checks"), ("long_choice", "choose"), ("decide", "table")},
-    "report.compare": {("machine_spread", "judge")},
+    "report.compare": {("comparison", "compute")},
 }
 
 
 def _judging_calls(path: Path) -> set[tuple[str, str]]:
+    """The judging calls of a module, by the module's own name for what it imported: `noise_stats.decision_floor`
+    after `from lib.results import noise as noise_stats` is noise.decision_floor (fidelity_view's alias hid two
+    judging calls from this test), and a function imported by name is its module's."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    modules, functions = {}, {}  # local name -> module name; local name -> (module, function)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            for a in node.names:
+                if node.module.startswith("lib.") and node.module.count(".") == 1:  # from lib.results import noise
+                    modules[a.asname or a.name] = a.name
+                else:  # from lib.results.noise import decision_floor
+                    functions[a.asname or a.name] = (node.module.rsplit(".", 1)[-1], a.name)
+        elif isinstance(node, ast.Import):
+            for a in node.names:
+                modules[a.asname or a.name] = a.name.rsplit(".", 1)[-1]
     found = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
-            owner = node.func.value
-            if isinstance(owner, ast.Name) and (owner.id, node.func.attr) in JUDGES:
-                found.add((owner.id, node.func.attr))
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        f = node.func
+        if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name):
+            call = (modules.get(f.value.id, f.value.id), f.attr)
+        elif isinstance(f, ast.Name):
+            call = functions.get(f.id)
+        else:
+            continue
+        if call in JUDGES:
+            found.add(call)
     return found
 
 

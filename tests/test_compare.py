@@ -439,6 +439,7 @@ def test_the_comparisons_word_for_each_lever_is_each_reports_own_decision(tmp_pa
         for r in reps["gpub"].decided["levers"]
     ]
     reps["gpub"].__dict__["decided"] = {**reps["gpub"].decided, "levers": flipped}
+    reps.__dict__.pop("decided")  # the comparison is judged once from its reports' decisions: judge it again
     t = compare.decisions_table(reps)
     row = t[t["key"] == key].iloc[0]
     assert row["differs"] and row["gpub decision"] == decisions.SKIP and row["gpub why"] == "slower"

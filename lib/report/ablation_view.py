@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from lib.core import levers, record, stages
 from lib.report.evidence_view import none, ok, table
-from lib.report.loader import Report, gib, recommended, short, signed_pct
+from lib.report.loader import Report, gib, pct, recommended, short, signed_pct, tok
 from lib.results import leave_one_out
 
 PREDICTED_NOTE = (
@@ -78,7 +78,7 @@ def ablation_html(rep: Report) -> str:
     shown = [
         {
             "removed": f"nothing ({around})",
-            "tok/s": (f"{p['median']:,.0f}" + (f" (median of {p['n']} processes)" if p["n"] > 1 else "")) if p else "",
+            "tok/s": (tok(p["median"]) + (f" (median of {p['n']} processes)" if p["n"] > 1 else "")) if p else "",
             "the lever's worth": "",
             "allocator GiB": gib(full.get("mem_allocator_bytes")) if full else "",
         }
@@ -89,7 +89,7 @@ def ablation_html(rep: Report) -> str:
         shown.append(
             {
                 "removed": row["lever"],
-                "tok/s": f"{r['tokens_per_s']:,.0f}" if ok(r) else _status_cell(r),
+                "tok/s": tok(r["tokens_per_s"]) if ok(r) else _status_cell(r),
                 "the lever's worth": f"{signed_pct(row['worth'])}{NOISE_NOTE[row['within_noise']]}"
                 if row["worth"] is not None
                 else _no_worth(r),
@@ -118,12 +118,12 @@ def twin_note(twin: dict | None) -> str:
     floor = twin["floor"]
     said = (
         f" The row {twin['lever']} is the configuration of {stages.get(twin['stage']).title} at B={twin['batch']}, "
-        f"timed in the matrix too: {twin['gap'] * 100:.2f} % apart"
+        f"timed in the matrix too: {pct(twin['gap'], 2)} apart"
     )
     if twin["within_floor"]:
-        return said + f", within the process-to-process spread ({floor * 100:.2f} %)."
+        return said + f", within the process-to-process spread ({pct(floor, 2)})."
     return (
         said + ", a drift between the two timings that the process-to-process spread "
-        f"({'not measured' if floor is None else f'{floor * 100:.2f} %'}) does not cover, so a worth within it is "
+        f"({'not measured' if floor is None else pct(floor, 2)}) does not cover, so a worth within it is "
         "called within noise too."
     )

@@ -9,6 +9,7 @@ import html
 
 from lib.core import kernel_categories, record, stages
 from lib.report import export, parity_view
+from lib.report import formats as fmt
 from lib.report.charts import save, style
 from lib.report.evidence_view import OK, none, table
 from lib.report.loader import LAYERS, GiB, Report, gib, recommended
@@ -43,11 +44,9 @@ def sweep_html(rep: Report) -> str:
                 {
                     "Stage": r["stage_title"],
                     "B": r["batch_size"],
-                    "ms/step": f"{r['median_ms'] / k:.1f}" if ran else _not_timed(r),
-                    "tok/s": f"{r['tokens_per_s'] * k:,.0f}" + (f" (median of {n})" if n > 1 else "") if ran else "",
-                    "MFU": f"{r['mfu'] * k * 100:.1f} %"
-                    if ran and r.get("mfu") is not None
-                    else ("n/a" if ran else ""),
+                    "ms/step": fmt.ms(r["median_ms"] / k) if ran else _not_timed(r),
+                    "tok/s": fmt.tok(r["tokens_per_s"] * k) + (f" (median of {n})" if n > 1 else "") if ran else "",
+                    "MFU": fmt.pct(r["mfu"] * k) if ran and r.get("mfu") is not None else ("n/a" if ran else ""),
                     "allocator GiB": gib(r.get("mem_allocator_bytes")),
                     "device GiB": gib(r.get("mem_device_bytes")),
                     "source": "sweep" if r.get("variant") == "batch sweep" else "matrix",
@@ -150,7 +149,7 @@ def plot_sweep(rep: Report):
         a2.axhline(rep.env["device"]["memory_bytes"] / GiB, color="grey", lw=0.7, ls=":", label="device memory")
     a1.set_ylabel("tokens / s")
     a1.set_ylim(bottom=0)  # from zero: an axis cut near the data made a 1.5 % rise look steep (a reviewer, H100)
-    a1.yaxis.set_major_formatter(plt.FuncFormatter(lambda v, _: f"{v:,.0f}"))
+    a1.yaxis.set_major_formatter(plt.FuncFormatter(lambda v, _: fmt.tok(v)))
     a2.set_ylabel("peak allocator memory (GiB)" if rep.on_gpu else "process peak memory (GiB)")
     a2.set_ylim(bottom=0)  # from zero, as the throughput: growth toward the device's memory at its true slope
     a1.set_ylim(0, a1.get_ylim()[1] * 1.06)  # the top points clear of the frame
@@ -175,7 +174,7 @@ def recommended_md(rep: Report) -> str:
             f"test {parity_view.WORDS[parity['verdict']]}, as section 1 states it with its interval</span>"
         )
     elif ref and ref["status"] in OK and best.get("final_loss") is not None:
-        delta = f"{best['final_loss'] - ref['final_loss']:+.3f} nats against {stages.get(st.reference).title} at the same batch"
+        delta = f"{fmt.nats(best['final_loss'] - ref['final_loss'], 3)} nats against {stages.get(st.reference).title} at the same batch"
     else:
         delta = (
             f"no {stages.get(st.reference).title} run at B={best['batch_size']} to compare with; the stage's loss "
@@ -185,8 +184,8 @@ def recommended_md(rep: Report) -> str:
     p = best["processes"]
     achieved = best["achieved_tflops"] * p["median"] / best["tokens_per_s"] if best.get("achieved_tflops") else None
     mfu = (
-        f"{achieved / peak * 100:.1f} % of the {peak:g} TFLOP/s bf16 dense peak ({achieved:.0f} TFLOP/s achieved, "
-        "at the median)"
+        f"{fmt.pct(achieved / peak)} of the {fmt.setting(peak)} TFLOP/s bf16 dense peak "
+        f"({fmt.tflops(achieved)} TFLOP/s achieved, at the median)"
         if peak and achieved
         else "n/a (no datasheet peak)"
     )
@@ -194,11 +193,11 @@ def recommended_md(rep: Report) -> str:
     mem = ", ".join(
         f"{label.split(' (')[0]} {gib(best.get(col))} GiB" for col, label in LAYERS if best.get(col) is not None
     )
-    spread = f" (median of {p['n']} processes, range {p['lo']:,.0f}–{p['hi']:,.0f})" if p["n"] > 1 else ""
+    spread = f" (median of {p['n']} processes, range {fmt.tok(p['lo'])}–{fmt.tok(p['hi'])})" if p["n"] > 1 else ""
     return (
-        f"**{st.title} at B={best['batch_size']}** (T={best['seq_len']}): **{p['median']:,.0f} tokens/s**{spread}, "
-        f"{best['median_ms']:.1f} ms/step in the first process (p10–p90 {best['p10_ms']:.1f}–{best['p90_ms']:.1f}), "
-        f"MFU {mfu}. "
+        f"**{st.title} at B={best['batch_size']}** (T={best['seq_len']}): **{fmt.tok(p['median'])} tokens/s**{spread}, "
+        f"{fmt.ms(best['median_ms'])} ms/step in the first process (p10–p90 {fmt.ms(best['p10_ms'])}–"
+        f"{fmt.ms(best['p90_ms'])}), MFU {mfu}. "
         f"Memory: {mem}. {energy_and_cost(rep, best)} Loss: {delta.rstrip('.')}.\n\n"
         + export.html_only_block(
             "The code switches that produce it, in the order they are applied:\n\n```python\n"
@@ -215,18 +214,19 @@ def energy_and_cost(rep: Report, best: dict) -> str:
     and the cost per million tokens at the median throughput where a price per GPU-hour is given."""
     e = best.get("energy") or {}
     parts = []
-    if e.get("joules_per_token"):
+    if j := e.get("joules_per_token"):
         parts.append(
-            f"Energy: {e['joules_per_token'] * 1e3:.2f} mJ per token ({e['joules_per_token'] * 1e6 / 3600:.2f} Wh "
-            f"per million tokens; GPU board, {e.get('method', 'NVML')}, average {e.get('avg_power_w', 0):.0f} W)."
+            f"Energy: {fmt.reading(j * 1e3, 2)} mJ per token ({fmt.reading(j * 1e6 / 3600, 2)} Wh per million tokens; "
+            f"GPU board, {e.get('method', 'NVML')}, average {fmt.reading(e.get('avg_power_w', 0))} W)."
         )
     else:
         parts.append(f"Energy: not measured ({e.get('reason') or 'no energy reading in this record'}).")
     r = rep.decided["recipe"] or {}
     if r.get("cost"):  # the recipe's, as page 1 states it
         parts.append(
-            f"Cost: ${r['cost'] / r['token_budget'] * 1e6:.3f} per million tokens at ${r['price_per_gpu_hour']:g} per "
-            f"GPU-hour ({r['price_source']}; `make render PRICE_PER_GPU_HOUR=...` states your own)."
+            f"Cost: {fmt.money(r['cost'] / r['token_budget'] * 1e6, 3)} per million tokens at "
+            f"${fmt.setting(r['price_per_gpu_hour'])} per GPU-hour ({r['price_source']}; `make render "
+            "PRICE_PER_GPU_HOUR=...` states your own)."
         )
     else:
         parts.append(

@@ -10,6 +10,7 @@ import numpy as np
 
 from lib.core import stages
 from lib.core.record import TIMED
+from lib.report import formats as fmt
 from lib.report.loader import GiB, Report, no_value
 from lib.results import decide
 
@@ -112,7 +113,7 @@ def plot_throughput(rep: Report):
             ax.text(r["tokens_per_s"], y[i], f" {r['world_size']} GPUs together", va="center", fontsize=7)
     ax.set_xlabel("tokens / s (median step; median over processes where several ran)")
     ax.set_title("Throughput by stage and batch size", fontsize=10)
-    ax.xaxis.set_major_formatter(plt.FuncFormatter(lambda v, _: f"{v:,.0f}"))
+    ax.xaxis.set_major_formatter(plt.FuncFormatter(lambda v, _: fmt.tok(v)))
     legend_below(fig, *ax.get_legend_handles_labels(), len(batches))
     return save(fig, rep, "throughput")
 
@@ -246,7 +247,7 @@ LINESTYLES = ("-", "--", "-.", ":")
 def _loss_panel_all(ax, rep: Report, b: int, tol: float) -> list[str]:
     """Every single-GPU stage's loss minus its reference stage's (stages.reference), step by step,
     at batch b, each stage its own colour and line style; returns what could not be drawn."""
-    ax.axhspan(-tol, tol, color="C2", alpha=0.12, label=f"±{tol:g} nats tolerance")
+    ax.axhspan(-tol, tol, color="C2", alpha=0.12, label=f"±{fmt.setting(tol)} nats tolerance")
     ax.axhline(0, color="grey", lw=0.6)
     missing: dict[str, list[str]] = {}
     for i, key in enumerate(rep.stage_order):
@@ -341,7 +342,7 @@ def _loss_panel_stage(ax, rep: Report, stage: str, b: int, tol: float) -> tuple[
         if later:  # the first steps (loss ~ ln V) would squash everything else
             ax.set_ylim(min(later) - 0.1, max(later) + 0.3)
         return [], ylabel
-    ax.axhspan(-tol, tol, color="C2", alpha=0.12, label=f"±{tol:g} nats tolerance")
+    ax.axhspan(-tol, tol, color="C2", alpha=0.12, label=f"±{fmt.setting(tol)} nats tolerance")
     ax.axhline(0, color="grey", lw=0.6)
     if not (ref and ref.get("losses")):
         return [f"no {ref_title} loss at B={b} ({no_value(ref)})"], ylabel

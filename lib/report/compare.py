@@ -7,6 +7,9 @@ it, with the same software, measurement method and measuring code (version skew 
 
 from __future__ import annotations
 
+import functools
+import hashlib
+import json
 from pathlib import Path
 
 import numpy as np
@@ -14,8 +17,8 @@ import pandas as pd
 
 from lib.core import config, provenance, stages
 from lib.core.paths import ROOT
-from lib.report import fidelity_view, loader, parity_view
-from lib.results import decide, machine_spread
+from lib.report import decided_file, loader, parity_view
+from lib.results import comparison, decide, machine_spread
 
 SKEW_KEYS = [
     ("torch", "PyTorch"),
@@ -33,14 +36,58 @@ class CompareError(ValueError):
     pass
 
 
-def load_all(names: list[str], reports_root=None) -> dict[str, loader.Report]:
-    """Every named report, or a CompareError naming the first one that is missing or unreadable."""
+class Reports(dict):
+    """name -> loader.Report, the first the basis of every ratio, with the comparison's decisions (comparison.compute)
+    judged once: read from `out_dir`'s decisions.json where it was judged from these reports' decisions by today's
+    deciding code, else judged here (and kept there by write)."""
+
+    def __init__(self, out_dir=None):
+        super().__init__()
+        self.out_dir = Path(out_dir) if out_dir else None
+
+    def digest(self) -> str:
+        folders = [[n, rep.decided["records_digest"]] for n, rep in self.items()]
+        return hashlib.sha256(json.dumps([folders, decided_file.render_env()[1]]).encode()).hexdigest()
+
+    @functools.cached_property
+    def decided(self) -> dict:
+        try:
+            kept = json.loads((self.out_dir / comparison.FILE).read_text()) if self.out_dir else {}
+        except (OSError, ValueError):
+            kept = {}
+        if kept.get("digest") == self.digest():
+            return kept
+        return {**comparison.compute({n: facts(rep) for n, rep in self.items()}), "digest": self.digest()}
+
+    def write(self) -> None:
+        """The comparison's decisions.json, before its notebook draws them."""
+        (self.out_dir / comparison.FILE).write_text(json.dumps(self.decided, indent=1) + "\n")
+
+
+def facts(rep: loader.Report) -> dict:
+    """What the comparison judges a report's figures by: its decisions, the spread between machines of its GPU kind
+    (from every sitting in the folder it was loaded from and its archive/), its stages and its same-batch timings."""
+    ok = rep.df[rep.df["status"] == "ok"]
+    return {
+        "decided": rep.decided,
+        "spread": machine_spread.of_device(rep.dir.parent, rep.env["device"]["name"]),
+        "stages": list(rep.stage_order),
+        "same_batch": {
+            k: {int(b): float(g["tokens_per_s"].iloc[0]) for b, g in rows.groupby("batch_size", sort=False)}
+            for k, rows in ok.groupby("stage", sort=False)
+        },
+    }
+
+
+def load_all(names: list[str], reports_root=None, out_dir=None) -> Reports:
+    """Every named report, or a CompareError naming the first one that is missing or unreadable; `out_dir`, the
+    comparison's folder, where its decisions.json may be read from and written to."""
     root = Path(reports_root) if reports_root else ROOT / "reports"
     if len(names) < 2:
         raise CompareError(f"compare needs at least two reports, got {len(names)}: {' '.join(names) or '(none)'}")
     if len(set(names)) != len(names):
         raise CompareError(f"a report is named twice: {' '.join(names)}")
-    out = {}
+    out = Reports(out_dir)
     for name in names:
         config.check_name(name)
         d = root / name
@@ -48,7 +95,7 @@ def load_all(names: list[str], reports_root=None) -> dict[str, loader.Report]:
             have = sorted(p.name for p in root.iterdir() if (p / "params.json").exists()) if root.exists() else []
             raise CompareError(f"no report for {name!r} in {root} (reports there: {', '.join(have) or 'none'})")
         try:
-            out[name] = loader.load(d)
+            out[name] = loader.load(d, read_decisions=True)
         except ValueError as e:  # results of another schema version
             raise CompareError(f"report {name!r} cannot be compared: {e}") from None
     return out
@@ -208,54 +255,23 @@ def _cells(name: str, best, base, peaks: dict | None) -> dict:
     }
 
 
-def machine_spreads(reps) -> dict[str, dict]:
-    """name -> the spread between machines of its GPU model (machine_spread.of_device), from every sitting in the
-    reports folder it was loaded from (and its archive/); read once a loaded report."""
-    for rep in reps.values():
-        if not hasattr(rep, "machine_spread"):
-            rep.machine_spread = machine_spread.of_device(rep.dir.parent, rep.env["device"]["name"])
-    return {n: rep.machine_spread for n, rep in reps.items()}
-
-
-def judge(reps, a: str, b: str, ratio) -> dict:
-    """machine_spread.judge of a ratio of b over a: against the spread between machines of both GPUs' kinds and the
-    larger process-to-process spread of the two reports."""
-    kinds = machine_spreads({n: reps[n] for n in (a, b)})
-    return machine_spread.judge(ratio, list(kinds.values()), pair_noise(reps, a, b))
-
-
-def pair_noise(reps, a: str, b: str) -> float | None:
-    """The larger of two reports' noise floors (their largest process-to-process range of tokens/s
-    over the median, fidelity_view.noise); None where either ran no configuration twice."""
-    floors = [fidelity_view.noise(reps[n])[1] for n in (a, b)]
-    return None if None in floors else max(floors)
-
-
-def same_batch_table(reps: dict[str, loader.Report]) -> pd.DataFrame:
-    """Per single-GPU stage: tokens/s of every GPU at the largest batch size they all measured
-    with a timing, each GPU against the first one, and that ratio judged (judge: `<gpu> within`, None where no
-    spread is measured, and the band). The best-over-batches table lets a GPU with more memory win by a larger
-    batch; this one holds the batch fixed."""
-    names, rows = list(reps), []
-    for key in [k for k in stages.single_gpu(stages.ORDER) if all(k in rep.stage_order for rep in reps.values())]:
-        timed = [reps[n].df[(reps[n].df["stage"] == key) & (reps[n].df["status"] == "ok")] for n in names]
-        common = set.intersection(*(set(t["batch_size"]) for t in timed))
-        if not common:
-            continue
-        b = max(common)
-        tok = dict(zip(names, [float(t[t["batch_size"] == b]["tokens_per_s"].iloc[0]) for t in timed]))
-        ratio = {n: tok[n] / tok[names[0]] for n in names[1:]}
-        judged = {n: judge(reps, names[0], n, ratio[n]) for n in names[1:]}
-        rows.append(
-            {
-                "stage": stages.get(key).title,
-                "B": int(b),
-                **{f"{n} tok/s": v for n, v in tok.items()},
-                **{f"{n} / {names[0]}": v for n, v in ratio.items()},
-                **{f"{n} within": j["within"] for n, j in judged.items()},
-                **{f"{n} band": j["band"] for n, j in judged.items()},
-            }
-        )
+def same_batch_table(reps: Reports) -> pd.DataFrame:
+    """Per single-GPU stage: tokens/s of every GPU at the largest batch size they all measured with a timing, each GPU
+    against the first one, and that ratio judged (comparison.same_batch: `<gpu> within`, None where no spread is
+    measured, and the band). The best-over-batches table lets a GPU with more memory win by a larger batch; this one
+    holds the batch fixed."""
+    names = list(reps)
+    rows = [
+        {
+            "stage": stages.get(r["stage"]).title,
+            "B": r["batch"],
+            **{f"{n} tok/s": v for n, v in r["tokens_per_s"].items()},
+            **{f"{n} / {names[0]}": v for n, v in r["ratio"].items()},
+            **{f"{n} within": v for n, v in r["within"].items()},
+            **{f"{n} band": v for n, v in r["band"].items()},
+        }
+        for r in reps.decided["same_batch"]
+    ]
     return pd.DataFrame(rows)
 
 
@@ -300,31 +316,20 @@ def ddp_table(reps) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def lever_decision(rep: loader.Report, key: str) -> tuple[str | None, str]:
-    """(decision, reason) for one lever stage in one report, as its decisions.json holds them (the results layer
-    decides once; the comparison repeats each report's own words and judges nothing)."""
-    row = next((r for r in rep.decided["levers"] if r["stage"] == key), None)
-    if row is None:
-        return None, "not measured"
-    return row["decision"], row["reason"] or ""
-
-
-def parity_tests(reps: dict[str, loader.Report], key: str) -> dict[str, dict]:
+def parity_tests(reps: Reports, key: str) -> dict[str, dict]:
     """name -> the parity test of lever stage `key` in each report that ran one: where GPUs decide a lever
     differently, the comparison sets the tests side by side (batch, steps, verdict)."""
     tests = {n: parity_view.checks(rep).get(key) for n, rep in reps.items()}
     return {n: c for n, c in tests.items() if c}
 
 
-def decisions_table(reps: dict[str, loader.Report]) -> pd.DataFrame:
-    """One row per lever stage after the baseline: each GPU's decision and its reason (each report's decisions),
-    and whether the decisions differ."""
-    order = [k for k in stages.single_gpu(stages.ORDER)[1:] if any(k in rep.stage_order for rep in reps.values())]
+def decisions_table(reps: Reports) -> pd.DataFrame:
+    """One row per lever stage after the baseline: each GPU's decision and its reason (each report's decisions,
+    comparison.levers), and whether the decisions differ."""
     rows = []
-    for key in order:
-        row = {"key": key, "stage": stages.get(key).title}
-        for n, rep in reps.items():
-            row[f"{n} decision"], row[f"{n} why"] = lever_decision(rep, key)
-        row["differs"] = len({row[f"{n} decision"] for n in reps} - {None}) > 1
-        rows.append(row)
+    for r in reps.decided["levers"]:
+        row = {"key": r["stage"], "stage": stages.get(r["stage"]).title}
+        for n, (decision, why) in r["words"].items():
+            row[f"{n} decision"], row[f"{n} why"] = decision, why
+        rows.append({**row, "differs": r["differs"]})
     return pd.DataFrame(rows)

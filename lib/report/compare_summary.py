@@ -9,11 +9,10 @@ import html
 import pandas as pd
 
 from lib.core import stages
-from lib.report import compare, loader, recipe_row
+from lib.report import loader, recipe_row
 from lib.report import formats as fmt
 from lib.report.compare import decisions_table
 from lib.report.compare_view import NOT_MEASURED_CELL, spread_words, verdict_words
-from lib.results import recipe_decision
 
 
 def recipe_table(reps: dict[str, loader.Report]) -> pd.DataFrame:
@@ -55,7 +54,7 @@ def recipe_html(reps) -> str:
             body += f"<tr><td>{row['gpu']}</td>" + f"<td>{NOT_MEASURED_CELL}</td>" * 9 + "</tr>"
             continue
         vs = row["recipe vs first"]
-        j = None if row["gpu"] == names[0] else compare.judge(reps, names[0], row["gpu"], vs)
+        j = None if row["gpu"] == names[0] else reps.decided["pairs"][row["gpu"]]["recipe"]
         judged = "" if j is None or j["within"] is None else "within noise" if j["within"] else "beyond noise"
         cells = [
             row["gpu"],
@@ -94,7 +93,7 @@ def recipe_html(reps) -> str:
             for n, rep in reps.items()
             if (rep.decided["recipe"] or {}).get("price_per_gpu_hour")
         )
-        + f". Spread between machines of one kind: {spread_words(list(compare.machine_spreads(reps).values()))}.</p>"
+        + f". Spread between machines of one kind: {spread_words(list(reps.decided['spreads'].values()))}.</p>"
     )
 
 
@@ -105,7 +104,7 @@ def break_even_lines(reps) -> list[str]:
     first = reps[names[0]].decided["recipe"]
     for n in names[1:]:
         other = reps[n].decided["recipe"]
-        be = recipe_decision.price_break_even(first, other)
+        be = reps.decided["pairs"][n]["break_even"]
         if be is None:
             continue
         line = (
@@ -162,7 +161,7 @@ def micro(row: dict) -> str:
 
 def headline(reps) -> list[str]:
     """The comparison in a line a GPU: what it trains at against the first GPU, by each report's recipe and by the
-    canonical trainer (section 1 has both), each ratio judged against the spread between machines (compare.judge);
+    canonical trainer (section 1 has both), each ratio judged against the spread between machines (comparison.compute);
     and whether the GPUs decide every lever alike."""
     t, names = recipe_table(reps), list(reps)
     rows = {r["gpu"]: r for r in t.to_dict("records")} if not t.empty else {}
@@ -184,10 +183,11 @@ def headline(reps) -> list[str]:
                 f", {ratios[1]:.3f}× by the canonical trainer ({r['plain']['median']:,.0f} against "
                 f"{first['plain']['median']:,.0f})"
             )
-        said = [verdict_words(compare.judge(reps, names[0], n, x)) for x in ratios]
+        pair = reps.decided["pairs"][n]
+        said = [verdict_words(pair[side]) for side in ("recipe", "canonical")[: len(ratios)]]
         said = [("both " if len(said) > 1 else "") + said[0]] if len(set(said)) == 1 else [f"{said[0]} and {said[1]}"]
-        kinds = compare.machine_spreads({m: reps[m] for m in (names[0], n)})
-        out.append(f"{line}: {said[0]} ({spread_words(list(kinds.values()))}).")
+        kinds = [reps.decided["spreads"][m] for m in (names[0], n)]
+        out.append(f"{line}: {said[0]} ({spread_words(kinds)}).")
     out.append(
         f"**Decisions:** the GPUs decide {', '.join(differ)} differently (section 2)."
         if differ

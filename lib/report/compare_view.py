@@ -9,7 +9,7 @@ import html
 import pandas as pd
 
 from lib.core import config, record, stages
-from lib.report import claims_view, compare, fidelity_view, loader
+from lib.report import claims_view, loader
 from lib.report import formats as fmt
 from lib.report.claims_view import CSS, NOT_APPLICABLE
 from lib.results import machine_spread
@@ -132,7 +132,7 @@ def spread_words(kinds: list[dict]) -> str:
 
 
 def verdict_words(j: dict) -> str:
-    """A judged ratio (compare.judge) in a few words: within or beyond the band it must clear, and what that is."""
+    """A judged ratio (comparison.compute's) in a few words: within or beyond the band it must clear, and what that is."""
     if j["within"] is None:
         return "not judged, no spread measured"
     side = "within" if j["within"] else "beyond"
@@ -148,18 +148,18 @@ def verdict_words(j: dict) -> str:
 
 def attribution_html(reps) -> str:
     """Per GPU against the first, in words: how many same-batch ratios lie beyond the spread they must clear
-    (compare.judge), and whether those may be called the hardware's: only beyond the spread between machines of
+    (comparison.compute), and whether those may be called the hardware's: only beyond the spread between machines of
     both kinds, with the same software, measurement method and measuring code."""
     t, names = same_batch_table(reps), list(reps)
     if t.empty:
         return ""
-    kinds = compare.machine_spreads(reps)
+    kinds, floor = reps.decided["spreads"], reps.decided["floors"]
     out = []
     for n in names[1:]:
         pair = {m: reps[m] for m in (names[0], n)}
-        j = compare.judge(reps, names[0], n, 1.0)
+        j = reps.decided["pairs"][n]["band"]
         skewed = skew_warnings(pair)
-        floors = ", ".join(f"{m} {loader.pct(fidelity_view.noise(reps[m])[1], 2)}" for m in pair)
+        floors = ", ".join(f"{m} {loader.pct(floor[m], 2)}" for m in pair)
         beyond = sum(v is False for v in t[f"{n} within"])
         text = (
             f"{n} against {names[0]} at the same batch size: {beyond} of {len(t)} stages lie beyond the "
@@ -184,7 +184,7 @@ def attribution_html(reps) -> str:
 def sittings_html(reps) -> str:
     """Each GPU kind's sittings behind its spread between machines, and the configuration that sets it."""
     body = ""
-    for k in {kind_name(k): k for k in compare.machine_spreads(reps).values()}.values():
+    for k in {kind_name(k): k for k in reps.decided["spreads"].values()}.values():
         w = k["widest"]
         at = (
             f"{stages.get(w['stage']).title} B={w['batch']}"

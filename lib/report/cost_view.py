@@ -9,6 +9,7 @@ import statistics
 
 from lib.core import chapters
 from lib.report import export
+from lib.report import formats as fmt
 from lib.report.evidence_view import none, table
 from lib.report.loader import Report
 from lib.results import store
@@ -63,10 +64,10 @@ def cost_html(rep: Report) -> str:
     total = sum(seconds.values())
     if not total:
         return none("No chapter of this folder's runs recorded its time: what measuring it cost is not known.")
-    rows = [
-        {"chapter": titles.get(k, k), "seconds": f"{s:,.0f}", "share": f"{s / total:.0%}"} for k, s in seconds.items()
+    rows = [  # and a last row for all chapters, 100%
+        {"chapter": titles.get(k, k), "seconds": fmt.duration(s), "share": fmt.pct(s / total, 0, "%")}
+        for k, s in [*seconds.items(), ("all chapters", total)]
     ]
-    rows.append({"chapter": "all chapters", "seconds": f"{total:,.0f}", "share": "100%"})
     records = [rec for _, rec in store.every_record(rep.dir)[0]]
     costs = compile_costs(records)
     cold, warm = costs.get("cold"), costs.get("warm")
@@ -75,18 +76,18 @@ def cost_html(rep: Report) -> str:
     if cold:
         text += (
             f" {cold['processes']} processes compiled their graphs cold: {_with_first_step(cold)} took "
-            f"{cold['first_step_s']:,.0f} s in it, {cold['first_step_s'] / total:.0%} of the {total:,.0f} s the chapters "
-            "recorded."
+            f"{fmt.duration(cold['first_step_s'])} s in it, {fmt.pct(cold['first_step_s'] / total, 0, '%')} of the "
+            f"{fmt.duration(total)} s the chapters recorded."
         )
     if warm and warm["first_steps"]:
         text += (
             f" {warm['processes']} found them in the compile cache (warm): {_with_first_step(warm)} took "
-            f"{statistics.median(warm['first_steps']):.1f} s in it (median)."
+            f"{fmt.duration(statistics.median(warm['first_steps']), 1)} s in it (median)."
         )
     estimate = warm_estimate(total, costs)
     if estimate is not None:
         text += (
-            f" Measured again with the cache warm, the same records would take about {estimate / 60:.0f} minutes "
+            f" Measured again with the cache warm, the same records would take about {fmt.duration(estimate / 60)} minutes "
             "(an estimate: every cold first step replaced by the warm median)."
         )
     return text + "</p>" + export.html_only_block(table(rows), "Seconds per chapter: a table in the HTML report.")

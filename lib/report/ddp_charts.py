@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from lib.report.charts import save, style
-from lib.report.loader import Report, scaling_curve
+from lib.report.loader import Report, pct, scaling_curve, tok
 
 
 def plot_ddp_scaling(rep: Report):
@@ -28,7 +28,7 @@ def plot_ddp_scaling(rep: Report):
     speed.plot(counts, counts * curve[0]["tokens_per_s"], color="grey", lw=0.8, ls="--", label="ideal: GPUs × one GPU")
     speed.plot(gpus, [p["tokens_per_s"] for p in curve], color="C0", marker="o", label="measured")
     speed.set_ylabel("tokens / s (all GPUs)")
-    speed.yaxis.set_major_formatter(plt.FuncFormatter(lambda v, _: f"{v:,.0f}"))
+    speed.yaxis.set_major_formatter(plt.FuncFormatter(lambda v, _: tok(v)))
     speed.set_ylim(bottom=0)
     values = [p["efficiency"] * 100 for p in curve]
     eff.axhline(100, color="grey", lw=0.8, ls="--", label="ideal: 100 %")
@@ -36,7 +36,7 @@ def plot_ddp_scaling(rep: Report):
     for p, v in zip(curve[1:], values[1:]):
         if p["allreduce_share"] is not None:
             eff.annotate(
-                f"all-reduce {p['allreduce_share'] * 100:.1f} %",
+                f"all-reduce {pct(p['allreduce_share'])}",
                 (p["gpus"], v),
                 textcoords="offset points",
                 xytext=(0, -12),

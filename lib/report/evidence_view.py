@@ -10,19 +10,9 @@ import html
 import pandas as pd
 
 from lib.core import config, stages
+from lib.report import formats as fmt
 from lib.report.charts import save, style
-from lib.report.loader import (
-    DEVICE_PEAK,
-    LAYERS,
-    GiB,
-    Report,
-    best_single_gpu,
-    ddp_not_measured,
-    gib,
-    pct,
-    scaling_curve,
-    tok,
-)
+from lib.report.loader import DEVICE_PEAK, LAYERS, GiB, Report, best_single_gpu, ddp_not_measured, scaling_curve
 
 OK = ("ok", "diverged")
 
@@ -61,10 +51,10 @@ def memory_layers_html(rep: Report, stage: str, versus: str) -> str:
                 {
                     "B": b,
                     "layer": label,
-                    f"{versus} GiB": gib(va),
-                    f"{stage} GiB": gib(vs),
-                    "Δ GiB": f"{(vs - va) / GiB:+.2f}",
-                    "Δ %": f"{(vs / va - 1) * 100:+.1f} %",
+                    f"{versus} GiB": fmt.gib(va),
+                    f"{stage} GiB": fmt.gib(vs),
+                    "Δ GiB": fmt.gib(vs - va, sign="+"),
+                    "Δ %": fmt.pct(vs / va - 1, sign="+"),
                 }
             )
         if rep.on_gpu and all(
@@ -76,10 +66,10 @@ def memory_layers_html(rep: Report, stage: str, versus: str) -> str:
                 {
                     "B": b,
                     "layer": "outside the allocator (device − allocator)",
-                    f"{versus} GiB": gib(oa),
-                    f"{stage} GiB": gib(os_),
-                    "Δ GiB": f"{(os_ - oa) / GiB:+.2f}",
-                    "Δ %": f"{(os_ / oa - 1) * 100:+.1f} %" if oa else "",
+                    f"{versus} GiB": fmt.gib(oa),
+                    f"{stage} GiB": fmt.gib(os_),
+                    "Δ GiB": fmt.gib(os_ - oa, sign="+"),
+                    "Δ %": fmt.pct(os_ / oa - 1, sign="+") if oa else "",
                 }
             )
     if not rows:
@@ -96,7 +86,7 @@ def memory_layers_md(rep: Report, stage: str, versus: str) -> str:
         if a and s and a["status"] in OK and s["status"] in OK:
             for col in col_names:
                 if a.get(col) and s.get(col) is not None:
-                    changes.setdefault(col, []).append((b, s[col] / a[col] - 1, (s[col] - a[col]) / GiB))
+                    changes.setdefault(col, []).append((b, s[col] / a[col] - 1, s[col] - a[col]))
     if not changes:
         return f"No batch size where both {stages.get(versus).title} and {stages.get(stage).title} completed."
     parts = []
@@ -104,7 +94,7 @@ def memory_layers_md(rep: Report, stage: str, versus: str) -> str:
         worst = max(vals, key=lambda v: abs(v[1]))
         word = "unchanged" if abs(worst[1]) < 0.005 else ("smaller" if worst[1] < 0 else "larger")
         parts.append(
-            f"{col_names[col].split(' (')[0]}: {word} ({worst[1] * 100:+.1f} %, {worst[2]:+.2f} GiB at B={worst[0]})"
+            f"{col_names[col].split(' (')[0]}: {word} ({fmt.pct(worst[1], sign='+')}, {fmt.gib(worst[2], sign='+')} GiB at B={worst[0]})"
         )
     return (
         f"{stages.get(stage).title} against {stages.get(versus).title}, largest change per layer — "
@@ -132,16 +122,12 @@ def seq_sweep_html(rep: Report) -> str:
         return none("The sequence-length sweep was not measured for this report.")
 
     def cell(r):
-        return (
-            f"{r['median_ms']:.1f}"
-            if r and r["status"] in OK
-            else (r["status"].upper().replace("_", " ") if r else "—")
-        )
+        return fmt.ms(r["median_ms"]) if ok(r) else (r["status"].upper().replace("_", " ") if r else "—")
 
     rows = []
     for t, pair in by.items():
         n, f = pair.get("bf16"), pair.get("flash")
-        speed = f"{n['median_ms'] / f['median_ms']:.2f}×" if n and f and n["status"] in OK and f["status"] in OK else ""
+        speed = fmt.times(n["median_ms"] / f["median_ms"]) if ok(n) and ok(f) else ""
         rows.append(
             {
                 "T": t,
@@ -149,8 +135,8 @@ def seq_sweep_html(rep: Report) -> str:
                 "naive ms/step": cell(n),
                 "SDPA ms/step": cell(f),
                 "SDPA speed-up": speed,
-                "naive tensors GiB": gib(n.get("mem_tensors_bytes")) if n and n["status"] in OK else "",
-                "SDPA tensors GiB": gib(f.get("mem_tensors_bytes")) if f and f["status"] in OK else "",
+                "naive tensors GiB": fmt.gib(n.get("mem_tensors_bytes")) if n and n["status"] in OK else "",
+                "SDPA tensors GiB": fmt.gib(f.get("mem_tensors_bytes")) if f and f["status"] in OK else "",
                 "SDPA backend": (f or {}).get("sdpa_backend") or "",
             }
         )
@@ -223,9 +209,9 @@ def compile_vocab_html(rep: Report) -> str:
             {
                 "B": b,
                 "mode": label,
-                "50257 ms/step": f"{un_ms:.1f}" if un_ms else (un or {}).get("status", "—"),
-                "50304 ms/step": f"{pad_ms:.1f}" if pad_ms else (pad or {}).get("status", "—"),
-                "padding speed-up": f"{un_ms / pad_ms:.2f}×" if un_ms and pad_ms else "",
+                "50257 ms/step": fmt.ms(un_ms) if un_ms else (un or {}).get("status", "—"),
+                "50304 ms/step": fmt.ms(pad_ms) if pad_ms else (pad or {}).get("status", "—"),
+                "padding speed-up": fmt.times(un_ms / pad_ms) if un_ms and pad_ms else "",
             }
         )
     return table(rows)
@@ -247,12 +233,12 @@ def energy_html(rep: Report) -> str:
             {
                 "Stage": r["stage_title"],
                 "B": r["batch_size"],
-                "avg. power W": f"{e['avg_power_w']:.0f}",
-                "mJ / token": f"{e['joules_per_token'] * 1e3:.3f}",
-                "tokens / kJ": f"{1e3 / e['joules_per_token']:,.0f}",
+                "avg. power W": fmt.reading(e["avg_power_w"]),
+                "mJ / token": fmt.reading(e["joules_per_token"] * 1e3, 3),
+                "tokens / kJ": fmt.count(1e3 / e["joules_per_token"]),
                 # the tokens/s of the window the energy was read over (its steps, end to end): power / this is the
                 # mJ per token, where the matrix's figure is the median step's, and the median of processes
-                "tok/s in that window": f"{e['energy_j'] / e['joules_per_token'] / e['seconds']:,.0f}",
+                "tok/s in that window": fmt.tok(e["energy_j"] / e["joules_per_token"] / e["seconds"]),
             }
         )
     if not rows:
@@ -280,10 +266,10 @@ def ddp_curve_table_html(rep: Report) -> str:
             "one GPU cannot measure one; a run on a host with several, resumed into this folder, adds its point."
         )
     ref = (
-        f"{single['source']}, {single['tokens_per_s']:,.0f} tokens/s"
+        f"{single['source']}, {fmt.tok(single['tokens_per_s'])} tokens/s"
         if single.get("source")
         else f"{stages.get(single['stage']).title} at B={single['batch_size']} on one GPU, "
-        f"{single['tokens_per_s']:,.0f} tokens/s, "
+        f"{fmt.tok(single['tokens_per_s'])} tokens/s, "
         + (
             "the recommended configuration (the median of its processes)"
             if single["recommended"]
@@ -300,10 +286,10 @@ def ddp_curve_table_html(rep: Report) -> str:
             {
                 "GPUs": f"{p['gpus']}" + (f" ({p['nnodes']} nodes)" if p["nnodes"] > 1 else ""),
                 "configuration": config,
-                "tok/s": tok(p["tokens_per_s"]),
-                "tok/s per GPU": tok(p["per_gpu_tokens_per_s"]),
-                "× 1 GPU": f"{p['speedup']:.2f}×",
-                "efficiency<br><small>vs the 1-GPU row</small>": pct(p["efficiency"]),
+                "tok/s": fmt.tok(p["tokens_per_s"]),
+                "tok/s per GPU": fmt.tok(p["per_gpu_tokens_per_s"]),
+                "× 1 GPU": fmt.times(p["speedup"]),
+                "efficiency<br><small>vs the 1-GPU row</small>": fmt.pct(p["efficiency"]),
                 **_lost_cells(p["lost"]),
                 "final loss<br><small>− the 1-GPU recipe's</small>": _loss_cell(p["loss"]),
             }
@@ -322,7 +308,7 @@ def _loss_cell(loss: dict | None) -> str:
     if loss is None:
         return ""
     word = "within" if loss["holds"] else '<span class="warn">beyond</span>'
-    return f"{loss['diff']:+.4f} nats, {word} ±{loss['tolerance']:g}"
+    return f"{fmt.nats(loss['diff'])} nats, {word} ±{fmt.setting(loss['tolerance'])}"
 
 
 LOST = (("wrapper", "DDP wrapper"), ("at_once", "all GPUs at once"), ("allreduce", "all-reduce"))
@@ -330,9 +316,9 @@ LOST = (("wrapper", "DDP wrapper"), ("at_once", "all GPUs at once"), ("allreduce
 
 def _lost_cells(lost: dict | None) -> dict:
     """A point's lost efficiency by part (scaling.lost), one cell each."""
-    cells = {key: pct(lost[key]) if lost and lost[key] is not None else "" for key, _ in LOST}
+    cells = {key: fmt.pct(lost[key]) if lost and lost[key] is not None else "" for key, _ in LOST}
     if lost and lost["wrapper"] is None:  # no one-rank job: the wrapper's part is not told apart from the rest
-        cells["at_once"] = f"{pct(lost['rest'])}, the wrapper's too"
+        cells["at_once"] = f"{fmt.pct(lost['rest'])}, the wrapper's too"
     return {f"lost: {name}<br><small>share of the step</small>": cells[key] for key, name in LOST}
 
 
@@ -346,9 +332,9 @@ def host_html(rep: Report) -> str:
     said = "; ".join(
         f"{p['gpus']} GPUs"
         + (f" as {p['nnodes']} nodes" if p["nnodes"] > 1 else "")
-        + f": {tok(p['tokens_per_s'])} tokens/s, {tok(p['per_gpu_tokens_per_s'])} a GPU, efficiency "
-        + pct(p["efficiency"])
-        + (f", all-reduce {pct(p['allreduce_share'])} of the step" if p["allreduce_share"] is not None else "")
+        + f": {fmt.tok(p['tokens_per_s'])} tokens/s, {fmt.tok(p['per_gpu_tokens_per_s'])} a GPU, efficiency "
+        + fmt.pct(p["efficiency"])
+        + (f", all-reduce {fmt.pct(p['allreduce_share'])} of the step" if p["allreduce_share"] is not None else "")
         for p in curve
     )
     return (

@@ -18,6 +18,7 @@ from pathlib import Path
 import nbformat
 
 from lib.core.paths import ROOT
+from lib.report import formats as fmt
 
 CSS = Path(__file__).with_name("report.css")
 HIDDEN_TAGS = {"parameters", "injected-parameters", "report-hide"}
@@ -166,8 +167,8 @@ def export(report_dir, chapter_paths, summary_path, title: str, t_start: float, 
         (
             f"{wall_note} (its drawing time is in render.json)"  # no seconds here: two renders draw the same bytes
             if wall_note
-            else f"{total:.0f} s for this whole run: measuring every configuration, then the notebooks and HTML "
-            "(the PDF's own time is in run.json)"
+            else f"{fmt.duration(total)} s for this whole run: measuring every configuration, then the notebooks and "
+            "HTML (the PDF's own time is in run.json)"
         ),
     )
     t0 = time.perf_counter()

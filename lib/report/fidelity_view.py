@@ -11,6 +11,7 @@ import numpy as np
 from lib.core import record, stages
 from lib.core.params import Evidence
 from lib.report import export
+from lib.report import formats as fmt
 from lib.report.loader import Report
 from lib.results import decide
 from lib.results import noise as noise_stats
@@ -19,23 +20,16 @@ CROSSCHECK_LIMIT = 0.03  # harness vs plain loop beyond this is flagged in the e
 
 
 def noise(rep: Report) -> tuple[dict, float | None]:
-    """(configuration -> tokens/s of every process that timed it, the report's noise floor)."""
-    tps = decide.throughputs(rep.decisions)
-    return tps, noise_stats.decision_floor(rep.decisions, tps)
+    """(configuration -> tokens/s of every process that timed it, the report's noise floor as decided once)."""
+    return decide.throughputs(rep.decisions), rep.decided["noise_floor"]
 
 
 def repeats_rule(ev: Evidence) -> str:
     """The repeats rule as the params state it, before any number: when a third process (and more) runs."""
     tol, n = ev.repeat_tolerance, ev.repeats
-    return (
-        ""
-        if n <= 2
-        else f" and more, {n} in all"
-        if tol is None
-        else (
-            f", and further ones (up to {n}) only where the processes so far differ by more than {tol * 100:g} % of their median"
-        )
-    )
+    if n <= 2 or tol is None:
+        return "" if n <= 2 else f" and more, {n} in all"
+    return f", and further ones (up to {n}) only where the processes so far differ by more than {fmt.pct(tol, None)} of their median"
 
 
 def claim_repeats_rule(ev: Evidence) -> str:
@@ -45,17 +39,10 @@ def claim_repeats_rule(ev: Evidence) -> str:
         return "both sides of the timing claims the runs knew of"
     return (
         "both sides of each timing claim whose verdict one process may not decide: where its figure, moved by up to "
-        f"{margin:g} times the noise floor measured on the first two, could get another verdict (no change, the "
-        "claimed range's ends, within noise of them); a claim farther from all of them is judged on one process a "
-        "side against that floor"
+        f"{fmt.setting(margin)} times the noise floor measured on the first two, could get another verdict (no "
+        "change, the claimed range's ends, within noise of them); a claim farther from all of them is judged on one "
+        "process a side against that floor"
     )
-
-
-def within_noise(rep: Report, a: tuple[str, int], b: tuple[str, int]) -> bool | None:
-    tps, floor = noise(rep)
-    if a not in tps or b not in tps:
-        return None
-    return noise_stats.within_noise(tps[a], tps[b], floor, noise_stats.across_machines(rep.decisions))
 
 
 def _harness(rep: Report, key: str, batch: int) -> tuple[float | None, float | None]:
@@ -131,16 +118,16 @@ def crosscheck_html(rep: Report) -> str:
     body = []
     for r in rows:
         diff = r["difference"]
-        cell = "n/a" if diff is None else f"{diff * 100:+.1f} %"
+        cell = fmt.pct(diff, sign="+")
         if r["verdict"] == "differs":
             cell = f'<span class="bad">{cell}</span>'
         elif r["verdict"] == "within noise":
             cell += " <small>(within noise)</small>"
         body.append(
             f"<tr><td>{html.escape(stages.get(r['stage']).title)}</td><td>{r['batch_size']}</td>"
-            f"<td>{_ms(r['harness_ms'])} <small>({r['processes']} process{'es' if r['processes'] != 1 else ''})"
-            f"</small></td><td>{_ms(r['plain_ms']) if r['status'] == 'ok' else r['status'].upper()}</td>"
-            f"<td>{cell}</td><td>{_pct(r['noise'])}</td><td>{_ms(r['plain_synced_ms'])}</td></tr>"
+            f"<td>{fmt.ms(r['harness_ms'])} <small>({r['processes']} process{'es' if r['processes'] != 1 else ''})"
+            f"</small></td><td>{fmt.ms(r['plain_ms']) if r['status'] == 'ok' else r['status'].upper()}</td>"
+            f"<td>{cell}</td><td>{fmt.pct(r['noise'])}</td><td>{fmt.ms(r['plain_synced_ms'])}</td></tr>"
         )
     return (
         '<table class="matrix"><thead><tr><th>Stage</th><th>B</th><th>harness ms/step (mean)</th>'
@@ -153,20 +140,12 @@ def crosscheck_html(rep: Report) -> str:
         "steps over their number, the host running ahead of the device as in nanoGPT's loop. The last column is "
         "the median of the plain loop's steps timed each after a "
         "<code>torch.cuda.synchronize()</code>, as build-nanogpt does, which adds the host's launch gap at the "
-        f"start of every step. A difference beyond {CROSSCHECK_LIMIT * 100:.0f} % is judged against the noise "
+        f"start of every step. A difference beyond {fmt.pct(CROSSCHECK_LIMIT, 0)} is judged against the noise "
         "column: the larger of this report's process-to-process floor, the harness's range over its processes there, "
         "the step-time CV of each side in its own process, and how much slower the plain loop's unsynchronised "
         "steps ran than its synchronised ones (synchronising can only add time); inside it, the two cannot be told "
         "apart here.</p>"
     )
-
-
-def _pct(v) -> str:
-    return "n/a" if v is None else f"{v * 100:.1f} %"
-
-
-def _ms(v) -> str:
-    return "n/a" if v is None else f"{v:.1f}"
 
 
 def repeats_html(rep: Report) -> str:
@@ -180,8 +159,8 @@ def repeats_html(rep: Report) -> str:
         s = noise_stats.spread(values)
         body.append(
             f"<tr><td>{html.escape(stages.get(key).title)}</td><td>{batch}</td><td>{s['n']}</td>"
-            f"<td>{s['median']:,.0f}</td><td>{s['lo']:,.0f} – {s['hi']:,.0f}</td>"
-            f"<td>{s['spread'] * 100:.2f} %</td></tr>"
+            f"<td>{fmt.tok(s['median'])}</td><td>{fmt.tok(s['lo'])} – {fmt.tok(s['hi'])}</td>"
+            f"<td>{fmt.pct(s['spread'], 2)}</td></tr>"
         )
     table = (
         '<table class="matrix"><thead><tr><th>Stage</th><th>B</th><th>processes</th><th>median tok/s</th>'
@@ -194,7 +173,7 @@ def repeats_html(rep: Report) -> str:
             "table in the HTML report.",
         )
         + f'<p class="note">Noise floor of this report (the largest range / median among them): '
-        f"{floor * 100:.2f} %: the within-noise rule (the method) uses it where a configuration ran once.</p>"
+        f"{fmt.pct(floor, 2)}: the within-noise rule (the method) uses it where a configuration ran once.</p>"
     )
 
 
@@ -208,7 +187,7 @@ def batch_tie_rule(ev) -> str:
         "(the larger of their own process-to-process ranges, widened to the spread between machines where "
         "they were timed on different ones)"
         + (
-            f" or within {gain * 100:g} % of it (a smaller gain need not repeat on the next GPU of the kind)"
+            f" or within {fmt.pct(gain, None)} of it (a smaller gain need not repeat on the next GPU of the kind)"
             if gain
             else ""
         )
@@ -223,8 +202,8 @@ def tie_basis(a: dict) -> str:
     """What a tie call between two batch sizes (decide.against) was judged against, in words."""
     gain = a.get("min_gain") or 0.0
     if gain > a["band"]:
-        return f"the {gain * 100:g} % a batch size must gain (their noise: {a['band'] * 100:.2f} %)"
-    return f"their noise of {a['band'] * 100:.2f} %"
+        return f"the {fmt.pct(gain, None)} a batch size must gain (their noise: {fmt.pct(a['band'], 2)})"
+    return f"their noise of {fmt.pct(a['band'], 2)}"
 
 
 def noise_sentence(rep: Report) -> str:
@@ -233,6 +212,6 @@ def noise_sentence(rep: Report) -> str:
         return "not measured for this report (no configuration ran in more than one process)."
     return (
         f"the largest process-to-process range of tokens/s among the repeated configurations is "
-        f"{floor * 100:.2f} % of its median; speed-ups closer to 1 than the ranges of the two "
+        f"{fmt.pct(floor, 2)} of its median; speed-ups closer to 1 than the ranges of the two "
         "configurations compared (this floor where one ran once) are reported as *within noise*."
     )

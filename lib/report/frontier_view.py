@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from lib.core import config, stages
 from lib.core.kernel_categories import CATEGORIES
+from lib.report import formats as fmt
 from lib.report.evidence_view import none, ok, table
 from lib.report.fidelity_view import repeats_rule
 from lib.report.loader import Report, gib, recommended, short
@@ -29,8 +30,8 @@ def sdpa_html(rep: Report) -> str:
         rows.append(
             {
                 "SDPA backend": f"PyTorch's choice ({default.get('sdpa_backend') or 'unknown'})",
-                "ms/step": f"{default['median_ms']:.1f}",
-                "tok/s": f"{default['tokens_per_s']:,.0f}",
+                "ms/step": fmt.ms(default["median_ms"]),
+                "tok/s": fmt.tok(default["tokens_per_s"]),
                 "× PyTorch's choice": "1.00×",
                 "allocator GiB": gib(default.get("mem_allocator_bytes")),
             }
@@ -51,9 +52,9 @@ def sdpa_html(rep: Report) -> str:
         rows.append(
             {
                 "SDPA backend": f"{name} (forced)",
-                "ms/step": f"{r['median_ms']:.1f}",
-                "tok/s": f"{r['tokens_per_s']:,.0f}",
-                "× PyTorch's choice": f"{r['tokens_per_s'] / default['tokens_per_s']:.2f}×" if ok(default) else "",
+                "ms/step": fmt.ms(r["median_ms"]),
+                "tok/s": fmt.tok(r["tokens_per_s"]),
+                "× PyTorch's choice": fmt.times(r["tokens_per_s"] / default["tokens_per_s"]) if ok(default) else "",
                 "allocator GiB": gib(r.get("mem_allocator_bytes")),
             }
         )
@@ -84,8 +85,8 @@ def ce_filter_html(rep: Report) -> str:
             {
                 "loss": label,
                 "B": r["batch_size"],
-                "tok/s": f"{r['tokens_per_s']:,.0f}" if ran else r["status"].upper(),
-                "final loss": f"{r['final_loss']:.3f}" if ran and r.get("final_loss") is not None else "",
+                "tok/s": fmt.tok(r["tokens_per_s"]) if ran else r["status"].upper(),
+                "final loss": fmt.loss(r["final_loss"]) if ran and r.get("final_loss") is not None else "",
                 "allocator GiB": gib(r.get("mem_allocator_bytes")),
             }
         )
@@ -130,16 +131,16 @@ def recipe_html(rep: Report) -> str:
             "configuration": r["label"],
             "stage": stages.get(r["stage"]).title,
             "micro-batch × steps": f"{r['batch']} × {r['micro_steps']}",
-            "tokens/step": f"{r['batch'] * r['micro_steps'] * seq:,}",
-            "tok/s (median, min–max)": f"{r['median']:,.0f} ({r['min']:,.0f}–{r['max']:,.0f}), {r['n']} processes",
-            "× plain loop": f"{r['median'] / base['median']:.3f}×" if base else "",
+            "tokens/step": fmt.count(r["batch"] * r["micro_steps"] * seq),
+            "tok/s (median, min–max)": f"{fmt.tok(r['median'])} ({fmt.tok(r['min'])}–{fmt.tok(r['max'])}), {r['n']} processes",
+            "× plain loop": fmt.times(r["median"] / base["median"], 3) if base else "",
         }
         for r in rows
     ]
     target = TARGET_TOKENS_PER_S.get(rep.params.name)
     note = (
-        f"Every step is one optimizer update over {rep.params.evidence.global_batch_tokens:,} tokens, gradients "
-        f"accumulated over the micro-steps; {RECIPE_BASIS}; the processes of these rows alternate in "
+        f"Every step is one optimizer update over {fmt.count(rep.params.evidence.global_batch_tokens)} tokens, "
+        f"gradients accumulated over the micro-steps; {RECIPE_BASIS}; the processes of these rows alternate in "
         "the same sitting: two a side"
         f"{repeats_rule(rep.params.evidence)}."
     )
@@ -149,12 +150,12 @@ def recipe_html(rep: Report) -> str:
         steps = rep.params.evidence.global_batch_tokens / (rec["batch_size"] * seq)
         note += (
             f" The first row was measured for another configuration than the recommendation, B={rec['batch_size']} "
-            f"({steps:.2f} micro-steps): it speaks for its own configuration only."
+            f"({fmt.count(steps, 2)} micro-steps): it speaks for its own configuration only."
         )
     if target and best:
         note += (
-            f" This project's aim for the device, {target:,} tok/s (about 54 % MFU of the bf16 dense peak), is "
-            f"{target / best['median']:.2f}× the first row's median."
+            f" This project's aim for the device, {fmt.tok(target)} tok/s (about 54 % MFU of the bf16 dense peak), "
+            f"is {fmt.times(target / best['median'])} the first row's median."
         )
     return table(shown, "matrix keep-together") + f'<p class="note">{note}</p>'  # two rows split 1 and 1 over pages
 
@@ -182,9 +183,9 @@ def versus_html(rep: Report, key: str, others: tuple[str, ...]) -> str:
                 {
                     "stage": stages.get(k).title,
                     "B": b,
-                    "tok/s": f"{t:,.0f}",
-                    f"× {stages.get(keys[0]).title}": f"{t / base:.2f}×" if base else "",
-                    **{f"{c} ms": f"{cats[c]:.1f}" if c in cats else "" for c in CATEGORIES},
+                    "tok/s": fmt.tok(t),
+                    f"× {stages.get(keys[0]).title}": fmt.times(t / base) if base else "",
+                    **{f"{c} ms": fmt.ms(cats[c]) if c in cats else "" for c in CATEGORIES},
                     "allocator GiB": gib(r.get("mem_allocator_bytes")),
                 }
             )

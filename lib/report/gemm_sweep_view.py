@@ -8,6 +8,7 @@ import html
 
 import numpy as np
 
+from lib.report import formats as fmt
 from lib.report.charts import save, style
 from lib.report.evidence_view import table
 from lib.report.loader import Report
@@ -48,7 +49,7 @@ def plot_gemm(rep: Report):
         ax.set_ylabel("TFLOP/s")
         ax.set_ylim(bottom=0)  # from zero: an axis cut near the data made the widths' scatter look like a cliff
     axes[0][0].legend(frameon=False, fontsize=7, loc="lower center")
-    fig.suptitle(f"lm_head GEMM, m = {rec['m']:,}, k = {rec['k']}", fontsize=10)
+    fig.suptitle(f"lm_head GEMM, m = {fmt.count(rec['m'])}, k = {rec['k']}", fontsize=10)
     fig.tight_layout()
     return save(fig, rep, "gemm_sweep")
 
@@ -85,17 +86,14 @@ def gemm_md(rep: Report) -> str:
             f"`{kernel_name(kp.get('fwd'))}`)"
         )
         parts.append(
-            f"**{dt}**, forward + backward: the {len(aligned)} multiples of 128 take a median {_ms(m128)}, "
-            f"the {len(ms)} other multiples of 8 {_ms(m8)} ({m8 / m128:.2f}× the time; {_ms(min(ms))} to "
-            f"{_ms(max(ms))} among themselves): {reading}. n={real}{', not a multiple of 8,' if real % 8 else ''}"
-            f" takes {_ms(a)} against {_ms(b)} at n={padded}: {a / b:.2f}× the time for "
-            f"{(1 - real / padded) * 100:.2f} % less arithmetic{kernels}."
+            f"**{dt}**, forward + backward: the {len(aligned)} multiples of 128 take a median {fmt.ms(m128, None)} ms, "
+            f"the {len(ms)} other multiples of 8 {fmt.ms(m8, None)} ms ({fmt.times(m8 / m128)} the time; "
+            f"{fmt.ms(min(ms), None)} ms to {fmt.ms(max(ms), None)} ms among themselves): {reading}. "
+            f"n={real}{', not a multiple of 8,' if real % 8 else ''} takes {fmt.ms(a, None)} ms against "
+            f"{fmt.ms(b, None)} ms at n={padded}: {fmt.times(a / b)} the time for "
+            f"{fmt.pct(1 - real / padded, 2)} less arithmetic{kernels}."
         )
     return " ".join(parts) or "The sweep has no point at the real or padded width."
-
-
-def _ms(v: float) -> str:
-    return f"{v:.2f} ms" if v >= 0.1 else f"{v:.2g} ms"  # CPU widths take hundredths of a millisecond
 
 
 def gemm_kernels_html(rep: Report) -> str:

@@ -44,8 +44,8 @@ def table_html(rep: Report) -> str:
     rows = []
     for v in vs:
         label, colour = fmt.DECISIONS[v["decision"]]
-        net, extra = v["net_worth_interval"], v["extra_steps_interval"]
-        passes = f", seen {v['passes']:.1f}×" if v.get("passes") else ""
+        net, extra = v["net_worth_interval"], [fmt.count(x, 1, "+") for x in v["extra_steps_interval"]]
+        passes = f", seen {fmt.times(v['passes'], 1)}" if v.get("passes") else ""
         decide = f"<br><span class='note'>~{s} seeds would decide</span>" if (s := v.get("seeds_to_decide")) else ""
         row = next((r for r in rep.decided["levers"] if r.get("long") is v), None)
         if row and row["decision"] != v["decision"]:  # decided by more than this test: page 1's word, with its reason
@@ -59,7 +59,7 @@ def table_html(rep: Report) -> str:
                 "horizon": f"{v['horizon_step']} steps at B={v['batch']}<br><span class='note'>"
                 f"{fmt.tokens(v['horizon_tokens'])} tokens{passes}</span>",
                 "held-out difference (nats) [95 %]": fmt.nats(v["mean_diff"]) + _bounds(*v["diff_interval"], fmt.nats),
-                "extra steps to its loss": f"{v['extra_steps']:+.1f}" + _bounds(*extra, lambda x: f"{x:+.1f}"),
+                "extra steps to its loss": fmt.count(v["extra_steps"], 1, "+") + _bounds(*extra, str),
                 "speed-up": fmt.times(v["speedup"], 3),
                 "speed to the same loss": fmt.times(1 + v["net_worth"], 3)
                 + _bounds(1 + net[0], 1 + net[1], lambda x: fmt.times(x, 3)),
@@ -68,7 +68,7 @@ def table_html(rep: Report) -> str:
         )
     spread = [  # a test whose runs measured other steps leaves the others' columns blank
         {"test \\ step": f"{_test(v, rep.decided)} vs {_title(v['reference'])}"}
-        | {str(p["step"]): f"{p['sd']:.3f}" for p in v["spread"]}
+        | {str(p["step"]): fmt.loss(p["sd"]) for p in v["spread"]}
         for v in vs
     ]
     return (
@@ -87,12 +87,12 @@ def method_md(rep: Report) -> str:
         return ""
     held = min((v["held_out_tokens"] for v in vs if v.get("held_out_tokens")), default=None)
     return f"""* **Long test** (section 3): lever and reference, paired by seed (same weights and batches), train on
-  {_corpus()} for as many steps as see that text at most {time_to_loss.MAX_PASSES:g} times (at least
+  {_corpus()} for as many steps as see that text at most {fmt.setting(time_to_loss.MAX_PASSES)} times (at least
   {time_to_loss.MIN_STEPS}: past the early transient); held-out loss{f" on {fmt.tokens(held)} tokens" if held else ""} never
-  trained on. The loss cost (mean paired difference, {vs[0]["confidence"] * 100:.0f} % t interval) becomes extra steps on
+  trained on. The loss cost (mean paired difference, {fmt.pct(vs[0]["confidence"], 0)} t interval) becomes extra steps on
   the reference's curve; speed to the same loss is the speed-up over them: adopt where its lower bound clears the
   noise floor, skip where its upper bound falls short by as much, else not yet (its seeds to decide: at
-  {time_to_loss.POWER * 100:.0f} % power).
+  {fmt.pct(time_to_loss.POWER, 0)} power).
 """
 
 

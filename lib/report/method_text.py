@@ -7,69 +7,52 @@ from __future__ import annotations
 import re
 
 from lib.core import data, stages
+from lib.core.paths import NOTEBOOKS
 from lib.report import fidelity_view, long_view, sequential_view, tables
 from lib.report.loader import Report
 from lib.results import stats
 
+TEXT = NOTEBOOKS / "text" / "method.md"  # the section's words; the facts are filled in here
+
 
 def method_md(rep: Report) -> str:
-    r, m = rep.params.run, rep.params.model
+    """notebooks/text/method.md with the report's facts filled in."""
+    r, m, ev = rep.params.run, rep.params.model, rep.params.evidence
     peaks = rep.params.peak_tflops
-    peak_txt = (
-        ", ".join(f"{k} {v:g}" for k, v in peaks.items()) + " TFLOP/s"
-        if peaks
-        else "none for this device, so MFU is n/a"
-    )
-    timer = (
-        "CUDA events around each step"
+    facts = {
+        "stages": tables.stages_md(rep),
+        **{k: getattr(m, k) for k in ("n_layer", "n_head", "n_embd", "vocab_size", "padded_vocab_size")},
+        **{k: getattr(r, k) for k in ("seq_len", "seed", "warmup_steps", "timed_steps", "final_loss_window")},
+        **{k: f"{getattr(r, k):g}" for k in ("learning_rate", "weight_decay", "grad_clip", "loss_tolerance")},
+        "init_note": _init_note(rep),
+        "timer": "CUDA events around each step"
         if rep.on_gpu
-        else "`time.perf_counter` around each step, after a device synchronize"
-    )
-    drift_from = f", between two processes of {rep.loss_noise_from}" if rep.loss_noise_from else ""
-    return f"""
-* **Stages**: {tables.stages_md(rep)}
-* **Model**: GPT-2, {m.n_layer} layers, {m.n_head} heads, d={m.n_embd}, T={r.seq_len},
-  vocabulary {m.vocab_size} (padded to {m.padded_vocab_size} in the vocab stage); AdamW
-  (lr {r.learning_rate:g}, β=(0.9, 0.95), weight decay {r.weight_decay:g}), gradient clipping at {r.grad_clip:g}.
-* **Isolation**: every (stage, batch) configuration runs in a fresh Python process, so memory peaks,
-  allocator state and library workspaces never carry over. A process that compiles a shape an earlier one
-  compiled loads inductor's kernels from its on-disk cache (a shorter first step); its timed steps run the
-  same kernels. The model is initialised from seed
-  {r.seed} on the CPU and every stage sees the same batches in the same order.
-* **Initial weights**: {_init_note(rep)}
-* **Timing**: {r.warmup_steps} warm-up steps (not counted), then {r.timed_steps} timed steps, {timer}.
-  All batches are on the device before timing starts. We report the median, p10 and p90 of the step
-  time and the coefficient of variation (CV = standard deviation / mean); tokens/s = B·T / median.
-* **MFU** = FLOPs per token × tokens/s ÷ peak, with FLOPs per token = 6N + 12·L·d·T (N without
-  position embeddings), against the bf16 dense peak for every stage, and beside it the peak of the precision
-  the stage's MFU is quoted against (below). Peaks: {peak_txt}.
-* **Peak by stage**: {_by_stage(rep, "peak")}; an FP8 form whose attention and other GEMMs stay in bf16 is quoted
-  against the bf16 peak.
-* **Compilation**: the first step of every configuration (which pays for `torch.compile`, cuBLAS
-  heuristics and allocator growth) is timed on its own and reported as "first step"; it is a warm-up step.
-* **Memory**, three layers: *tensors* = `max_memory_allocated` (live tensors at their peak),
-  *allocator* = `max_memory_reserved` (what PyTorch's caching allocator held), *device* = memory in use
-  on the device after the timed steps as `nvidia-smi` would show it (adds the CUDA context and library
-  workspaces), and, in records that have it, the device's *peak* over the warm-up steps (NVML, sampled
-  every 5 ms). On a CPU only the process's peak resident memory is known.
-* **Divergence check**: every step after warm-up is compared with the stage's reference at the same batch
-  size (same seed, same batches): a stage passes when the {stats.LOSS_GATE_WINDOW}-step moving average
-  of the loss difference never leaves ±{r.loss_tolerance:g} nats; a gap beyond it by less than the drift of the
-  same statistic between two processes of one configuration ({rep.loss_noise:.3f} nats here{drift_from}) is *within noise*, so
-  the check catches only a departure larger than {r.loss_tolerance + rep.loss_noise:.3f} nats: it tells a diverging or broken
-  stage from a working one, not a lever's effect on quality from run-to-run noise (the quality test decides that).
-* **Loss references**: {_by_stage(rep, "reference")}. A divergence check's gap that one step's loss makes (the rest of
-  the curve within half the tolerance) is reported as a *single-step spike* at that step; it fails the check all the
-  same. "Final loss" is the mean of the last {r.final_loss_window} steps. The loss is computed as nanoGPT computes it, over every column
-  of the logits (the padded ones included; they are never targets).
-{{fidelity}}* **Kernel profile**: after the timed steps, one more training step under `torch.profiler`; device
-  kernel time (on a CPU, operators' self time) grouped into GEMM, attention, cross-entropy,
-  normalisation/elementwise, optimizer and other by launching aten op, else kernel name, with today's rules
-  (`lib/core/kernel_categories.py`, applied when the report is drawn); shares are of busy kernel time, not step time.
-* **Energy**: {_energy_method(rep)}
-* **Failures are results**: an out-of-memory configuration is an OOM row, a NaN loss a DIVERGED row,
-  a stage the device cannot run a "not applicable" row.
-""".replace("{fidelity}", _fidelity_method(rep) + long_view.method_md(rep))
+        else "`time.perf_counter` around each step, after a device synchronize",
+        "peaks": ", ".join(f"{k} {v:g}" for k, v in peaks.items()) + " TFLOP/s"
+        if peaks
+        else "none for this device, so MFU is n/a",
+        "peak_by_stage": _by_stage(rep, "peak"),
+        "gate_window": stats.LOSS_GATE_WINDOW,
+        "loss_noise": f"{rep.loss_noise:.3f}",
+        "drift_from": f", between two processes of {rep.loss_noise_from}" if rep.loss_noise_from else "",
+        "gate_reach": f"{r.loss_tolerance + rep.loss_noise:.3f}",
+        "loss_references": _by_stage(rep, "reference"),
+        "parity_rule": sequential_view.rule(ev, r.seq_len, rep.on_gpu),
+        "parity_steps": ev.parity_steps,
+        "parity_passes": f"{ev.parity_passes:g}",
+        "test_batch": _test_batch(ev),
+        "held_out_batches": ev.held_out_batches,
+        "held_out_pct": int(data.HELD_OUT * 100),
+        "shared_batch": _shared_batch(ev),
+        "series": _series(rep),
+        "claim_repeats": fidelity_view.claim_repeats_rule(ev),
+        "repeats": fidelity_view.repeats_rule(ev),
+        "noise": fidelity_view.noise_sentence(rep),
+        "batch_tie": fidelity_view.batch_tie_rule(ev),
+        "long_test": long_view.method_md(rep),
+        "energy": _energy_method(rep),
+    }
+    return "\n" + TEXT.read_text(encoding="utf-8").format_map(facts)
 
 
 # How things are measured, for the reader who checks (the HTML): the PDF keeps the rules that decide
@@ -83,39 +66,6 @@ def split(method: str) -> tuple[str, str]:
     items = re.split(r"\n(?=\* \*\*)", method.strip())
     brief = [i for i in items if any(i.startswith(f"* **{k}**") for k in BRIEF)]
     return "\n".join(brief), "\n".join(i for i in items if i not in brief)
-
-
-def _fidelity_method(rep: Report) -> str:
-    """The method of the parity run, the cross-check and the repeats, or why the report has none."""
-    ev = rep.params.evidence
-    if ev.parity_steps is None:  # a report's params.json from before the parity run (measurement method 1)
-        return (
-            f"* **Measurement method {rep.params.method}**: this report was measured before the one "
-            "training-step core, the canonical loss path (its loss copied the logits to fp32 and sliced off "
-            "the padding), the plain-loop cross-check, the repeats and the parity run existed; its figures "
-            "carry none of them.\n"
-        )
-    length = (
-        f"for the horizon, within {ev.parity_steps} steps and {ev.parity_passes:g} passes over the training text "
-        "(the held-out loss reads what the passes do to both sides alike)"
-    )
-    return f"""* **Parity test**, the rule fixed before any number: {sequential_view.rule(ev, rep.params.run.seq_len, rep.on_gpu)}. Each run trains {length}, at {_test_batch(ev)} (each run's record names its batch).
-* **Parity runs**: the FP8 classifier is set against the loss-only forward: built on the FP8 lm_head's stage, it
-  replaces that lm_head, so the matrix's × prev. sets it over the FP8 lm_head and page 1 over the loss-only forward.
-  nanoGPT's learning-rate shape (linear warm-up over the first quarter, cosine decay to a tenth),
-  each side accumulating micro-batches of the largest batch the matrix timed it at that divides the test's batch
-  (the same update); the
-  held-out loss is read on {ev.held_out_batches} batches from the last {int(data.HELD_OUT * 100)} % of the corpus, which no run trains on.{_shared_batch(ev)}{_series(rep)}
-* **Cross-check**: a plain training loop in nanoGPT's form (`lib/train/plain_loop.py`: its own model, only the
-  data shared) runs beside the harness at the flash and vocab stages and at the configuration recommended
-  when it ran (table below). Its figure is the wall time of its timed steps over their number, the host running ahead of
-  the device as in nanoGPT's loop; it also times each step after `torch.cuda.synchronize()`, as
-  build-nanogpt does.
-* **Repeats and noise**: the recommended configuration, its runner-up and {fidelity_view.claim_repeats_rule(ev)}
-  run in a second fresh process{fidelity_view.repeats_rule(ev)} (the section "Process-to-process spread" below says which);
-  {fidelity_view.noise_sentence(rep)}
-* **Batch size**, the tie rule fixed before any number: {fidelity_view.batch_tie_rule(ev)}
-"""
 
 
 def _test_batch(ev) -> str:

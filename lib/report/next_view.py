@@ -15,7 +15,7 @@ def next_text(rep: Report) -> str:
     decide."""
     nxt, looks = rep.decided["next"], rep.params.evidence.parity_looks
     over = [
-        f"{html.escape(r['title'])} ({r['over_recipe']['ratio']:.2f}×) stays not yet: at its seeds' spread after "
+        f"{html.escape(r['title'])} ({fmt.times(r['over_recipe']['ratio'])}) stays not yet: at its seeds' spread after "
         f"{r['seeds_run']} seeds, more than {r['seeds_beyond']} would be needed to decide it"
         for r in nxt["passed_over"]
     ]
@@ -30,7 +30,7 @@ def next_text(rep: Report) -> str:
         return (
             f"time the recipe with {title}, {fmt.times(1 + v['net_worth'], 3)} as fast to the same loss: "
             f"{command} chooses it"
-            + (f" (~{minutes:.0f} GPU-min{test_cost(nxt)})" if minutes else "")
+            + (f" (~{fmt.duration(minutes)} GPU-min{test_cost(nxt)})" if minutes else "")
             + payoff_text(nxt, "if it holds as trained")
             + "".join(f". {o}" for o in over)
             + "."
@@ -41,7 +41,7 @@ def next_text(rep: Report) -> str:
             f"decide {title} by the long test, not the short one's "
             + (f"~{nxt['short_seeds']} seeds: " if nxt.get("short_seeds") else "seeds (out of reach): ")
             + f"{seeds} seeds of ~{fmt.tokens((nxt['to_decide'] or {}).get('tokens_a_run') or 0)} tokens"
-            + (f" (~{minutes:.0f} GPU-min{test_cost(nxt)})" if minutes else "")
+            + (f" (~{fmt.duration(minutes)} GPU-min{test_cost(nxt)})" if minutes else "")
             + f": {command}"
             + payoff_text(nxt, "if it holds")
             + "".join(f". {o}" for o in over)
@@ -55,8 +55,8 @@ def next_text(rep: Report) -> str:
         minutes = (nxt["to_decide"] or {}).get("gpu_minutes")
         said = f"undecided after {nxt['seeds_run']} seeds" + (
             f"; ~{seeds} seeds"
-            + (f" (~{minutes:.0f} GPU-min{test_cost(nxt)})" if minutes else "")
-            + f" would decide it {rep.params.evidence.parity_power * 100:.0f} % of the time"  # the power it is sized by
+            + (f" (~{fmt.duration(minutes)} GPU-min{test_cost(nxt)})" if minutes else "")
+            + f" would decide it {fmt.pct(rep.params.evidence.parity_power, 0)} of the time"  # the power it is sized by
             if seeds
             else ""
         )
@@ -86,7 +86,7 @@ def payoff_text(nxt: dict, condition: str) -> str:
     if not pay:
         return ""
     return (
-        f"; {condition}, it saves {pay['gpu_hours_saved']:.2f} GPU-hours"
+        f"; {condition}, it saves {fmt.gpu_hours(pay['gpu_hours_saved'])} GPU-hours"
         + (f" ({fmt.money(pay['cost_saved'])})" if pay.get("cost_saved") else "")
         + f" per {fmt.tokens(pay['tokens'])} tokens"
         + (f", repaying the test after {fmt.tokens(pay['break_even_tokens'])}" if pay["break_even_tokens"] else "")

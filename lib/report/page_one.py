@@ -52,7 +52,7 @@ def provenance_line(rep: Report) -> str:
         f"PyTorch {rep.env.get('torch')}" + (f", CUDA {rep.env['cuda']}" if rep.env.get("cuda") else ""),
         "code " + ", ".join(c[:9] for c in commits) if commits else "code commit not recorded",
         f"measured {started[:10]}" if started else "",
-        f"{seconds / 60:,.0f} min of measuring" if seconds else "",
+        f"{fmt.duration(seconds / 60)} min of measuring" if seconds else "",
         f"reproduce: make report GPU={rep.params.name}",
     ]
     line = " · ".join(html.escape(p) for p in parts if p)
@@ -100,7 +100,7 @@ LONG_WORDS = {"adopt": "sooner to the same loss", "skip": "later to the same los
 def short_horizon(q: dict) -> str:
     """What a parity test trained: its tokens and how often it saw the text."""
     horizon = f"{fmt.tokens(q['tokens'])} tokens trained" if q.get("tokens") else "no seed paired yet"
-    return horizon + (f", text seen {q['passes']:.1f}×" if q.get("passes") else "")
+    return horizon + (f", text seen {fmt.times(q['passes'], 1)}" if q.get("passes") else "")
 
 
 def shared_horizon(rows: list[dict]) -> str | None:
@@ -124,8 +124,8 @@ def quality_text(q: dict | None, whole_stack: bool = True, to_decide: bool = Tru
     if q["test"] == "divergence check":
         if q["verdict"] == "passed within noise":
             return (
-                f"short check passed within noise: gap {q['gap']:.3f} nats, the drift between two repeated runs "
-                f"{q['drift']:.3f}, {q['steps']} steps"
+                f"short check passed within noise: gap {fmt.loss(q['gap'])} nats, the drift between two repeated runs "
+                f"{fmt.loss(q['drift'])}, {q['steps']} steps"
             )
         return f"short check {q['verdict']}, {q['steps']} steps"
     horizon = short_horizon(q)
@@ -137,7 +137,7 @@ def quality_text(q: dict | None, whole_stack: bool = True, to_decide: bool = Tru
         diff += f" [{fmt.nats(held['lo'])}, {fmt.nats(held['hi'])}]"
     against = f" vs {html.escape(stages.get(q['reference']).title)}" + ("" if q["own_stack"] else " with all it adds")
     need = q.get("to_decide") or {}
-    minutes = f" (~{need['gpu_minutes']:.0f} GPU-min)" if need.get("gpu_minutes") else ""
+    minutes = f" (~{fmt.duration(need['gpu_minutes'])} GPU-min)" if need.get("gpu_minutes") else ""
     more = f"; ~{need['seeds']} seeds{minutes} would decide" if need and to_decide else ""
     if q.get("out_of_reach"):
         more = f"; out of reach: more than {q['out_of_reach']['seeds_beyond']} seeds at its spread"
@@ -173,7 +173,7 @@ def long_text(v: dict, said: bool = False, to_decide: bool = True) -> str:
         if to_decide and v["decision"] == "not yet" and v["seeds_to_decide"]
         else ""
     )
-    passes = f" (seen {v['passes']:.1f}×)" if v.get("passes") else ""
+    passes = f" (seen {fmt.times(v['passes'], 1)})" if v.get("passes") else ""
     after = "" if said else f" after {fmt.tokens(v['horizon_tokens'])} tokens{passes}"
     # a test against a stage further back than the lever's own stack judges the levers between too: named (a reviewer
     # read the loss-only forward's 1.059x over torch.compile as its own, where the BF16 residual stream shares it)
@@ -194,7 +194,7 @@ def group_heads(rep: Report) -> dict:
     if len({row.get("in_canonical") for row in levers}) < 2:
         return {}
     base = html.escape(stages.get(rep.params.evidence.baseline.stage).title)
-    lead = f": the recipe's {r['ratio']:.3f}× over it comes from these" if r.get("ratio") else ""
+    lead = f": the recipe's {fmt.times(r['ratio'], 3)} over it comes from these" if r.get("ratio") else ""
     return {
         False: f"<strong>Beyond the canonical trainer</strong>{lead}",
         True: f"<strong>In the canonical trainer too</strong> (nanoGPT's loop with {base})",
@@ -261,7 +261,7 @@ def lever_table(rep: Report) -> str:
             f" Measured by {', '.join(by['commits'])} on {by['machines']} "
             f"{by['device'] or 'device'} machine{'s' if by['machines'] != 1 else ''}"
             + (f" ({by['gpus']} GPUs)" if by.get("gpus", by["machines"]) != by["machines"] else "")
-            + (f", {by['gpu_seconds'] / 60:.0f} GPU-min" if by.get("gpu_seconds") else "")
+            + (f", {fmt.duration(by['gpu_seconds'] / 60)} GPU-min" if by.get("gpu_seconds") else "")
             + "."
             if by["commits"]
             else ""

@@ -5,6 +5,7 @@ every parity run the folder ever made, superseded ones included."""
 from __future__ import annotations
 
 from lib.core import record, stages
+from lib.report import formats as fmt
 from lib.report import sequential_view
 from lib.report.loader import Report, recommended
 from lib.results import parity, stats, store
@@ -87,9 +88,8 @@ def history_md(rep: Report) -> str:
         rows, key=lambda x: (x[1], x[0]["stage"], x[0]["batch_size"], parity.seed_of(x[0]), x[0].get("replicate", 0))
     ):
         ok = r.get("status") == record.Status.OK
-        losses = (
-            f"{r['final_loss']:.4f} | {r['held_out_loss']:.4f} | {where}" if ok else f"— | — | {where}: {r['status']}"
-        )
+        final, held = (fmt.loss(r[k], 4) if ok else "—" for k in ("final_loss", "held_out_loss"))
+        losses = f"{final} | {held} | {where}" + ("" if ok else f": {r['status']}")
         out.append(
             f"| {stages.get(r['stage']).title} | {r['batch_size']} | {parity.seed_of(r)} | {r.get('replicate', 0) + 1} "
             f"| {r.get('steps')} | {losses} |"

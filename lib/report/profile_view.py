@@ -13,6 +13,7 @@ import pandas as pd
 
 from lib.core import kernel_categories, stages
 from lib.core.kernel_categories import kernel_label
+from lib.report import formats as fmt
 from lib.report.charts import legend_below, save, stage_rows, style
 from lib.report.evidence_view import OK, none, table
 from lib.report.loader import Report, no_value, pct
@@ -64,13 +65,13 @@ def plot_profile(rep: Report):
         for i, v in enumerate(share):
             if v >= 7:
                 share_ax.text(
-                    left_share[i] + v / 2, y[i], f"{v:.0f}", ha="center", va="center", fontsize=6, color="white"
+                    left_share[i] + v / 2, y[i], pct(v / 100, 0, ""), ha="center", va="center", fontsize=6, color="w"
                 )
         left_ms += ms
         left_share += share
     for i, r in enumerate(by.values()):
         if _has_profile(r):
-            ms_ax.text(left_ms[i], y[i], f" {left_ms[i]:.0f}", va="center", fontsize=6)
+            ms_ax.text(left_ms[i], y[i], f" {fmt.ms(left_ms[i], 0)}", va="center", fontsize=6)
         else:
             for ax in (ms_ax, share_ax):
                 ax.text(
@@ -102,11 +103,11 @@ def profile_table_html(rep: Report) -> str:
         row = {
             "Stage": stages.get(key).title,
             f"busy ms/step<br><small>B={batch}</small>": "",
-            "step ms<br><small>timed</small>": f"{r['median_ms']:.1f}" if r and r["status"] in OK else no_value(r),
+            "step ms<br><small>timed</small>": fmt.ms(r["median_ms"]) if r and r["status"] in OK else no_value(r),
         }
         if _has_profile(r):
             p = r["kernel_profile"]
-            row[f"busy ms/step<br><small>B={batch}</small>"] = f"{p['busy_ms']:.1f}"
+            row[f"busy ms/step<br><small>B={batch}</small>"] = fmt.ms(p["busy_ms"])
             row.update({c: f"{v} %" for c, v in kernel_categories.percents(kernel_categories.shares(p)).items()})
             row["classified by today's rules"] = (
                 pct(1 - p["recorded_rules_ms"] / p["busy_ms"], 0) if p["busy_ms"] else ""
@@ -136,16 +137,16 @@ def top_kernels_html(rec: dict | None, limit: int = 8) -> str:
             head: f'<code title="{html.escape(k["name"])}">{_wrappable(kernel_label(k["name"]))}</code>'
             + (f"<br><small>← <code>{html.escape(k['op'])}</code></small>" if k.get("op") else ""),
             "category": k["category"],
-            "ms/step": f"{k['ms']:.2f}",
-            f"share of busy<br>{_unit(p)} time": f"{k['share'] * 100:.1f} %",
-            "calls/step": f"{k['calls']:g}",
+            "ms/step": fmt.ms(k["ms"], 2),
+            f"share of busy<br>{_unit(p)} time": pct(k["share"]),
+            "calls/step": fmt.count(k["calls"]),
         }
         for k in p["kernels"][:limit]
     ]
     return table(rows, "matrix kernels") + (
         f'<p class="note">{p["source"]}, one step of {rec["stage_title"]} at B={rec["batch_size"]}; '
-        f"the GPU busy {p['busy_ms']:.1f} ms in that profiled step (the timed steps' median: "
-        f"{rec.get('median_ms', float('nan')):.1f} ms). Template arguments "
+        f"the GPU busy {fmt.ms(p['busy_ms'])} ms in that profiled step (the timed steps' median: "
+        f"{fmt.ms(rec.get('median_ms'))} ms). Template arguments "
         "and parameter lists shown as … are in each name's tooltip in the HTML report (report.html).</p>"
     )
 

@@ -7,16 +7,16 @@ from __future__ import annotations
 import pandas as pd
 
 from lib.report import fidelity_view
-from lib.report.loader import Report, gib
+from lib.report.loader import Report, gib, pct, tok
 from lib.results.scaling import ONE_RANK
 from lib.results import decide
 
 
 def efficiency_reference(r) -> str:
     """What a DDP row's scaling efficiency divides by, in words, with the figure."""
-    single = "" if pd.isna(r.get("single_gpu_tokens_per_s")) else f"{r['single_gpu_tokens_per_s']:,.0f} tokens/s"
+    single = "" if pd.isna(r.get("single_gpu_tokens_per_s")) else f"{tok(r['single_gpu_tokens_per_s'])} tokens/s"
     if r.get("efficiency_reference") == ONE_RANK:  # an old record: its efficiency divides by one rank
-        return f"one rank of the same DDP job ({r['one_rank_tokens_per_s']:,.0f} tokens/s" + (
+        return f"one rank of the same DDP job ({tok(r['one_rank_tokens_per_s'])} tokens/s" + (
             f"; the single-GPU row: {single})" if single else ")"
         )
     if isinstance(r.get("efficiency_reference"), str):
@@ -31,10 +31,10 @@ def one_rank_text(r) -> str:
         return ""
     single = r.get("single_gpu_tokens_per_s")
     # with nothing to reduce, how far DDP alone falls from the one-GPU figure; the rest of the loss is the other ranks'
-    own = f", {r['one_rank_tokens_per_s'] / single * 100:.1f} % of the one-GPU figure" if single else ""
+    own = f", {pct(r['one_rank_tokens_per_s'] / single)} of the one-GPU figure" if single else ""
     return (
-        f" One rank of this same DDP job: {r['one_rank_tokens_per_s']:,.0f} tokens/s{own} "
-        f"({r['one_rank_efficiency'] * 100:.1f} % against it)."
+        f" One rank of this same DDP job: {tok(r['one_rank_tokens_per_s'])} tokens/s{own} "
+        f"({pct(r['one_rank_efficiency'])} against it)."
     )
 
 
@@ -51,7 +51,7 @@ def memory_change(rep: Report, key: str) -> str | None:
     b = common[-1]
     change = cur[b] / prev[b] - 1
     layer = "allocator memory" if rep.on_gpu else "process peak memory"
-    return f"{layer} {change * 100:+.1f} % at B={b} ({gib(prev[b])} → {gib(cur[b])} GiB)"
+    return f"{layer} {pct(change, sign='+')} at B={b} ({gib(prev[b])} → {gib(cur[b])} GiB)"
 
 
 def recommended_line(rep: Report, best: dict) -> str:
@@ -59,14 +59,12 @@ def recommended_line(rep: Report, best: dict) -> str:
     that median, and why it was preferred over a faster-looking batch size."""
     p = best["processes"]
     line = (
-        f"**Recommended configuration: {best['stage_title']} at B={best['batch_size']}**, {p['median']:,.0f} tokens/s"
+        f"**Recommended configuration: {best['stage_title']} at B={best['batch_size']}**, {tok(p['median'])} tokens/s"
     )
     if p["n"] > 1:
-        line += f" (median of {p['n']} processes, range {p['lo']:,.0f}–{p['hi']:,.0f})"
+        line += f" (median of {p['n']} processes, range {tok(p['lo'])}–{tok(p['hi'])})"
     if best.get("mfu") is not None:
-        line += (
-            f", MFU {best['mfu'] * p['median'] / best['tokens_per_s'] * 100:.1f} % of the {best['peak_precision']} peak"
-        )
+        line += f", MFU {pct(best['mfu'] * p['median'] / best['tokens_per_s'])} of the {best['peak_precision']} peak"
     line += "; the fastest verified micro-batch that reaches the global batch by whole accumulation steps"
     return line + "." + tie_call(best, rep.decided["process_floor"])
 
@@ -78,15 +76,13 @@ def tie_call(best: dict, floor: float | None = None) -> str:
     a = best.get("against")
     if not a:
         return ""
-    gap = f"Against B={a['batch_size']} it is {abs(a['ratio'] - 1) * 100:.2f} % " + (
-        "faster" if a["ratio"] >= 1 else "slower"
-    )
+    gap = f"Against B={a['batch_size']} it is {pct(abs(a['ratio'] - 1), 2)} {'faster' if a['ratio'] >= 1 else 'slower'}"
     if a["band"] is None:
         return f" {gap}, not judged against noise: the offset between the machines that timed them is not measured."
     tie = a["tie"]
     call = "a tie, so the smaller is listed as a memory saver" if tie else "not a tie"
     other = (
-        f" Against the report's noise floor ({floor * 100:.2f} %, the widest spread of any configuration timed in "
+        f" Against the report's noise floor ({pct(floor, 2)}, the widest spread of any configuration timed in "
         "several processes) the two would tie; the rule, stated before the numbers, judges the two compared by their "
         "own ranges."
         if not tie and floor is not None and abs(a["ratio"] - 1) <= floor

@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from lib.core import stages
+from lib.report.formats import setting
 from lib.report.charts import legend_below, save, style
 from lib.report.loader import Report
 from lib.results import parity
@@ -60,7 +61,7 @@ def plot(rep: Report):
         bottom.plot(steps, diff.mean(axis=0), color="C3", lw=1.0, label="lever − reference, mean over seeds")
         bottom.fill_between(steps, diff.min(axis=0), diff.max(axis=0), color="C3", alpha=0.15, lw=0)
         bottom.axhline(0, color="grey", lw=0.6)
-        bottom.axhline(c["margin"], color="firebrick", lw=0.8, ls="--", label=f"margin +{c['margin']:g} nats")
+        bottom.axhline(c["margin"], color="firebrick", lw=0.8, ls="--", label=f"margin +{setting(c['margin'])} nats")
         top.set_title(
             f"{stages.get(c['stage']).title}\nvs {stages.get(c['reference']).title}: {c['verdict']}, "
             f"{len(c['seeds'])} seeds",

@@ -25,12 +25,12 @@ def budget_cells(t: dict | None, saves: dict | None = None) -> list[str]:
     recipe's, over the canonical trainer), what it saves beneath each."""
     t, saves = t or {}, saves or {}
 
-    def saved(key, f):
+    def saved(key, f=fmt.gpu_hours):
         return f"<br><span class='note'>saves {f(saves[key])}</span>" if saves.get(key) else ""
 
     return [
         fmt.hours(t["hours"]) if t.get("hours") else "n/a",
-        f"{t['gpu_hours']:.1f}{saved('gpu_hours', lambda v: f'{v:.2f}')}" if t.get("gpu_hours") else "n/a",
+        f"{fmt.gpu_hours(t['gpu_hours'], 1)}{saved('gpu_hours')}" if t.get("gpu_hours") else "n/a",
         f"{fmt.money(t['cost'])}{saved('cost', fmt.money)}" if t.get("cost") else "n/a",
     ]
 
@@ -49,21 +49,21 @@ def recipe_table(rep: Report) -> str:
     side, canon = r["recipe"] or r["micro_batch_alone"], r["canonical"]
 
     def rng(s):
-        return f"<br><span class='note'>{s['lo']:,.0f}–{s['hi']:,.0f}</span>" if s["n"] > 1 else ""
+        return f"<br><span class='note'>{fmt.tok(s['lo'])}–{fmt.tok(s['hi'])}</span>" if s["n"] > 1 else ""
 
     versus = (
-        f"{r['ratio']:.3f}×<br><span class='note'>{r['ratio_range'][0]:.3f}–{r['ratio_range'][1]:.3f}</span>"
+        f"{fmt.times(r['ratio'], 3)}<br><span class='note'>{fmt.times(r['ratio_range'][0], 3, '')}–{fmt.times(r['ratio_range'][1], 3, '')}</span>"
         if r["ratio"]
         else "not measured at the global batch"
     )
     if v := r.get("long"):  # the whole recipe in time to the canonical trainer's loss (decisions.whole_stack_long)
         lo, hi = v["net_worth_interval"]
-        versus += f"<br>{fmt.times(1 + v['net_worth'], 3)} at equal loss<br><span class='note'>{1 + lo:.3f}–{1 + hi:.3f}</span>"
+        versus += f"<br>{fmt.times(1 + v['net_worth'], 3)} at equal loss<br><span class='note'>{fmt.times(1 + lo, 3, '')}–{fmt.times(1 + hi, 3, '')}</span>"
     mfu = lambda v: fmt.pct(v) if v else "n/a"  # noqa: E731
     rows = [
         [
             f"<strong>Recipe: {html.escape(recipe_name(r))}</strong>",
-            f"{r['tokens_per_s']:,.0f}{rng(side)}",
+            fmt.tok(r["tokens_per_s"]) + rng(side),
             versus,
             mfu(r["mfu_bf16"]),
             memory_cell(r["mem_device_peak_bytes"] or r["mem_allocator_bytes"], r["device_memory_bytes"]),
@@ -76,7 +76,7 @@ def recipe_table(rep: Report) -> str:
             [
                 f"Canonical trainer ({html.escape(stages.get(b.stage).title)}): "
                 f"{html.escape(recipe_name({'micro_batch': canon['batch'], 'accumulation': canon['micro_steps']}))}",
-                f"{canon['median']:,.0f}{rng(canon)}",
+                fmt.tok(canon["median"]) + rng(canon),
                 "1×",
                 mfu(r["canonical_time"]["mfu_bf16"]),
                 "n/a",
@@ -93,7 +93,7 @@ def recipe_table(rep: Report) -> str:
                     if host["efficiency"]
                     else ""
                 ),
-                f"{host['tokens_per_s']:,.0f}",
+                fmt.tok(host["tokens_per_s"]),
                 "n/a",  # no canonical trainer ran on several GPUs
                 mfu(host["mfu_bf16"]),
                 memory_cell(host["mem_device_peak_bytes"], r["device_memory_bytes"]) + " a GPU"
@@ -154,7 +154,7 @@ def recipe_notes(rep: Report) -> list[str]:
         notes.append(f"tokens/s of B={r['micro_batch']} alone: the global batch was not measured for this recipe")
     if r["price_per_gpu_hour"]:
         notes.append(
-            f"at ${r['price_per_gpu_hour']:g} per GPU-hour ({r['price_source']}; PRICE_PER_GPU_HOUR= sets yours)"
+            f"at ${fmt.setting(r['price_per_gpu_hour'])} per GPU-hour ({r['price_source']}; PRICE_PER_GPU_HOUR= sets yours)"
         )
     else:
         notes.append("no price per GPU-hour known for this device: PRICE_PER_GPU_HOUR= adds the cost")
@@ -162,6 +162,6 @@ def recipe_notes(rep: Report) -> list[str]:
         m = r["memory_saver"]
         notes.append(
             f"as fast within noise and lighter: B={m['micro_batch']} × {m['accumulation']}, "
-            f"{m['tokens_per_s']:,.0f} tokens/s, {fmt.gib(m['mem_allocator_bytes'])} GiB allocator peak"
+            f"{fmt.tok(m['tokens_per_s'])} tokens/s, {fmt.gib(m['mem_allocator_bytes'])} GiB allocator peak"
         )
     return notes

@@ -16,14 +16,14 @@ def horizon(ev: Evidence, seq_len: int) -> str:
     """The horizon as the params state it: tokens, and the steps they are at the test's batch."""
     tokens = ev.parity_horizon_tokens
     at = f" ({tokens // (ev.parity_batch * seq_len)} steps of B={ev.parity_batch})" if ev.parity_batch else ""
-    return f"{tokens:,} tokens a run{at}"
+    return f"{fmt.count(tokens)} tokens a run{at}"
 
 
 def rule(ev: Evidence, seq_len: int, on_gpu: bool = True) -> str:
     """The decision rule as the params state it (`on_gpu`: the horizon's reason, which a CPU check does not share)."""
     looks, alpha = tuple(ev.parity_looks), 1 - ev.parity_confidence
-    c = sequential.critical_value(looks, alpha)
-    single = sequential.t_quantile(ev.parity_confidence, looks[-1] - 1)
+    c = fmt.times(sequential.critical_value(looks, alpha), 3, "")  # in standard errors
+    single = fmt.times(sequential.t_quantile(ev.parity_confidence, looks[-1] - 1), unit="")
     return (
         "each lever is set against its own stack, the same configuration without that lever (the HTML's appendix A), so the "
         "difference is the lever's alone; the stage adopted is "
@@ -37,13 +37,13 @@ def rule(ev: Evidence, seq_len: int, on_gpu: bool = True) -> str:
         )
         + ", then are scored on held-out text. Seeds are added in "
         f"rounds to each look ({', '.join(map(str, looks))} paired seeds); at a look the lever **holds** when, in "
-        f"held-out and in final training loss alike, the mean paired difference plus {c:.3f} standard errors lies at "
-        f"or below +{ev.parity_margin:g} nats ({ev.parity_margin * 100:.0f} % in perplexity), is **worse** when the "
-        f"mean minus {c:.3f} standard errors lies above it, and goes on to the next look otherwise; after the last "
-        f"look it is **undecided**. The critical value {c:.3f} (Student's t for one look at {looks[-1]} seeds: "
-        f"{single:.2f}) is found by simulation so that over all the looks a lever exactly at the margin is called "
-        f"holds in at most {alpha * 100:g} % of tests, and worse in at most {alpha * 100:g} % (each bound one-sided; "
-        "`lib/results/sequential.py`). "
+        f"held-out and in final training loss alike, the mean paired difference plus {c} standard errors lies at "
+        f"or below +{fmt.setting(ev.parity_margin)} nats ({fmt.pct(ev.parity_margin, 0)} in perplexity), is **worse** "
+        f"when the mean minus {c} standard errors lies above it, and goes on to the next look otherwise; after the "
+        f"last look it is **undecided**. The critical value {c} (Student's t for one look at {looks[-1]} seeds: "
+        f"{single}) is found by simulation so that over all the looks a lever exactly at the margin is called "
+        f"holds in at most {fmt.pct(alpha, None)} of tests, and worse in at most {fmt.pct(alpha, None)} (each bound "
+        "one-sided; `lib/results/sequential.py`). "
         + (
             "A test also stops undecided at a look where its mean and spread, were they to hold, would leave the "
             "bound above the margin at the last look. "
@@ -56,24 +56,17 @@ def rule(ev: Evidence, seq_len: int, on_gpu: bool = True) -> str:
     )
 
 
-def _n(x: float) -> str:
-    """Nats with a sign, to 4 decimals, or to 2 significant digits where 4 decimals would print a nonzero as 0."""
-    return fmt.nats(x) if x == 0 or abs(x) >= 5e-5 else f"{x:+.1e}"
-
-
 def _interval(i: dict) -> str:
     if i["sd"] is None:
-        return f"{_n(i['mean'])} (one seed: no bound)"
-    return f"{_n(i['mean'])}, bounds [{_n(i['lo'])}, {_n(i['hi'])}]"
+        return f"{fmt.nats(i['mean'], None)} (one seed: no bound)"
+    return f"{fmt.nats(i['mean'], None)}, bounds [{fmt.nats(i['lo'], None)}, {fmt.nats(i['hi'], None)}]"
 
 
 def speaks_for(c: dict) -> str:
     """What a test speaks for: seeds, steps, tokens, passes and the reference's held-out loss at the horizon."""
-    tokens = f", {c['tokens']:,} tokens" if c.get("tokens") else ""
-    passes = f", {c['passes']:.2f} passes over the training text" if c.get("passes") else ""
-    reached = (
-        f"; the reference's held-out loss there {c['reference_held_out']:.2f}" if c.get("reference_held_out") else ""
-    )
+    tokens = f", {fmt.count(c['tokens'])} tokens" if c.get("tokens") else ""
+    passes = f", {fmt.times(c['passes'], unit='')} passes over the training text" if c.get("passes") else ""
+    reached = f"; the reference's held-out loss there {fmt.loss(h, 2)}" if (h := c.get("reference_held_out")) else ""
     return f"{len(c['seeds'])} paired seeds of {c['steps']} steps{tokens}{passes}{reached}"
 
 
@@ -98,7 +91,7 @@ def why_undecided(c: dict) -> str:
             f"{where}, past the margin; at its mean and spread more than {parity.MOST_SEEDS} seeds would be needed to "
             "decide it"
         )
-    minutes = f", about {need['gpu_minutes']:.0f} GPU-minutes" if need.get("gpu_minutes") else ""
+    minutes = f", about {fmt.duration(need['gpu_minutes'])} GPU-minutes" if need.get("gpu_minutes") else ""
     return (
         f"{where}, past the margin; about {need['seeds']} fresh seeds in one look would decide it if the mean and "
         f"spread held{minutes}"
@@ -115,8 +108,8 @@ def summary(c: dict) -> str:
     )
     sd = max((i["sd"] for i in c["intervals"].values() if i["sd"] is not None), default=None)
     detect = (
-        f"; the seeds' spread (the wider of the two losses') {_n(sd).lstrip('+')} nats, at which the test tells a true "
-        f"difference of {_n(c['detectable']).lstrip('+')} nats from none {c['power'] * 100:g} % of the time"
+        f"; the seeds' spread (the wider of the two losses') {fmt.nats(sd, None).lstrip('+')} nats, at which the test tells a true "
+        f"difference of {fmt.nats(c['detectable'], None).lstrip('+')} nats from none {fmt.pct(c['power'], None)} of the time"
         if c.get("detectable") is not None and sd is not None
         else ""
     )
@@ -130,9 +123,9 @@ def summary(c: dict) -> str:
     css = "ok" if c["ok"] else "bad"
     return (
         f"**Quality test**: {lever} against {ref} at B={c['batch_size']}{micro}: {speaks_for(c)}. Mean paired "
-        f"difference (lever minus reference) with its bounds at {c['critical_value']:.3f} standard errors: held-out "
+        f"difference (lever minus reference) with its bounds at {fmt.times(c['critical_value'], 3, '')} standard errors: held-out "
         f"loss {_interval(c['intervals']['held_out'])}, final training loss {_interval(c['intervals']['final'])}"
-        f'{detect}. Margin +{c["margin"]:g} nats: <span class="{css}"><b>{html.escape(word)}</b></span>.'
+        f'{detect}. Margin +{fmt.setting(c["margin"])} nats: <span class="{css}"><b>{html.escape(word)}</b></span>.'
         + (
             canonical(c["canonical"], lever)
             if c.get("canonical")
@@ -160,7 +153,7 @@ def short_reason(c: dict) -> str:
     """A few words: why the test did not let its lever stand, with the figure that decided it."""
     if c["verdict"] == parity.WORSE:
         m = max(c["intervals"], key=lambda k: c["intervals"][k]["lo"])
-        return f"quality test worse: {parity.METRICS[m]} {_interval(c['intervals'][m])}, margin +{c['margin']:g}"
+        return f"quality test worse: {parity.METRICS[m]} {_interval(c['intervals'][m])}, margin +{fmt.setting(c['margin'])}"
     if c["verdict"] == parity.UNDECIDED:
         return f"quality test undecided: {why_undecided(c)}"
     k = c.get("canonical") or {}

@@ -10,10 +10,11 @@ import html
 import numpy as np
 
 from lib.core import config, stages
+from lib.report import formats as fmt
 from lib.report.charts import save, style
 from lib.report.evidence_view import OK, none, table
 from lib.report.fidelity_view import noise
-from lib.report.loader import Report, gib, recommended
+from lib.report.loader import Report, gib, recommended, tok
 from lib.results import size_sweep
 
 WITHOUT_FP8 = size_sweep.WITHOUT_FP8
@@ -29,9 +30,7 @@ def label(preset: str, recs: dict) -> str:
     """gpt2-xl (1.56B, d=1600): the preset with the parameter count its processes counted."""
     n = next((r.get("n_params") for rs in recs.values() for r in rs if r.get("n_params")), None)
     shape = config.presets().get(preset, {})
-    size = (
-        "" if n is None else (f"{n / 1e9:.2f}B" if n >= 1e9 else f"{n / 1e6:.0f}M" if n >= 1e7 else f"{n / 1e6:.2f}M")
-    )
+    size = fmt.params(n)
     width = f"d={shape['n_embd']}" if shape else ""
     return f"{preset} ({', '.join(x for x in (size, width) if x)})"
 
@@ -68,17 +67,17 @@ def crossover_md(rep: Report) -> str:
             "report measured no process-to-process noise, so a small difference may be noise."
         ]
     else:
-        each = ", ".join(f"{p} {b * 100:.1f} %" + _source(rep, p, b, floor) for p, b in band.items() if b is not None)
+        each = ", ".join(f"{p} {fmt.pct(b)}" + _source(rep, p, b, floor) for p, b in band.items() if b is not None)
         lines = [
             f"An FP8 form *pays* at a size when its median tokens/s exceed the same size's without-FP8 median by "
             f"more than that size's measured noise, a process-to-process range (fastest minus slowest process, "
             f"over the median): {each}. A size whose points ran in two or more processes is judged by the widest "
             "range among them, any other by the widest range of the sweep, and none by less than the report's "
-            "noise floor" + (f" ({floor * 100:.1f} %)." if floor is not None else ".")
+            "noise floor" + (f" ({fmt.pct(floor)})." if floor is not None else ".")
         ]
     for form, pts in series.items():
         c = crossover(pts, band)
-        ratio = ", ".join(f"{p} {s:.2f}×" for p, s in c["ratios"].items())
+        ratio = ", ".join(f"{p} {fmt.times(s)}" for p, s in c["ratios"].items())
         if not c["ratios"]:
             why = next((w for _, _, w in pts if w), "")
             lines.append(f"* **{html.escape(form)}**: not measured at any size ({html.escape(why)}).")
@@ -122,8 +121,8 @@ def _apart(rep: Report, form: str, wins: list[str]) -> str:
         if len(mine) > 1 and len(base) > 1:
             gap = min(mine) / max(base) - 1
             out.append(
-                f" At {preset} its slowest process is {gap * 100:+.1f} % against the fastest without FP8"
-                f" ({min(mine):,.0f} against {max(base):,.0f} tokens/s)."
+                f" At {preset} its slowest process is {fmt.pct(gap, sign='+')} against the fastest without FP8"
+                f" ({tok(min(mine))} against {tok(max(base))} tokens/s)."
             )
     return "".join(out)
 
@@ -139,7 +138,7 @@ def _memory(rep: Report, form: str) -> str:
             for v in (form, WITHOUT_FP8)
         ]
         if all(mem):
-            ratios.append(f"{preset} {mem[0] / mem[1]:.2f}×")
+            ratios.append(f"{preset} {fmt.times(mem[0] / mem[1])}")
     return f" Allocator peak against without FP8: {', '.join(ratios)}." if ratios else ""
 
 
@@ -157,8 +156,8 @@ def batch_md(rep: Report) -> str:
     here = size_sweep.ran(recs.get(WITHOUT_FP8, []))
     lines = [
         f"Every size runs at B={b}, one batch for all of them; this report's own model, {own}, is recommended at "
-        f"B={best['batch_size']} ({best['processes']['median']:,.0f} tokens/s, median of its processes)"
-        + (f", against {np.median(here):,.0f} tokens/s here without FP8" if here else "")
+        f"B={best['batch_size']} ({tok(best['processes']['median'])} tokens/s, median of its processes)"
+        + (f", against {tok(np.median(here))} tokens/s here without FP8" if here else "")
         + f": at B={b} it runs far below its operating point, and a ratio here is not the lever's worth at the "
         "recommended batch."
     ]
@@ -172,7 +171,7 @@ def batch_md(rep: Report) -> str:
         both = sorted(set(matrix) & set(base))
         if not both:
             continue
-        ratios = ", ".join(f"{matrix[x]['tokens_per_s'] / base[x]['tokens_per_s']:.2f}× at B={x}" for x in both)
+        ratios = ", ".join(f"{fmt.times(matrix[x]['tokens_per_s'] / base[x]['tokens_per_s'])} at B={x}" for x in both)
         line = (
             f"* **{html.escape(form)}**: the stage matrix measures {html.escape(stage.title)} over "
             f"{html.escape(stages.get(stage.base).title)} at {ratios}."
@@ -182,8 +181,8 @@ def batch_md(rep: Report) -> str:
         if slower:
             x = slower[0]
             line += (
-                f" Its B={b} step here ({ms:.1f} ms; added to the recommendation without FP8) is longer than the "
-                f"stage's at B={x} ({matrix[x]['median_ms']:.1f} ms; added to {stages.get(stage.base).title}), with "
+                f" Its B={b} step here ({fmt.ms(ms)} ms; added to the recommendation without FP8) is longer than the "
+                f"stage's at B={x} ({fmt.ms(matrix[x]['median_ms'])} ms; added to {stages.get(stage.base).title}), with "
                 f"{b}/{x} of the tokens: not the GEMMs' work, then, but something the sweep does not show "
                 f"(it profiles only the points without FP8), so its {own} ratio says little about FP8's GEMMs."
             )
@@ -218,17 +217,17 @@ def size_html(rep: Report) -> str:
             ms = [x["median_ms"] for x in rs if x["status"] in OK]
             mfu = [x["mfu"] for x in rs if x["status"] in OK and x.get("mfu") is not None]
             mem = [x.get("mem_allocator_bytes") for x in rs if x["status"] in OK and x.get("mem_allocator_bytes")]
-            spread = f"{len(tps)}: {min(tps):,.0f}–{max(tps):,.0f}" if len(tps) > 1 else (str(len(tps)) if tps else "")
+            spread = f"{len(tps)}: {tok(min(tps))}–{tok(max(tps))}" if len(tps) > 1 else (str(len(tps)) if tps else "")
             rows.append(
                 {
                     "Model": label(preset, recs) if i == 0 else "",
                     "Configuration": html.escape(variant) + (" (recommended)" if is_rec else ""),
-                    "ms/step": f"{np.median(ms):.1f}" if tps else r["status"].upper().replace("_", " ") + mark,
-                    "tok/s": f"{np.median(tps):,.0f}" if tps else "",
+                    "ms/step": fmt.ms(np.median(ms)) if tps else r["status"].upper().replace("_", " ") + mark,
+                    "tok/s": tok(np.median(tps)) if tps else "",
                     "processes: range": spread,
-                    "MFU (bf16 peak)": f"{np.median(mfu) * 100:.1f} %" if mfu else "",
+                    "MFU (bf16 peak)": fmt.pct(np.median(mfu)) if mfu else "",
                     "allocator GiB": gib(max(mem)) if mem else "",
-                    "GEMM share of GPU busy time": f"{np.median(shares) * 100:.0f} %" if shares else "",
+                    "GEMM share of GPU busy time": fmt.pct(np.median(shares), 0) if shares else "",
                 }
             )
     b = next(iter(next(iter(pts.values())).values()))[0]
@@ -253,7 +252,7 @@ def size_html(rep: Report) -> str:
 
 
 def _duration(seconds: float) -> str:
-    return f"{seconds / 60:.0f} minutes" if seconds >= 90 else f"{seconds:.0f} s"
+    return f"{fmt.duration(seconds / 60)} minutes" if seconds >= 90 else f"{fmt.duration(seconds)} s"
 
 
 def plot_size(rep: Report):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pandas as pd
 
 from lib.core import stages
+from lib.report import formats as fmt
 from lib.report import fidelity_view, parity_view
 from lib.report.loader import Report, short, span, speedups, widest
 from lib.report.prose import efficiency_reference, memory_change, one_rank_text
@@ -40,28 +41,24 @@ def stage_summary(rep: Report, key: str) -> str:
     ok = rows[rows["status"].isin(["ok", "diverged"])]
     best = ok.loc[ok["tokens_per_s"].idxmax()]
     parts.append(
-        f"Best throughput {best['tokens_per_s']:,.0f} tokens/s at B={best['batch_size']}"
-        + (
-            f" (MFU {best['mfu'] * 100:.1f} % of the {best['peak_precision']} peak)."
-            if not pd.isna(best["mfu"])
-            else "."
-        )
+        f"Best throughput {fmt.tok(best['tokens_per_s'])} tokens/s at B={best['batch_size']}"
+        + (f" (MFU {fmt.pct(best['mfu'])} of the {best['peak_precision']} peak)." if not pd.isna(best["mfu"]) else ".")
     )
     if st.multi_gpu:
         r = widest(ok)
-        eff = "n/a" if pd.isna(r["scaling_efficiency"]) else f"{r['scaling_efficiency'] * 100:.1f} %"
+        eff = fmt.pct(r["scaling_efficiency"])
         parts.append(
             f"{'The most GPUs measured, ' if len(ok) > 1 else ''}{int(r['world_size'])} GPUs at B={r['batch_size']} per GPU"
-            f"{micro_text(r)}: {r['tokens_per_s']:,.0f} tokens/s in all, {r['per_gpu_tokens_per_s']:,.0f} per GPU"
+            f"{micro_text(r)}: {fmt.tok(r['tokens_per_s'])} tokens/s in all, {fmt.tok(r['per_gpu_tokens_per_s'])} per GPU"
             f"{processes_text(r)}; **scaling efficiency {eff}** against {efficiency_reference(r)}. The gradient "
-            f"all-reduce costs **{r['allreduce_share'] * 100:.1f} %** of the step." + one_rank_text(r)
+            f"all-reduce costs **{fmt.pct(r['allreduce_share'])}** of the step." + one_rank_text(r)
         )
 
     for c in fidelity_view.crosscheck_rows(rep):
         if c["stage"] == key and c["difference"] is not None:
             parts.append(
-                f"A plain nanoGPT-form loop at B={c['batch_size']}: {c['plain_ms']:.1f} ms/step against the "
-                f"harness's {c['harness_ms']:.1f} ms ({c['difference'] * 100:+.1f} %)."
+                f"A plain nanoGPT-form loop at B={c['batch_size']}: {fmt.ms(c['plain_ms'])} ms/step against the "
+                f"harness's {fmt.ms(c['harness_ms'])} ms ({fmt.pct(c['difference'], sign='+')})."
             )
     sdpa = ok["sdpa_backend"].dropna().unique()
     if len(sdpa):
@@ -78,7 +75,7 @@ def micro_text(r) -> str:
     if pd.isna(r.get("micro_steps")) or r["micro_steps"] == 1:
         return ""
     tokens = r["batch_size"] * r["micro_steps"] * r["world_size"]
-    return f" × {int(r['micro_steps'])} micro-steps ({int(tokens):,} sequences per optimizer step)"
+    return f" × {int(r['micro_steps'])} micro-steps ({fmt.count(tokens)} sequences per optimizer step)"
 
 
 def processes_text(r) -> str:
@@ -86,4 +83,4 @@ def processes_text(r) -> str:
     p = r.get("processes")
     if not isinstance(p, dict) or p.get("n", 1) < 2:
         return ""
-    return f" (median of {p['n']} processes, {p['spread'] * 100:.2f} % apart)"
+    return f" (median of {p['n']} processes, {fmt.pct(p['spread'], 2)} apart)"

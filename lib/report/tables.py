@@ -10,8 +10,9 @@ import pandas as pd
 
 from lib.core import chapters, provenance, record, stages
 from lib.core.config import preset_of
+from lib.report import formats as fmt
 from lib.report import interconnect_view
-from lib.report.loader import CV_LIMIT, GiB, Report, code_commits, cut_short, gib, manifest, pct, short, times, tok
+from lib.report.loader import CV_LIMIT, Report, code_commits, cut_short, gib, manifest, pct, short, times, tok
 from lib.results import decide, noise, store
 
 
@@ -42,21 +43,23 @@ def matrix_html(rep: Report, stage: str | None = None) -> str:
         ran = r["status"] in ("ok", "diverged")
         loss = ""
         if ran and not pd.isna(r["final_loss"]):
-            loss = f"{r['final_loss']:.3f}"
+            loss = fmt.loss(r["final_loss"])
             if not pd.isna(r["loss_delta"]) and r["stage"] != rep.stage_order[0]:
                 flag = "" if r["loss_within_tolerance"] else ' <span class="bad">beyond tol.</span>'
-                gate = "" if pd.isna(r["loss_gap"]) else f"<br>gate {r['loss_gap']:.3f}"
+                gate = "" if pd.isna(r["loss_gap"]) else f"<br>gate {fmt.loss(r['loss_gap'])}"
                 if r.get("loss_verdict") == "within noise":  # beyond the tolerance, inside the measured drift
                     gate += " within noise"
                 delta = round(r["loss_delta"], 3) or 0.0  # never "-0.000"
-                loss += f"<br><small>{delta:+.3f} vs {r['loss_ref']}{gate}{flag}</small>"
+                loss += f"<br><small>{fmt.loss(delta, 3, '+')} vs {r['loss_ref']}{gate}{flag}</small>"
         if ran:
-            step = f"{r['median_ms']:.1f}<br><small>{r['p10_ms']:.1f}–{r['p90_ms']:.1f}</small>"
+            step = f"{fmt.ms(r['median_ms'])}<br><small>{fmt.ms(r['p10_ms'])}–{fmt.ms(r['p90_ms'])}</small>"
             if r["status"] == "diverged":
                 step += '<br><span class="bad">DIVERGED</span>'
         else:
             step = status_cell(r)
         cv_txt = pct(r["cv"]) if ran else ""
+        of = "" if r["peak_precision"] == "bf16" else f"<br><small>{pct(r['mfu'])} of {r['peak_precision']}</small>"
+        mfu = "n/a" if pd.isna(r["mfu_bf16"]) else pct(r["mfu_bf16"]) + of
         if ran and rep.on_gpu and r["cv"] > CV_LIMIT:
             cv_txt = f'<span class="warn">{cv_txt}</span>'
         rows.append(
@@ -70,23 +73,12 @@ def matrix_html(rep: Report, stage: str | None = None) -> str:
                 else "",
                 "× FP32": times(r["speedup_vs_baseline"]),
                 "× prev.": times(r["speedup_vs_previous"]),
-                "MFU<br><small>bf16 peak</small>": (
-                    (
-                        pct(r["mfu_bf16"])
-                        + (
-                            ""
-                            if r["peak_precision"] == "bf16"
-                            else f"<br><small>{pct(r['mfu'])} of {r['peak_precision']}</small>"
-                        )
-                    )
-                    if ran and not pd.isna(r["mfu_bf16"])
-                    else ("n/a" if ran else "")
-                ),
+                "MFU<br><small>bf16 peak</small>": mfu if ran else "",
                 # an out-of-memory row's memory is what the process held when the allocation failed
                 "tensors<br><small>peak</small> GiB": _memory(r, "mem_tensors_bytes"),
                 "allocator<br><small>peak</small> GiB": _memory(r, "mem_allocator_bytes"),
                 "device<br><small>after steps</small> GiB": _memory(r, "mem_device_bytes"),
-                "first step<br>s": f"{r['first_step_s']:.1f}" if ran and not pd.isna(r.get("first_step_s")) else "",
+                "first step<br>s": fmt.duration(fs, 1) if ran and not pd.isna(fs := r.get("first_step_s")) else "",
                 "final loss<br><small>Δ vs ref.</small>": loss,
             }
         )
@@ -109,13 +101,13 @@ def timed_clocks(records: list[dict]) -> str | None:
     reasons = Counter(t for c in got for t in c.get("throttle_reasons") or [])
     hot = max((c.get("temperature_c") or {}).get("max") or 0 for c in got)
     return (
-        f"SM clock median {min(sm):,.0f}–{max(sm):,.0f} MHz over the stage matrix's {len(got)} configurations; "
+        f"SM clock median {fmt.reading(min(sm))}–{fmt.reading(max(sm))} MHz over the stage matrix's {len(got)} configurations; "
         + (
             "throttled by " + ", ".join(f"{t} in {n}" for t, n in reasons.most_common())
             if reasons
             else "no throttle reason sampled"
         )
-        + (f"; at most {hot:.0f} °C" if hot else "")
+        + (f"; at most {fmt.reading(hot)} °C" if hot else "")
     )
 
 
@@ -132,7 +124,7 @@ def environment_html(rep: Report) -> str:
         rows += [
             ("Compute capability", f"{cap[0]}.{cap[1]}" if cap else None),
             ("SMs", dev.get("sm_count")),
-            ("Device memory", f"{dev.get('memory_bytes', 0) / GiB:.1f} GiB"),
+            ("Device memory", f"{gib(dev.get('memory_bytes', 0), 1)} GiB"),
             ("GPUs on host", dev.get("count")),
             ("GPU interconnect", interconnect_view.summary(e.get("interconnect"))),
             ("Driver", e.get("driver")),
@@ -140,7 +132,7 @@ def environment_html(rep: Report) -> str:
             ("cuBLAS(Lt)", e.get("cublas")),
             ("cuDNN", e.get("cudnn")),
             ("Max SM / memory clock", _clocks(e)),
-            ("Power limit", f"{e['power_limit_w']:.0f} W" if e.get("power_limit_w") else None),
+            ("Power limit", f"{fmt.reading(e['power_limit_w'])} W" if e.get("power_limit_w") else None),
             ("During the timed steps", timed_clocks(rep.records)),
         ]
     else:
@@ -158,7 +150,7 @@ def environment_html(rep: Report) -> str:
         ("Tokenizer", corpus.get("tokenizer")),
         (
             "Corpus",
-            f"{corpus.get('corpus')}, {corpus.get('tokens', 0):,} tokens, "
+            f"{corpus.get('corpus')}, {fmt.count(corpus.get('tokens', 0))} tokens, "
             f"sha256 {corpus.get('corpus_sha256', '?')[:16]}…",
         ),
         ("Peak FLOP/s source", rep.params.peak_source),

@@ -28,12 +28,10 @@ def plot_waterfall(rep: Report):
             continue
         colour = fmt.DECISIONS.get(decision.get(s["stage"]), ("", "#4c72b0"))[1] if i else "#4c72b0"
         left, width = (min(prev, s["cumulative"]), abs(s["cumulative"] - prev)) if i else (0.0, 1.0)
-        ax.barh(i, width, left=left, color=colour, height=0.6, hatch=None if s.get("direct", True) else "///")
-        label = f"{s['cumulative']:.2f}×" + (
-            (f" at B={s['batch']}" if s.get("direct", True) else f" (×{s['ratio']:.2f} at B={s['batch']}, chained)")
-            if i
-            else ""
-        )
+        direct = s.get("direct", True)
+        ax.barh(i, width, left=left, color=colour, height=0.6, hatch=None if direct else "///")
+        at = f" at B={s['batch']}" if direct else f" (×{fmt.times(s['ratio'], unit='')} at B={s['batch']}, chained)"
+        label = fmt.times(s["cumulative"]) + (at if i else "")
         ax.text(max(s["cumulative"], prev), i, "  " + label, va="center", fontsize=7)
         prev = s["cumulative"]
     ax.set_yticks(y, [s["title"] for s in steps], fontsize=7)

@@ -345,12 +345,13 @@ def compare(args) -> int:
     for n in names:
         config.check_name(n)
     root = report_folder.reports_root(args.reports)
+    out_dir = root / ("compare-" + "-".join(names))
     try:
-        cmp.load_all(names, root)
+        reps = cmp.load_all(names, root, out_dir)
     except cmp.CompareError as e:
         raise UsageError(str(e)) from None
-    out_dir = root / ("compare-" + "-".join(names))
     (out_dir / "notebooks").mkdir(parents=True, exist_ok=True)
+    reps.write()  # decided once, before the notebook draws them
     t_start = time.perf_counter()
     notebook_runner.session()
     print(f"compare {' vs '.join(names)}", flush=True)
