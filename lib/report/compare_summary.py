@@ -55,11 +55,12 @@ def recipe_html(reps) -> str:
             continue
         vs = row["recipe vs first"]
         j = None if row["gpu"] == names[0] else reps.decided["pairs"][row["gpu"]]["recipe"]
-        judged = "" if j is None or j["within"] is None else "within noise" if j["within"] else "beyond noise"
+        judged = "" if j is None else fmt.NOISE.get(j["within"], "")
         cells = [
             row["gpu"],
             recipe_row.recipe_name(r),
-            f"{r['tokens_per_s']:,.0f}<br><small>{row['recipe']['lo']:,.0f}–{row['recipe']['hi']:,.0f}</small>",
+            f"{fmt.tok(r['tokens_per_s'])}<br>"
+            f"<small>{fmt.tok(row['recipe']['lo'])}–{fmt.tok(row['recipe']['hi'])}</small>",
             fmt.times(r["ratio"], 3),
             fmt.times(vs, 3) + (f"<br><small>{html.escape(judged)}</small>" if judged else ""),
             fmt.pct(r["mfu_bf16"]) if r.get("mfu_bf16") else "n/a",
@@ -89,7 +90,8 @@ def recipe_html(reps) -> str:
         + "<p class=\"note\">Each GPU trains GPT-2's batch by its own report's recipe (page 1 of that report lists "
         "its levers); its canonical trainer is nanoGPT's loop in the same sitting; ranges: repeated runs; cost at "
         + "; ".join(
-            f"{n} ${rep.decided['recipe']['price_per_gpu_hour']:g} per GPU-hour ({rep.decided['recipe']['price_source']})"
+            f"{n} ${fmt.setting(rep.decided['recipe']['price_per_gpu_hour'])} per GPU-hour "
+            f"({rep.decided['recipe']['price_source']})"
             for n, rep in reps.items()
             if (rep.decided["recipe"] or {}).get("price_per_gpu_hour")
         )
@@ -108,15 +110,17 @@ def break_even_lines(reps) -> list[str]:
         if be is None:
             continue
         line = (
-            f"<strong>Price:</strong> {n}'s recipe trains {be['ratio']:.3f}× {names[0]}'s tokens a GPU-hour, so {n} "
-            f"costs less per token while its price per GPU-hour is under {be['ratio']:.3f}× {names[0]}'s"
+            f"<strong>Price:</strong> {n}'s recipe trains {fmt.times(be['ratio'], 3)} {names[0]}'s tokens a GPU-hour, "
+            f"so {n} costs less per token while its price per GPU-hour is under {fmt.times(be['ratio'], 3)} "
+            f"{names[0]}'s"
         )
         if be["prices"]:
             cheap, dear = (n, names[0]) if be["cheaper"] == "other" else (names[0], n)
             costs = {names[0]: first["cost"], n: other["cost"]}
             line += (
-                f"; at the stated prices ({be['prices']:.2f}×) {cheap} trains {fmt.tokens(first['token_budget'])} "
-                f"tokens for less: {fmt.money(costs[cheap])} against {fmt.money(costs[dear])}"
+                f"; at the stated prices ({fmt.times(be['prices'])}) {cheap} trains "
+                f"{fmt.tokens(first['token_budget'])} tokens for less: {fmt.money(costs[cheap])} against "
+                f"{fmt.money(costs[dear])}"
             )
         out.append(line + ".")
     return out
@@ -174,14 +178,15 @@ def headline(reps) -> list[str]:
             continue
         ratios = [r["recipe vs first"]]
         line = (
-            f"**{n} against {names[0]}**, each trained as GPT-2 is: {ratios[0]:.3f}× by its own recipe, {micro(r)} "
-            f"against {micro(first)} ({r['recipe']['median']:,.0f} against {first['recipe']['median']:,.0f} tokens/s)"
+            f"**{n} against {names[0]}**, each trained as GPT-2 is: {fmt.times(ratios[0], 3)} by its own recipe, "
+            f"{micro(r)} against {micro(first)} "
+            f"({fmt.tok(r['recipe']['median'])} against {fmt.tok(first['recipe']['median'])} tokens/s)"
         )
         if isinstance(r.get("plain"), dict) and isinstance(first.get("plain"), dict):
             ratios.append(r["plain vs first"])
             line += (
-                f", {ratios[1]:.3f}× by the canonical trainer ({r['plain']['median']:,.0f} against "
-                f"{first['plain']['median']:,.0f})"
+                f", {fmt.times(ratios[1], 3)} by the canonical trainer ({fmt.tok(r['plain']['median'])} against "
+                f"{fmt.tok(first['plain']['median'])})"
             )
         pair = reps.decided["pairs"][n]
         said = [verdict_words(pair[side]) for side in ("recipe", "canonical")[: len(ratios)]]

@@ -79,10 +79,10 @@ def stage_html(reps) -> str:
                 continue
             where = f"B={int(r[f'{n} B'])}"
             cells += (
-                f"<td>{tok:,.0f} <small>{where}</small></td><td>{loader.times(r[f'{n} × own FP32'])}</td>"
+                f"<td>{fmt.tok(tok)} <small>{where}</small></td><td>{loader.times(r[f'{n} × own FP32'])}</td>"
                 f"<td>{loader.pct(r[f'{n} MFU bf16'])}</td>"
                 f"<td>{loader.pct(r[f'{n} MFU own'])} <small>{r[f'{n} precision'] or ''}</small></td>"
-                f"<td>{r[f'{n} GiB']:.1f}</td>"
+                f"<td>{fmt.gib(r[f'{n} GiB'] * fmt.GiB, 1)}</td>"
             )
         body += f"<tr><td>{r['stage']}</td>{cells}</tr>"
     return f'<table class="matrix"><tr><th></th>{head}</tr><tr><th>Stage</th>{sub}</tr>{body}</table>'
@@ -97,7 +97,7 @@ def same_batch_html(reps) -> str:
     word = {True: " <small>within spread</small>", False: "", None: " <small>not judged</small>"}
     body = "".join(
         f"<tr><td>{r['stage']}</td><td>{r['B']}</td>"
-        + "".join(f"<td>{r[f'{n} tok/s']:,.0f}</td>" for n in names)
+        + "".join(f"<td>{fmt.tok(r[f'{n} tok/s'])}</td>" for n in names)
         + "".join(f"<td>{loader.times(r[f'{n} / {names[0]}'])}{word[r[f'{n} within']]}</td>" for n in names[1:])
         + "</tr>"
         for r in t.to_dict("records")
@@ -190,7 +190,7 @@ def sittings_html(reps) -> str:
             f"{stages.get(w['stage']).title} B={w['batch']}"
             + (f" ({w['variant']})" if w["variant"] else "")
             + ": "
-            + ", ".join(f"{s} {v:,.0f}" for s, v in w["medians"].items())
+            + ", ".join(f"{s} {fmt.tok(v)}" for s, v in w["medians"].items())
             if w
             else "no configuration timed in two sittings"
         )
@@ -271,7 +271,7 @@ def ddp_html(reps) -> str:
                 continue
             other = "" if r[f"{n} same_config"] else " <small>(another configuration than the job's)</small>"
             cells += (
-                f"<td>{r[f'{n} tokens_per_s']:,.0f} <small>{r['gpus']} × B={int(r[f'{n} per_gpu_batch'])}, "
+                f"<td>{fmt.tok(r[f'{n} tokens_per_s'])} <small>{r['gpus']} × B={int(r[f'{n} per_gpu_batch'])}, "
                 f"{_title(r[f'{n} stage'])}</small></td>"
                 f"<td>{loader.times(r[f'{n} speedup'])} <small>over "
                 + (
@@ -279,7 +279,7 @@ def ddp_html(reps) -> str:
                     if one.get("source")
                     else f"one GPU's {_title(one['stage'])} B={one['per_gpu_batch']}"
                 )
-                + f" ({one['tokens_per_s']:,.0f} tok/s)</small>{other}</td>"
+                + f" ({fmt.tok(one['tokens_per_s'])} tok/s)</small>{other}</td>"
                 f"<td>{loader.pct(r[f'{n} efficiency'])}</td>"
             )
         body += f"<tr><td>{r['gpus']} GPUs</td>{cells}</tr>"

@@ -17,6 +17,8 @@ DECISIONS = {
     "not applicable": ("n/a", "#6b6b6b"),
     "not measured": ("not measured", "#6b6b6b"),
 }
+# A ratio judged against the spread it must clear (comparison.compute's `within`): the word a cell states.
+NOISE = {True: "within noise", False: "beyond noise"}
 
 
 def gib(v, digits=2, sign="") -> str:

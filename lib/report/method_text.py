@@ -8,6 +8,7 @@ import re
 
 from lib.core import data, stages
 from lib.core.paths import NOTEBOOKS
+from lib.report import formats as fmt
 from lib.report import fidelity_view, long_view, sequential_view, tables
 from lib.report.loader import Report
 from lib.results import stats
@@ -23,23 +24,23 @@ def method_md(rep: Report) -> str:
         "stages": tables.stages_md(rep),
         **{k: getattr(m, k) for k in ("n_layer", "n_head", "n_embd", "vocab_size", "padded_vocab_size")},
         **{k: getattr(r, k) for k in ("seq_len", "seed", "warmup_steps", "timed_steps", "final_loss_window")},
-        **{k: f"{getattr(r, k):g}" for k in ("learning_rate", "weight_decay", "grad_clip", "loss_tolerance")},
+        **{k: fmt.setting(getattr(r, k)) for k in ("learning_rate", "weight_decay", "grad_clip", "loss_tolerance")},
         "init_note": _init_note(rep),
         "timer": "CUDA events around each step"
         if rep.on_gpu
         else "`time.perf_counter` around each step, after a device synchronize",
-        "peaks": ", ".join(f"{k} {v:g}" for k, v in peaks.items()) + " TFLOP/s"
+        "peaks": ", ".join(f"{k} {fmt.setting(v)}" for k, v in peaks.items()) + " TFLOP/s"
         if peaks
         else "none for this device, so MFU is n/a",
         "peak_by_stage": _by_stage(rep, "peak"),
         "gate_window": stats.LOSS_GATE_WINDOW,
-        "loss_noise": f"{rep.loss_noise:.3f}",
+        "loss_noise": fmt.loss(rep.loss_noise),
         "drift_from": f", between two processes of {rep.loss_noise_from}" if rep.loss_noise_from else "",
-        "gate_reach": f"{r.loss_tolerance + rep.loss_noise:.3f}",
+        "gate_reach": fmt.loss(r.loss_tolerance + rep.loss_noise),
         "loss_references": _by_stage(rep, "reference"),
         "parity_rule": sequential_view.rule(ev, r.seq_len, rep.on_gpu),
         "parity_steps": ev.parity_steps,
-        "parity_passes": f"{ev.parity_passes:g}",
+        "parity_passes": fmt.setting(ev.parity_passes),
         "test_batch": _test_batch(ev),
         "held_out_batches": ev.held_out_batches,
         "held_out_pct": int(data.HELD_OUT * 100),

@@ -11,10 +11,10 @@ from lib.report.loader import Report, recommended
 from lib.results import parity, stats, store
 
 WORDS = {
-    parity.HOLDS: "holds",
-    parity.WORSE: "worse: not adopted",
-    parity.UNDECIDED: "undecided: not adopted on this test alone",
-    parity.INCOMPLETE: "incomplete: decides nothing yet",
+    parity.HOLDS: parity.HOLDS,
+    parity.WORSE: f"{parity.WORSE}: not adopted",
+    parity.UNDECIDED: f"{parity.UNDECIDED}: not adopted on this test alone",
+    parity.INCOMPLETE: f"{parity.INCOMPLETE}: decides nothing yet",
 }
 
 

@@ -11,6 +11,7 @@ from lib.report.formats import setting
 from lib.report.charts import legend_below, save, style
 from lib.report.loader import Report
 from lib.results import parity
+from lib.results.decisions import ADOPT, NEUTRAL, NOT_YET
 
 MAX_PANELS = 4  # columns on one PDF page's width
 
@@ -18,7 +19,7 @@ MAX_PANELS = 4  # columns on one PDF page's width
 def tests(rep: Report) -> list[dict]:
     """The tests to draw: each lever's own test and the whole stack's check against the canonical reference, for the
     levers page 1 adopts, keeps neutral or leaves 'not yet', fastest first as the checks list them."""
-    keep = {r["stage"] for r in rep.decided["levers"] if r["decision"] in ("adopt", "neutral", "not yet")}
+    keep = {r["stage"] for r in rep.decided["levers"] if r["decision"] in (ADOPT, NEUTRAL, NOT_YET)}
     recipe = (rep.decided.get("recipe") or {}).get("stage")
     out = []
     for key, c in rep.quality_checks.items():

@@ -12,6 +12,7 @@ import pandas as pd
 
 from lib.core import config, stages
 from lib.report import claims_view, profile_view
+from lib.report import formats as fmt
 from lib.report.claims_view import NOT_APPLICABLE, NOT_MEASURED
 from lib.results.claim_params import command, load_rules
 
@@ -42,7 +43,7 @@ def _basis(rep, pair: tuple[str, str]) -> str:
     a, b = pair
     both = sorted(n for (s, n) in ok.index if s == a and (b, n) in ok.index)
     return f"{stages.get(a).title} against {stages.get(b).title}, tokens/s " + "; ".join(
-        f"B={n}: {ok[(a, n)]:,.0f} vs {ok[(b, n)]:,.0f}" for n in both
+        f"B={n}: {fmt.tok(ok[(a, n)])} vs {fmt.tok(ok[(b, n)])}" for n in both
     )
 
 

@@ -114,11 +114,11 @@ def summary(c: dict) -> str:
         else ""
     )
     word = (
-        "holds"
+        parity.HOLDS
         if c["verdict"] == parity.HOLDS
         else f"{c['verdict']}: not adopted on this test alone ({why_undecided(c)})"
         if c["verdict"] in (parity.UNDECIDED, parity.INCOMPLETE)
-        else "worse: not adopted"
+        else f"{parity.WORSE}: not adopted"
     )
     css = "ok" if c["ok"] else "bad"
     return (
@@ -140,7 +140,7 @@ def canonical(k: dict, lever: str) -> str:
     """The full stack's check against the canonical reference, in a sentence, named by its lever (the FP8
     classifier's stack is not the recipe's)."""
     css = "ok" if k["ok"] else "bad"
-    word = "holds" if k["ok"] else k["verdict"]
+    word = parity.HOLDS if k["ok"] else k["verdict"]
     return (
         f" The {html.escape(lever)} configuration's whole stack against {stages.get(k['reference']).title}, "
         f"{len(k['seeds'])} paired seeds: held-out "
