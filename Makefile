@@ -113,11 +113,17 @@ test: setup  ## the linter, then the test suite (the whole pipeline on the CPU d
 test-fast: setup  ## the pure-Python tests only (no pipeline, no measuring process): the inner loop
 	@$(PY) -m ruff check lib tests tools && $(PY) -m ruff format --check -q lib tests tools && $(PY) -m pytest -q -m "not slow" tests
 
-lab: setup  ## JupyterLab: the chapter template, the summary, and every report's executed notebooks
+# JupyterLab listens on LAB_PORT and nowhere else (port_retries=0: a port in use stops it rather than moving it to
+# one the message does not name); the port reaches the command through the environment, checked as a number.
+export LAB_PORT ?= 8888
+lab: setup  ## JupyterLab at http://localhost:8888/lab: the chapter template, the summary, every report's notebooks [LAB_PORT=8888]
+	@case "$$LAB_PORT" in ''|*[!0-9]*) echo "error: LAB_PORT must be a port number, not '$$LAB_PORT'" >&2; exit 1;; esac
 	@$(PY) -c "import jupyterlab" 2>/dev/null || { \
 	  if [ "$(ENV_MODE)" = existing ]; then $(PYTHON) -m pip install --quiet --target .deps jupyterlab $(PIP_QUIET); \
 	  else .venv/bin/python -m pip install --quiet jupyterlab $(PIP_QUIET); fi; }
-	$(PY) -m jupyterlab --ServerApp.root_dir=. $$([ "$$(id -u)" = 0 ] && echo --allow-root)
+	@echo "lab: JupyterLab on port $$LAB_PORT: open http://localhost:$$LAB_PORT/lab (with the token in the URL it prints)"
+	$(PY) -m jupyterlab --ServerApp.root_dir=. --ServerApp.port="$$LAB_PORT" --ServerApp.port_retries=0 \
+	  $$([ "$$(id -u)" = 0 ] && echo --allow-root)
 
 # The long quality test's corpus (lib/core/long_corpus.py): pinned Debian packages fetched with apt-get,
 # checked by sha256, tokenized into data/long/ (about 20 MiB, xz). Only the long test reads it; data/

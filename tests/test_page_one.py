@@ -185,8 +185,8 @@ def test_page_one_has_a_row_per_lever_with_its_decision_and_the_recipe_row(tmp_p
     for row, lever in zip(rows, rep.decided["levers"]):
         assert lever["title"] in row and formats.DECISIONS[lever["decision"]][0] in row
     recipe = rep.decided["recipe"]
-    assert "micro-batch × accumulation steps × GPUs" in page
-    assert f"Recipe: {recipe['micro_batch']} × {recipe['accumulation']} × 1 GPU" in page
+    assert "micro-batch × accumulation steps × CPUs" in page  # the CPU default's: a GPU's is tests/test_small_defects
+    assert f"Recipe: {recipe['micro_batch']} × {recipe['accumulation']} × 1 CPU" in page
     # the recipe spelled out: every lever it has on, by name, in one line (a reader rebuilt it from the table before)
     on = page.split("<p class='levers-on'>")[1].split("</p>")[0]
     titles = {r["stage"]: r["title"] for r in rep.decided["levers"]}

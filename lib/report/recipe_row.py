@@ -13,11 +13,17 @@ from lib.report.loader import Report
 from lib.results.decisions import ADOPT, NEUTRAL, NOT_YET
 
 
-def recipe_name(r: dict) -> str:
+def recipe_name(r: dict, device: str = "GPU") -> str:
     """'128 × 4 × 1 GPU': micro-batch × accumulation steps × GPUs, as the table's first header names them (`r`: the
-    recipe, one of its DDP entries, or the canonical trainer's side)."""
+    recipe, one of its DDP entries, or the canonical trainer's side; `device`: the word for what it ran on,
+    device_word's)."""
     gpus = r.get("gpus") or 1
-    return f"{r['micro_batch']} × {r.get('accumulation') or 1} × {gpus} GPU{'s' if gpus > 1 else ''}"
+    return f"{r['micro_batch']} × {r.get('accumulation') or 1} × {gpus} {device}{'s' if gpus > 1 else ''}"
+
+
+def device_word(params) -> str:
+    """What the report's devices are called: 'CPU' on the CPU default (which ran on no GPU), else 'GPU'."""
+    return "CPU" if params.backend == "cpu" else "GPU"
 
 
 def budget_cells(t: dict | None, saves: dict | None = None) -> list[str]:
@@ -60,9 +66,10 @@ def recipe_table(rep: Report) -> str:
         lo, hi = v["net_worth_interval"]
         versus += f"<br>{fmt.times(1 + v['net_worth'], 3)} at equal loss<br><span class='note'>{fmt.times(1 + lo, 3, '')}–{fmt.times(1 + hi, 3, '')}</span>"
     mfu = lambda v: fmt.pct(v) if v else "n/a"  # noqa: E731
+    device = device_word(rep.params)
     rows = [
         [
-            f"<strong>Recipe: {html.escape(recipe_name(r))}</strong>",
+            f"<strong>Recipe: {html.escape(recipe_name(r, device))}</strong>",
             fmt.tok(r["tokens_per_s"]) + rng(side),
             versus,
             mfu(r["mfu_bf16"]),
@@ -74,8 +81,8 @@ def recipe_table(rep: Report) -> str:
         b = rep.params.evidence.baseline
         rows.append(
             [
-                f"Canonical trainer ({html.escape(stages.get(b.stage).title)}): "
-                f"{html.escape(recipe_name({'micro_batch': canon['batch'], 'accumulation': canon['micro_steps']}))}",
+                f"Canonical trainer ({html.escape(stages.title(b.stage, rep.params))}): "
+                f"{html.escape(recipe_name({'micro_batch': canon['batch'], 'accumulation': canon['micro_steps']}, device))}",
                 fmt.tok(canon["median"]) + rng(canon),
                 "1×",
                 mfu(r["canonical_time"]["mfu_bf16"]),
@@ -104,7 +111,7 @@ def recipe_table(rep: Report) -> str:
         )
     budget = fmt.tokens(r["token_budget"]) if r["token_budget"] else "the"
     head = [
-        "micro-batch × accumulation steps × GPUs",
+        f"micro-batch × accumulation steps × {device}s",
         "tokens/s",
         "× canonical trainer",
         "MFU (bf16)",
@@ -128,8 +135,8 @@ def levers_on_html(rep: Report) -> str:
     by = {row["stage"]: row for row in d["levers"]}
     on = [by[k] for k in d["recipe"]["levers_on"] if k in by]
 
-    def titled(decision):
-        return [html.escape(row["title"]) for row in on if row["decision"] == decision]
+    def titled(decision):  # the title of the model run (the vocab stage's names its padded width)
+        return [html.escape(stages.title(row["stage"], rep.params)) for row in on if row["decision"] == decision]
 
     line = "<strong>On in the recipe:</strong> " + (", ".join(titled(ADOPT)) or "none beyond the baseline")
     if kept := titled(NEUTRAL):  # on in the recipe as measured: taking one out is a configuration not timed as trained
