@@ -155,8 +155,9 @@ def test_the_repository_tracks_no_symbolic_link():
 
 
 # What judges: a call of one of these decides something (a recommendation, a verdict, a tie, a spread to judge by).
-# A report folder's decisions are computed once, by lib/report/loader.py calling decisions.compute (and parity.checks,
-# long_choice.choose and decide.table, which that computation shares); every other view reads decisions.json.
+# A report folder's decisions are computed once, by lib/report/loader.py calling decisions.compute (and parity.checks
+# and long_choice.choose, which that computation shares); every other view reads decisions.json, the matrix's table
+# (decide.table) and the leave-one-out included.
 JUDGES = {
     ("decide", "recommended"),
     ("decide", "best_config"),
@@ -171,11 +172,12 @@ JUDGES = {
     ("noise", "twin_drift"),
     ("machine_spread", "judge"),
     ("comparison", "compute"),
+    ("leave_one_out", "leave_one_out"),
 }
 # Where a judging call in lib/report is still allowed, and why: the loader computes a folder's decisions once, and the
 # comparison's loader (compare.Reports) the comparison's (lib/results/comparison.py); nothing else may join this list.
 JUDGES_ALLOWED = {
-    "report.loader": {("decisions", "compute"), ("parity", "checks"), ("long_choice", "choose"), ("decide", "table")},
+    "report.loader": {("decisions", "compute"), ("parity", "checks"), ("long_choice", "choose")},
     "report.compare": {("comparison", "compute")},
 }
 

@@ -11,8 +11,6 @@ from __future__ import annotations
 import importlib.util
 from dataclasses import dataclass, fields, replace
 
-VOCAB_TITLE = "Vocab padded to {}"  # the vocab stage's title, of the padded vocabulary's width (title())
-
 SWITCHES = (
     "tf32",
     "autocast",
@@ -179,8 +177,8 @@ def _cumulative() -> list[Stage]:
         # The lever and the switch are worded for every model (the CPU default's tiny one pads 1000 to 1024, GPT-2
         # 50257 to 50304: params). The title names GPT-2's width: every record keeps the title it was measured
         # under (stage_title), and views match records to stages by it, so a new title waits for records read by
-        # the registry's. title(key, params) names the width of the model a report ran, where it is displayed.
-        title=VOCAB_TITLE.format(50304),
+        # the registry's.
+        title="Vocab padded to 50304",
         lever="lm_head/embedding rows padded to the next multiple of 128, as nanoGPT pads GPT-2's",
         padded_vocab=True,
         switch="GPTConfig(vocab_size=math.ceil(vocab_size / 128) * 128)  # the padded rows are never targets",
@@ -363,15 +361,6 @@ def get(key: str) -> Stage:
     if key not in STAGES:
         raise KeyError(f"unknown stage {key!r}; stages are: {', '.join(ORDER)}")
     return STAGES[key]
-
-
-def title(key: str, params=None) -> str:
-    """The stage's title as a report displays it for `params` (lib/core/params.Params, the report's): the registry's,
-    but for the vocab stage's, which names the padded vocabulary of the model run (params.model.padded_vocab_size:
-    1024 for the CPU default's tiny model) where the registry's names GPT-2's (50304, every GPU profile's, so their
-    title is the registry's, byte for byte). The registry's stays the records' key (stage_title)."""
-    padded = params.model.padded_vocab_size if params is not None else None
-    return VOCAB_TITLE.format(padded) if key == "vocab" and padded else get(key).title
 
 
 def own_stack(key: str) -> str:

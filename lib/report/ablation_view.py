@@ -32,9 +32,10 @@ def worth_text(row: dict, batch: int) -> str | None:
 
 
 def ablation_rows(rep: Report) -> tuple[dict | None, list[dict]]:
-    """The leave-one-out of the report (lib/results/leave_one_out.py): the configuration with every lever, and a row
-    per lever removed."""
-    return leave_one_out.leave_one_out(rep.decisions, rep.evidence["ablation"])
+    """The leave-one-out of the report (lib/results/leave_one_out.py, decided once): the configuration with every
+    lever, and a row per lever removed."""
+    loo = rep.decided["leave_one_out"]
+    return loo["full"], loo["rows"]
 
 
 def ablation_calls_apart(full: dict | None, rows: list[dict]) -> str | None:

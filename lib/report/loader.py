@@ -17,7 +17,7 @@ from lib.core.params import ConfigError, Params
 from lib.core.paths import resolve
 from lib.report import decided_file
 from lib.report.formats import GiB, gib, pct, signed_pct, span, times, tok  # noqa: F401 (the views import them from here too)
-from lib.results import decide, decisions, long_choice, parity, stats, store
+from lib.results import decisions, long_choice, parity, stats, store
 from lib.results.stats import mfu_bf16_of
 
 CV_LIMIT = 0.02  # step-time spread above this on a GPU is called out
@@ -40,7 +40,6 @@ class Report:
     params: Params
     env: dict
     records: list  # the stage matrix at the report's batch sizes (and the multi-GPU rows)
-    df: pd.DataFrame  # decide.table of them
     decisions: list  # store.decision_records: matrix, sweep, repeats, parity runs
     evidence: dict  # store.load_evidence: every kind of evidence record
     loss_noise: float = 0.0  # stats.loss_noise: run-to-run drift of the loss gate's statistic
@@ -74,6 +73,14 @@ class Report:
             "best": {k: best.get(k) for k in ("stage", "batch_size", "variant")} if best else None,
             "records_digest": store.records_digest(self.dir, *decided_file.render_env()),
         }
+
+    @functools.cached_property
+    def df(self) -> pd.DataFrame:
+        """The matrix as one row a configuration with its divergence check (decide.table, judged once into the
+        decisions as their `table`), and each row's MFU against the bf16 peak."""
+        df = pd.DataFrame(self.decided["table"])
+        df["mfu_bf16"] = [mfu_bf16_of(self.params, m, p) for m, p in zip(df["mfu"], df["peak_precision"])]
+        return df
 
     @functools.cached_property
     def quality_checks(self) -> dict:
@@ -163,13 +170,9 @@ def _load(report_dir) -> Report:
     measured = {r["stage"] for r in records if stages.is_multi_gpu(r["stage"]) and r["status"] in record.TIMED}
     records = [r for r in records if not (r["stage"] in measured and r["status"] == record.Status.NOT_APPLICABLE)]
     decisions = [kernel_categories.current(r) for r in store.decision_records(d / "results")]
-    noise = stats.loss_noise(decisions)
-    df = decide.table(
-        records, order, params.run.loss_tolerance, noise, decide.throughputs(decisions), decide.step_times(decisions)
-    )
-    df["mfu_bf16"] = [mfu_bf16_of(params, m, p) for m, p in zip(df["mfu"], df["peak_precision"])]
     run = json.loads((d / "run.json").read_text()) if (d / "run.json").exists() else None
-    return Report(d, params, env, records, df, decisions, store.load_evidence(d / "results"), noise, run)
+    noise = stats.loss_noise(decisions)
+    return Report(d, params, env, records, decisions, store.load_evidence(d / "results"), noise, run)
 
 
 def price_per_gpu_hour(rep: "Report") -> dict | None:

@@ -81,7 +81,7 @@ def recipe_table(rep: Report) -> str:
         b = rep.params.evidence.baseline
         rows.append(
             [
-                f"Canonical trainer ({html.escape(stages.title(b.stage, rep.params))}): "
+                f"Canonical trainer ({html.escape(stages.get(b.stage).title)}): "
                 f"{html.escape(recipe_name({'micro_batch': canon['batch'], 'accumulation': canon['micro_steps']}, device))}",
                 fmt.tok(canon["median"]) + rng(canon),
                 "1×",
@@ -135,8 +135,8 @@ def levers_on_html(rep: Report) -> str:
     by = {row["stage"]: row for row in d["levers"]}
     on = [by[k] for k in d["recipe"]["levers_on"] if k in by]
 
-    def titled(decision):  # the title of the model run (the vocab stage's names its padded width)
-        return [html.escape(stages.title(row["stage"], rep.params)) for row in on if row["decision"] == decision]
+    def titled(decision):
+        return [html.escape(row["title"]) for row in on if row["decision"] == decision]
 
     line = "<strong>On in the recipe:</strong> " + (", ".join(titled(ADOPT)) or "none beyond the baseline")
     if kept := titled(NEUTRAL):  # on in the recipe as measured: taking one out is a configuration not timed as trained
