@@ -173,6 +173,7 @@ JUDGES = {
     ("machine_spread", "judge"),
     ("comparison", "compute"),
     ("leave_one_out", "leave_one_out"),
+    ("crosscheck", "rows"),
 }
 # Where a judging call in lib/report is still allowed, and why: the loader computes a folder's decisions once, and the
 # comparison's loader (compare.Reports) the comparison's (lib/results/comparison.py); nothing else may join this list.

@@ -4,6 +4,7 @@ cross-check, the loss gate over every step, the parity run, and noise measured a
 from __future__ import annotations
 
 import ast
+import json
 import os
 import re
 from pathlib import Path
@@ -365,7 +366,7 @@ def test_a_crosscheck_inside_the_plain_loops_own_noise_is_no_failure(tmp_path):
     from lib.report import fidelity_view
 
     rep = _crosscheck_report(tmp_path, plain_mean_ms=1100.0, synced_ms=[95.0, 100.0, 105.0, 98.0, 102.0])
-    (row,) = fidelity_view.crosscheck_rows(rep)
+    (row,) = rep.decided["crosscheck"]  # judged once, in decisions.compute
     assert row["difference"] < -0.9 and row["verdict"] == "within noise" and row["noise"] > abs(row["difference"])
     assert 'class="bad"' not in fidelity_view.crosscheck_html(rep)
 
@@ -375,8 +376,34 @@ def test_a_crosscheck_beyond_both_sides_noise_fails(tmp_path):
     from lib.report import fidelity_view
 
     rep = _crosscheck_report(tmp_path, plain_mean_ms=83.0, synced_ms=[83.0, 84.0, 83.5, 84.2, 83.8])
-    (row,) = fidelity_view.crosscheck_rows(rep)
+    (row,) = rep.decided["crosscheck"]
     assert row["verdict"] == "differs" and row["noise"] < 0.03
     assert 'class="bad"' in fidelity_view.crosscheck_html(rep)
     close = _crosscheck_report(tmp_path / "b", plain_mean_ms=99.0, synced_ms=[100.0, 100.5, 101.0, 100.2, 100.8])
-    assert fidelity_view.crosscheck_rows(close)[0]["verdict"] == "matches"
+    assert close.decided["crosscheck"][0]["verdict"] == "matches"
+
+
+def test_the_crosscheck_is_decided_once_and_the_table_lays_out_its_rows(tmp_path):
+    """decisions.compute judges the cross-check (issue 61): its rows are in decisions.json, plain JSON, with the
+    figures and the verdict the table shows; the table reads them and judges nothing itself."""
+    from lib.report import fidelity_view, recommendation
+    from lib.results import decisions
+
+    rep = _crosscheck_report(tmp_path, plain_mean_ms=83.0, synced_ms=[83.0, 84.0, 83.5, 84.2, 83.8])
+    out = decisions.compute(rep.decisions, {**rep.evidence, "matrix": rep.records}, rep.params, rep.env)
+    (row,) = out["crosscheck"]
+    assert (row["stage"], row["batch_size"], row["processes"], row["verdict"]) == ("fp32", 2, 1, "differs")
+    assert row["harness_ms"] == pytest.approx(100.0) and row["plain_ms"] == 83.0
+    assert row["difference"] == pytest.approx(100.0 / 83.0 - 1)
+    recommendation.write(rep)
+    assert (
+        json.loads((rep.dir / decisions.FILE).read_text())["crosscheck"]
+        == out["crosscheck"]
+        == rep.decided["crosscheck"]
+    )
+    table = fidelity_view.crosscheck_html(rep)
+    assert '<span class="bad">+20.5 %</span>' in table and "<td>83.0</td>" in table
+    rep.decided["crosscheck"] = [{**row, "verdict": "within noise"}]  # the table shows what was decided
+    assert 'class="bad"' not in fidelity_view.crosscheck_html(
+        rep
+    ) and "(within noise)" in fidelity_view.crosscheck_html(rep)

@@ -6,17 +6,14 @@ from __future__ import annotations
 
 import html
 
-import numpy as np
 
-from lib.core import record, stages
+from lib.core import stages
 from lib.core.params import Evidence
 from lib.report import export
 from lib.report import formats as fmt
 from lib.report.loader import Report
-from lib.results import decide
+from lib.results import crosscheck, decide
 from lib.results import noise as noise_stats
-
-CROSSCHECK_LIMIT = 0.03  # harness vs plain loop beyond this is flagged in the executive summary
 
 
 def noise(rep: Report) -> tuple[dict, float | None]:
@@ -45,70 +42,9 @@ def claim_repeats_rule(ev: Evidence) -> str:
     )
 
 
-def _harness(rep: Report, key: str, batch: int) -> tuple[float | None, float | None]:
-    """The harness's step time at a configuration, as the plain loop's is taken (the mean over the
-    timed steps), then the median over the processes that timed it; and the largest step-time CV among them."""
-    recs = [
-        r
-        for r in rep.decisions
-        if (r["stage"], r["batch_size"]) == (key, batch)
-        and r.get("status") == "ok"
-        and r.get("variant") in record.TIMING_VARIANTS
-        and r.get("mean_ms")
-    ]
-    cvs = [r["cv"] for r in recs if r.get("cv") is not None]
-    return (float(np.median([r["mean_ms"] for r in recs])) if recs else None), (max(cvs) if cvs else None)
-
-
-def _plain_noise(rec: dict) -> list[float]:
-    """How far the plain loop's own figure may stray, as its process shows it: the CV of its steps timed one by one,
-    and how much slower its unsynchronised mean ran than their median (synchronising after every step can only add
-    time, so the excess is what disturbed the timed steps: a loaded machine's CPU default showed 11x)."""
-    steps = np.asarray(rec.get("synced_step_ms") or [], dtype=float)
-    out = [float(steps.std() / steps.mean())] if steps.size > 1 and steps.mean() else []
-    if rec.get("ms_per_step") and rec.get("synced_median_ms"):
-        out.append(max(0.0, rec["ms_per_step"] / rec["synced_median_ms"] - 1))
-    return out
-
-
 def crosscheck_rows(rep: Report) -> list[dict]:
-    """One row per configuration the plain loop ran: both step times, the difference and the noise it is judged
-    against: the larger of this report's process-to-process floor, the harness's range over its processes there,
-    and each side's own step-time variation (the CV of its steps, and the plain loop's unsynchronised excess).
-    `verdict`: "matches" (within CROSSCHECK_LIMIT), "within noise" (beyond it, inside that noise) or "differs"."""
-    tps, floor = noise(rep)
-    rows = []
-    for rec in rep.evidence["crosscheck"]:
-        key, batch = rec["stage"], rec["batch_size"]
-        harness, harness_cv = _harness(rep, key, batch)
-        ok = rec["status"] == "ok"
-        plain = rec.get("ms_per_step") if ok else None
-        processes = tps.get((key, batch), [])
-        spreads = [floor, harness_cv, *(_plain_noise(rec) if ok else [])]
-        spreads += [noise_stats.spread(processes)["spread"]] if len(processes) > 1 else []
-        spreads = [x for x in spreads if x is not None]
-        diff = harness / plain - 1 if harness and plain else None
-        rows.append(
-            {
-                "stage": key,
-                "batch_size": batch,
-                "harness_ms": harness,
-                "plain_ms": plain,
-                "plain_synced_ms": rec.get("synced_median_ms"),
-                "processes": len(processes),
-                "status": rec["status"],
-                "difference": diff,
-                "noise": max(spreads) if spreads else None,
-                "verdict": None
-                if diff is None
-                else "matches"
-                if abs(diff) <= CROSSCHECK_LIMIT
-                else "within noise"
-                if spreads and abs(diff) <= max(spreads)
-                else "differs",
-            }
-        )
-    return rows
+    """One row per configuration the plain loop ran, with its verdict (lib/results/crosscheck.py, decided once)."""
+    return rep.decided["crosscheck"]
 
 
 def crosscheck_html(rep: Report) -> str:
@@ -119,9 +55,9 @@ def crosscheck_html(rep: Report) -> str:
     for r in rows:
         diff = r["difference"]
         cell = fmt.pct(diff, sign="+")
-        if r["verdict"] == "differs":
+        if r["verdict"] == crosscheck.DIFFERS:
             cell = f'<span class="bad">{cell}</span>'
-        elif r["verdict"] == "within noise":
+        elif r["verdict"] == crosscheck.WITHIN_NOISE:
             cell += " <small>(within noise)</small>"
         body.append(
             f"<tr><td>{html.escape(stages.get(r['stage']).title)}</td><td>{r['batch_size']}</td>"
@@ -140,7 +76,7 @@ def crosscheck_html(rep: Report) -> str:
         "steps over their number, the host running ahead of the device as in nanoGPT's loop. The last column is "
         "the median of the plain loop's steps timed each after a "
         "<code>torch.cuda.synchronize()</code>, as build-nanogpt does, which adds the host's launch gap at the "
-        f"start of every step. A difference beyond {fmt.pct(CROSSCHECK_LIMIT, 0)} is judged against the noise "
+        f"start of every step. A difference beyond {fmt.pct(crosscheck.LIMIT, 0)} is judged against the noise "
         "column: the larger of this report's process-to-process floor, the harness's range over its processes there, "
         "the step-time CV of each side in its own process, and how much slower the plain loop's unsynchronised "
         "steps ran than its synchronised ones (synchronising can only add time); inside it, the two cannot be told "

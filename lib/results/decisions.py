@@ -11,7 +11,18 @@ import numpy as np
 
 from lib.core import record, stages
 from lib.core.params import Params
-from lib.results import claim_figures, claims, decide, long_choice, long_quality, noise, parity, quality, scaling
+from lib.results import (
+    claim_figures,
+    claims,
+    crosscheck,
+    decide,
+    long_choice,
+    long_quality,
+    noise,
+    parity,
+    quality,
+    scaling,
+)
 from lib.results.recipe_decision import make_recipe
 from lib.results.leave_one_out import leave_one_out
 from lib.results.next_experiment import next_experiment
@@ -358,6 +369,8 @@ def compute(
             evidence.get("sitting_gpu_s"),
         ),
         "noise_floor": floor,
+        # the plain loop against the harness, a row a configuration with its verdict against the noise
+        "crosscheck": crosscheck.rows(records, evidence.get("crosscheck") or [], tps, floor),
         "scaling": _scaling(evidence.get("matrix") or [], chosen, records, recipe, params.run.loss_tolerance),
         # where the long tests' runs were measured, from their own records (they may span sittings and machines)
         "long_measured_by": _long_measured_by(levers_, recipe, evidence),
