@@ -174,6 +174,7 @@ JUDGES = {
     ("comparison", "compute"),
     ("leave_one_out", "leave_one_out"),
     ("crosscheck", "rows"),
+    ("parity", "rejected"),
 }
 # Where a judging call in lib/report is still allowed, and why: the loader computes a folder's decisions once, and the
 # comparison's loader (compare.Reports) the comparison's (lib/results/comparison.py); nothing else may join this list.

@@ -47,6 +47,25 @@ def test_a_lever_whose_parity_test_finds_it_worse_is_skipped_whatever_its_speed(
     assert row["matrix"]["ratio"] > 1
 
 
+def test_the_stages_whose_quality_test_did_not_hold_are_decided_once_and_the_views_read_them(tmp_path):
+    """parity.rejected is judged in decisions.compute (issue 61): decisions.json's `rejected` names the stages whose
+    test did not let them stand, and parity_view gives their tests and the reason from it, judging nothing again."""
+    from lib.report import parity_view
+
+    d, p = _folder(tmp_path, {"fp32": 400.0, "vocab": 200.0, "compile": 100.0, "bf16_residual": 90.0})
+    write_parity_test(d, p, "bf16_residual", lever_held=4.5, ref_held=4.0)
+    write_parity_test(d, p, "compile", lever_held=4.0, ref_held=4.0)
+    rep = loader.load(d)
+    out = decisions.compute(rep.decisions, {**rep.evidence, "matrix": rep.records}, p, rep.env)
+    assert out["rejected"] == rep.decided["rejected"] == ["bf16_residual"]
+    assert json.loads(json.dumps(out["rejected"])) == out["rejected"]
+    assert parity_view.rejected(rep) == {"bf16_residual": rep.quality_checks["bf16_residual"]}
+    assert parity_view.loss_reason(rep, "bf16_residual").startswith("quality test worse")
+    assert parity_view.loss_reason(rep, "compile") is None
+    rep.decided["rejected"] = []  # the views show what was decided
+    assert parity_view.rejected(rep) == {} and parity_view.loss_reason(rep, "bf16_residual") is None
+
+
 def test_the_recipe_s_levers_are_adopted_by_their_leave_one_out_and_neutral_within_noise(tmp_path, monkeypatch):
     d, _ = _folder(tmp_path, {"fp32": 100.0, "tf32": 80.0, "bf16": 50.0})
     rows = [

@@ -52,8 +52,9 @@ def all_md(rep: Report) -> str:
 
 
 def rejected(rep: Report) -> dict:
-    """stage -> its parity test, for the stages whose test did not hold (never recommended)."""
-    return parity.rejected(checks(rep))
+    """stage -> its parity test, for the stages whose test did not hold (never recommended; parity.rejected, decided
+    once)."""
+    return {k: checks(rep)[k] for k in rep.decided["rejected"]}
 
 
 def rejected_reason(rep: Report, key: str) -> str:

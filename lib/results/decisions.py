@@ -376,6 +376,8 @@ def compute(
         "long_measured_by": _long_measured_by(levers_, recipe, evidence),
         # the levers whose quality test this depth left to DEPTH=full, and the lever that did not hold beside them
         "left_to_full_depth": left,
+        # the stages whose quality test did not let them stand (never recommended), in the tests' order
+        "rejected": list(parity.rejected(checks)),
         "fell_back_from": sorted(parity.fallbacks(checks).values()) if left else [],
         "claims": claims.judged(
             df,
