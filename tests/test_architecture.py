@@ -175,6 +175,10 @@ JUDGES = {
     ("leave_one_out", "leave_one_out"),
     ("crosscheck", "rows"),
     ("parity", "rejected"),
+    ("size_sweep", "bands"),
+    ("size_sweep", "spread"),
+    ("size_sweep", "crossover"),
+    ("size_sweep", "decided"),
 }
 # Where a judging call in lib/report is still allowed, and why: the loader computes a folder's decisions once, and the
 # comparison's loader (compare.Reports) the comparison's (lib/results/comparison.py); nothing else may join this list.

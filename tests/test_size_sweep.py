@@ -213,6 +213,30 @@ def test_each_size_is_judged_by_the_spread_of_its_own_repeated_points(tmp_path):
     assert "pays at gpt2-medium but not at every larger size" in text  # 1.05x: inside ±9.5 %, beyond ±1 %
 
 
+def test_the_size_sweep_is_decided_once_and_the_chapter_lays_out_its_bands_and_crossover(tmp_path):
+    """decisions.compute judges the size sweep (issue 61): each size's band, where it comes from and each FP8 form's
+    crossover are in decisions.json (plain JSON), and the chapter states them without judging again."""
+    from lib.results import decisions
+
+    rep = _sweep(tmp_path, {"gpt2": 1.05, "gpt2-medium": 1.05, "gpt2-large": 1.05})
+    _again(rep, "gpt2__wit", 1100.0)  # 9.5 % apart: gpt2's own band
+    _again(rep, "gpt2-medium__wit", 1005.0)  # 0.5 %: under the report's floor, which judges it
+    rep = loader.load(rep.dir)
+    out = decisions.compute(rep.decisions, {**rep.evidence, "matrix": rep.records}, rep.params, rep.env)["size_sweep"]
+    assert out == rep.decided["size_sweep"] == json.loads(json.dumps(out))
+    assert out["bands"]["gpt2"] == pytest.approx(0.1 / 1.05, rel=1e-3) == out["bands"]["gpt2-large"]
+    assert out["bands"]["gpt2-medium"] == pytest.approx(0.01, abs=1e-3)
+    assert out["source"] == {"gpt2": "own", "gpt2-medium": "floor", "gpt2-large": "sweep"}
+    c = out["crossover"]["FP8 lm_head (torchao)"]
+    assert (c["from"], c["wins"], c["ties"]) == (None, ["gpt2-medium"], ["gpt2", "gpt2-large"])
+    text = size_sweep_view.crossover_md(rep)
+    assert "gpt2 9.5 %, gpt2-medium 1.0 % (the report's noise floor), gpt2-large 9.5 % (the sweep's widest" in text
+    assert "pays at gpt2-medium but not at every larger size" in text
+    rep.decided["size_sweep"]["crossover"]["FP8 lm_head (torchao)"] = {**c, "from": "gpt2-medium"}  # shown as decided
+    assert "pays from **gpt2-medium** on" in size_sweep_view.crossover_md(rep)
+    assert decisions.compute([], {"size": []}, rep.params, rep.env)["size_sweep"] is None  # no sweep, no decision
+
+
 def test_without_repeats_at_a_size_the_sweeps_widest_spread_judges_it(tmp_path):
     rep = _sweep(tmp_path, {"gpt2": 1.05, "gpt2-medium": 1.05})
     _again(rep, "gpt2__wit", 1100.0)

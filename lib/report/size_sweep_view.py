@@ -13,12 +13,16 @@ from lib.core import config, stages
 from lib.report import formats as fmt
 from lib.report.charts import save, style
 from lib.report.evidence_view import OK, none, table
-from lib.report.fidelity_view import noise
 from lib.report.loader import Report, gib, recommended, tok
 from lib.results import size_sweep
 
 WITHOUT_FP8 = size_sweep.WITHOUT_FP8
-crossover = size_sweep.crossover  # the chapter and the FP8 claims read one crossover
+# where a size's band comes from, when not from its own repeated points (size_sweep.decided's "source")
+SOURCE = {
+    "own": "",
+    "floor": " (the report's noise floor)",
+    "sweep": " (the sweep's widest: no point of it was repeated)",
+}
 
 
 def points(rep: Report) -> dict[str, dict[str, list[dict]]]:
@@ -35,17 +39,16 @@ def label(preset: str, recs: dict) -> str:
     return f"{preset} ({', '.join(x for x in (size, width) if x)})"
 
 
+def decided(rep: Report) -> dict:
+    """The size sweep as decided once (lib/results/size_sweep.py decided: each size's band, where it comes from, each
+    FP8 form's crossover); empty where it was not measured."""
+    return rep.decided["size_sweep"] or {"bands": {}, "source": {}, "crossover": {}}
+
+
 def bands(rep: Report) -> tuple[dict[str, float | None], float | None]:
-    """({preset: the band its ratios must leave to count (size_sweep.bands)}, the report's noise floor)."""
-    _, floor = noise(rep)
-    return size_sweep.bands(rep.evidence["size"], floor), floor
-
-
-def _source(rep: Report, preset: str, band: float | None, floor: float | None) -> str:
-    """Where a size's band comes from, when not from its own repeated points."""
-    if size_sweep.spread(points(rep)[preset]) is not None and band != floor:
-        return ""
-    return " (the report's noise floor)" if band == floor else " (the sweep's widest: no point of it was repeated)"
+    """({preset: the band its ratios must leave to count (size_sweep.bands, decided once)}, the report's noise
+    floor)."""
+    return decided(rep)["bands"], rep.decided["noise_floor"]
 
 
 def speedups(rep: Report) -> dict[str, list[tuple[str, float | None, str | None]]]:
@@ -67,7 +70,8 @@ def crossover_md(rep: Report) -> str:
             "report measured no process-to-process noise, so a small difference may be noise."
         ]
     else:
-        each = ", ".join(f"{p} {fmt.pct(b)}" + _source(rep, p, b, floor) for p, b in band.items() if b is not None)
+        source = decided(rep)["source"]
+        each = ", ".join(f"{p} {fmt.pct(b)}" + SOURCE[source[p]] for p, b in band.items() if b is not None)
         lines = [
             f"An FP8 form *pays* at a size when its median tokens/s exceed the same size's without-FP8 median by "
             f"more than that size's measured noise, a process-to-process range (fastest minus slowest process, "
@@ -76,7 +80,7 @@ def crossover_md(rep: Report) -> str:
             "noise floor" + (f" ({fmt.pct(floor)})." if floor is not None else ".")
         ]
     for form, pts in series.items():
-        c = crossover(pts, band)
+        c = decided(rep)["crossover"][form]
         ratio = ", ".join(f"{p} {fmt.times(s)}" for p, s in c["ratios"].items())
         if not c["ratios"]:
             why = next((w for _, _, w in pts if w), "")

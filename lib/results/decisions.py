@@ -22,6 +22,7 @@ from lib.results import (
     parity,
     quality,
     scaling,
+    size_sweep,
 )
 from lib.results.recipe_decision import make_recipe
 from lib.results.leave_one_out import leave_one_out
@@ -371,6 +372,8 @@ def compute(
         "noise_floor": floor,
         # the plain loop against the harness, a row a configuration with its verdict against the noise
         "crosscheck": crosscheck.rows(records, evidence.get("crosscheck") or [], tps, floor),
+        # each model size's noise band and each FP8 form's crossover, where the size sweep was measured (else None)
+        "size_sweep": size_sweep.decided(evidence.get("size") or [], floor),
         "scaling": _scaling(evidence.get("matrix") or [], chosen, records, recipe, params.run.loss_tolerance),
         # where the long tests' runs were measured, from their own records (they may span sittings and machines)
         "long_measured_by": _long_measured_by(levers_, recipe, evidence),

@@ -1,7 +1,8 @@
 """The size sweep's figures (lib/run/size_sweep.py measured them): per model preset, each FP8 form's median tokens/s
 over the same preset without FP8, the noise band each preset's ratio must leave to count, and the crossover, the
-smallest size from which a form is faster beyond that band at every larger one. Read by the size sweep's chapter and
-by the FP8 claims (lib/results/claim_figures.py), so both rest on one computation."""
+smallest size from which a form is faster beyond that band at every larger one. Judged by decisions.compute (decided:
+decisions.json's `size_sweep`, which the chapter lays out) and by the FP8 claims (lib/results/claim_figures.py), so
+both rest on one computation."""
 
 from __future__ import annotations
 
@@ -95,4 +96,22 @@ def crossover(series: list[tuple[str, float | None, str | None]], band: dict[str
         "losses": [p for p, _ in measured if kind[p] == "loss"],
         "unmeasured": [p for p, s, _ in series if s is None],
         "ratios": dict(measured),
+    }
+
+
+def decided(size_records: list[dict], floor: float | None) -> dict | None:
+    """The size sweep judged once (None where it was not measured): {"bands": each preset's band (bands), "source":
+    where each band comes from ("own": its repeated points, "floor": the report's noise floor, "sweep": the sweep's
+    widest range), "crossover": {FP8 form: its crossover (crossover)}}."""
+    pts = points(size_records)
+    if not pts:
+        return None
+    band = bands(size_records, floor)
+    return {
+        "bands": band,
+        "source": {
+            p: "own" if spread(pts[p]) is not None and b != floor else "floor" if b == floor else "sweep"
+            for p, b in band.items()
+        },
+        "crossover": {form: crossover(series, band) for form, series in speedups(size_records).items()},
     }
