@@ -179,6 +179,8 @@ JUDGES = {
     ("size_sweep", "spread"),
     ("size_sweep", "crossover"),
     ("size_sweep", "decided"),
+    ("noise", "machine_spread"),
+    ("noise", "across_machines"),
 }
 # Where a judging call in lib/report is still allowed, and why: the loader computes a folder's decisions once, and the
 # comparison's loader (compare.Reports) the comparison's (lib/results/comparison.py); nothing else may join this list.

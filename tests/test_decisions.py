@@ -66,6 +66,35 @@ def test_the_stages_whose_quality_test_did_not_hold_are_decided_once_and_the_vie
     assert parity_view.rejected(rep) == {} and parity_view.loss_reason(rep, "bf16_residual") is None
 
 
+def test_the_spread_between_machines_is_decided_once_and_page_one_states_it(tmp_path):
+    """noise.machine_spread is judged in decisions.compute (issue 61): decisions.json's `machine_spread` counts the
+    machines and the configurations timed on more than one, with their spread, and the provenance line states it."""
+    from lib.report import tables
+
+    p = tiny_params(["fp32", "tf32"])
+
+    def rec(stage, host, tps, variant=None, batch=2):
+        r = make_record(p, stage, batch, [10.0] * 5, LOSSES)
+        prov = {"host_id": host, "gpu_uuid": None, "commit": "c" * 40, "modified": False}
+        return {**r, "tokens_per_s": tps, "variant": variant, "provenance": prov}
+
+    for shared, expected in ((True, {"machines": 2, "shared": 1, "spread": 4.0 / 102.0}), (False, None)):
+        d = write_report_dir(tmp_path / str(shared), p, [rec("fp32", "host-a", 100.0), rec("tf32", "host-a", 120.0)])
+        other = rec("fp32", "host-b", 104.0, "repeat", 2 if shared else 4)
+        store.write_atomic(d / "results" / "repeats" / "fp32__b2__r1.json", other)
+        rep = loader.load(d)
+        out = decisions.compute(rep.decisions, {**rep.evidence, "matrix": rep.records}, p, rep.env)["machine_spread"]
+        assert out == rep.decided["machine_spread"] == json.loads(json.dumps(out))
+        text = tables.provenance_md(rep)
+        if shared:
+            assert out == pytest.approx(expected)
+            assert "The spread between them, measured on 1 configurations timed on more than one, is 3.9 %" in text
+        else:
+            assert out == {"machines": 2, "shared": 0, "spread": None} and "their offset is unknown" in text
+    rep.decided["machine_spread"] = {"machines": 2, "shared": 3, "spread": 0.05}  # the line states what was decided
+    assert "measured on 3 configurations timed on more than one, is 5.0 %" in tables.provenance_md(rep)
+
+
 def test_the_recipe_s_levers_are_adopted_by_their_leave_one_out_and_neutral_within_noise(tmp_path, monkeypatch):
     d, _ = _folder(tmp_path, {"fp32": 100.0, "tf32": 80.0, "bf16": 50.0})
     rows = [

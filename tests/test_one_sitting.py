@@ -18,7 +18,7 @@ from conftest import ROOT, describe_proc, make_record, read_json, run_cli, tiny_
 
 from lib.core import chapters, config, provenance, record
 from lib.measure import compile_cache
-from lib.report import ablation_view, cost_view, tables
+from lib.report import cost_view, tables
 from lib.results import decide, noise, store
 from lib.run import run_log
 
@@ -535,6 +535,7 @@ def test_page_one_says_which_machine_timed_what_and_that_their_offset_is_unknown
     rep = SimpleNamespace(
         records=decisions,
         decisions=decisions,
+        decided={"machine_spread": noise.machine_spread(decisions)},  # as decisions.compute judges it
         evidence={},
         run=None,
         dir=tmp_path,
@@ -578,7 +579,7 @@ def test_page_one_says_which_machine_timed_what_and_that_their_offset_is_unknown
 def test_a_leave_one_out_row_from_another_machine_is_not_judged_against_noise():
     """The worth of a lever is the recommendation's median over the row without it: where that row was timed on
     another machine than the recommendation, with no measured offset, it is not called within noise or beyond it."""
-    from types import SimpleNamespace
+    from lib.results import leave_one_out
 
     def rec(tps, host, variant=None):
         return {
@@ -593,10 +594,7 @@ def test_a_leave_one_out_row_from_another_machine_is_not_judged_against_noise():
     decisions = [rec(100.0, "host-a"), rec(100.5, "host-a", "repeat")]
     for host, expected in (("host-a", True), ("host-b", None)):
         ablation = [{**rec(100.1, host, "without TF32"), "lever": "TF32"}]
-        rep = SimpleNamespace(
-            evidence={"ablation": ablation, "sweep": []}, decisions=decisions, rec=lambda key, batch: decisions[0]
-        )
-        _, rows = ablation_view.ablation_rows(rep)
+        _, rows = leave_one_out.leave_one_out(decisions, ablation)  # judged once, in decisions.compute
         assert rows[0]["within_noise"] is expected, host
 
 

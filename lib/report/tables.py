@@ -13,7 +13,7 @@ from lib.core.config import preset_of
 from lib.report import formats as fmt
 from lib.report import interconnect_view
 from lib.report.loader import CV_LIMIT, Report, code_commits, cut_short, gib, manifest, pct, short, times, tok
-from lib.results import decide, noise, store
+from lib.results import decide, store
 
 
 def status_cell(row) -> str:
@@ -301,7 +301,7 @@ def provenance_md(rep: Report) -> str:
             + "; ".join(f"{m} timed {', '.join(k) or 'nothing'}" for m, k in kinds.items())
             + "."
         )
-        spread = noise.machine_spread(rep.decisions)
+        spread = rep.decided["machine_spread"]
         text += (
             f" The spread between them, measured on {spread['shared']} configurations timed on more than one, is "
             f"{pct(spread['spread'], 1)}; every comparison is judged against at least that."

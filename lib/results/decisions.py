@@ -370,6 +370,8 @@ def compute(
             evidence.get("sitting_gpu_s"),
         ),
         "noise_floor": floor,
+        # how many machines timed the records, and the spread between them where a configuration ran on several
+        "machine_spread": noise.machine_spread(records),
         # the plain loop against the harness, a row a configuration with its verdict against the noise
         "crosscheck": crosscheck.rows(records, evidence.get("crosscheck") or [], tps, floor),
         # each model size's noise band and each FP8 form's crossover, where the size sweep was measured (else None)
