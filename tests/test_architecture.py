@@ -181,6 +181,9 @@ JUDGES = {
     ("size_sweep", "decided"),
     ("noise", "machine_spread"),
     ("noise", "across_machines"),
+    ("parity", "to_decide"),
+    ("parity", "seeds_needed"),
+    ("parity", "out_of_reach"),
 }
 # Where a judging call in lib/report is still allowed, and why: the loader computes a folder's decisions once, and the
 # comparison's loader (compare.Reports) the comparison's (lib/results/comparison.py); nothing else may join this list.

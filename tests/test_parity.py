@@ -37,7 +37,7 @@ def test_a_test_cut_off_part_way_decides_nothing_until_its_look_has_run():
     part = [r for r in worse if r["seed_offset"] < 1]
     check = parity.checks(part, params.evidence)["tf32"]
     assert check["verdict"] == parity.INCOMPLETE and not check["ok"] and check["seeds_run"] == 1
-    assert "1 of the 2 seeds of its next look" in sequential_view.summary(check)
+    assert "1 of the 2 seeds of its next look" in sequential_view.summary(check, parity.to_decide(check))
     matrix = _matrix(params)
     assert decide.best_config(matrix + part, params)["stage"] == "tf32"  # kept its place while the test runs
     assert decide.best_config(matrix + worse, params)["stage"] == "fp32"  # the look's seeds reject it
@@ -200,3 +200,21 @@ def test_a_stage_tested_at_two_batches_is_judged_by_the_test_that_decided():
     for recs in (complete + cut, cut + complete):
         check = parity.checks(recs, params.evidence)["tf32"]
         assert check["batch_size"] == 8 and check["verdict"] == parity.HOLDS and check["other_batches"] == [16]
+
+
+def test_what_would_decide_an_undecided_test_is_decided_once_and_its_sentence_states_it():
+    """parity.to_decide is judged in decisions.compute (issue 61): decisions.json's `to_decide` holds, per quality
+    test, the seeds (and GPU-minutes) that would decide it, and the test's sentence states that figure, judging
+    nothing again. reports/h100's FP8 classifier test is undecided at its last look."""
+    from lib.core import paths
+
+    rep = loader.load(paths.ROOT / "reports" / "h100")
+    c = rep.quality_checks["fp8_classifier"]
+    need = rep.decided["to_decide"]["fp8_classifier"]
+    assert c["verdict"] == parity.UNDECIDED and need == parity.to_decide(c) == json.loads(json.dumps(need))
+    assert need["seeds"] > len(c["seeds"]) and need["more"] == need["seeds"] - len(c["seeds"])
+    assert rep.decided["to_decide"]["loss_only"] is None  # it holds: nothing to decide
+    said = f"about {need['seeds']} fresh seeds in one look would decide it if the mean and spread held"
+    assert said in parity_view.all_md(rep) and said in parity_view.rejected_reason(rep, "fp8_classifier")
+    rep.decided["to_decide"]["fp8_classifier"] = None  # the sentence states what was decided: out of reach
+    assert f"more than {parity.MOST_SEEDS} seeds would be needed" in parity_view.rejected_reason(rep, "fp8_classifier")

@@ -39,7 +39,7 @@ def recommended_md(rep: Report) -> str:
                 "its levers are judged against."
             )
         return "No parity test for this report."
-    return sequential_view.summary(c)
+    return sequential_view.summary(c, rep.decided["to_decide"].get(c["stage"]))
 
 
 def all_md(rep: Report) -> str:
@@ -47,7 +47,8 @@ def all_md(rep: Report) -> str:
     paragraph."""
     first = (recommended_check(rep) or {}).get("stage")
     return "\n\n".join(
-        [recommended_md(rep)] + [sequential_view.summary(c) for k, c in checks(rep).items() if k != first]
+        [recommended_md(rep)]
+        + [sequential_view.summary(c, rep.decided["to_decide"].get(k)) for k, c in checks(rep).items() if k != first]
     )
 
 
@@ -59,7 +60,7 @@ def rejected(rep: Report) -> dict:
 
 def rejected_reason(rep: Report, key: str) -> str:
     """Why a stage's test did not let it stand, in a few words with the figure that decided it."""
-    return sequential_view.short_reason(rejected(rep)[key])
+    return sequential_view.short_reason(rejected(rep)[key], rep.decided["to_decide"].get(key))
 
 
 def loss_reason(rep: Report, key: str) -> str | None:

@@ -70,7 +70,9 @@ def speaks_for(c: dict) -> str:
     return f"{len(c['seeds'])} paired seeds of {c['steps']} steps{tokens}{passes}{reached}"
 
 
-def why_undecided(c: dict) -> str:
+def why_undecided(c: dict, need: dict | None) -> str:
+    """Why the test left its lever undecided, and what would decide it (`need`: parity.to_decide of the test, decided
+    once: decisions.json's `to_decide`)."""
     if c["verdict"] == parity.INCOMPLETE:
         return (
             f"{c['seeds_run']} of the {c['wanted']} seeds of its next look have run both sides; the run stopped "
@@ -85,7 +87,6 @@ def why_undecided(c: dict) -> str:
         if c.get("futile") == "trend"
         else f"at the last look, {len(c['seeds'])} seeds, the bound reaches {fmt.nats(i['hi'])}"
     )
-    need = parity.to_decide(c)
     if need is None:
         return (
             f"{where}, past the margin; at its mean and spread more than {parity.MOST_SEEDS} seeds would be needed to "
@@ -98,8 +99,9 @@ def why_undecided(c: dict) -> str:
     )
 
 
-def summary(c: dict) -> str:
-    """One test in a sentence, and the full stack's check against the canonical reference where it ran."""
+def summary(c: dict, need: dict | None) -> str:
+    """One test in a sentence, and the full stack's check against the canonical reference where it ran (`need`: what
+    would decide it, as why_undecided reads it)."""
     lever, ref = stages.get(c["stage"]).title, stages.get(c["reference"]).title
     micro = (
         f", each side accumulating {c['micro_steps']} micro-batches of B={c['batch_size'] // c['micro_steps']}"
@@ -116,7 +118,7 @@ def summary(c: dict) -> str:
     word = (
         parity.HOLDS
         if c["verdict"] == parity.HOLDS
-        else f"{c['verdict']}: not adopted on this test alone ({why_undecided(c)})"
+        else f"{c['verdict']}: not adopted on this test alone ({why_undecided(c, need)})"
         if c["verdict"] in (parity.UNDECIDED, parity.INCOMPLETE)
         else f"{parity.WORSE}: not adopted"
     )
@@ -149,12 +151,13 @@ def canonical(k: dict, lever: str) -> str:
     )
 
 
-def short_reason(c: dict) -> str:
-    """A few words: why the test did not let its lever stand, with the figure that decided it."""
+def short_reason(c: dict, need: dict | None) -> str:
+    """A few words: why the test did not let its lever stand, with the figure that decided it (`need`: as
+    why_undecided reads it)."""
     if c["verdict"] == parity.WORSE:
         m = max(c["intervals"], key=lambda k: c["intervals"][k]["lo"])
         return f"quality test worse: {parity.METRICS[m]} {_interval(c['intervals'][m])}, margin +{fmt.setting(c['margin'])}"
     if c["verdict"] == parity.UNDECIDED:
-        return f"quality test undecided: {why_undecided(c)}"
+        return f"quality test undecided: {why_undecided(c, need)}"
     k = c.get("canonical") or {}
     return f"the whole stack's check against {stages.get(k.get('reference', c['reference'])).title}: {k.get('verdict')}"

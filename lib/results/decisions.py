@@ -383,6 +383,8 @@ def compute(
         "left_to_full_depth": left,
         # the stages whose quality test did not let them stand (never recommended), in the tests' order
         "rejected": list(parity.rejected(checks)),
+        # what each undecided quality test would need to decide, were its mean and spread to hold (None: nothing in reach)
+        "to_decide": {k: parity.to_decide(c) for k, c in checks.items()},
         "fell_back_from": sorted(parity.fallbacks(checks).values()) if left else [],
         "claims": claims.judged(
             df,
