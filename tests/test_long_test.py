@@ -99,3 +99,14 @@ def test_the_long_test_runs_nothing_where_a_side_cannot_run(tmp_path):
     assert proc.returncode == 2 and "nothing was run" in proc.stderr, describe_proc(proc)
     assert len(proc.stderr.strip().splitlines()) == 1
     assert not list(out.glob("results/long/*.json"))
+
+
+def test_the_long_test_runs_nothing_on_a_machine_that_is_not_its_profile_s(tmp_path):
+    """A call for an H200 ran `long_test h200` on an H100: its runs paired nothing of the H200's, and the folder's H200
+    runs were set aside as another machine's. Here the H100 profile on this CPU is refused before any run, in one
+    line, and the folder keeps what it had."""
+    d, out = _data_with_long_corpus(tmp_path), tmp_path / "long"
+    proc = _long_test(d, "h100", "tf32", "--batch", "2", "--seeds", "1", "--min-steps", "8", "--folder", str(out))
+    assert proc.returncode == 2 and "is not this machine's" in proc.stderr and "nothing was run" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1, describe_proc(proc)
+    assert not list(out.glob("results/long/*.json")) and not (out / "environment.json").exists()

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from lib.core import config, data, long_corpus, record, stages
 from lib.core.params import ConfigError, Params
+from lib.measure.environment import detect
 from lib.results import decisions, long_quality, store, time_to_loss
 from lib.run import parity_runs, runner
 from lib.run.jobs import folder as results_folder
@@ -105,6 +106,14 @@ def main(argv: list[str]) -> int:
         folder.mkdir(parents=True, exist_ok=True)
         if not (folder / "params.json").exists():
             store.write_atomic(folder / "params.json", params)
+        # the machine that runs it must be the profile's GPU kind, detected here: a folder's environment.json names
+        # the machine of its first runs, and a call for an H200 that ran on an H100 had paired nothing of its own
+        # kind and set the folder's H200 runs aside as another machine's (their fingerprints name the device)
+        here = detect()
+        count = here.get("count") or 1
+        fits = config.profile_fits(args.profile, here["name"], here["backend"], count)
+        if not fits and config.match_profile(here["name"], here["backend"], count) != args.profile:
+            raise ValueError(f"profile {args.profile!r} is not this machine's {here['name']}: nothing was run")
         env = runner.environment(folder)
         # a side that cannot run here stops the test before any run: a host whose setup missed a lever's package had
         # measured its reference's seeds alone and recorded the lever's as not applicable
