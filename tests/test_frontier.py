@@ -13,7 +13,7 @@ from conftest import make_record, tiny_params, write_report_dir
 from lib.core import levers, record, stages
 from lib.measure import worker
 from lib.report import ablation_view, batch_sweep_view, frontier_view, loader, prose
-from lib.results import decide, decisions, store
+from lib.results import decide, decisions, leave_one_out, store
 from lib.run import recipe
 from lib.train.model import GPT, GPTConfig, fused_linear_cross_entropy
 
@@ -417,7 +417,15 @@ def test_ablation_worth_is_the_ratio_of_throughputs(tmp_path):
             "decisions": [full, *repeats],
             "params": p,
             "best": property(lambda self: decide.recommended(self.decisions, self.params)),
-            "decided": {"leave_one_out_twin": None},
+            # what decisions.compute keeps of the leave-one-out, from the records as they are
+            "decided": property(
+                lambda self: {
+                    "leave_one_out_twin": None,
+                    "leave_one_out": decisions.leave_one_out_kept(
+                        leave_one_out.leave_one_out(self.decisions, self.evidence["ablation"])
+                    ),
+                }
+            ),
         },
     )()
     got_full, rows = ablation_view.ablation_rows(rep)

@@ -310,6 +310,12 @@ def _slim(rec: dict | None) -> dict | None:
     return None if rec is None else {k: rec[k] for k in LOO_FIELDS if k in rec}
 
 
+def leave_one_out_kept(loo: tuple[dict | None, list[dict]]) -> dict:
+    """leave_one_out.leave_one_out's configuration with every lever and its rows as decisions.json keeps them."""
+    full, rows = loo
+    return {"full": _slim(full), "rows": [{**r, "record": _slim(r["record"])} for r in rows]}
+
+
 def compute(
     records: list[dict],
     evidence: dict,
@@ -354,7 +360,7 @@ def compute(
         "recipe": recipe,
         # what the recipe adds to the canonical trainer first (its lead comes from these), then what it shares
         "levers": sorted(levers_, key=lambda r: (r["in_canonical"], DECISION_ORDER.index(r["decision"]))),
-        "leave_one_out": {"full": _slim(full), "rows": [{**r, "record": _slim(r["record"])} for r in loo[1]]},
+        "leave_one_out": leave_one_out_kept(loo),
         "leave_one_out_batch": full["batch_size"] if full else None,
         # the configuration it switched levers off from: the recipe's stage, unless a sitting ran it elsewhere
         "leave_one_out_stage": full["stage"] if full else None,
