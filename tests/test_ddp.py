@@ -403,7 +403,7 @@ def test_a_four_gpu_host_s_job_left_unmeasured_is_named_with_why_and_the_rehears
     assert "Not measured" not in evidence_view.ddp_curve_table_html(rep)
     from lib.report import page_one  # and page 1 says so where the reader starts
 
-    assert "incomplete</strong>: the 2-node rehearsal (2 × 2 GPUs) not measured (section 2)" in (
+    assert "incomplete</strong>: DDP as 2 machines of 2 GPUs not measured (section 2)" in (
         page_one.provenance_line(rep)
     )
     # the rehearsal's record, faster than the one-node job here, is the DDP chapter's, not the recipe's

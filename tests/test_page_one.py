@@ -396,3 +396,16 @@ def test_a_long_test_against_a_stage_further_back_names_the_levers_it_judges_wit
     assert "sooner to the same loss</strong> with BF16 residual stream: 1.059×" in page_one.long_text(v, said=True)
     v["reference"] = "bf16_residual"  # its own stack: the lever alone
     assert "sooner to the same loss</strong>: 1.059×" in page_one.long_text(v, said=True)
+
+
+# Words of the harness a team lead does not decide in (issue 61): page 1 says what to train, not how we measured it
+HARNESS_WORDS = ("sitting", "DEPTH=", "rehearsal", "harness", "micro-step", "params.json", "parity rule")
+
+
+@pytest.mark.parametrize("gpu", ["h100", "h100-x4", "h200"])
+def test_page_one_of_a_committed_report_speaks_no_harness_word(gpu):
+    from lib.core.paths import ROOT
+
+    rep = loader.load(ROOT / "reports" / gpu, read_decisions=True)
+    text = page_one.page_html(rep)
+    assert not [w for w in HARNESS_WORDS if w.lower() in text.lower()], gpu

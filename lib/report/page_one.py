@@ -58,7 +58,7 @@ def provenance_line(rep: Report) -> str:
     line = " · ".join(html.escape(p) for p in parts if p)
     if cut_short(rep):  # said where the reader starts, not only in section 6
         missing = [
-            f"the {m['nnodes']}-node rehearsal ({m['nnodes']} × {m['gpus'] // m['nnodes']} GPUs)"
+            f"DDP as {m['nnodes']} machines of {m['gpus'] // m['nnodes']} GPUs"
             if m["nnodes"] > 1
             else f"DDP on {m['gpus']} GPUs"
             for m in ddp_not_measured(rep)
@@ -212,9 +212,7 @@ def lever_table(rep: Report) -> str:
         label, colour = fmt.DECISIONS[row["decision"]]
         quality = quality_text(row["quality"], row["in_recipe"], row["stage"] != nxt, said)
         if row["stage"] in left:  # its divergence check stays in its chapter: page 1 says what decides it
-            quality = (
-                f"<strong>not tested</strong> here; <code>make report GPU={rep.params.name} DEPTH=full</code> tests it"
-            )
+            quality = "<strong>not tested</strong> at this depth (section 6 names the command that tests it)"
         if row.get("long"):  # the long test, where it ran, speaks for a training run: it goes first
             # a lever skipped for its speed needs no more seeds: its row does not say how many would decide it
             quality = long_text(row["long"], len(long_plans(rep.decided)) == 1, row["decision"] != "skip")
