@@ -12,7 +12,8 @@ from conftest import describe_proc, make_record, read_json, run_cli, write_repor
 
 from lib.core import config, record, stages
 from lib.core.params import Params
-from lib.report import compare, compare_summary, compare_view, ddp_charts, loader, rules
+from lib.report import compare, compare_summary, compare_view, ddp_charts, loader, recipe_row, rules
+from lib.report import formats as fmt
 from lib.results import claim_params
 from lib.results import decide, decisions, stats, store
 
@@ -614,3 +615,17 @@ def test_the_price_break_even_is_the_ratio_of_tokens_a_gpu_hour_and_names_the_ch
     assert be["cheaper"] == "first"
     assert price_break_even(h100, {**h200, "price_per_gpu_hour": None, "cost": None})["prices"] is None
     assert price_break_even(h100, {"tokens_per_s": None}) is None
+
+
+def test_a_host_of_several_gpus_is_compared_as_it_trains_on_all_of_them_too():
+    """compare-h100-h100-x4 showed the four-GPU host by its one-GPU recipe alone (128 × 4 × 1 GPU) where its
+    recommended.json trains on all four: the host's row follows, with its hours, GPU-hours and cost."""
+    from lib.core.paths import ROOT
+
+    reps = compare.load_all(["h100", "h100-x4"], ROOT / "reports")
+    host = reps["h100-x4"].decided["recipe"]["host"]
+    html = compare_summary.recipe_html(reps)
+    row = html.split("<td>h100-x4, all GPUs</td>")[1].split("</tr>")[0]
+    assert recipe_row.recipe_name(host) in row and "128 × 1 × 4 GPUs" in row
+    assert fmt.tok(host["tokens_per_s"]) in row and fmt.money(host["cost"]) in row and " a GPU" in row
+    assert "h100, all GPUs" not in html  # a one-GPU report has no such row

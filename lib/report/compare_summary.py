@@ -68,6 +68,19 @@ def recipe_html(reps) -> str:
             *recipe_row.budget_cells(r),
         ]
         body += "<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>"
+        if host := r.get("host"):  # the recipe as that host trains it on all its GPUs (its recommended.json's)
+            scaled = f"<br><small>{fmt.pct(host['efficiency'])} of {host['gpus']} × one GPU</small>"
+            cells = [
+                f"{row['gpu']}, all GPUs",
+                recipe_row.recipe_name(host),
+                fmt.tok(host["tokens_per_s"]) + (scaled if host.get("efficiency") else ""),
+                "",
+                "",
+                fmt.pct(host["mfu_bf16"]) if host.get("mfu_bf16") else "n/a",
+                recipe_row.memory_cell(host.get("mem_device_peak_bytes"), None) + " a GPU",
+                *recipe_row.budget_cells(host),
+            ]
+            body += "<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>"
     budget = fmt.tokens(first["token_budget"]) if first and first.get("token_budget") else "the"
     head = "".join(
         f"<th>{h}</th>"
