@@ -217,6 +217,27 @@ def test_every_worth_is_one_basis_the_tokens_per_s_a_lever_adds_and_names_a_batc
     assert page_one.worth_text({"leave_one_out": None, "matrix": {**m, "ratio": 0.91}}, 64) == (
         "-9.0 % over BF16 residual stream"
     )
+    # a lever the recipe needs to fit gives the memory it takes off its stack there (issue 61: "needed to fit" said
+    # no number a team could weigh)
+    assert (
+        page_one.worth_text({"leave_one_out": fit, "matrix": {**m, "memory_saved_bytes": 12.5 * 2**30}}, 128)
+        == "needed at B=128; 12.50 GiB less and +3.5 % over BF16 residual stream at B=64"
+    )
+
+
+def test_a_lever_s_matrix_worth_carries_the_allocator_peak_it_takes_off_its_stack():
+    from lib.core.paths import ROOT
+
+    rep = loader.load(ROOT / "reports" / "h100")
+    row = next(r for r in rep.decided["levers"] if r["stage"] == "compile")
+    m, df = row["matrix"], rep.df
+    peak = {
+        k: df[(df["stage"] == k) & (df["batch_size"] == m["batch"])]["mem_allocator_bytes"].iloc[0]
+        for k in ("compile", m["against"])
+    }
+    assert (
+        m["memory_saved_bytes"] == pytest.approx(peak[m["against"]] - peak["compile"]) and m["memory_saved_bytes"] > 0
+    )
 
 
 def test_the_legend_says_the_worth_in_the_recipe_was_timed_one_optimizer_step_a_micro_batch(tmp_path):

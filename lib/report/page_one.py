@@ -82,7 +82,9 @@ def worth_text(row: dict, recipe_batch: int | None = None) -> str:
 
     if loo and loo["cannot_fit"]:
         needed = f"needed at B={loo['batch']}" + (" (by its memory estimate)" if loo["predicted"] else "")
-        return f"{needed}; {over_stack()}" if m else needed
+        # what it buys the recipe: the memory it takes off its stack, beside its speed there
+        less = f"{fmt.gib(m['memory_saved_bytes'])} GiB less and " if m and m.get("memory_saved_bytes") else ""
+        return f"{needed}; {less}{over_stack()}" if m else needed
     if loo and loo["worth"] is not None:
         # the noise floor is printed to two decimals: a worth judged against it is too (-0.76 % against 0.78 %)
         return fmt.signed_pct(loo["worth"], 2) + at(loo["batch"])

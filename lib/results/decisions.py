@@ -61,6 +61,9 @@ def _matrix_worth(key: str, df, tps: dict, records: list[dict]) -> dict | None:
         row = rows.loc[rows["batch_size"].idxmax()]
         b, prev, ratio = int(row["batch_size"]), row["previous_stage"], float(row["speedup_vs_previous"])
     floor, across = noise.decision_floor(records, tps), noise.across_machines(records)
+    # the allocator's peak the lever takes off its stack at that batch: what a lever the recipe needs to fit buys
+    peaks = [timed[(timed["stage"] == k) & (timed["batch_size"] == b)]["mem_allocator_bytes"] for k in (prev, key)]
+    saved = float(peaks[0].iloc[0] - peaks[1].iloc[0]) if all(len(p) and p.notna().all() for p in peaks) else None
     mine = tps.get((key, b)) or list(mine_rows[mine_rows["batch_size"] == b]["tokens_per_s"])
     theirs = tps.get((prev, b)) or []
     return {
@@ -69,6 +72,7 @@ def _matrix_worth(key: str, df, tps: dict, records: list[dict]) -> dict | None:
         "batch": b,
         "against": prev,
         "within_noise": noise.within_noise(mine, theirs, floor, across) if theirs else None,
+        "memory_saved_bytes": saved,
     }
 
 
