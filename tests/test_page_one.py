@@ -204,7 +204,8 @@ def test_the_cpu_default_says_in_its_first_line_what_it_is(tmp_path):
 def test_every_worth_is_one_basis_the_tokens_per_s_a_lever_adds_and_names_a_batch_only_off_the_recipe_s():
     """A reader found three bases in one column (% lost when left out, × over its own stack, "needed to fit" with no
     number): every worth is now the percent a lever adds over the configuration without it; the batch is named only
-    where it is not the recipe's, and a lever needed to fit still gives a number (its matrix figure where both fit)."""
+    where it is not the recipe's, and a lever needed to fit still gives a number (the memory it saves where both fit,
+    else its matrix figure)."""
     loo = {"worth": 0.0009, "batch": 128, "within_noise": True, "cannot_fit": False, "predicted": False}
     assert page_one.worth_text({"leave_one_out": loo, "matrix": None}, 128) == "+0.09 %"
     assert page_one.worth_text({"leave_one_out": loo, "matrix": None}, 64) == "+0.09 % at B=128"
@@ -221,7 +222,7 @@ def test_every_worth_is_one_basis_the_tokens_per_s_a_lever_adds_and_names_a_batc
     # no number a team could weigh)
     assert (
         page_one.worth_text({"leave_one_out": fit, "matrix": {**m, "memory_saved_bytes": 12.5 * 2**30}}, 128)
-        == "needed at B=128; 12.50 GiB less and +3.5 % over BF16 residual stream at B=64"
+        == "needed at B=128; saves 12.5 GiB over BF16 residual stream at B=64"
     )
 
 

@@ -293,7 +293,7 @@ def test_the_default_falls_back_to_the_stack_of_a_lever_that_did_not_hold_and_le
     facts = claim_facts(rep)
     assert "fp8_head" in facts["undecided"] and "not tested" in facts["not_held"]["fp8_head"]
     assert (
-        "<strong>not tested</strong> at this depth (section 6 names the command that tests it)"
+        "<strong>not tested</strong> at this depth (section 6 says how)"
         in table.split("<td>FP8 lm_head (torchao)</td>")[1].split("</tr>")[0]
     )
     params.depth = "full"

@@ -101,7 +101,7 @@ def recipe_html(reps) -> str:
         f'<table class="compare-recipes keep-together"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
         + "".join(f"<p>{line}</p>" for line in break_even_lines(reps))
         + "<p class=\"note\">Each GPU trains GPT-2's batch by its own report's recipe (page 1 of that report lists "
-        "its levers); its canonical trainer is nanoGPT's loop, timed on the same machine alongside; ranges: repeated runs; cost at "
+        "its levers); its canonical trainer is nanoGPT's loop on the same machine; ranges: repeated runs; cost at "
         + "; ".join(
             f"{n} ${fmt.setting(rep.decided['recipe']['price_per_gpu_hour'])} per GPU-hour "
             f"({rep.decided['recipe']['price_source']})"

@@ -82,9 +82,10 @@ def worth_text(row: dict, recipe_batch: int | None = None) -> str:
 
     if loo and loo["cannot_fit"]:
         needed = f"needed at B={loo['batch']}" + (" (by its memory estimate)" if loo["predicted"] else "")
-        # what it buys the recipe: the memory it takes off its stack, beside its speed there
-        less = f"{fmt.gib(m['memory_saved_bytes'])} GiB less and " if m and m.get("memory_saved_bytes") else ""
-        return f"{needed}; {less}{over_stack()}" if m else needed
+        if m and m.get("memory_saved_bytes"):  # what it buys the recipe: the memory it takes off its stack
+            saved = fmt.gib(m["memory_saved_bytes"], 1)
+            return f"{needed}; saves {saved} GiB over {stages.get(m['against']).title}{at(m['batch'])}"
+        return f"{needed}; {over_stack()}" if m else needed
     if loo and loo["worth"] is not None:
         # the noise floor is printed to two decimals: a worth judged against it is too (-0.76 % against 0.78 %)
         return fmt.signed_pct(loo["worth"], 2) + at(loo["batch"])
@@ -214,7 +215,7 @@ def lever_table(rep: Report) -> str:
         label, colour = fmt.DECISIONS[row["decision"]]
         quality = quality_text(row["quality"], row["in_recipe"], row["stage"] != nxt, said)
         if row["stage"] in left:  # its divergence check stays in its chapter: page 1 says what decides it
-            quality = "<strong>not tested</strong> at this depth (section 6 names the command that tests it)"
+            quality = "<strong>not tested</strong> at this depth (section 6 says how)"
         if row.get("long"):  # the long test, where it ran, speaks for a training run: it goes first
             # a lever skipped for its speed needs no more seeds: its row does not say how many would decide it
             quality = long_text(row["long"], len(long_plans(rep.decided)) == 1, row["decision"] != "skip")

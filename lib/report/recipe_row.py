@@ -155,7 +155,7 @@ def recipe_notes(rep: Report) -> list[str]:
     notes = [f"every row trains {fmt.global_batch(r['global_batch_tokens'])} (T={r['seq_len']})"]
     if r["ratio"]:
         notes.append(
-            "canonical trainer: nanoGPT's loop, timed on the same machine alongside; tokens/s of each side's mean step; ranges: repeated runs"
+            "canonical trainer: nanoGPT's loop on the same machine; tokens/s of each side's mean step; ranges: repeated runs"
         )
     if not r["measured_as_trained"]:  # how the recipe was timed is section 2's, unless it was not as trained
         notes.append(f"tokens/s of B={r['micro_batch']} alone: the global batch was not measured for this recipe")
