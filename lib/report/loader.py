@@ -21,7 +21,6 @@ from lib.results import decisions, long_choice, parity, stats, store
 from lib.results.stats import mfu_bf16_of
 
 CV_LIMIT = 0.02  # step-time spread above this on a GPU is called out
-ADOPT_ABOVE = 1.02  # a lever's median speed-up from which the advice says adopt (below: neutral, or slower under 0.98)
 # The memory layers of a GPU record as every view names them (lib/measure/worker.py takes them after the timed
 # steps): two peaks, and the device's memory in use at that moment. DEVICE_PEAK, sampled during the
 # warm-up steps, exists only in records measured since it was added: the tables show it where present.

@@ -231,7 +231,7 @@ def lever_table(rep: Report) -> str:
             f"<td><strong style='color:{colour}'>{label}</strong></td>"
             f"<td>{worth_text(row, recipe_batch)}</td><td>{quality}</td></tr>"
         )
-    batch, recipe = rep.decided["leave_one_out_batch"], rep.decided["recipe"]
+    recipe = rep.decided["recipe"]
     floor = rep.decided["noise_floor"]
     around = rep.decided.get("leave_one_out_stage")
     words = {
@@ -245,14 +245,6 @@ def lever_table(rep: Report) -> str:
     # every parity test trained the same: said once, in the Quality term, not in each row
     shared = f" after {said}" if said else ""
     legend = [(term, text.format(**words, shared=shared)) for term, text in LEGEND]
-    if batch and recipe and batch != recipe["micro_batch"]:
-        legend.append(
-            (
-                "Leave-one-out",
-                f"these records ran it at B={batch}, not the recipe's B={recipe['micro_batch']}: they were measured "
-                "under an earlier rule, which recommended micro-batches that need not divide the global batch.",
-            )
-        )
     by, judged = rep.decided.get("long_measured_by"), [row["long"] for row in rep.decided["levers"] if row.get("long")]
     if by and (
         judged or (recipe or {}).get("long")
