@@ -16,14 +16,6 @@ PREDICTED_NOTE = (
 NOT_MEASURED = leave_one_out.NOT_MEASURED
 
 
-def worth_text(row: dict, batch: int) -> str | None:
-    """A leave-one-out row's worth in words ('+4.8 % at B=96', 'without it B=96 does not fit'), or None."""
-    if record.cannot_fit(r := row["record"]):
-        return f"without it B={batch} " + ("would not fit, predicted" if record.is_predicted_oom(r) else "does not fit")
-    noise = {True: ", within noise", False: ""}.get(row.get("within_noise"), ", not judged against noise")
-    return None if row["worth"] is None else f"{signed_pct(row['worth'])} at B={batch}{noise}"
-
-
 def ablation_rows(rep: Report) -> tuple[dict | None, list[dict]]:
     """The leave-one-out of the report (lib/results/leave_one_out.py, decided once): the configuration with every
     lever, and a row per lever removed."""
