@@ -10,7 +10,8 @@ import pytest
 
 from conftest import make_record, tiny_params, write_parity_test, write_report_dir
 
-from lib.report import loader, recommendation
+from lib.report import loader
+from lib.results import recommendation
 from lib.results import decide, decisions, next_experiment, store, waterfall
 
 LOSSES = [5.0] * 6

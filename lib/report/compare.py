@@ -17,8 +17,8 @@ import pandas as pd
 
 from lib.core import config, provenance, stages
 from lib.core.paths import ROOT
-from lib.report import decided_file, loader, parity_view
-from lib.results import comparison, decide, machine_spread
+from lib.report import loader, parity_view
+from lib.results import comparison, decide, decided_file, machine_spread, store
 
 SKEW_KEYS = [
     ("torch", "PyTorch"),
@@ -138,7 +138,7 @@ def skew(reps: dict[str, loader.Report]) -> pd.DataFrame:
 
 
 def _commits(rep) -> str:
-    commits, unrecorded = loader.code_commits(rep)
+    commits, unrecorded = store.code_commits(rep.run)
     return ", ".join(c[:7] for c in commits) + (f" ({unrecorded} runs recorded none)" if unrecorded else "") or "none"
 
 
@@ -167,7 +167,7 @@ def skew_warnings(reps) -> list[str]:
 def code_changes(reps) -> tuple[list[str], list[str] | None]:
     """The reports' distinct commits and the measuring code's files (provenance.CODE_FOLDERS) that git changes
     between the first and each other; None where git cannot tell."""
-    recorded = [loader.code_commits(rep) for rep in reps.values()]
+    recorded = [store.code_commits(rep.run) for rep in reps.values()]
     commits = list(dict.fromkeys(c for cs, _ in recorded for c in cs))
     if any(unrecorded or not cs for cs, unrecorded in recorded):  # a run that recorded no commit: unknown code
         return commits, None

@@ -12,7 +12,7 @@ from lib.core import stages
 from lib.report import formats as fmt
 from lib.report import recipe_row
 from lib.report.next_view import next_text
-from lib.report.loader import Report, code_commits, cut_short, ddp_not_measured
+from lib.report.loader import Report, cut_short, ddp_not_measured
 from lib.results import decide, store
 
 NOT_A_GPU = (
@@ -43,7 +43,7 @@ def provenance_line(rep: Report) -> str:
     """One line: device, software, code, when and how long it took to measure, and the command that reproduces it."""
     dev, run = rep.env["device"], rep.run or {}
     count = dev.get("count") or 1
-    commits, _ = code_commits(rep)
+    commits, _ = store.code_commits(rep.run)
     runs = [r for r in [*run.get("earlier_runs", []), run] if r]
     seconds = store.measured_seconds(run)
     started = min((r.get("started") or "" for r in runs), default="")

@@ -17,9 +17,9 @@ from lib.core import chapters, cli_args, config, data, stages
 from lib.core.config import UsageError
 from lib.core.params import Params
 from lib.core.paths import ROOT
-from lib.report import export, recommendation
+from lib.report import export
 from lib.report import loader as report_view
-from lib.results import store
+from lib.results import recommendation, store
 from lib.run import ddp_launch, notebook_runner, report_folder, run_log
 
 
