@@ -15,7 +15,7 @@ from pathlib import Path
 
 from lib.core import config
 from lib.core.paths import ROOT
-from lib.report.recommendation import FILE
+from lib.results.recommendation import FILE
 
 SKEW_KEYS = ("torch", "cuda", "cudnn", "cublas", "driver")
 

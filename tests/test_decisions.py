@@ -10,7 +10,8 @@ import pytest
 
 from conftest import make_record, tiny_params, write_parity_test, write_report_dir
 
-from lib.report import loader, recommendation
+from lib.report import loader
+from lib.results import recommendation
 from lib.results import decide, decisions, next_experiment, store, waterfall
 
 LOSSES = [5.0] * 6
@@ -60,10 +61,9 @@ def test_the_stages_whose_quality_test_did_not_hold_are_decided_once_and_the_vie
     assert out["rejected"] == rep.decided["rejected"] == ["bf16_residual"]
     assert json.loads(json.dumps(out["rejected"])) == out["rejected"]
     assert parity_view.rejected(rep) == {"bf16_residual": rep.quality_checks["bf16_residual"]}
-    assert parity_view.loss_reason(rep, "bf16_residual").startswith("quality test worse")
-    assert parity_view.loss_reason(rep, "compile") is None
+    assert parity_view.rejected_reason(rep, "bf16_residual").startswith("quality test worse")
     rep.decided["rejected"] = []  # the views show what was decided
-    assert parity_view.rejected(rep) == {} and parity_view.loss_reason(rep, "bf16_residual") is None
+    assert parity_view.rejected(rep) == {}
 
 
 def test_the_spread_between_machines_is_decided_once_and_page_one_states_it(tmp_path):

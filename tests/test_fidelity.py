@@ -386,7 +386,8 @@ def test_a_crosscheck_beyond_both_sides_noise_fails(tmp_path):
 def test_the_crosscheck_is_decided_once_and_the_table_lays_out_its_rows(tmp_path):
     """decisions.compute judges the cross-check (issue 61): its rows are in decisions.json, plain JSON, with the
     figures and the verdict the table shows; the table reads them and judges nothing itself."""
-    from lib.report import fidelity_view, recommendation
+    from lib.report import fidelity_view
+    from lib.results import recommendation
     from lib.results import decisions
 
     rep = _crosscheck_report(tmp_path, plain_mean_ms=83.0, synced_ms=[83.0, 84.0, 83.5, 84.2, 83.8])

@@ -471,12 +471,6 @@ def test_a_library_lever_is_judged_against_the_stage_it_is_added_to(tmp_path):
     assert md.startswith("**Fused linear cross-entropy") and "fp8.convert_linears" not in md
 
 
-def test_one_step_an_update_reads_without_micro_steps():
-
-    assert frontier_view.micro_steps_text({"batch": 8, "micro_steps": 1}) == "B=8"
-    assert frontier_view.micro_steps_text({"batch": 64, "micro_steps": 8}) == "B=64 × 8 micro-steps"
-
-
 def test_the_recipe_says_how_each_side_was_timed(tmp_path):
     """Issue 33: 'what it buys' set the harness's median step against the plain loop's wall-clock mean and did not
     say so. The recipe's table now names both bases (page 1's line: tests/test_summary_box.py)."""
@@ -609,9 +603,6 @@ def test_a_leave_one_out_row_belongs_to_the_stage_that_adds_its_lever_even_where
     (the first stage whose loss differed from the stage before it), so page 1 would have put the classifier's worth
     on the wrong line had it been recommended. The row now goes where levers.introduced_by puts it, the rule the
     ablation's runs use; every other lever lands where it did."""
-    from types import SimpleNamespace
-
-    rep = SimpleNamespace(stage_order=list(stages.ORDER))
     expected = {
         "FP8 classifier (fused)": "fp8_classifier",
         "fused linear cross-entropy": "fused_ce",
@@ -623,7 +614,8 @@ def test_a_leave_one_out_row_belongs_to_the_stage_that_adds_its_lever_even_where
         "loss-only forward": "loss_only",
         "not a lever": None,
     }
-    assert {lever: ablation_view.row_stage(rep, {"lever": lever}) for lever in expected} == expected
+    chain = [stages.get(k) for k in stages.ORDER]
+    assert {lever: getattr(levers.introduced_by(lever, chain), "key", None) for lever in expected} == expected
 
 
 def test_the_leave_one_out_switches_levers_off_from_the_recipe_as_timed(tmp_path, monkeypatch):

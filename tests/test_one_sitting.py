@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, describe_proc, make_record, read_json, run_cli, tiny_params, write_report_dir
+from conftest import ROOT, describe_proc, read_json, run_cli
 
 from lib.core import chapters, config, provenance, record
 from lib.measure import compile_cache
@@ -571,9 +571,6 @@ def test_page_one_says_which_machine_timed_what_and_that_their_offset_is_unknown
     # process: a run of another host is never alive here
     rep.run["host_id"] = "host-of-the-device-machine"
     assert "**Incomplete:** the last run was not resumed (the process ended" in tables.provenance_md(rep)
-    # A report of an earlier method (reports/h200-x2 of 2026-11-21: method 1) says on page 1 that it is superseded.
-    rep.params.method = 1
-    assert tables.provenance_md(rep).startswith("**Superseded: measured with the earlier method 1** (this tool")
 
 
 def test_a_leave_one_out_row_from_another_machine_is_not_judged_against_noise():
@@ -687,26 +684,6 @@ def test_the_compile_chapter_names_the_sitting_that_compiled_cold():
     assert "21.2 s cold" in text and "by commit f826bfe on host-60a" in text and "took 3.6 s" in text
     rec["compile_cache"]["cold"] = {**cold, **here}
     assert "in this sitting" in compile_time_text(rec) and "f826bfe" not in compile_time_text(rec)
-
-
-def test_page_one_says_which_figures_came_from_the_sitting_that_filled_the_compile_cache(tmp_path):
-    """Page 1 said every number was measured on the device it names, while the compile chapter quoted a cold first
-    step from the run that filled the cache (reports/h200-x2: 21.2 s, by commit f826bfe on another machine)."""
-    from lib.report import loader
-
-    params = tiny_params(["fp32", "tf32"])
-    recs = [make_record(params, k, 2, [10.0] * 5, [3.0] * 6) for k in ("fp32", "tf32")]
-    here = {"commit": "4e48e808033b", "host_id": "host-cf7"}
-    for r in recs:
-        r["provenance"] = here
-    rep = loader.load(write_report_dir(tmp_path / "r", params, recs))
-    assert "the sitting that filled its compile cache" not in tables.title_md(rep)
-    recs[1]["compile_cache"] = {
-        "state": "warm",
-        "cold": {"first_step_s": 21.2, "commit": "f826bfef0", "host_id": "h60"},
-    }
-    rep = loader.load(write_report_dir(tmp_path / "s", params, recs))
-    assert "by the sitting that filled its compile cache: commit f826bfe on h60)" in tables.title_md(rep)
 
 
 def test_a_record_no_run_of_the_report_measured_takes_no_part_in_it(pipeline_ok, tmp_path):

@@ -13,7 +13,8 @@ from conftest import make_record, tiny_params, write_report_dir
 from lib import optimal
 from lib.core import paths, stages
 from lib.core.params import Params
-from lib.report import loader, recommendation
+from lib.report import loader
+from lib.results import recommendation
 from lib.results import store
 
 H100 = {"name": "NVIDIA H100 80GB HBM3", "backend": "cuda", "torch": "2.11.0+cu130", "cuda": "13.0"}

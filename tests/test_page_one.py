@@ -40,21 +40,6 @@ def test_mfu_is_restated_against_the_bf16_peak_for_every_stage(tmp_path):
     assert bf16["mfu_bf16"] == pytest.approx(bf16["mfu"])  # its own precision: nothing to restate
 
 
-def test_the_title_names_the_code_and_the_command_from_run_json(tmp_path):
-    run = {
-        "code": {"commit": "0123456789abcdef0123", "modified": False, "source": "git"},
-        "command": "make report GPU=cpu BATCHES=2",
-        "earlier_runs": [{"started": "2026-11-01T10:00:00"}],
-    }
-    title = tables.title_md(_report(tmp_path, tf32_ms=80.0, run=run))
-    assert "`make report GPU=cpu BATCHES=2`" in title and "1 earlier run," in title
-    assert "code 0123456789ab (1 of its runs recorded none)" in title  # the earlier run has no commit
-    run["earlier_runs"] = [{"code": {"commit": "fedcba9876543210"}}]
-    both = tables.title_md(_report(tmp_path / "c", tf32_ms=80.0, run=run))
-    assert "code fedcba987654, 0123456789ab" in both and "recorded none" not in both
-    assert "code" not in tables.title_md(_report(tmp_path / "b", tf32_ms=80.0))  # no run.json: nothing to say
-
-
 def test_energy_and_cost_of_the_recommendation(tmp_path, monkeypatch):
     """The cost is the recipe's decided one: the list price of params/prices.yaml with its source by default, the
     team's own where PRICE_PER_GPU_HOUR= states one, and none for a device the list does not price."""
@@ -133,9 +118,9 @@ def test_each_recommendation_table_has_one_home_among_the_notebooks():
 
 def test_a_report_of_a_several_gpu_host_says_so_in_its_title(tmp_path):
     rep = _report(tmp_path, tf32_ms=80.0)
-    assert "a host of" not in tables.title_md(rep)
+    assert "×" not in page_one.title_md(rep)
     rep.env["device"]["count"] = 2
-    assert "device **a host of 2 × x**" in tables.title_md(rep)
+    assert " on 2 × x: " in page_one.title_md(rep)
 
 
 def test_a_leave_one_out_whose_rows_were_timed_on_another_day_says_so():

@@ -682,7 +682,7 @@ def test_a_render_of_the_summary_judges_the_recipe_and_the_quality_tests_once(mo
     """Rendering reports/h100 called decide.recommended 31 times and parity.checks 57: the summary's cells now read
     the report's decisions, judged once a Report (loader.Report.quality_checks, .choice, .decided); the recipe is
     chosen once (long_choice.choose, which asks decide.recommended again only with the levers a long test admits);
-    and where the render wrote decisions.json from the folder's records, not at all (lib/report/decided_file.py)."""
+    and where the render wrote decisions.json from the folder's records, not at all (lib/results/decided_file.py)."""
     import collections
     import functools
     import json
@@ -720,7 +720,7 @@ def test_a_render_of_the_summary_judges_the_recipe_and_the_quality_tests_once(mo
 
     # a render writes decisions.json from these records first (as the pipeline does, so the test holds whichever code
     # drew the committed folder): the summary reads it and judges nothing
-    from lib.report import recommendation
+    from lib.results import recommendation
 
     recommendation.write(loader.load(folder))
     assert (folder / "decisions.json").exists() and summary() == {}

@@ -4,7 +4,7 @@ rows that did not run and why. From the report folder's records only."""
 
 from __future__ import annotations
 
-from lib.core import levers, record, stages
+from lib.core import record, stages
 from lib.report.evidence_view import none, ok, table
 from lib.report.loader import Report, gib, pct, recommended, short, signed_pct, tok
 from lib.results import leave_one_out
@@ -14,21 +14,6 @@ PREDICTED_NOTE = (
     " stage that added it ran there, the stage before it ran out of memory)."
 )
 NOT_MEASURED = leave_one_out.NOT_MEASURED
-
-
-def row_stage(rep: Report, row: dict) -> str | None:
-    """The report's stage that adds the lever of a leave-one-out row (its name may add "(and ..., which needs
-    it)"): the first of the report's stages that uses it (levers.introduced_by, which the ablation's runs read too)."""
-    added = levers.introduced_by(row["lever"], [stages.get(k) for k in rep.stage_order])
-    return added.key if added else None
-
-
-def worth_text(row: dict, batch: int) -> str | None:
-    """A leave-one-out row's worth in words ('+4.8 % at B=96', 'without it B=96 does not fit'), or None."""
-    if record.cannot_fit(r := row["record"]):
-        return f"without it B={batch} " + ("would not fit, predicted" if record.is_predicted_oom(r) else "does not fit")
-    noise = {True: ", within noise", False: ""}.get(row.get("within_noise"), ", not judged against noise")
-    return None if row["worth"] is None else f"{signed_pct(row['worth'])} at B={batch}{noise}"
 
 
 def ablation_rows(rep: Report) -> tuple[dict | None, list[dict]]:

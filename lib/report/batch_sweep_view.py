@@ -14,7 +14,7 @@ from lib.report.charts import save, style
 from lib.report.evidence_view import OK, none, table
 from lib.report.loader import LAYERS, GiB, Report, gib, recommended
 from lib.report.profile_view import top_kernels_html
-from lib.report.recommendation import applied_switches
+from lib.results.recommendation import applied_switches
 from lib.results import decide
 
 

@@ -17,8 +17,8 @@ import pandas as pd
 
 from lib.core import config, provenance, stages
 from lib.core.paths import ROOT
-from lib.report import decided_file, loader, parity_view
-from lib.results import comparison, decide, machine_spread
+from lib.report import loader, parity_view
+from lib.results import comparison, decide, decided_file, machine_spread, store
 
 SKEW_KEYS = [
     ("torch", "PyTorch"),
@@ -101,26 +101,6 @@ def load_all(names: list[str], reports_root=None, out_dir=None) -> Reports:
     return out
 
 
-CLOCK_KEYS = ("start_time", "end_time", "duration")  # papermill's, per cell and per notebook
-
-
-def without_clock(path) -> None:
-    """Drop from an executed notebook what only says when it ran (papermill's and nbclient's timestamps, and the
-    random id papermill gives the cell it injects), so the comparison's committed notebooks change only where what
-    they show does."""
-    import nbformat
-
-    nb = nbformat.read(path, as_version=4)
-    for cell in nb.cells:
-        if "injected-parameters" in cell.metadata.get("tags", []):
-            cell.id = "injected-parameters"
-    for meta in [nb.metadata, *(c.metadata for c in nb.cells)]:
-        meta.pop("execution", None)
-        for key in CLOCK_KEYS:
-            meta.get("papermill", {}).pop(key, None)
-    nbformat.write(nb, path)
-
-
 def skew(reps: dict[str, loader.Report]) -> pd.DataFrame:
     rows = []
     for key, label in SKEW_KEYS:
@@ -138,7 +118,7 @@ def skew(reps: dict[str, loader.Report]) -> pd.DataFrame:
 
 
 def _commits(rep) -> str:
-    commits, unrecorded = loader.code_commits(rep)
+    commits, unrecorded = store.code_commits(rep.run)
     return ", ".join(c[:7] for c in commits) + (f" ({unrecorded} runs recorded none)" if unrecorded else "") or "none"
 
 
@@ -167,7 +147,7 @@ def skew_warnings(reps) -> list[str]:
 def code_changes(reps) -> tuple[list[str], list[str] | None]:
     """The reports' distinct commits and the measuring code's files (provenance.CODE_FOLDERS) that git changes
     between the first and each other; None where git cannot tell."""
-    recorded = [loader.code_commits(rep) for rep in reps.values()]
+    recorded = [store.code_commits(rep.run) for rep in reps.values()]
     commits = list(dict.fromkeys(c for cs, _ in recorded for c in cs))
     if any(unrecorded or not cs for cs, unrecorded in recorded):  # a run that recorded no commit: unknown code
         return commits, None

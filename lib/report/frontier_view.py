@@ -160,10 +160,6 @@ def recipe_html(rep: Report) -> str:
     return table(shown, "matrix keep-together") + f'<p class="note">{note}</p>'  # two rows split 1 and 1 over pages
 
 
-def micro_steps_text(row: dict) -> str:  # 'B=8' for one step an update, 'B=64 × 8 micro-steps' where they accumulate
-    return f"B={row['batch']}" + (f" × {row['micro_steps']} micro-steps" if row["micro_steps"] != 1 else "")
-
-
 def versus_html(rep: Report, key: str, others: tuple[str, ...]) -> str:
     """`key` beside its rivals at each shared batch: tokens/s (median over processes), memory, profiled kernel time."""
     keys, tps = [k for k in (*others, key) if k in rep.stage_order], decide.throughputs(rep.decisions)

@@ -15,13 +15,11 @@ import pandas as pd
 from lib.core import chapters, data, kernel_categories, prices, provenance, record, stages
 from lib.core.params import ConfigError, Params
 from lib.core.paths import resolve
-from lib.report import decided_file
 from lib.report.formats import GiB, gib, pct, signed_pct, span, times, tok  # noqa: F401 (the views import them from here too)
-from lib.results import decisions, long_choice, parity, stats, store
+from lib.results import decided_file, decisions, long_choice, parity, stats, store
 from lib.results.stats import mfu_bf16_of
 
 CV_LIMIT = 0.02  # step-time spread above this on a GPU is called out
-ADOPT_ABOVE = 1.02  # a lever's median speed-up from which the advice says adopt (below: neutral, or slower under 0.98)
 # The memory layers of a GPU record as every view names them (lib/measure/worker.py takes them after the timed
 # steps): two peaks, and the device's memory in use at that moment. DEVICE_PEAK, sampled during the
 # warm-up steps, exists only in records measured since it was added: the tables show it where present.
@@ -56,7 +54,7 @@ class Report:
     def decided(self) -> dict:
         """Every decision of the report (lib/results/decisions.py), computed once, with what the views read besides
         (the quality tests, the recommended configuration) and its records digest: recommendation.write keeps it as
-        decisions.json, which a notebook drawn after it reads instead of judging again (lib/report/decided_file.py)."""
+        decisions.json, which a notebook drawn after it reads instead of judging again (lib/results/decided_file.py)."""
         evidence = {**self.evidence, "matrix": self.records, "sitting_gpu_s": decided_file.sitting_gpu_seconds(self)}
         best = self.best
         return {
@@ -179,14 +177,6 @@ def price_per_gpu_hour(rep: "Report") -> dict | None:
     """{usd, source}: PRICE_PER_GPU_HOUR= at render time, else the profile's price_per_gpu_hour, else the list price
     of params/prices.yaml for its device (prices.stated)."""
     return prices.stated(rep.params.name, os.environ.get("PRICE_PER_GPU_HOUR"), rep.params.price_per_gpu_hour)
-
-
-def code_commits(rep: "Report") -> tuple[list[str], int]:
-    """The measuring code's commits over every run that measured the folder (distinct, oldest
-    first) and how many of those runs recorded none (measured before commits were recorded)."""
-    run = rep.run or {}
-    commits = [(r.get("code") or {}).get("commit") for r in [*run.get("earlier_runs", []), run] if r]
-    return list(dict.fromkeys(c for c in commits if c)), sum(not c for c in commits)
 
 
 def compile_time_text(rec: dict) -> str:

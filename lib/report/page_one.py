@@ -12,7 +12,7 @@ from lib.core import stages
 from lib.report import formats as fmt
 from lib.report import recipe_row
 from lib.report.next_view import next_text
-from lib.report.loader import Report, code_commits, cut_short, ddp_not_measured
+from lib.report.loader import Report, cut_short, ddp_not_measured
 from lib.results import decide, store
 
 NOT_A_GPU = (
@@ -43,7 +43,7 @@ def provenance_line(rep: Report) -> str:
     """One line: device, software, code, when and how long it took to measure, and the command that reproduces it."""
     dev, run = rep.env["device"], rep.run or {}
     count = dev.get("count") or 1
-    commits, _ = code_commits(rep)
+    commits, _ = store.code_commits(rep.run)
     runs = [r for r in [*run.get("earlier_runs", []), run] if r]
     seconds = store.measured_seconds(run)
     started = min((r.get("started") or "" for r in runs), default="")
@@ -232,7 +232,7 @@ def lever_table(rep: Report) -> str:
             f"<td><strong style='color:{colour}'>{label}</strong></td>"
             f"<td>{worth_text(row, recipe_batch)}</td><td>{quality}</td></tr>"
         )
-    batch, recipe = rep.decided["leave_one_out_batch"], rep.decided["recipe"]
+    recipe = rep.decided["recipe"]
     floor = rep.decided["noise_floor"]
     around = rep.decided.get("leave_one_out_stage")
     words = {
@@ -246,14 +246,6 @@ def lever_table(rep: Report) -> str:
     # every parity test trained the same: said once, in the Quality term, not in each row
     shared = f" after {said}" if said else ""
     legend = [(term, text.format(**words, shared=shared)) for term, text in LEGEND]
-    if batch and recipe and batch != recipe["micro_batch"]:
-        legend.append(
-            (
-                "Leave-one-out",
-                f"these records ran it at B={batch}, not the recipe's B={recipe['micro_batch']}: they were measured "
-                "under an earlier rule, which recommended micro-batches that need not divide the global batch.",
-            )
-        )
     by, judged = rep.decided.get("long_measured_by"), [row["long"] for row in rep.decided["levers"] if row.get("long")]
     if by and (
         judged or (recipe or {}).get("long")

@@ -8,7 +8,7 @@ from lib.core import record, stages
 from lib.report import formats as fmt
 from lib.report import sequential_view
 from lib.report.loader import Report, recommended
-from lib.results import parity, stats, store
+from lib.results import parity, store
 
 WORDS = {
     parity.HOLDS: parity.HOLDS,
@@ -61,16 +61,6 @@ def rejected(rep: Report) -> dict:
 def rejected_reason(rep: Report, key: str) -> str:
     """Why a stage's test did not let it stand, in a few words with the figure that decided it."""
     return sequential_view.short_reason(rejected(rep)[key], rep.decided["to_decide"].get(key))
-
-
-def loss_reason(rep: Report, key: str) -> str | None:
-    """Why a lever's loss keeps it out, in a few words: its parity test's (rejected_reason), else the stage divergence
-    check failing; None where its loss held."""
-    if key in rejected(rep):
-        return rejected_reason(rep, key)
-    if (rep.df[rep.df["stage"] == key]["loss_verdict"].isin(stats.GATE_FAILS)).any():
-        return "loss beyond tolerance"
-    return None
 
 
 def history_md(rep: Report) -> str:

@@ -8,11 +8,10 @@ from collections import Counter
 
 import pandas as pd
 
-from lib.core import chapters, provenance, record, stages
-from lib.core.config import preset_of
+from lib.core import chapters, provenance, stages
 from lib.report import formats as fmt
 from lib.report import interconnect_view
-from lib.report.loader import CV_LIMIT, Report, code_commits, cut_short, gib, manifest, pct, short, times, tok
+from lib.report.loader import CV_LIMIT, Report, cut_short, gib, manifest, pct, short, times, tok
 from lib.results import decide, store
 
 
@@ -191,61 +190,6 @@ def appendix_md(rep: Report) -> str:
     return "\n\n".join(blocks)
 
 
-def title_md(rep: Report) -> str:
-    dev = rep.env["device"]
-    stamps = [
-        r.get("finished_at")
-        for r in rep.records
-        + rep.decisions
-        + [x for v in rep.evidence.values() for x in (v if isinstance(v, list) else [v] if v else [])]
-        if r.get("finished_at")
-    ]
-    first, last = (min(stamps)[:10], max(stamps)[:10]) if stamps else ("", "")
-    when = first if first == last else f"{first} to {last}"
-    count = dev.get("count") or 1
-    name = f"a host of {count} × {dev['name']}" if count > 1 else dev["name"]
-    sub = f"Profile **{rep.params.name}** · device **{name}** ({dev['backend']}) · PyTorch {rep.env.get('torch')}" + (
-        f" · CUDA {rep.env['cuda']}" if rep.env.get("cuda") else ""
-    )
-    if when:
-        sub += f" · measured {when}"
-    commits, unrecorded = code_commits(rep)
-    if rep.run is not None:
-        sub += (" · code " + ", ".join(c[:12] for c in commits) if commits else " · code commit not recorded") + (
-            f" ({unrecorded} of its runs recorded none)" if commits and unrecorded else ""
-        )
-    if (rep.run or {}).get("command"):
-        sub += f"\n\nLast measuring command: `{rep.run['command']}`" + (
-            f" (and {len(rep.run['earlier_runs'])} earlier run{'s' if len(rep.run['earlier_runs']) > 1 else ''}, "
-            "listed in run.json)"
-            if rep.run.get("earlier_runs")
-            else ""
-        )
-    sub += "\n\n" + provenance_md(rep)
-    m = rep.params.model
-    # a warm run quotes its cold compiles from the sitting that filled the cache (loader.compile_time_text)
-    elsewhere = sorted(
-        {
-            f"{str(c.get('commit'))[:7]} on {c.get('host_id')}"
-            for r in rep.records
-            if (c := (r.get("compile_cache") or {}).get("cold"))
-            and (c.get("commit"), c.get("host_id"))
-            != ((r.get("provenance") or {}).get("commit"), (r.get("provenance") or {}).get("host_id"))
-        }
-    )
-    return (
-        f"# {preset_of(rep.params)} ({m.n_layer} layers, d={m.n_embd}) training step: what each optimisation "
-        f"lever buys\n\n{sub} Every number below was measured by this tool on the device named above"
-        + (
-            f" (the cold first steps the compile chapter quotes, by the sitting that filled its compile cache: "
-            f"commit {', '.join(elsewhere)})"
-            if elsewhere
-            else ""
-        )
-        + "; the method (section 3) says how."
-    )
-
-
 def stages_md(rep: Report) -> str:
     """The ladder of stages, for the method section."""
     return (
@@ -261,13 +205,11 @@ def provenance_md(rep: Report) -> str:
     recs = [{**rec, "_folder": path.parent.name} for path, rec in mine]
     machines, commits = Counter(provenance.machine_of(r) for r in recs), Counter(provenance.commit_of(r) for r in recs)
     if not any(r.get("provenance") for r in recs):
-        return old_method_md(rep) + (
-            "**Where and how:** these records predate stamping: their machine and commit are not recorded."
-        )
+        return "**Where and how:** these records predate stamping: their machine and commit are not recorded."
     runs = [*((rep.run or {}).get("earlier_runs") or []), rep.run] if rep.run else []
     state, cut = (rep.run or {}).get("state"), cut_short(rep)
     stopped = sum(1 for r in runs if r.get("state") == "interrupted") - (state == "interrupted")
-    text = old_method_md(rep) + (
+    text = (
         f"**Where and how:** {len(recs)} records from {len(machines)} machine{'s' if len(machines) > 1 else ''} ("
         + "; ".join(f'<span class="nowrap">{m}</span>: {n}' for m, n in machines.most_common())
         + ") by code "
@@ -334,19 +276,6 @@ def provenance_md(rep: Report) -> str:
             + f". `make report GPU={rep.params.name} DEPTH=full` adds them."
         )
     return text
-
-
-def old_method_md(rep: Report) -> str:
-    """Page 1's warning for a report measured by an earlier method than this tool's (params.method, recorded
-    in every report since method 2): superseded, its figures not comparable with a current report's."""
-    method = rep.params.method
-    if method >= record.METHOD:
-        return ""
-    return (
-        f"**Superseded: measured with the earlier method {method}** (this tool measures with method "
-        f"{record.METHOD}: one step core, the canonical loss path, every record stamped with where and how). Its "
-        f"figures are not comparable with a current report's; `make report` on its host re-measures it. "
-    )
 
 
 def _not_run_name(item: dict) -> str:

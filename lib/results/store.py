@@ -241,6 +241,14 @@ def load_evidence(results_dir) -> dict:
     return out
 
 
+def code_commits(run: dict | None) -> tuple[list[str], int]:
+    """The measuring code's commits over every run that measured a report (run.json's account; distinct, oldest
+    first) and how many of those runs recorded none (measured before commits were recorded)."""
+    run = run or {}
+    commits = [(r.get("code") or {}).get("commit") for r in [*run.get("earlier_runs", []), run] if r]
+    return list(dict.fromkeys(c for c in commits if c)), sum(not c for c in commits)
+
+
 def measured_seconds(run: dict | None) -> float | None:
     """Device time spent measuring a report (run.json's account), over every run that contributed to it."""
     run = run or {}

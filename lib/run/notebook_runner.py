@@ -271,3 +271,23 @@ def draw(
             flush=True,
         )
     return failures, done, timings, len(kept) == len(order) + 1
+
+
+CLOCK_KEYS = ("start_time", "end_time", "duration")  # papermill's, per cell and per notebook
+
+
+def without_clock(path) -> None:
+    """Drop from an executed notebook what only says when it ran (papermill's and nbclient's timestamps, and the
+    random id papermill gives the cell it injects), so the comparison's committed notebooks change only where what
+    they show does."""
+    import nbformat
+
+    nb = nbformat.read(path, as_version=4)
+    for cell in nb.cells:
+        if "injected-parameters" in cell.metadata.get("tags", []):
+            cell.id = "injected-parameters"
+    for meta in [nb.metadata, *(c.metadata for c in nb.cells)]:
+        meta.pop("execution", None)
+        for key in CLOCK_KEYS:
+            meta.get("papermill", {}).pop(key, None)
+    nbformat.write(nb, path)

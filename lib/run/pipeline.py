@@ -17,9 +17,9 @@ from lib.core import chapters, cli_args, config, data, stages
 from lib.core.config import UsageError
 from lib.core.params import Params
 from lib.core.paths import ROOT
-from lib.report import export, recommendation
+from lib.report import export
 from lib.report import loader as report_view
-from lib.results import store
+from lib.results import recommendation, store
 from lib.run import ddp_launch, notebook_runner, report_folder, run_log
 
 
@@ -361,7 +361,7 @@ def compare(args) -> int:
         nb,
         {"gpus": names, "reports_root": notebook_runner.portable(root), "out_dir": notebook_runner.portable(out_dir)},
     )
-    cmp.without_clock(nb)  # committed: a render of unchanged reports must leave git clean
+    notebook_runner.without_clock(nb)  # committed: a render of unchanged reports must leave git clean
     os.environ.setdefault("SOURCE_DATE_EPOCH", "0")  # so do the PDF's embedded fonts (fontTools stamps them)
     failures = [err] if err else []
     timings = export.export(out_dir, [], nb, f"GPT-2 training step across GPUs: {' vs '.join(names)}", t_start)

@@ -1,12 +1,12 @@
 """The recommended configuration as data: what `make report` writes to reports/<gpu>/recommended.json
 (its switches, the code that applies them, micro-batch and accumulation for GPT-2's global batch, what
 it measured, and the software and code it was measured with), for lib/optimal.py to hand to a
-training script. Everything here is read from the report; nothing is a rule."""
+training script. Everything here is read from the report (a lib/report Report, not imported: the layers import only
+downward); nothing is a rule."""
 
 from __future__ import annotations
 
 from lib.core import stages
-from lib.report.loader import Report, code_commits
 from lib.results import decide, decisions, store
 
 FILE = "recommended.json"
@@ -23,7 +23,7 @@ def applied_switches(key: str) -> list[str]:
     return [stages.get(k).switch for k in sorted(keys, key=lambda k: k == "compile")]
 
 
-def record(rep: Report) -> dict | None:
+def record(rep) -> dict | None:
     """The recommendation as recommended.json holds it: the recipe of the report's decisions as the host trains it
     (one stage; GPUs x micro-batch x accumulation steps at the global batch, and the one-GPU recipe beside it), its
     switches and code, what it measured, and the software and code it was measured with; None where no recipe."""
@@ -82,13 +82,13 @@ def record(rep: Report) -> dict | None:
             **{k: rep.env.get(k) for k in SOFTWARE if rep.env.get(k) is not None},
             "packages": rep.env.get("packages") or {},
         },
-        "code_commits": code_commits(rep)[0],
-        "runs_without_commit": code_commits(rep)[1],
+        "code_commits": store.code_commits(rep.run)[0],
+        "runs_without_commit": store.code_commits(rep.run)[1],
         "report": f"reports/{rep.dir.name}/report.pdf",
     }
 
 
-def write(rep: Report) -> dict | None:
+def write(rep) -> dict | None:
     """Write the report's decisions (decisions.json) and recommended.json beside it (or remove a stale
     recommended.json where there is no recipe any more). Returns what recommended.json holds."""
     store.write_atomic(rep.dir / decisions.FILE, rep.decided)
