@@ -421,7 +421,7 @@ def test_ablation_worth_is_the_ratio_of_throughputs(tmp_path):
             "decided": property(
                 lambda self: {
                     "leave_one_out_twin": None,
-                    "leave_one_out": decisions.leave_one_out_kept(
+                    "leave_one_out": leave_one_out.kept(
                         leave_one_out.leave_one_out(self.decisions, self.evidence["ablation"])
                     ),
                 }

@@ -6,9 +6,6 @@ recommended.json hands it on, a comparison sets two side by side. No sentence is
 
 from __future__ import annotations
 
-import numpy as np
-
-
 from lib.core import record, stages
 from lib.core.params import Params
 from lib.results import (
@@ -23,9 +20,10 @@ from lib.results import (
     quality,
     scaling,
     size_sweep,
+    store,
 )
 from lib.results.recipe_decision import make_recipe
-from lib.results.leave_one_out import leave_one_out
+from lib.results.leave_one_out import kept, leave_one_out
 from lib.results.next_experiment import next_experiment
 from lib.results.time_to_loss import ADOPT, NOT_YET, SKIP
 from lib.results.waterfall import beyond_canonical, waterfall
@@ -289,37 +287,6 @@ def _decide(row: dict, not_run: tuple | None) -> tuple[str, str | None]:
     return NOT_YET, "quality undecided" if q.get("test") == "parity" else "quality not tested"
 
 
-def _plain(v):
-    """A table cell as JSON writes it: numpy's scalars as Python's, a missing value as None."""
-    if isinstance(v, float | np.floating) and np.isnan(v):
-        return None
-    return v.item() if isinstance(v, np.generic) else v
-
-
-# What a view shows of a leave-one-out run: its configuration, outcome, speed, memory and when it finished
-LOO_FIELDS = (
-    "stage",
-    "batch_size",
-    "status",
-    "reason",
-    "tokens_per_s",
-    "mem_allocator_bytes",
-    "finished_at",
-    "processes",
-)
-
-
-def _slim(rec: dict | None) -> dict | None:
-    """A record as decisions.json keeps it for the views: LOO_FIELDS alone (its losses and clocks stay in results/)."""
-    return None if rec is None else {k: rec[k] for k in LOO_FIELDS if k in rec}
-
-
-def leave_one_out_kept(loo: tuple[dict | None, list[dict]]) -> dict:
-    """leave_one_out.leave_one_out's configuration with every lever and its rows as decisions.json keeps them."""
-    full, rows = loo
-    return {"full": _slim(full), "rows": [{**r, "record": _slim(r["record"])} for r in rows]}
-
-
 def compute(
     records: list[dict],
     evidence: dict,
@@ -359,12 +326,12 @@ def compute(
         "schema": SCHEMA,
         "profile": params.name,
         # the matrix a row a configuration with its divergence check, which every view reads (judged here alone)
-        "table": [{k: _plain(v) for k, v in row.items()} for row in df.to_dict("records")],
+        "table": store.table_rows(df),
         "backend": params.backend,
         "recipe": recipe,
         # what the recipe adds to the canonical trainer first (its lead comes from these), then what it shares
         "levers": sorted(levers_, key=lambda r: (r["in_canonical"], DECISION_ORDER.index(r["decision"]))),
-        "leave_one_out": leave_one_out_kept(loo),
+        "leave_one_out": kept(loo),
         "leave_one_out_batch": full["batch_size"] if full else None,
         # the configuration it switched levers off from: the recipe's stage, unless a sitting ran it elsewhere
         "leave_one_out_stage": full["stage"] if full else None,

@@ -66,3 +66,27 @@ def leave_one_out(records: list[dict], ablation: list[dict]) -> tuple[dict | Non
         added = levers.introduced_by(row["lever"], chain)
         row["stage"] = added.key if added else None
     return full, rows
+
+
+# What a view shows of a leave-one-out run: its configuration, outcome, speed, memory and when it finished
+LOO_FIELDS = (
+    "stage",
+    "batch_size",
+    "status",
+    "reason",
+    "tokens_per_s",
+    "mem_allocator_bytes",
+    "finished_at",
+    "processes",
+)
+
+
+def _slim(rec: dict | None) -> dict | None:
+    """A record as decisions.json keeps it for the views: LOO_FIELDS alone (its losses and clocks stay in results/)."""
+    return None if rec is None else {k: rec[k] for k in LOO_FIELDS if k in rec}
+
+
+def kept(loo: tuple[dict | None, list[dict]]) -> dict:
+    """leave_one_out.leave_one_out's configuration with every lever and its rows as decisions.json keeps them."""
+    full, rows = loo
+    return {"full": _slim(full), "rows": [{**r, "record": _slim(r["record"])} for r in rows]}

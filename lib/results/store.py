@@ -279,3 +279,14 @@ def decision_records(results_dir) -> list[dict]:
     parity runs of one report's results folder."""
     base = Path(results_dir)
     return [r for d in (base, base / "sweep", base / "repeats", base / "parity") if d.is_dir() for r in load_records(d)]
+
+
+def table_rows(df) -> list[dict]:
+    """decide.table's rows as decisions.json keeps them: numpy's scalars as Python's, a missing value as None."""
+
+    def plain(v):
+        if isinstance(v, float | np.floating) and np.isnan(v):
+            return None
+        return v.item() if isinstance(v, np.generic) else v
+
+    return [{k: plain(v) for k, v in row.items()} for row in df.to_dict("records")]
