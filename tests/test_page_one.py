@@ -416,3 +416,16 @@ def test_page_one_of_a_committed_report_speaks_no_harness_word(gpu):
     rep = loader.load(ROOT / "reports" / gpu, read_decisions=True)
     text = page_one.page_html(rep)
     assert not [w for w in HARNESS_WORDS if w.lower() in text.lower()], gpu
+
+
+def test_the_ddp_row_says_it_rests_on_one_run_where_the_others_give_a_range():
+    """A reader of reports/h100-x4's page 1: every row gave a range over repeated runs but the DDP row, without saying
+    why. Its host ran once: its tokens/s cell says so."""
+    from lib.core.paths import ROOT
+
+    from lib.report import recipe_row
+
+    rep = loader.load(ROOT / "reports" / "h100-x4", read_decisions=True)
+    host = rep.decided["recipe"]["host"]
+    row = recipe_row.recipe_table(rep).split("Recipe, DDP")[1].split("</tr>")[0]
+    assert f"{loader.tok(host['tokens_per_s'])}<br><span class='note'>one run</span>" in row
