@@ -24,7 +24,7 @@ LEGEND = (
     (
         "Worth",
         "tokens/s a lever adds: in the recipe over {loo_base} without it (both at one micro-batch a step), "
-        "outside it over the stage named; at the recipe's micro-batch unless named.",
+        "outside it over the stage named; at the recipe's micro-batch unless named; needed to fit: memory it saves.",
     ),
     (
         "Decision",
