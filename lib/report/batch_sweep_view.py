@@ -7,7 +7,7 @@ from __future__ import annotations
 import html
 
 
-from lib.core import kernel_categories, record, stages
+from lib.core import record, stages
 from lib.report import export, parity_view
 from lib.report import formats as fmt
 from lib.report.charts import save, style
@@ -15,7 +15,7 @@ from lib.report.evidence_view import OK, none, table
 from lib.report.loader import LAYERS, GiB, Report, gib, recommended
 from lib.report.profile_view import top_kernels_html
 from lib.results.recommendation import applied_switches
-from lib.results import decide
+from lib.results import decide, profiles
 
 
 def _sweeps(rep: Report) -> dict:
@@ -241,6 +241,5 @@ def recommended_profile_html(rep: Report) -> str:
         return ""
     if not best.get("kernel_profile"):
         return none("No kernel profile for the recommended configuration.")
-    shares = kernel_categories.percents(kernel_categories.shares(best["kernel_profile"]))
-    cats = ", ".join(f"{c} {v} %" for c, v in sorted(shares.items(), key=lambda kv: -kv[1]) if v > 0)
+    cats = ", ".join(f"{c} {v} %" for c, v in profiles.ranked_percents(best["kernel_profile"]))
     return f"<p>Share of busy kernel time by category: {cats}.</p>" + top_kernels_html(best, limit=10)

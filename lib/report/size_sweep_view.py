@@ -14,7 +14,7 @@ from lib.report import formats as fmt
 from lib.report.charts import save, style
 from lib.report.evidence_view import OK, none, table
 from lib.report.loader import Report, gib, recommended, tok
-from lib.results import size_sweep
+from lib.results import profiles, size_sweep
 
 WITHOUT_FP8 = size_sweep.WITHOUT_FP8
 # where a size's band comes from, when not from its own repeated points (size_sweep.decided's "source")
@@ -194,12 +194,6 @@ def batch_md(rep: Report) -> str:
     return "\n".join(lines)
 
 
-def gemm_share(rec: dict | None) -> float | None:
-    prof = (rec or {}).get("kernel_profile") or {}
-    busy = prof.get("busy_ms")
-    return prof["categories"].get("GEMM", 0.0) / busy if busy and prof.get("categories") else None
-
-
 def size_html(rep: Report) -> str:
     pts = points(rep)
     if not pts:
@@ -214,7 +208,7 @@ def size_html(rep: Report) -> str:
         for i, (variant, rs) in enumerate(recs.items()):
             r, tps = rs[0], size_sweep.ran(rs)
             is_rec = bool(best) and r["stage"] == best["stage"] and not r.get("stage_overrides")
-            shares = [x for x in map(gemm_share, rs) if x is not None]
+            shares = [x for x in map(profiles.gemm_share, rs) if x is not None]
             if not tps and r.get("reason") and r["reason"] not in reasons:
                 reasons.append(r["reason"])
             mark = f" ({reasons.index(r['reason']) + 1})" if not tps and r.get("reason") else ""
@@ -262,7 +256,9 @@ def _duration(seconds: float) -> str:
 def plot_size(rep: Report):
     series = {k: [(p, s) for p, s, _ in v if s is not None] for k, v in speedups(rep).items()}
     series = {k: v for k, v in series.items() if v}
-    shares = [(label(p, recs), gemm_share((recs.get(WITHOUT_FP8) or [None])[0])) for p, recs in points(rep).items()]
+    shares = [
+        (label(p, recs), profiles.gemm_share((recs.get(WITHOUT_FP8) or [None])[0])) for p, recs in points(rep).items()
+    ]
     shares = [(p, s) for p, s in shares if s is not None]
     if not series and not shares:
         return None
