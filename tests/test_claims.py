@@ -11,7 +11,7 @@ from conftest import make_record, tiny_params, write_report_dir
 
 from lib.core import config, paths, record
 from lib.report import claims_view, gemm_sweep_view, loader
-from lib.results import claim_figures, claim_params, claims, decide, store
+from lib.results import claim_figures, claim_params, claims, decide, gemm_alignment, store
 
 WORDS = (
     "confirmed",
@@ -303,7 +303,7 @@ def test_50257_is_not_among_the_other_multiples_of_8():
     """Other multiples of 8 at 1.0, 1.05 and 1.2 ms: median 1.05, no measurable change (1.0 ms lies in
     their range). Counted among them, 50257's 30 ms would lift the median to 1.125 and confirm the claim."""
     gemm = _sweep((1.0, 1.0, 1.0), (1.0, 1.05, 1.2))
-    aligned, other = gemm_sweep_view.alignment_groups(gemm, "bf16")
+    aligned, other = gemm_alignment.alignment_groups(gemm, "bf16")
     assert [p["n"] for p in aligned] == list(ALIGNED) and [p["n"] for p in other] == list(OTHERS)
     v = _verdict("hopper-multiples-of-128", _df({}), gemm=gemm)
     assert v["verdict"] == "contradicted" and v["figure"]["value"] == pytest.approx(1.05)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import html
 
 
-from lib.core import kernel_categories, record, stages
+from lib.core import record, stages
 from lib.report import export, parity_view
 from lib.report import formats as fmt
 from lib.report.charts import save, style
@@ -15,23 +15,11 @@ from lib.report.evidence_view import OK, none, table
 from lib.report.loader import LAYERS, GiB, Report, gib, recommended
 from lib.report.profile_view import top_kernels_html
 from lib.results.recommendation import applied_switches
-from lib.results import decide
-
-
-def _sweeps(rep: Report) -> dict:
-    """{stage: its points by batch size, matrix and sweep together}, one entry per stage that was
-    swept (a re-run whose fastest stage changed has swept two)."""
-    sweep = rep.evidence["sweep"]
-    out = {}
-    for key in dict.fromkeys(r["stage"] for r in sweep):
-        have = {r["batch_size"]: r for r in rep.records if r["stage"] == key}
-        have.update({r["batch_size"]: r for r in sweep if r["stage"] == key})
-        out[key] = [have[b] for b in sorted(have)]
-    return out
+from lib.results import batch_sweep, decide, profiles
 
 
 def sweep_html(rep: Report) -> str:
-    sweeps = _sweeps(rep)
+    sweeps = batch_sweep.sweeps(rep)
     if not sweeps:
         return none("The batch-size sweep was not measured for this report.")
     rows, notes, tps = [], [], decide.throughputs(rep.decisions)
@@ -56,10 +44,8 @@ def sweep_html(rep: Report) -> str:
         if heir:
             notes.append(f"{stages.get(key).title}: {heir}")
             continue
-        oom = next((r["batch_size"] for r in pts if r["status"] == "oom"), None)
-        predicted = next((r for r in pts if record.is_predicted_oom(r)), None)
-        last = max(r["batch_size"] for r in pts)
-        largest = max((r["batch_size"] for r in pts if r["status"] in OK), default=None)
+        e = batch_sweep.end(pts)
+        oom, predicted, last, largest = e["oom"], e["predicted"], e["last"], e["largest"]
         notes.append(
             f"{stages.get(key).title}: "
             + (
@@ -95,18 +81,16 @@ def sweep_html(rep: Report) -> str:
 
 
 def _inherited(rep: Report, key: str, sweeps: dict) -> str | None:
-    """Why stage `key` was measured at one batch size and not swept: it took over from a stage whose parity test
-    did not let it stand, at the batch size that stage's sweep chose (lib/run/evidence.py measure_chapter)."""
-    left = parity_view.rejected(rep)
-    points = {r["batch_size"] for r in rep.evidence["sweep"] if r["stage"] == key}
-    for k, check in left.items():
-        if k != key and k in sweeps and points <= {check["batch_size"]}:
-            return (
-                f"measured at B={check['batch_size']} alone, the batch size the sweep chose for "
-                f"{stages.get(k).title}, whose parity test did not let it stand (the stage that takes over is "
-                "measured there, not swept again)"
-            )
-    return None
+    """Why stage `key` was measured at one batch size and not swept (batch_sweep.inherited_from), in words."""
+    found = batch_sweep.inherited_from(rep, key, sweeps, parity_view.rejected(rep))
+    if found is None:
+        return None
+    k, batch = found
+    return (
+        f"measured at B={batch} alone, the batch size the sweep chose for "
+        f"{stages.get(k).title}, whose parity test did not let it stand (the stage that takes over is "
+        "measured there, not swept again)"
+    )
 
 
 def _not_timed(r: dict) -> str:
@@ -114,7 +98,7 @@ def _not_timed(r: dict) -> str:
 
 
 def plot_sweep(rep: Report):
-    sweeps = {k: [r for r in pts if r["status"] in OK] for k, pts in _sweeps(rep).items()}
+    sweeps = {k: [r for r in pts if r["status"] in OK] for k, pts in batch_sweep.sweeps(rep).items()}
     sweeps = {k: v for k, v in sweeps.items() if v}
     if not sweeps:
         return None
@@ -134,7 +118,7 @@ def plot_sweep(rep: Report):
         a2.plot(
             [x for x, v in mem if v], [v / GiB for x, v in mem if v], "s-", color=f"C{i}", label=stages.get(key).title
         )
-    for key, pts in _sweeps(rep).items():
+    for key, pts in batch_sweep.sweeps(rep).items():
         for r in pts:
             if r["status"] == "oom":
                 a2.annotate(
@@ -241,6 +225,5 @@ def recommended_profile_html(rep: Report) -> str:
         return ""
     if not best.get("kernel_profile"):
         return none("No kernel profile for the recommended configuration.")
-    shares = kernel_categories.percents(kernel_categories.shares(best["kernel_profile"]))
-    cats = ", ".join(f"{c} {v} %" for c, v in sorted(shares.items(), key=lambda kv: -kv[1]) if v > 0)
+    cats = ", ".join(f"{c} {v} %" for c, v in profiles.ranked_percents(best["kernel_profile"]))
     return f"<p>Share of busy kernel time by category: {cats}.</p>" + top_kernels_html(best, limit=10)

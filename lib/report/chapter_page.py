@@ -26,7 +26,7 @@ from lib.report import (
     tables,
 )
 from lib.report.loader import Report, compile_time_text, recommended
-from lib.results import decide
+from lib.results import decide, profiles
 
 MARKER = re.compile(r"^<!-- view: (?P<name>\w+)(?P<args>(?: \w+)*) -->$", re.M)
 
@@ -53,7 +53,7 @@ def _recommended(rep: Report, key: str) -> list:
 VIEWS = {
     "measured": _measured,
     "losses": lambda rep, key: [charts.plot_losses(rep, key)],
-    "top_kernels": lambda rep, key: [("html", profile_view.top_kernels_html(profile_view.stage_profile(rep, key)))],
+    "top_kernels": lambda rep, key: [("html", profile_view.top_kernels_html(profiles.stage_profile(rep, key)))],
     "switch": lambda rep, key: [("md", tables.switch_md(rep, key))],
     "memory_layers": lambda rep, key, against: [
         ("md", evidence_view.memory_layers_md(rep, key, against)),

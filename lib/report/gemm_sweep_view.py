@@ -6,13 +6,11 @@ from __future__ import annotations
 
 import html
 
-import numpy as np
-
 from lib.report import formats as fmt
 from lib.report.charts import save, style
 from lib.report.evidence_view import table
 from lib.report.loader import Report
-from lib.results.gemm_alignment import alignment_groups, kernel_name  # noqa: F401 (read here by the tests too)
+from lib.results.gemm_alignment import kernel_name, width_figures
 
 
 def _gemm(rep: Report):
@@ -63,20 +61,16 @@ def gemm_md(rep: Report) -> str:
     real, padded = rep.params.model.vocab_size, rep.params.model.padded_vocab_size
     parts = []
     for dt in rec["dtypes"]:
-        pts = {p["n"]: p for p in rec["points"] if p["dtype"] == dt and p.get("total_ms")}
-        aligned, other = alignment_groups(rec, dt)
-        if real not in pts or padded not in pts or not aligned or not other:
+        w = width_figures(rec, dt, real, padded)
+        if w is None:
             continue
-        ms = [p["total_ms"] for p in other]
-        m128, m8 = np.median([p["total_ms"] for p in aligned]), np.median(ms)
-        # "About as fast": the multiples of 128 (median) inside the range of the other multiples of 8.
+        ms, m128, m8 = w["other"], w["m128"], w["m8"]
         reading = (
-            "every multiple of 8 runs about as fast"
-            if min(ms) <= m128 <= max(ms)
-            else f"the multiples of 128 run {'faster' if m128 < min(ms) else 'slower'} than every other multiple of 8"
+            f"the multiples of 128 run {w['128_is']} than every other multiple of 8"
+            if w["128_is"]
+            else "every multiple of 8 runs about as fast"
         )
-        a, b = pts[real]["total_ms"], pts[padded]["total_ms"]
-        kr, kp = (rec.get("kernels", {}).get(dt, {}).get(str(n)) for n in (real, padded))
+        a, b, kr, kp = w["real_ms"], w["padded_ms"], w["real_kernels"], w["padded_kernels"]
         kernels = (
             ""
             if not (kr and kp)
@@ -86,7 +80,7 @@ def gemm_md(rep: Report) -> str:
             f"`{kernel_name(kp.get('fwd'))}`)"
         )
         parts.append(
-            f"**{dt}**, forward + backward: the {len(aligned)} multiples of 128 take a median {fmt.ms(m128, None)} ms, "
+            f"**{dt}**, forward + backward: the {w['aligned']} multiples of 128 take a median {fmt.ms(m128, None)} ms, "
             f"the {len(ms)} other multiples of 8 {fmt.ms(m8, None)} ms ({fmt.times(m8 / m128)} the time; "
             f"{fmt.ms(min(ms), None)} ms to {fmt.ms(max(ms), None)} ms among themselves): {reading}. "
             f"n={real}{', not a multiple of 8,' if real % 8 else ''} takes {fmt.ms(a, None)} ms against "

@@ -9,7 +9,6 @@ import html
 import re
 
 import numpy as np
-import pandas as pd
 
 from lib.core import kernel_categories, stages
 from lib.core.kernel_categories import kernel_label
@@ -17,36 +16,15 @@ from lib.report import formats as fmt
 from lib.report.charts import legend_below, save, stage_rows, style
 from lib.report.evidence_view import OK, none, table
 from lib.report.loader import Report, no_value, pct
+from lib.results import profiles
 
 COLORS = dict(zip(kernel_categories.CATEGORIES, ("C0", "C3", "C1", "C2", "C4", "C7")))
-
-
-def _profiled(rep: Report):
-    """(batch, {stage: its record at that batch or None}) over every single-GPU stage, at the batch
-    size at which most stages have a kernel profile (ties: the larger); (None, {}) without one."""
-    recs = [
-        r for r in rep.records if r.get("kernel_profile") and r["status"] in OK and not stages.is_multi_gpu(r["stage"])
-    ]
-    if not recs:
-        return None, {}
-    counts = pd.Series([r["batch_size"] for r in recs]).value_counts()
-    batch = max(b for b, c in counts.items() if c == counts.max())
-    return batch, {k: rep.rec(k, batch) for k in rep.stage_order if not stages.is_multi_gpu(k)}
-
-
-def _unit(profile: dict) -> str:
-    """What a profile sums: device kernels, or (on a CPU) operators' self time."""
-    return "kernel" if "CUDA" in profile["source"] else "operator self"
-
-
-def _has_profile(r: dict | None) -> bool:
-    return bool(r and r["status"] in OK and r.get("kernel_profile"))
 
 
 def plot_profile(rep: Report):
     """Per stage, its profiled step's busy kernel time by category (ms), and each category's
     share of that busy time; a stage without a profile at the chart's batch says why."""
-    batch, by = _profiled(rep)
+    batch, by = profiles.profiled(rep)
     if not by:
         return None
     plt = style()
@@ -55,11 +33,8 @@ def plot_profile(rep: Report):
     )
     y = stage_rows(share_ax, list(by))
     left_ms, left_share = np.zeros(len(by)), np.zeros(len(by))
-    for cat in kernel_categories.CATEGORIES:
-        ms = np.array([r["kernel_profile"]["categories"][cat] if _has_profile(r) else 0.0 for r in by.values()])
-        share = np.array(
-            [kernel_categories.shares(r["kernel_profile"])[cat] * 100 if _has_profile(r) else 0.0 for r in by.values()]
-        )
+    for cat, (ms, share) in profiles.by_category(by).items():
+        ms, share = np.array(ms), np.array(share)
         ms_ax.barh(y, ms, 0.7, left=left_ms, color=COLORS[cat], label=cat)
         share_ax.barh(y, share, 0.7, left=left_share, color=COLORS[cat])
         for i, v in enumerate(share):
@@ -70,7 +45,7 @@ def plot_profile(rep: Report):
         left_ms += ms
         left_share += share
     for i, r in enumerate(by.values()):
-        if _has_profile(r):
+        if profiles.has_profile(r):
             ms_ax.text(left_ms[i], y[i], f" {fmt.ms(left_ms[i], 0)}", va="center", fontsize=6)
         else:
             for ax in (ms_ax, share_ax):
@@ -83,7 +58,7 @@ def plot_profile(rep: Report):
                     fontsize=7,
                     color="firebrick",
                 )
-    unit = _unit(next(r for r in by.values() if _has_profile(r))["kernel_profile"])
+    unit = profiles.unit(next(r for r in by.values() if profiles.has_profile(r))["kernel_profile"])
     ms_ax.set_xlabel(f"busy {unit} time per step (ms)")
     share_ax.set_xlabel(f"share of busy {unit} time (%; labels where ≥ 7 %)")
     share_ax.set_xlim(0, 100)
@@ -95,7 +70,7 @@ def plot_profile(rep: Report):
 def profile_table_html(rep: Report) -> str:
     """Each category's share of busy kernel time per stage (whole percentages summing to 100), at
     the batch size of the chart, and how much of that time today's rules classified."""
-    batch, by = _profiled(rep)
+    batch, by = profiles.profiled(rep)
     if not by:
         return none("No kernel profile was recorded for these results.")
     rows = []
@@ -105,15 +80,14 @@ def profile_table_html(rep: Report) -> str:
             f"busy ms/step<br><small>B={batch}</small>": "",
             "step ms<br><small>timed</small>": fmt.ms(r["median_ms"]) if r and r["status"] in OK else no_value(r),
         }
-        if _has_profile(r):
+        if profiles.has_profile(r):
             p = r["kernel_profile"]
             row[f"busy ms/step<br><small>B={batch}</small>"] = fmt.ms(p["busy_ms"])
             row.update({c: f"{v} %" for c, v in kernel_categories.percents(kernel_categories.shares(p)).items()})
-            row["classified by today's rules"] = (
-                pct(1 - p["recorded_rules_ms"] / p["busy_ms"], 0) if p["busy_ms"] else ""
-            )
+            share = profiles.classified(p)
+            row["classified by today's rules"] = pct(share, 0) if share is not None else ""
         rows.append(row)
-    unit = _unit(next(r for r in by.values() if _has_profile(r))["kernel_profile"])
+    unit = profiles.unit(next(r for r in by.values() if profiles.has_profile(r))["kernel_profile"])
     what = "the GPU's summed kernel time" if unit == "kernel" else "the operators' summed self CPU time"
     return table(rows) + (
         f'<p class="note">Shares of busy {unit} time ({what} in the profiled step, not the '
@@ -131,14 +105,18 @@ def top_kernels_html(rec: dict | None, limit: int = 8) -> str:
     if not rec or not rec.get("kernel_profile"):
         return none("No kernel profile for this configuration.")
     p = rec["kernel_profile"]
-    head = "kernel ← the op that launched it" if _unit(p) == "kernel" else "operator ← the optimizer step it ran in"
+    head = (
+        "kernel ← the op that launched it"
+        if profiles.unit(p) == "kernel"
+        else "operator ← the optimizer step it ran in"
+    )
     rows = [
         {
             head: f'<code title="{html.escape(k["name"])}">{_wrappable(kernel_label(k["name"]))}</code>'
             + (f"<br><small>← <code>{html.escape(k['op'])}</code></small>" if k.get("op") else ""),
             "category": k["category"],
             "ms/step": fmt.ms(k["ms"], 2),
-            f"share of busy<br>{_unit(p)} time": pct(k["share"]),
+            f"share of busy<br>{profiles.unit(p)} time": pct(k["share"]),
             "calls/step": fmt.count(k["calls"]),
         }
         for k in p["kernels"][:limit]
@@ -154,9 +132,3 @@ def top_kernels_html(rec: dict | None, limit: int = 8) -> str:
 def _wrappable(text: str) -> str:
     """Escaped, with line-break opportunities after the separators of a kernel name's tokens."""
     return re.sub(r"(::|_|,)", r"\1<wbr>", html.escape(text))
-
-
-def stage_profile(rep: Report, stage: str) -> dict | None:
-    """The stage's profiled record at the largest batch size that has one."""
-    recs = [r for r in rep.records if r["stage"] == stage and r.get("kernel_profile") and r["status"] in OK]
-    return max(recs, key=lambda r: r["batch_size"]) if recs else None

@@ -11,9 +11,10 @@ import re
 import pandas as pd
 
 from lib.core import config, stages
-from lib.report import claims_view, profile_view
+from lib.report import claims_view
 from lib.report import formats as fmt
 from lib.report.claims_view import NOT_APPLICABLE, NOT_MEASURED
+from lib.results import profiles
 from lib.results.claim_params import command, load_rules
 
 TILE = re.compile(r"_(\d+)x(\d+)(?:x\d+)?_")  # a GEMM kernel's tile in its name: nvjet_sm90_tst_192x192_64x3_...
@@ -27,7 +28,11 @@ def architecture(profile: str) -> dict | None:
 
 def _kernel(rep, spec: dict) -> str:
     """The largest kernel of `spec`'s category in the kernel profile of its stage (largest batch)."""
-    rec, cat, title = profile_view.stage_profile(rep, spec["stage"]), spec["category"], stages.get(spec["stage"]).title
+    rec, cat, title = (
+        profiles.stage_profile(rep, spec["stage"]),
+        spec["category"],
+        stages.get(spec["stage"]).title,
+    )
     k = next((k for k in (rec or {}).get("kernel_profile", {}).get("kernels", []) if k["category"] == cat), None)
     if k is None:
         return f"the report has no kernel profile of {title} with a {cat} kernel"

@@ -12,9 +12,9 @@ import numpy as np
 from lib.core import config, stages
 from lib.report import formats as fmt
 from lib.report.charts import save, style
-from lib.report.evidence_view import OK, none, table
+from lib.report.evidence_view import none, table
 from lib.report.loader import Report, gib, recommended, tok
-from lib.results import size_sweep
+from lib.results import profiles, size_sweep
 
 WITHOUT_FP8 = size_sweep.WITHOUT_FP8
 # where a size's band comes from, when not from its own repeated points (size_sweep.decided's "source")
@@ -120,29 +120,18 @@ def _apart(rep: Report, form: str, wins: list[str]) -> str:
     the fastest without FP8 (a win that survives the harshest pairing of its processes)."""
     out = []
     for preset in wins:
-        recs = points(rep)[preset]
-        mine, base = size_sweep.ran(recs.get(form, [])), size_sweep.ran(recs.get(WITHOUT_FP8, []))
-        if len(mine) > 1 and len(base) > 1:
-            gap = min(mine) / max(base) - 1
+        if found := size_sweep.apart(points(rep)[preset], form):
+            gap, slowest, fastest = found
             out.append(
                 f" At {preset} its slowest process is {fmt.pct(gap, sign='+')} against the fastest without FP8"
-                f" ({tok(min(mine))} against {tok(max(base))} tokens/s)."
+                f" ({tok(slowest)} against {tok(fastest)} tokens/s)."
             )
     return "".join(out)
 
 
 def _memory(rep: Report, form: str) -> str:
     """The form's allocator peak over the without-FP8 point's, size by size."""
-    ratios = []
-    for preset, recs in points(rep).items():
-        mem = [
-            max((r.get("mem_allocator_bytes") or 0) for r in recs.get(v, []) if r["status"] in OK)
-            if size_sweep.ran(recs.get(v, []))
-            else 0
-            for v in (form, WITHOUT_FP8)
-        ]
-        if all(mem):
-            ratios.append(f"{preset} {fmt.times(mem[0] / mem[1])}")
+    ratios = [f"{preset} {fmt.times(x)}" for preset, x in size_sweep.memory_ratios(rep.evidence["size"], form)]
     return f" Allocator peak against without FP8: {', '.join(ratios)}." if ratios else ""
 
 
@@ -170,34 +159,24 @@ def batch_md(rep: Report) -> str:
         stage = titles.get(form)
         if form == WITHOUT_FP8 or stage is None or not size_sweep.ran(rs):
             continue
-        matrix = {r["batch_size"]: r for r in rep.records if r["stage"] == stage.key and r["status"] in OK}
-        base = {r["batch_size"]: r for r in rep.records if r["stage"] == stage.base and r["status"] in OK}
-        both = sorted(set(matrix) & set(base))
-        if not both:
+        m = size_sweep.beside_matrix(rep.records, stage.key, stage.base, rs, b)
+        if m is None:
             continue
-        ratios = ", ".join(f"{fmt.times(matrix[x]['tokens_per_s'] / base[x]['tokens_per_s'])} at B={x}" for x in both)
+        ratios = ", ".join(f"{fmt.times(ratio)} at B={x}" for x, ratio in m["ratios"])
         line = (
             f"* **{html.escape(form)}**: the stage matrix measures {html.escape(stage.title)} over "
             f"{html.escape(stages.get(stage.base).title)} at {ratios}."
         )
-        ms = float(np.median([r["median_ms"] for r in rs if r["status"] in OK]))
-        slower = [x for x in sorted(matrix) if x > b and matrix[x]["median_ms"] < ms]
-        if slower:
-            x = slower[0]
+        if m["longer_than"]:
+            x, shorter = m["longer_than"]
             line += (
-                f" Its B={b} step here ({fmt.ms(ms)} ms; added to the recommendation without FP8) is longer than the "
-                f"stage's at B={x} ({fmt.ms(matrix[x]['median_ms'])} ms; added to {stages.get(stage.base).title}), with "
+                f" Its B={b} step here ({fmt.ms(m['ms'])} ms; added to the recommendation without FP8) is longer than "
+                f"the stage's at B={x} ({fmt.ms(shorter)} ms; added to {stages.get(stage.base).title}), with "
                 f"{b}/{x} of the tokens: not the GEMMs' work, then, but something the sweep does not show "
                 f"(it profiles only the points without FP8), so its {own} ratio says little about FP8's GEMMs."
             )
         lines.append(line)
     return "\n".join(lines)
-
-
-def gemm_share(rec: dict | None) -> float | None:
-    prof = (rec or {}).get("kernel_profile") or {}
-    busy = prof.get("busy_ms")
-    return prof["categories"].get("GEMM", 0.0) / busy if busy and prof.get("categories") else None
 
 
 def size_html(rep: Report) -> str:
@@ -212,26 +191,23 @@ def size_html(rep: Report) -> str:
     rows, reasons = [], []  # why a point did not run: numbered notes under the table
     for preset, recs in pts.items():
         for i, (variant, rs) in enumerate(recs.items()):
-            r, tps = rs[0], size_sweep.ran(rs)
+            r, f = rs[0], size_sweep.point_figures(rs)
+            tps = f["tokens_per_s"]
             is_rec = bool(best) and r["stage"] == best["stage"] and not r.get("stage_overrides")
-            shares = [x for x in map(gemm_share, rs) if x is not None]
             if not tps and r.get("reason") and r["reason"] not in reasons:
                 reasons.append(r["reason"])
             mark = f" ({reasons.index(r['reason']) + 1})" if not tps and r.get("reason") else ""
-            ms = [x["median_ms"] for x in rs if x["status"] in OK]
-            mfu = [x["mfu"] for x in rs if x["status"] in OK and x.get("mfu") is not None]
-            mem = [x.get("mem_allocator_bytes") for x in rs if x["status"] in OK and x.get("mem_allocator_bytes")]
             spread = f"{len(tps)}: {tok(min(tps))}–{tok(max(tps))}" if len(tps) > 1 else (str(len(tps)) if tps else "")
             rows.append(
                 {
                     "Model": label(preset, recs) if i == 0 else "",
                     "Configuration": html.escape(variant) + (" (recommended)" if is_rec else ""),
-                    "ms/step": fmt.ms(np.median(ms)) if tps else r["status"].upper().replace("_", " ") + mark,
+                    "ms/step": fmt.ms(f["ms"]) if tps else r["status"].upper().replace("_", " ") + mark,
                     "tok/s": tok(np.median(tps)) if tps else "",
                     "processes: range": spread,
-                    "MFU (bf16 peak)": fmt.pct(np.median(mfu)) if mfu else "",
-                    "allocator GiB": gib(max(mem)) if mem else "",
-                    "GEMM share of GPU busy time": fmt.pct(np.median(shares), 0) if shares else "",
+                    "MFU (bf16 peak)": fmt.pct(f["mfu"]) if f["mfu"] is not None else "",
+                    "allocator GiB": gib(f["mem"]) if f["mem"] is not None else "",
+                    "GEMM share of GPU busy time": fmt.pct(f["gemm_share"], 0) if f["gemm_share"] is not None else "",
                 }
             )
     b = next(iter(next(iter(pts.values())).values()))[0]
@@ -262,7 +238,9 @@ def _duration(seconds: float) -> str:
 def plot_size(rep: Report):
     series = {k: [(p, s) for p, s, _ in v if s is not None] for k, v in speedups(rep).items()}
     series = {k: v for k, v in series.items() if v}
-    shares = [(label(p, recs), gemm_share((recs.get(WITHOUT_FP8) or [None])[0])) for p, recs in points(rep).items()]
+    shares = [
+        (label(p, recs), profiles.gemm_share((recs.get(WITHOUT_FP8) or [None])[0])) for p, recs in points(rep).items()
+    ]
     shares = [(p, s) for p, s in shares if s is not None]
     if not series and not shares:
         return None

@@ -1,10 +1,13 @@
 """The lm_head GEMM sweep read for alignment: its timed points at multiples of a width against the other multiples
-of 8, and a pass's first kernel named short enough for a sentence. The vocab chapter draws them; the claims on
+of 8, a pass's first kernel named short enough for a sentence, and the figures the vocab chapter states
+(width_figures). The vocab chapter draws them; the claims on
 padding and fallback kernels (lib/results/claim_kinds.py) are judged on them."""
 
 from __future__ import annotations
 
 import re
+
+import numpy as np
 
 
 def alignment_groups(rec: dict | None, dtype: str, multiple: int = 128) -> tuple[list[dict], list[dict]]:
@@ -22,3 +25,29 @@ def kernel_name(names) -> str:
         return "none recorded"
     name = re.sub(r"^void \w+::\w+<(\w+)>\(.*\)$", r"\1", names[0])
     return name if len(name) <= 60 else name[:57] + "…"
+
+
+def width_figures(rec: dict, dtype: str, real: int, padded: int) -> dict | None:
+    """The `dtype` sweep's figures for the vocab chapter: the multiples of 128 (their count, median ms, and whether
+    that is faster or slower than every other multiple of 8, or None: inside their range) against the other
+    multiples of 8 (their ms and median), the real and the padded width's ms, and the kernels each of the two ran
+    ({"fwd": [...], "bwd": [...]} or None); None where a width or a group has no timed point."""
+    pts = {p["n"]: p for p in rec["points"] if p["dtype"] == dtype and p.get("total_ms")}
+    aligned, other = alignment_groups(rec, dtype)
+    if real not in pts or padded not in pts or not aligned or not other:
+        return None
+    ms = [p["total_ms"] for p in other]
+    m128 = np.median([p["total_ms"] for p in aligned])
+    kernels = rec.get("kernels", {}).get(dtype, {})
+    return {
+        "aligned": len(aligned),
+        "m128": m128,
+        # "about as fast" (None): the multiples of 128 (median) inside the range of the other multiples of 8
+        "128_is": None if min(ms) <= m128 <= max(ms) else "faster" if m128 < min(ms) else "slower",
+        "other": ms,
+        "m8": np.median(ms),
+        "real_ms": pts[real]["total_ms"],
+        "padded_ms": pts[padded]["total_ms"],
+        "real_kernels": kernels.get(str(real)),
+        "padded_kernels": kernels.get(str(padded)),
+    }

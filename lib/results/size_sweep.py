@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from lib.core import config, record, stages
+from lib.results import profiles
 from lib.results.noise import noise_floor
 
 WITHOUT_FP8 = stages.WITHOUT_FP8  # the variant of each preset's reference point
@@ -114,4 +115,64 @@ def decided(size_records: list[dict], floor: float | None) -> dict | None:
             for p, b in band.items()
         },
         "crossover": {form: crossover(series, band) for form, series in speedups(size_records).items()},
+    }
+
+
+def apart(recs: dict[str, list[dict]], form: str) -> tuple[float, float, float] | None:
+    """A point of `form` timed in several processes, as is its preset's without FP8 (`recs`: {variant: records}): its
+    slowest process's tokens/s over the fastest without FP8's, minus 1, and those two tokens/s; None otherwise."""
+    mine, base = ran(recs.get(form, [])), ran(recs.get(WITHOUT_FP8, []))
+    if len(mine) > 1 and len(base) > 1:
+        return min(mine) / max(base) - 1, min(mine), max(base)
+    return None
+
+
+def memory_ratios(size_records: list[dict], form: str) -> list[tuple[str, float]]:
+    """[(preset, the form's largest allocator peak over the without-FP8 point's)], where both ran and have one."""
+    out = []
+    for preset, recs in points(size_records).items():
+        mem = [
+            max((r.get("mem_allocator_bytes") or 0) for r in recs.get(v, []) if r["status"] in record.TIMED)
+            if ran(recs.get(v, []))
+            else 0
+            for v in (form, WITHOUT_FP8)
+        ]
+        if all(mem):
+            out.append((preset, mem[0] / mem[1]))
+    return out
+
+
+def point_figures(recs: list[dict]) -> dict:
+    """A point's figures over the processes that timed it (`recs`, one record a process): "tokens_per_s" (each
+    process's), the medians of "ms", "mfu" and "gemm_share" (of the profiled step's busy time) and the largest
+    allocator peak, "mem"; None where no process has the figure."""
+    timed = [r for r in recs if r["status"] in record.TIMED]
+    mfu = [r["mfu"] for r in timed if r.get("mfu") is not None]
+    mem = [r.get("mem_allocator_bytes") for r in timed if r.get("mem_allocator_bytes")]
+    shares = [x for x in map(profiles.gemm_share, recs) if x is not None]
+    return {
+        "tokens_per_s": ran(recs),
+        "ms": np.median([r["median_ms"] for r in timed]) if timed else None,
+        "mfu": np.median(mfu) if mfu else None,
+        "mem": max(mem) if mem else None,
+        "gemm_share": np.median(shares) if shares else None,
+    }
+
+
+def beside_matrix(records: list[dict], key: str, base: str, recs: list[dict], batch: int) -> dict | None:
+    """A sweep point of stage `key` (`recs`: its processes, at `batch`) beside the stage matrix (`records`): {"ratios":
+    [(B, the stage's tokens/s over `base`'s)] at every batch both timed, "ms": the point's median step, "longer_than":
+    (the smallest larger batch at which the matrix timed the stage's step shorter, that step's ms) or None}; None where
+    no batch has both."""
+    matrix = {r["batch_size"]: r for r in records if r["stage"] == key and r["status"] in record.TIMED}
+    under = {r["batch_size"]: r for r in records if r["stage"] == base and r["status"] in record.TIMED}
+    both = sorted(set(matrix) & set(under))
+    if not both:
+        return None
+    ms = float(np.median([r["median_ms"] for r in recs if r["status"] in record.TIMED]))
+    slower = [x for x in sorted(matrix) if x > batch and matrix[x]["median_ms"] < ms]
+    return {
+        "ratios": [(x, matrix[x]["tokens_per_s"] / under[x]["tokens_per_s"]) for x in both],
+        "ms": ms,
+        "longer_than": (slower[0], matrix[slower[0]]["median_ms"]) if slower else None,
     }
