@@ -88,7 +88,8 @@ def ablation_html(rep: Report) -> str:
             '<p class="note">Each lever switched off alone'
             + (f" at B={full['batch_size']}" if full else " at the first row's micro-batch")
             + ", one process each; its worth is the first row's (every lever on) median tokens/s over the configuration "
-            'without it, minus one, and "within noise" where that lies inside the measured process-to-process spread.'
+            'without it, minus one, and "within noise" where that lies inside the noise floor (the widest spread between '
+            "processes of one configuration, page 1's)."
             + (PREDICTED_NOTE if any(record.is_predicted_oom(r["record"]) for r in rows) else "")
             + twin_note(rep.decided.get("leave_one_out_twin"))
             + (f" The first row was timed {apart}." if (apart := ablation_calls_apart(full, rows)) else "")

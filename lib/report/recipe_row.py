@@ -100,8 +100,7 @@ def recipe_table(rep: Report) -> str:
                     if host["efficiency"]
                     else ""
                 ),
-                # one timed run of the host (its steps' median): no range over repeated runs to show
-                fmt.tok(host["tokens_per_s"]) + "<br><span class='note'>one run</span>",
+                fmt.tok(host["tokens_per_s"]) + rng(host["processes"] or {"n": 1}),  # over its processes, as above
                 "n/a",  # no canonical trainer ran on several GPUs
                 mfu(host["mfu_bf16"]),
                 memory_cell(host["mem_device_peak_bytes"], r["device_memory_bytes"]) + " a GPU"

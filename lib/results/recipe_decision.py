@@ -83,6 +83,7 @@ def make_recipe(
             "micro_batch": r["batch_size"],
             "accumulation": r.get("micro_steps") or 1,
             "tokens_per_s": r["tokens_per_s"],
+            "processes": r.get("processes"),  # {n, median, lo, hi} over the processes that timed the job
             "efficiency": r.get("scaling_efficiency"),
             "allreduce_share": r.get("allreduce_share"),
             "reference_tokens_per_s": r.get("single_gpu_tokens_per_s"),
