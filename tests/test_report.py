@@ -727,3 +727,16 @@ def test_a_render_of_the_summary_judges_the_recipe_and_the_quality_tests_once(mo
     # records changed since (the digest no longer matches): judged afresh, once
     (folder / "results" / "fp32__b64.json").write_text((folder / "results" / "fp32__b64.json").read_text() + "\n")
     assert summary() == {"choose": 1, "checks": 1}
+
+
+def test_the_method_states_the_steps_the_recipe_and_the_canonical_trainer_were_timed_over():
+    """A reader recomputing reports/h100-x4: its headline figures rest on 3 + 8 steps of the whole batch, where the
+    method section said 5 + 25 for every row."""
+    from conftest import ROOT
+
+    from lib.report import method_text
+
+    rep = loader.load(ROOT / "reports" / "h100-x4", read_decisions=True)
+    steps = rep.decided["recipe"]["recipe_steps"]
+    text = method_text.method_md(rep)
+    assert f"at the global batch: {steps['warmup']} + {steps['timed']} steps, each the whole batch" in text

@@ -29,6 +29,11 @@ def method_md(rep: Report) -> str:
         "timer": "CUDA events around each step"
         if rep.on_gpu
         else "`time.perf_counter` around each step, after a device synchronize",
+        # the recipe and the canonical trainer train GPT-2's whole batch a step (many micro-batches): fewer steps
+        "recipe_steps": "; the recipe and the canonical trainer at the global batch: {warmup} + {timed} steps, each "
+        "the whole batch".format(**steps)
+        if (steps := (rep.decided.get("recipe") or {}).get("recipe_steps"))
+        else "",
         "peaks": ", ".join(f"{k} {fmt.setting(v)}" for k, v in peaks.items()) + " TFLOP/s"
         if peaks
         else "none for this device, so MFU is n/a",
