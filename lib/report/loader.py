@@ -15,7 +15,7 @@ import pandas as pd
 from lib.core import chapters, data, kernel_categories, prices, provenance, record, stages
 from lib.core.params import ConfigError, Params
 from lib.core.paths import resolve
-from lib.report.formats import GiB, gib, pct, signed_pct, span, times, tok  # noqa: F401 (the views import them from here too)
+from lib.report.formats import GiB, duration, gib, pct, signed_pct, span, times, tok  # noqa: F401 (the views import them from here too)
 from lib.results import decided_file, decisions, long_choice, parity, stats, store
 from lib.results.stats import mfu_bf16_of
 
@@ -185,7 +185,7 @@ def compile_time_text(rec: dict) -> str:
     cache, first = rec.get("compile_cache") or {}, rec.get("first_step_s")
     head = f"B={rec['batch_size']}: "
     if cache.get("state") in (None, "cold", "not compiled"):
-        return head + f"{first:.1f} s" + (" (cold compile)" if cache.get("state") == "cold" else "")
+        return head + f"{duration(first, 1)} s" + (" (cold compile)" if cache.get("state") == "cold" else "")
     cold = cache.get("cold")
     if cold:
         own = rec.get("provenance") or {}
@@ -196,10 +196,10 @@ def compile_time_text(rec: dict) -> str:
             "compile cache this one started from"
         )
         return head + (
-            f"{cold['first_step_s']:.1f} s cold (measured {str(cold.get('finished_at'))[:10]} {where}); this "
-            f"process started from the compile cache and took {first:.1f} s"
+            f"{duration(cold['first_step_s'], 1)} s cold (measured {str(cold.get('finished_at'))[:10]} {where}); this "
+            f"process started from the compile cache and took {duration(first, 1)} s"
         )
-    return head + f"{first:.1f} s from the compile cache; no cold compile of it on record"
+    return head + f"{duration(first, 1)} s from the compile cache; no cold compile of it on record"
 
 
 def mfu_bf16(rep: "Report", mfu, precision) -> float | None:
