@@ -1,6 +1,7 @@
 """*How the evidence reads*: the tables and charts behind each chapter's explanation (memory
 layers, sequence-length sweep, the padding under torch.compile, energy, DDP scaling), computed from
-a report folder's records only. Kernel-time profiles: profile_view.py; the lm_head GEMM sweep:
+a report folder's records only (the sequence sweep by length and the memory layers' changes:
+lib/results/evidence_points.py). Kernel-time profiles: profile_view.py; the lm_head GEMM sweep:
 gemm_sweep_view.py."""
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from lib.core import config, stages
 from lib.report import formats as fmt
 from lib.report.charts import save, style
 from lib.report.loader import DEVICE_PEAK, LAYERS, GiB, Report, best_single_gpu, ddp_not_measured, scaling_curve
+from lib.results import evidence_points
 
 OK = ("ok", "diverged")
 
@@ -80,13 +82,7 @@ def memory_layers_html(rep: Report, stage: str, versus: str) -> str:
 def memory_layers_md(rep: Report, stage: str, versus: str) -> str:
     """One sentence per layer: does `stage` change memory against `versus`, and where."""
     col_names = dict((*LAYERS, DEVICE_PEAK))
-    changes = {}
-    for b in rep.params.run.batch_sizes:
-        a, s = rep.rec(versus, b), rep.rec(stage, b)
-        if a and s and a["status"] in OK and s["status"] in OK:
-            for col in col_names:
-                if a.get(col) and s.get(col) is not None:
-                    changes.setdefault(col, []).append((b, s[col] / a[col] - 1, s[col] - a[col]))
+    changes = evidence_points.layer_changes(rep, stage, versus, col_names)
     if not changes:
         return f"No batch size where both {stages.get(versus).title} and {stages.get(stage).title} completed."
     parts = []
@@ -106,16 +102,8 @@ def memory_layers_md(rep: Report, stage: str, versus: str) -> str:
 # ---------------------------------------------------------------- sequence-length sweep
 
 
-def _seq(rep: Report):
-    recs = rep.evidence["seq"]
-    by = {}
-    for r in recs:
-        by.setdefault(r["seq_len"], {})[r["stage"]] = r
-    return dict(sorted(by.items()))
-
-
 def seq_sweep_html(rep: Report) -> str:
-    by = _seq(rep)
+    by = evidence_points.seq_by_length(rep)
     if not by and not config.runs_evidence(rep.params, "seq_curve"):
         return none("The sequence-length curve is measured at DEPTH=full only (page 1 names the command that adds it).")
     if not by:
@@ -144,7 +132,7 @@ def seq_sweep_html(rep: Report) -> str:
 
 
 def plot_seq_sweep(rep: Report):
-    by = _seq(rep)
+    by = evidence_points.seq_by_length(rep)
     if not by:
         return None
     plt = style()
