@@ -485,7 +485,6 @@ def test_the_recipe_says_how_each_side_was_timed(tmp_path):
 def test_a_side_left_to_full_depth_is_not_shown_from_another_runs_record():
     """A folder measured at full depth and resumed at the default keeps the harness side's old records; the recipe
     table shows only the sides this depth measured, so no row joins another run's processes."""
-    from types import SimpleNamespace
 
     def rec(role, tps):
         return {"variant": f"recipe: {role}", "status": "ok", "stage": "vocab", "batch_size": 2, "tokens_per_s": tps}
@@ -496,8 +495,7 @@ def test_a_side_left_to_full_depth_is_not_shown_from_another_runs_record():
     recipe = [rec("recommended", 10.0), rec("baseline-harness", 8.0), rec("baseline", 8.1)]
 
     def rows():  # the sides as the decisions hold them, laid out
-        rep = SimpleNamespace(params=p, decided={"recipe": {"sides": recipe_decision.recipe_sides(recipe, p)}})
-        return [r["role"] for r in frontier_view.recipe_rows(rep)]
+        return [r["role"] for r in recipe_decision.side_rows({"sides": recipe_decision.recipe_sides(recipe, p)})]
 
     assert rows() == ["recommended", "baseline"]
     p.depth = "full"

@@ -13,7 +13,7 @@ from lib.report import formats as fmt
 from lib.report.evidence_view import none, ok, table
 from lib.report.fidelity_view import repeats_rule
 from lib.report.loader import Report, gib, recommended, short
-from lib.results import decide
+from lib.results import decide, recipe_decision
 
 # This project's aim for a profile (about 54 % MFU of the H100's bf16 dense peak), shown as a distance.
 TARGET_TOKENS_PER_S = {"h100": 620_000}
@@ -108,27 +108,18 @@ LABELS = {
 }
 
 
-def recipe_rows(rep: Report) -> list[dict]:
-    """One row per side of the recipe as decisions.json's recipe holds them (recipe_decision.recipe_sides): the
-    recommendation, the baseline configuration in this harness and in the plain loop, each at the global batch;
-    tokens/s as median, min and max over its processes, each process's from its mean step (RECIPE_BASIS)."""
-    sides = (rep.decided["recipe"] or {}).get("sides") or {}
-    return [
-        {"role": role, "label": label, **sides[role], "min": sides[role]["lo"], "max": sides[role]["hi"]}
-        for role, label in LABELS.items()
-        if role in sides
-    ]
-
-
 def recipe_html(rep: Report) -> str:
-    rows = recipe_rows(rep)
+    """The recipe's sides (recipe_decision.side_rows: the recommendation, the baseline configuration in this harness
+    and in the plain loop, each at the global batch), tokens/s as median, min and max over its processes, each
+    process's from its mean step (RECIPE_BASIS)."""
+    rows = recipe_decision.side_rows(rep.decided["recipe"])
     if not rows:
         return none("The recipe at the global batch was not measured for this report.")
     base = next((r for r in rows if r["role"] == "baseline"), None)
     seq = rep.params.run.seq_len
     shown = [
         {
-            "configuration": r["label"],
+            "configuration": LABELS[r["role"]],
             "stage": stages.get(r["stage"]).title,
             "micro-batch × steps": f"{r['batch']} × {r['micro_steps']}",
             "tokens/step": fmt.count(r["batch"] * r["micro_steps"] * seq),

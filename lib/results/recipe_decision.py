@@ -9,6 +9,9 @@ from lib.core.params import Params
 from lib.results import decide, noise, stats
 
 
+ROLES = ("recommended", "baseline-harness", "baseline")  # the recipe's sides, in the order a table lists them
+
+
 def recipe_sides(recipe: list[dict], params: Params) -> dict:
     """role -> {stage, batch, micro_steps, median, lo, hi, n} of each side of the recipe at the global batch: the
     recommendation ('recommended'), the canonical trainer in the plain loop ('baseline') and, at full depth, in this
@@ -16,7 +19,7 @@ def recipe_sides(recipe: list[dict], params: Params) -> dict:
     ratio: the plain loop's wall-clock mean, as nanoGPT times it, and a harness side's mean CUDA-event step (a token
     budget takes the mean step's time, not the median's)."""
     out = {}
-    for role in ("recommended", "baseline-harness", "baseline"):
+    for role in ROLES:
         if role == "baseline-harness" and not config.runs_evidence(params, "recipe_harness"):
             continue  # left to DEPTH=full: a record of it is another run's, not this one's
         runs = [r for r in recipe if r.get("variant") == f"recipe: {role}" and r.get("status") == record.Status.OK]
@@ -30,6 +33,17 @@ def recipe_sides(recipe: list[dict], params: Params) -> dict:
                 **{k: s[k] for k in ("median", "lo", "hi", "n")},
             }
     return out
+
+
+def side_rows(recipe: dict | None) -> list[dict]:
+    """One row per side of decisions.json's recipe (recipe_sides), in ROLES' order: its role and its side, with its
+    tokens/s range also as min and max."""
+    sides = (recipe or {}).get("sides") or {}
+    return [
+        {"role": role, **sides[role], "min": sides[role]["lo"], "max": sides[role]["hi"]}
+        for role in ROLES
+        if role in sides
+    ]
 
 
 def mean_tokens_per_s(r: dict) -> float:
