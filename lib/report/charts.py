@@ -1,6 +1,7 @@
 """*How the report reads*, its charts: throughput, memory, step-time spread, loss curves and the
 DDP scaling curve, saved under the report's figures/ as they are drawn. Stages are rows (their
-titles never overlap), and a configuration without a value says why in its place."""
+titles never overlap), and a configuration without a value says why in its place. Which loss
+curves go side by side: lib/results/loss_curves.py."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from lib.core import stages
 from lib.core.record import TIMED
 from lib.report import formats as fmt
 from lib.report.loader import GiB, Report, no_value
-from lib.results import decide
+from lib.results import decide, loss_curves
 
 
 def style():
@@ -207,22 +208,7 @@ def _plot_multi_gpu_losses(rep: Report, stage: str):
     rank 0 trains on the same batches, but each update uses every rank's gradients."""
     plt = style()
     fig, ax = plt.subplots(figsize=(6, 2.9))
-    rec = max(
-        (r for r in rep.records if r["stage"] == stage and r.get("losses")),  # the most GPUs measured
-        key=lambda r: r.get("world_size") or 0,
-        default=None,
-    )
-    base = rec and next(
-        (
-            r
-            for r in rep.decisions
-            if r["stage"] == rec.get("base_stage")
-            and r["batch_size"] == rec["batch_size"]
-            and r.get("variant") in (None, "batch sweep")
-            and r.get("losses")
-        ),
-        None,
-    )
+    rec, base = loss_curves.multi_gpu_pair(rep, stage)
     if rec is None:
         ax.text(0.5, 0.5, "no multi-GPU loss curve", ha="center", va="center", transform=ax.transAxes, fontsize=8)
     else:
@@ -251,7 +237,7 @@ def _loss_panel_all(ax, rep: Report, b: int, tol: float) -> list[str]:
     ax.axhline(0, color="grey", lw=0.6)
     missing: dict[str, list[str]] = {}
     for i, key in enumerate(rep.stage_order):
-        st, ref_key = stages.get(key), _reference(rep, key)
+        st, ref_key = stages.get(key), loss_curves.reference(rep.stage_order, key)
         if st.multi_gpu or ref_key == key:
             continue
         rec, ref, ref_title = rep.rec(key, b), rep.rec(ref_key, b), stages.get(ref_key).title
@@ -322,16 +308,10 @@ def plot_losses(rep: Report, stage: str | None = None):
     return save(fig, rep, f"loss_{stage or 'all'}")
 
 
-def _reference(rep: Report, key: str) -> str:
-    """The stage whose loss `key` is judged against: its registry reference, or itself for the
-    report's first stage (its baseline)."""
-    return key if key == rep.stage_order[0] else stages.get(key).reference
-
-
 def _loss_panel_stage(ax, rep: Report, stage: str, b: int, tol: float) -> tuple[list[str], str]:
     """A chapter's panel at batch b: the stage's loss minus its reference's, or for a stage that
     is its own reference its loss curve. Returns (what could not be drawn, the y label)."""
-    st, ref_key = stages.get(stage), _reference(rep, stage)
+    st, ref_key = stages.get(stage), loss_curves.reference(rep.stage_order, stage)
     rec, ref, ref_title = rep.rec(stage, b), rep.rec(ref_key, b), stages.get(ref_key).title
     ylabel = "training loss (nats)" if ref_key == stage else f"loss − {ref_key} loss (nats)"
     if not (rec and rec.get("losses")):
