@@ -19,10 +19,11 @@ import sys
 from pathlib import Path
 
 from lib.core import config, data, long_corpus, record, stages
+from lib.core.config import UsageError
 from lib.core.params import ConfigError, Params
 from lib.measure.environment import detect
 from lib.results import decisions, long_quality, store, time_to_loss
-from lib.run import parity_runs, runner
+from lib.run import parity_runs, pipeline, runner
 from lib.run.jobs import folder as results_folder
 from lib.run.jobs import make_job
 
@@ -110,10 +111,12 @@ def main(argv: list[str]) -> int:
         # the machine of its first runs, and a call for an H200 that ran on an H100 had paired nothing of its own
         # kind and set the folder's H200 runs aside as another machine's (their fingerprints name the device)
         here = detect()
-        count = here.get("count") or 1
-        fits = config.profile_fits(args.profile, here["name"], here["backend"], count)
-        if not fits and config.match_profile(here["name"], here["backend"], count) != args.profile:
-            raise ValueError(f"profile {args.profile!r} is not this machine's {here['name']}: nothing was run")
+        try:
+            pipeline.choose_profile(args.profile, here, allow_mismatch=False)  # `make report GPU=`'s own check
+        except UsageError:
+            raise ValueError(
+                f"profile {args.profile!r} is not this machine's {here['name']}: nothing was run"
+            ) from None
         env = runner.environment(folder)
         # a side that cannot run here stops the test before any run: a host whose setup missed a lever's package had
         # measured its reference's seeds alone and recorded the lever's as not applicable
