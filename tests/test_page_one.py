@@ -430,3 +430,13 @@ def test_the_ddp_row_gives_its_range_over_processes_as_the_other_rows_do():
     row = recipe_row.recipe_table(rep).split("Recipe, DDP")[1].split("</tr>")[0]
     p = host["processes"]
     assert p["n"] == 2 and f"{loader.tok(p['lo'])}–{loader.tok(p['hi'])}" in row and "one run" not in row
+
+
+def test_a_recipe_slower_than_the_canonical_trainer_costs_more_rather_than_saving_a_negative_figure():
+    """The CPU default on a loaded machine printed 'saves -682.26' GPU-hours and 'saves $-55.67' under its recipe."""
+    from lib.report import recipe_row
+
+    cells = recipe_row.budget_cells({"hours": 2.0, "gpu_hours": 2.0, "cost": 10.0}, {"gpu_hours": -0.5, "cost": -3.0})
+    assert "costs 0.50 more" in cells[1] and "costs $3.00 more" in cells[2] and "-" not in "".join(cells)
+    cells = recipe_row.budget_cells({"hours": 2.0, "gpu_hours": 2.0, "cost": 10.0}, {"gpu_hours": 0.5, "cost": 3.0})
+    assert "saves 0.50" in cells[1] and "saves $3.00" in cells[2]

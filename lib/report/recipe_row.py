@@ -31,8 +31,10 @@ def budget_cells(t: dict | None, saves: dict | None = None) -> list[str]:
     recipe's, over the canonical trainer), what it saves beneath each."""
     t, saves = t or {}, saves or {}
 
-    def saved(key, f=fmt.gpu_hours):
-        return f"<br><span class='note'>saves {f(saves[key])}</span>" if saves.get(key) else ""
+    def saved(key, f=fmt.gpu_hours):  # a recipe slower than the canonical trainer (a loaded CPU) costs more
+        v = saves.get(key)
+        said = f"saves {f(v)}" if v and v > 0 else f"costs {f(-v)} more" if v else ""
+        return f"<br><span class='note'>{said}</span>" if said else ""
 
     return [
         fmt.hours(t["hours"]) if t.get("hours") else "n/a",
