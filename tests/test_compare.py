@@ -627,5 +627,7 @@ def test_a_host_of_several_gpus_is_compared_as_it_trains_on_all_of_them_too():
     html = compare_summary.recipe_html(reps)
     row = html.split("<td>h100-x4, all GPUs</td>")[1].split("</tr>")[0]
     assert recipe_row.recipe_name(host) in row and "128 × 1 × 4 GPUs" in row
-    assert fmt.tok(host["tokens_per_s"]) in row and fmt.money(host["cost"]) in row and " a GPU" in row
+    assert fmt.tok(host["tokens_per_s"]) in row and fmt.money(host["cost"]) in row
+    # its memory as page 1 gives it: a GPU's sampled peak, else n/a (the row had read "n/a a GPU")
+    assert f"<td>{recipe_row.host_memory_cell(host)}</td>" in row and "n/a a GPU" not in row
     assert "h100, all GPUs" not in html  # a one-GPU report has no such row

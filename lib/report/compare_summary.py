@@ -77,7 +77,7 @@ def recipe_html(reps) -> str:
                 "",
                 "",
                 fmt.pct(host["mfu_bf16"]) if host.get("mfu_bf16") else "n/a",
-                recipe_row.memory_cell(host.get("mem_device_peak_bytes"), None) + " a GPU",
+                recipe_row.host_memory_cell(host),
                 *recipe_row.budget_cells(host),
             ]
             body += "<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>"

@@ -43,6 +43,11 @@ def budget_cells(t: dict | None, saves: dict | None = None) -> list[str]:
     ]
 
 
+def host_memory_cell(host: dict, total=None) -> str:
+    """A several-GPU host's memory, a GPU's device peak where its job sampled one; n/a where it did not."""
+    return memory_cell(host["mem_device_peak_bytes"], total) + " a GPU" if host.get("mem_device_peak_bytes") else "n/a"
+
+
 def memory_cell(peak, total) -> str:
     return f"{fmt.gib(peak)} of {fmt.gib(total)} GiB" if peak and total else f"{fmt.gib(peak)} GiB" if peak else "n/a"
 
@@ -105,9 +110,7 @@ def recipe_table(rep: Report) -> str:
                 fmt.tok(host["tokens_per_s"]) + rng(host["processes"] or {"n": 1}),  # over its processes, as above
                 "n/a",  # no canonical trainer ran on several GPUs
                 mfu(host["mfu_bf16"]),
-                memory_cell(host["mem_device_peak_bytes"], r["device_memory_bytes"]) + " a GPU"
-                if host["mem_device_peak_bytes"]
-                else "n/a",
+                host_memory_cell(host, r["device_memory_bytes"]),
                 *budget_cells(host),
             ]
         )
